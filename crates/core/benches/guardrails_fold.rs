@@ -1,0 +1,2 @@
+//! Guardrails + fold throughput benchmark (filled by the core-rules work).
+fn main() {}

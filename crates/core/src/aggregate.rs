@@ -1,0 +1,1 @@
+//! Aggregation of a group's accepted rows into one record (being written).

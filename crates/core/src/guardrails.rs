@@ -1,0 +1,1 @@
+//! Client-side guardrails: every reason code with its check (being written).

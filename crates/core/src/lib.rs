@@ -1,0 +1,17 @@
+//! awsmp-core: the AWS Marketplace metering domain. Pure rules (windows, guardrails,
+//! VMT merge, aggregation, batching, bisection, outcome mapping, lifecycle), the
+//! ports every external service sits behind, and the use cases the Lambdas run over
+//! those ports. Nothing here touches an SDK type or does I/O of its own.
+
+pub mod aggregate;
+pub mod batch;
+pub mod bisect;
+pub mod guardrails;
+pub mod lifecycle;
+pub mod memory;
+pub mod model;
+pub mod outcome;
+pub mod ports;
+pub mod stamp;
+pub mod time;
+pub mod vmt;

@@ -1,0 +1,1 @@
+//! Subscriber lifecycle transitions from Marketplace events (being written).

@@ -1,0 +1,1 @@
+//! In-memory implementations of every port, for tests (being written).

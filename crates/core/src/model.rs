@@ -1,0 +1,508 @@
+//! The metering domain model: usage rows, group keys, aggregated records, statuses,
+//! reason codes and subscriber records. Plain data; no I/O and no SDK types.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{HourBucket, Instant};
+
+/// A loosely typed attribute value as stored (the shape of a DynamoDB attribute,
+/// without the SDK). Guardrails validate these into typed rows, so a seller's bad
+/// write becomes a reason code instead of a crash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Attr {
+    /// A string (`S`).
+    S(String),
+    /// A number, kept as its decimal text (`N`).
+    N(String),
+    /// A boolean (`BOOL`).
+    Bool(bool),
+    /// An explicit null (`NULL`).
+    Null,
+    /// A list (`L`).
+    L(Vec<Attr>),
+    /// A map (`M`).
+    M(BTreeMap<String, Attr>),
+    /// A string set (`SS`).
+    Ss(Vec<String>),
+    /// Any other type (binary, number set, ...); its type name, for error messages.
+    Other(String),
+}
+
+impl Attr {
+    /// The string inside an `S`, if this is one.
+    pub fn as_s(&self) -> Option<&str> {
+        match self {
+            Attr::S(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A raw usage row exactly as read from the usage table: its keys plus every
+/// attribute, unvalidated. The seller writes these; the pipeline never trusts them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RawUsageRow {
+    /// Partition key `licenseArn`.
+    pub license_arn: String,
+    /// Sort key `customerAWSAccountId_dimension_timestamp`.
+    pub sort_key: String,
+    /// Every other attribute by name.
+    pub attrs: BTreeMap<String, Attr>,
+}
+
+/// Attribute names shared by the tables (the reference implementation's names).
+pub mod attr {
+    /// Partition key of usage, aggregated-usage, subscribers and customer-profile tables.
+    pub const LICENSE_ARN: &str = "licenseArn";
+    /// Sort key of the usage table.
+    pub const USAGE_SORT_KEY: &str = "customerAWSAccountId_dimension_timestamp";
+    /// Sort key of the aggregated-usage table.
+    pub const AGGREGATED_SORT_KEY: &str = "account_dimension_hour";
+    /// Buyer AWS account id.
+    pub const CUSTOMER_ACCOUNT: &str = "customerAWSAccountId";
+    /// Usage dimension.
+    pub const DIMENSION: &str = "dimension";
+    /// Usage timestamp (`YYYY-MM-DDTHH:MM:SS[Z]`).
+    pub const TIMESTAMP: &str = "timestamp";
+    /// Usage quantity.
+    pub const QUANTITY: &str = "quantity";
+    /// VMT allocations.
+    pub const USAGE_ALLOCATIONS: &str = "usageAllocations";
+    /// Allocation quantity inside an allocation map.
+    pub const ALLOCATED_USAGE_QUANTITY: &str = "allocatedUsageQuantity";
+    /// Allocation tags inside an allocation map.
+    pub const TAGS: &str = "tags";
+    /// Tag key inside a tag map.
+    pub const TAG_KEY: &str = "key";
+    /// Tag value inside a tag map.
+    pub const TAG_VALUE: &str = "value";
+    /// Product code (optional on usage rows).
+    pub const PRODUCT_CODE: &str = "productCode";
+    /// Sparse GSI hash key: the hour bucket while pending.
+    pub const METERING_PENDING: &str = "meteringPending";
+    /// Pipeline status.
+    pub const METERING_STATUS: &str = "meteringStatus";
+    /// Reason for the status.
+    pub const METERING_STATUS_REASON: &str = "meteringStatusReason";
+    /// Marketplace record id of a billed aggregated row.
+    pub const METERING_RECORD_ID: &str = "meteringRecordId";
+    /// Hour bucket of an aggregated row.
+    pub const HOUR_BUCKET: &str = "hourBucket";
+    /// Number of submission attempts of an aggregated row.
+    pub const ATTEMPT_COUNT: &str = "attemptCount";
+    /// Optimistic-concurrency version of an aggregated row.
+    pub const VERSION: &str = "version";
+    /// On a raw row: the aggregated row that counted it (set atomically with the count).
+    pub const AGGREGATED_INTO: &str = "aggregatedInto";
+    /// On an aggregated row: a submitter holds it in flight until this instant.
+    pub const IN_FLIGHT_UNTIL: &str = "inFlightUntil";
+    /// On an aggregated row: number of raw rows counted into it.
+    pub const RAW_ROW_COUNT: &str = "rawRowCount";
+    /// Audit: write-once creation instant.
+    pub const CREATED_AT: &str = "createdAt";
+    /// Audit: last write instant.
+    pub const UPDATED_AT: &str = "updatedAt";
+    /// Index name of the sparse pending GSI on the usage and aggregated tables.
+    pub const METERING_PENDING_INDEX: &str = "metering_pending";
+}
+
+/// The unit of metering: one `BatchMeterUsage` record per group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GroupKey {
+    /// License the usage is attributed to.
+    pub license_arn: String,
+    /// Buyer AWS account.
+    pub customer_aws_account_id: String,
+    /// Pricing dimension (never validated client-side).
+    pub dimension: String,
+    /// UTC hour of the usage.
+    pub hour: HourBucket,
+}
+
+impl GroupKey {
+    /// The aggregated table's sort key `<account>#<dimension>#<hour>`.
+    pub fn aggregated_sort_key(&self) -> String {
+        format!(
+            "{}#{}#{}",
+            self.customer_aws_account_id, self.dimension, self.hour
+        )
+    }
+
+    /// The usage-table sort-key prefix selecting exactly this group's rows.
+    pub fn usage_sort_key_prefix(&self) -> String {
+        format!(
+            "{}#{}#{}",
+            self.customer_aws_account_id,
+            self.dimension,
+            self.hour.key_prefix()
+        )
+    }
+}
+
+impl fmt::Display for GroupKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}|{}|{}|{}",
+            self.license_arn, self.customer_aws_account_id, self.dimension, self.hour
+        )
+    }
+}
+
+/// One VMT tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Tag {
+    /// Tag key.
+    pub key: String,
+    /// Tag value.
+    pub value: String,
+}
+
+/// One VMT allocation: a quantity attributed to a tag set (possibly empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Allocated quantity (0..=2147483647).
+    pub quantity: i64,
+    /// Tags, in the order given.
+    pub tags: Vec<Tag>,
+}
+
+/// A raw row that passed every per-row guardrail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValidUsageRow {
+    /// Partition key.
+    pub license_arn: String,
+    /// Sort key as stored.
+    pub sort_key: String,
+    /// Buyer account.
+    pub customer_aws_account_id: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Usage instant.
+    pub timestamp: Instant,
+    /// Quantity (0..=2147483647).
+    pub quantity: i64,
+    /// VMT allocations, when the row carries them.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Product code on the row, if any (else the stack's).
+    pub product_code: Option<String>,
+}
+
+/// Status of a raw usage row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RawStatus {
+    /// Counted into its group's aggregated record.
+    Aggregated,
+    /// Failed a client-side guardrail (see [`ReasonCode`]).
+    RejectedClientSide,
+    /// Never aggregated before its hour left the 24 h window.
+    AggregationExpired,
+}
+
+/// Status of an aggregated record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AggregatedStatus {
+    /// Awaiting submission (not terminal; `meteringPending` present).
+    Pending,
+    /// Billed.
+    Success,
+    /// Marketplace already had a record for this group and hour (first write wins).
+    DuplicateRecord,
+    /// The license cannot be metered (final, see architecture.md §5).
+    CustomerNotSubscribed,
+    /// A request-level exception isolated to this record; reason holds its name.
+    Error,
+    /// Never submitted before its hour left the 24 h window.
+    SubmissionExpired,
+    /// Dry-run mode: would have been submitted; never sent.
+    DryRunSubmitted,
+}
+
+macro_rules! string_enum {
+    ($ty:ty { $($variant:ident),+ $(,)? }) => {
+        impl $ty {
+            /// The exact name stored in tables and printed in logs.
+            pub fn as_str(&self) -> &'static str {
+                match self { $(Self::$variant => stringify!($variant)),+ }
+            }
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$(Self::$variant),+];
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+        impl FromStr for $ty {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $(stringify!($variant) => Ok(Self::$variant),)+
+                    other => Err(UnknownValue { kind: stringify!($ty), value: other.to_string() }),
+                }
+            }
+        }
+    };
+}
+
+/// A stored string that names no known value of an enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} value {value:?}")]
+pub struct UnknownValue {
+    /// The enum's name.
+    pub kind: &'static str,
+    /// The text found.
+    pub value: String,
+}
+
+string_enum!(RawStatus { Aggregated, RejectedClientSide, AggregationExpired });
+string_enum!(AggregatedStatus {
+    Pending,
+    Success,
+    DuplicateRecord,
+    CustomerNotSubscribed,
+    Error,
+    SubmissionExpired,
+    DryRunSubmitted
+});
+
+impl AggregatedStatus {
+    /// Whether the status ends the record's life (removes `meteringPending`).
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, AggregatedStatus::Pending)
+    }
+}
+
+/// Client-side rejection reason codes. The table of checks and their order is in
+/// [`crate::guardrails`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ReasonCode {
+    /// Sort key is not `<account>#<dimension>#<timestamp>[#<suffix>]`.
+    MalformedSortKey,
+    /// Sort key disagrees with the row's attributes.
+    SortKeyMismatch,
+    /// Timestamp is not whole-second UTC `YYYY-MM-DDTHH:MM:SS[Z]`.
+    MalformedTimestamp,
+    /// Quantity is missing or not a number.
+    NonNumericQuantity,
+    /// Quantity has a fractional part.
+    NonIntegerQuantity,
+    /// Quantity is below zero.
+    NegativeQuantity,
+    /// Quantity is above 2147483647.
+    QuantityTooLarge,
+    /// Dimension attribute missing or empty.
+    MissingDimension,
+    /// Timestamp is after "now".
+    TimestampInFuture,
+    /// Timestamp is outside the metering window (older than 24 h, or last month after the grace).
+    TimestampOutOfWindow,
+    /// License ARN does not match the License Manager ARN shape.
+    InvalidLicenseArn,
+    /// Buyer account id missing or not 12 digits.
+    MissingCustomerAWSAccountId,
+    /// `usageAllocations` is not a list of `{allocatedUsageQuantity, tags}` maps.
+    MalformedAllocations,
+    /// An allocation quantity is negative, fractional or out of range.
+    NegativeOrNonIntegerAllocation,
+    /// A tag has an empty or missing key or value.
+    MissingTagKeyOrValue,
+    /// A tag key or value violates the API pattern or length.
+    InvalidTag,
+    /// More than 5 tags on one allocation.
+    TooManyTags,
+    /// More than 2,500 merged tag sets in the group.
+    TooManyAllocations,
+    /// A row's allocations do not sum to its quantity.
+    AllocationSumMismatch,
+    /// A group mixes allocated and unallocated non-zero rows.
+    MixedAllocatedAndUnallocated,
+    /// The row's product code differs from the stack's and the stack meters one product.
+    ProductCodeMismatch,
+    /// The row arrived after its group's hour was already submitted to Marketplace.
+    HourAlreadySubmitted,
+}
+
+string_enum!(ReasonCode {
+    MalformedSortKey,
+    SortKeyMismatch,
+    MalformedTimestamp,
+    NonNumericQuantity,
+    NonIntegerQuantity,
+    NegativeQuantity,
+    QuantityTooLarge,
+    MissingDimension,
+    TimestampInFuture,
+    TimestampOutOfWindow,
+    InvalidLicenseArn,
+    MissingCustomerAWSAccountId,
+    MalformedAllocations,
+    NegativeOrNonIntegerAllocation,
+    MissingTagKeyOrValue,
+    InvalidTag,
+    TooManyTags,
+    TooManyAllocations,
+    AllocationSumMismatch,
+    MixedAllocatedAndUnallocated,
+    ProductCodeMismatch,
+    HourAlreadySubmitted
+});
+
+/// The one aggregated record per group: what the submitter sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AggregatedRecord {
+    /// The group.
+    pub key: GroupKey,
+    /// Product the license belongs to (batches never mix products).
+    pub product_code: String,
+    /// Total quantity (sum of the counted rows).
+    pub quantity: i64,
+    /// Merged VMT allocations (sum to `quantity`), when the group is tagged.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Current status.
+    pub status: AggregatedStatus,
+    /// Reason for a non-success terminal status (exception name, etc.).
+    pub status_reason: Option<String>,
+    /// Marketplace's record id once billed.
+    pub metering_record_id: Option<String>,
+    /// Number of times it was sent.
+    pub attempt_count: u32,
+    /// Optimistic-concurrency version; bumped on every fold.
+    pub version: u64,
+    /// While a submitter holds it in flight: until when.
+    pub in_flight_until: Option<Instant>,
+}
+
+/// Agreement lifecycle (`agreementStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgreementStatus {
+    /// License Updated seen.
+    Active,
+    /// Purchase Agreement Ended seen.
+    Inactive,
+}
+
+/// Subscription lifecycle (`subscriptionStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubscriptionStatus {
+    /// License Updated seen.
+    Active,
+    /// License Deprovisioned seen; final-usage flush window open until the expiry.
+    Deprovisioning,
+    /// Flush window closed (deprovision-cleanup).
+    Inactive,
+}
+
+impl AgreementStatus {
+    /// Stored lowercase text.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AgreementStatus::Active => "active",
+            AgreementStatus::Inactive => "inactive",
+        }
+    }
+}
+
+impl FromStr for AgreementStatus {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(Self::Active),
+            "inactive" => Ok(Self::Inactive),
+            other => Err(UnknownValue {
+                kind: "AgreementStatus",
+                value: other.to_string(),
+            }),
+        }
+    }
+}
+
+impl SubscriptionStatus {
+    /// Stored lowercase text.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SubscriptionStatus::Active => "active",
+            SubscriptionStatus::Deprovisioning => "deprovisioning",
+            SubscriptionStatus::Inactive => "inactive",
+        }
+    }
+}
+
+impl FromStr for SubscriptionStatus {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "active" => Ok(Self::Active),
+            "deprovisioning" => Ok(Self::Deprovisioning),
+            "inactive" => Ok(Self::Inactive),
+            other => Err(UnknownValue {
+                kind: "SubscriptionStatus",
+                value: other.to_string(),
+            }),
+        }
+    }
+}
+
+/// One row of the PII-free subscribers table. Nothing else is ever stored there
+/// (plus the audit stamps and the index markers the adapter derives from these fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscriber {
+    /// Partition key.
+    pub license_arn: String,
+    /// Sort key.
+    pub customer_aws_account_id: String,
+    /// Product code (from License Updated or registration).
+    pub product_code: Option<String>,
+    /// Agreement id (from agreement and license events).
+    pub agreement_id: Option<String>,
+    /// Agreement lifecycle; absent until an agreement/license event sets it.
+    pub agreement_status: Option<AgreementStatus>,
+    /// Subscription lifecycle; absent until License Updated.
+    pub subscription_status: Option<SubscriptionStatus>,
+    /// End of the final-usage window while deprovisioning.
+    pub deprovisioning_expiry: Option<Instant>,
+    /// Regions the buyer registered in (String Set, reference only).
+    pub registered_regions: Vec<String>,
+    /// Time of the newest event applied to `agreement_status` (ordering guard).
+    pub agreement_event_at: Option<Instant>,
+    /// Time of the newest event applied to `subscription_status` (ordering guard).
+    pub subscription_event_at: Option<Instant>,
+    /// Optimistic-concurrency version; 0 for a row not yet stored.
+    pub version: u64,
+}
+
+impl Subscriber {
+    /// An empty row for a license/account pair (not yet stored).
+    pub fn new(license_arn: impl Into<String>, account: impl Into<String>) -> Self {
+        Subscriber {
+            license_arn: license_arn.into(),
+            customer_aws_account_id: account.into(),
+            product_code: None,
+            agreement_id: None,
+            agreement_status: None,
+            subscription_status: None,
+            deprovisioning_expiry: None,
+            registered_regions: Vec::new(),
+            agreement_event_at: None,
+            subscription_event_at: None,
+            version: 0,
+        }
+    }
+}
+
+/// The allowlisted registration fields of one buyer, stored in-Region only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomerProfile {
+    /// Partition key.
+    pub license_arn: String,
+    /// Sort key.
+    pub customer_aws_account_id: String,
+    /// Product code from ResolveCustomer.
+    pub product_code: String,
+    /// Allowlisted form fields (possibly none).
+    pub fields: BTreeMap<String, String>,
+}

@@ -1,0 +1,1 @@
+//! Mapping of BatchMeterUsage outcomes to aggregated-row states (being written).

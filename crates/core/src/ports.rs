@@ -1,0 +1,447 @@
+//! Ports: one narrow trait per external capability. Domain code takes the narrowest
+//! one it needs (`&dyn UsageStore`); `crate::memory` has an in-memory implementation
+//! of each for tests, and the `awsmp-aws` crate implements them with the AWS SDK.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    AggregatedRecord, AggregatedStatus, Allocation, Attr, CustomerProfile, GroupKey, RawStatus,
+    RawUsageRow, ReasonCode, Subscriber,
+};
+use crate::time::{HourBucket, Instant};
+
+/// A failure talking to a store or queue. Transient errors are retried by the caller
+/// (or by SQS redelivery); the others are reported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortError {
+    /// Throttled or temporarily unavailable; safe to retry.
+    #[error("transient failure in {operation}: {message}")]
+    Transient {
+        /// The operation that failed.
+        operation: &'static str,
+        /// What the service said.
+        message: String,
+    },
+    /// A stored item could not be read as the domain expects.
+    #[error("corrupt item in {table}: {message}")]
+    Corrupt {
+        /// Which table.
+        table: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Anything else (permissions, missing table, ...).
+    #[error("{operation} failed: {message}")]
+    Failed {
+        /// The operation that failed.
+        operation: &'static str,
+        /// What the service said.
+        message: String,
+    },
+}
+
+/// An opaque pagination cursor (a serialized `LastEvaluatedKey`).
+pub type Cursor = String;
+
+/// One page of a paginated query.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Page<T> {
+    /// Items on this page.
+    pub items: Vec<T>,
+    /// Cursor for the next page; `None` when this was the last.
+    pub next: Option<Cursor>,
+}
+
+/// A pending raw row as the sparse `metering_pending` GSI shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRawRef {
+    /// Partition key.
+    pub license_arn: String,
+    /// Sort key.
+    pub sort_key: String,
+    /// Projected buyer account (absent if the seller did not write it).
+    pub customer_aws_account_id: Option<String>,
+    /// Projected dimension (absent if the seller did not write it).
+    pub dimension: Option<String>,
+}
+
+/// A new usage row to ingest (the `awsmp usage` commands and the Rust ingestion API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewUsageRow {
+    /// License.
+    pub license_arn: String,
+    /// Buyer account.
+    pub customer_aws_account_id: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Usage instant (whole seconds).
+    pub timestamp: Instant,
+    /// Quantity.
+    pub quantity: i64,
+    /// Optional VMT allocations.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Optional product code.
+    pub product_code: Option<String>,
+    /// Caller-supplied idempotency id; it becomes the sort-key suffix, so a retried
+    /// write with the same id is a no-op and same-second writes never collide.
+    pub event_id: String,
+}
+
+/// Result of an idempotent ingestion write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Written.
+    Created,
+    /// A row with the same event id already exists; nothing changed.
+    AlreadyExists,
+}
+
+/// The raw usage table.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// One page of rows pending in `hour` (sparse GSI query, never a scan).
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<PendingRawRef>, PortError>;
+
+    /// Every row of one group: a targeted query of the group's sort-key range
+    /// (`<account>#<dimension>#<YYYY-MM-DDTHH>`), any status.
+    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError>;
+
+    /// Reads one row by its keys.
+    async fn get_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Result<Option<RawUsageRow>, PortError>;
+
+    /// Gives a row its terminal status and removes `meteringPending`, only if it is still
+    /// pending. `Ok(false)` when it already had a terminal status (idempotent).
+    async fn finalize_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        status: RawStatus,
+        reason: Option<ReasonCode>,
+        now: Instant,
+    ) -> Result<bool, PortError>;
+
+    /// Writes a new row unless its sort key (which carries the event id) exists.
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError>;
+}
+
+/// One atomic aggregation step: create-or-fold the group's aggregated record and
+/// claim the counted raw rows (`aggregatedInto`), all or nothing. This is the
+/// idempotency commit point: a raw row is counted exactly when it carries the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregationCommit {
+    /// The record as it must be after the commit (quantity and allocations include
+    /// the newly claimed rows; `version` is the new version).
+    pub record: AggregatedRecord,
+    /// The version the stored record must still have; `None` means it must not exist.
+    pub expected_version: Option<u64>,
+    /// Raw rows (license, sort key) to claim; each must still be pending and unclaimed.
+    /// At most [`MAX_ROWS_PER_COMMIT`].
+    pub claimed_rows: Vec<(String, String)>,
+    /// Commit instant (audit stamps).
+    pub now: Instant,
+}
+
+/// Most raw rows one commit claims (DynamoDB transactions hold 100 items).
+pub const MAX_ROWS_PER_COMMIT: usize = 99;
+
+/// Outcome of an [`AggregationCommit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Applied.
+    Committed,
+    /// Another writer got there first (version moved, record exists, or a row was
+    /// claimed or finalized meanwhile); re-read and recompute.
+    Conflict,
+}
+
+/// A terminal or retry outcome to record on an aggregated row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmissionUpdate {
+    /// New status; `Pending` keeps it pending (e.g. unprocessed) and only releases the claim.
+    pub status: AggregatedStatus,
+    /// Reason (exception name, ...), if any.
+    pub reason: Option<String>,
+    /// Marketplace record id, if billed.
+    pub metering_record_id: Option<String>,
+}
+
+/// The aggregated-usage table.
+#[async_trait]
+pub trait AggregatedStore: Send + Sync {
+    /// Reads one record.
+    async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError>;
+
+    /// Applies one aggregation commit atomically (see [`AggregationCommit`]).
+    async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError>;
+
+    /// One page of records pending in `hour` (sparse GSI, never a scan), full records.
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError>;
+
+    /// Claims a pending record for sending: sets `inFlightUntil = until` and bumps the
+    /// attempt count, only if it is pending, at `expected_version`, and not held by an
+    /// unexpired claim. `Ok(false)` if the condition failed (skip it this run).
+    async fn claim(
+        &self,
+        key: &GroupKey,
+        expected_version: u64,
+        now: Instant,
+        until: Instant,
+    ) -> Result<bool, PortError>;
+
+    /// Records a submission outcome and releases the claim. Terminal statuses remove
+    /// `meteringPending`. Only applies while the record is still pending.
+    async fn record(
+        &self,
+        key: &GroupKey,
+        update: &SubmissionUpdate,
+        now: Instant,
+    ) -> Result<bool, PortError>;
+
+    /// Direct-submit ingestion: writes a finalized hourly total unless the group exists.
+    async fn put_direct(
+        &self,
+        record: &AggregatedRecord,
+        now: Instant,
+    ) -> Result<PutOutcome, PortError>;
+}
+
+/// The PII-free subscribers table (in us-east-1, read cross-Region).
+#[async_trait]
+pub trait SubscriberStore: Send + Sync {
+    /// Reads one row.
+    async fn get(
+        &self,
+        license_arn: &str,
+        account: &str,
+    ) -> Result<Option<Subscriber>, PortError>;
+
+    /// Rows for a license (any account).
+    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Rows of an agreement (through the agreement index).
+    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Rows whose `subscriptionStatus` is `deprovisioning` (through the deprovisioning index).
+    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Writes the row's lifecycle fields if the stored version is still
+    /// `row.version` (0 = must not exist); stores `row.version + 1`. Never touches
+    /// `registeredRegions`. `Ok(false)` on a version conflict (re-read and retry).
+    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError>;
+
+    /// Registration: sets `productCode` if absent and `ADD registeredRegions :region`
+    /// (idempotent), creating the row if needed. Never touches lifecycle fields.
+    async fn add_registered_region(
+        &self,
+        license_arn: &str,
+        account: &str,
+        product_code: &str,
+        region: &str,
+        now: Instant,
+    ) -> Result<(), PortError>;
+}
+
+/// The in-Region customer-profile table (buyer PII stays here).
+#[async_trait]
+pub trait ProfileStore: Send + Sync {
+    /// Upserts the allowlisted fields (always writes the identity row, even with none).
+    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError>;
+}
+
+/// A work message between pipeline stages (JSON in SQS).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum WorkMessage {
+    /// Aggregate one group (discoverer -> aggregator).
+    Aggregate {
+        /// The group.
+        group: GroupKey,
+        /// True for a deprovisioning flush (lock bypassed).
+        #[serde(default)]
+        flush: bool,
+    },
+    /// Finalize raw rows of one group (aggregator -> cleanup).
+    Cleanup {
+        /// The group.
+        group: GroupKey,
+        /// Rows counted into the aggregate: mark `Aggregated`.
+        #[serde(default)]
+        aggregated: Vec<String>,
+        /// Rows rejected client-side, with their reason code.
+        #[serde(default)]
+        rejected: Vec<(String, ReasonCode)>,
+    },
+}
+
+/// Per-message result of a queue send.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SendReport {
+    /// Indexes (into the input) of messages that were not accepted.
+    pub failed: Vec<usize>,
+}
+
+/// A work queue (SQS `SendMessageBatch` in tens).
+#[async_trait]
+pub trait WorkQueue: Send + Sync {
+    /// Sends messages; reports the ones that failed, never silently drops any.
+    async fn send(&self, messages: &[WorkMessage]) -> Result<SendReport, PortError>;
+}
+
+/// One usage record as sent to `BatchMeterUsage` (CustomerAWSAccountId + LicenseArn).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeteringRecord {
+    /// The group (its hour start is the record's timestamp).
+    pub key: GroupKey,
+    /// Product (batches never mix products; never sent as request `ProductCode`).
+    pub product_code: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// VMT allocations.
+    pub allocations: Option<Vec<Allocation>>,
+}
+
+/// Per-record verdict in `Results[]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordVerdict {
+    /// Billed.
+    Success {
+        /// Marketplace record id.
+        metering_record_id: String,
+    },
+    /// Already metered for this group and hour.
+    DuplicateRecord {
+        /// Marketplace record id, if returned.
+        metering_record_id: Option<String>,
+    },
+    /// Not entitled.
+    CustomerNotSubscribed,
+    /// Returned in `UnprocessedRecords`.
+    Unprocessed,
+}
+
+/// A request-level failure of `BatchMeterUsage`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MeteringError {
+    /// A validation exception that fails the whole batch (bisect to isolate).
+    #[error("{name}: {message}")]
+    Validation {
+        /// Exception name, e.g. `InvalidUsageDimensionException`.
+        name: String,
+        /// Service message.
+        message: String,
+    },
+    /// `ThrottlingException` (back off with jitter; never bisect).
+    #[error("ThrottlingException: {0}")]
+    Throttled(String),
+    /// `InternalServiceErrorException` or a transport failure (back off; never bisect).
+    #[error("transient metering failure: {0}")]
+    Transient(String),
+    /// `DisabledApiException`: the Region cannot meter; stop the run.
+    #[error("DisabledApiException: {0}")]
+    Disabled(String),
+}
+
+/// `BatchMeterUsage`. Results are returned in the order of `records`.
+#[async_trait]
+pub trait MeteringApi: Send + Sync {
+    /// Sends one batch (≤ 25 records, ≤ 1 MB, one product, no request `ProductCode`).
+    async fn batch_meter_usage(
+        &self,
+        records: &[MeteringRecord],
+    ) -> Result<Vec<RecordVerdict>, MeteringError>;
+}
+
+/// What `ResolveCustomer` returns for a registration token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCustomer {
+    /// License.
+    pub license_arn: String,
+    /// Buyer account.
+    pub customer_aws_account_id: String,
+    /// Product code.
+    pub product_code: String,
+}
+
+/// A `ResolveCustomer` failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// `InvalidTokenException`.
+    #[error("the registration token is invalid")]
+    InvalidToken,
+    /// `ExpiredTokenException`.
+    #[error("the registration token has expired")]
+    ExpiredToken,
+    /// Throttling, internal errors, disabled API, transport.
+    #[error("ResolveCustomer failed: {0}")]
+    Unavailable(String),
+    /// The response lacked `LicenseArn` or `CustomerAWSAccountId`.
+    #[error("ResolveCustomer returned no LicenseArn/CustomerAWSAccountId (legacy product?)")]
+    Incomplete,
+}
+
+/// `ResolveCustomer`.
+#[async_trait]
+pub trait CustomerResolver: Send + Sync {
+    /// Resolves a registration token. Implementations never log the token.
+    async fn resolve(&self, token: &str) -> Result<ResolvedCustomer, ResolveError>;
+}
+
+/// EMF metric names (namespace `AwsMarketplace/Metering`).
+pub mod metric {
+    /// Namespace of every metric.
+    pub const NAMESPACE: &str = "AwsMarketplace/Metering";
+    /// A raw row rejected client-side (dimension `Reason`).
+    pub const USAGE_RECORD_REJECTED: &str = "UsageRecordRejected";
+    /// A record still unprocessed after the retry.
+    pub const USAGE_RECORD_UNPROCESSED: &str = "UsageRecordUnprocessed";
+    /// A raw row aged out.
+    pub const USAGE_AGGREGATION_EXPIRED: &str = "UsageAggregationExpired";
+    /// An aggregated row aged out.
+    pub const USAGE_SUBMISSION_EXPIRED: &str = "UsageSubmissionExpired";
+    /// A request-level exception (dimension `Exception`).
+    pub const BATCH_METER_USAGE_EXCEPTION: &str = "BatchMeterUsageException";
+    /// A final CustomerNotSubscribed.
+    pub const CUSTOMER_NOT_SUBSCRIBED: &str = "CustomerNotSubscribed";
+    /// A multi-record sub-batch reached the bisection depth cap.
+    pub const BISECT_DEPTH_EXCEEDED: &str = "BisectDepthExceeded";
+    /// Records billed.
+    pub const USAGE_RECORD_SUBMITTED: &str = "UsageRecordSubmitted";
+    /// A late raw row for an already-submitted hour.
+    pub const LATE_USAGE_AFTER_SUBMISSION: &str = "LateUsageAfterSubmission";
+    /// The Region refused metering (`DisabledApiException`).
+    pub const METERING_API_DISABLED: &str = "MeteringApiDisabled";
+}
+
+/// Metrics (EMF to stdout in Lambda).
+pub trait MetricsSink: Send + Sync {
+    /// Adds `value` to the count `name` with the given dimensions.
+    fn count(&self, name: &str, dimensions: &[(&str, &str)], value: u64);
+}
+
+/// Time, injectable so every run can be replayed.
+#[async_trait]
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Instant;
+    /// Waits (backoff, pacing). A test clock advances instead of sleeping.
+    async fn sleep(&self, duration: Duration);
+}
+
+/// Loosely typed item, for tools that show what is stored (the CLI's `inspect`).
+pub type Item = BTreeMap<String, Attr>;

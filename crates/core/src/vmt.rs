@@ -1,0 +1,1 @@
+//! VMT merge of usage allocations by identical tag set (being written).
