@@ -5,6 +5,7 @@
 
 pub mod aggregate;
 pub mod batch;
+pub mod config;
 pub mod bisect;
 pub mod guardrails;
 pub mod lifecycle;
