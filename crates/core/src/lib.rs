@@ -12,6 +12,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod model;
 pub mod outcome;
+pub mod pipeline;
 pub mod ports;
 pub mod stamp;
 pub mod time;
