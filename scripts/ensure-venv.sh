@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Creates (or refreshes) a project-local Python venv from a pinned requirements file.
+#
+#   scripts/ensure-venv.sh VENV_DIR REQUIREMENTS_FILE
+#
+# Idempotent and fast when nothing changed: the venv keeps a stamp holding the
+# sha256 of the requirements file it was built from; a matching stamp means done.
+# A changed requirements file reinstalls into the same venv. Used by `make venv`,
+# `make sam-venv` and `./deploy.sh --local`, so nothing is ever installed by hand.
+set -euo pipefail
+
+venv=${1:?usage: ensure-venv.sh VENV_DIR REQUIREMENTS_FILE}
+requirements=${2:?usage: ensure-venv.sh VENV_DIR REQUIREMENTS_FILE}
+python=${PYTHON:-python3}
+
+if [[ ! -f "$requirements" ]]; then
+  echo "ensure-venv: requirements file '$requirements' not found" >&2
+  exit 1
+fi
+
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+stamp="$venv/.requirements.sha256"
+if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+  exit 0
+fi
+
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "ensure-venv: '$python' not found; install Python 3.10+ (Debian: apt-get install -y python3 python3-venv)" >&2
+  exit 1
+fi
+
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "ensure-venv: creating $venv"
+  "$python" -m venv "$venv"
+fi
+# Keep the venv out of git wherever it lives (Python >= 3.13 does this by itself).
+[[ -f "$venv/.gitignore" ]] || echo '*' >"$venv/.gitignore"
+
+echo "ensure-venv: installing $requirements into $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+# The stamp is written last, so an interrupted install is redone next time.
+echo "$want" >"$stamp"
+echo "ensure-venv: $venv ready"
