@@ -1,1 +1,21 @@
-//! The metering use cases each Lambda runs over the ports: discover, aggregate, clean up, submit (being written).
+//! The metering use cases each Lambda runs over the ports: discover, aggregate, clean
+//! up, submit. Pure orchestration: every decision comes from the domain modules, every
+//! effect goes through a `&dyn Port`, and each is tested with the in-memory ports.
+
+pub mod budget;
+pub mod cleanup;
+pub mod discover;
+pub mod error;
+pub mod retry;
+
+use chrono::Timelike;
+
+use crate::ports::Clock;
+use crate::time::Instant;
+
+/// The instant a scheduled run works at: the triggering event's `time` when it carries
+/// one (so any run can be replayed), else the clock; whole seconds either way.
+pub fn now_from_event(event_time: Option<Instant>, clock: &dyn Clock) -> Instant {
+    let now = event_time.unwrap_or_else(|| clock.now());
+    now.with_nanosecond(0).unwrap_or(now)
+}

@@ -1,0 +1,202 @@
+//! The cleanup use case: give the raw rows an aggregation message names their terminal
+//! status. Rows that carry the aggregation claim become `Aggregated`; rows rejected
+//! client-side become `RejectedClientSide` with their reason. Idempotent (a terminal
+//! row is left alone), and it never contradicts the commit point: a claimed row is
+//! counted, so it is never rejected, and an unclaimed row is never called counted.
+
+use std::collections::HashMap;
+
+use tracing::{info, warn};
+
+use crate::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use crate::pipeline::discover::is_pending;
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
+use crate::ports::{Clock, MetricsSink, UsageStore, WorkMessage, metric};
+use crate::time::Instant;
+
+/// The ports cleanup uses.
+#[derive(Clone, Copy)]
+pub struct CleanupPorts<'a> {
+    /// Raw usage table.
+    pub usage: &'a dyn UsageStore,
+    /// Metrics.
+    pub metrics: &'a dyn MetricsSink,
+    /// Clock (backoff sleeps).
+    pub clock: &'a dyn Clock,
+}
+
+/// What one message did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupReport {
+    /// Rows moved to `Aggregated`.
+    pub aggregated: usize,
+    /// Rows moved to `RejectedClientSide`.
+    pub rejected: usize,
+    /// Rows that were already terminal (redelivery, or age-out got there first).
+    pub already_final: usize,
+    /// Rows named as counted that carry no claim: left pending for rediscovery.
+    pub unclaimed: usize,
+    /// Rows named that no longer exist.
+    pub missing: usize,
+}
+
+impl CleanupReport {
+    fn add(&mut self, other: &CleanupReport) {
+        self.aggregated += other.aggregated;
+        self.rejected += other.rejected;
+        self.already_final += other.already_final;
+        self.unclaimed += other.unclaimed;
+        self.missing += other.missing;
+    }
+}
+
+/// Applies one `WorkMessage::Cleanup` at `now`. Transient store errors are retried with
+/// jittered backoff; anything left failing fails the message (SQS redelivers it and
+/// the rows already finalized are skipped).
+///
+/// `UsageRecordRejected{Reason}` (and `LateUsageAfterSubmission` for
+/// `HourAlreadySubmitted`) are emitted here, when the row actually changes, so a
+/// redelivered message never counts a rejection twice.
+pub async fn cleanup(
+    message: &WorkMessage,
+    now: Instant,
+    ports: CleanupPorts<'_>,
+) -> Result<CleanupReport, PipelineError> {
+    let WorkMessage::Cleanup {
+        group,
+        aggregated,
+        rejected,
+    } = message
+    else {
+        return Err(PipelineError::WrongMessageKind {
+            stage: "cleanup",
+            kind: "aggregate",
+        });
+    };
+    let policy = RetryPolicy::STORE;
+    let rows: HashMap<String, RawUsageRow> =
+        retry_transient(ports.clock, policy, || ports.usage.group_rows(group))
+            .await?
+            .into_iter()
+            .map(|row| (row.sort_key.clone(), row))
+            .collect();
+    let mut run = Cleanup {
+        group,
+        rows,
+        now,
+        ports,
+        policy,
+        report: CleanupReport::default(),
+    };
+    for sort_key in aggregated {
+        run.settle(sort_key, None).await?;
+    }
+    for (sort_key, reason) in rejected {
+        run.settle(sort_key, Some(*reason)).await?;
+    }
+    info!(
+        group = %group,
+        aggregated = run.report.aggregated,
+        rejected = run.report.rejected,
+        already_final = run.report.already_final,
+        unclaimed = run.report.unclaimed,
+        "cleanup applied"
+    );
+    Ok(run.report)
+}
+
+/// Applies several messages' worth of reports into one (handler summaries).
+pub fn merge_reports<'a>(reports: impl IntoIterator<Item = &'a CleanupReport>) -> CleanupReport {
+    let mut total = CleanupReport::default();
+    for report in reports {
+        total.add(report);
+    }
+    total
+}
+
+struct Cleanup<'a> {
+    group: &'a GroupKey,
+    rows: HashMap<String, RawUsageRow>,
+    now: Instant,
+    ports: CleanupPorts<'a>,
+    policy: RetryPolicy,
+    report: CleanupReport,
+}
+
+impl Cleanup<'_> {
+    /// Settles one row: `reason = None` for a row named as counted.
+    async fn settle(
+        &mut self,
+        sort_key: &str,
+        reason: Option<ReasonCode>,
+    ) -> Result<(), PipelineError> {
+        let license = self.group.license_arn.as_str();
+        let row = match self.rows.get(sort_key) {
+            Some(row) => Some(row.clone()),
+            // Not in the group's range (the message names it anyway): read it by key.
+            None => {
+                retry_transient(self.ports.clock, self.policy, || {
+                    self.ports.usage.get_row(license, sort_key)
+                })
+                .await?
+            }
+        };
+        let Some(row) = row else {
+            warn!(group = %self.group, sort_key, "row named by cleanup no longer exists");
+            self.report.missing += 1;
+            return Ok(());
+        };
+        if !is_pending(&row) {
+            self.report.already_final += 1;
+            return Ok(());
+        }
+        let claimed = row.attrs.contains_key(attr::AGGREGATED_INTO);
+        let (status, reason) = match (claimed, reason) {
+            (true, None) => (RawStatus::Aggregated, None),
+            // Counted by an aggregation (a racing one, or an earlier delivery): the
+            // commit point says it is counted, so it is Aggregated, never rejected.
+            (true, Some(reason)) => {
+                warn!(group = %self.group, sort_key, reason = %reason,
+                    "row named as rejected carries the claim; it was counted, finalizing Aggregated");
+                (RawStatus::Aggregated, None)
+            }
+            (false, Some(reason)) => (RawStatus::RejectedClientSide, Some(reason)),
+            (false, None) => {
+                warn!(group = %self.group, sort_key,
+                    "row named as counted carries no claim; leaving it pending for rediscovery");
+                self.report.unclaimed += 1;
+                return Ok(());
+            }
+        };
+        let changed = retry_transient(self.ports.clock, self.policy, || {
+            self.ports
+                .usage
+                .finalize_row(license, sort_key, status, reason, self.now)
+        })
+        .await?;
+        if !changed {
+            self.report.already_final += 1;
+            return Ok(());
+        }
+        match reason {
+            None => self.report.aggregated += 1,
+            Some(reason) => {
+                self.report.rejected += 1;
+                warn!(group = %self.group, sort_key, reason = %reason, "raw row rejected client-side");
+                self.ports.metrics.count(
+                    metric::USAGE_RECORD_REJECTED,
+                    &[("Reason", reason.as_str())],
+                    1,
+                );
+                if reason == ReasonCode::HourAlreadySubmitted {
+                    self.ports
+                        .metrics
+                        .count(metric::LATE_USAGE_AFTER_SUBMISSION, &[], 1);
+                }
+            }
+        }
+        Ok(())
+    }
+}

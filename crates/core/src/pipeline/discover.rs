@@ -1,0 +1,471 @@
+//! The discoverer's use case: find pending raw usage through the sparse
+//! `metering_pending` index (never a scan) and enqueue one aggregation message per
+//! `(licenseArn, account, dimension, hour)` group: deprovisioning flushes first (lock
+//! bypassed, onto their own queue), then completed hours oldest-first; then age out
+//! raw rows whose hour left the window. Stops cleanly at the budget's deadline and
+//! reports what it left for the next run.
+
+use std::collections::{BTreeSet, HashSet};
+
+use chrono::Duration;
+use tracing::{error, info, warn};
+
+use crate::guardrails::{self, GuardrailContext};
+use crate::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, SubscriptionStatus, attr};
+use crate::pipeline::budget::Budget;
+use crate::pipeline::error::PipelineError;
+use crate::ports::{
+    Clock, MetricsSink, PendingRawRef, SubscriberStore, UsageStore, WorkMessage, WorkQueue, metric,
+};
+use crate::time::{self, HourBucket, Instant, MeteringLockHours};
+
+/// Default hours before the window that the raw-row age-out sweep looks back. Two days
+/// of discoverer outage are recovered; rows older than that stay visible to `awsmp`.
+pub const DEFAULT_AGE_OUT_LOOKBACK_HOURS: i64 = 48;
+
+/// Default minutes before `deprovisioningExpiry` at which the open hour is flushed.
+pub const DEFAULT_FLUSH_MARGIN_MINUTES: i64 = 10;
+
+/// The ports the discoverer uses.
+#[derive(Clone, Copy)]
+pub struct DiscoverPorts<'a> {
+    /// Raw usage table.
+    pub usage: &'a dyn UsageStore,
+    /// Subscribers table (deprovisioning index).
+    pub subscribers: &'a dyn SubscriberStore,
+    /// Normal aggregation work.
+    pub work_queue: &'a dyn WorkQueue,
+    /// Deprovisioning-flush work (consumed ahead of normal work).
+    pub deprovision_queue: &'a dyn WorkQueue,
+    /// Metrics.
+    pub metrics: &'a dyn MetricsSink,
+    /// Clock (budget checks only; decisions use the run's `now`).
+    pub clock: &'a dyn Clock,
+}
+
+/// The discoverer's knobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoverSettings {
+    /// The stack's product code (for judging unroutable rows).
+    pub product_code: String,
+    /// `MeteringLockHours`.
+    pub lock: MeteringLockHours,
+    /// The open hour of a deprovisioning license is flushed from `expiry - margin`.
+    pub flush_margin: Duration,
+    /// How far before the window the age-out sweep looks.
+    pub age_out_lookback_hours: i64,
+}
+
+impl DiscoverSettings {
+    /// Settings with the default flush margin and age-out lookback.
+    pub fn new(product_code: impl Into<String>, lock: MeteringLockHours) -> Self {
+        DiscoverSettings {
+            product_code: product_code.into(),
+            lock,
+            flush_margin: Duration::minutes(DEFAULT_FLUSH_MARGIN_MINUTES),
+            age_out_lookback_hours: DEFAULT_AGE_OUT_LOOKBACK_HOURS,
+        }
+    }
+}
+
+/// What one run did, and what it left.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverReport {
+    /// Flush groups enqueued on the deprovisioning queue.
+    pub flush_groups: usize,
+    /// Normal groups enqueued on the work queue.
+    pub groups: usize,
+    /// Rows the index could not place in a group, rejected here (see [`discover`]).
+    pub rejected_rows: usize,
+    /// Raw rows aged out (`AggregationExpired`).
+    pub expired_rows: usize,
+    /// Aged-out-bucket rows that had already been counted, finalized `Aggregated`.
+    pub counted_rows_finalized: usize,
+    /// Messages the queues refused (their rows stay pending and are found again).
+    pub unsent_messages: usize,
+    /// Buckets not (fully) visited because the deadline came; the next run does them.
+    pub unvisited_buckets: Vec<String>,
+    /// Why the deprovisioning flush was skipped, if it was.
+    pub flush_error: Option<String>,
+}
+
+impl DiscoverReport {
+    /// Whether the run covered everything it meant to.
+    pub fn complete(&self) -> bool {
+        self.unvisited_buckets.is_empty() && self.flush_error.is_none() && self.unsent_messages == 0
+    }
+}
+
+/// Which pass a bucket walk belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Deprovisioning flush: only the listed licenses, onto the deprovisioning queue.
+    Flush,
+    /// Normal work: every license except the flushing ones.
+    Normal,
+}
+
+/// Runs one discovery at `now` (the triggering event's time, so a run replays).
+///
+/// Order: (1) deprovisioning flush: for every license the subscribers table lists as
+/// `deprovisioning`, its pending groups in every completed live hour (lock bypassed) and,
+/// once `now >= deprovisioningExpiry - flush_margin`, in the current open hour, onto the
+/// deprovisioning queue with `flush = true`; (2) completed unlocked hours oldest-first
+/// for everyone else, onto the work queue; (3) age-out of raw rows in expired hours.
+///
+/// Rows the index cannot place in a findable group (projection lacks the account or the
+/// dimension, or the sort key does not start with `<account>#<dimension>#<hour>`) are
+/// read and judged here with the per-row guardrails and finalized `RejectedClientSide`
+/// directly: the discoverer has no cleanup queue, and such a row can never be counted
+/// (the aggregator's targeted query would never find it), so there is no claim to
+/// respect. A row that passes the guardrails (e.g. `meteringPending` names a different
+/// hour than its timestamp) is routed to the group its timestamp names.
+///
+/// A failing subscribers read skips the flush (reported), never normal metering.
+/// A store failure ends the run with an error; everything done so far stands.
+pub async fn discover(
+    now: Instant,
+    settings: &DiscoverSettings,
+    ports: DiscoverPorts<'_>,
+    budget: Budget,
+) -> Result<DiscoverReport, PipelineError> {
+    let mut run = Run {
+        now,
+        settings,
+        ports,
+        budget,
+        report: DiscoverReport::default(),
+        seen: HashSet::new(),
+    };
+    let current = HourBucket::containing(now);
+
+    let mut flushing = BTreeSet::new();
+    let mut open_hour_due = BTreeSet::new();
+    match ports.subscribers.deprovisioning().await {
+        Ok(rows) => {
+            for row in rows
+                .into_iter()
+                .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
+            {
+                // No expiry recorded: the window's end is unknown, so flush the open hour now.
+                let due = row
+                    .deprovisioning_expiry
+                    .is_none_or(|expiry| now >= expiry - settings.flush_margin);
+                if due {
+                    open_hour_due.insert(row.license_arn.clone());
+                }
+                flushing.insert(row.license_arn);
+            }
+        }
+        Err(e) => {
+            error!(error = %e, "deprovisioning index unreadable; flush skipped this run");
+            run.report.flush_error = Some(e.to_string());
+        }
+    }
+
+    if !flushing.is_empty() {
+        let mut buckets: Vec<HourBucket> = time::live_buckets(now)
+            .into_iter()
+            .filter(|b| *b < current)
+            .collect();
+        if !open_hour_due.is_empty() {
+            buckets.push(current);
+        }
+        for (i, bucket) in buckets.iter().enumerate() {
+            let licenses = if *bucket == current {
+                &open_hour_due
+            } else {
+                &flushing
+            };
+            if !run.walk(*bucket, Pass::Flush, licenses).await? {
+                run.leave(&buckets[i..]);
+                return Ok(run.finish());
+            }
+        }
+    }
+
+    let buckets = time::completed_buckets(now, settings.lock);
+    for (i, bucket) in buckets.iter().enumerate() {
+        if !run.walk(*bucket, Pass::Normal, &flushing).await? {
+            run.leave(&buckets[i..]);
+            return Ok(run.finish());
+        }
+    }
+
+    let expired = time::expired_buckets(now, settings.age_out_lookback_hours);
+    for (i, bucket) in expired.iter().enumerate() {
+        if !run.age_out(*bucket).await? {
+            run.leave(&expired[i..]);
+            return Ok(run.finish());
+        }
+    }
+    Ok(run.finish())
+}
+
+/// State of one discovery run.
+struct Run<'a> {
+    now: Instant,
+    settings: &'a DiscoverSettings,
+    ports: DiscoverPorts<'a>,
+    budget: Budget,
+    report: DiscoverReport,
+    /// Groups already enqueued this run (a group's rows span pages and passes).
+    seen: HashSet<GroupKey>,
+}
+
+impl Run<'_> {
+    fn leave(&mut self, buckets: &[HourBucket]) {
+        warn!(
+            left = buckets.len(),
+            "deadline reached; leaving buckets for the next run"
+        );
+        self.report
+            .unvisited_buckets
+            .extend(buckets.iter().map(|b| b.to_string()));
+    }
+
+    fn finish(self) -> DiscoverReport {
+        info!(
+            flush_groups = self.report.flush_groups,
+            groups = self.report.groups,
+            rejected = self.report.rejected_rows,
+            expired = self.report.expired_rows,
+            unvisited = self.report.unvisited_buckets.len(),
+            "discovery finished"
+        );
+        self.report
+    }
+
+    /// Walks every page of one bucket. `licenses` are the flushing licenses: the only
+    /// ones taken in the flush pass, the ones skipped in the normal pass. Returns
+    /// `Ok(false)` when the deadline came first.
+    async fn walk(
+        &mut self,
+        bucket: HourBucket,
+        pass: Pass,
+        licenses: &BTreeSet<String>,
+    ) -> Result<bool, PipelineError> {
+        let mut cursor = None;
+        loop {
+            if self.budget.exhausted(self.ports.clock) {
+                return Ok(false);
+            }
+            let page = self.ports.usage.pending_page(bucket, cursor).await?;
+            let mut messages = Vec::new();
+            for pending in page.items {
+                let flushing = licenses.contains(&pending.license_arn);
+                if flushing != (pass == Pass::Flush) {
+                    continue;
+                }
+                let Some(group) = self.locate(bucket, &pending).await? else {
+                    continue;
+                };
+                if self.seen.insert(group.clone()) {
+                    messages.push(WorkMessage::Aggregate {
+                        group,
+                        flush: pass == Pass::Flush,
+                    });
+                }
+            }
+            self.send(pass, messages).await?;
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(true),
+            }
+        }
+    }
+
+    async fn send(&mut self, pass: Pass, messages: Vec<WorkMessage>) -> Result<(), PipelineError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let queue = match pass {
+            Pass::Flush => self.ports.deprovision_queue,
+            Pass::Normal => self.ports.work_queue,
+        };
+        let sent = queue.send(&messages).await?;
+        let accepted = messages.len() - sent.failed.len().min(messages.len());
+        if !sent.failed.is_empty() {
+            // The rows stay pending; the next run finds them again.
+            warn!(
+                failed = sent.failed.len(),
+                "queue refused work messages; their groups are retried next run"
+            );
+            self.report.unsent_messages += sent.failed.len();
+            for index in &sent.failed {
+                if let Some(WorkMessage::Aggregate { group, .. }) = messages.get(*index) {
+                    self.seen.remove(group);
+                }
+            }
+        }
+        match pass {
+            Pass::Flush => self.report.flush_groups += accepted,
+            Pass::Normal => self.report.groups += accepted,
+        }
+        Ok(())
+    }
+
+    /// The group a pending index entry belongs to, or `None` when the row was judged
+    /// and rejected here (or vanished meanwhile).
+    async fn locate(
+        &mut self,
+        bucket: HourBucket,
+        pending: &PendingRawRef,
+    ) -> Result<Option<GroupKey>, PipelineError> {
+        if let (Some(account), Some(dimension)) =
+            (&pending.customer_aws_account_id, &pending.dimension)
+            && let Some(hour) = hour_in_sort_key(&pending.sort_key, account, dimension)
+        {
+            if hour != bucket {
+                warn!(
+                    license = %pending.license_arn,
+                    sort_key = %pending.sort_key,
+                    metering_pending = %bucket,
+                    "meteringPending names another hour than the timestamp; the timestamp wins"
+                );
+            }
+            return Ok(Some(GroupKey {
+                license_arn: pending.license_arn.clone(),
+                customer_aws_account_id: account.clone(),
+                dimension: dimension.clone(),
+                hour,
+            }));
+        }
+        self.judge_unroutable(pending).await
+    }
+
+    /// Reads a row the index could not place and runs the per-row guardrails on it.
+    async fn judge_unroutable(
+        &mut self,
+        pending: &PendingRawRef,
+    ) -> Result<Option<GroupKey>, PipelineError> {
+        let Some(row) = self
+            .ports
+            .usage
+            .get_row(&pending.license_arn, &pending.sort_key)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if !is_pending(&row) {
+            return Ok(None);
+        }
+        match guardrails::validate_row(
+            &row,
+            &GuardrailContext::new(self.now, self.settings.product_code.clone()),
+        ) {
+            Ok(valid) => Ok(Some(GroupKey {
+                license_arn: valid.license_arn,
+                customer_aws_account_id: valid.customer_aws_account_id,
+                dimension: valid.dimension,
+                hour: HourBucket::containing(valid.timestamp),
+            })),
+            Err(reason) => {
+                self.reject(&row, reason).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn reject(&mut self, row: &RawUsageRow, reason: ReasonCode) -> Result<(), PipelineError> {
+        let changed = self
+            .ports
+            .usage
+            .finalize_row(
+                &row.license_arn,
+                &row.sort_key,
+                RawStatus::RejectedClientSide,
+                Some(reason),
+                self.now,
+            )
+            .await?;
+        if changed {
+            warn!(
+                license = %row.license_arn,
+                sort_key = %row.sort_key,
+                reason = %reason,
+                "row rejected client-side: the index cannot place it in a group"
+            );
+            self.ports
+                .metrics
+                .count(metric::USAGE_RECORD_REJECTED, &[("Reason", reason.as_str())], 1);
+            self.report.rejected_rows += 1;
+        }
+        Ok(())
+    }
+
+    /// Ages out every row still pending in an expired bucket. A row that already carries
+    /// an aggregation claim was counted into its aggregated record, so it is finalized
+    /// `Aggregated` (what cleanup would have done), never `AggregationExpired`.
+    async fn age_out(&mut self, bucket: HourBucket) -> Result<bool, PipelineError> {
+        let mut cursor = None;
+        loop {
+            if self.budget.exhausted(self.ports.clock) {
+                return Ok(false);
+            }
+            let page = self.ports.usage.pending_page(bucket, cursor).await?;
+            for pending in page.items {
+                let Some(row) = self
+                    .ports
+                    .usage
+                    .get_row(&pending.license_arn, &pending.sort_key)
+                    .await?
+                else {
+                    continue;
+                };
+                if !is_pending(&row) {
+                    continue;
+                }
+                let counted = row.attrs.contains_key(attr::AGGREGATED_INTO);
+                let status = if counted {
+                    RawStatus::Aggregated
+                } else {
+                    RawStatus::AggregationExpired
+                };
+                let changed = self
+                    .ports
+                    .usage
+                    .finalize_row(&row.license_arn, &row.sort_key, status, None, self.now)
+                    .await?;
+                if !changed {
+                    continue;
+                }
+                if counted {
+                    self.report.counted_rows_finalized += 1;
+                } else {
+                    warn!(
+                        license = %row.license_arn,
+                        sort_key = %row.sort_key,
+                        hour = %bucket,
+                        "raw row aged out before it was aggregated"
+                    );
+                    self.ports
+                        .metrics
+                        .count(metric::USAGE_AGGREGATION_EXPIRED, &[], 1);
+                    self.report.expired_rows += 1;
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(true),
+            }
+        }
+    }
+}
+
+/// Whether a raw row still awaits the pipeline (terminal rows have no `meteringPending`).
+pub(crate) fn is_pending(row: &RawUsageRow) -> bool {
+    row.attrs.contains_key(attr::METERING_PENDING)
+}
+
+/// The hour a usage sort key names, when it starts `<account>#<dimension>#<YYYY-MM-DDTHH>`
+/// (the prefix the aggregator's targeted query uses); `None` otherwise.
+fn hour_in_sort_key(sort_key: &str, account: &str, dimension: &str) -> Option<HourBucket> {
+    let rest = sort_key
+        .strip_prefix(account)?
+        .strip_prefix('#')?
+        .strip_prefix(dimension)?
+        .strip_prefix('#')?;
+    rest.get(..13)?.parse().ok()
+}

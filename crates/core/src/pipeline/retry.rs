@@ -1,0 +1,108 @@
+//! Retrying transient store failures (throttling, a blip) with exponential backoff and
+//! full jitter, sleeping through the [`Clock`] port so tests never wait. Jitter keeps
+//! concurrent retries (many aggregators, many cleanups) from re-colliding in lockstep.
+
+use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
+use std::time::Duration;
+
+use tracing::warn;
+
+use crate::ports::{Clock, PortError};
+
+/// How often and how patiently to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts (1 = no retry).
+    pub attempts: u32,
+    /// Backoff ceiling of the first retry; doubles per retry.
+    pub base: Duration,
+    /// Largest backoff ceiling.
+    pub cap: Duration,
+}
+
+impl RetryPolicy {
+    /// Store writes inside an SQS-driven stage: a few quick tries, then the message
+    /// fails and SQS redelivers it later (the longer backoff).
+    pub const STORE: RetryPolicy = RetryPolicy {
+        attempts: 4,
+        base: Duration::from_millis(50),
+        cap: Duration::from_secs(2),
+    };
+
+    /// The backoff before retry number `retry` (1-based): uniformly random in
+    /// `[0, min(cap, base * 2^(retry-1))]` ("full jitter").
+    pub fn delay(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
+            .min(self.cap);
+        ceiling.mul_f64(jitter_fraction())
+    }
+}
+
+/// A uniformly distributed number in `[0, 1)`, from the standard library's randomly
+/// keyed hasher (core takes no RNG dependency; jitter needs spread, not secrecy).
+pub fn jitter_fraction() -> f64 {
+    let bits = RandomState::new().hash_one(std::time::SystemTime::now());
+    // 53 random bits make an exactly representable f64 in [0, 1).
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Runs `op`, retrying [`PortError::Transient`] failures per `policy`; other errors
+/// and the last transient one are returned.
+pub async fn retry_transient<T, F, Fut>(
+    clock: &dyn Clock,
+    policy: RetryPolicy,
+    mut op: F,
+) -> Result<T, PortError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, PortError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(PortError::Transient { operation, message }) if attempt < policy.attempts => {
+                let delay = policy.delay(attempt);
+                warn!(operation, %message, attempt, ?delay, "transient store failure; backing off");
+                clock.sleep(delay).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_stay_under_a_doubling_capped_ceiling_and_spread() {
+        let policy = RetryPolicy {
+            attempts: 10,
+            base: Duration::from_millis(100),
+            cap: Duration::from_millis(500),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for retry in 1..=8u32 {
+            for _ in 0..50 {
+                let delay = policy.delay(retry);
+                let ceiling = Duration::from_millis(100 * (1 << (retry - 1))).min(policy.cap);
+                assert!(delay <= ceiling, "retry {retry}: {delay:?} > {ceiling:?}");
+                seen.insert(delay.as_micros());
+            }
+        }
+        // Jitter: 400 draws are not a handful of fixed values.
+        assert!(seen.len() > 100, "only {} distinct delays", seen.len());
+    }
+
+    #[test]
+    fn jitter_is_in_the_unit_interval() {
+        for _ in 0..1000 {
+            let j = jitter_fraction();
+            assert!((0.0..1.0).contains(&j));
+        }
+    }
+}
