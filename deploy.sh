@@ -1,0 +1,849 @@
+#!/usr/bin/env bash
+# deploy.sh — deploy awsmp-metering to AWS with SAM, or run it on this machine.
+#
+#   ./deploy.sh events --stage S                                   events stack (us-east-1, once)
+#   ./deploy.sh main   --product-code P --region R [--region R2] --stage S
+#   ./deploy.sh all    --product-code P --region R --stage S       both, events first
+#   ./deploy.sh --local [--serve]                                  the local stack (no AWS account)
+#
+# It checks everything it can before changing anything, prints the plan (what it will
+# create or update, where), and only then builds once and deploys. Existing stacks are
+# updated in place; the data tables are retained and never replaced or dropped.
+# Written for bash 3.2+ (macOS) with `set -u`: no associative arrays, no mapfile.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+EVENTS_TEMPLATE="template-events.yaml"
+MAIN_TEMPLATE="template-main.yaml"
+SAMCONFIG="samconfig.toml"
+# AWS Marketplace sends agreement/license events only to us-east-1's default bus.
+EVENTS_REGION="us-east-1"
+
+# Commercial Regions where BatchMeterUsage is offered, from the AWS Marketplace docs
+# "Supported AWS Regions for the AWS Marketplace Metering API" (BatchMeterUsage,
+# Commercial Regions). China (cn-northwest-1) is left out: it is another partition, so
+# it cannot share the us-east-1 subscribers table. --allow-unlisted-region skips the
+# check for a Region added after this list was written.
+METERING_REGIONS="eu-north-1 me-south-1 ap-south-1 eu-west-3 ap-southeast-3 us-east-2
+af-south-1 eu-west-1 me-central-1 eu-central-1 sa-east-1 ap-east-1 ap-south-2 us-east-1
+ap-northeast-2 ap-northeast-3 eu-west-2 ap-southeast-4 eu-south-1 ap-northeast-1
+us-west-2 us-west-1 ap-southeast-1 ap-southeast-2 il-central-1 ca-central-1 eu-south-2
+eu-central-2"
+
+# Same patterns as the templates' AllowedPattern (they name tables, queues and alarms).
+STAGE_PATTERN='^[a-z][a-z0-9-]{0,15}$'
+PRODUCT_CODE_PATTERN='^[a-z0-9]{1,32}$'
+REGION_PATTERN='^[a-z]{2}(-[a-z]+)+-[0-9]$'
+ACCOUNTS_PATTERN='^[0-9]{12}(,[0-9]{12})*$'
+
+# Lambda keeps 100 units of account concurrency unreserved; reservations beyond that fail.
+LAMBDA_UNRESERVED_FLOOR=100
+
+# Exit codes: 2 = bad arguments, 3 = a preflight check failed, 4 = a stack or table is
+# in a state this script will not touch; a failing aws/sam command keeps its own code.
+
+usage() {
+  cat <<'EOF'
+Usage:
+  ./deploy.sh events --stage STAGE [options]
+  ./deploy.sh main   --product-code CODE --region REGION [--region REGION ...] --stage STAGE [options]
+  ./deploy.sh all    --product-code CODE --region REGION [--region REGION ...] --stage STAGE [options]
+  ./deploy.sh --local [--serve] [local-up options]
+  ./deploy.sh --help
+
+Commands:
+  events   the events stack (subscribers table, Marketplace event rule, subscription and
+           deprovision-cleanup Lambdas) in us-east-1, once per stage
+  main     the main stack (usage pipeline, submitter, registration API and page) in each
+           metering Region; needs the events stack of the same stage
+  all      events, then main
+  --local  run the whole system on this machine (cargo run -p awsmp-cli -- local up);
+           everything after --local is passed to `awsmp local up` (e.g. --serve)
+
+Options:
+  --stage STAGE              lowercase letter, then up to 15 lowercase letters, digits, '-'
+  --product-code CODE        AWS Marketplace product code (lowercase letters and digits)
+  --region REGION            a metering Region (repeat for several); BatchMeterUsage must be offered there
+  --config-env NAME          samconfig.toml environment (default: the stage's section if there is one, else default)
+  --deployment-mode MODE     full | direct-submit
+  --metering-mode MODE       live | dry-run (dry-run needs --test-accounts)
+  --test-accounts LIST       comma-separated 12-digit buyer accounts metered in dry-run mode
+  --alerts-topic-arn ARN     SNS topic for every alarm
+  --parameter KEY=VALUE      any other template parameter (repeatable)
+  --page-dir DIR             registration page files to upload (default: web/ when present)
+  --allow-unlisted-region    deploy to a Region missing from the BatchMeterUsage list (you checked it)
+  --dry-run                  check everything and print the plan; change nothing
+  --yes                      do not ask for confirmation (required when not on a terminal)
+  -h, --help                 this help
+
+Precedence of parameter values: template defaults < samconfig.toml [default] <
+samconfig.toml [<config-env>] < command-line options. On an update, parameters given
+nowhere keep the stack's current values.
+EOF
+}
+
+say() { printf '%s\n' "$*"; }
+warn() { printf 'deploy.sh: warning: %s\n' "$*" >&2; }
+die() {
+  local code=$1
+  shift
+  printf 'deploy.sh: error: %s\n' "$1" >&2
+  shift
+  local line
+  for line in "$@"; do printf '  %s\n' "$line" >&2; done
+  exit "$code"
+}
+
+matches() { printf '%s' "$1" | grep -Eq "$2"; }
+
+# ------------------------------------------------------------------ the local stack
+if [ "${1:-}" = "--local" ]; then
+  shift
+  cd "$ROOT"
+  command -v cargo >/dev/null 2>&1 ||
+    die 3 "cargo is not on PATH; the local stack is built from this workspace." \
+      "Install Rust (https://rustup.rs); rust-toolchain.toml picks the version."
+  exec cargo run --release -p awsmp-cli --bin awsmp -- local up "$@"
+fi
+
+# ------------------------------------------------------------------ arguments
+COMMAND=""
+STAGE=""
+PRODUCT_CODE=""
+REGIONS=""
+CONFIG_ENV=""
+DRY_RUN=0
+ASSUME_YES=0
+ALLOW_UNLISTED=0
+PAGE_DIR=""
+# Overrides from the command line, one KEY=VALUE a line.
+CLI_OVERRIDES=""
+
+need_value() {
+  if [ $# -lt 2 ] || [ -z "$2" ] || [ "${2#--}" != "$2" ]; then
+    die 2 "$1 needs a value (see --help)."
+  fi
+}
+
+add_cli_override() {
+  CLI_OVERRIDES=$(kv_set "$CLI_OVERRIDES" "$1" "$2")
+}
+
+# kv_set LIST KEY VALUE: LIST (KEY=VALUE lines) with KEY set to VALUE, order kept.
+kv_set() {
+  printf '%s\n' "$1" | awk -v k="$2" -v v="$3" '
+    BEGIN { done = 0 }
+    $0 == "" { next }
+    { split($0, p, "="); if (p[1] == k) { print k "=" v; done = 1 } else print }
+    END { if (!done) print k "=" v }'
+}
+
+# kv_get LIST KEY: the value, or nothing (exit 1) when KEY is absent.
+kv_get() {
+  printf '%s\n' "$1" | awk -v k="$2" '
+    { i = index($0, "="); if (i > 0 && substr($0, 1, i - 1) == k) { print substr($0, i + 1); found = 1 } }
+    END { exit found ? 0 : 1 }'
+}
+
+if [ $# -eq 0 ]; then
+  usage >&2
+  exit 2
+fi
+
+case "$1" in
+  -h | --help)
+    usage
+    exit 0
+    ;;
+  events | main | all)
+    COMMAND=$1
+    shift
+    ;;
+  *) die 2 "unknown command '$1': use events, main, all or --local (see --help)." ;;
+esac
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage)
+      need_value "$@"
+      STAGE=$2
+      shift 2
+      ;;
+    --product-code)
+      need_value "$@"
+      PRODUCT_CODE=$2
+      shift 2
+      ;;
+    --region)
+      need_value "$@"
+      case " $REGIONS " in
+        *" $2 "*) warn "Region $2 given twice; deploying it once." ;;
+        *) REGIONS="${REGIONS:+$REGIONS }$2" ;;
+      esac
+      shift 2
+      ;;
+    --config-env)
+      need_value "$@"
+      CONFIG_ENV=$2
+      shift 2
+      ;;
+    --deployment-mode)
+      need_value "$@"
+      case "$2" in full | direct-submit) ;; *) die 2 "--deployment-mode must be full or direct-submit, not '$2'." ;; esac
+      add_cli_override DeploymentMode "$2"
+      shift 2
+      ;;
+    --metering-mode)
+      need_value "$@"
+      case "$2" in live | dry-run) ;; *) die 2 "--metering-mode must be live or dry-run, not '$2'." ;; esac
+      add_cli_override MeteringMode "$2"
+      shift 2
+      ;;
+    --test-accounts)
+      need_value "$@"
+      matches "$2" "$ACCOUNTS_PATTERN" ||
+        die 2 "--test-accounts must be comma-separated 12-digit AWS account ids without spaces, not '$2'."
+      add_cli_override TestAccountAllowlist "$2"
+      shift 2
+      ;;
+    --alerts-topic-arn)
+      need_value "$@"
+      add_cli_override AlertsTopicArn "$2"
+      shift 2
+      ;;
+    --parameter)
+      need_value "$@"
+      case "$2" in
+        *=*) ;;
+        *) die 2 "--parameter takes KEY=VALUE, got '$2'." ;;
+      esac
+      key=${2%%=*}
+      value=${2#*=}
+      matches "$key" '^[A-Za-z0-9]+$' || die 2 "--parameter: '$key' is not a template parameter name."
+      case "$value" in
+        *[[:space:]\"\']*) die 2 "--parameter $key: values may not contain spaces or quotes." ;;
+      esac
+      case "$key" in
+        StageName | ProductCode | SubscribersTableName | SubscribersTableRegion)
+          die 2 "--parameter $key is set by deploy.sh itself (use --stage / --product-code; the subscribers table comes from the events stack)."
+          ;;
+      esac
+      add_cli_override "$key" "$value"
+      shift 2
+      ;;
+    --page-dir)
+      need_value "$@"
+      PAGE_DIR=$2
+      shift 2
+      ;;
+    --allow-unlisted-region)
+      ALLOW_UNLISTED=1
+      shift
+      ;;
+    --dry-run)
+      DRY_RUN=1
+      shift
+      ;;
+    --yes | -y)
+      ASSUME_YES=1
+      shift
+      ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    --local) die 2 "--local is a command of its own: ./deploy.sh --local [--serve]." ;;
+    *) die 2 "unknown option '$1' (see --help)." ;;
+  esac
+done
+
+# ------------------------------------------------------------------ argument checks
+[ -n "$STAGE" ] || die 2 "--stage is required (e.g. --stage prod)."
+matches "$STAGE" "$STAGE_PATTERN" ||
+  die 2 "stage '$STAGE' is not valid: a lowercase letter, then up to 15 lowercase letters, digits or '-' (it names tables and stacks)."
+
+WANT_EVENTS=0
+WANT_MAIN=0
+case "$COMMAND" in
+  events) WANT_EVENTS=1 ;;
+  main) WANT_MAIN=1 ;;
+  all)
+    WANT_EVENTS=1
+    WANT_MAIN=1
+    ;;
+esac
+
+if [ "$WANT_MAIN" = 1 ]; then
+  [ -n "$PRODUCT_CODE" ] || die 2 "--product-code is required for '$COMMAND' (the code AWS Marketplace gave your product)."
+  matches "$PRODUCT_CODE" "$PRODUCT_CODE_PATTERN" ||
+    die 2 "product code '$PRODUCT_CODE' is not valid: AWS Marketplace product codes are lowercase letters and digits (1 to 32 here)." \
+      "Copy it from the AWS Marketplace Management Portal (Products > SaaS > your product > Product code)."
+  [ -n "$REGIONS" ] || die 2 "--region is required for '$COMMAND' (a Region to meter in; repeat it for several)."
+  for region in $REGIONS; do
+    matches "$region" "$REGION_PATTERN" || die 2 "'$region' is not an AWS Region name (like us-west-2)."
+    case " $(printf '%s' "$METERING_REGIONS" | tr '\n' ' ') " in
+      *" $region "*) ;;
+      *)
+        [ "$ALLOW_UNLISTED" = 1 ] ||
+          die 2 "BatchMeterUsage is not offered in $region (not in the AWS Marketplace list of metering Regions)." \
+            "Metering Regions: $(printf '%s' "$METERING_REGIONS" | tr '\n' ' ')" \
+            "Meter in one of them. If AWS has added $region since, re-run with --allow-unlisted-region."
+        warn "$region is not in the known BatchMeterUsage Regions; deploying anyway (--allow-unlisted-region). A DisabledApiException there raises the MeteringApiDisabled alarm."
+        ;;
+    esac
+  done
+else
+  [ -z "$PRODUCT_CODE" ] || die 2 "--product-code is for 'main' and 'all'; the events stack is shared by every product of the stage."
+  [ -z "$REGIONS" ] || die 2 "--region is for 'main' and 'all'; the events stack always goes to $EVENTS_REGION."
+fi
+
+MODE=$(kv_get "$CLI_OVERRIDES" MeteringMode || true)
+ACCOUNTS=$(kv_get "$CLI_OVERRIDES" TestAccountAllowlist || true)
+if [ "$MODE" = "dry-run" ] && [ -z "$ACCOUNTS" ]; then
+  die 2 "--metering-mode dry-run meters only test accounts: give them with --test-accounts 111122223333[,...]."
+fi
+if [ "$MODE" = "live" ] && [ -n "$ACCOUNTS" ]; then
+  die 2 "--metering-mode live bills every buyer; --test-accounts is only for dry-run."
+fi
+if [ "$MODE" = "live" ] && [ "$WANT_MAIN" = 1 ]; then
+  # Switching a dry-run stack back to live must clear the allowlist, or its Rules refuse.
+  add_cli_override TestAccountAllowlist ""
+fi
+
+if [ -n "$PAGE_DIR" ] && [ ! -d "$PAGE_DIR" ]; then
+  die 2 "--page-dir $PAGE_DIR is not a directory."
+fi
+
+cd "$ROOT"
+for template in $EVENTS_TEMPLATE $MAIN_TEMPLATE $SAMCONFIG; do
+  [ -f "$template" ] || die 3 "$ROOT/$template is missing; run deploy.sh from a complete checkout."
+done
+
+# ------------------------------------------------------------------ samconfig.toml
+# The environment: --config-env, else a section named after the stage, else default.
+samconfig_has_env() { grep -Eq "^\[$1\.[a-z_]+\.parameters\]" "$SAMCONFIG"; }
+if [ -n "$CONFIG_ENV" ]; then
+  samconfig_has_env "$CONFIG_ENV" || die 2 "samconfig.toml has no [$CONFIG_ENV.*] sections (--config-env $CONFIG_ENV)."
+elif samconfig_has_env "$STAGE"; then
+  CONFIG_ENV=$STAGE
+else
+  CONFIG_ENV=default
+fi
+
+# samconfig_overrides ENV: the parameter_overrides list of [ENV.deploy.parameters], one
+# KEY=VALUE a line (TOML strings in a list, one or several a line).
+samconfig_overrides() {
+  awk -v section="[$1.deploy.parameters]" '
+    /^\[/ { inside = ($0 == section); collecting = 0; next }
+    inside && /^[ \t]*parameter_overrides[ \t]*=/ { collecting = 1 }
+    collecting {
+      line = $0
+      while (match(line, /"[^"]*"/)) {
+        print substr(line, RSTART + 1, RLENGTH - 2)
+        line = substr(line, RSTART + RLENGTH)
+      }
+      if ($0 ~ /\]/) collecting = 0
+    }' "$SAMCONFIG"
+}
+
+# template_parameters FILE: the names under the template's top-level Parameters.
+template_parameters() {
+  awk '
+    /^[A-Za-z]/ { inside = ($0 ~ /^Parameters:/); next }
+    inside && /^  [A-Za-z0-9]+:/ { sub(/^  /, ""); sub(/:.*/, ""); print }' "$1"
+}
+
+EVENTS_PARAMS=$(template_parameters "$EVENTS_TEMPLATE")
+MAIN_PARAMS=$(template_parameters "$MAIN_TEMPLATE")
+
+# Every --parameter must belong to a template being deployed.
+for line in $CLI_OVERRIDES; do
+  key=${line%%=*}
+  known=0
+  if [ "$WANT_EVENTS" = 1 ] && printf '%s\n' "$EVENTS_PARAMS" | grep -qx "$key"; then known=1; fi
+  if [ "$WANT_MAIN" = 1 ] && printf '%s\n' "$MAIN_PARAMS" | grep -qx "$key"; then known=1; fi
+  [ "$known" = 1 ] || die 2 "'$key' is not a parameter of the template(s) '$COMMAND' deploys." \
+    "Events parameters: $(printf '%s' "$EVENTS_PARAMS" | tr '\n' ' ')" \
+    "Main parameters: $(printf '%s' "$MAIN_PARAMS" | tr '\n' ' ')"
+done
+
+# overrides_for PARAM_NAMES EXTRA: samconfig default < samconfig env < command line <
+# EXTRA (deploy.sh's own), kept to the template's parameters.
+overrides_for() {
+  local names=$1 extra=$2 merged="" line key value source
+  for source in "$(samconfig_overrides default)" "$( [ "$CONFIG_ENV" = default ] || samconfig_overrides "$CONFIG_ENV")" "$CLI_OVERRIDES" "$extra"; do
+    while IFS= read -r line; do
+      [ -n "$line" ] || continue
+      case "$line" in *=*) ;; *) die 2 "samconfig.toml parameter_overrides entry '$line' is not KEY=VALUE." ;; esac
+      key=${line%%=*}
+      value=${line#*=}
+      printf '%s\n' "$names" | grep -qx "$key" || continue
+      case "$value" in
+        *[[:space:]\"\']*) die 2 "parameter $key='$value': values may not contain spaces or quotes." ;;
+      esac
+      merged=$(kv_set "$merged" "$key" "$value")
+    done <<EOF
+$source
+EOF
+  done
+  printf '%s\n' "$merged" | grep -v '^$' || true
+}
+
+# sam's --parameter-overrides form: an empty value must be written KEY="".
+sam_override_args() {
+  local line
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    if [ -z "${line#*=}" ]; then printf '%s""\n' "$line"; else printf '%s\n' "$line"; fi
+  done <<EOF
+$1
+EOF
+}
+
+# ------------------------------------------------------------------ preflight: tools
+command -v aws >/dev/null 2>&1 ||
+  die 3 "the AWS CLI (aws) is not on PATH." \
+    "Install AWS CLI v2: https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
+command -v sam >/dev/null 2>&1 ||
+  die 3 "the AWS SAM CLI (sam) is not on PATH." \
+    "Install it: pip install aws-sam-cli (or 'make sam-venv' and add .venv-sam/bin to PATH)."
+command -v cargo >/dev/null 2>&1 ||
+  die 3 "cargo is not on PATH; sam build compiles the Lambdas from this workspace." \
+    "Install Rust: https://rustup.rs"
+command -v cargo-lambda >/dev/null 2>&1 ||
+  die 3 "cargo-lambda is not on PATH; sam build uses it for BuildMethod rust-cargolambda." \
+    "Install it: pip install cargo-lambda (it brings zig too)."
+if ! command -v zig >/dev/null 2>&1; then
+  # pip's ziglang package ships zig inside the package folder, not on PATH.
+  zig_dir=""
+  if command -v python3 >/dev/null 2>&1; then
+    zig_dir=$(python3 -c 'import os, ziglang; print(os.path.dirname(ziglang.__file__))' 2>/dev/null || true)
+  fi
+  if [ -n "$zig_dir" ] && [ -x "$zig_dir/zig" ]; then
+    PATH="$zig_dir:$PATH"
+    export PATH
+  else
+    die 3 "zig is not on PATH; cargo-lambda cross-compiles the arm64 Lambdas with it." \
+      "Install it: pip install ziglang (pip install cargo-lambda brings it)."
+  fi
+fi
+
+# ------------------------------------------------------------------ preflight: AWS
+# aws_query ARGS...: runs aws, prints stdout; on failure keeps stderr in AWS_ERROR.
+AWS_ERROR=""
+aws_query() {
+  local err_file out rc
+  err_file=$(mktemp)
+  if out=$(aws "$@" 2>"$err_file"); then
+    rm -f "$err_file"
+    printf '%s' "$out"
+    return 0
+  else
+    rc=$?
+    AWS_ERROR=$(cat "$err_file")
+    rm -f "$err_file"
+    return "$rc"
+  fi
+}
+
+if ! ACCOUNT=$(aws_query sts get-caller-identity --query Account --output text); then
+  die 3 "no usable AWS credentials (aws sts get-caller-identity failed):" \
+    "$AWS_ERROR" \
+    "Configure them (aws configure, aws sso login, or AWS_PROFILE=...) for the account that published the product, then re-run."
+fi
+[ -n "$ACCOUNT" ] || die 3 "aws sts get-caller-identity returned no account; check your AWS CLI configuration."
+
+# stack_status NAME REGION: the status, or ABSENT.
+stack_status() {
+  local status
+  if status=$(aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" --query 'Stacks[0].StackStatus' --output text); then
+    printf '%s' "$status"
+  else
+    case "$AWS_ERROR" in
+      *"does not exist"*) printf 'ABSENT' ;;
+      *) die 3 "cannot read stack $1 in $2:" "$AWS_ERROR" ;;
+    esac
+  fi
+}
+
+stack_output() {
+  aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" \
+    --query "Stacks[0].Outputs[?OutputKey=='$3'].OutputValue" --output text ||
+    die 3 "cannot read output $3 of stack $1 in $2:" "$AWS_ERROR"
+}
+
+stack_parameter() {
+  aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" \
+    --query "Stacks[0].Parameters[?ParameterKey=='$3'].ParameterValue" --output text ||
+    die 3 "cannot read parameter $3 of stack $1 in $2:" "$AWS_ERROR"
+}
+
+# stack_action NAME REGION STATUS: CREATE or UPDATE, or stops with what to do.
+stack_action() {
+  local name=$1 region=$2 status=$3
+  case "$status" in
+    ABSENT | REVIEW_IN_PROGRESS) printf 'CREATE' ;;
+    CREATE_COMPLETE | UPDATE_COMPLETE | UPDATE_ROLLBACK_COMPLETE | IMPORT_COMPLETE | IMPORT_ROLLBACK_COMPLETE)
+      printf 'UPDATE'
+      ;;
+    *_IN_PROGRESS)
+      die 4 "stack $name in $region is busy ($status); nothing was changed." \
+        "Wait for it to finish (aws cloudformation describe-stacks --stack-name $name --region $region), then re-run."
+      ;;
+    ROLLBACK_COMPLETE | ROLLBACK_FAILED | CREATE_FAILED)
+      die 4 "stack $name in $region failed its first creation ($status); deploy.sh never deletes a stack." \
+        "See why: aws cloudformation describe-stack-events --stack-name $name --region $region" \
+        "Then delete it yourself (aws cloudformation delete-stack --stack-name $name --region $region)." \
+        "Tables it created are retained: delete or import them before re-running (deploy.sh stops if they exist)."
+      ;;
+    UPDATE_ROLLBACK_FAILED)
+      die 4 "stack $name in $region is stuck in UPDATE_ROLLBACK_FAILED; nothing was changed." \
+        "Fix the cause, then: aws cloudformation continue-update-rollback --stack-name $name --region $region"
+      ;;
+    DELETE_FAILED | DELETE_COMPLETE)
+      die 4 "stack $name in $region is being or was deleted ($status); its retained tables remain." \
+        "Finish or undo the deletion yourself; deploy.sh does not recreate stacks over retained data."
+      ;;
+    *) die 4 "stack $name in $region is in state $status, which deploy.sh does not handle; nothing was changed." ;;
+  esac
+}
+
+# Refuses to create a stack over a table that already exists (retained from an earlier
+# stack, or owned by another stage): CloudFormation would fail half-way.
+check_table_free() {
+  local table=$1 region=$2 stack=$3
+  if aws_query dynamodb describe-table --table-name "$table" --region "$region" --query 'Table.TableStatus' --output text >/dev/null; then
+    die 4 "table $table already exists in $region, and stack $stack does not." \
+      "It is retained data (from a deleted stack) or belongs to another deployment; deploy.sh never drops or overwrites it." \
+      "Import it into the stack (aws cloudformation create-change-set --change-set-type IMPORT ...), deploy another stage, or remove it yourself after a backup."
+  fi
+  case "$AWS_ERROR" in
+    *ResourceNotFoundException* | *"not found"*) ;;
+    *) die 3 "cannot check table $table in $region:" "$AWS_ERROR" ;;
+  esac
+}
+
+# Reserved concurrency fails when it would leave fewer than 100 unreserved executions.
+check_concurrency() {
+  local region=$1 needed=$2 unreserved
+  unreserved=$(aws_query lambda get-account-settings --region "$region" --query 'AccountLimit.UnreservedConcurrentExecutions' --output text) ||
+    die 3 "cannot read Lambda account settings in $region:" "$AWS_ERROR"
+  matches "$unreserved" '^[0-9]+$' || die 3 "unexpected Lambda UnreservedConcurrentExecutions '$unreserved' in $region."
+  if [ $((unreserved - needed)) -lt "$LAMBDA_UNRESERVED_FLOOR" ]; then
+    die 3 "Lambda concurrency in $region is too low: the stacks reserve $needed execution(s), and $unreserved are unreserved (Lambda keeps $LAMBDA_UNRESERVED_FLOOR free)." \
+      "Request a higher 'Concurrent executions' quota for Lambda in $region (Service Quotas console), then re-run."
+  fi
+}
+
+EVENTS_STACK="awsmp-events-$STAGE"
+SUBSCRIBERS_TABLE="awsmp-subscribers-$STAGE"
+main_stack_name() { printf 'awsmp-main-%s-%s' "$PRODUCT_CODE" "$STAGE"; }
+
+# --- events stack state
+EVENTS_STATUS=$(stack_status "$EVENTS_STACK" "$EVENTS_REGION")
+EVENTS_ACTION=""
+if [ "$WANT_EVENTS" = 1 ]; then
+  EVENTS_ACTION=$(stack_action "$EVENTS_STACK" "$EVENTS_REGION" "$EVENTS_STATUS")
+  if [ "$EVENTS_ACTION" = CREATE ]; then
+    check_table_free "$SUBSCRIBERS_TABLE" "$EVENTS_REGION" "$EVENTS_STACK"
+  fi
+elif [ "$WANT_MAIN" = 1 ]; then
+  case "$EVENTS_STATUS" in
+    ABSENT | REVIEW_IN_PROGRESS)
+      die 4 "the events stack $EVENTS_STACK does not exist in $EVENTS_REGION; main stacks read its subscribers table." \
+        "Deploy it first: ./deploy.sh events --stage $STAGE (or ./deploy.sh all ... to do both)."
+      ;;
+  esac
+  stack_action "$EVENTS_STACK" "$EVENTS_REGION" "$EVENTS_STATUS" >/dev/null
+  SUBSCRIBERS_TABLE=$(stack_output "$EVENTS_STACK" "$EVENTS_REGION" SubscribersTableName)
+  if [ -z "$SUBSCRIBERS_TABLE" ] || [ "$SUBSCRIBERS_TABLE" = None ]; then
+    die 4 "the events stack $EVENTS_STACK has no SubscribersTableName output; update it first: ./deploy.sh events --stage $STAGE"
+  fi
+fi
+
+# CloudWatch alarms notify only an SNS topic in their own Region.
+check_topic_region() {
+  local overrides=$1 region=$2 stack=$3 topic topic_region
+  topic=$(kv_get "$overrides" AlertsTopicArn || true)
+  [ -n "$topic" ] || return 0
+  topic_region=$(printf '%s' "$topic" | cut -d: -f4)
+  if [ "$topic_region" != "$region" ]; then
+    die 2 "AlertsTopicArn $topic is in ${topic_region:-no Region}, but stack $stack is in $region; alarms can only notify a topic in their own Region." \
+      "Give a topic in $region (deploy one Region per run with --alerts-topic-arn, or set it per environment in samconfig.toml)."
+  fi
+}
+
+EVENTS_OVERRIDES=""
+if [ "$WANT_EVENTS" = 1 ]; then
+  EVENTS_OVERRIDES=$(overrides_for "$EVENTS_PARAMS" "StageName=$STAGE")
+  check_topic_region "$EVENTS_OVERRIDES" "$EVENTS_REGION" "$EVENTS_STACK"
+fi
+
+# --- main stacks' state, one line per Region: REGION ACTION STATUS
+MAIN_PLAN=""
+CONCURRENCY_IN_EVENTS_REGION=0
+if [ "$WANT_EVENTS" = 1 ] && [ "$EVENTS_ACTION" = CREATE ]; then
+  # deprovision-cleanup reserves 1.
+  CONCURRENCY_IN_EVENTS_REGION=1
+fi
+if [ "$WANT_MAIN" = 1 ]; then
+  base_main=$(overrides_for "$MAIN_PARAMS" "StageName=$STAGE
+ProductCode=$PRODUCT_CODE
+SubscribersTableName=$SUBSCRIBERS_TABLE
+SubscribersTableRegion=$EVENTS_REGION")
+  mode=$(kv_get "$base_main" DeploymentMode || printf 'full')
+  discoverer=$(kv_get "$base_main" DiscovererReservedConcurrency || printf '2')
+  for region in $REGIONS; do
+    stack=$(main_stack_name)
+    status=$(stack_status "$stack" "$region")
+    action=$(stack_action "$stack" "$region" "$status")
+    if [ "$action" = CREATE ]; then
+      check_table_free "awsmp-$PRODUCT_CODE-usage-$STAGE" "$region" "$stack"
+      check_table_free "awsmp-$PRODUCT_CODE-aggregated-usage-$STAGE" "$region" "$stack"
+      check_table_free "awsmp-$PRODUCT_CODE-customer-profile" "$region" "$stack"
+      needed=1
+      [ "$mode" = direct-submit ] || needed=$((needed + discoverer))
+      if [ "$region" = "$EVENTS_REGION" ]; then
+        needed=$((needed + CONCURRENCY_IN_EVENTS_REGION))
+        CONCURRENCY_IN_EVENTS_REGION=0
+      fi
+      check_concurrency "$region" "$needed"
+    fi
+    MAIN_PLAN="${MAIN_PLAN}${region} ${action} ${status}
+"
+  done
+fi
+if [ "$CONCURRENCY_IN_EVENTS_REGION" -gt 0 ]; then
+  check_concurrency "$EVENTS_REGION" "$CONCURRENCY_IN_EVENTS_REGION"
+fi
+
+# main_overrides REGION ACTION: the full override list for one Region's stack.
+main_overrides() {
+  local region=$1 action=$2 extra role
+  extra="StageName=$STAGE
+ProductCode=$PRODUCT_CODE
+SubscribersTableName=$SUBSCRIBERS_TABLE
+SubscribersTableRegion=$EVENTS_REGION"
+  if ! kv_get "$CLI_OVERRIDES" ApiGatewayLoggingRole >/dev/null; then
+    if [ "$action" = CREATE ]; then
+      # One account-wide API Gateway logging role per Region: create it only if unset.
+      role=$(aws_query apigateway get-account --region "$region" --query cloudwatchRoleArn --output text) ||
+        die 3 "cannot read API Gateway account settings in $region:" "$AWS_ERROR"
+      case "$role" in
+        "" | None | null) extra="$extra
+ApiGatewayLoggingRole=create" ;;
+        *) extra="$extra
+ApiGatewayLoggingRole=existing" ;;
+      esac
+    fi
+    # On an update the stack keeps its current value (sam deploy passes the previous one).
+  fi
+  overrides_for "$MAIN_PARAMS" "$extra"
+}
+
+MAIN_OVERRIDES_BY_REGION=""
+if [ "$WANT_MAIN" = 1 ]; then
+  while read -r region action status; do
+    [ -n "$region" ] || continue
+    overrides=$(main_overrides "$region" "$action")
+    check_topic_region "$overrides" "$region" "$(main_stack_name)"
+    list=$(printf '%s' "$overrides" | tr '\n' ' ')
+    MAIN_OVERRIDES_BY_REGION="${MAIN_OVERRIDES_BY_REGION}${region} ${list}
+"
+  done <<EOF
+$MAIN_PLAN
+EOF
+fi
+
+if [ -z "$PAGE_DIR" ] && [ -d "$ROOT/web" ]; then
+  PAGE_DIR="$ROOT/web"
+fi
+
+# ------------------------------------------------------------------ the plan
+# sam_deploy_args TEMPLATE STACK REGION COMPONENT OVERRIDES: the `sam deploy` command
+# line, one argument a line (the dry run prints exactly what a real run executes).
+sam_deploy_args() {
+  printf '%s\n' deploy --template-file "$1" --stack-name "$2" --region "$3" \
+    --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV" \
+    --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset \
+    --tags "awsmp:stage=$STAGE" "awsmp:component=$4" --parameter-overrides
+  sam_override_args "$5"
+}
+
+# region_overrides REGION: that Region's main-stack overrides, one KEY=VALUE a line.
+region_overrides() {
+  printf '%s' "$MAIN_OVERRIDES_BY_REGION" | awk -v r="$1" '$1 == r { for (i = 2; i <= NF; i++) print $i }'
+}
+
+describe_action() {
+  case "$1" in
+    CREATE) printf 'CREATE (first deploy)' ;;
+    UPDATE) printf 'UPDATE in place (now %s)' "$2" ;;
+  esac
+}
+
+say "awsmp-metering deploy plan"
+say "  account:     $ACCOUNT"
+say "  stage:       $STAGE"
+say "  config env:  $CONFIG_ENV ($SAMCONFIG)"
+step=1
+if [ "$WANT_EVENTS" = 1 ]; then
+  say "  $step. sam build $EVENTS_TEMPLATE once -> .aws-sam/build-events"
+  step=$((step + 1))
+fi
+if [ "$WANT_MAIN" = 1 ]; then
+  say "  $step. sam build $MAIN_TEMPLATE once -> .aws-sam/build-main (used for every Region)"
+  step=$((step + 1))
+fi
+if [ "$WANT_EVENTS" = 1 ]; then
+  say "  $step. events stack $EVENTS_STACK ($EVENTS_REGION): $(describe_action "$EVENTS_ACTION" "$EVENTS_STATUS")"
+  say "       subscribers table $SUBSCRIBERS_TABLE (retained; never replaced or dropped)"
+  say "       parameters: $(printf '%s' "$EVENTS_OVERRIDES" | tr '\n' ' ')"
+  step=$((step + 1))
+fi
+if [ "$WANT_MAIN" = 1 ]; then
+  while read -r region action status; do
+    [ -n "$region" ] || continue
+    say "  $step. main stack $(main_stack_name) ($region): $(describe_action "$action" "$status")"
+    say "       reads subscribers table $SUBSCRIBERS_TABLE in $EVENTS_REGION"
+    say "       tables awsmp-$PRODUCT_CODE-usage-$STAGE, awsmp-$PRODUCT_CODE-aggregated-usage-$STAGE, awsmp-$PRODUCT_CODE-customer-profile (retained)"
+    say "       parameters: $(region_overrides "$region" | tr '\n' ' ')"
+    if [ -n "$PAGE_DIR" ]; then
+      say "       then upload the registration page from $PAGE_DIR (+ config.json) and invalidate CloudFront"
+    else
+      say "       no page files (no web/ folder, no --page-dir): the page bucket stays empty"
+    fi
+    step=$((step + 1))
+  done <<EOF
+$MAIN_PLAN
+EOF
+fi
+say "  Every deployed stack gets termination protection. Tables are retained on delete."
+
+if [ "$DRY_RUN" = 1 ]; then
+  say ""
+  say "Commands it would run:"
+  if [ "$WANT_EVENTS" = 1 ]; then
+    say "  sam build --template-file $EVENTS_TEMPLATE --build-dir .aws-sam/build-events --config-file $SAMCONFIG --config-env $CONFIG_ENV"
+  fi
+  if [ "$WANT_MAIN" = 1 ]; then
+    say "  sam build --template-file $MAIN_TEMPLATE --build-dir .aws-sam/build-main --config-file $SAMCONFIG --config-env $CONFIG_ENV"
+  fi
+  if [ "$WANT_EVENTS" = 1 ]; then
+    say "  sam $(sam_deploy_args .aws-sam/build-events/template.yaml "$EVENTS_STACK" "$EVENTS_REGION" events "$EVENTS_OVERRIDES" | tr '\n' ' ')"
+  fi
+  if [ "$WANT_MAIN" = 1 ]; then
+    while read -r region _; do
+      [ -n "$region" ] || continue
+      say "  sam $(sam_deploy_args .aws-sam/build-main/template.yaml "$(main_stack_name)" "$region" main "$(region_overrides "$region")" | tr '\n' ' ')"
+    done <<EOF
+$MAIN_PLAN
+EOF
+  fi
+  say ""
+  say "Dry run: nothing was built or changed."
+  exit 0
+fi
+
+# ------------------------------------------------------------------ confirmation
+if [ "$ASSUME_YES" != 1 ]; then
+  if [ -t 0 ]; then
+    printf 'Proceed with this plan? [y/N] '
+    read -r answer
+    case "$answer" in
+      y | Y | yes | YES) ;;
+      *)
+        say "Nothing was changed."
+        exit 0
+        ;;
+    esac
+  else
+    die 2 "not on a terminal, so no confirmation can be asked: re-run with --yes to deploy this plan (or --dry-run to only print it)."
+  fi
+fi
+
+# ------------------------------------------------------------------ build once
+run() {
+  say "+ $*"
+  "$@"
+}
+
+if [ "$WANT_EVENTS" = 1 ]; then
+  run sam build --template-file "$EVENTS_TEMPLATE" --build-dir .aws-sam/build-events --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV"
+fi
+if [ "$WANT_MAIN" = 1 ]; then
+  run sam build --template-file "$MAIN_TEMPLATE" --build-dir .aws-sam/build-main --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV"
+fi
+
+# sam_deploy TEMPLATE STACK REGION COMPONENT OVERRIDES
+sam_deploy() {
+  local args=() line
+  while IFS= read -r line; do
+    [ -n "$line" ] && args+=("$line")
+  done <<EOF
+$(sam_deploy_args "$@")
+EOF
+  run sam "${args[@]}"
+  run aws cloudformation update-termination-protection --enable-termination-protection \
+    --stack-name "$2" --region "$3" >/dev/null
+}
+
+if [ "$WANT_EVENTS" = 1 ]; then
+  say ""
+  say "== events stack $EVENTS_STACK ($EVENTS_REGION): $EVENTS_ACTION"
+  sam_deploy .aws-sam/build-events/template.yaml "$EVENTS_STACK" "$EVENTS_REGION" events "$EVENTS_OVERRIDES"
+  deployed_table=$(stack_output "$EVENTS_STACK" "$EVENTS_REGION" SubscribersTableName)
+  if [ -n "$deployed_table" ] && [ "$deployed_table" != None ] && [ "$deployed_table" != "$SUBSCRIBERS_TABLE" ]; then
+    die 4 "the events stack reports subscribers table $deployed_table, not $SUBSCRIBERS_TABLE as planned; no main stack was deployed."
+  fi
+fi
+
+# upload_page REGION STACK: the page's files, its config.json, and a CloudFront refresh.
+upload_page() {
+  local region=$1 stack=$2 bucket distribution register_url fulfillment_url config
+  bucket=$(stack_output "$stack" "$region" PageBucketName)
+  distribution=$(stack_output "$stack" "$region" PageDistributionId)
+  register_url=$(stack_output "$stack" "$region" RegisterUrl)
+  fulfillment_url=$(stack_output "$stack" "$region" FulfillmentUrl)
+  run aws s3 sync "$PAGE_DIR" "s3://$bucket/" --region "$region" --delete \
+    --exclude "test/*" --exclude "node_modules/*" --exclude ".*" --exclude "*.md" --exclude "package*.json"
+  config=$(mktemp)
+  printf '{"registerUrl":"%s","fulfillmentUrl":"%s","productCode":"%s","stage":"%s","region":"%s"}\n' \
+    "$register_url" "$fulfillment_url" "$PRODUCT_CODE" "$STAGE" "$region" >"$config"
+  run aws s3 cp "$config" "s3://$bucket/config.json" --region "$region" \
+    --content-type application/json --cache-control no-cache
+  rm -f "$config"
+  run aws cloudfront create-invalidation --distribution-id "$distribution" --paths "/*" >/dev/null
+}
+
+SUMMARY=""
+if [ "$WANT_MAIN" = 1 ]; then
+  while read -r region action _; do
+    [ -n "$region" ] || continue
+    stack=$(main_stack_name)
+    say ""
+    say "== main stack $stack ($region): $action"
+    sam_deploy .aws-sam/build-main/template.yaml "$stack" "$region" main "$(region_overrides "$region")"
+    if [ -n "$PAGE_DIR" ]; then
+      upload_page "$region" "$stack"
+    fi
+    fulfillment=$(stack_output "$stack" "$region" FulfillmentUrl)
+    page=$(stack_output "$stack" "$region" RegistrationPageUrl)
+    SUMMARY="${SUMMARY}  $region: Fulfillment URL $fulfillment
+      registration page $page
+"
+  done <<EOF
+$MAIN_PLAN
+EOF
+fi
+
+say ""
+say "Done."
+if [ "$WANT_EVENTS" = 1 ]; then
+  say "  events: $EVENTS_STACK in $EVENTS_REGION, subscribers table $SUBSCRIBERS_TABLE"
+fi
+if [ -n "$SUMMARY" ]; then
+  printf '%s' "$SUMMARY"
+  say "Enter the Fulfillment URL in the AWS Marketplace Management Portal (product > Fulfillment options)."
+  say "Review every resource before real billing traffic flows: metering errors are revenue errors."
+fi

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Checks the SAM templates' wiring against ARCHITECTURE.md, with the standard library only.
+
+The templates are CloudFormation YAML with short-form tags (!Ref, !Sub, ...), which the
+standard library cannot parse, so this reads them by indentation: a resource is the block
+under its two-space key in Resources, a property the block under its key. That is enough
+for the contracts checked here, and each failure names the resource and what differs.
+
+Usage: check_templates.py REPO_ROOT   (prints one line per check, exits 1 if any failed)
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
+RESULTS: list[tuple[bool, str]] = []
+
+
+def check(ok: bool, name: str, detail: str = "") -> None:
+    """Records one check's outcome."""
+    RESULTS.append((ok, name if ok or not detail else f"{name}: {detail}"))
+
+
+def indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def significant(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def block(lines: list[str], start: int) -> list[str]:
+    """The lines nested under lines[start] (deeper indentation), comments kept."""
+    base = indent_of(lines[start])
+    out = []
+    for line in lines[start + 1 :]:
+        if significant(line) and indent_of(line) <= base:
+            break
+        out.append(line)
+    return out
+
+
+def section(lines: list[str], key: str, indent: int) -> list[str] | None:
+    """The block under `key:` at exactly `indent` spaces (first match), or None."""
+    pattern = re.compile(rf"^ {{{indent}}}{re.escape(key)}:(\s|$)")
+    for i, line in enumerate(lines):
+        if pattern.match(line):
+            return block(lines, i)
+    return None
+
+
+def scalar(lines: list[str], key: str, indent: int) -> str | None:
+    """The inline value of `key:` at `indent` spaces, unquoted, or None."""
+    pattern = re.compile(rf"^ {{{indent}}}{re.escape(key)}:\s*(.*?)\s*$")
+    for line in lines:
+        m = pattern.match(line)
+        if m:
+            value = m.group(1)
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            return value
+    return None
+
+
+def keys(lines: list[str], indent: int) -> list[str]:
+    """Mapping keys at exactly `indent` spaces."""
+    pattern = re.compile(rf"^ {{{indent}}}([A-Za-z0-9_:-]+):")
+    return [m.group(1) for line in lines if (m := pattern.match(line))]
+
+
+class Template:
+    """One template file, read by indentation."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.name = path.name
+        self.lines = path.read_text().splitlines()
+        self.resources: dict[str, list[str]] = {}
+        res = section(self.lines, "Resources", 0) or []
+        current = None
+        for line in res:
+            m = re.match(r"^  ([A-Za-z0-9]+):\s*$", line)
+            if m:
+                current = m.group(1)
+                self.resources[current] = []
+            elif current:
+                self.resources[current].append(line)
+
+    def of_type(self, ty: str) -> dict[str, list[str]]:
+        return {k: v for k, v in self.resources.items() if scalar(v, "Type", 4) == ty}
+
+    def top_level(self) -> list[str]:
+        return [m.group(1) for line in self.lines if (m := re.match(r"^([A-Za-z]+):", line))]
+
+
+def architecture_env_table() -> dict[str, set[str]]:
+    """binary -> the environment variables ARCHITECTURE.md says it reads."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    part = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    readers: dict[str, set[str]] = {}
+    for line in part.splitlines():
+        m = re.match(r"^\|\s*`([A-Z0-9_]+)`\s*\|\s*([^|]+)\|", line)
+        if not m:
+            continue
+        for reader in m.group(2).split(","):
+            readers.setdefault(reader.strip(), set()).add(m.group(1))
+    return readers
+
+
+def main() -> int:
+    events = Template(ROOT / "template-events.yaml")
+    main_t = Template(ROOT / "template-main.yaml")
+    templates = [events, main_t]
+
+    # ---- every function reads exactly the variables ARCHITECTURE.md lists for it
+    expected = architecture_env_table()
+    check(len(expected) == 7, "ARCHITECTURE.md lists readers for the seven functions", f"found {sorted(expected)}")
+    seen: dict[str, str] = {}
+    for t in templates:
+        check("Globals" not in t.top_level(), f"{t.name}: no Globals (each function's environment is its own)")
+        for logical, body in t.of_type("AWS::Serverless::Function").items():
+            binary = scalar(body, "Binary", 8)
+            where = f"{t.name} {logical}"
+            if binary is None:
+                check(False, f"{where}: Metadata.BuildProperties.Binary set")
+                continue
+            check(binary not in seen, f"{where}: binary {binary} deployed by one function only", f"also {seen.get(binary)}")
+            seen[binary] = where
+            props = section(body, "Properties", 4) or []
+            variables = section(props, "Variables", 8) or []
+            got = set(keys(variables, 10))
+            want = expected.get(binary, set())
+            check(
+                got == want,
+                f"{where}: environment is exactly what {binary} reads",
+                f"missing {sorted(want - got)}, extra {sorted(got - want)}",
+            )
+            for key, value in [
+                ("Runtime", "provided.al2023"),
+                ("Handler", "bootstrap"),
+                ("CodeUri", "./"),
+                ("Architectures", "[arm64]"),
+            ]:
+                actual = scalar(props, key, 6)
+                check(actual == value, f"{where}: {key} {value}", f"got {actual}")
+            check(scalar(body, "BuildMethod", 6) == "rust-cargolambda", f"{where}: BuildMethod rust-cargolambda")
+            logging = section(props, "LoggingConfig", 6) or []
+            check(scalar(logging, "LogFormat", 8) == "JSON", f"{where}: LoggingConfig.LogFormat JSON")
+            check(scalar(logging, "LogGroup", 8) is not None, f"{where}: logs to its own log group (retention, KMS)")
+            check(scalar(props, "Role", 6) is not None, f"{where}: has its own least-privilege role")
+    check(set(seen) == set(expected), "every function in ARCHITECTURE.md is deployed", f"deployed {sorted(seen)}")
+
+    # ---- event sources
+    def function_by_binary(binary: str) -> list[str]:
+        for t in templates:
+            for body in t.of_type("AWS::Serverless::Function").values():
+                if scalar(body, "Binary", 8) == binary:
+                    return body
+        return []
+
+    def event_blocks(body: list[str]) -> dict[str, list[str]]:
+        props = section(body, "Properties", 4) or []
+        events_block = section(props, "Events", 6) or []
+        return {name: section(events_block, name, 8) or [] for name in keys(events_block, 8)}
+
+    for binary, queues in [
+        ("subscription", {"SubscriptionEventsQueue"}),
+        ("aggregator", {"WorkQueue", "DeprovisionWorkQueue"}),
+        ("cleanup", {"CleanupQueue"}),
+    ]:
+        found = set()
+        for name, ev in event_blocks(function_by_binary(binary)).items():
+            if scalar(ev, "Type", 10) != "SQS":
+                continue
+            queue = scalar(ev, "Queue", 12) or ""
+            found.add(queue.replace("!GetAtt ", "").replace(".Arn", ""))
+            text = "\n".join(ev)
+            check(scalar(ev, "BatchSize", 12) == "10", f"{binary} {name}: BatchSize 10")
+            check("- ReportBatchItemFailures" in text, f"{binary} {name}: FunctionResponseTypes [ReportBatchItemFailures]")
+            if binary != "subscription":
+                check("MaximumConcurrency:" in text, f"{binary} {name}: ScalingConfig.MaximumConcurrency")
+        check(found == queues, f"{binary} consumes {sorted(queues)}", f"got {sorted(found)}")
+
+    for binary, rate in [
+        ("deprovision-cleanup", "rate(15 minutes)"),
+        ("discoverer", "rate(15 minutes)"),
+        ("submitter", "rate(5 minutes)"),
+    ]:
+        schedules = [scalar(ev, "Schedule", 12) for ev in event_blocks(function_by_binary(binary)).values()]
+        check(schedules == [rate], f"{binary} runs on {rate}", f"got {schedules}")
+    submitter_props = section(function_by_binary("submitter"), "Properties", 4) or []
+    check(scalar(submitter_props, "ReservedConcurrentExecutions", 6) == "1", "submitter ReservedConcurrentExecutions 1")
+    apis = sorted(
+        (scalar(ev, "Method", 12), scalar(ev, "Path", 12))
+        for ev in event_blocks(function_by_binary("register")).values()
+    )
+    check(apis == [("post", "/fulfillment"), ("post", "/register")], "register serves POST /register and POST /fulfillment", f"got {apis}")
+
+    # ---- the Marketplace events rule
+    rule = events.resources.get("MarketplaceEventsRule", [])
+    pattern = section(rule, "EventPattern", 6) or []
+    detail_types = {line.strip()[2:] for line in (section(pattern, "detail-type", 8) or []) if line.strip().startswith("- ")}
+    check(
+        detail_types
+        == {
+            "License Updated - Manufacturer",
+            "License Deprovisioned - Manufacturer",
+            "Purchase Agreement Ended - Manufacturer",
+            "Purchase Agreement Ended - Proposer",
+            "Purchase Agreement Amended - Manufacturer",
+            "Purchase Agreement Amended - Proposer",
+        },
+        "events rule matches exactly the consumed detail-types",
+        f"got {sorted(detail_types)}",
+    )
+    check("- aws.agreement-marketplace" in "\n".join(pattern), "events rule source aws.agreement-marketplace")
+    policy = "\n".join(events.resources.get("SubscriptionEventsQueuePolicy", []))
+    check("aws:SourceArn: !GetAtt MarketplaceEventsRule.Arn" in policy, "events queue policy scoped by aws:SourceArn of the rule")
+
+    # ---- tables: keys, indexes, PITR, SSE, retained
+    def table(t: Template, logical: str, name: str, hash_key: str, range_key: str, indexes: dict[str, tuple[str, str, str]]) -> None:
+        body = t.resources.get(logical, [])
+        where = f"{t.name} {logical}"
+        props = section(body, "Properties", 4) or []
+        check(scalar(props, "TableName", 6) == f'!Sub "{name}"', f"{where}: named {name}", f"got {scalar(props, 'TableName', 6)}")
+        check(scalar(body, "DeletionPolicy", 4) == "Retain", f"{where}: DeletionPolicy Retain")
+        check(scalar(body, "UpdateReplacePolicy", 4) == "Retain", f"{where}: UpdateReplacePolicy Retain")
+        text = "\n".join(props)
+        check("PointInTimeRecoveryEnabled: true" in text, f"{where}: point-in-time recovery")
+        check("SSEEnabled: true" in text, f"{where}: server-side encryption")
+        key_schema = "\n".join(section(props, "KeySchema", 6) or [])
+        check(
+            re.search(rf"AttributeName: {hash_key}\n\s+KeyType: HASH", key_schema) is not None
+            and re.search(rf"AttributeName: {range_key}\n\s+KeyType: RANGE", key_schema) is not None,
+            f"{where}: keys {hash_key} / {range_key}",
+        )
+        gsis = "\n".join(section(props, "GlobalSecondaryIndexes", 6) or [])
+        names = re.findall(r"- IndexName: (\S+)", gsis)
+        check(sorted(names) == sorted(indexes), f"{where}: indexes {sorted(indexes)}", f"got {names}")
+        for index, (h, r, projection) in indexes.items():
+            part = gsis.split(f"- IndexName: {index}", 1)[-1].split("- IndexName:", 1)[0]
+            ok = (
+                re.search(rf"AttributeName: {h}\n\s+KeyType: HASH", part) is not None
+                and re.search(rf"AttributeName: {r}\n\s+KeyType: RANGE", part) is not None
+                and projection in part.replace("\n", " ").replace("  ", " ")
+            )
+            check(ok, f"{where}: index {index} HASH {h} RANGE {r} {projection}")
+
+    table(events, "SubscribersTable", "awsmp-subscribers-${StageName}", "licenseArn", "customerAWSAccountId", {
+        "agreement": ("agreementId", "licenseArn", "ProjectionType: KEYS_ONLY"),
+        "deprovisioning": ("deprovisioningIndex", "deprovisioningExpiry", "ProjectionType: ALL"),
+    })
+    table(main_t, "UsageTable", "awsmp-${ProductCode}-usage-${StageName}", "licenseArn", "customerAWSAccountId_dimension_timestamp", {
+        "metering_pending": ("meteringPending", "licenseArn", "ProjectionType: INCLUDE"),
+    })
+    usage_gsi = "\n".join(section(section(main_t.resources["UsageTable"], "Properties", 4) or [], "GlobalSecondaryIndexes", 6) or [])
+    check(
+        re.search(r"NonKeyAttributes:\s*\n\s+- customerAWSAccountId\n\s+- dimension", usage_gsi) is not None,
+        "usage metering_pending projects customerAWSAccountId and dimension",
+    )
+    table(main_t, "AggregatedUsageTable", "awsmp-${ProductCode}-aggregated-usage-${StageName}", "licenseArn", "account_dimension_hour", {
+        "metering_pending": ("meteringPending", "licenseArn", "ProjectionType: ALL"),
+    })
+    table(main_t, "CustomerProfileTable", "awsmp-${ProductCode}-customer-profile", "licenseArn", "customerAWSAccountId", {})
+
+    # ---- IAM: "*" only for the Marketplace actions without resource-level permissions
+    for t in templates:
+        for i, line in enumerate(t.lines):
+            if re.match(r'^\s+Resource:\s*"\*"\s*$', line):
+                statement = []
+                for back in range(i, 0, -1):
+                    statement.insert(0, t.lines[back])
+                    if re.match(r"^\s+- (Sid|Effect):", t.lines[back]):
+                        break
+                action = next((l.split(":", 1)[1].strip() for l in statement if re.match(r"^\s+Action:", l)), "")
+                check(
+                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer"),
+                    f"{t.name} line {i + 1}: Resource \"*\" only for BatchMeterUsage/ResolveCustomer",
+                    f"action {action!r}",
+                )
+    for binary, action in [("submitter", "aws-marketplace:BatchMeterUsage"), ("register", "aws-marketplace:ResolveCustomer")]:
+        roles = "\n".join(main_t.resources.get(binary.capitalize() + "Role", []))
+        check(f"Action: {action}" in roles, f"{binary} role allows {action}")
+    register_role = "\n".join(main_t.resources.get("RegisterRole", []))
+    check(
+        "arn:${AWS::Partition}:dynamodb:${SubscribersTableRegion}:${AWS::AccountId}:table/${Name}" in register_role,
+        "cross-Region subscribers ARN built from SubscribersTableRegion and the table name",
+    )
+
+    # ---- parameters
+    params = keys(section(main_t.lines, "Parameters", 0) or [], 2)
+    for p in [
+        "ProductCode", "StageName", "MeteringLockHours", "DeploymentMode", "MeteringMode", "TestAccountAllowlist",
+        "AllowedRegistrationFields", "ResolveCustomerRegion", "SubscribersTableName", "SubscribersTableRegion",
+        "PermissionsBoundaryArn", "LogRetentionInDays", "LogsKmsKeyArn", "AlertsTopicArn", "CreateDashboard",
+        "ZeroQuantityPolicy", "FlushMarginMinutes", "WebAclArn",
+    ]:
+        check(p in params, f"template-main.yaml parameter {p}")
+    lock = section(section(main_t.lines, "Parameters", 0) or [], "MeteringLockHours", 2) or []
+    check(scalar(lock, "MinValue", 4) == "1" and scalar(lock, "MaxValue", 4) == "20", "MeteringLockHours MinValue 1, MaxValue 20")
+    mode = section(section(main_t.lines, "Parameters", 0) or [], "DeploymentMode", 2) or []
+    check(scalar(mode, "AllowedValues", 4) == "[full, direct-submit]", "DeploymentMode full | direct-submit")
+
+    # ---- direct-submit leaves out the aggregation stage (and everything that names it)
+    full_only = {
+        "DiscovererFunction", "AggregatorFunction", "CleanupFunction", "WorkQueue", "WorkDlq",
+        "DeprovisionWorkQueue", "DeprovisionWorkDlq", "CleanupQueue", "CleanupDlq",
+        "DiscovererRole", "AggregatorRole", "CleanupRole", "DiscovererLogGroup", "AggregatorLogGroup", "CleanupLogGroup",
+    }
+    for logical in sorted(full_only):
+        check(scalar(main_t.resources.get(logical, []), "Condition", 4) == "IsFullMode", f"{logical}: Condition IsFullMode")
+    ref = re.compile(r"(?:!Ref |!GetAtt |\$\{)(" + "|".join(sorted(full_only)) + r")\b")
+    for logical, body in main_t.resources.items():
+        if logical == "MainDashboard" or scalar(body, "Condition", 4) == "IsFullMode":
+            continue
+        names = sorted(set(ref.findall("\n".join(body))))
+        check(not names, f"{logical}: names no full-mode-only resource unconditionally", f"names {names}")
+    for metric in ["UsageRecordRejected", "UsageAggregationExpired"]:
+        check(scalar(main_t.resources.get(metric + "Alarm", []), "Condition", 4) == "IsFullMode", f"{metric} alarm only in full mode")
+
+    # ---- alarms
+    alarm_text = "\n".join("\n".join(b) for b in main_t.of_type("AWS::CloudWatch::Alarm").values())
+    for metric in [
+        "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
+        "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
+    ]:
+        check(f'SELECT SUM({metric}) FROM "AwsMarketplace/Metering"' in alarm_text, f"alarm on EMF metric {metric}")
+    for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
+        for fid in function_ids:
+            found = [
+                body for body in t.of_type("AWS::CloudWatch::Alarm").values()
+                if f"Value: !Ref {fid}" in "\n".join(body) and scalar(body, "MetricName", 6) == "Invocations"
+            ]
+            ok = len(found) == 1 and scalar(found[0], "TreatMissingData", 6) == "breaching" and scalar(found[0], "ComparisonOperator", 6) == "LessThanThreshold"
+            check(ok, f"{t.name}: did-not-run alarm for {fid} (Invocations < 1, missing data breaching)")
+
+    # ---- samconfig.toml
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    all_params = set(params) | set(keys(section(events.lines, "Parameters", 0) or [], 2))
+    for env, sections in config.items():
+        if env == "version":
+            continue
+        overrides = sections.get("deploy", {}).get("parameters", {}).get("parameter_overrides", [])
+        unknown = [o for o in overrides if o.split("=", 1)[0] not in all_params]
+        check(not unknown, f"samconfig.toml [{env}] overrides only template parameters", f"unknown {unknown}")
+
+    failed = [name for ok, name in RESULTS if not ok]
+    for ok, name in RESULTS:
+        print(("ok   " if ok else "FAIL ") + name)
+    print(f"template checks: {len(RESULTS) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
