@@ -200,3 +200,151 @@ impl Cleanup<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{StoreOp, reference_row};
+    use crate::model::Attr;
+    use crate::pipeline::testkit::*;
+    use crate::ports::PortError;
+
+    const NOW: &str = "2026-11-30T10:30:00Z";
+
+    fn claimed(world: &World, license_arn: &str, ts: &str) -> String {
+        let mut row = reference_row(license_arn, ACCOUNT_A, "requests", ts, 1);
+        row.attrs.insert(
+            attr::AGGREGATED_INTO.into(),
+            Attr::S("111122223333#requests#2026-11-30T09".into()),
+        );
+        world.put_row(row)
+    }
+
+    #[tokio::test]
+    async fn only_claimed_rows_become_aggregated_and_claimed_rows_are_never_rejected() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let counted = claimed(&world, &l, "2026-11-30T09:01:00Z");
+        let not_counted = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:02:00Z", 1);
+        let counted_but_named_rejected = claimed(&world, &l, "2026-11-30T09:03:00Z");
+        let rejected = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:04:00Z", 1);
+        let message = WorkMessage::Cleanup {
+            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
+            aggregated: vec![
+                counted.clone(),
+                not_counted.clone(),
+                "111122223333#requests#gone".into(),
+            ],
+            rejected: vec![
+                (
+                    counted_but_named_rejected.clone(),
+                    ReasonCode::TimestampOutOfWindow,
+                ),
+                (rejected.clone(), ReasonCode::TimestampOutOfWindow),
+            ],
+        };
+
+        let report = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+
+        assert_eq!(world.status(&l, &counted).as_deref(), Some("Aggregated"));
+        assert_eq!(world.status(&l, &not_counted), None);
+        assert!(
+            world
+                .row(&l, &not_counted)
+                .attrs
+                .contains_key(attr::METERING_PENDING)
+        );
+        assert_eq!(
+            world.status(&l, &counted_but_named_rejected).as_deref(),
+            Some("Aggregated")
+        );
+        assert_eq!(
+            world.reason(&l, &rejected).as_deref(),
+            Some("TimestampOutOfWindow")
+        );
+        assert_eq!(
+            report,
+            CleanupReport {
+                aggregated: 2,
+                rejected: 1,
+                already_final: 0,
+                unclaimed: 1,
+                missing: 1
+            }
+        );
+
+        // Redelivery: nothing changes, nothing is counted twice.
+        let again = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+        assert_eq!(
+            (again.aggregated, again.rejected, again.already_final),
+            (0, 0, 3)
+        );
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_REJECTED), 1);
+    }
+
+    #[tokio::test]
+    async fn throttled_writes_are_retried_with_jittered_backoff() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let sk = claimed(&world, &l, "2026-11-30T09:01:00Z");
+        let throttled = || PortError::Transient {
+            operation: "UpdateItem",
+            message: "ThrottlingException".into(),
+        };
+        world
+            .tables
+            .fail_next(StoreOp::UsageFinalizeRow, throttled());
+        world
+            .tables
+            .fail_next(StoreOp::UsageFinalizeRow, throttled());
+        let message = WorkMessage::Cleanup {
+            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
+            aggregated: vec![sk.clone()],
+            rejected: vec![],
+        };
+        let report = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+        assert_eq!(report.aggregated, 1);
+        assert_eq!(world.clock.sleeps().len(), 2);
+
+        // Persistent throttling fails the message (SQS redelivers it later).
+        let sk2 = claimed(&world, &l, "2026-11-30T09:02:00Z");
+        for _ in 0..RetryPolicy::STORE.attempts {
+            world
+                .tables
+                .fail_next(StoreOp::UsageFinalizeRow, throttled());
+        }
+        let message = WorkMessage::Cleanup {
+            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
+            aggregated: vec![sk2.clone()],
+            rejected: vec![],
+        };
+        let failed = cleanup(&message, now, world.cleanup_ports()).await;
+        assert!(
+            matches!(
+                failed,
+                Err(PipelineError::Port(PortError::Transient { .. }))
+            ),
+            "{failed:?}"
+        );
+        assert_eq!(world.status(&l, &sk2), None);
+    }
+
+    #[tokio::test]
+    async fn an_aggregate_message_is_the_wrong_kind() {
+        let world = World::new(t(NOW));
+        let message = WorkMessage::Aggregate {
+            group: group(&license(1), ACCOUNT_A, "requests", "2026-11-30T09"),
+            flush: false,
+        };
+        let result = cleanup(&message, t(NOW), world.cleanup_ports()).await;
+        assert!(matches!(
+            result,
+            Err(PipelineError::WrongMessageKind {
+                stage: "cleanup",
+                ..
+            })
+        ));
+    }
+}

@@ -25,6 +25,9 @@ pub enum PipelineError {
         /// The group.
         group: GroupKey,
     },
+    /// The fold could not be computed (a defect: the rows were screened first).
+    #[error("aggregation fold failed: {0}")]
+    Fold(String),
     /// The queue refused some messages; the work they carried is retried by redelivery
     /// (aggregator) or rediscovered (discoverer).
     #[error("{failed} of {total} work messages were not accepted by the queue")]

@@ -2,6 +2,7 @@
 //! up, submit. Pure orchestration: every decision comes from the domain modules, every
 //! effect goes through a `&dyn Port`, and each is tested with the in-memory ports.
 
+pub mod aggregation;
 pub mod budget;
 pub mod cleanup;
 pub mod discover;
@@ -19,3 +20,6 @@ pub fn now_from_event(event_time: Option<Instant>, clock: &dyn Clock) -> Instant
     let now = event_time.unwrap_or_else(|| clock.now());
     now.with_nanosecond(0).unwrap_or(now)
 }
+
+#[cfg(test)]
+pub(crate) mod testkit;

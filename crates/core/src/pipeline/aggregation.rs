@@ -1,0 +1,953 @@
+//! The aggregator's use case: count one group's pending raw rows into its single
+//! aggregated record with the atomic commit (record fold + row claims, ≤ 99 rows per
+//! commit), then hand the rows to cleanup. The claim is the commit point: a raw row is
+//! counted if and only if it carries `aggregatedInto`, so redelivery, duplicate
+//! messages and racing aggregators never count a row twice, and late rows fold in
+//! exactly once while the hour is unsubmitted.
+
+use std::collections::HashSet;
+
+use tracing::{debug, info, warn};
+
+use crate::aggregate::{FoldError, ZeroQuantityPolicy, plan_aggregation};
+use crate::guardrails::GuardrailContext;
+use crate::model::{AggregatedStatus, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use crate::pipeline::discover::is_pending;
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
+use crate::ports::{AggregatedStore, Clock, CommitOutcome, UsageStore, WorkMessage, WorkQueue};
+use crate::time::{Instant, MeteringLockHours, bucket_expired, bucket_unlocked};
+
+/// Commits tried (each after a fresh read) before the message is failed for SQS to
+/// redeliver later.
+pub const MAX_COMMIT_ATTEMPTS: u32 = 5;
+
+/// Most rows named in one cleanup message: sort keys are at most ~1 KB, so this keeps
+/// a message well under the SQS body limit (256 KiB) for realistic keys (~80 bytes).
+pub const MAX_ROWS_PER_CLEANUP_MESSAGE: usize = 1000;
+
+/// The ports the aggregator uses.
+#[derive(Clone, Copy)]
+pub struct AggregatePorts<'a> {
+    /// Raw usage table.
+    pub usage: &'a dyn UsageStore,
+    /// Aggregated-usage table.
+    pub aggregated: &'a dyn AggregatedStore,
+    /// Cleanup work queue.
+    pub cleanup_queue: &'a dyn WorkQueue,
+    /// Clock (backoff sleeps).
+    pub clock: &'a dyn Clock,
+}
+
+/// The aggregator's knobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateSettings {
+    /// The stack's product code (`PRODUCT_CODE`).
+    pub product_code: String,
+    /// `MeteringLockHours`: a normal (non-flush) message for a still-locked hour is early.
+    pub lock: MeteringLockHours,
+    /// `ZERO_QUANTITY_POLICY`.
+    pub zero_policy: ZeroQuantityPolicy,
+}
+
+/// What one message did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregateReport {
+    /// Rows counted by this delivery's commits.
+    pub counted: usize,
+    /// Rows counted by an earlier delivery but not yet cleaned up (handed to cleanup again).
+    pub recovered: usize,
+    /// Rows rejected client-side (handed to cleanup).
+    pub rejected: usize,
+    /// Zero-quantity rows finalized `Aggregated` directly under the `skip` policy.
+    pub zero_rows_closed: usize,
+    /// Valid rows of a neighbouring group found by the prefix query (left pending).
+    pub other_group: usize,
+    /// Commits applied.
+    pub commits: usize,
+    /// The message named a still-locked hour without `flush`; dropped, rediscovered later.
+    pub early: bool,
+}
+
+/// Aggregates the group of one `WorkMessage::Aggregate` at `now`.
+///
+/// - Reads the group's rows with the targeted sort-key query and its record. Rows
+///   already terminal are ignored; rows already claimed but still pending (an earlier
+///   delivery committed, then failed before cleanup) are handed to cleanup again.
+/// - A record held by a submitter (`inFlightUntil` set, even if the lease has run out:
+///   an interrupted send may have billed it) fails the message; SQS retries it later.
+/// - A record already submitted: the pending rows get `HourAlreadySubmitted`.
+/// - Otherwise guardrails, VMT merge and fold ([`plan_aggregation`]) and one commit per
+///   ≤ 99 rows, each conditional on the record version; on a conflict everything is
+///   re-read and recomputed, up to [`MAX_COMMIT_ATTEMPTS`] times.
+/// - Policy `skip`: a group with no record whose counted rows are all zero creates no
+///   record (it would never be sent); its rows are finalized `Aggregated` here, which
+///   keeps conservation (they add nothing to any billed quantity). A zero record that
+///   exists anyway is handled by the submitter.
+/// - Finally one or more `WorkMessage::Cleanup` go to the cleanup queue; if the queue
+///   refuses them the message fails and redelivery re-sends them (claimed rows are
+///   recovered as above).
+pub async fn aggregate_group(
+    message: &WorkMessage,
+    now: Instant,
+    settings: &AggregateSettings,
+    ports: AggregatePorts<'_>,
+) -> Result<AggregateReport, PipelineError> {
+    let WorkMessage::Aggregate { group, flush } = message else {
+        return Err(PipelineError::WrongMessageKind {
+            stage: "aggregator",
+            kind: "cleanup",
+        });
+    };
+    let mut report = AggregateReport::default();
+    if !flush
+        && !bucket_unlocked(group.hour, now, settings.lock)
+        && !bucket_expired(group.hour, now)
+    {
+        // Counting a still-open hour early would turn its later usage into late folds;
+        // the rows stay pending and discovery enqueues the group once the lock passes.
+        info!(group = %group, "hour still locked; message dropped until discovery re-enqueues it");
+        report.early = true;
+        return Ok(report);
+    }
+
+    let policy = RetryPolicy::STORE;
+    let ctx = GuardrailContext::new(now, settings.product_code.clone());
+    let mut attempt = 0;
+    let (claimed, rejected) = loop {
+        attempt += 1;
+        let rows = retry_transient(ports.clock, policy, || ports.usage.group_rows(group)).await?;
+        let (candidates, recovered) = split_rows(rows);
+        report.recovered = recovered.len();
+        let existing = retry_transient(ports.clock, policy, || ports.aggregated.get(group)).await?;
+        if let Some(record) = existing
+            .as_ref()
+            .filter(|r| r.status == AggregatedStatus::Pending)
+            && record.in_flight_until.is_some()
+        {
+            return Err(PipelineError::RecordInFlight {
+                group: group.clone(),
+            });
+        }
+        let plan = plan_aggregation(group, &candidates, existing.as_ref(), &ctx)
+            .map_err(|e| fold_error(group, e))?;
+        report.other_group = plan.other_group.len();
+
+        let skip_zero = settings.zero_policy == ZeroQuantityPolicy::Skip
+            && existing.is_none()
+            && plan.final_record().is_some_and(|r| r.quantity == 0);
+        if skip_zero {
+            for commit in &plan.commits {
+                for (license, sort_key) in &commit.claimed_rows {
+                    let changed = retry_transient(ports.clock, policy, || {
+                        ports.usage.finalize_row(
+                            license,
+                            sort_key,
+                            RawStatus::Aggregated,
+                            None,
+                            now,
+                        )
+                    })
+                    .await?;
+                    report.zero_rows_closed += usize::from(changed);
+                }
+            }
+            break (recovered, plan.rejected);
+        }
+
+        let mut claimed = recovered;
+        let mut conflicted = false;
+        for commit in &plan.commits {
+            match retry_transient(ports.clock, policy, || ports.aggregated.commit(commit)).await? {
+                CommitOutcome::Committed => {
+                    report.commits += 1;
+                    report.counted += commit.claimed_rows.len();
+                    claimed.extend(commit.claimed_rows.iter().map(|(_, sk)| sk.clone()));
+                }
+                CommitOutcome::Conflict => {
+                    conflicted = true;
+                    break;
+                }
+            }
+        }
+        if !conflicted {
+            break (claimed, plan.rejected);
+        }
+        debug!(group = %group, attempt, "commit conflict; re-reading the group");
+        if attempt >= MAX_COMMIT_ATTEMPTS {
+            return Err(PipelineError::CommitContention {
+                group: group.clone(),
+                attempts: attempt,
+            });
+        }
+        // Rows counted by this attempt's applied commits are claimed now; the re-read
+        // finds them among the recovered rows, so they are neither lost nor recounted.
+        report.counted = 0;
+        report.commits = 0;
+        report.zero_rows_closed = 0;
+    };
+    report.rejected = rejected.len();
+
+    let late = rejected
+        .iter()
+        .filter(|r| r.reason == ReasonCode::HourAlreadySubmitted)
+        .count();
+    if late > 0 {
+        warn!(group = %group, rows = late, "late usage for an hour already submitted");
+    }
+    let rejected: Vec<(String, ReasonCode)> = rejected.into_iter().map(Into::into).collect();
+    send_cleanup(group, claimed, rejected, ports.cleanup_queue).await?;
+    info!(
+        group = %group,
+        counted = report.counted,
+        recovered = report.recovered,
+        rejected = report.rejected,
+        commits = report.commits,
+        "group aggregated"
+    );
+    Ok(report)
+}
+
+/// Splits a group's rows into unclaimed pending rows (to screen and count) and the sort
+/// keys of rows already claimed but still pending (counted; cleanup still owed).
+fn split_rows(rows: Vec<RawUsageRow>) -> (Vec<RawUsageRow>, Vec<String>) {
+    let mut candidates = Vec::new();
+    let mut recovered = Vec::new();
+    for row in rows.into_iter().filter(is_pending) {
+        if row.attrs.contains_key(attr::AGGREGATED_INTO) {
+            recovered.push(row.sort_key);
+        } else {
+            candidates.push(row);
+        }
+    }
+    (candidates, recovered)
+}
+
+fn fold_error(group: &GroupKey, error: FoldError) -> PipelineError {
+    match error {
+        FoldError::InFlight { .. } => PipelineError::RecordInFlight {
+            group: group.clone(),
+        },
+        other => PipelineError::Fold(other.to_string()),
+    }
+}
+
+/// Sends the cleanup work in messages of at most [`MAX_ROWS_PER_CLEANUP_MESSAGE`] rows.
+async fn send_cleanup(
+    group: &GroupKey,
+    claimed: Vec<String>,
+    rejected: Vec<(String, ReasonCode)>,
+    queue: &dyn WorkQueue,
+) -> Result<(), PipelineError> {
+    let mut claimed = dedup(claimed);
+    let mut rejected = rejected;
+    let mut messages = Vec::new();
+    while !claimed.is_empty() || !rejected.is_empty() {
+        let take_claimed = claimed.len().min(MAX_ROWS_PER_CLEANUP_MESSAGE);
+        let aggregated: Vec<String> = claimed.drain(..take_claimed).collect();
+        let take_rejected = rejected
+            .len()
+            .min(MAX_ROWS_PER_CLEANUP_MESSAGE - take_claimed);
+        let rejected_part: Vec<(String, ReasonCode)> = rejected.drain(..take_rejected).collect();
+        messages.push(WorkMessage::Cleanup {
+            group: group.clone(),
+            aggregated,
+            rejected: rejected_part,
+        });
+    }
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let total = messages.len();
+    let sent = queue.send(&messages).await?;
+    if sent.failed.is_empty() {
+        Ok(())
+    } else {
+        Err(PipelineError::QueueRejected {
+            failed: sent.failed.len(),
+            total,
+        })
+    }
+}
+
+fn dedup(keys: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    keys.into_iter()
+        .filter(|k| seen.insert(k.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::memory::{MemoryAggregatedStore, StoreOp, reference_row};
+    use crate::model::{AggregatedRecord, Allocation, Attr, Tag};
+    use crate::pipeline::testkit::*;
+    use crate::ports::{AggregationCommit, Cursor, Page, PortError, SubmissionUpdate, metric};
+    use crate::time::HourBucket;
+
+    const NOW: &str = "2026-11-30T10:30:00Z";
+
+    fn aggregate_message(key: &GroupKey) -> WorkMessage {
+        WorkMessage::Aggregate {
+            group: key.clone(),
+            flush: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_group_is_counted_once_and_its_rows_finalized_by_cleanup() {
+        // GIVEN three valid rows and one bad row in one group
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let a = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let b = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 4);
+        let c = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:59:59Z", 0);
+        let mut bad = reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
+        bad.attrs
+            .insert(attr::QUANTITY.into(), Attr::N("1.5".into()));
+        let bad = world.put_row(bad);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+
+        // WHEN the aggregator handles the group, and cleanup its message
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!((report.counted, report.rejected, report.commits), (3, 1, 1));
+        let record = world.record(&key).unwrap();
+        assert_eq!(
+            (record.quantity, record.version, record.status),
+            (7, 1, AggregatedStatus::Pending)
+        );
+        assert_eq!(record.product_code, PRODUCT);
+        // The claim is the commit point: counted rows carry it before cleanup runs.
+        for sk in [&a, &b, &c] {
+            assert!(world.row(&l, sk).attrs.contains_key(attr::AGGREGATED_INTO));
+        }
+        assert!(
+            !world
+                .row(&l, &bad)
+                .attrs
+                .contains_key(attr::AGGREGATED_INTO)
+        );
+        let cleanup = world.cleanup_all(now).await;
+
+        // THEN counted rows are Aggregated, the bad row rejected with its reason
+        assert_eq!((cleanup.aggregated, cleanup.rejected), (3, 1));
+        for sk in [&a, &b, &c] {
+            assert_eq!(world.status(&l, sk).as_deref(), Some("Aggregated"));
+        }
+        assert_eq!(
+            world.status(&l, &bad).as_deref(),
+            Some("RejectedClientSide")
+        );
+        assert_eq!(
+            world.reason(&l, &bad).as_deref(),
+            Some("NonIntegerQuantity")
+        );
+        assert_eq!(
+            world.metrics.get(
+                metric::USAGE_RECORD_REJECTED,
+                &[("Reason", "NonIntegerQuantity")]
+            ),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn redelivery_before_cleanup_recovers_the_claimed_rows_without_recounting() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:06:00Z", 5);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let message = aggregate_message(&key);
+
+        // GIVEN the first delivery committed but its cleanup message was lost
+        world.aggregate(&message, now).await.unwrap();
+        world.cleanup_queue.drain();
+
+        // WHEN the message is delivered again (twice)
+        let again = world.aggregate(&message, now).await.unwrap();
+        world.aggregate(&message, now).await.unwrap();
+
+        // THEN nothing is recounted and cleanup still gets every row
+        assert_eq!((again.counted, again.recovered, again.commits), (0, 2, 0));
+        assert_eq!(world.record(&key).unwrap().quantity, 8);
+        assert_eq!(world.record(&key).unwrap().version, 1);
+        let cleanup = world.cleanup_all(now).await;
+        assert_eq!((cleanup.aggregated, cleanup.already_final), (2, 2));
+    }
+
+    #[tokio::test]
+    async fn late_rows_fold_into_an_unsubmitted_hour_exactly_once() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        world.cleanup_all(now).await;
+
+        let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:45:00Z", 10);
+        let later = t("2026-11-30T10:40:00Z");
+        let report = world
+            .aggregate(&aggregate_message(&key), later)
+            .await
+            .unwrap();
+        assert_eq!(report.counted, 1);
+        let record = world.record(&key).unwrap();
+        assert_eq!((record.quantity, record.version), (13, 2));
+        world.cleanup_all(later).await;
+        assert_eq!(world.status(&l, &late).as_deref(), Some("Aggregated"));
+    }
+
+    #[tokio::test]
+    async fn late_rows_for_a_submitted_hour_are_rejected_and_reported() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        world.cleanup_all(now).await;
+        world
+            .aggregated
+            .record(
+                &key,
+                &SubmissionUpdate {
+                    status: AggregatedStatus::Success,
+                    reason: None,
+                    metering_record_id: Some("mr-1".into()),
+                },
+                now,
+            )
+            .await
+            .unwrap();
+
+        let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!((report.counted, report.rejected), (0, 1));
+        world.cleanup_all(now).await;
+        assert_eq!(
+            world.reason(&l, &late).as_deref(),
+            Some("HourAlreadySubmitted")
+        );
+        assert_eq!(world.record(&key).unwrap().quantity, 3);
+        assert_eq!(world.metrics.total(metric::LATE_USAGE_AFTER_SUBMISSION), 1);
+        assert_eq!(
+            world.metrics.get(
+                metric::USAGE_RECORD_REJECTED,
+                &[("Reason", "HourAlreadySubmitted")]
+            ),
+            1
+        );
+        // A redelivered cleanup never counts the rejection twice.
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        world.cleanup_all(now).await;
+        assert_eq!(world.metrics.total(metric::LATE_USAGE_AFTER_SUBMISSION), 1);
+    }
+
+    #[tokio::test]
+    async fn a_record_held_by_a_submitter_is_never_folded() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert!(
+            world
+                .aggregated
+                .claim(&key, 1, now, now + chrono::Duration::minutes(15))
+                .await
+                .unwrap()
+        );
+        let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
+
+        let held = world.aggregate(&aggregate_message(&key), now).await;
+        assert!(
+            matches!(held, Err(PipelineError::RecordInFlight { .. })),
+            "{held:?}"
+        );
+        // Even after the lease ran out: the interrupted send may have billed 3.
+        let much_later = now + chrono::Duration::minutes(20);
+        let stale = world.aggregate(&aggregate_message(&key), much_later).await;
+        assert!(
+            matches!(stale, Err(PipelineError::RecordInFlight { .. })),
+            "{stale:?}"
+        );
+        assert!(
+            !world
+                .row(&l, &late)
+                .attrs
+                .contains_key(attr::AGGREGATED_INTO)
+        );
+        // Once the submitter releases it (recorded, still pending), the late row folds.
+        world
+            .aggregated
+            .record(
+                &key,
+                &SubmissionUpdate {
+                    status: AggregatedStatus::Pending,
+                    reason: None,
+                    metering_record_id: None,
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!(report.counted, 1);
+        assert_eq!(world.record(&key).unwrap().quantity, 13);
+    }
+
+    #[tokio::test]
+    async fn large_groups_commit_in_chunks_of_at_most_99_rows() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        for i in 0..250 {
+            world.put(
+                &l,
+                ACCOUNT_A,
+                "requests",
+                &format!("2026-11-30T09:{:02}:{:02}Z", i / 60, i % 60),
+                2,
+            );
+        }
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!((report.counted, report.commits), (250, 3));
+        let record = world.record(&key).unwrap();
+        assert_eq!((record.quantity, record.version), (500, 3));
+        let cleanup = world.cleanup_all(now).await;
+        assert_eq!(cleanup.aggregated, 250);
+    }
+
+    /// An aggregated store where a rival aggregator folds a row in just before our
+    /// first `conflicts` commits.
+    struct RivalStore {
+        inner: MemoryAggregatedStore,
+        world: World,
+        conflicts: Mutex<u32>,
+        /// Greedy rivals count every pending row (ours too); narrow ones only their own.
+        greedy: bool,
+    }
+
+    #[async_trait]
+    impl AggregatedStore for RivalStore {
+        async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
+            self.inner.get(key).await
+        }
+        async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
+            let rival = {
+                let mut left = self.conflicts.lock().unwrap();
+                let go = *left > 0;
+                *left = left.saturating_sub(1);
+                go
+            };
+            if rival {
+                // The rival counts one new row of its own into the same record first.
+                let n = self.inner.tables().raw_rows().len();
+                let ts = format!("2026-11-30T09:40:{:02}Z", n % 60);
+                let key = commit.record.key.clone();
+                let sk = self
+                    .world
+                    .put(&key.license_arn, ACCOUNT_A, "requests", &ts, 100);
+                if self.greedy {
+                    let rival_message = WorkMessage::Aggregate {
+                        group: key,
+                        flush: false,
+                    };
+                    let mut only = self.world.aggregate_ports();
+                    only.aggregated = &self.inner;
+                    aggregate_group(
+                        &rival_message,
+                        commit.now,
+                        &self.world.aggregate_settings(),
+                        only,
+                    )
+                    .await
+                    .unwrap();
+                } else {
+                    let row = self.world.row(&key.license_arn, &sk);
+                    let ctx = GuardrailContext::new(commit.now, PRODUCT);
+                    let valid = crate::guardrails::validate_row(&row, &ctx).unwrap();
+                    let existing = self.inner.get(&key).await.unwrap();
+                    let commits = crate::aggregate::plan_commits(
+                        &key,
+                        PRODUCT,
+                        existing.as_ref(),
+                        &[valid],
+                        commit.now,
+                    )
+                    .unwrap();
+                    for c in &commits {
+                        assert_eq!(
+                            self.inner.commit(c).await.unwrap(),
+                            CommitOutcome::Committed
+                        );
+                    }
+                }
+            }
+            self.inner.commit(commit).await
+        }
+        async fn pending_page(
+            &self,
+            hour: HourBucket,
+            cursor: Option<Cursor>,
+        ) -> Result<Page<AggregatedRecord>, PortError> {
+            self.inner.pending_page(hour, cursor).await
+        }
+        async fn claim(
+            &self,
+            key: &GroupKey,
+            v: u64,
+            now: Instant,
+            until: Instant,
+        ) -> Result<bool, PortError> {
+            self.inner.claim(key, v, now, until).await
+        }
+        async fn record(
+            &self,
+            key: &GroupKey,
+            u: &SubmissionUpdate,
+            now: Instant,
+        ) -> Result<bool, PortError> {
+            self.inner.record(key, u, now).await
+        }
+        async fn put_direct(
+            &self,
+            r: &AggregatedRecord,
+            now: Instant,
+        ) -> Result<crate::ports::PutOutcome, PortError> {
+            self.inner.put_direct(r, now).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_race_is_re_read_and_recomputed() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let rival = RivalStore {
+            inner: world.aggregated.clone(),
+            world: world.clone(),
+            conflicts: Mutex::new(1),
+            greedy: true,
+        };
+        let mut ports = world.aggregate_ports();
+        ports.aggregated = &rival;
+
+        let report = aggregate_group(
+            &aggregate_message(&key),
+            now,
+            &world.aggregate_settings(),
+            ports,
+        )
+        .await
+        .unwrap();
+
+        // The rival counted both rows (3 + 100); our retry found them claimed.
+        assert_eq!((report.counted, report.recovered), (0, 2));
+        assert_eq!(world.record(&key).unwrap().quantity, 103);
+    }
+
+    #[tokio::test]
+    async fn endless_contention_fails_the_message_for_redelivery() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let rival = RivalStore {
+            inner: world.aggregated.clone(),
+            world: world.clone(),
+            conflicts: Mutex::new(100),
+            greedy: false,
+        };
+        let mut ports = world.aggregate_ports();
+        ports.aggregated = &rival;
+        let result = aggregate_group(
+            &aggregate_message(&key),
+            now,
+            &world.aggregate_settings(),
+            ports,
+        )
+        .await;
+        assert!(
+            matches!(
+                result,
+                Err(PipelineError::CommitContention {
+                    attempts: MAX_COMMIT_ATTEMPTS,
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        // Our row stays pending and unclaimed; every rival row is counted exactly once.
+        let ours = world
+            .tables
+            .raw_rows()
+            .into_iter()
+            .filter(|r| !r.attrs.contains_key(attr::AGGREGATED_INTO))
+            .count();
+        assert_eq!(ours, 1);
+        let total: i64 = world
+            .tables
+            .raw_rows()
+            .iter()
+            .filter_map(|r| match r.attrs.get(attr::QUANTITY) {
+                Some(Attr::N(q)) => q.parse::<i64>().ok(),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(world.record(&key).unwrap().quantity, total - 3);
+    }
+
+    #[tokio::test]
+    async fn skip_policy_closes_all_zero_groups_without_a_record() {
+        let now = t(NOW);
+        let mut world = World::new(now);
+        world.zero_policy = ZeroQuantityPolicy::Skip;
+        let l = license(1);
+        let z1 = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 0);
+        let z2 = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:06:00Z", 0);
+        world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:06:00Z", 0);
+        world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:07:00Z", 4);
+        let zero_key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let mixed_key = group(&l, ACCOUNT_A, "storage", "2026-11-30T09");
+
+        let report = world
+            .aggregate(&aggregate_message(&zero_key), now)
+            .await
+            .unwrap();
+        world
+            .aggregate(&aggregate_message(&mixed_key), now)
+            .await
+            .unwrap();
+        world.cleanup_all(now).await;
+
+        assert_eq!((report.zero_rows_closed, report.commits), (2, 0));
+        assert!(world.record(&zero_key).is_none());
+        assert_eq!(world.status(&l, &z1).as_deref(), Some("Aggregated"));
+        assert_eq!(world.status(&l, &z2).as_deref(), Some("Aggregated"));
+        // A group with usage still gets its record (its zero rows are counted as 0).
+        assert_eq!(world.record(&mixed_key).unwrap().quantity, 4);
+        assert!(
+            world
+                .raw_statuses()
+                .iter()
+                .all(|(_, s)| s.as_deref() == Some("Aggregated"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_still_locked_hour_waits_unless_it_is_a_flush() {
+        let now = t(NOW);
+        let mut world = World::new(now);
+        world.lock = MeteringLockHours::new(3).unwrap();
+        let l = license(1);
+        let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let early = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert!(early.early);
+        assert!(world.record(&key).is_none());
+        assert!(world.cleanup_queue.is_empty());
+        let flush = WorkMessage::Aggregate {
+            group: key.clone(),
+            flush: true,
+        };
+        let report = world.aggregate(&flush, now).await.unwrap();
+        assert_eq!(report.counted, 1);
+        world.cleanup_all(now).await;
+        assert_eq!(world.status(&l, &sk).as_deref(), Some("Aggregated"));
+    }
+
+    #[tokio::test]
+    async fn vmt_rows_merge_and_mixed_groups_are_rejected() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let tagged = |ts: &str, parts: &[(i64, &str)]| {
+            let total = parts.iter().map(|p| p.0).sum();
+            let mut row = reference_row(&l, ACCOUNT_A, "requests", ts, total);
+            let allocations: Vec<Allocation> = parts
+                .iter()
+                .map(|(q, team)| Allocation {
+                    quantity: *q,
+                    tags: vec![Tag {
+                        key: "team".into(),
+                        value: team.to_string(),
+                    }],
+                })
+                .collect();
+            row.attrs.insert(
+                attr::USAGE_ALLOCATIONS.into(),
+                crate::memory::allocations_attr(&allocations),
+            );
+            row
+        };
+        world.put_row(tagged("2026-11-30T09:01:00Z", &[(2, "red"), (3, "blue")]));
+        world.put_row(tagged("2026-11-30T09:02:00Z", &[(4, "red")]));
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        let record = world.record(&key).unwrap();
+        assert_eq!(record.quantity, 9);
+        let mut allocations = record.allocations.unwrap();
+        allocations.sort_by(|a, b| a.tags.cmp(&b.tags));
+        assert_eq!(
+            allocations.iter().map(|a| a.quantity).collect::<Vec<_>>(),
+            vec![3, 6]
+        );
+        // A late untagged non-zero row cannot join a tagged record.
+        let untagged = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:03:00Z", 5);
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        world.cleanup_all(now).await;
+        assert_eq!(
+            world.reason(&l, &untagged).as_deref(),
+            Some("MixedAllocatedAndUnallocated")
+        );
+        assert_eq!(world.record(&key).unwrap().quantity, 9);
+    }
+
+    #[tokio::test]
+    async fn a_refused_cleanup_message_fails_the_delivery_and_redelivery_recovers() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world.cleanup_queue.fail_next_send(PortError::Transient {
+            operation: "send",
+            message: "throttled".into(),
+        });
+        let failed = world.aggregate(&aggregate_message(&key), now).await;
+        assert!(matches!(failed, Err(PipelineError::Port(_))), "{failed:?}");
+        world.cleanup_queue.fail_where(|_| true);
+        let refused = world.aggregate(&aggregate_message(&key), now).await;
+        assert!(
+            matches!(
+                refused,
+                Err(PipelineError::QueueRejected {
+                    failed: 1,
+                    total: 1
+                })
+            ),
+            "{refused:?}"
+        );
+        world.cleanup_queue.clear_failures();
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!(report.recovered, 1);
+        world.cleanup_all(now).await;
+        assert_eq!(world.status(&l, &sk).as_deref(), Some("Aggregated"));
+        assert_eq!(world.record(&key).unwrap().quantity, 3);
+    }
+
+    #[tokio::test]
+    async fn transient_store_errors_are_retried_with_backoff() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let blip = || PortError::Transient {
+            operation: "x",
+            message: "ProvisionedThroughputExceeded".into(),
+        };
+        world.tables.fail_next(StoreOp::UsageGroupRows, blip());
+        world.tables.fail_next(StoreOp::AggregatedCommit, blip());
+        world.tables.fail_next(StoreOp::AggregatedCommit, blip());
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!(report.counted, 1);
+        assert_eq!(world.clock.sleeps().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_cleanup_message_is_the_wrong_kind() {
+        let world = World::new(t(NOW));
+        let key = group(&license(1), ACCOUNT_A, "requests", "2026-11-30T09");
+        let message = WorkMessage::Cleanup {
+            group: key,
+            aggregated: vec![],
+            rejected: vec![],
+        };
+        let result = world.aggregate(&message, t(NOW)).await;
+        assert!(matches!(
+            result,
+            Err(PipelineError::WrongMessageKind { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn cleanup_work_is_split_into_bounded_messages() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        for i in 0..2500 {
+            world.put(
+                &l,
+                ACCOUNT_A,
+                "requests",
+                &format!("2026-11-30T09:{:02}:{:02}Z#{i}", (i / 60) % 60, i % 60),
+                1,
+            );
+        }
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        let messages = world.cleanup_queue.messages();
+        assert_eq!(messages.len(), 3);
+        let cleanup = world.cleanup_all(now).await;
+        assert_eq!(cleanup.aggregated + cleanup.rejected, 2500);
+    }
+}

@@ -1,0 +1,325 @@
+//! Test fixtures for the use cases: one in-memory world (shared usage/aggregated
+//! tables, queues, subscribers, metrics, a manual clock, an in-memory Marketplace) and
+//! helpers that run each stage the way its Lambda would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+
+use crate::aggregate::ZeroQuantityPolicy;
+use crate::memory::{
+    ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
+    MemoryUsageStore, MemoryWorkQueue, RecordingMetrics, reference_row,
+};
+use crate::model::{
+    AggregatedRecord, Attr, GroupKey, RawUsageRow, Subscriber, SubscriptionStatus, attr,
+};
+use crate::pipeline::aggregation::{
+    AggregatePorts, AggregateReport, AggregateSettings, aggregate_group,
+};
+use crate::pipeline::budget::Budget;
+use crate::pipeline::cleanup::{CleanupPorts, CleanupReport, cleanup};
+use crate::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
+use crate::pipeline::error::PipelineError;
+use crate::ports::{Clock, Cursor, Page, PendingRawRef, PortError, UsageStore, WorkMessage};
+use crate::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
+
+pub const PRODUCT: &str = "prod-abc123";
+pub const ACCOUNT_A: &str = "111122223333";
+pub const ACCOUNT_B: &str = "444455556666";
+
+pub fn license(n: u32) -> String {
+    format!("arn:aws:license-manager::123456789012:license:l-{n:016x}")
+}
+
+pub fn t(s: &str) -> Instant {
+    parse_usage_timestamp(s).unwrap()
+}
+
+pub fn hour(s: &str) -> HourBucket {
+    s.parse().unwrap()
+}
+
+pub fn group(license_arn: &str, account: &str, dimension: &str, h: &str) -> GroupKey {
+    GroupKey {
+        license_arn: license_arn.to_string(),
+        customer_aws_account_id: account.to_string(),
+        dimension: dimension.to_string(),
+        hour: hour(h),
+    }
+}
+
+/// Everything a pipeline test touches.
+#[derive(Clone)]
+pub struct World {
+    pub tables: MemoryTables,
+    pub usage: MemoryUsageStore,
+    pub aggregated: MemoryAggregatedStore,
+    pub subscribers: MemorySubscriberStore,
+    pub work: MemoryWorkQueue,
+    pub deprovision: MemoryWorkQueue,
+    pub cleanup_queue: MemoryWorkQueue,
+    pub metrics: RecordingMetrics,
+    pub clock: ManualClock,
+    pub api: MemoryMeteringApi,
+    pub lock: MeteringLockHours,
+    pub zero_policy: ZeroQuantityPolicy,
+}
+
+impl World {
+    pub fn new(now: Instant) -> Self {
+        let tables = MemoryTables::new();
+        World {
+            usage: tables.usage_store(),
+            aggregated: tables.aggregated_store(),
+            tables,
+            subscribers: MemorySubscriberStore::new(),
+            work: MemoryWorkQueue::new(),
+            deprovision: MemoryWorkQueue::new(),
+            cleanup_queue: MemoryWorkQueue::new(),
+            metrics: RecordingMetrics::new(),
+            clock: ManualClock::new(now),
+            api: MemoryMeteringApi::new(),
+            lock: MeteringLockHours::DEFAULT,
+            zero_policy: ZeroQuantityPolicy::Defer,
+        }
+    }
+
+    /// Writes a pending row in the reference writer's shape.
+    pub fn put(
+        &self,
+        license_arn: &str,
+        account: &str,
+        dimension: &str,
+        ts: &str,
+        quantity: i64,
+    ) -> String {
+        let row = reference_row(license_arn, account, dimension, ts, quantity);
+        let sort_key = row.sort_key.clone();
+        self.tables.insert_raw_row(row);
+        sort_key
+    }
+
+    pub fn put_row(&self, row: RawUsageRow) -> String {
+        let sort_key = row.sort_key.clone();
+        self.tables.insert_raw_row(row);
+        sort_key
+    }
+
+    pub fn row(&self, license_arn: &str, sort_key: &str) -> RawUsageRow {
+        self.tables
+            .raw_row(license_arn, sort_key)
+            .expect("row exists")
+    }
+
+    pub fn status(&self, license_arn: &str, sort_key: &str) -> Option<String> {
+        match self
+            .row(license_arn, sort_key)
+            .attrs
+            .get(attr::METERING_STATUS)
+        {
+            Some(Attr::S(s)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn reason(&self, license_arn: &str, sort_key: &str) -> Option<String> {
+        match self
+            .row(license_arn, sort_key)
+            .attrs
+            .get(attr::METERING_STATUS_REASON)
+        {
+            Some(Attr::S(s)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn record(&self, key: &GroupKey) -> Option<AggregatedRecord> {
+        self.tables
+            .aggregated_records()
+            .into_iter()
+            .find(|r| r.key == *key)
+    }
+
+    pub fn subscribe(
+        &self,
+        license_arn: &str,
+        account: &str,
+        status: SubscriptionStatus,
+        expiry: Option<Instant>,
+    ) {
+        let mut row = Subscriber::new(license_arn, account);
+        row.subscription_status = Some(status);
+        row.deprovisioning_expiry = expiry;
+        row.product_code = Some(PRODUCT.to_string());
+        self.subscribers.insert(row, self.clock.now());
+    }
+
+    pub fn discover_settings(&self) -> DiscoverSettings {
+        DiscoverSettings::new(PRODUCT, self.lock)
+    }
+
+    pub fn discover_ports(&self) -> DiscoverPorts<'_> {
+        DiscoverPorts {
+            usage: &self.usage,
+            subscribers: &self.subscribers,
+            work_queue: &self.work,
+            deprovision_queue: &self.deprovision,
+            metrics: &self.metrics,
+            clock: &self.clock,
+        }
+    }
+
+    pub async fn discover(&self, now: Instant) -> DiscoverReport {
+        discover(
+            now,
+            &self.discover_settings(),
+            self.discover_ports(),
+            Budget::UNLIMITED,
+        )
+        .await
+        .unwrap()
+    }
+
+    pub fn aggregate_settings(&self) -> AggregateSettings {
+        AggregateSettings {
+            product_code: PRODUCT.to_string(),
+            lock: self.lock,
+            zero_policy: self.zero_policy,
+        }
+    }
+
+    pub fn aggregate_ports(&self) -> AggregatePorts<'_> {
+        AggregatePorts {
+            usage: &self.usage,
+            aggregated: &self.aggregated,
+            cleanup_queue: &self.cleanup_queue,
+            clock: &self.clock,
+        }
+    }
+
+    pub async fn aggregate(
+        &self,
+        message: &WorkMessage,
+        now: Instant,
+    ) -> Result<AggregateReport, PipelineError> {
+        aggregate_group(
+            message,
+            now,
+            &self.aggregate_settings(),
+            self.aggregate_ports(),
+        )
+        .await
+    }
+
+    /// Drains both work queues (deprovisioning first) through the aggregator; failed
+    /// messages are returned (SQS would redeliver them).
+    pub async fn aggregate_all(&self, now: Instant) -> Vec<(WorkMessage, PipelineError)> {
+        let mut failed = Vec::new();
+        for message in self
+            .deprovision
+            .drain()
+            .into_iter()
+            .chain(self.work.drain())
+        {
+            if let Err(e) = self.aggregate(&message, now).await {
+                failed.push((message, e));
+            }
+        }
+        failed
+    }
+
+    pub fn cleanup_ports(&self) -> CleanupPorts<'_> {
+        CleanupPorts {
+            usage: &self.usage,
+            metrics: &self.metrics,
+            clock: &self.clock,
+        }
+    }
+
+    pub async fn cleanup_all(&self, now: Instant) -> CleanupReport {
+        let mut total = CleanupReport::default();
+        for message in self.cleanup_queue.drain() {
+            let report = cleanup(&message, now, self.cleanup_ports()).await.unwrap();
+            total = crate::pipeline::cleanup::merge_reports([&total, &report]);
+        }
+        total
+    }
+
+    /// Discover, aggregate, clean up at `now`.
+    pub async fn run_upstream(&self, now: Instant) {
+        self.discover(now).await;
+        let failed = self.aggregate_all(now).await;
+        assert!(failed.is_empty(), "aggregation failed: {failed:?}");
+        self.cleanup_all(now).await;
+    }
+
+    /// Every raw row's status (None while pending).
+    pub fn raw_statuses(&self) -> Vec<(String, Option<String>)> {
+        self.tables
+            .raw_rows()
+            .into_iter()
+            .map(|row| {
+                let status = match row.attrs.get(attr::METERING_STATUS) {
+                    Some(Attr::S(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                (row.sort_key, status)
+            })
+            .collect()
+    }
+}
+
+/// A usage store that advances the clock on every index page (to test deadlines) and
+/// counts pages.
+pub struct SlowUsage {
+    pub inner: MemoryUsageStore,
+    pub clock: ManualClock,
+    pub step: std::time::Duration,
+    pub pages: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl UsageStore for SlowUsage {
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<PendingRawRef>, PortError> {
+        self.clock.advance(self.step);
+        self.pages.fetch_add(1, Ordering::SeqCst);
+        self.inner.pending_page(hour, cursor).await
+    }
+    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
+        self.inner.group_rows(key).await
+    }
+    async fn get_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Result<Option<RawUsageRow>, PortError> {
+        self.inner.get_row(license_arn, sort_key).await
+    }
+    async fn finalize_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        status: crate::model::RawStatus,
+        reason: Option<crate::model::ReasonCode>,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.inner
+            .finalize_row(license_arn, sort_key, status, reason, now)
+            .await
+    }
+    async fn put_row(
+        &self,
+        row: &crate::ports::NewUsageRow,
+        now: Instant,
+    ) -> Result<crate::ports::PutOutcome, PortError> {
+        self.inner.put_row(row, now).await
+    }
+}
