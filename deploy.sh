@@ -429,26 +429,16 @@ if ! command -v zig >/dev/null 2>&1; then
 fi
 
 # ------------------------------------------------------------------ preflight: AWS
-# aws_query ARGS...: runs aws, prints stdout; on failure keeps stderr in AWS_ERROR.
-AWS_ERROR=""
-aws_query() {
-  local err_file out rc
-  err_file=$(mktemp)
-  if out=$(aws "$@" 2>"$err_file"); then
-    rm -f "$err_file"
-    printf '%s' "$out"
-    return 0
-  else
-    rc=$?
-    AWS_ERROR=$(cat "$err_file")
-    rm -f "$err_file"
-    return "$rc"
-  fi
-}
+# aws_query ARGS...: runs aws and prints its output; its stderr goes to a file that
+# aws_error prints (a file, not a variable: callers often run inside $(...) subshells).
+AWS_ERROR_FILE=$(mktemp)
+trap 'rm -f "$AWS_ERROR_FILE"' EXIT
+aws_query() { aws "$@" 2>"$AWS_ERROR_FILE"; }
+aws_error() { cat "$AWS_ERROR_FILE"; }
 
 if ! ACCOUNT=$(aws_query sts get-caller-identity --query Account --output text); then
   die 3 "no usable AWS credentials (aws sts get-caller-identity failed):" \
-    "$AWS_ERROR" \
+    "$(aws_error)" \
     "Configure them (aws configure, aws sso login, or AWS_PROFILE=...) for the account that published the product, then re-run."
 fi
 [ -n "$ACCOUNT" ] || die 3 "aws sts get-caller-identity returned no account; check your AWS CLI configuration."
@@ -459,9 +449,9 @@ stack_status() {
   if status=$(aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" --query 'Stacks[0].StackStatus' --output text); then
     printf '%s' "$status"
   else
-    case "$AWS_ERROR" in
+    case "$(aws_error)" in
       *"does not exist"*) printf 'ABSENT' ;;
-      *) die 3 "cannot read stack $1 in $2:" "$AWS_ERROR" ;;
+      *) die 3 "cannot read stack $1 in $2:" "$(aws_error)" ;;
     esac
   fi
 }
@@ -469,13 +459,7 @@ stack_status() {
 stack_output() {
   aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" \
     --query "Stacks[0].Outputs[?OutputKey=='$3'].OutputValue" --output text ||
-    die 3 "cannot read output $3 of stack $1 in $2:" "$AWS_ERROR"
-}
-
-stack_parameter() {
-  aws_query cloudformation describe-stacks --stack-name "$1" --region "$2" \
-    --query "Stacks[0].Parameters[?ParameterKey=='$3'].ParameterValue" --output text ||
-    die 3 "cannot read parameter $3 of stack $1 in $2:" "$AWS_ERROR"
+    die 3 "cannot read output $3 of stack $1 in $2:" "$(aws_error)"
 }
 
 # stack_action NAME REGION STATUS: CREATE or UPDATE, or stops with what to do.
@@ -517,9 +501,9 @@ check_table_free() {
       "It is retained data (from a deleted stack) or belongs to another deployment; deploy.sh never drops or overwrites it." \
       "Import it into the stack (aws cloudformation create-change-set --change-set-type IMPORT ...), deploy another stage, or remove it yourself after a backup."
   fi
-  case "$AWS_ERROR" in
+  case "$(aws_error)" in
     *ResourceNotFoundException* | *"not found"*) ;;
-    *) die 3 "cannot check table $table in $region:" "$AWS_ERROR" ;;
+    *) die 3 "cannot check table $table in $region:" "$(aws_error)" ;;
   esac
 }
 
@@ -527,7 +511,7 @@ check_table_free() {
 check_concurrency() {
   local region=$1 needed=$2 unreserved
   unreserved=$(aws_query lambda get-account-settings --region "$region" --query 'AccountLimit.UnreservedConcurrentExecutions' --output text) ||
-    die 3 "cannot read Lambda account settings in $region:" "$AWS_ERROR"
+    die 3 "cannot read Lambda account settings in $region:" "$(aws_error)"
   matches "$unreserved" '^[0-9]+$' || die 3 "unexpected Lambda UnreservedConcurrentExecutions '$unreserved' in $region."
   if [ $((unreserved - needed)) -lt "$LAMBDA_UNRESERVED_FLOOR" ]; then
     die 3 "Lambda concurrency in $region is too low: the stacks reserve $needed execution(s), and $unreserved are unreserved (Lambda keeps $LAMBDA_UNRESERVED_FLOOR free)." \
@@ -628,7 +612,7 @@ SubscribersTableRegion=$EVENTS_REGION"
     if [ "$action" = CREATE ]; then
       # One account-wide API Gateway logging role per Region: create it only if unset.
       role=$(aws_query apigateway get-account --region "$region" --query cloudwatchRoleArn --output text) ||
-        die 3 "cannot read API Gateway account settings in $region:" "$AWS_ERROR"
+        die 3 "cannot read API Gateway account settings in $region:" "$(aws_error)"
       case "$role" in
         "" | None | null) extra="$extra
 ApiGatewayLoggingRole=create" ;;

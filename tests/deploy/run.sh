@@ -1,0 +1,593 @@
+#!/usr/bin/env bash
+# Offline tests of deploy.sh and of the templates' wiring.
+#
+# deploy.sh runs with a PATH holding only the stand-ins in tests/deploy/fakes (aws, sam,
+# cargo, cargo-lambda, zig: they record their arguments and answer from a state folder)
+# and links to the plain system tools it uses, so a real AWS CLI or SAM on this machine
+# is never reached. Each test checks the plan deploy.sh prints, the commands it ran (in
+# order), its exit code and its error message. Then tests/deploy/check_templates.py
+# checks the templates against ARCHITECTURE.md.
+#
+#   bash tests/deploy/run.sh        exits non-zero on any failure; ends with "N passed, M failed"
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+PASSED=0
+FAILED=0
+CURRENT=""
+CURRENT_FAILED=0
+
+# Plain system tools deploy.sh (and the stand-ins) use; nothing else is on PATH.
+SYSBIN="$WORK/sysbin"
+mkdir -p "$SYSBIN"
+for tool in bash sh env cat grep sed awk tr mktemp rm mkdir dirname basename cut head tail sort uniq wc printf ls; do
+  if path=$(type -P "$tool"); then ln -s "$path" "$SYSBIN/$tool"; fi
+done
+
+# ------------------------------------------------------------------ harness
+begin() {
+  CURRENT=$1
+  CURRENT_FAILED=0
+  STATE="$WORK/$PASSED-$FAILED-state"
+  rm -rf "$STATE" "$WORK/fakebin" "$WORK/page"
+  mkdir -p "$STATE" "$WORK/fakebin"
+  cp "$HERE"/fakes/* "$WORK/fakebin/"
+  LOG="$STATE/calls.log"
+  : >"$LOG"
+}
+
+fail() {
+  CURRENT_FAILED=1
+  printf '    %s\n' "$*"
+}
+
+end() {
+  if [ "$CURRENT_FAILED" = 0 ]; then
+    PASSED=$((PASSED + 1))
+    printf 'ok   %s\n' "$CURRENT"
+  else
+    FAILED=$((FAILED + 1))
+    printf 'FAIL %s\n' "$CURRENT"
+    printf '    --- exit %s; stdout:\n%s\n    --- stderr:\n%s\n    --- calls:\n%s\n' \
+      "$RC" "$(sed 's/^/      /' "$WORK/out")" "$(sed 's/^/      /' "$WORK/err")" "$(sed 's/^/      /' "$LOG")"
+  fi
+}
+
+# deploy ARGS...: runs deploy.sh with only the stand-ins and system tools on PATH, no
+# terminal on stdin, and nothing of this shell's environment.
+deploy() {
+  env -i HOME="$WORK" PATH="$WORK/fakebin:$SYSBIN" FAKE_LOG="$LOG" FAKE_STATE="$STATE" \
+    bash "$ROOT/deploy.sh" "$@" </dev/null >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+}
+
+without_tool() { rm -f "$WORK/fakebin/$1"; }
+
+# stack REGION NAME STATUS [KEY=VALUE outputs...]
+stack() {
+  local dir="$STATE/stacks/$1/$2" kv
+  mkdir -p "$dir/outputs" "$dir/params"
+  echo "$3" >"$dir/status"
+  shift 3
+  for kv in "$@"; do echo "${kv#*=}" >"$dir/outputs/${kv%%=*}"; done
+}
+
+existing_events() { stack us-east-1 awsmp-events-prod "${1:-UPDATE_COMPLETE}" SubscribersTableName=awsmp-subscribers-prod; }
+
+existing_main() {
+  stack "$1" awsmp-main-abc123-prod "${2:-UPDATE_COMPLETE}" \
+    "FulfillmentUrl=https://old$1.example/prod/fulfillment" "RegisterUrl=https://old$1.example/prod/register" \
+    "RegistrationPageUrl=https://page-$1.cloudfront.net/" "PageBucketName=page-bucket-$1" "PageDistributionId=DIST$1"
+}
+
+expect_exit() { [ "$RC" = "$1" ] || fail "exit code $RC, expected $1"; }
+expect_out() { grep -qF -- "$1" "$WORK/out" || fail "stdout lacks: $1"; }
+expect_no_out() { ! grep -qF -- "$1" "$WORK/out" || fail "stdout has: $1"; }
+expect_err() { grep -qF -- "$1" "$WORK/err" || fail "stderr lacks: $1"; }
+expect_call() { grep -qF -- "$1" "$LOG" || fail "no call containing: $1"; }
+expect_no_call() { ! grep -qF -- "$1" "$LOG" || fail "unexpected call containing: $1"; }
+expect_calls() {
+  local n
+  n=$(grep -cF -- "$1" "$LOG")
+  [ "$n" = "$2" ] || fail "$n calls containing '$1', expected $2"
+}
+# expect_order A B: the first call containing A comes before the first containing B.
+expect_order() {
+  local a b
+  a=$(grep -nF -- "$1" "$LOG" | head -1 | cut -d: -f1)
+  b=$(grep -nF -- "$2" "$LOG" | head -1 | cut -d: -f1)
+  if [ -z "$a" ] || [ -z "$b" ] || [ "$a" -ge "$b" ]; then fail "expected a call with '$1' before one with '$2'"; fi
+}
+# call_with A: the first call containing A (to check its other arguments).
+call_with() { grep -F -- "$1" "$LOG" | head -1; }
+expect_in_call() {
+  case " $(call_with "$1") " in
+    *" $2 "*) ;;
+    *) fail "the call with '$1' lacks argument '$2'" ;;
+  esac
+}
+expect_not_in_call() {
+  case " $(call_with "$1") " in
+    *" $2"*) fail "the call with '$1' has argument '$2'" ;;
+  esac
+}
+no_changes() {
+  expect_no_call "sam build"
+  expect_no_call "sam deploy"
+  expect_no_call "update-termination-protection"
+  expect_no_call "aws s3"
+}
+
+MAIN_ARGS="--product-code abc123 --region us-west-2 --stage prod"
+
+# ------------------------------------------------------------------ usage
+begin "help prints usage and exits 0"
+deploy --help
+expect_exit 0
+expect_out "Usage:"
+expect_out "./deploy.sh --local [--serve]"
+end
+
+begin "no arguments: usage on stderr, exit 2"
+deploy
+expect_exit 2
+grep -qF "Usage:" "$WORK/err" || fail "usage not on stderr"
+end
+
+begin "unknown command is refused"
+deploy destroy --stage prod
+expect_exit 2
+expect_err "unknown command 'destroy'"
+no_changes
+end
+
+# ------------------------------------------------------------------ first deploy
+begin "first deploy, dry run: plan says CREATE for both stacks and changes nothing"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --dry-run
+expect_exit 0
+expect_out "account:     123456789012"
+expect_out "config env:  prod (samconfig.toml)"
+expect_out "events stack awsmp-events-prod (us-east-1): CREATE (first deploy)"
+expect_out "main stack awsmp-main-abc123-prod (us-west-2): CREATE (first deploy)"
+expect_out "reads subscribers table awsmp-subscribers-prod in us-east-1"
+expect_out "SubscribersTableName=awsmp-subscribers-prod"
+expect_out "ApiGatewayLoggingRole=create"
+expect_out "Dry run: nothing was built or changed."
+expect_call "aws sts get-caller-identity"
+expect_call "aws cloudformation describe-stacks --stack-name awsmp-events-prod --region us-east-1"
+expect_call "aws dynamodb describe-table --table-name awsmp-subscribers-prod --region us-east-1"
+expect_call "aws dynamodb describe-table --table-name awsmp-abc123-customer-profile --region us-west-2"
+expect_call "aws lambda get-account-settings --region us-west-2"
+no_changes
+cp "$WORK/out" "$WORK/first-dry-run.out"
+end
+
+begin "first deploy: builds each template once, events before main, wired cross-Region"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_calls "sam build" 2
+expect_calls "sam build --template-file template-events.yaml --build-dir .aws-sam/build-events" 1
+expect_calls "sam build --template-file template-main.yaml --build-dir .aws-sam/build-main" 1
+expect_calls "sam deploy" 2
+expect_order "sam build --template-file template-main.yaml" "sam deploy"
+expect_order "sam deploy --template-file .aws-sam/build-events" "sam deploy --template-file .aws-sam/build-main"
+for arg in "--template-file .aws-sam/build-events/template.yaml" "StageName=prod" "LogRetentionInDays=365" \
+  "--capabilities CAPABILITY_IAM" "--resolve-s3" "--no-fail-on-empty-changeset" "--config-env prod"; do
+  expect_in_call "sam deploy --template-file .aws-sam/build-events" "$arg"
+done
+expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "ProductCode="
+for arg in "--template-file .aws-sam/build-main/template.yaml" "ProductCode=abc123" "StageName=prod" \
+  "SubscribersTableName=awsmp-subscribers-prod" "SubscribersTableRegion=us-east-1" "ApiGatewayLoggingRole=create" \
+  "LogRetentionInDays=365" "CreateDashboard=true"; do
+  expect_in_call "sam deploy --template-file .aws-sam/build-main" "$arg"
+done
+expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-events-prod --region us-east-1"
+expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod --region us-west-2"
+expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "Enter the Fulfillment URL in the AWS Marketplace Management Portal"
+# The dry run printed exactly the sam deploy commands the real run executed.
+grep -F "  sam deploy " "$WORK/first-dry-run.out" | sed 's/^  //; s/ *$//' >"$WORK/planned"
+grep -F "sam deploy " "$LOG" | sed 's/ *$//' >"$WORK/ran"
+diff "$WORK/planned" "$WORK/ran" >/dev/null || fail "dry-run commands differ from the real run: $(diff "$WORK/planned" "$WORK/ran")"
+end
+
+begin "events only, first deploy: us-east-1, the dev environment's settings, no main-stack parameters"
+deploy events --stage dev --yes
+expect_exit 0
+expect_out "config env:  dev (samconfig.toml)"
+expect_calls "sam build" 1
+expect_call "sam build --template-file template-events.yaml"
+expect_calls "sam deploy" 1
+expect_in_call "sam deploy" "--region us-east-1"
+expect_in_call "sam deploy" "LogRetentionInDays=14"
+expect_not_in_call "sam deploy" "ApiThrottlingRateLimit="
+expect_out "events: awsmp-events-dev in us-east-1, subscribers table awsmp-subscribers-dev"
+end
+
+begin "a stage without its own samconfig section uses [default]"
+deploy events --stage qa --dry-run
+expect_exit 0
+expect_out "config env:  default (samconfig.toml)"
+expect_out "LogRetentionInDays=90"
+end
+
+# ------------------------------------------------------------------ redeploy
+begin "redeploy: both stacks updated in place, no table or logging-role changes"
+existing_events
+existing_main us-west-2
+mkdir -p "$STATE/tables/us-east-1" "$STATE/tables/us-west-2"
+touch "$STATE/tables/us-east-1/awsmp-subscribers-prod" "$STATE/tables/us-west-2/awsmp-abc123-usage-prod" \
+  "$STATE/tables/us-west-2/awsmp-abc123-aggregated-usage-prod" "$STATE/tables/us-west-2/awsmp-abc123-customer-profile"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_out "events stack awsmp-events-prod (us-east-1): UPDATE in place (now UPDATE_COMPLETE)"
+expect_out "main stack awsmp-main-abc123-prod (us-west-2): UPDATE in place (now UPDATE_COMPLETE)"
+expect_no_call "dynamodb describe-table"
+expect_no_call "apigateway get-account"
+expect_no_call "lambda get-account-settings"
+expect_calls "sam build" 2
+expect_calls "sam deploy" 2
+expect_not_in_call "sam deploy --template-file .aws-sam/build-main" "ApiGatewayLoggingRole="
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "SubscribersTableName=awsmp-subscribers-prod"
+[ "$(cat "$STATE/stacks/us-east-1/awsmp-events-prod/status")" = UPDATE_COMPLETE ] || fail "events stack not updated"
+expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+end
+
+begin "redeploy after a rolled-back update (UPDATE_ROLLBACK_COMPLETE) updates in place"
+existing_events UPDATE_ROLLBACK_COMPLETE
+deploy events --stage prod --dry-run
+expect_exit 0
+expect_out "UPDATE in place (now UPDATE_ROLLBACK_COMPLETE)"
+end
+
+# ------------------------------------------------------------------ multi-Region
+begin "main in two Regions: one build, one deploy per Region, subscribers table from the events stack"
+existing_events
+mkdir -p "$STATE/apigw-role"
+echo "arn:aws:iam::123456789012:role/apigw-logs" >"$STATE/apigw-role/eu-west-1"
+deploy main --product-code abc123 --region us-west-2 --region eu-west-1 --stage prod --yes
+expect_exit 0
+expect_calls "sam build" 1
+expect_calls "sam build --template-file template-main.yaml" 1
+expect_no_call "sam deploy --template-file .aws-sam/build-events"
+expect_calls "sam deploy" 2
+expect_call "aws cloudformation describe-stacks --stack-name awsmp-events-prod --region us-east-1 --query Stacks[0].Outputs[?OutputKey=='SubscribersTableName'].OutputValue"
+DEPLOY_MAIN="sam deploy --template-file .aws-sam/build-main/template.yaml --stack-name awsmp-main-abc123-prod"
+expect_in_call "$DEPLOY_MAIN --region us-west-2" "ApiGatewayLoggingRole=create"
+expect_in_call "$DEPLOY_MAIN --region eu-west-1" "ApiGatewayLoggingRole=existing"
+expect_in_call "$DEPLOY_MAIN --region eu-west-1" "SubscribersTableName=awsmp-subscribers-prod"
+expect_in_call "$DEPLOY_MAIN --region eu-west-1" "SubscribersTableRegion=us-east-1"
+expect_order "--region us-west-2 --config-file" "--region eu-west-1 --config-file"
+expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "eu-west-1: Fulfillment URL https://apieu-west-1.execute-api.eu-west-1.amazonaws.com/prod/fulfillment"
+end
+
+begin "a Region given twice is deployed once"
+existing_events
+deploy main --product-code abc123 --region us-west-2 --region us-west-2 --stage prod --dry-run
+expect_exit 0
+expect_err "Region us-west-2 given twice"
+[ "$(grep -c "main stack awsmp-main-abc123-prod" "$WORK/out")" = 1 ] || fail "Region planned twice"
+end
+
+begin "main and events in us-east-1 together: one concurrency check counting both stacks"
+mkdir -p "$STATE/lambda-unreserved"
+echo 103 >"$STATE/lambda-unreserved/us-east-1"
+deploy all --product-code abc123 --region us-east-1 --stage prod --dry-run
+# deprovision-cleanup 1 + submitter 1 + discoverer 2 = 4 > 103 - 100
+expect_exit 3
+expect_err "the stacks reserve 4 execution(s), and 103 are unreserved"
+end
+
+# ------------------------------------------------------------------ page upload
+begin "page files are uploaded with config.json, then CloudFront is invalidated"
+existing_events
+mkdir -p "$WORK/page"
+echo "<html></html>" >"$WORK/page/index.html"
+deploy main --product-code abc123 --region us-west-2 --stage prod --page-dir "$WORK/page" --yes
+expect_exit 0
+expect_call "aws s3 sync $WORK/page s3://page-bucket-us-west-2/ --region us-west-2"
+expect_call "s3://page-bucket-us-west-2/config.json --region us-west-2 --content-type application/json"
+expect_call "aws cloudfront create-invalidation --distribution-id DISTus-west-2 --paths /*"
+expect_order "sam deploy" "aws s3 sync"
+end
+
+# ------------------------------------------------------------------ modes
+begin "dry-run metering needs test accounts"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --metering-mode dry-run --dry-run
+expect_exit 2
+expect_err "give them with --test-accounts"
+no_changes
+end
+
+begin "dry-run metering with test accounts is passed to the main stack"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --metering-mode dry-run --test-accounts 111122223333,444455556666 --yes
+expect_exit 0
+expect_in_call "sam deploy" "MeteringMode=dry-run"
+expect_in_call "sam deploy" "TestAccountAllowlist=111122223333,444455556666"
+end
+
+begin "live metering clears the test-account allowlist"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --metering-mode live --yes
+expect_exit 0
+expect_in_call "sam deploy" "MeteringMode=live"
+expect_in_call "sam deploy" 'TestAccountAllowlist=""'
+end
+
+begin "live metering refuses test accounts"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --metering-mode live --test-accounts 111122223333 --dry-run
+expect_exit 2
+expect_err "--test-accounts is only for dry-run"
+end
+
+begin "direct-submit reserves only the submitter's concurrency"
+mkdir -p "$STATE/lambda-unreserved"
+echo 101 >"$STATE/lambda-unreserved/us-west-2"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --deployment-mode direct-submit --dry-run
+expect_exit 0
+expect_out "DeploymentMode=direct-submit"
+end
+
+begin "--parameter passes a template parameter; unknown or managed ones are refused"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter MeteringLockHours=3 --dry-run
+expect_exit 0
+expect_out "MeteringLockHours=3"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter NoSuchThing=1 --dry-run
+expect_exit 2
+expect_err "'NoSuchThing' is not a parameter of the template(s) 'main' deploys"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter SubscribersTableName=other --dry-run
+expect_exit 2
+expect_err "is set by deploy.sh itself"
+# shellcheck disable=SC2086
+deploy events --stage prod --parameter ProductCode=x --dry-run
+expect_exit 2
+end
+
+begin "an alerts topic in another Region is refused"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --alerts-topic-arn arn:aws:sns:us-east-1:123456789012:alerts --dry-run
+expect_exit 2
+expect_err "alarms can only notify a topic in their own Region"
+end
+
+# ------------------------------------------------------------------ preflight failures
+begin "preflight: no aws CLI"
+without_tool aws
+deploy events --stage prod --dry-run
+expect_exit 3
+expect_err "the AWS CLI (aws) is not on PATH"
+expect_err "Install AWS CLI v2"
+end
+
+begin "preflight: no sam CLI"
+without_tool sam
+deploy events --stage prod --dry-run
+expect_exit 3
+expect_err "the AWS SAM CLI (sam) is not on PATH"
+expect_no_call "aws "
+end
+
+begin "preflight: no cargo-lambda"
+without_tool cargo-lambda
+deploy events --stage prod --dry-run
+expect_exit 3
+expect_err "pip install cargo-lambda"
+end
+
+begin "preflight: no zig"
+without_tool zig
+deploy events --stage prod --dry-run
+expect_exit 3
+expect_err "zig is not on PATH"
+end
+
+begin "preflight: no credentials"
+touch "$STATE/no-credentials"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 3
+expect_err "no usable AWS credentials"
+expect_err "Unable to locate credentials"
+expect_err "aws sso login"
+no_changes
+end
+
+begin "preflight: a Region without BatchMeterUsage is refused, with the list and the override"
+deploy main --product-code abc123 --region ap-southeast-7 --stage prod --dry-run
+expect_exit 2
+expect_err "BatchMeterUsage is not offered in ap-southeast-7"
+expect_err "eu-central-2"
+expect_err "--allow-unlisted-region"
+expect_no_call "aws "
+end
+
+begin "preflight: --allow-unlisted-region deploys there with a warning"
+existing_events
+deploy main --product-code abc123 --region ap-southeast-7 --stage prod --allow-unlisted-region --dry-run
+expect_exit 0
+expect_err "deploying anyway"
+expect_out "main stack awsmp-main-abc123-prod (ap-southeast-7): CREATE (first deploy)"
+end
+
+begin "preflight: not a Region name"
+deploy main --product-code abc123 --region uswest2 --stage prod --dry-run
+expect_exit 2
+expect_err "'uswest2' is not an AWS Region name"
+end
+
+begin "preflight: product code format"
+deploy main --product-code Bad-Code --region us-west-2 --stage prod --dry-run
+expect_exit 2
+expect_err "product code 'Bad-Code' is not valid"
+deploy main --region us-west-2 --stage prod --dry-run
+expect_exit 2
+expect_err "--product-code is required"
+deploy events --product-code abc123 --stage prod --dry-run
+expect_exit 2
+expect_err "--product-code is for 'main' and 'all'"
+end
+
+begin "preflight: stage name format"
+deploy events --stage Prod --dry-run
+expect_exit 2
+expect_err "stage 'Prod' is not valid"
+deploy events --stage a-stage-name-too-long --dry-run
+expect_exit 2
+deploy events --dry-run
+expect_exit 2
+expect_err "--stage is required"
+deploy events --stage --dry-run
+expect_exit 2
+expect_err "--stage needs a value"
+end
+
+begin "preflight: main needs the events stack"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 4
+expect_err "the events stack awsmp-events-prod does not exist in us-east-1"
+expect_err "./deploy.sh events --stage prod"
+no_changes
+end
+
+begin "preflight: a busy stack is left alone"
+existing_events UPDATE_IN_PROGRESS
+deploy events --stage prod --yes
+expect_exit 4
+expect_err "is busy (UPDATE_IN_PROGRESS)"
+no_changes
+end
+
+begin "preflight: a failed first create is never deleted or recreated by deploy.sh"
+existing_events ROLLBACK_COMPLETE
+deploy events --stage prod --yes
+expect_exit 4
+expect_err "deploy.sh never deletes a stack"
+expect_err "aws cloudformation describe-stack-events --stack-name awsmp-events-prod --region us-east-1"
+no_changes
+end
+
+begin "preflight: UPDATE_ROLLBACK_FAILED needs continue-update-rollback"
+existing_events
+existing_main us-west-2 UPDATE_ROLLBACK_FAILED
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 4
+expect_err "aws cloudformation continue-update-rollback --stack-name awsmp-main-abc123-prod --region us-west-2"
+no_changes
+end
+
+begin "preflight: a retained subscribers table without its stack stops the create"
+mkdir -p "$STATE/tables/us-east-1"
+touch "$STATE/tables/us-east-1/awsmp-subscribers-prod"
+deploy events --stage prod --yes
+expect_exit 4
+expect_err "table awsmp-subscribers-prod already exists in us-east-1, and stack awsmp-events-prod does not"
+expect_err "--change-set-type IMPORT"
+no_changes
+end
+
+begin "preflight: another stage's customer-profile table stops a second stage in the Region"
+existing_events
+mkdir -p "$STATE/tables/us-west-2"
+touch "$STATE/tables/us-west-2/awsmp-abc123-customer-profile"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 4
+expect_err "table awsmp-abc123-customer-profile already exists in us-west-2"
+no_changes
+end
+
+begin "preflight: too little Lambda concurrency for the reserved functions"
+existing_events
+mkdir -p "$STATE/lambda-unreserved"
+echo 10 >"$STATE/lambda-unreserved/us-west-2"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 3
+expect_err "Lambda concurrency in us-west-2 is too low"
+expect_err "Service Quotas"
+no_changes
+end
+
+begin "not on a terminal and no --yes: the plan is printed, nothing deployed"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS
+expect_exit 2
+expect_out "awsmp-metering deploy plan"
+expect_err "re-run with --yes"
+no_changes
+end
+
+# ------------------------------------------------------------------ failures while deploying
+begin "a failing events deploy stops before any main stack"
+touch "$STATE/sam-deploy-fails"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+[ "$RC" != 0 ] || fail "exit 0 after a failed sam deploy"
+expect_calls "sam deploy" 1
+expect_no_call "sam deploy --template-file .aws-sam/build-main"
+expect_no_out "Done."
+end
+
+begin "a failing build deploys nothing"
+touch "$STATE/sam-build-fails"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+[ "$RC" != 0 ] || fail "exit 0 after a failed sam build"
+expect_no_call "sam deploy"
+end
+
+# ------------------------------------------------------------------ the local stack
+begin "--local runs awsmp local up and passes its options through"
+deploy --local --serve
+expect_exit 0
+expect_call "cargo run --release -p awsmp-cli --bin awsmp -- local up --serve"
+expect_no_call "aws "
+expect_no_call "sam "
+end
+
+begin "--local without cargo says how to get it"
+without_tool cargo
+deploy --local
+expect_exit 3
+expect_err "cargo is not on PATH"
+end
+
+# ------------------------------------------------------------------ templates
+begin "templates match ARCHITECTURE.md (environment, wiring, tables, IAM, alarms)"
+RC=0
+if command -v python3 >/dev/null 2>&1; then
+  python3 "$HERE/check_templates.py" "$ROOT" >"$WORK/out" 2>"$WORK/err" || RC=$?
+  : >"$LOG"
+  expect_exit 0
+  if [ "$CURRENT_FAILED" = 1 ]; then grep -v '^ok' "$WORK/out" | sed 's/^/    /'; fi
+  tail -1 "$WORK/out" | sed 's/^/    /'
+else
+  fail "python3 is needed for the template checks"
+fi
+end
+
+echo
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
