@@ -1,0 +1,1 @@
+//! awsmp-aws: thin AWS SDK adapters for the awsmp-core ports (being written).

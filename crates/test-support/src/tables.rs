@@ -1,0 +1,326 @@
+//! The project's DynamoDB tables as data ([`TableSpec`]), the fixed definitions from
+//! ARCHITECTURE.md's Tables section, and creating any spec on an emulator.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType,
+};
+
+use crate::error::TestSupportError;
+
+/// A key attribute: name and scalar type (`S`, `N` or `B`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyAttr {
+    /// Attribute name.
+    pub name: String,
+    /// `S`, `N` or `B`.
+    pub kind: String,
+}
+
+impl KeyAttr {
+    /// A string key attribute.
+    pub fn s(name: &str) -> Self {
+        KeyAttr {
+            name: name.to_string(),
+            kind: "S".to_string(),
+        }
+    }
+}
+
+/// What a GSI projects.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum IndexProjection {
+    /// Keys only.
+    KeysOnly,
+    /// Keys plus these attributes (compared sorted).
+    Include(Vec<String>),
+    /// Every attribute.
+    All,
+}
+
+/// One global secondary index.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IndexSpec {
+    /// Index name.
+    pub name: String,
+    /// Hash key.
+    pub hash: KeyAttr,
+    /// Range key, if any.
+    pub range: Option<KeyAttr>,
+    /// Projection.
+    pub projection: IndexProjection,
+}
+
+/// A table's name, keys and GSIs: everything that decides how items are stored and
+/// found (billing and encryption settings do not matter to tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    /// Table name.
+    pub name: String,
+    /// Partition key.
+    pub hash: KeyAttr,
+    /// Sort key, if any.
+    pub range: Option<KeyAttr>,
+    /// GSIs, sorted by name.
+    pub indexes: Vec<IndexSpec>,
+}
+
+impl TableSpec {
+    /// The same spec under another name (to compare shapes regardless of naming).
+    pub fn renamed(&self, name: &str) -> TableSpec {
+        TableSpec {
+            name: name.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// Sorts indexes and INCLUDE lists so two specs of the same shape compare equal.
+    pub fn normalized(mut self) -> TableSpec {
+        for index in &mut self.indexes {
+            if let IndexProjection::Include(attrs) = &mut index.projection {
+                attrs.sort();
+            }
+        }
+        self.indexes.sort();
+        self
+    }
+}
+
+/// `awsmp-subscribers-<stage>`: PK `licenseArn`, SK `customerAWSAccountId`; GSIs
+/// `agreement` (agreementId/licenseArn, KEYS_ONLY) and the sparse `deprovisioning`
+/// (deprovisioningIndex/deprovisioningExpiry, ALL).
+pub fn subscribers_table_spec(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_string(),
+        hash: KeyAttr::s("licenseArn"),
+        range: Some(KeyAttr::s("customerAWSAccountId")),
+        indexes: vec![
+            IndexSpec {
+                name: "agreement".into(),
+                hash: KeyAttr::s("agreementId"),
+                range: Some(KeyAttr::s("licenseArn")),
+                projection: IndexProjection::KeysOnly,
+            },
+            IndexSpec {
+                name: "deprovisioning".into(),
+                hash: KeyAttr::s("deprovisioningIndex"),
+                range: Some(KeyAttr::s("deprovisioningExpiry")),
+                projection: IndexProjection::All,
+            },
+        ],
+    }
+    .normalized()
+}
+
+/// The raw usage table: PK `licenseArn`, SK `customerAWSAccountId_dimension_timestamp`;
+/// sparse GSI `metering_pending` (meteringPending/licenseArn, INCLUDE
+/// customerAWSAccountId, dimension).
+pub fn usage_table_spec(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_string(),
+        hash: KeyAttr::s("licenseArn"),
+        range: Some(KeyAttr::s("customerAWSAccountId_dimension_timestamp")),
+        indexes: vec![IndexSpec {
+            name: "metering_pending".into(),
+            hash: KeyAttr::s("meteringPending"),
+            range: Some(KeyAttr::s("licenseArn")),
+            projection: IndexProjection::Include(vec![
+                "customerAWSAccountId".into(),
+                "dimension".into(),
+            ]),
+        }],
+    }
+    .normalized()
+}
+
+/// The aggregated-usage table: PK `licenseArn`, SK `account_dimension_hour`; sparse
+/// GSI `metering_pending` (meteringPending/licenseArn, ALL).
+pub fn aggregated_table_spec(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_string(),
+        hash: KeyAttr::s("licenseArn"),
+        range: Some(KeyAttr::s("account_dimension_hour")),
+        indexes: vec![IndexSpec {
+            name: "metering_pending".into(),
+            hash: KeyAttr::s("meteringPending"),
+            range: Some(KeyAttr::s("licenseArn")),
+            projection: IndexProjection::All,
+        }],
+    }
+    .normalized()
+}
+
+/// The customer-profile table: PK `licenseArn`, SK `customerAWSAccountId`, no GSI.
+pub fn profile_table_spec(name: &str) -> TableSpec {
+    TableSpec {
+        name: name.to_string(),
+        hash: KeyAttr::s("licenseArn"),
+        range: Some(KeyAttr::s("customerAWSAccountId")),
+        indexes: Vec::new(),
+    }
+}
+
+/// Creates the usage table named `name` (see [`usage_table_spec`]).
+pub async fn create_usage_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+    create_table(client, &usage_table_spec(name)).await
+}
+
+/// Creates the aggregated-usage table named `name` (see [`aggregated_table_spec`]).
+pub async fn create_aggregated_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+    create_table(client, &aggregated_table_spec(name)).await
+}
+
+/// Creates the subscribers table named `name` (see [`subscribers_table_spec`]).
+pub async fn create_subscribers_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+    create_table(client, &subscribers_table_spec(name)).await
+}
+
+/// Creates the customer-profile table named `name` (see [`profile_table_spec`]).
+pub async fn create_profile_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+    create_table(client, &profile_table_spec(name)).await
+}
+
+fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement, TestSupportError> {
+    KeySchemaElement::builder()
+        .attribute_name(&attr.name)
+        .key_type(key_type)
+        .build()
+        .map_err(|e| TestSupportError::aws("build KeySchemaElement", &e))
+}
+
+fn key_schema(
+    hash: &KeyAttr,
+    range: &Option<KeyAttr>,
+) -> Result<Vec<KeySchemaElement>, TestSupportError> {
+    let mut schema = vec![key_element(hash, KeyType::Hash)?];
+    if let Some(range) = range {
+        schema.push(key_element(range, KeyType::Range)?);
+    }
+    Ok(schema)
+}
+
+/// Creates a table (pay-per-request) from a spec. moto creates tables ACTIVE at once.
+pub async fn create_table(client: &Client, spec: &TableSpec) -> Result<(), TestSupportError> {
+    // Every key attribute of the table and its indexes, once each.
+    let mut attrs: Vec<&KeyAttr> = vec![&spec.hash];
+    attrs.extend(spec.range.iter());
+    for index in &spec.indexes {
+        attrs.push(&index.hash);
+        attrs.extend(index.range.iter());
+    }
+    let mut definitions = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for attr in attrs {
+        if seen.insert(attr.name.clone()) {
+            definitions.push(
+                AttributeDefinition::builder()
+                    .attribute_name(&attr.name)
+                    .attribute_type(ScalarAttributeType::from(attr.kind.as_str()))
+                    .build()
+                    .map_err(|e| TestSupportError::aws("build AttributeDefinition", &e))?,
+            );
+        }
+    }
+    let mut request = client
+        .create_table()
+        .table_name(&spec.name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .set_attribute_definitions(Some(definitions))
+        .set_key_schema(Some(key_schema(&spec.hash, &spec.range)?));
+    for index in &spec.indexes {
+        let projection = match &index.projection {
+            IndexProjection::KeysOnly => Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+            IndexProjection::All => Projection::builder()
+                .projection_type(ProjectionType::All)
+                .build(),
+            IndexProjection::Include(attrs) => Projection::builder()
+                .projection_type(ProjectionType::Include)
+                .set_non_key_attributes(Some(attrs.clone()))
+                .build(),
+        };
+        request = request.global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(&index.name)
+                .set_key_schema(Some(key_schema(&index.hash, &index.range)?))
+                .projection(projection)
+                .build()
+                .map_err(|e| TestSupportError::aws("build GlobalSecondaryIndex", &e))?,
+        );
+    }
+    request
+        .send()
+        .await
+        .map_err(|e| TestSupportError::aws(format!("CreateTable {}", spec.name), &e))?;
+    Ok(())
+}
+
+/// Reads a live table's keys and GSIs back as a [`TableSpec`] (to check what was made).
+pub async fn describe_table_spec(
+    client: &Client,
+    name: &str,
+) -> Result<TableSpec, TestSupportError> {
+    let out = client
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+        .map_err(|e| TestSupportError::aws(format!("DescribeTable {name}"), &e))?;
+    let bad = |message: String| TestSupportError::Aws {
+        operation: format!("DescribeTable {name}"),
+        message,
+    };
+    let table = out
+        .table
+        .ok_or_else(|| bad("no Table in response".into()))?;
+    let kinds: std::collections::BTreeMap<String, String> = table
+        .attribute_definitions()
+        .iter()
+        .map(|d| {
+            (
+                d.attribute_name().to_string(),
+                d.attribute_type().as_str().to_string(),
+            )
+        })
+        .collect();
+    let keys = |schema: &[KeySchemaElement]| -> (Option<KeyAttr>, Option<KeyAttr>) {
+        let find = |t: KeyType| {
+            schema.iter().find(|k| *k.key_type() == t).map(|k| KeyAttr {
+                name: k.attribute_name().to_string(),
+                kind: kinds.get(k.attribute_name()).cloned().unwrap_or_default(),
+            })
+        };
+        (find(KeyType::Hash), find(KeyType::Range))
+    };
+    let (hash, range) = keys(table.key_schema());
+    let hash = hash.ok_or_else(|| bad("table has no HASH key".into()))?;
+    let mut indexes = Vec::new();
+    for gsi in table.global_secondary_indexes() {
+        let (index_hash, index_range) = keys(gsi.key_schema());
+        let projection = gsi.projection();
+        let projection = match projection.and_then(|p| p.projection_type()) {
+            Some(ProjectionType::KeysOnly) => IndexProjection::KeysOnly,
+            Some(ProjectionType::Include) => IndexProjection::Include(
+                projection
+                    .map(|p| p.non_key_attributes().to_vec())
+                    .unwrap_or_default(),
+            ),
+            _ => IndexProjection::All,
+        };
+        indexes.push(IndexSpec {
+            name: gsi.index_name().unwrap_or_default().to_string(),
+            hash: index_hash.ok_or_else(|| bad("index has no HASH key".into()))?,
+            range: index_range,
+            projection,
+        });
+    }
+    Ok(TableSpec {
+        name: name.to_string(),
+        hash,
+        range,
+        indexes,
+    }
+    .normalized())
+}
