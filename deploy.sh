@@ -18,6 +18,8 @@ MAIN_TEMPLATE="template-main.yaml"
 SAMCONFIG="samconfig.toml"
 # AWS Marketplace sends agreement/license events only to us-east-1's default bus.
 EVENTS_REGION="us-east-1"
+# AWS CLI v2 would page long output through `less` on a terminal.
+export AWS_PAGER=""
 
 # Commercial Regions where BatchMeterUsage is offered, from the AWS Marketplace docs
 # "Supported AWS Regions for the AWS Marketplace Metering API" (BatchMeterUsage,
