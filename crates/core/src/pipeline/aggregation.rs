@@ -279,6 +279,7 @@ fn dedup(keys: Vec<String>) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::sync::Mutex;
 

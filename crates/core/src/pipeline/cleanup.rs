@@ -202,6 +202,7 @@ impl Cleanup<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::memory::{StoreOp, reference_row};

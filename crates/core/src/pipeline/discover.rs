@@ -473,6 +473,7 @@ fn hour_in_sort_key(sort_key: &str, account: &str, dimension: &str) -> Option<Ho
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;

@@ -7,7 +7,9 @@ pub mod budget;
 pub mod cleanup;
 pub mod discover;
 pub mod error;
+pub mod pacing;
 pub mod retry;
+pub mod submit;
 
 use chrono::Timelike;
 

@@ -24,6 +24,9 @@ use crate::pipeline::budget::Budget;
 use crate::pipeline::cleanup::{CleanupPorts, CleanupReport, cleanup};
 use crate::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use crate::pipeline::error::PipelineError;
+use crate::pipeline::submit::{
+    DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
+};
 use crate::ports::{Clock, Cursor, Page, PendingRawRef, PortError, UsageStore, WorkMessage};
 use crate::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 
@@ -255,6 +258,31 @@ impl World {
         let failed = self.aggregate_all(now).await;
         assert!(failed.is_empty(), "aggregation failed: {failed:?}");
         self.cleanup_all(now).await;
+    }
+
+    pub fn submit_settings(&self) -> SubmitSettings {
+        SubmitSettings::new(MeteringMode::Live, self.zero_policy, DeploymentMode::Full)
+    }
+
+    pub fn submit_ports(&self) -> SubmitPorts<'_> {
+        SubmitPorts {
+            aggregated: &self.aggregated,
+            subscribers: &self.subscribers,
+            metering: &self.api,
+            metrics: &self.metrics,
+            clock: &self.clock,
+        }
+    }
+
+    pub async fn submit(&self, now: Instant) -> SubmitReport {
+        submit(
+            now,
+            &self.submit_settings(),
+            self.submit_ports(),
+            Budget::UNLIMITED,
+        )
+        .await
+        .unwrap()
     }
 
     /// Every raw row's status (None while pending).

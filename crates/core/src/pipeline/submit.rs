@@ -1,0 +1,1457 @@
+//! The submitter's use case: drain pending aggregated records oldest-first
+//! (deprovisioning licenses first), claim each record, send per-product batches of ≤ 25
+//! records / ≤ 1 MB to `BatchMeterUsage` with bisection, paced under the 10 requests/s
+//! quota, and write every batch's outcome back before the next batch goes out. Then
+//! age out what can no longer be submitted.
+//!
+//! Outcome of one record, and the status it is given:
+//!
+//! | answer | status | metric |
+//! |---|---|---|
+//! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` |
+//! | `DuplicateRecord` | `DuplicateRecord` (also when the duplicate is our own earlier send, interrupted before its outcome was written: the hour is billed, first write wins) | |
+//! | `CustomerNotSubscribed`, subscribers table has no active row yet | stays `Pending` (retried next run until the window closes) | |
+//! | `CustomerNotSubscribed`, otherwise | `CustomerNotSubscribed` | `CustomerNotSubscribed` |
+//! | `UnprocessedRecords` twice (one retry after a jittered backoff) | stays `Pending` | `UsageRecordUnprocessed` |
+//! | validation exception isolated by bisection | `Error` + exception name | `BatchMeterUsageException{Exception}` |
+//! | sub-batch at the bisection depth cap | stays `Pending` | `BisectDepthExceeded` |
+//! | throttling / internal error | stays `Pending`; jittered backoff; the run stops after repeated throttling | |
+//! | `DisabledApiException` | stays `Pending`; the run stops | `MeteringApiDisabled` |
+//! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
+//! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use crate::aggregate::{ZeroQuantityPolicy, is_skipped_zero, submission_due};
+use crate::batch::{BatchLimits, plan_batches};
+use crate::bisect::{BisectReport, RecordResult, StopKind, send_with_bisection};
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, SubscriptionStatus};
+use crate::pipeline::budget::Budget;
+use crate::pipeline::error::PipelineError;
+use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
+use crate::ports::{
+    AggregatedStore, Clock, MeteringApi, MeteringRecord, MetricsSink, RecordVerdict,
+    SubmissionUpdate, SubscriberStore, metric,
+};
+use crate::time::{self, HourBucket, Instant};
+
+/// Reason stored on a record that could not be sent because it exceeds 1 MB alone.
+pub const REASON_REQUEST_TOO_LARGE: &str = "RequestTooLarge";
+/// Reason stored on a zero hour closed unsent under the `skip` policy.
+pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
+/// Reason stored on a record that aged out while an interrupted run held it: it may
+/// have been billed (check the Seller Reports / `awsmp reconcile`).
+pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
+
+/// `METERING_MODE` with the test-account allowlist it requires or forbids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeteringMode {
+    /// Bill for real.
+    Live,
+    /// Never call `BatchMeterUsage`: records of these test accounts become
+    /// `DryRunSubmitted`; every other record stays pending (and is logged).
+    DryRun {
+        /// 12-digit test accounts.
+        allowlist: BTreeSet<String>,
+    },
+}
+
+/// A `METERING_MODE` / `TEST_ACCOUNT_ALLOWLIST` combination that must not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MeteringModeError {
+    /// Not `live` or `dry-run`.
+    #[error("METERING_MODE must be \"live\" or \"dry-run\", got {0:?}")]
+    UnknownMode(String),
+    /// Live billing with a test allowlist set: a half-configured dry run would bill.
+    #[error(
+        "METERING_MODE=live refuses to start with TEST_ACCOUNT_ALLOWLIST set (unset it to bill, or use dry-run)"
+    )]
+    LiveWithAllowlist,
+    /// Dry run with nobody to "submit" for.
+    #[error(
+        "METERING_MODE=dry-run requires TEST_ACCOUNT_ALLOWLIST (comma-separated 12-digit test accounts)"
+    )]
+    DryRunWithoutAllowlist,
+    /// An allowlist entry that is not an account id.
+    #[error("TEST_ACCOUNT_ALLOWLIST entry {0:?} is not a 12-digit AWS account id")]
+    BadAccount(String),
+}
+
+impl MeteringMode {
+    /// Validates the mode text and the allowlist together.
+    pub fn from_parts(mode: &str, allowlist: &[String]) -> Result<Self, MeteringModeError> {
+        if let Some(bad) = allowlist
+            .iter()
+            .find(|a| a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(MeteringModeError::BadAccount(bad.clone()));
+        }
+        match mode.trim() {
+            "live" if allowlist.is_empty() => Ok(MeteringMode::Live),
+            "live" => Err(MeteringModeError::LiveWithAllowlist),
+            "dry-run" if allowlist.is_empty() => Err(MeteringModeError::DryRunWithoutAllowlist),
+            "dry-run" => Ok(MeteringMode::DryRun {
+                allowlist: allowlist.iter().cloned().collect(),
+            }),
+            other => Err(MeteringModeError::UnknownMode(other.to_string())),
+        }
+    }
+}
+
+/// `DEPLOYMENT_MODE`: whether the aggregation stages exist. The submitter behaves the
+/// same either way (in direct-submit mode the seller writes the aggregated rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeploymentMode {
+    /// Discoverer, aggregator and cleanup feed the aggregated table.
+    Full,
+    /// The seller writes finalized hourly totals into the aggregated table.
+    DirectSubmit,
+}
+
+impl DeploymentMode {
+    /// The configuration text.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeploymentMode::Full => "full",
+            DeploymentMode::DirectSubmit => "direct-submit",
+        }
+    }
+}
+
+impl fmt::Display for DeploymentMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `DEPLOYMENT_MODE` that is not `full` or `direct-submit`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("DEPLOYMENT_MODE must be \"full\" or \"direct-submit\", got {0:?}")]
+pub struct InvalidDeploymentMode(pub String);
+
+impl FromStr for DeploymentMode {
+    type Err = InvalidDeploymentMode;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "full" => Ok(DeploymentMode::Full),
+            "direct-submit" => Ok(DeploymentMode::DirectSubmit),
+            other => Err(InvalidDeploymentMode(other.to_string())),
+        }
+    }
+}
+
+/// The submitter's knobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitSettings {
+    /// Live or dry-run.
+    pub mode: MeteringMode,
+    /// `ZERO_QUANTITY_POLICY`.
+    pub zero_policy: ZeroQuantityPolicy,
+    /// `DEPLOYMENT_MODE` (logged; behaviour is the same).
+    pub deployment: DeploymentMode,
+    /// Batch caps (the service's by default).
+    pub limits: BatchLimits,
+    /// Spacing of `BatchMeterUsage` calls (100 ms = the 10 requests/s quota).
+    pub min_call_interval: Duration,
+    /// How long a claim holds a record when the run has no deadline.
+    pub claim_lease: chrono::Duration,
+    /// Consecutive throttled batches after which the run stops.
+    pub max_throttled_batches: u32,
+    /// Backoff ceiling for the first retry (unprocessed records, throttling).
+    pub backoff_base: Duration,
+    /// Largest backoff.
+    pub backoff_cap: Duration,
+    /// How far before the window the age-out sweep looks.
+    pub age_out_lookback_hours: i64,
+}
+
+impl SubmitSettings {
+    /// Settings with the production defaults.
+    pub fn new(
+        mode: MeteringMode,
+        zero_policy: ZeroQuantityPolicy,
+        deployment: DeploymentMode,
+    ) -> Self {
+        SubmitSettings {
+            mode,
+            zero_policy,
+            deployment,
+            limits: BatchLimits::AWS,
+            min_call_interval: MIN_CALL_INTERVAL,
+            claim_lease: chrono::Duration::minutes(15),
+            max_throttled_batches: 3,
+            backoff_base: Duration::from_millis(200),
+            backoff_cap: Duration::from_secs(5),
+            age_out_lookback_hours: crate::pipeline::discover::DEFAULT_AGE_OUT_LOOKBACK_HOURS,
+        }
+    }
+
+    fn backoff(&self, retry: u32) -> Duration {
+        RetryPolicy {
+            attempts: u32::MAX,
+            base: self.backoff_base,
+            cap: self.backoff_cap,
+        }
+        .delay(retry)
+    }
+}
+
+/// The ports the submitter uses.
+#[derive(Clone, Copy)]
+pub struct SubmitPorts<'a> {
+    /// Aggregated-usage table.
+    pub aggregated: &'a dyn AggregatedStore,
+    /// Subscribers table (deprovisioning index; the CustomerNotSubscribed rule).
+    pub subscribers: &'a dyn SubscriberStore,
+    /// `BatchMeterUsage`.
+    pub metering: &'a dyn MeteringApi,
+    /// Metrics.
+    pub metrics: &'a dyn MetricsSink,
+    /// Clock (pacing, backoff, deadline).
+    pub clock: &'a dyn Clock,
+}
+
+/// What one run did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmitReport {
+    /// `BatchMeterUsage` calls made.
+    pub api_calls: u64,
+    /// Records billed (`Success`).
+    pub success: usize,
+    /// Records answered `DuplicateRecord`.
+    pub duplicate: usize,
+    /// Records closed `CustomerNotSubscribed`.
+    pub not_subscribed: usize,
+    /// `CustomerNotSubscribed` kept pending (no active subscriber row yet).
+    pub awaiting_subscription: usize,
+    /// Records closed `Error`.
+    pub errors: usize,
+    /// Records left pending after the unprocessed retry.
+    pub unprocessed: usize,
+    /// Records left pending for any other reason (depth cap, throttling, stop).
+    pub left_pending: usize,
+    /// Records a claim could not be taken for (moved since read; next run).
+    pub claim_skipped: usize,
+    /// Dry run: records marked `DryRunSubmitted`.
+    pub dry_run_submitted: usize,
+    /// Dry run: records of accounts not on the allowlist, left pending.
+    pub dry_run_skipped: usize,
+    /// Records aged out (`SubmissionExpired`).
+    pub expired: usize,
+    /// Why the run stopped early, if it did (`deadline`, `throttled`, `disabled`, ...).
+    pub stopped: Option<String>,
+}
+
+/// Why the run must stop sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Deadline,
+    Throttled,
+    Disabled,
+}
+
+impl Stop {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stop::Deadline => "deadline",
+            Stop::Throttled => "throttled",
+            Stop::Disabled => "disabled",
+        }
+    }
+}
+
+/// Runs one submission at `now` (the triggering event's time).
+///
+/// Order: (1) records of `deprovisioning` licenses in every live hour, the current one
+/// included (their final-usage window is closing); (2) everyone else's records in
+/// completed hours, oldest first; (3) age-out of records in expired hours. Within a
+/// product, records are batched in that order; each batch's records are claimed
+/// (`inFlightUntil`, conditional on the version read, so a record folded meanwhile is
+/// skipped this run), sent, and their outcomes written before the next batch.
+///
+/// Store failures end the run with an error after what was done; the records of a
+/// batch whose outcome could not be written keep their claim until its lease ends
+/// and are then re-sent (Marketplace deduplicates; see the module table).
+pub async fn submit(
+    now: Instant,
+    settings: &SubmitSettings,
+    ports: SubmitPorts<'_>,
+    budget: Budget,
+) -> Result<SubmitReport, PipelineError> {
+    info!(now = %now, deployment = %settings.deployment, zero_policy = %settings.zero_policy,
+        dry_run = matches!(settings.mode, MeteringMode::DryRun { .. }), "submission run");
+    let paced = PacedMeteringApi::new(ports.metering, ports.clock, settings.min_call_interval);
+    let lease = budget
+        .remaining(ports.clock)
+        .map_or(settings.claim_lease, |left| {
+            left + chrono::Duration::minutes(1)
+        });
+    let mut run = Run {
+        now,
+        until: now + lease,
+        settings,
+        ports,
+        paced: &paced,
+        budget,
+        report: SubmitReport::default(),
+        subscribers: HashMap::new(),
+        consecutive_throttles: 0,
+    };
+    let current = HourBucket::containing(now);
+
+    let deprovisioning: BTreeSet<String> = match ports.subscribers.deprovisioning().await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
+            .map(|r| r.license_arn)
+            .collect(),
+        Err(e) => {
+            // Their completed hours still go out with everyone else's.
+            error!(error = %e, "deprovisioning index unreadable; no flush-first ordering this run");
+            BTreeSet::new()
+        }
+    };
+
+    let outcome = async {
+        if !deprovisioning.is_empty() {
+            for bucket in time::live_buckets(now) {
+                let records = run
+                    .pending(bucket, |r| deprovisioning.contains(&r.key.license_arn))
+                    .await?;
+                run.send_all(records).await?;
+            }
+        }
+        for bucket in time::live_buckets(now).into_iter().filter(|b| *b < current) {
+            let records = run
+                .pending(bucket, |r| !deprovisioning.contains(&r.key.license_arn))
+                .await?;
+            run.send_all(records).await?;
+        }
+        Ok::<(), RunError>(())
+    }
+    .await;
+    match outcome {
+        Ok(()) => {}
+        Err(RunError::Stop(stop)) => run.report.stopped = Some(stop.as_str().to_string()),
+        Err(RunError::Pipeline(e)) => {
+            run.report.api_calls = paced.calls();
+            return Err(e);
+        }
+    }
+    if run.report.stopped.is_none() {
+        match run.age_out().await {
+            Ok(()) => {}
+            Err(RunError::Stop(stop)) => run.report.stopped = Some(stop.as_str().to_string()),
+            Err(RunError::Pipeline(e)) => return Err(e),
+        }
+    }
+    run.report.api_calls = paced.calls();
+    info!(
+        api_calls = run.report.api_calls,
+        success = run.report.success,
+        errors = run.report.errors,
+        left_pending = run.report.left_pending,
+        expired = run.report.expired,
+        stopped = ?run.report.stopped,
+        "submission finished"
+    );
+    Ok(run.report)
+}
+
+enum RunError {
+    Stop(Stop),
+    Pipeline(PipelineError),
+}
+
+impl<E: Into<PipelineError>> From<E> for RunError {
+    fn from(e: E) -> Self {
+        RunError::Pipeline(e.into())
+    }
+}
+
+struct Run<'a> {
+    now: Instant,
+    until: Instant,
+    settings: &'a SubmitSettings,
+    ports: SubmitPorts<'a>,
+    paced: &'a PacedMeteringApi<'a>,
+    budget: Budget,
+    report: SubmitReport,
+    /// Per-run cache: whether a license/account has an active-or-later subscriber row.
+    subscribers: HashMap<(String, String), bool>,
+    consecutive_throttles: u32,
+}
+
+impl Run<'_> {
+    fn check_budget(&self) -> Result<(), RunError> {
+        if self.budget.exhausted(self.ports.clock) {
+            Err(RunError::Stop(Stop::Deadline))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Every pending record of `bucket` selected by `take` and due under the zero policy.
+    async fn pending(
+        &mut self,
+        bucket: HourBucket,
+        take: impl Fn(&AggregatedRecord) -> bool,
+    ) -> Result<Vec<AggregatedRecord>, RunError> {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            self.check_budget()?;
+            let policy = RetryPolicy::STORE;
+            let page = retry_transient(self.ports.clock, policy, || {
+                self.ports.aggregated.pending_page(bucket, cursor.clone())
+            })
+            .await?;
+            out.extend(
+                page.items
+                    .into_iter()
+                    .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy)),
+            );
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn send_all(&mut self, records: Vec<AggregatedRecord>) -> Result<(), RunError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if let MeteringMode::DryRun { allowlist } = &self.settings.mode {
+            let allowlist = allowlist.clone();
+            return self.dry_run(records, &allowlist).await;
+        }
+        let metering: Vec<MeteringRecord> = records.iter().map(metering_record).collect();
+        let plan = plan_batches(&metering, self.settings.limits);
+        for oversized in &plan.oversized {
+            warn!(group = %oversized.key, bytes = oversized.body_bytes,
+                "record exceeds the request size limit even alone; it cannot be sent");
+            let update = SubmissionUpdate {
+                status: AggregatedStatus::Error,
+                reason: Some(REASON_REQUEST_TOO_LARGE.to_string()),
+                metering_record_id: None,
+            };
+            if self.write(&oversized.key, &update).await? {
+                self.report.errors += 1;
+                self.ports.metrics.count(
+                    metric::BATCH_METER_USAGE_EXCEPTION,
+                    &[("Exception", REASON_REQUEST_TOO_LARGE)],
+                    1,
+                );
+            }
+        }
+        for batch in &plan.batches {
+            self.check_budget()?;
+            let members: Vec<&AggregatedRecord> = batch
+                .input_indexes()
+                .iter()
+                .filter_map(|i| records.get(*i))
+                .collect();
+            self.send_batch(&members).await?;
+        }
+        Ok(())
+    }
+
+    /// Claims, sends and records one planned batch.
+    async fn send_batch(&mut self, members: &[&AggregatedRecord]) -> Result<(), RunError> {
+        let mut claimed: Vec<&AggregatedRecord> = Vec::with_capacity(members.len());
+        for record in members {
+            if self.claim(record).await? {
+                claimed.push(record);
+            } else {
+                self.report.claim_skipped += 1;
+            }
+        }
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<MeteringRecord> = claimed.iter().map(|r| metering_record(r)).collect();
+        let mut sent = send_with_bisection(self.paced, &batch).await;
+
+        // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
+        let unprocessed: Vec<usize> = unprocessed_indexes(&sent);
+        if !unprocessed.is_empty() && sent.stopped.is_none() {
+            let delay = self.settings.backoff(1);
+            warn!(
+                records = unprocessed.len(),
+                ?delay,
+                "unprocessed records; retrying once"
+            );
+            self.ports.clock.sleep(delay).await;
+            let retry: Vec<MeteringRecord> = unprocessed
+                .iter()
+                .filter_map(|i| batch.get(*i).cloned())
+                .collect();
+            let again = send_with_bisection(self.paced, &retry).await;
+            for (position, index) in unprocessed.iter().enumerate() {
+                if let (Some(slot), Some(result)) =
+                    (sent.results.get_mut(*index), again.results.get(position))
+                {
+                    *slot = result.clone();
+                }
+            }
+            sent.depth_exceeded.extend(again.depth_exceeded);
+            sent.stopped = again.stopped;
+        }
+
+        for depth in &sent.depth_exceeded {
+            self.ports.metrics.count(
+                metric::BISECT_DEPTH_EXCEEDED,
+                &[("Exception", &depth.exception)],
+                1,
+            );
+        }
+        for (record, result) in claimed.iter().zip(sent.results.iter()) {
+            let update = self.update_for(record, result).await?;
+            self.write(&record.key, &update).await?;
+        }
+
+        match sent.stopped.as_ref().map(|s| s.kind()) {
+            None => {
+                self.consecutive_throttles = 0;
+                Ok(())
+            }
+            Some(StopKind::Disabled) => {
+                error!(
+                    "BatchMeterUsage is disabled in this Region (DisabledApiException); stopping the run"
+                );
+                self.ports
+                    .metrics
+                    .count(metric::METERING_API_DISABLED, &[], 1);
+                Err(RunError::Stop(Stop::Disabled))
+            }
+            Some(kind) => {
+                self.consecutive_throttles += 1;
+                if self.consecutive_throttles >= self.settings.max_throttled_batches {
+                    warn!(
+                        ?kind,
+                        batches = self.consecutive_throttles,
+                        "still throttled; leaving the rest pending"
+                    );
+                    return Err(RunError::Stop(Stop::Throttled));
+                }
+                let delay = self.settings.backoff(self.consecutive_throttles);
+                warn!(
+                    ?kind,
+                    ?delay,
+                    "BatchMeterUsage throttled or failing; backing off"
+                );
+                self.ports.clock.sleep(delay).await;
+                Ok(())
+            }
+        }
+    }
+
+    async fn claim(&mut self, record: &AggregatedRecord) -> Result<bool, RunError> {
+        let policy = RetryPolicy::STORE;
+        Ok(retry_transient(self.ports.clock, policy, || {
+            self.ports
+                .aggregated
+                .claim(&record.key, record.version, self.now, self.until)
+        })
+        .await?)
+    }
+
+    async fn write(&mut self, key: &GroupKey, update: &SubmissionUpdate) -> Result<bool, RunError> {
+        let policy = RetryPolicy::STORE;
+        Ok(retry_transient(self.ports.clock, policy, || {
+            self.ports.aggregated.record(key, update, self.now)
+        })
+        .await?)
+    }
+
+    /// The status one answer gives its record (see the module table), with metrics.
+    async fn update_for(
+        &mut self,
+        record: &AggregatedRecord,
+        result: &RecordResult,
+    ) -> Result<SubmissionUpdate, RunError> {
+        let pending = SubmissionUpdate {
+            status: AggregatedStatus::Pending,
+            reason: None,
+            metering_record_id: None,
+        };
+        let metrics = self.ports.metrics;
+        Ok(match result {
+            RecordResult::Answered(RecordVerdict::Success { metering_record_id }) => {
+                self.report.success += 1;
+                metrics.count(metric::USAGE_RECORD_SUBMITTED, &[], 1);
+                SubmissionUpdate {
+                    status: AggregatedStatus::Success,
+                    reason: None,
+                    metering_record_id: Some(metering_record_id.clone()),
+                }
+            }
+            RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => {
+                self.report.duplicate += 1;
+                warn!(group = %record.key, quantity = record.quantity,
+                    "DuplicateRecord: Marketplace already holds this hour (first write wins)");
+                SubmissionUpdate {
+                    status: AggregatedStatus::DuplicateRecord,
+                    reason: None,
+                    metering_record_id: metering_record_id.clone(),
+                }
+            }
+            RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
+                if self.subscription_known(&record.key).await? {
+                    self.report.not_subscribed += 1;
+                    metrics.count(metric::CUSTOMER_NOT_SUBSCRIBED, &[], 1);
+                    SubmissionUpdate {
+                        status: AggregatedStatus::CustomerNotSubscribed,
+                        reason: None,
+                        metering_record_id: None,
+                    }
+                } else {
+                    self.report.awaiting_subscription += 1;
+                    info!(group = %record.key,
+                        "CustomerNotSubscribed before License Updated arrived; retrying on later runs");
+                    pending
+                }
+            }
+            RecordResult::Answered(RecordVerdict::Unprocessed) => {
+                self.report.unprocessed += 1;
+                metrics.count(metric::USAGE_RECORD_UNPROCESSED, &[], 1);
+                pending
+            }
+            RecordResult::Isolated { exception, message } => {
+                self.report.errors += 1;
+                error!(group = %record.key, exception = %exception, message = %message,
+                    "BatchMeterUsage rejects this record");
+                metrics.count(
+                    metric::BATCH_METER_USAGE_EXCEPTION,
+                    &[("Exception", exception)],
+                    1,
+                );
+                SubmissionUpdate {
+                    status: AggregatedStatus::Error,
+                    reason: Some(exception.clone()),
+                    metering_record_id: None,
+                }
+            }
+            RecordResult::DepthExceeded { .. } | RecordResult::NotAnswered => {
+                self.report.left_pending += 1;
+                pending
+            }
+        })
+    }
+
+    /// Whether the subscribers table has an active (or later) subscription row for the
+    /// record's license and account. Without one, License Updated has not arrived yet
+    /// and `CustomerNotSubscribed` is not final (architecture.md §5).
+    async fn subscription_known(&mut self, key: &GroupKey) -> Result<bool, RunError> {
+        let cache_key = (key.license_arn.clone(), key.customer_aws_account_id.clone());
+        if let Some(known) = self.subscribers.get(&cache_key) {
+            return Ok(*known);
+        }
+        let policy = RetryPolicy::STORE;
+        let row = retry_transient(self.ports.clock, policy, || {
+            self.ports
+                .subscribers
+                .get(&key.license_arn, &key.customer_aws_account_id)
+        })
+        .await?;
+        let known = row.is_some_and(|r| r.subscription_status.is_some());
+        self.subscribers.insert(cache_key, known);
+        Ok(known)
+    }
+
+    async fn dry_run(
+        &mut self,
+        records: Vec<AggregatedRecord>,
+        allowlist: &BTreeSet<String>,
+    ) -> Result<(), RunError> {
+        for record in records {
+            self.check_budget()?;
+            if !allowlist.contains(&record.key.customer_aws_account_id) {
+                info!(group = %record.key, quantity = record.quantity,
+                    "dry run: account not on the test allowlist; left pending");
+                self.report.dry_run_skipped += 1;
+                continue;
+            }
+            if !self.claim(&record).await? {
+                self.report.claim_skipped += 1;
+                continue;
+            }
+            info!(group = %record.key, quantity = record.quantity, "dry run: would submit");
+            let update = SubmissionUpdate {
+                status: AggregatedStatus::DryRunSubmitted,
+                reason: None,
+                metering_record_id: None,
+            };
+            if self.write(&record.key, &update).await? {
+                self.report.dry_run_submitted += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives every record still pending in an expired hour `SubmissionExpired`.
+    async fn age_out(&mut self) -> Result<(), RunError> {
+        for bucket in time::expired_buckets(self.now, self.settings.age_out_lookback_hours) {
+            let mut cursor = None;
+            loop {
+                self.check_budget()?;
+                let policy = RetryPolicy::STORE;
+                let page = retry_transient(self.ports.clock, policy, || {
+                    self.ports.aggregated.pending_page(bucket, cursor.clone())
+                })
+                .await?;
+                for record in page.items {
+                    let quiet = is_skipped_zero(&record, self.settings.zero_policy);
+                    let reason = if quiet {
+                        Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
+                    } else if record.in_flight_until.is_some() {
+                        Some(REASON_INTERRUPTED_SUBMISSION.to_string())
+                    } else {
+                        None
+                    };
+                    let update = SubmissionUpdate {
+                        status: AggregatedStatus::SubmissionExpired,
+                        reason,
+                        metering_record_id: None,
+                    };
+                    if !self.write(&record.key, &update).await? {
+                        continue;
+                    }
+                    self.report.expired += 1;
+                    if !quiet {
+                        warn!(group = %record.key, quantity = record.quantity,
+                            "aggregated record aged out before it was submitted");
+                        self.ports
+                            .metrics
+                            .count(metric::USAGE_SUBMISSION_EXPIRED, &[], 1);
+                    }
+                }
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unprocessed_indexes(report: &BisectReport) -> Vec<usize> {
+    report
+        .results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, RecordResult::Answered(RecordVerdict::Unprocessed)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// The `BatchMeterUsage` record of an aggregated record.
+pub fn metering_record(record: &AggregatedRecord) -> MeteringRecord {
+    MeteringRecord {
+        key: record.key.clone(),
+        product_code: record.product_code.clone(),
+        quantity: record.quantity,
+        allocations: record.allocations.clone(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::memory::MemoryMeteringApi;
+    use crate::model::{Allocation, SubscriptionStatus, Tag};
+    use crate::pipeline::testkit::*;
+    use crate::ports::{MeteringError, PortError};
+
+    const NOW: &str = "2026-11-30T10:30:00Z";
+
+    fn pending(key: &GroupKey, quantity: i64) -> AggregatedRecord {
+        AggregatedRecord {
+            key: key.clone(),
+            product_code: PRODUCT.to_string(),
+            quantity,
+            allocations: None,
+            status: AggregatedStatus::Pending,
+            status_reason: None,
+            metering_record_id: None,
+            attempt_count: 0,
+            version: 1,
+            in_flight_until: None,
+        }
+    }
+
+    /// Stores `n` pending records (dimension `d0..`) for license 1 in `hour`, entitled.
+    fn seed(world: &World, n: usize, hour: &str, quantity: i64) -> Vec<GroupKey> {
+        let l = license(1);
+        world.api.entitle(&l, ACCOUNT_A);
+        (0..n)
+            .map(|i| {
+                let key = group(&l, ACCOUNT_A, &format!("d{i:03}"), hour);
+                world
+                    .tables
+                    .insert_aggregated(pending(&key, quantity), world.clock.now());
+                key
+            })
+            .collect()
+    }
+
+    fn status(world: &World, key: &GroupKey) -> AggregatedStatus {
+        world.record(key).unwrap().status
+    }
+
+    #[tokio::test]
+    async fn completed_hours_are_billed_in_paced_batches_of_25() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 30, "2026-11-30T09", 5);
+        let open_hour = seed(&world, 1, "2026-11-30T10", 5);
+
+        let report = world.submit(now).await;
+
+        assert_eq!((report.success, report.api_calls), (30, 2));
+        assert_eq!(
+            world.api.calls().iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![25, 5]
+        );
+        for key in &keys {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.status, AggregatedStatus::Success);
+            assert!(record.metering_record_id.is_some());
+            assert_eq!(record.in_flight_until, None);
+            assert_eq!(record.attempt_count, 1);
+            assert_eq!(world.api.ledger()[key].quantity, 5);
+        }
+        // The open hour waits for the next runs.
+        assert_eq!(status(&world, &open_hour[0]), AggregatedStatus::Pending);
+        // Paced: the second call waited out the 100 ms interval.
+        assert_eq!(world.clock.sleeps(), vec![MIN_CALL_INTERVAL]);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_SUBMITTED), 30);
+        // A second run sends nothing again.
+        let again = world.submit(now).await;
+        assert_eq!(again.api_calls, 0);
+    }
+
+    #[tokio::test]
+    async fn oldest_hours_go_first_and_deprovisioning_licenses_before_everyone() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l1 = license(1);
+        let l9 = license(9);
+        world.api.entitle(&l1, ACCOUNT_A);
+        world.api.entitle(&l9, ACCOUNT_B);
+        world.subscribe(
+            &l9,
+            ACCOUNT_B,
+            SubscriptionStatus::Deprovisioning,
+            Some(t("2026-11-30T11:00:00Z")),
+        );
+        let newer = group(&l1, ACCOUNT_A, "a", "2026-11-30T09");
+        let older = group(&l1, ACCOUNT_A, "a", "2026-11-29T20");
+        let flush_open = group(&l9, ACCOUNT_B, "a", "2026-11-30T10");
+        let flush_done = group(&l9, ACCOUNT_B, "a", "2026-11-30T08");
+        for key in [&newer, &older, &flush_open, &flush_done] {
+            world.tables.insert_aggregated(pending(key, 1), now);
+        }
+        let report = world.submit(now).await;
+        assert_eq!(report.success, 4);
+        let order: Vec<GroupKey> = world
+            .api
+            .calls()
+            .into_iter()
+            .flatten()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(order, vec![flush_done, flush_open, older, newer]);
+    }
+
+    #[tokio::test]
+    async fn an_undefined_dimension_is_isolated_and_its_batch_mates_still_bill() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 25, "2026-11-30T09", 2);
+        world
+            .api
+            .reject_dimension("d007", "InvalidUsageDimensionException");
+
+        let report = world.submit(now).await;
+
+        assert_eq!((report.success, report.errors), (24, 1));
+        let bad = world.record(&keys[7]).unwrap();
+        assert_eq!(bad.status, AggregatedStatus::Error);
+        assert_eq!(
+            bad.status_reason.as_deref(),
+            Some("InvalidUsageDimensionException")
+        );
+        assert!(!world.api.ledger().contains_key(&keys[7]));
+        assert_eq!(
+            world.metrics.get(
+                metric::BATCH_METER_USAGE_EXCEPTION,
+                &[("Exception", "InvalidUsageDimensionException")]
+            ),
+            1
+        );
+        // Bisection stays within ceil(log2(25)) levels: at most 2n - 1 calls, paced.
+        assert!(report.api_calls <= 49);
+        assert_eq!(world.clock.sleeps().len() as u64, report.api_calls - 1);
+    }
+
+    #[tokio::test]
+    async fn customer_not_subscribed_waits_for_license_updated_then_bills() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(2);
+        let early = group(&l, ACCOUNT_A, "a", "2026-11-30T08");
+        world.tables.insert_aggregated(pending(&early, 4), now);
+        let ended = group(&license(3), ACCOUNT_B, "a", "2026-11-30T08");
+        world.subscribe(&license(3), ACCOUNT_B, SubscriptionStatus::Inactive, None);
+        world.tables.insert_aggregated(pending(&ended, 4), now);
+
+        // GIVEN License Updated has not arrived for `early`
+        let report = world.submit(now).await;
+        assert_eq!(
+            (report.awaiting_subscription, report.not_subscribed),
+            (1, 1)
+        );
+        assert_eq!(status(&world, &early), AggregatedStatus::Pending);
+        assert_eq!(world.record(&early).unwrap().in_flight_until, None);
+        assert_eq!(
+            status(&world, &ended),
+            AggregatedStatus::CustomerNotSubscribed
+        );
+        assert_eq!(world.metrics.total(metric::CUSTOMER_NOT_SUBSCRIBED), 1);
+
+        // WHEN it arrives and Marketplace entitles the buyer
+        world.subscribe(&l, ACCOUNT_A, SubscriptionStatus::Active, None);
+        world.api.entitle(&l, ACCOUNT_A);
+        let later = t("2026-11-30T10:35:00Z");
+        let report = world.submit(later).await;
+        assert_eq!(report.success, 1);
+        assert_eq!(status(&world, &early), AggregatedStatus::Success);
+    }
+
+    /// Marketplace that leaves chosen dimensions unprocessed the first `times` calls
+    /// that carry them.
+    struct Unprocessing {
+        inner: MemoryMeteringApi,
+        dimension: String,
+        times: Mutex<u32>,
+    }
+
+    #[async_trait]
+    impl MeteringApi for Unprocessing {
+        async fn batch_meter_usage(
+            &self,
+            records: &[MeteringRecord],
+        ) -> Result<Vec<RecordVerdict>, MeteringError> {
+            let hit = records.iter().any(|r| r.key.dimension == self.dimension) && {
+                let mut left = self.times.lock().unwrap();
+                let go = *left > 0;
+                *left = left.saturating_sub(1);
+                go
+            };
+            if !hit {
+                return self.inner.batch_meter_usage(records).await;
+            }
+            let others: Vec<MeteringRecord> = records
+                .iter()
+                .filter(|r| r.key.dimension != self.dimension)
+                .cloned()
+                .collect();
+            let mut answers = self.inner.batch_meter_usage(&others).await?.into_iter();
+            Ok(records
+                .iter()
+                .map(|r| {
+                    if r.key.dimension == self.dimension {
+                        RecordVerdict::Unprocessed
+                    } else {
+                        answers.next().unwrap()
+                    }
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn unprocessed_records_are_retried_once_then_left_for_the_next_run() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 3, "2026-11-30T09", 1);
+        let api = Unprocessing {
+            inner: world.api.clone(),
+            dimension: "d001".into(),
+            times: Mutex::new(2),
+        };
+        let mut ports = world.submit_ports();
+        ports.metering = &api;
+
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+
+        // Sent, unprocessed, retried once after a backoff, still unprocessed: pending.
+        assert_eq!(
+            (report.success, report.unprocessed, report.api_calls),
+            (2, 1, 2)
+        );
+        assert_eq!(status(&world, &keys[1]), AggregatedStatus::Pending);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_UNPROCESSED), 1);
+        // The next run bills it, exactly once.
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!(report.success, 1);
+        assert_eq!(world.api.ledger().len(), 3);
+
+        // An unprocessed record that goes through on the retry is billed in the same run.
+        let more = seed(&world, 1, "2026-11-30T08", 1);
+        let api = Unprocessing {
+            inner: world.api.clone(),
+            dimension: "d000".into(),
+            times: Mutex::new(1),
+        };
+        let mut ports = world.submit_ports();
+        ports.metering = &api;
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!((report.success, report.unprocessed), (1, 0));
+        assert_eq!(status(&world, &more[0]), AggregatedStatus::Success);
+    }
+
+    #[tokio::test]
+    async fn throttling_backs_off_with_jitter_and_stops_after_repeated_failures() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 100, "2026-11-30T09", 1);
+        world
+            .api
+            .fail_next(MeteringError::Throttled("Rate exceeded".into()));
+        world
+            .api
+            .fail_next(MeteringError::Throttled("Rate exceeded".into()));
+        world.api.fail_next(MeteringError::Transient(
+            "InternalServiceErrorException".into(),
+        ));
+
+        let report = world.submit(now).await;
+
+        // Three failing batches in a row: the run stops, their records stay pending and
+        // unclaimed; nothing after them was sent.
+        assert_eq!(report.stopped.as_deref(), Some("throttled"));
+        assert_eq!(
+            (report.success, report.left_pending, report.api_calls),
+            (0, 75, 3)
+        );
+        assert!(
+            keys.iter()
+                .all(|k| world.record(k).unwrap().in_flight_until.is_none())
+        );
+        // Backoff with jitter between the failures, on top of pacing.
+        let backoffs: Vec<_> = world
+            .clock
+            .sleeps()
+            .into_iter()
+            .filter(|d| *d != MIN_CALL_INTERVAL)
+            .collect();
+        assert!(!backoffs.is_empty());
+        // Further runs bill everything exactly once.
+        world.submit(now).await;
+        world.submit(now).await;
+        assert!(
+            keys.iter()
+                .all(|k| status(&world, k) == AggregatedStatus::Success)
+        );
+        assert_eq!(world.api.ledger().len(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_disabled_api_stops_the_run_without_marking_records() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 30, "2026-11-30T09", 1);
+        world.api.fail_next(MeteringError::Disabled(
+            "The API is disabled in the Region.".into(),
+        ));
+        let report = world.submit(now).await;
+        assert_eq!(report.stopped.as_deref(), Some("disabled"));
+        assert_eq!(report.api_calls, 1);
+        assert_eq!(world.metrics.total(metric::METERING_API_DISABLED), 1);
+        for key in &keys {
+            let record = world.record(key).unwrap();
+            assert_eq!(
+                (record.status, record.in_flight_until),
+                (AggregatedStatus::Pending, None)
+            );
+        }
+    }
+
+    /// Marketplace that checks, on every call, that the previous batch's outcomes are
+    /// already stored.
+    struct OrderChecking {
+        inner: MemoryMeteringApi,
+        world: World,
+        previous: Mutex<Vec<GroupKey>>,
+    }
+
+    #[async_trait]
+    impl MeteringApi for OrderChecking {
+        async fn batch_meter_usage(
+            &self,
+            records: &[MeteringRecord],
+        ) -> Result<Vec<RecordVerdict>, MeteringError> {
+            for key in self.previous.lock().unwrap().iter() {
+                assert_eq!(
+                    self.world.record(key).unwrap().status,
+                    AggregatedStatus::Success,
+                    "{key} not recorded before the next batch"
+                );
+            }
+            // Every record in flight was claimed first.
+            for record in records {
+                assert!(
+                    self.world
+                        .record(&record.key)
+                        .unwrap()
+                        .in_flight_until
+                        .is_some()
+                );
+            }
+            *self.previous.lock().unwrap() = records.iter().map(|r| r.key.clone()).collect();
+            self.inner.batch_meter_usage(records).await
+        }
+    }
+
+    #[tokio::test]
+    async fn each_batch_is_claimed_before_sending_and_recorded_before_the_next() {
+        let now = t(NOW);
+        let world = World::new(now);
+        seed(&world, 80, "2026-11-30T09", 1);
+        let api = OrderChecking {
+            inner: world.api.clone(),
+            world: world.clone(),
+            previous: Mutex::new(vec![]),
+        };
+        let mut ports = world.submit_ports();
+        ports.metering = &api;
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!((report.success, report.api_calls), (80, 4));
+    }
+
+    #[tokio::test]
+    async fn records_held_or_moved_are_skipped_this_run() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 2, "2026-11-30T09", 1);
+        assert!(
+            world
+                .aggregated
+                .claim(&keys[0], 1, now, now + chrono::Duration::minutes(5))
+                .await
+                .unwrap()
+        );
+        let report = world.submit(now).await;
+        assert_eq!((report.success, report.claim_skipped), (1, 1));
+        assert_eq!(status(&world, &keys[0]), AggregatedStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_send_is_resent_after_its_lease_and_closes_without_double_billing() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 1, "2026-11-30T09", 6);
+        // GIVEN a run that claimed and sent the record, then died before recording it
+        assert!(
+            world
+                .aggregated
+                .claim(&keys[0], 1, now, now + chrono::Duration::minutes(15))
+                .await
+                .unwrap()
+        );
+        world
+            .api
+            .batch_meter_usage(&[metering_record(&world.record(&keys[0]).unwrap())])
+            .await
+            .unwrap();
+        // WHEN a later run finds the lease expired
+        let later = now + chrono::Duration::minutes(20);
+        let report = world.submit(later).await;
+        // THEN it re-sends the same quantity; Marketplace deduplicates; billed once
+        assert_eq!(report.success + report.duplicate, 1);
+        assert!(status(&world, &keys[0]).is_terminal());
+        assert_eq!(world.api.ledger()[&keys[0]].quantity, 6);
+        assert_eq!(world.api.ledger().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn expired_records_age_out_loudly_and_zero_skips_quietly() {
+        let now = t(NOW);
+        let mut world = World::new(now);
+        world.zero_policy = ZeroQuantityPolicy::Skip;
+        let l = license(1);
+        let lost = group(&l, ACCOUNT_A, "a", "2026-11-29T10");
+        let zero = group(&l, ACCOUNT_A, "b", "2026-11-29T10");
+        let held = group(&l, ACCOUNT_A, "c", "2026-11-29T09");
+        world.tables.insert_aggregated(pending(&lost, 3), now);
+        world.tables.insert_aggregated(pending(&zero, 0), now);
+        let mut interrupted = pending(&held, 3);
+        interrupted.in_flight_until = Some(t("2026-11-29T10:05:00Z"));
+        world.tables.insert_aggregated(interrupted, now);
+        let live_zero = group(&l, ACCOUNT_A, "b", "2026-11-30T08");
+        world.tables.insert_aggregated(pending(&live_zero, 0), now);
+
+        let report = world.submit(now).await;
+
+        assert_eq!(report.expired, 3);
+        assert_eq!(report.api_calls, 0, "a zero hour is never sent under skip");
+        assert_eq!(status(&world, &lost), AggregatedStatus::SubmissionExpired);
+        assert_eq!(
+            world.record(&zero).unwrap().status_reason.as_deref(),
+            Some(REASON_ZERO_QUANTITY_SKIPPED)
+        );
+        assert_eq!(
+            world.record(&held).unwrap().status_reason.as_deref(),
+            Some(REASON_INTERRUPTED_SUBMISSION)
+        );
+        assert_eq!(world.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 2);
+        assert_eq!(status(&world, &live_zero), AggregatedStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn deferred_zero_hours_go_out_only_at_the_oldest_edge() {
+        let now = t(NOW);
+        let world = World::new(now);
+        world.api.entitle(&license(1), ACCOUNT_A);
+        let edge = group(&license(1), ACCOUNT_A, "a", "2026-11-29T11");
+        let recent = group(&license(1), ACCOUNT_A, "a", "2026-11-30T08");
+        world.tables.insert_aggregated(pending(&edge, 0), now);
+        world.tables.insert_aggregated(pending(&recent, 0), now);
+        let report = world.submit(now).await;
+        assert_eq!(report.success, 1);
+        assert_eq!(status(&world, &edge), AggregatedStatus::Success);
+        assert_eq!(status(&world, &recent), AggregatedStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn dry_run_never_calls_marketplace() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let test_account = group(&license(1), ACCOUNT_A, "a", "2026-11-30T09");
+        let real_buyer = group(&license(2), ACCOUNT_B, "a", "2026-11-30T09");
+        world
+            .tables
+            .insert_aggregated(pending(&test_account, 2), now);
+        world.tables.insert_aggregated(pending(&real_buyer, 2), now);
+        let mut settings = world.submit_settings();
+        settings.mode = MeteringMode::from_parts("dry-run", &[ACCOUNT_A.to_string()]).unwrap();
+        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                report.dry_run_submitted,
+                report.dry_run_skipped,
+                report.api_calls
+            ),
+            (1, 1, 0)
+        );
+        assert!(world.api.calls().is_empty());
+        assert_eq!(
+            status(&world, &test_account),
+            AggregatedStatus::DryRunSubmitted
+        );
+        assert_eq!(status(&world, &real_buyer), AggregatedStatus::Pending);
+    }
+
+    #[test]
+    fn metering_mode_refuses_half_configured_runs() {
+        let allow = vec![ACCOUNT_A.to_string()];
+        assert_eq!(
+            MeteringMode::from_parts("live", &[]),
+            Ok(MeteringMode::Live)
+        );
+        assert_eq!(
+            MeteringMode::from_parts("live", &allow),
+            Err(MeteringModeError::LiveWithAllowlist)
+        );
+        assert_eq!(
+            MeteringMode::from_parts("dry-run", &[]),
+            Err(MeteringModeError::DryRunWithoutAllowlist)
+        );
+        assert!(matches!(
+            MeteringMode::from_parts("dry-run", &allow),
+            Ok(MeteringMode::DryRun { .. })
+        ));
+        assert_eq!(
+            MeteringMode::from_parts("dry-run", &["12345".to_string()]),
+            Err(MeteringModeError::BadAccount("12345".into()))
+        );
+        assert_eq!(
+            MeteringMode::from_parts("test", &[]),
+            Err(MeteringModeError::UnknownMode("test".into()))
+        );
+        assert_eq!("direct-submit".parse(), Ok(DeploymentMode::DirectSubmit));
+        assert!("direct".parse::<DeploymentMode>().is_err());
+    }
+
+    #[tokio::test]
+    async fn the_deadline_stops_sending_between_batches() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 100, "2026-11-30T09", 1);
+        // Pacing sleeps 100 ms per call on the manual clock: calls start at 0, 100 and
+        // 200 ms; at 200 ms the 150 ms deadline has passed, so no fourth batch starts.
+        let budget = Budget::until(world.clock.now() + chrono::Duration::milliseconds(150));
+        let report = submit(now, &world.submit_settings(), world.submit_ports(), budget)
+            .await
+            .unwrap();
+        assert_eq!(report.stopped.as_deref(), Some("deadline"));
+        assert_eq!((report.api_calls, report.success), (3, 75));
+        let pending_left = keys
+            .iter()
+            .filter(|k| status(&world, k) == AggregatedStatus::Pending)
+            .count();
+        assert_eq!(pending_left, 25);
+        assert!(
+            keys.iter()
+                .all(|k| world.record(k).unwrap().in_flight_until.is_none())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_record_too_large_to_send_is_closed_as_an_error() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 1, "2026-11-30T09", 1);
+        let mut big = pending(&group(&license(1), ACCOUNT_A, "big", "2026-11-30T09"), 2);
+        big.allocations = Some(vec![
+            Allocation {
+                quantity: 1,
+                tags: vec![Tag {
+                    key: "k".into(),
+                    value: "v".repeat(200),
+                }],
+            },
+            Allocation {
+                quantity: 1,
+                tags: vec![Tag {
+                    key: "k".into(),
+                    value: "w".repeat(200),
+                }],
+            },
+        ]);
+        world.tables.insert_aggregated(big.clone(), now);
+        let mut settings = world.submit_settings();
+        settings.limits = BatchLimits::new(25, 400).unwrap();
+        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!((report.success, report.errors), (1, 1));
+        assert_eq!(
+            world.record(&big.key).unwrap().status_reason.as_deref(),
+            Some(REASON_REQUEST_TOO_LARGE)
+        );
+        assert_eq!(status(&world, &keys[0]), AggregatedStatus::Success);
+    }
+
+    #[tokio::test]
+    async fn store_failures_end_the_run_with_an_error() {
+        let now = t(NOW);
+        let world = World::new(now);
+        seed(&world, 1, "2026-11-30T09", 1);
+        for _ in 0..RetryPolicy::STORE.attempts {
+            world.tables.fail_next(
+                crate::memory::StoreOp::AggregatedPendingPage,
+                PortError::Transient {
+                    operation: "Query",
+                    message: "throttled".into(),
+                },
+            );
+        }
+        let result = submit(
+            now,
+            &world.submit_settings(),
+            world.submit_ports(),
+            Budget::UNLIMITED,
+        )
+        .await;
+        assert!(matches!(result, Err(PipelineError::Port(_))), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn the_whole_pipeline_bills_each_group_exactly_its_aggregated_rows() {
+        // GIVEN usage over several licenses (two on one account), dimensions and hours
+        let now = t(NOW);
+        let world = World::new(now);
+        let (l1, l2, l3) = (license(1), license(2), license(3));
+        for (l, account) in [(&l1, ACCOUNT_A), (&l2, ACCOUNT_A), (&l3, ACCOUNT_B)] {
+            world.api.entitle(l, account);
+            for (i, h) in ["07", "08", "09"].iter().enumerate() {
+                for m in 0..5 {
+                    world.put(
+                        l,
+                        account,
+                        "requests",
+                        &format!("2026-11-30T{h}:{:02}:00Z", m * 7),
+                        (i as i64 + 1) * 10 + m,
+                    );
+                    world.put(
+                        l,
+                        account,
+                        "storage",
+                        &format!("2026-11-30T{h}:{:02}:30Z", m * 7),
+                        1,
+                    );
+                }
+            }
+        }
+        // WHEN every stage runs (twice, as schedules and redeliveries would)
+        world.run_upstream(now).await;
+        world.submit(now).await;
+        world.run_upstream(now).await;
+        world.submit(now).await;
+        // THEN every raw row is Aggregated and each group billed exactly its sum
+        assert!(
+            world
+                .raw_statuses()
+                .iter()
+                .all(|(_, s)| s.as_deref() == Some("Aggregated"))
+        );
+        let ledger = world.api.ledger();
+        assert_eq!(ledger.len(), 18);
+        for (key, entry) in &ledger {
+            let sum: i64 = world
+                .tables
+                .raw_rows()
+                .iter()
+                .filter(|r| {
+                    r.license_arn == key.license_arn
+                        && r.sort_key.starts_with(&key.usage_sort_key_prefix())
+                })
+                .map(|r| match r.attrs.get(crate::model::attr::QUANTITY) {
+                    Some(crate::model::Attr::N(q)) => q.parse::<i64>().unwrap(),
+                    _ => 0,
+                })
+                .sum();
+            assert_eq!(entry.quantity, sum, "{key}");
+            assert_eq!(world.record(key).unwrap().status, AggregatedStatus::Success);
+        }
+        // One batch per hour (oldest first), each well under 25 records.
+        assert_eq!(world.api.calls().len(), 3);
+    }
+}
