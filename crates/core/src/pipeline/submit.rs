@@ -149,6 +149,9 @@ impl FromStr for DeploymentMode {
 /// The submitter's knobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmitSettings {
+    /// The stack's product code (`PRODUCT_CODE`): batches records that carry none (a
+    /// direct-submit row may omit `productCode`). Never sent on the wire.
+    pub product_code: String,
     /// Live or dry-run.
     pub mode: MeteringMode,
     /// `ZERO_QUANTITY_POLICY`.
@@ -174,11 +177,13 @@ pub struct SubmitSettings {
 impl SubmitSettings {
     /// Settings with the production defaults.
     pub fn new(
+        product_code: impl Into<String>,
         mode: MeteringMode,
         zero_policy: ZeroQuantityPolicy,
         deployment: DeploymentMode,
     ) -> Self {
         SubmitSettings {
+            product_code: product_code.into(),
             mode,
             zero_policy,
             deployment,
@@ -390,6 +395,15 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The wire record, with the stack's product when the record names none.
+    fn metering_record(&self, record: &AggregatedRecord) -> MeteringRecord {
+        let mut wire = metering_record(record);
+        if wire.product_code.is_empty() {
+            wire.product_code = self.settings.product_code.clone();
+        }
+        wire
+    }
+
     fn check_budget(&self) -> Result<(), RunError> {
         if self.budget.exhausted(self.ports.clock) {
             Err(RunError::Stop(Stop::Deadline))
@@ -433,7 +447,8 @@ impl Run<'_> {
             let allowlist = allowlist.clone();
             return self.dry_run(records, &allowlist).await;
         }
-        let metering: Vec<MeteringRecord> = records.iter().map(metering_record).collect();
+        let metering: Vec<MeteringRecord> =
+            records.iter().map(|r| self.metering_record(r)).collect();
         let plan = plan_batches(&metering, self.settings.limits);
         for oversized in &plan.oversized {
             warn!(group = %oversized.key, bytes = oversized.body_bytes,
@@ -477,7 +492,7 @@ impl Run<'_> {
         if claimed.is_empty() {
             return Ok(());
         }
-        let batch: Vec<MeteringRecord> = claimed.iter().map(|r| metering_record(r)).collect();
+        let batch: Vec<MeteringRecord> = claimed.iter().map(|r| self.metering_record(r)).collect();
         let mut sent = send_with_bisection(self.paced, &batch).await;
 
         // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
@@ -1391,6 +1406,30 @@ mod tests {
         )
         .await;
         assert!(matches!(result, Err(PipelineError::Port(_))), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn direct_submit_rows_are_submitted_the_same_way() {
+        // GIVEN the seller writes a finalized hourly total straight into the table,
+        // without a product code
+        let now = t(NOW);
+        let world = World::new(now);
+        world.api.entitle(&license(1), ACCOUNT_A);
+        let key = group(&license(1), ACCOUNT_A, "a", "2026-11-30T09");
+        let mut direct = pending(&key, 42);
+        direct.product_code = String::new();
+        assert_eq!(
+            world.aggregated.put_direct(&direct, now).await.unwrap(),
+            crate::ports::PutOutcome::Created
+        );
+        let mut settings = world.submit_settings();
+        settings.deployment = DeploymentMode::DirectSubmit;
+        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!(report.success, 1);
+        assert_eq!(world.api.ledger()[&key].quantity, 42);
+        assert_eq!(world.api.ledger()[&key].product_code, PRODUCT);
     }
 
     #[tokio::test]

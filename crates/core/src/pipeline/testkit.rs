@@ -261,7 +261,12 @@ impl World {
     }
 
     pub fn submit_settings(&self) -> SubmitSettings {
-        SubmitSettings::new(MeteringMode::Live, self.zero_policy, DeploymentMode::Full)
+        SubmitSettings::new(
+            PRODUCT,
+            MeteringMode::Live,
+            self.zero_policy,
+            DeploymentMode::Full,
+        )
     }
 
     pub fn submit_ports(&self) -> SubmitPorts<'_> {
