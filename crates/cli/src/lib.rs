@@ -1,0 +1,4 @@
+//! awsmp-cli: the operator CLI's commands and the local stack, as a library so the
+//! binary stays a thin entry point and tests call the same code.
+
+pub mod template;
