@@ -1,1 +1,1107 @@
-//! Aggregation of a group's accepted rows into one record (being written).
+//! Aggregation: folding a group's accepted rows into the new state of its one
+//! aggregated record, planning the ≤ 99-row commits that claim them, and deciding when
+//! a pending record is due for submission (the zero-quantity policy).
+//!
+//! Fold rules (see [`fold`]):
+//! - quantity = the existing record's + the rows'; a new record starts at version 1,
+//!   a fold bumps the version by one and keeps every other field of the record;
+//! - a record may never exceed 2147483647: before folding, [`split_within_cap`] gives
+//!   any row that would take the total over it `QuantityTooLarge` (rejected, never
+//!   silently wrapped or clamped; the rest of the group is still counted);
+//! - allocations: zero-quantity rows never contribute allocations (they carry nothing
+//!   to bill and are ignored by the mixing rule). A non-zero record is tagged when a
+//!   non-zero counted row (or the existing non-zero record) is; its allocations are
+//!   the VMT merge of the existing ones and the rows', and always sum to its quantity.
+//!   An untagged non-zero record has none; a zero record keeps what it had.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{Datelike, Duration, TimeZone, Utc};
+
+use crate::guardrails::{
+    self, AllocationMode, GuardrailContext, GuardrailOutcome, MAX_QUANTITY, RejectedRow,
+};
+use crate::model::{
+    AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow, ReasonCode, ValidUsageRow,
+};
+use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT};
+use crate::time::{Instant, MONTH_LOCK_DROP_HOUR, at_oldest_edge, bucket_expired};
+use crate::vmt;
+
+/// Why a fold cannot be computed. Each is a caller error or a state the caller must
+/// act on (retry later, reject the rows); none is a seller's bad write (those are
+/// reason codes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FoldError {
+    /// The existing record is not the group's.
+    #[error("existing record {found} is not the record of group {key}")]
+    KeyMismatch {
+        /// The group being folded.
+        key: GroupKey,
+        /// The key of the record passed in (boxed: keeps the error small).
+        found: Box<GroupKey>,
+    },
+    /// The existing record was already submitted; late rows get `HourAlreadySubmitted`.
+    #[error(
+        "record {key} is {status}, not Pending: late rows must be rejected with HourAlreadySubmitted"
+    )]
+    NotPending {
+        /// The group.
+        key: GroupKey,
+        /// Its status.
+        status: AggregatedStatus,
+    },
+    /// A submitter holds the record; fold later (the message is retried).
+    #[error("record {key} is in flight until {until}; fold after the claim ends")]
+    InFlight {
+        /// The group.
+        key: GroupKey,
+        /// End of the submitter's claim.
+        until: Instant,
+    },
+    /// A row of another group was passed in.
+    #[error("row {sort_key} does not belong to group {key}")]
+    ForeignRow {
+        /// The group.
+        key: GroupKey,
+        /// The row's sort key.
+        sort_key: String,
+    },
+    /// The rows were not split with [`split_within_cap`].
+    #[error("folding into {key} would total {total}, over the per-record cap of 2147483647")]
+    QuantityOverflow {
+        /// The group.
+        key: GroupKey,
+        /// The total the fold would reach.
+        total: i128,
+    },
+    /// The rows mix tagged and untagged usage (they skipped [`guardrails::validate_group`]).
+    #[error("allocations of {key} would sum to {allocated}, not its quantity {quantity}")]
+    AllocationsDoNotSum {
+        /// The group.
+        key: GroupKey,
+        /// Sum of the merged allocations.
+        allocated: i64,
+        /// The record's quantity.
+        quantity: i64,
+    },
+}
+
+/// Splits rows so the record's total stays within [`MAX_QUANTITY`]: rows are taken in
+/// the given order (the guardrails' `(timestamp, sort key)` order) and a row that
+/// would take `existing_quantity` plus the rows taken so far over the cap is rejected
+/// with `QuantityTooLarge`. Later, smaller rows that still fit are counted.
+pub fn split_within_cap(existing_quantity: i64, rows: Vec<ValidUsageRow>) -> GuardrailOutcome {
+    let mut total = existing_quantity;
+    let mut outcome = GuardrailOutcome::default();
+    for row in rows {
+        match total
+            .checked_add(row.quantity)
+            .filter(|t| *t <= MAX_QUANTITY)
+        {
+            Some(new_total) => {
+                total = new_total;
+                outcome.accepted.push(row);
+            }
+            None => outcome.rejected.push(RejectedRow {
+                sort_key: row.sort_key,
+                reason: ReasonCode::QuantityTooLarge,
+            }),
+        }
+    }
+    outcome
+}
+
+/// The record after counting `rows` into `existing` (or into a new record of `key`
+/// for `product_code`). See the module doc for the rules.
+///
+/// Fails if the record is another group's or not pending, a row is another group's,
+/// the total would pass the cap, or the allocations would not sum to the quantity.
+pub fn fold(
+    key: &GroupKey,
+    product_code: &str,
+    existing: Option<&AggregatedRecord>,
+    rows: &[ValidUsageRow],
+) -> Result<AggregatedRecord, FoldError> {
+    if let Some(record) = existing {
+        if record.key != *key {
+            return Err(FoldError::KeyMismatch {
+                key: key.clone(),
+                found: Box::new(record.key.clone()),
+            });
+        }
+        if record.status != AggregatedStatus::Pending {
+            return Err(FoldError::NotPending {
+                key: key.clone(),
+                status: record.status,
+            });
+        }
+    }
+    if let Some(row) = rows.iter().find(|row| !guardrails::row_in_group(row, key)) {
+        return Err(FoldError::ForeignRow {
+            key: key.clone(),
+            sort_key: row.sort_key.clone(),
+        });
+    }
+
+    let base = existing.map_or(0, |r| r.quantity);
+    let total = i128::from(base) + rows.iter().map(|r| i128::from(r.quantity)).sum::<i128>();
+    let quantity = i64::try_from(total)
+        .ok()
+        .filter(|q| *q <= MAX_QUANTITY)
+        .ok_or_else(|| FoldError::QuantityOverflow {
+            key: key.clone(),
+            total,
+        })?;
+
+    let existing_allocations = existing.and_then(|r| r.allocations.as_deref());
+    let tagged_rows = || {
+        rows.iter()
+            .filter(|r| AllocationMode::of_row(r) == Some(AllocationMode::Tagged))
+            .filter_map(|r| r.allocations.as_deref())
+    };
+    let tagged = existing.and_then(AllocationMode::of_record) == Some(AllocationMode::Tagged)
+        || tagged_rows().next().is_some();
+    let allocations = if quantity == 0 {
+        existing_allocations.map(<[_]>::to_vec)
+    } else if tagged {
+        Some(vmt::merge_into(existing_allocations, tagged_rows()))
+    } else {
+        None
+    };
+    if let Some(allocated) = allocations
+        .as_ref()
+        .map(|a| a.iter().map(|x| x.quantity).sum::<i64>())
+        && allocated != quantity
+    {
+        return Err(FoldError::AllocationsDoNotSum {
+            key: key.clone(),
+            allocated,
+            quantity,
+        });
+    }
+
+    Ok(match existing {
+        Some(record) => AggregatedRecord {
+            quantity,
+            allocations,
+            version: record.version + 1,
+            ..record.clone()
+        },
+        None => AggregatedRecord {
+            key: key.clone(),
+            product_code: product_code.to_string(),
+            quantity,
+            allocations,
+            status: AggregatedStatus::Pending,
+            status_reason: None,
+            metering_record_id: None,
+            attempt_count: 0,
+            version: 1,
+            in_flight_until: None,
+        },
+    })
+}
+
+/// Splits rows into the slices one commit may claim (at most [`MAX_ROWS_PER_COMMIT`]).
+pub fn commit_chunks<T>(rows: &[T]) -> std::slice::Chunks<'_, T> {
+    rows.chunks(MAX_ROWS_PER_COMMIT)
+}
+
+/// The commits that count `rows` into the group's record, one per ≤ 99 rows, each
+/// folding its chunk into the previous commit's record and expecting that record's
+/// version (`None` for the first commit of a new record). No rows: no commits.
+///
+/// Fails with [`FoldError::InFlight`] when a submitter holds the existing record at
+/// `now`, and with any [`fold`] error.
+pub fn plan_commits(
+    key: &GroupKey,
+    product_code: &str,
+    existing: Option<&AggregatedRecord>,
+    rows: &[ValidUsageRow],
+    now: Instant,
+) -> Result<Vec<AggregationCommit>, FoldError> {
+    if let Some(until) = existing
+        .and_then(|r| r.in_flight_until)
+        .filter(|u| *u > now)
+    {
+        return Err(FoldError::InFlight {
+            key: key.clone(),
+            until,
+        });
+    }
+    let mut current = existing.cloned();
+    let mut commits = Vec::with_capacity(rows.len().div_ceil(MAX_ROWS_PER_COMMIT));
+    for chunk in commit_chunks(rows) {
+        let record = fold(key, product_code, current.as_ref(), chunk)?;
+        commits.push(AggregationCommit {
+            record: record.clone(),
+            expected_version: current.as_ref().map(|r| r.version),
+            claimed_rows: chunk
+                .iter()
+                .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
+                .collect(),
+            now,
+        });
+        current = Some(record);
+    }
+    Ok(commits)
+}
+
+/// Everything the aggregator does for one group, minus the I/O.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AggregationPlan {
+    /// Commits to apply in order (empty when nothing can be counted).
+    pub commits: Vec<AggregationCommit>,
+    /// Rows rejected client-side (per-row, group and cap checks), sorted by sort key.
+    pub rejected: Vec<RejectedRow>,
+    /// Sort keys of valid rows of another group: leave them pending (see
+    /// [`guardrails::screen_group`]).
+    pub other_group: Vec<String>,
+}
+
+impl AggregationPlan {
+    /// The record as it will be once every commit is applied, if any commit exists.
+    pub fn final_record(&self) -> Option<&AggregatedRecord> {
+        self.commits.last().map(|c| &c.record)
+    }
+}
+
+/// Screens a group's pending raw rows (every guardrail), splits them within the cap,
+/// and plans the commits that count the accepted rows into `existing` (or a new
+/// record for `ctx.product_code`). Every row ends up in exactly one of: a commit's
+/// claimed rows, `rejected`, or `other_group`.
+///
+/// `rows` must be the group's still-pending, unclaimed rows. Fails as
+/// [`plan_commits`] does; a record that already left `Pending` is not an error: every
+/// row is rejected with `HourAlreadySubmitted`.
+pub fn plan_aggregation(
+    key: &GroupKey,
+    rows: &[RawUsageRow],
+    existing: Option<&AggregatedRecord>,
+    ctx: &GuardrailContext,
+) -> Result<AggregationPlan, FoldError> {
+    let pending = existing.filter(|r| r.status == AggregatedStatus::Pending);
+    if let Some(until) = pending
+        .and_then(|r| r.in_flight_until)
+        .filter(|u| *u > ctx.now)
+    {
+        return Err(FoldError::InFlight {
+            key: key.clone(),
+            until,
+        });
+    }
+    let screened = guardrails::screen_group(key, rows, existing, ctx);
+    let capped = split_within_cap(pending.map_or(0, |r| r.quantity), screened.outcome.accepted);
+    let commits = plan_commits(key, &ctx.product_code, pending, &capped.accepted, ctx.now)?;
+    let mut rejected = screened.outcome.rejected;
+    rejected.extend(capped.rejected);
+    rejected.sort_by(|a, b| a.sort_key.cmp(&b.sort_key));
+    Ok(AggregationPlan {
+        commits,
+        rejected,
+        other_group: screened.other_group,
+    })
+}
+
+/// What to do with an aggregated record whose quantity is zero (`ZERO_QUANTITY_POLICY`).
+///
+/// Sending a zero for an hour is final (Marketplace keeps the first write), so a zero
+/// sent early would turn any late usage for that hour into `HourAlreadySubmitted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ZeroQuantityPolicy {
+    /// Submit a zero hour only at the window's oldest edge (or, for last month's
+    /// hours, from 03:00 UTC on the 1st), leaving room for late usage. The default.
+    #[default]
+    Defer,
+    /// Submit zero hours as soon as they exist, like any other record.
+    Submit,
+    /// Never send zero hours; the submitter decides how to close such records
+    /// (see [`is_skipped_zero`]).
+    Skip,
+}
+
+impl ZeroQuantityPolicy {
+    /// The configuration text (`defer`, `submit`, `skip`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ZeroQuantityPolicy::Defer => "defer",
+            ZeroQuantityPolicy::Submit => "submit",
+            ZeroQuantityPolicy::Skip => "skip",
+        }
+    }
+}
+
+impl fmt::Display for ZeroQuantityPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `ZERO_QUANTITY_POLICY` value that is not `defer`, `submit` or `skip`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "zero-quantity policy (ZERO_QUANTITY_POLICY) must be \"defer\", \"submit\" or \"skip\", got {0:?}"
+)]
+pub struct InvalidZeroQuantityPolicy(pub String);
+
+impl FromStr for ZeroQuantityPolicy {
+    type Err = InvalidZeroQuantityPolicy;
+    /// Exactly `defer`, `submit` or `skip` (surrounding whitespace ignored).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "defer" => Ok(ZeroQuantityPolicy::Defer),
+            "submit" => Ok(ZeroQuantityPolicy::Submit),
+            "skip" => Ok(ZeroQuantityPolicy::Skip),
+            _ => Err(InvalidZeroQuantityPolicy(s.to_string())),
+        }
+    }
+}
+
+/// Whether the submitter should send `record` at `now`.
+///
+/// Never for a record that is no longer `Pending` or whose hour has aged out (age-out
+/// gives it `SubmissionExpired`; sending it would fail the whole batch with
+/// `TimestampOutOfBoundsException`). A non-zero record is due at once. A zero record:
+/// `Submit` at once; `Defer` only when its hour is at the window's oldest edge
+/// ([`at_oldest_edge`]) or it is last month's hour and `now` is on/after 03:00 UTC on
+/// the 1st (it ages out at 06:00); `Skip` never. Whether a submitter holds the record
+/// is not considered here: claiming decides that.
+pub fn submission_due(record: &AggregatedRecord, now: Instant, policy: ZeroQuantityPolicy) -> bool {
+    let hour = record.key.hour;
+    if record.status != AggregatedStatus::Pending || bucket_expired(hour, now) {
+        return false;
+    }
+    if record.quantity != 0 {
+        return true;
+    }
+    match policy {
+        ZeroQuantityPolicy::Submit => true,
+        ZeroQuantityPolicy::Skip => false,
+        ZeroQuantityPolicy::Defer => {
+            at_oldest_edge(hour, now)
+                || (hour.is_previous_month_of(now) && now >= month_lock_drop(now))
+        }
+    }
+}
+
+/// Whether `record` is a zero hour that `policy` says must never be sent. What the
+/// record becomes instead is the submitter's decision.
+pub fn is_skipped_zero(record: &AggregatedRecord, policy: ZeroQuantityPolicy) -> bool {
+    record.quantity == 0 && policy == ZeroQuantityPolicy::Skip
+}
+
+/// 03:00 UTC on the 1st of `now`'s month.
+fn month_lock_drop(now: Instant) -> Instant {
+    let month_start = Utc
+        .with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+        .single()
+        .unwrap_or(now);
+    month_start + Duration::hours(i64::from(MONTH_LOCK_DROP_HOUR))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::model::{Allocation, Attr, Tag, attr};
+    use crate::time::{HourBucket, parse_usage_timestamp};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef";
+    const ACCOUNT: &str = "111122223333";
+    const PRODUCT: &str = "prod-abc123";
+
+    fn instant(s: &str) -> Instant {
+        parse_usage_timestamp(s).unwrap()
+    }
+
+    fn key() -> GroupKey {
+        GroupKey {
+            license_arn: LICENSE.to_string(),
+            customer_aws_account_id: ACCOUNT.to_string(),
+            dimension: "requests".to_string(),
+            hour: "2026-11-30T09".parse().unwrap(),
+        }
+    }
+
+    fn alloc(quantity: i64, team: &str) -> Allocation {
+        Allocation {
+            quantity,
+            tags: if team.is_empty() {
+                vec![]
+            } else {
+                vec![Tag {
+                    key: "team".to_string(),
+                    value: team.to_string(),
+                }]
+            },
+        }
+    }
+
+    fn row(second: u32, quantity: i64, allocations: Option<Vec<Allocation>>) -> ValidUsageRow {
+        let timestamp = format!("2026-11-30T09:{:02}:{:02}Z", second / 60, second % 60);
+        ValidUsageRow {
+            license_arn: LICENSE.to_string(),
+            sort_key: format!("{ACCOUNT}#requests#{timestamp}"),
+            customer_aws_account_id: ACCOUNT.to_string(),
+            dimension: "requests".to_string(),
+            timestamp: instant(&timestamp),
+            quantity,
+            allocations,
+            product_code: None,
+        }
+    }
+
+    fn pending(
+        quantity: i64,
+        allocations: Option<Vec<Allocation>>,
+        version: u64,
+    ) -> AggregatedRecord {
+        AggregatedRecord {
+            key: key(),
+            product_code: PRODUCT.to_string(),
+            quantity,
+            allocations,
+            status: AggregatedStatus::Pending,
+            status_reason: None,
+            metering_record_id: None,
+            attempt_count: 2,
+            version,
+            in_flight_until: None,
+        }
+    }
+
+    #[test]
+    fn fold_cases() {
+        struct Case {
+            name: &'static str,
+            existing: Option<AggregatedRecord>,
+            rows: Vec<ValidUsageRow>,
+            quantity: i64,
+            allocations: Option<Vec<Allocation>>,
+            version: u64,
+        }
+        let cases = [
+            Case {
+                name: "new untagged record",
+                existing: None,
+                rows: vec![row(1, 3, None), row(2, 4, None)],
+                quantity: 7,
+                allocations: None,
+                version: 1,
+            },
+            Case {
+                name: "new tagged record merges tag sets",
+                existing: None,
+                rows: vec![
+                    row(1, 3, Some(vec![alloc(3, "a")])),
+                    row(2, 5, Some(vec![alloc(1, "a"), alloc(4, "b")])),
+                ],
+                quantity: 8,
+                allocations: Some(vec![alloc(4, "a"), alloc(4, "b")]),
+                version: 1,
+            },
+            Case {
+                name: "zero rows add nothing and contribute no allocations",
+                existing: None,
+                rows: vec![
+                    row(1, 3, Some(vec![alloc(3, "a")])),
+                    row(2, 0, Some(vec![alloc(0, "z")])),
+                    row(3, 0, None),
+                ],
+                quantity: 3,
+                allocations: Some(vec![alloc(3, "a")]),
+                version: 1,
+            },
+            Case {
+                name: "all-zero group is an untagged zero record",
+                existing: None,
+                rows: vec![row(1, 0, Some(vec![alloc(0, "z")])), row(2, 0, None)],
+                quantity: 0,
+                allocations: None,
+                version: 1,
+            },
+            Case {
+                name: "late rows fold into a tagged record",
+                existing: Some(pending(10, Some(vec![alloc(6, "a"), alloc(4, "b")]), 3)),
+                rows: vec![row(1, 5, Some(vec![alloc(2, "b"), alloc(3, "c")]))],
+                quantity: 15,
+                allocations: Some(vec![alloc(6, "a"), alloc(6, "b"), alloc(3, "c")]),
+                version: 4,
+            },
+            Case {
+                name: "late rows fold into an untagged record",
+                existing: Some(pending(10, None, 1)),
+                rows: vec![row(1, 5, None), row(2, 0, None)],
+                quantity: 15,
+                allocations: None,
+                version: 2,
+            },
+            Case {
+                name: "tagged late rows into a zero record",
+                existing: Some(pending(0, None, 1)),
+                rows: vec![row(1, 5, Some(vec![alloc(5, "a")]))],
+                quantity: 5,
+                allocations: Some(vec![alloc(5, "a")]),
+                version: 2,
+            },
+            Case {
+                name: "untagged late rows drop a zero record's zero allocations",
+                existing: Some(pending(0, Some(vec![alloc(0, "a")]), 1)),
+                rows: vec![row(1, 5, None)],
+                quantity: 5,
+                allocations: None,
+                version: 2,
+            },
+            Case {
+                name: "zero late rows keep a zero record as it was",
+                existing: Some(pending(0, Some(vec![alloc(0, "a")]), 1)),
+                rows: vec![row(1, 0, None)],
+                quantity: 0,
+                allocations: Some(vec![alloc(0, "a")]),
+                version: 2,
+            },
+            Case {
+                name: "exactly the cap",
+                existing: Some(pending(MAX_QUANTITY - 1, None, 1)),
+                rows: vec![row(1, 1, None)],
+                quantity: MAX_QUANTITY,
+                allocations: None,
+                version: 2,
+            },
+        ];
+        for case in cases {
+            let got = fold(&key(), PRODUCT, case.existing.as_ref(), &case.rows).unwrap();
+            assert_eq!(got.quantity, case.quantity, "{}", case.name);
+            assert_eq!(got.allocations, case.allocations, "{}", case.name);
+            assert_eq!(got.version, case.version, "{}", case.name);
+            assert_eq!(got.key, key(), "{}", case.name);
+            assert_eq!(got.status, AggregatedStatus::Pending, "{}", case.name);
+            let attempts = case.existing.as_ref().map_or(0, |r| r.attempt_count);
+            assert_eq!(
+                got.attempt_count, attempts,
+                "{}: a fold keeps the attempt count",
+                case.name
+            );
+            assert_eq!(got.product_code, PRODUCT);
+        }
+    }
+
+    #[test]
+    fn fold_refuses_what_it_cannot_count() {
+        let submitted = AggregatedRecord {
+            status: AggregatedStatus::Success,
+            ..pending(5, None, 2)
+        };
+        assert!(matches!(
+            fold(&key(), PRODUCT, Some(&submitted), &[row(1, 1, None)]),
+            Err(FoldError::NotPending {
+                status: AggregatedStatus::Success,
+                ..
+            })
+        ));
+        let mut other = pending(5, None, 1);
+        other.key.dimension = "storage".to_string();
+        assert!(matches!(
+            fold(&key(), PRODUCT, Some(&other), &[]),
+            Err(FoldError::KeyMismatch { .. })
+        ));
+        let mut foreign = row(1, 1, None);
+        foreign.timestamp = instant("2026-11-30T10:00:00Z");
+        assert!(matches!(
+            fold(&key(), PRODUCT, None, &[foreign]),
+            Err(FoldError::ForeignRow { .. })
+        ));
+        let err = fold(
+            &key(),
+            PRODUCT,
+            Some(&pending(MAX_QUANTITY, None, 1)),
+            &[row(1, 1, None)],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            FoldError::QuantityOverflow {
+                key: key(),
+                total: i128::from(MAX_QUANTITY) + 1
+            }
+        );
+        assert!(err.to_string().contains("2147483648"));
+        let mixed = [row(1, 3, Some(vec![alloc(3, "a")])), row(2, 4, None)];
+        assert_eq!(
+            fold(&key(), PRODUCT, None, &mixed),
+            Err(FoldError::AllocationsDoNotSum {
+                key: key(),
+                allocated: 3,
+                quantity: 7
+            })
+        );
+    }
+
+    #[test]
+    fn cap_split_rejects_only_rows_that_do_not_fit() {
+        // GIVEN a record 10 below the cap
+        let rows = vec![
+            row(1, 4, None),
+            row(2, 7, None),
+            row(3, 6, None),
+            row(4, 1, None),
+        ];
+        // WHEN rows of 4, 7, 6, 1 arrive
+        let split = split_within_cap(MAX_QUANTITY - 10, rows);
+        // THEN 4 and 6 fit (reaching the cap exactly), 7 does not, and 1 no longer fits
+        let accepted: Vec<i64> = split.accepted.iter().map(|r| r.quantity).collect();
+        assert_eq!(accepted, vec![4, 6]);
+        let rejected: Vec<(String, ReasonCode)> =
+            split.rejected.into_iter().map(Into::into).collect();
+        assert_eq!(
+            rejected,
+            vec![
+                (row(2, 0, None).sort_key, ReasonCode::QuantityTooLarge),
+                (row(4, 0, None).sort_key, ReasonCode::QuantityTooLarge),
+            ]
+        );
+        // Zero rows always fit, even at the cap.
+        let at_cap = split_within_cap(MAX_QUANTITY, vec![row(1, 0, None)]);
+        assert_eq!(at_cap.accepted.len(), 1);
+    }
+
+    #[test]
+    fn commits_chain_versions_and_hold_at_most_99_rows() {
+        let now = instant("2026-11-30T10:30:00Z");
+        let rows: Vec<ValidUsageRow> = (0..250).map(|i| row(i, 2, None)).collect();
+        let commits = plan_commits(&key(), PRODUCT, None, &rows, now).unwrap();
+        assert_eq!(
+            commits
+                .iter()
+                .map(|c| c.claimed_rows.len())
+                .collect::<Vec<_>>(),
+            vec![99, 99, 52]
+        );
+        assert_eq!(
+            commits
+                .iter()
+                .map(|c| c.expected_version)
+                .collect::<Vec<_>>(),
+            vec![None, Some(1), Some(2)]
+        );
+        assert_eq!(
+            commits.iter().map(|c| c.record.version).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            commits
+                .iter()
+                .map(|c| c.record.quantity)
+                .collect::<Vec<_>>(),
+            vec![198, 396, 500]
+        );
+        assert!(commits.iter().all(|c| c.now == now));
+        assert_eq!(
+            commits[0].claimed_rows[0],
+            (LICENSE.to_string(), rows[0].sort_key.clone())
+        );
+
+        let existing = pending(10, None, 7);
+        let late = plan_commits(&key(), PRODUCT, Some(&existing), &rows[..1], now).unwrap();
+        assert_eq!(late.len(), 1);
+        assert_eq!(late[0].expected_version, Some(7));
+        assert_eq!(late[0].record.version, 8);
+        assert_eq!(late[0].record.quantity, 12);
+
+        assert!(
+            plan_commits(&key(), PRODUCT, Some(&existing), &[], now)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(commit_chunks(&rows).count(), 3);
+    }
+
+    #[test]
+    fn no_fold_into_a_record_in_flight() {
+        let now = instant("2026-11-30T10:30:00Z");
+        let held = AggregatedRecord {
+            in_flight_until: Some(now + Duration::minutes(1)),
+            ..pending(5, None, 3)
+        };
+        assert!(matches!(
+            plan_commits(&key(), PRODUCT, Some(&held), &[row(1, 1, None)], now),
+            Err(FoldError::InFlight { .. })
+        ));
+        let expired_claim = AggregatedRecord {
+            in_flight_until: Some(now),
+            ..held
+        };
+        assert!(
+            plan_commits(
+                &key(),
+                PRODUCT,
+                Some(&expired_claim),
+                &[row(1, 1, None)],
+                now
+            )
+            .is_ok()
+        );
+    }
+
+    fn raw(second: u32, quantity: &str, team: Option<&str>) -> RawUsageRow {
+        let timestamp = format!("2026-11-30T09:{:02}:{:02}Z", second / 60, second % 60);
+        let mut attrs = BTreeMap::new();
+        attrs.insert(
+            attr::CUSTOMER_ACCOUNT.to_string(),
+            Attr::S(ACCOUNT.to_string()),
+        );
+        attrs.insert(attr::DIMENSION.to_string(), Attr::S("requests".to_string()));
+        attrs.insert(attr::TIMESTAMP.to_string(), Attr::S(timestamp.clone()));
+        attrs.insert(attr::QUANTITY.to_string(), Attr::N(quantity.to_string()));
+        if let Some(team) = team {
+            let tag = Attr::M(BTreeMap::from([
+                ("key".to_string(), Attr::S("team".to_string())),
+                ("value".to_string(), Attr::S(team.to_string())),
+            ]));
+            let allocation = Attr::M(BTreeMap::from([
+                (
+                    "allocatedUsageQuantity".to_string(),
+                    Attr::N(quantity.to_string()),
+                ),
+                ("tags".to_string(), Attr::L(vec![tag])),
+            ]));
+            attrs.insert(
+                attr::USAGE_ALLOCATIONS.to_string(),
+                Attr::L(vec![allocation]),
+            );
+        }
+        RawUsageRow {
+            license_arn: LICENSE.to_string(),
+            sort_key: format!("{ACCOUNT}#requests#{timestamp}"),
+            attrs,
+        }
+    }
+
+    #[test]
+    fn plan_aggregation_accounts_for_every_row() {
+        let ctx = GuardrailContext::new(instant("2026-11-30T10:30:00Z"), PRODUCT);
+        // GIVEN an existing tagged record 5 below the cap, and late rows: two that fit,
+        // one untagged (mixing), one malformed, one over the cap
+        let existing = pending(
+            MAX_QUANTITY - 5,
+            Some(vec![alloc(MAX_QUANTITY - 5, "a")]),
+            4,
+        );
+        let rows = vec![
+            raw(1, "2", Some("a")),
+            raw(2, "3", Some("b")),
+            raw(3, "1", None),
+            raw(4, "1.5", Some("a")),
+            raw(5, "1", Some("c")),
+        ];
+        let plan = plan_aggregation(&key(), &rows, Some(&existing), &ctx).unwrap();
+        let claimed: Vec<&str> = plan
+            .commits
+            .iter()
+            .flat_map(|c| &c.claimed_rows)
+            .map(|(_, k)| k.as_str())
+            .collect();
+        assert_eq!(
+            claimed,
+            vec![rows[0].sort_key.as_str(), rows[1].sort_key.as_str()]
+        );
+        let rejected: Vec<(String, ReasonCode)> =
+            plan.rejected.iter().cloned().map(Into::into).collect();
+        assert_eq!(
+            rejected,
+            vec![
+                (
+                    rows[2].sort_key.clone(),
+                    ReasonCode::MixedAllocatedAndUnallocated
+                ),
+                (rows[3].sort_key.clone(), ReasonCode::NonIntegerQuantity),
+                (rows[4].sort_key.clone(), ReasonCode::QuantityTooLarge),
+            ]
+        );
+        let record = plan.final_record().unwrap();
+        assert_eq!(record.quantity, MAX_QUANTITY);
+        assert_eq!(
+            record.allocations,
+            Some(vec![alloc(MAX_QUANTITY - 3, "a"), alloc(3, "b")])
+        );
+        assert_eq!(plan.commits[0].expected_version, Some(4));
+
+        // A submitted hour: every row is rejected, nothing is committed.
+        let billed = AggregatedRecord {
+            status: AggregatedStatus::Success,
+            ..existing.clone()
+        };
+        let late = plan_aggregation(&key(), &rows[..2], Some(&billed), &ctx).unwrap();
+        assert!(late.commits.is_empty());
+        assert!(
+            late.rejected
+                .iter()
+                .all(|r| r.reason == ReasonCode::HourAlreadySubmitted)
+        );
+        // A record in flight: retry later, nothing decided.
+        let held = AggregatedRecord {
+            in_flight_until: Some(ctx.now + Duration::minutes(5)),
+            ..existing
+        };
+        assert!(matches!(
+            plan_aggregation(&key(), &rows, Some(&held), &ctx),
+            Err(FoldError::InFlight { .. })
+        ));
+    }
+
+    #[test]
+    fn zero_quantity_policy_parses_strictly() {
+        assert_eq!(ZeroQuantityPolicy::default(), ZeroQuantityPolicy::Defer);
+        for policy in [
+            ZeroQuantityPolicy::Defer,
+            ZeroQuantityPolicy::Submit,
+            ZeroQuantityPolicy::Skip,
+        ] {
+            assert_eq!(policy.to_string().parse::<ZeroQuantityPolicy>(), Ok(policy));
+        }
+        assert_eq!(
+            " skip\n".parse::<ZeroQuantityPolicy>(),
+            Ok(ZeroQuantityPolicy::Skip)
+        );
+        for bad in ["", "Defer", "never", "submit-all"] {
+            let err = bad.parse::<ZeroQuantityPolicy>().unwrap_err();
+            assert_eq!(err, InvalidZeroQuantityPolicy(bad.to_string()));
+            assert!(
+                err.to_string()
+                    .contains("\"defer\", \"submit\" or \"skip\""),
+                "{err}"
+            );
+        }
+    }
+
+    fn record_at(hour: &str, quantity: i64) -> AggregatedRecord {
+        AggregatedRecord {
+            key: GroupKey {
+                hour: hour.parse::<HourBucket>().unwrap(),
+                ..key()
+            },
+            ..pending(quantity, None, 1)
+        }
+    }
+
+    #[test]
+    fn submission_due_cases() {
+        use ZeroQuantityPolicy::{Defer, Skip, Submit};
+        let now = "2026-11-30T10:30:00Z";
+        let cases = [
+            // (name, hour, quantity, now, policy, due)
+            ("non-zero at once", "2026-11-30T09", 5, now, Defer, true),
+            (
+                "non-zero at once under skip",
+                "2026-11-30T09",
+                5,
+                now,
+                Skip,
+                true,
+            ),
+            (
+                "zero under submit at once",
+                "2026-11-30T09",
+                0,
+                now,
+                Submit,
+                true,
+            ),
+            (
+                "zero under skip never",
+                "2026-11-29T11",
+                0,
+                now,
+                Skip,
+                false,
+            ),
+            (
+                "zero deferred mid-window",
+                "2026-11-30T09",
+                0,
+                now,
+                Defer,
+                false,
+            ),
+            (
+                "zero deferred at the oldest edge",
+                "2026-11-29T11",
+                0,
+                now,
+                Defer,
+                true,
+            ),
+            (
+                "zero one hour before the edge",
+                "2026-11-29T12",
+                0,
+                now,
+                Defer,
+                false,
+            ),
+            (
+                "expired non-zero never",
+                "2026-11-29T10",
+                5,
+                now,
+                Submit,
+                false,
+            ),
+            (
+                "last month zero before 03:00 on the 1st",
+                "2026-11-30T23",
+                0,
+                "2026-12-01T02:59:59Z",
+                Defer,
+                false,
+            ),
+            (
+                "last month zero from 03:00 on the 1st",
+                "2026-11-30T23",
+                0,
+                "2026-12-01T03:00:00Z",
+                Defer,
+                true,
+            ),
+            (
+                "last month zero after the grace",
+                "2026-11-30T23",
+                0,
+                "2026-12-01T06:00:00Z",
+                Defer,
+                false,
+            ),
+            (
+                "this month zero at 03:00 on the 1st",
+                "2026-12-01T01",
+                0,
+                "2026-12-01T03:00:00Z",
+                Defer,
+                false,
+            ),
+        ];
+        for (name, hour, quantity, now, policy, due) in cases {
+            assert_eq!(
+                submission_due(&record_at(hour, quantity), instant(now), policy),
+                due,
+                "{name}"
+            );
+        }
+        let billed = AggregatedRecord {
+            status: AggregatedStatus::Success,
+            ..record_at("2026-11-30T09", 5)
+        };
+        assert!(!submission_due(&billed, instant(now), Submit));
+        assert!(is_skipped_zero(&record_at("2026-11-30T09", 0), Skip));
+        assert!(!is_skipped_zero(&record_at("2026-11-30T09", 1), Skip));
+        assert!(!is_skipped_zero(&record_at("2026-11-30T09", 0), Defer));
+    }
+
+    /// A group row: quantity mostly small, sometimes huge (to hit the cap), tagged or
+    /// not per `tagged`, over a few teams.
+    fn arb_rows(tagged: bool) -> impl Strategy<Value = Vec<ValidUsageRow>> {
+        let quantity = prop_oneof![8 => 0i64..50, 1 => 0i64..=MAX_QUANTITY];
+        proptest::collection::vec((quantity, 0usize..4, 0usize..4), 0..40).prop_map(move |specs| {
+            specs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (q, team_a, team_b))| {
+                    let allocations = tagged.then(|| {
+                        let a = q / 3;
+                        vec![
+                            alloc(a, &format!("t{team_a}")),
+                            alloc(q - a, &format!("t{team_b}")),
+                        ]
+                    });
+                    let mut r = row(i as u32 % 3600, q, allocations);
+                    r.sort_key = format!("{}#{i}", r.sort_key);
+                    r
+                })
+                .collect()
+        })
+    }
+
+    fn arb_existing(tagged: bool) -> impl Strategy<Value = Option<AggregatedRecord>> {
+        prop::option::of((0i64..=MAX_QUANTITY, 1u64..100)).prop_map(move |spec| {
+            spec.map(|(q, version)| {
+                let allocations = tagged.then(|| vec![alloc(q, "t0")]);
+                pending(q, allocations, version)
+            })
+        })
+    }
+
+    fn arb_case() -> impl Strategy<Value = (Option<AggregatedRecord>, Vec<ValidUsageRow>)> {
+        prop::bool::ANY.prop_flat_map(|tagged| (arb_existing(tagged), arb_rows(tagged)))
+    }
+
+    /// Group checks, cap split and fold, as the aggregator chains them.
+    fn run(
+        existing: Option<&AggregatedRecord>,
+        rows: Vec<ValidUsageRow>,
+    ) -> (GuardrailOutcome, AggregatedRecord) {
+        let group = guardrails::validate_group(rows, existing);
+        let capped = split_within_cap(existing.map_or(0, |r| r.quantity), group.accepted);
+        let record = fold(&key(), PRODUCT, existing, &capped.accepted).unwrap();
+        let mut rejected = group.rejected;
+        rejected.extend(capped.rejected);
+        (
+            GuardrailOutcome {
+                accepted: capped.accepted,
+                rejected,
+            },
+            record,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn fold_equals_the_sum_of_accepted_quantities((existing, rows) in arb_case()) {
+            let (outcome, record) = run(existing.as_ref(), rows.clone());
+            let base = existing.as_ref().map_or(0, |r| r.quantity);
+            prop_assert_eq!(record.quantity, base + outcome.accepted.iter().map(|r| r.quantity).sum::<i64>());
+            prop_assert!(record.quantity <= MAX_QUANTITY);
+            prop_assert_eq!(outcome.accepted.len() + outcome.rejected.len(), rows.len());
+            prop_assert!(outcome.rejected.iter().all(|r| r.reason == ReasonCode::QuantityTooLarge));
+        }
+
+        #[test]
+        fn merged_allocations_sum_to_the_quantity((existing, rows) in arb_case()) {
+            let (_, record) = run(existing.as_ref(), rows);
+            if let Some(allocations) = &record.allocations {
+                prop_assert_eq!(allocations.iter().map(|a| a.quantity).sum::<i64>(), record.quantity);
+            }
+        }
+
+        #[test]
+        fn fold_is_order_independent((existing, rows) in arb_case(), rotate in any::<usize>()) {
+            let (_, record) = run(existing.as_ref(), rows.clone());
+            let mut shuffled = rows;
+            shuffled.reverse();
+            if !shuffled.is_empty() {
+                let len = shuffled.len();
+                shuffled.rotate_left(rotate % len);
+            }
+            let (_, again) = run(existing.as_ref(), shuffled);
+            prop_assert_eq!(again, record);
+        }
+
+        #[test]
+        fn chunked_commits_end_where_one_fold_ends((existing, rows) in arb_case()) {
+            let (outcome, record) = run(existing.as_ref(), rows);
+            let now = instant("2026-11-30T10:30:00Z");
+            let commits = plan_commits(&key(), PRODUCT, existing.as_ref(), &outcome.accepted, now).unwrap();
+            prop_assert!(commits.iter().all(|c| c.claimed_rows.len() <= MAX_ROWS_PER_COMMIT));
+            prop_assert_eq!(commits.iter().map(|c| c.claimed_rows.len()).sum::<usize>(), outcome.accepted.len());
+            if let Some(last) = commits.last() {
+                prop_assert_eq!(last.record.quantity, record.quantity);
+                prop_assert_eq!(&last.record.allocations, &record.allocations);
+                let first_version = existing.as_ref().map_or(0, |r| r.version);
+                prop_assert_eq!(last.record.version, first_version + commits.len() as u64);
+            }
+        }
+    }
+}
