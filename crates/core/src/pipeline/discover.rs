@@ -115,12 +115,13 @@ enum Pass {
 /// for everyone else, onto the work queue; (3) age-out of raw rows in expired hours.
 ///
 /// Rows the index cannot place in a findable group (projection lacks the account or the
-/// dimension, or the sort key does not start with `<account>#<dimension>#<hour>`) are
+/// dimension, the sort key does not start with `<account>#<dimension>#<hour>`, or that
+/// hour is not the `meteringPending` bucket the row was found in) are
 /// read and judged here with the per-row guardrails and finalized `RejectedClientSide`
 /// directly: the discoverer has no cleanup queue, and such a row can never be counted
 /// (the aggregator's targeted query would never find it), so there is no claim to
-/// respect. A row that passes the guardrails (e.g. `meteringPending` names a different
-/// hour than its timestamp) is routed to the group its timestamp names.
+/// respect. A row that passes the guardrails (`meteringPending` merely names another
+/// hour than its valid timestamp) is routed to the group its timestamp names.
 ///
 /// A failing subscribers read skips the flush (reported), never normal metering.
 /// A store failure ends the run with an error; everything done so far stands.
@@ -316,15 +317,8 @@ impl Run<'_> {
         if let (Some(account), Some(dimension)) =
             (&pending.customer_aws_account_id, &pending.dimension)
             && let Some(hour) = hour_in_sort_key(&pending.sort_key, account, dimension)
+            && hour == bucket
         {
-            if hour != bucket {
-                warn!(
-                    license = %pending.license_arn,
-                    sort_key = %pending.sort_key,
-                    metering_pending = %bucket,
-                    "meteringPending names another hour than the timestamp; the timestamp wins"
-                );
-            }
             return Ok(Some(GroupKey {
                 license_arn: pending.license_arn.clone(),
                 customer_aws_account_id: account.clone(),
@@ -332,6 +326,9 @@ impl Run<'_> {
                 hour,
             }));
         }
+        // The index cannot place it, or `meteringPending` names another hour than its
+        // timestamp (a future or out-of-window timestamp filed under a completed hour
+        // would otherwise never be judged): read it and let the guardrails decide.
         self.judge_unroutable(pending).await
     }
 
@@ -688,8 +685,31 @@ mod tests {
         );
         world.put_row(wrong_hour);
 
+        let mut future =
+            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T11:00:00Z", 1);
+        future.attrs.insert(
+            attr::METERING_PENDING.into(),
+            Attr::S("2026-11-30T09".into()),
+        );
+        let future = world.put_row(future);
+        let mut stale =
+            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-29T09:00:00Z", 1);
+        stale.attrs.insert(
+            attr::METERING_PENDING.into(),
+            Attr::S("2026-11-30T09".into()),
+        );
+        let stale = world.put_row(stale);
+
         let report = world.discover(now).await;
 
+        assert_eq!(
+            world.reason(&l, &future).as_deref(),
+            Some("TimestampInFuture")
+        );
+        assert_eq!(
+            world.reason(&l, &stale).as_deref(),
+            Some("TimestampOutOfWindow")
+        );
         assert_eq!(
             world.reason(&l, &no_dimension).as_deref(),
             Some("MissingDimension")
@@ -702,7 +722,7 @@ mod tests {
             world.reason(&l, &bad_key).as_deref(),
             Some("MalformedSortKey")
         );
-        assert_eq!(report.rejected_rows, 2);
+        assert_eq!(report.rejected_rows, 4);
         assert_eq!(
             world.metrics.get(
                 metric::USAGE_RECORD_REJECTED,
