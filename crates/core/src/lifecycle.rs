@@ -510,15 +510,13 @@ fn license_row(
     current: Option<&Subscriber>,
     license_arn: &str,
     account: &str,
-) -> Result<Subscriber, Transition> {
+) -> Result<Subscriber, &'static str> {
     match current {
         None => Ok(Subscriber::new(license_arn, account)),
         Some(row) if row.license_arn == license_arn && row.customer_aws_account_id == account => {
             Ok(row.clone())
         }
-        Some(_) => Err(Transition::NoMatchingRow {
-            reason: "row belongs to another license or account than the event",
-        }),
+        Some(_) => Err("row belongs to another license or account than the event"),
     }
 }
 
@@ -532,7 +530,7 @@ fn license_updated(
 ) -> Transition {
     let row = match license_row(current, license_arn, account) {
         Ok(row) => row,
-        Err(t) => return t,
+        Err(reason) => return Transition::NoMatchingRow { reason },
     };
     match order(row.subscription_event_at, time) {
         Order::Duplicate => {
@@ -592,7 +590,7 @@ fn license_deprovisioned(
 ) -> Transition {
     let row = match license_row(current, license_arn, account) {
         Ok(row) => row,
-        Err(t) => return t,
+        Err(reason) => return Transition::NoMatchingRow { reason },
     };
     match order(row.subscription_event_at, time) {
         Order::Duplicate => {
@@ -638,21 +636,15 @@ fn agreement_row<'a>(
     current: Option<&'a Subscriber>,
     agreement_id: &str,
     account: &str,
-) -> Result<&'a Subscriber, Transition> {
+) -> Result<&'a Subscriber, &'static str> {
     let Some(row) = current else {
-        return Err(Transition::NoMatchingRow {
-            reason: "no subscriber row for this agreement yet",
-        });
+        return Err("no subscriber row for this agreement yet");
     };
     if row.agreement_id.as_deref() != Some(agreement_id) {
-        return Err(Transition::NoMatchingRow {
-            reason: "row belongs to another agreement than the event",
-        });
+        return Err("row belongs to another agreement than the event");
     }
     if row.customer_aws_account_id != account {
-        return Err(Transition::NoMatchingRow {
-            reason: "row belongs to another buyer account than the event",
-        });
+        return Err("row belongs to another buyer account than the event");
     }
     Ok(row)
 }
@@ -665,7 +657,7 @@ fn agreement_ended(
 ) -> Transition {
     let row = match agreement_row(current, agreement_id, account) {
         Ok(row) => row,
-        Err(t) => return t,
+        Err(reason) => return Transition::NoMatchingRow { reason },
     };
     match order(row.agreement_event_at, time) {
         Order::Duplicate => Transition::Unchanged {
@@ -694,7 +686,7 @@ fn agreement_amended(
 ) -> Transition {
     let row = match agreement_row(current, agreement_id, account) {
         Ok(row) => row,
-        Err(t) => return t,
+        Err(reason) => return Transition::NoMatchingRow { reason },
     };
     let order = order(row.agreement_event_at, time);
     match (row.agreement_status, order) {
@@ -739,6 +731,7 @@ pub fn expire_deprovisioning(row: &Subscriber, now: Instant) -> Option<Subscribe
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::time::parse_usage_timestamp;
