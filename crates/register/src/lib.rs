@@ -1,0 +1,272 @@
+//! The register Lambda (main stack, behind API Gateway REST):
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `POST /fulfillment` | Marketplace's browser form POST: `303` to `REGISTRATION_PAGE_URL#token=...` (the token travels in the fragment, which never reaches a server log or a third party) |
+//! | `POST /register` | the page's post: `ResolveCustomer`, then the in-Region customer-profile row and the PII-free subscriber row (`registeredRegions`) |
+//! | `OPTIONS /register` | CORS preflight for `ALLOWED_ORIGIN` only |
+//!
+//! Every answer is JSON with a `code` and a buyer-actionable `message` (see
+//! [`RegisterError`]). The token is never stored or logged; form values are never
+//! logged. Registration never gates metering: it writes no lifecycle field.
+
+pub mod config;
+pub mod error;
+pub mod form;
+pub mod response;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
+use aws_lambda_events::http::{HeaderValue, Method};
+use awsmp_core::model::CustomerProfile;
+use awsmp_core::ports::{Clock, CustomerResolver, ProfileStore, SubscriberStore};
+use lambda_runtime::LambdaEvent;
+use serde_json::json;
+
+pub use config::{Config, ENV_VARS, RUNTIME_ENV_VARS};
+pub use error::{MARKETPLACE_LIBRARY_URL, RegisterError};
+use form::{RegistrationForm, parse_form};
+
+/// The handler's dependencies, built once per process and shared by every invocation.
+#[derive(Clone)]
+pub struct RegisterState {
+    /// Settings.
+    pub config: Arc<Config>,
+    /// `ResolveCustomer` (in `RESOLVE_CUSTOMER_REGION`).
+    pub resolver: Arc<dyn CustomerResolver>,
+    /// The subscribers table (in `SUBSCRIBERS_TABLE_REGION`).
+    pub subscribers: Arc<dyn SubscriberStore>,
+    /// The in-Region customer-profile table; `None` when `CUSTOMER_PROFILE_TABLE` is
+    /// unset or empty (every registration then answers HTTP 500).
+    pub profiles: Option<Arc<dyn ProfileStore>>,
+    /// Time, for the audit stamps.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Which of the function's routes a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Register,
+    Fulfillment,
+}
+
+/// Finds the route from the API Gateway resource (or the path), by its last segment, so
+/// a custom domain's base path in front of it does not matter.
+fn route_of(request: &ApiGatewayProxyRequest) -> Result<Route, RegisterError> {
+    let path = request
+        .resource
+        .as_deref()
+        .filter(|r| !r.contains('{'))
+        .or(request.path.as_deref())
+        .unwrap_or("/");
+    match path.trim_end_matches('/').rsplit('/').next() {
+        Some("register") => Ok(Route::Register),
+        Some("fulfillment") => Ok(Route::Fulfillment),
+        _ => Err(RegisterError::NotFound(path.to_string())),
+    }
+}
+
+/// The Lambda entry point: every outcome is an HTTP answer, so it never fails.
+pub async fn handler(
+    state: &RegisterState,
+    event: LambdaEvent<ApiGatewayProxyRequest>,
+) -> Result<ApiGatewayProxyResponse, Infallible> {
+    Ok(handle(state, event.payload).await)
+}
+
+/// Answers one proxy request.
+pub async fn handle(
+    state: &RegisterState,
+    request: ApiGatewayProxyRequest,
+) -> ApiGatewayProxyResponse {
+    let origin = &state.config.allowed_origin;
+    let route = match route_of(&request) {
+        Ok(route) => route,
+        Err(e) => return error_response(&e, origin),
+    };
+    let method = request.http_method.clone();
+    match (route, method) {
+        (Route::Fulfillment, Method::POST) => fulfillment(state, &request).await,
+        // A reload or bookmark of the fulfillment URL: send the buyer to the page, which
+        // explains how to get a fresh link.
+        (Route::Fulfillment, Method::GET) => {
+            response::see_other(&page_location(&state.config, "error=missing-token"))
+        }
+        (Route::Register, Method::POST) => match register(state, &request).await {
+            Ok(response) => response,
+            Err(e) => error_response(&e, origin),
+        },
+        (Route::Register, Method::OPTIONS) => match check_origin(&state.config, &request) {
+            Ok(()) => response::preflight(origin),
+            Err(e) => error_response(&e, origin),
+        },
+        (route, method) => {
+            let error = RegisterError::MethodNotAllowed {
+                method: method.to_string(),
+                path: request.path.clone().unwrap_or_default(),
+            };
+            let mut response = error_response(&error, origin);
+            let allow = match route {
+                Route::Register => "POST, OPTIONS",
+                Route::Fulfillment => "POST, GET",
+            };
+            response
+                .headers
+                .insert("allow", HeaderValue::from_static(allow));
+            response
+        }
+    }
+}
+
+/// `REGISTRATION_PAGE_URL` with `fragment`.
+fn page_location(config: &Config, fragment: &str) -> String {
+    let mut url = config.registration_page_url.clone();
+    url.set_fragment(Some(fragment));
+    url.to_string()
+}
+
+fn header<'a>(request: &'a ApiGatewayProxyRequest, name: &str) -> Option<&'a str> {
+    request.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn read_form(
+    state: &RegisterState,
+    request: &ApiGatewayProxyRequest,
+) -> Result<RegistrationForm, RegisterError> {
+    Ok(parse_form(
+        header(request, "content-type"),
+        request.body.as_deref(),
+        request.is_base64_encoded,
+        &state.config.allowed_fields,
+    )
+    .await?)
+}
+
+/// Marketplace's form POST: pass the token to the page in the URL fragment.
+async fn fulfillment(
+    state: &RegisterState,
+    request: &ApiGatewayProxyRequest,
+) -> ApiGatewayProxyResponse {
+    let fragment = match read_form(state, request).await {
+        Ok(RegistrationForm {
+            token: Some(token), ..
+        }) => {
+            tracing::info!("fulfillment: redirecting the buyer to the registration page");
+            let encoded: String =
+                url::form_urlencoded::byte_serialize(token.expose().as_bytes()).collect();
+            format!("token={encoded}")
+        }
+        Ok(_) => {
+            tracing::warn!("fulfillment: the post carried no x-amzn-marketplace-token");
+            "error=missing-token".to_string()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, code = e.code(), "fulfillment: unreadable form post");
+            let code = if e.needs_new_token() {
+                "invalid-token"
+            } else {
+                "bad-request"
+            };
+            format!("error={code}")
+        }
+    };
+    response::see_other(&page_location(&state.config, &fragment))
+}
+
+/// A browser request from another origin than the page is refused; requests without an
+/// `Origin` (curl, server-side callers) pass, since CORS only binds browsers.
+fn check_origin(config: &Config, request: &ApiGatewayProxyRequest) -> Result<(), RegisterError> {
+    match header(request, "origin") {
+        None => Ok(()),
+        Some(origin) if origin == config.allowed_origin => Ok(()),
+        Some(origin) => Err(RegisterError::OriginNotAllowed(origin.to_string())),
+    }
+}
+
+/// The page's post: resolve the token, then write the profile and the subscriber row.
+async fn register(
+    state: &RegisterState,
+    request: &ApiGatewayProxyRequest,
+) -> Result<ApiGatewayProxyResponse, RegisterError> {
+    let config = &state.config;
+    let Some(profiles) = &state.profiles else {
+        return Err(RegisterError::StoreNotConfigured);
+    };
+    check_origin(config, request)?;
+    let form = read_form(state, request).await?;
+    let token = form.token.as_ref().ok_or(RegisterError::MissingToken)?;
+    let customer = state.resolver.resolve(token.expose()).await?;
+    if customer.product_code != config.product_code {
+        return Err(RegisterError::WrongProduct {
+            expected: config.product_code.clone(),
+            found: customer.product_code,
+        });
+    }
+    let now = state.clock.now();
+    let profile = CustomerProfile {
+        license_arn: customer.license_arn.clone(),
+        customer_aws_account_id: customer.customer_aws_account_id.clone(),
+        product_code: customer.product_code.clone(),
+        fields: form.fields,
+    };
+    profiles
+        .upsert(&profile, now)
+        .await
+        .map_err(RegisterError::Store)?;
+    state
+        .subscribers
+        .add_registered_region(
+            &customer.license_arn,
+            &customer.customer_aws_account_id,
+            &customer.product_code,
+            &config.region,
+            now,
+        )
+        .await
+        .map_err(RegisterError::Store)?;
+    tracing::info!(
+        license = %customer.license_arn,
+        account = %customer.customer_aws_account_id,
+        region = %config.region,
+        fields = profile.fields.len(),
+        dropped_fields = form.dropped,
+        "buyer registered"
+    );
+    Ok(response::json(
+        200,
+        &json!({
+            "code": "registered",
+            "message": "Your account is set up. You can close this page.",
+        }),
+        &config.allowed_origin,
+    ))
+}
+
+/// Logs the failure (at a level matching whose fault it is) and answers with its JSON.
+fn error_response(error: &RegisterError, allowed_origin: &str) -> ApiGatewayProxyResponse {
+    let status = error.status();
+    // The message is the error's Display text: for the missing table that is exactly
+    // the spec's log line, `CUSTOMER_PROFILE_TABLE not configured`.
+    if status >= 500 {
+        tracing::error!(status, code = error.code(), "{error}");
+    } else {
+        tracing::warn!(status, code = error.code(), "{error}");
+    }
+    let mut body = json!({
+        "code": error.code(),
+        "message": error.buyer_message(),
+    });
+    if let Some(field) = error.field() {
+        body["field"] = json!(field);
+    }
+    if error.needs_new_token() {
+        body["marketplaceUrl"] = json!(MARKETPLACE_LIBRARY_URL);
+    }
+    response::json(status, &body, allowed_origin)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests;
