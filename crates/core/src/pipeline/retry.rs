@@ -41,10 +41,15 @@ impl RetryPolicy {
     }
 }
 
+/// 64 uniformly random bits from the standard library's randomly keyed hasher.
+pub fn random_u64() -> u64 {
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
 /// A uniformly distributed number in `[0, 1)`, from the standard library's randomly
 /// keyed hasher (core takes no RNG dependency; jitter needs spread, not secrecy).
 pub fn jitter_fraction() -> f64 {
-    let bits = RandomState::new().hash_one(std::time::SystemTime::now());
+    let bits = random_u64();
     // 53 random bits make an exactly representable f64 in [0, 1).
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -29,12 +29,13 @@ use tracing::{error, info, warn};
 
 use crate::aggregate::{ZeroQuantityPolicy, is_skipped_zero, submission_due};
 use crate::batch::{BatchLimits, plan_batches};
-use crate::bisect::{BisectReport, RecordResult, StopKind, send_with_bisection};
-use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, SubscriptionStatus};
+use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
+use crate::outcome::{Backoff, Outcome, RunAction, next_state, report_metrics};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
-use crate::pipeline::retry::{RetryPolicy, retry_transient};
+use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
     AggregatedStore, Clock, MeteringApi, MeteringRecord, MetricsSink, RecordVerdict,
     SubmissionUpdate, SubscriberStore, metric,
@@ -166,10 +167,8 @@ pub struct SubmitSettings {
     pub claim_lease: chrono::Duration,
     /// Consecutive throttled batches after which the run stops.
     pub max_throttled_batches: u32,
-    /// Backoff ceiling for the first retry (unprocessed records, throttling).
-    pub backoff_base: Duration,
-    /// Largest backoff.
-    pub backoff_cap: Duration,
+    /// Jittered backoff between retries (unprocessed records, throttling).
+    pub backoff: Backoff,
     /// How far before the window the age-out sweep looks.
     pub age_out_lookback_hours: i64,
 }
@@ -191,19 +190,13 @@ impl SubmitSettings {
             min_call_interval: MIN_CALL_INTERVAL,
             claim_lease: chrono::Duration::minutes(15),
             max_throttled_batches: 3,
-            backoff_base: Duration::from_millis(200),
-            backoff_cap: Duration::from_secs(5),
+            backoff: Backoff::METERING,
             age_out_lookback_hours: crate::pipeline::discover::DEFAULT_AGE_OUT_LOOKBACK_HOURS,
         }
     }
 
     fn backoff(&self, retry: u32) -> Duration {
-        RetryPolicy {
-            attempts: u32::MAX,
-            base: self.backoff_base,
-            cap: self.backoff_cap,
-        }
-        .delay(retry)
+        self.backoff.delay(retry, random_u64())
     }
 }
 
@@ -389,8 +382,8 @@ struct Run<'a> {
     paced: &'a PacedMeteringApi<'a>,
     budget: Budget,
     report: SubmitReport,
-    /// Per-run cache: whether a license/account has an active-or-later subscriber row.
-    subscribers: HashMap<(String, String), bool>,
+    /// Per-run cache of subscribers rows by (license, account).
+    subscribers: HashMap<(String, String), Option<Subscriber>>,
     consecutive_throttles: u32,
 }
 
@@ -494,6 +487,7 @@ impl Run<'_> {
         }
         let batch: Vec<MeteringRecord> = claimed.iter().map(|r| self.metering_record(r)).collect();
         let mut sent = send_with_bisection(self.paced, &batch).await;
+        let mut events = report_metrics(&sent);
 
         // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
         let unprocessed: Vec<usize> = unprocessed_indexes(&sent);
@@ -510,6 +504,7 @@ impl Run<'_> {
                 .filter_map(|i| batch.get(*i).cloned())
                 .collect();
             let again = send_with_bisection(self.paced, &retry).await;
+            events.extend(report_metrics(&again));
             for (position, index) in unprocessed.iter().enumerate() {
                 if let (Some(slot), Some(result)) =
                     (sent.results.get_mut(*index), again.results.get(position))
@@ -517,41 +512,57 @@ impl Run<'_> {
                     *slot = result.clone();
                 }
             }
-            sent.depth_exceeded.extend(again.depth_exceeded);
             sent.stopped = again.stopped;
         }
-
-        for depth in &sent.depth_exceeded {
-            self.ports.metrics.count(
-                metric::BISECT_DEPTH_EXCEEDED,
-                &[("Exception", &depth.exception)],
-                1,
-            );
+        for event in &events {
+            event.emit(self.ports.metrics);
         }
+
+        let stop = sent.stopped.as_ref().map(|s| s.kind());
+        let mut action = RunAction::Continue;
         for (record, result) in claimed.iter().zip(sent.results.iter()) {
-            let update = self.update_for(record, result).await?;
+            let subscriber = match result {
+                RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
+                    self.subscriber(&record.key).await?
+                }
+                _ => None,
+            };
+            let outcome = next_state(result, stop, subscriber.as_ref());
+            self.count(record, result, &outcome);
+            if let Some(metric) = &outcome.metric {
+                metric.emit(self.ports.metrics);
+            }
+            // A claim whose call never reached Marketplace (DisabledApiException) is
+            // released rather than left to lapse, so late usage can still fold in.
+            let update = outcome.update.clone().unwrap_or(SubmissionUpdate {
+                status: AggregatedStatus::Pending,
+                reason: None,
+                metering_record_id: None,
+            });
             self.write(&record.key, &update).await?;
+            action = match (action, outcome.action) {
+                (RunAction::StopRun, _) | (_, RunAction::StopRun) => RunAction::StopRun,
+                (RunAction::BackOff, _) | (_, RunAction::BackOff) => RunAction::BackOff,
+                _ => RunAction::Continue,
+            };
         }
 
-        match sent.stopped.as_ref().map(|s| s.kind()) {
-            None => {
+        match action {
+            RunAction::Continue => {
                 self.consecutive_throttles = 0;
                 Ok(())
             }
-            Some(StopKind::Disabled) => {
+            RunAction::StopRun => {
                 error!(
                     "BatchMeterUsage is disabled in this Region (DisabledApiException); stopping the run"
                 );
-                self.ports
-                    .metrics
-                    .count(metric::METERING_API_DISABLED, &[], 1);
                 Err(RunError::Stop(Stop::Disabled))
             }
-            Some(kind) => {
+            RunAction::BackOff => {
                 self.consecutive_throttles += 1;
                 if self.consecutive_throttles >= self.settings.max_throttled_batches {
                     warn!(
-                        ?kind,
+                        ?stop,
                         batches = self.consecutive_throttles,
                         "still throttled; leaving the rest pending"
                     );
@@ -559,7 +570,7 @@ impl Run<'_> {
                 }
                 let delay = self.settings.backoff(self.consecutive_throttles);
                 warn!(
-                    ?kind,
+                    ?stop,
                     ?delay,
                     "BatchMeterUsage throttled or failing; backing off"
                 );
@@ -587,88 +598,38 @@ impl Run<'_> {
         .await?)
     }
 
-    /// The status one answer gives its record (see the module table), with metrics.
-    async fn update_for(
-        &mut self,
-        record: &AggregatedRecord,
-        result: &RecordResult,
-    ) -> Result<SubmissionUpdate, RunError> {
-        let pending = SubmissionUpdate {
-            status: AggregatedStatus::Pending,
-            reason: None,
-            metering_record_id: None,
-        };
-        let metrics = self.ports.metrics;
-        Ok(match result {
-            RecordResult::Answered(RecordVerdict::Success { metering_record_id }) => {
-                self.report.success += 1;
-                metrics.count(metric::USAGE_RECORD_SUBMITTED, &[], 1);
-                SubmissionUpdate {
-                    status: AggregatedStatus::Success,
-                    reason: None,
-                    metering_record_id: Some(metering_record_id.clone()),
-                }
-            }
-            RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => {
+    /// Tallies one record's outcome in the run report (and logs the notable ones).
+    fn count(&mut self, record: &AggregatedRecord, result: &RecordResult, outcome: &Outcome) {
+        let status = outcome.update.as_ref().map(|u| u.status);
+        match (result, status) {
+            (_, Some(AggregatedStatus::Success)) => self.report.success += 1,
+            (_, Some(AggregatedStatus::DuplicateRecord)) => {
                 self.report.duplicate += 1;
                 warn!(group = %record.key, quantity = record.quantity,
                     "DuplicateRecord: Marketplace already holds this hour (first write wins)");
-                SubmissionUpdate {
-                    status: AggregatedStatus::DuplicateRecord,
-                    reason: None,
-                    metering_record_id: metering_record_id.clone(),
-                }
             }
-            RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
-                if self.subscription_known(&record.key).await? {
-                    self.report.not_subscribed += 1;
-                    metrics.count(metric::CUSTOMER_NOT_SUBSCRIBED, &[], 1);
-                    SubmissionUpdate {
-                        status: AggregatedStatus::CustomerNotSubscribed,
-                        reason: None,
-                        metering_record_id: None,
-                    }
-                } else {
-                    self.report.awaiting_subscription += 1;
-                    info!(group = %record.key,
-                        "CustomerNotSubscribed before License Updated arrived; retrying on later runs");
-                    pending
-                }
+            (_, Some(AggregatedStatus::CustomerNotSubscribed)) => self.report.not_subscribed += 1,
+            (RecordResult::Answered(RecordVerdict::CustomerNotSubscribed), _) => {
+                self.report.awaiting_subscription += 1;
+                info!(group = %record.key,
+                    "CustomerNotSubscribed before License Updated arrived; retrying on later runs");
             }
-            RecordResult::Answered(RecordVerdict::Unprocessed) => {
-                self.report.unprocessed += 1;
-                metrics.count(metric::USAGE_RECORD_UNPROCESSED, &[], 1);
-                pending
-            }
-            RecordResult::Isolated { exception, message } => {
+            (RecordResult::Answered(RecordVerdict::Unprocessed), _) => self.report.unprocessed += 1,
+            (RecordResult::Isolated { exception, message }, _) => {
                 self.report.errors += 1;
                 error!(group = %record.key, exception = %exception, message = %message,
                     "BatchMeterUsage rejects this record");
-                metrics.count(
-                    metric::BATCH_METER_USAGE_EXCEPTION,
-                    &[("Exception", exception)],
-                    1,
-                );
-                SubmissionUpdate {
-                    status: AggregatedStatus::Error,
-                    reason: Some(exception.clone()),
-                    metering_record_id: None,
-                }
             }
-            RecordResult::DepthExceeded { .. } | RecordResult::NotAnswered => {
-                self.report.left_pending += 1;
-                pending
-            }
-        })
+            _ => self.report.left_pending += 1,
+        }
     }
 
-    /// Whether the subscribers table has an active (or later) subscription row for the
-    /// record's license and account. Without one, License Updated has not arrived yet
-    /// and `CustomerNotSubscribed` is not final (architecture.md §5).
-    async fn subscription_known(&mut self, key: &GroupKey) -> Result<bool, RunError> {
+    /// The subscribers row of the record's license and account (cached per run): it
+    /// decides whether `CustomerNotSubscribed` is final (architecture.md §5).
+    async fn subscriber(&mut self, key: &GroupKey) -> Result<Option<Subscriber>, RunError> {
         let cache_key = (key.license_arn.clone(), key.customer_aws_account_id.clone());
-        if let Some(known) = self.subscribers.get(&cache_key) {
-            return Ok(*known);
+        if let Some(row) = self.subscribers.get(&cache_key) {
+            return Ok(row.clone());
         }
         let policy = RetryPolicy::STORE;
         let row = retry_transient(self.ports.clock, policy, || {
@@ -677,9 +638,8 @@ impl Run<'_> {
                 .get(&key.license_arn, &key.customer_aws_account_id)
         })
         .await?;
-        let known = row.is_some_and(|r| r.subscription_status.is_some());
-        self.subscribers.insert(cache_key, known);
-        Ok(known)
+        self.subscribers.insert(cache_key, row.clone());
+        Ok(row)
     }
 
     async fn dry_run(
