@@ -1,0 +1,653 @@
+//! Handler tests over the in-memory subscribers store, fed with AWS's own example
+//! events (`tests/fixtures`, copied verbatim from the Seller Guide) wrapped in a real SQS
+//! record. The same flows run against moto in `tests/moto.rs`.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
+use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
+use awsmp_core::ports::{PortError, SubscriberStore};
+use awsmp_core::time::{Instant, parse_usage_timestamp};
+use serde_json::Value;
+
+use super::*;
+
+/// `detail.license.arn` of AWS's example, normalised (the example has no `arn:` prefix).
+const LICENSE: &str =
+    "arn:aws:license-manager:us-east-1:123456789012:l-e52ca6f38bf84d0fafb8802ca15ac11x";
+const ACCOUNT: &str = "845735284135";
+const AGREEMENT: &str = "agmt-4mwg1nevbokzw95eca5797ixs";
+const PRODUCT: &str = "aw4fgf5tyo5w2ap6fEXAMPLE";
+
+const UPDATED: &str = "license-updated-manufacturer.json";
+const DEPROVISIONED: &str = "license-deprovisioned-manufacturer.json";
+const ENDED_M: &str = "purchase-agreement-ended-manufacturer.json";
+const ENDED_P: &str = "purchase-agreement-ended-proposer.json";
+const AMENDED_M: &str = "purchase-agreement-amended-manufacturer.json";
+const AMENDED_P: &str = "purchase-agreement-amended-proposer.json";
+const CREATED_M: &str = "purchase-agreement-created-manufacturer.json";
+const CREATED_P: &str = "purchase-agreement-created-proposer.json";
+
+fn t(s: &str) -> Instant {
+    parse_usage_timestamp(s).unwrap()
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// AWS's example event `name` with its `time` set to `time`.
+fn event_at(name: &str, time: &str) -> String {
+    let mut event = fixture(name);
+    event["time"] = Value::String(time.to_string());
+    event.to_string()
+}
+
+/// A batch of SQS records with the given (message id, body).
+fn batch(messages: &[(&str, Option<String>)]) -> LambdaEvent<SqsEvent> {
+    let records = messages
+        .iter()
+        .map(|(id, body)| {
+            let mut record: SqsMessage =
+                serde_json::from_value(fixture("sqs-record.json")).unwrap();
+            record.message_id = Some((*id).to_string());
+            record.body = body.clone();
+            record
+        })
+        .collect();
+    let mut event = SqsEvent::default();
+    event.records = records;
+    LambdaEvent::new(event, lambda_runtime::Context::default())
+}
+
+fn state_with(store: Arc<dyn SubscriberStore>) -> SubscriptionState {
+    SubscriptionState {
+        config: Arc::new(Config {
+            subscribers_table: "awsmp-subscribers-test".into(),
+        }),
+        subscribers: store,
+        clock: Arc::new(ManualClock::new(t("2026-11-30T10:00:00Z"))),
+    }
+}
+
+fn harness() -> (SubscriptionState, MemorySubscriberStore) {
+    let store = MemorySubscriberStore::new();
+    (state_with(Arc::new(store.clone())), store)
+}
+
+/// Sends each (fixture, time) as its own one-message batch, in order; returns the
+/// failed message ids.
+async fn deliver(state: &SubscriptionState, events: &[(&str, &str)]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (i, (name, time)) in events.iter().enumerate() {
+        let id = format!("m{i}");
+        let response = handler(state, batch(&[(&id, Some(event_at(name, time)))]))
+            .await
+            .unwrap();
+        failed.extend(
+            response
+                .batch_item_failures
+                .into_iter()
+                .map(|f| f.item_identifier),
+        );
+    }
+    failed
+}
+
+fn only_row(store: &MemorySubscriberStore) -> Subscriber {
+    let rows = store.rows();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    rows.into_iter().next().unwrap()
+}
+
+#[test]
+fn config_reads_only_the_subscribers_table() {
+    let config = Config::from_lookup(&|k| (k == "SUBSCRIBERS_TABLE").then(|| "t".to_string()));
+    assert_eq!(config.unwrap().subscribers_table, "t");
+    let err = Config::from_lookup(&|_| None).unwrap_err();
+    assert!(err.to_string().contains("SUBSCRIBERS_TABLE is not set"));
+    assert_eq!(ENV_VARS, ["SUBSCRIBERS_TABLE"]);
+}
+
+#[tokio::test]
+async fn license_updated_upserts_an_active_row_with_the_normalised_arn() {
+    let (state, store) = harness();
+    assert!(
+        deliver(&state, &[(UPDATED, "2024-08-30T21:36:03Z")])
+            .await
+            .is_empty()
+    );
+    let row = only_row(&store);
+    // AWS's example ARN lacks `arn:`; it is stored normalised so it joins the usage rows.
+    assert_eq!(row.license_arn, LICENSE);
+    assert_eq!(row.customer_aws_account_id, ACCOUNT);
+    assert_eq!(row.product_code.as_deref(), Some(PRODUCT));
+    assert_eq!(row.agreement_id.as_deref(), Some(AGREEMENT));
+    assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+    assert_eq!(row.deprovisioning_expiry, None);
+    assert_eq!(row.version, 1);
+}
+
+#[tokio::test]
+async fn every_aws_example_event_type() {
+    // (event, outcome on a row created by License Updated at 10:00, agreement, subscription)
+    use AgreementStatus as A;
+    use SubscriptionStatus as S;
+    let cases: Vec<(&str, MessageOutcome, Option<A>, Option<S>)> = vec![
+        (
+            UPDATED,
+            MessageOutcome::Written(1),
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            DEPROVISIONED,
+            MessageOutcome::Written(1),
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            ENDED_M,
+            MessageOutcome::Written(1),
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+        (
+            ENDED_P,
+            MessageOutcome::Written(1),
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+        (
+            AMENDED_M,
+            MessageOutcome::Unchanged,
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            AMENDED_P,
+            MessageOutcome::Unchanged,
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            CREATED_M,
+            MessageOutcome::Ignored,
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            CREATED_P,
+            MessageOutcome::Ignored,
+            Some(A::Active),
+            Some(S::Active),
+        ),
+    ];
+    for (name, outcome, agreement, subscription) in cases {
+        let (state, store) = harness();
+        deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
+        let got = handle_message(&state, "m", Some(&event_at(name, "2026-11-30T11:00:00Z")))
+            .await
+            .unwrap();
+        assert_eq!(got, outcome, "{name}");
+        let row = only_row(&store);
+        assert_eq!(row.agreement_status, agreement, "{name}");
+        assert_eq!(row.subscription_status, subscription, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn deprovisioned_opens_a_one_hour_window_from_the_event_time() {
+    let (state, store) = harness();
+    deliver(
+        &state,
+        &[
+            (UPDATED, "2026-11-30T10:00:00Z"),
+            (DEPROVISIONED, "2026-11-30T12:15:30Z"),
+        ],
+    )
+    .await;
+    let row = only_row(&store);
+    assert_eq!(
+        row.subscription_status,
+        Some(SubscriptionStatus::Deprovisioning)
+    );
+    assert_eq!(row.deprovisioning_expiry, Some(t("2026-11-30T13:15:30Z")));
+    // Visible to the flush and to deprovision-cleanup through the index.
+    assert_eq!(store.deprovisioning().await.unwrap().len(), 1);
+    // Agreement untouched.
+    assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
+}
+
+#[tokio::test]
+async fn ignored_types_write_nothing_and_are_acknowledged() {
+    let (state, store) = harness();
+    let mut unknown = fixture(CREATED_M);
+    unknown["detail-type"] = Value::String("Offer Released - Manufacturer".into());
+    let response = handler(
+        &state,
+        batch(&[
+            ("c1", Some(event_at(CREATED_M, "2026-11-30T10:00:00Z"))),
+            ("c2", Some(event_at(CREATED_P, "2026-11-30T10:00:00Z"))),
+            ("c3", Some(unknown.to_string())),
+        ]),
+    )
+    .await
+    .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert!(store.rows().is_empty());
+}
+
+/// Ordering and duplicate cases as SQS delivers them (each its own batch).
+#[tokio::test]
+async fn out_of_order_and_duplicate_deliveries() {
+    use AgreementStatus as A;
+    use SubscriptionStatus as S;
+    type Case = (
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+        Option<A>,
+        Option<S>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "duplicate License Updated",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (UPDATED, "2026-11-30T10:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "stale License Updated after Deprovisioned never reactivates",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T11:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "newer License Updated after Deprovisioned is refused",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T13:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "Deprovisioned before License Updated",
+            vec![
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T10:00:00Z"),
+            ],
+            None,
+            Some(S::Deprovisioning),
+        ),
+        (
+            "Ended by both roles (duplicate copies)",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_P, "2026-11-30T12:00:00Z"),
+                (ENDED_M, "2026-11-30T12:00:00Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+        (
+            "Ended, then Deprovisioned (the documented real order)",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_P, "2026-11-30T12:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:05Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "stale Ended before the License Updated is a no-op",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_M, "2026-11-30T09:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "newer Amended after Ended never reactivates",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_M, "2026-11-30T12:00:00Z"),
+                (AMENDED_M, "2026-11-30T13:00:00Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+        (
+            "a stale License Updated delivered after Ended leaves the agreement ended",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_M, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T11:00:00Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+    ];
+    for (name, events, agreement, subscription) in cases {
+        let (state, store) = harness();
+        let failed = deliver(&state, &events).await;
+        assert!(failed.is_empty(), "{name}: {failed:?}");
+        let row = only_row(&store);
+        assert_eq!(row.agreement_status, agreement, "{name}");
+        assert_eq!(row.subscription_status, subscription, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn ended_before_any_row_is_retried_until_license_updated_lands() {
+    let (state, store) = harness();
+    let ended = event_at(ENDED_M, "2026-11-30T12:00:00Z");
+    // GIVEN the Ended event arrives first: it is handed back to SQS, nothing written.
+    let first = handler(&state, batch(&[("ended", Some(ended.clone()))]))
+        .await
+        .unwrap();
+    assert_eq!(first.batch_item_failures.len(), 1);
+    assert_eq!(first.batch_item_failures[0].item_identifier, "ended");
+    assert!(store.rows().is_empty());
+    // WHEN License Updated arrives and SQS redelivers the Ended event
+    deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
+    let redelivered = handler(&state, batch(&[("ended", Some(ended))]))
+        .await
+        .unwrap();
+    // THEN the agreement ends.
+    assert!(redelivered.batch_item_failures.is_empty());
+    assert_eq!(
+        only_row(&store).agreement_status,
+        Some(AgreementStatus::Inactive)
+    );
+}
+
+#[tokio::test]
+async fn amended_without_a_row_is_acknowledged() {
+    let (state, store) = harness();
+    let outcome = handle_message(
+        &state,
+        "m",
+        Some(&event_at(AMENDED_M, "2026-11-30T10:00:00Z")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, MessageOutcome::NoMatchingRow);
+    assert!(store.rows().is_empty());
+}
+
+#[tokio::test]
+async fn agreement_events_apply_to_every_row_of_the_agreement_for_that_buyer() {
+    let (state, store) = harness();
+    let now = t("2026-11-30T09:00:00Z");
+    for (license, account) in [
+        ("arn:aws:license-manager::1:license:l-a", ACCOUNT),
+        ("arn:aws:license-manager::1:license:l-b", ACCOUNT),
+        ("arn:aws:license-manager::1:license:l-c", "111122223333"),
+    ] {
+        let mut row = Subscriber::new(license, account);
+        row.agreement_id = Some(AGREEMENT.into());
+        row.agreement_status = Some(AgreementStatus::Active);
+        row.agreement_event_at = Some(t("2026-11-30T08:00:00Z"));
+        row.version = 1;
+        store.insert(row, now);
+    }
+    let outcome = handle_message(
+        &state,
+        "m",
+        Some(&event_at(ENDED_M, "2026-11-30T12:00:00Z")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, MessageOutcome::Written(2));
+    let statuses: Vec<_> = store
+        .rows()
+        .into_iter()
+        .map(|r| (r.customer_aws_account_id, r.agreement_status))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (ACCOUNT.to_string(), Some(AgreementStatus::Inactive)),
+            (ACCOUNT.to_string(), Some(AgreementStatus::Inactive)),
+            ("111122223333".to_string(), Some(AgreementStatus::Active)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn malformed_messages_fail_alone_and_write_nothing() {
+    let (state, store) = harness();
+    let mut no_arn = fixture(UPDATED);
+    no_arn["detail"].as_object_mut().unwrap().remove("license");
+    let mut wrong_source = fixture(UPDATED);
+    wrong_source["source"] = Value::String("aws.marketplace-but-not".into());
+    let mut bad_account = fixture(DEPROVISIONED);
+    bad_account["detail"]["acceptor"]["accountId"] = Value::String("<buyer>".into());
+    let mut bad_time = fixture(UPDATED);
+    bad_time["time"] = Value::String("yesterday".into());
+    let response = handler(
+        &state,
+        batch(&[
+            ("bad-json", Some("{not json".into())),
+            ("no-arn", Some(no_arn.to_string())),
+            ("wrong-source", Some(wrong_source.to_string())),
+            ("no-body", None),
+            ("bad-account", Some(bad_account.to_string())),
+            ("bad-time", Some(bad_time.to_string())),
+            ("good", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
+        ]),
+    )
+    .await
+    .unwrap();
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "bad-json",
+            "no-arn",
+            "wrong-source",
+            "no-body",
+            "bad-account",
+            "bad-time"
+        ]
+    );
+    // Only the good message wrote.
+    assert_eq!(only_row(&store).license_arn, LICENSE);
+}
+
+#[test]
+fn a_malformed_event_gets_one_clear_log_line() {
+    let (state, _) = harness();
+    let mut no_arn = fixture(UPDATED);
+    no_arn["detail"].as_object_mut().unwrap().remove("license");
+    let logs = capture_logs(async {
+        handler(&state, batch(&[("msg-42", Some(no_arn.to_string()))]))
+            .await
+            .unwrap();
+    });
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("msg-42")).collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    assert!(lines[0].contains("\"level\":\"ERROR\""), "{logs}");
+    assert!(lines[0].contains("License Updated - Manufacturer event has no detail.license.arn"));
+    assert!(lines[0].contains("DLQ"));
+    assert!(lines[0].contains("MalformedEvent"));
+}
+
+#[tokio::test]
+async fn store_failures_fail_the_message_and_redelivery_applies_it() {
+    let (state, store) = harness();
+    store.fail_next(
+        StoreOp::SubscriberGet,
+        PortError::Transient {
+            operation: "GetItem",
+            message: "ProvisionedThroughputExceededException".into(),
+        },
+    );
+    let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
+    let response = handler(&state, batch(&[("m", Some(body.clone()))]))
+        .await
+        .unwrap();
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert!(store.rows().is_empty());
+    let response = handler(&state, batch(&[("m", Some(body))])).await.unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        only_row(&store).subscription_status,
+        Some(SubscriptionStatus::Active)
+    );
+}
+
+#[tokio::test]
+async fn a_record_without_message_id_fails_the_batch_before_any_write() {
+    let (state, store) = harness();
+    let mut event = batch(&[
+        ("ok", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
+        ("", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
+    ]);
+    event.payload.records[1].message_id = None;
+    let error = handler(&state, event).await.unwrap_err();
+    assert_eq!(error, SubscriptionError::MessageWithoutId { index: 1 });
+    let diagnostic = lambda_runtime::Diagnostic::from(error);
+    assert_eq!(diagnostic.error_type, "SqsMessageWithoutId");
+    assert!(store.rows().is_empty());
+}
+
+/// A store where another writer changes the row just before each of our first
+/// `races` lifecycle writes, so the write meets a version conflict.
+struct RacingStore {
+    inner: MemorySubscriberStore,
+    races: Mutex<usize>,
+}
+
+#[async_trait]
+impl SubscriberStore for RacingStore {
+    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
+        self.inner.get(license_arn, account).await
+    }
+    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.by_license(license_arn).await
+    }
+    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.by_agreement(agreement_id).await
+    }
+    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.deprovisioning().await
+    }
+    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+        let race = {
+            let mut races = self.races.lock().unwrap();
+            let race = *races > 0;
+            *races = races.saturating_sub(1);
+            race
+        };
+        if race {
+            // The other writer: a registration creating or touching the row.
+            self.inner
+                .add_registered_region(
+                    &row.license_arn,
+                    &row.customer_aws_account_id,
+                    PRODUCT,
+                    "eu-west-1",
+                    now,
+                )
+                .await?;
+            let current = self
+                .inner
+                .get(&row.license_arn, &row.customer_aws_account_id)
+                .await?;
+            let theirs = current.unwrap_or_else(|| row.clone());
+            assert!(self.inner.put_lifecycle(&theirs, now).await?);
+        }
+        self.inner.put_lifecycle(row, now).await
+    }
+    async fn add_registered_region(
+        &self,
+        license_arn: &str,
+        account: &str,
+        product_code: &str,
+        region: &str,
+        now: Instant,
+    ) -> Result<(), PortError> {
+        self.inner
+            .add_registered_region(license_arn, account, product_code, region, now)
+            .await
+    }
+}
+
+#[tokio::test]
+async fn version_conflicts_are_reread_and_reapplied() {
+    let inner = MemorySubscriberStore::new();
+    let racing = RacingStore {
+        inner: inner.clone(),
+        races: Mutex::new(2),
+    };
+    let state = state_with(Arc::new(racing));
+    let failed = deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
+    assert!(failed.is_empty());
+    let row = only_row(&inner);
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+    // The concurrent registration survived the lifecycle write.
+    assert_eq!(row.registered_regions, ["eu-west-1"]);
+}
+
+#[tokio::test]
+async fn endless_contention_fails_the_message_for_redelivery() {
+    let inner = MemorySubscriberStore::new();
+    let racing = RacingStore {
+        inner: inner.clone(),
+        races: Mutex::new(usize::MAX),
+    };
+    let state = state_with(Arc::new(racing));
+    let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
+    let outcome = handle_message(&state, "m", Some(&body)).await;
+    assert!(
+        matches!(outcome, Err(MessageError::Contention { attempts, .. }) if attempts == MAX_WRITE_ATTEMPTS)
+    );
+}
+
+/// Captures everything logged while `f` runs (JSON lines, every level).
+fn capture_logs<F: std::future::Future>(f: F) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || runtime.block_on(f));
+    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+}
