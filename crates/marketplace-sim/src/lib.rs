@@ -1,0 +1,29 @@
+//! awsmp-marketplace-sim: a local AWS Marketplace Metering service on the real
+//! JSON 1.1 wire protocol (`BatchMeterUsage`, `ResolveCustomer`) with the real
+//! semantics (first-write-wins dedup, entitlements, request-level exceptions, the
+//! timestamp window, the 10/s quota), fault injection, a drivable clock, and a
+//! read-only ledger of what was billed. Start it embedded with
+//! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
+
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod lifecycle;
+pub mod model;
+pub mod server;
+pub mod sim;
+pub mod throttle;
+pub mod validate;
+pub mod wire;
+
+pub use clock::ClockSetting;
+pub use config::{IdenticalRetryStatus, SimConfig};
+pub use error::{AdminError, ApiError, ApiErrorKind, SimError};
+pub use model::{
+    Allocation, AllocationTag, BilledRecord, Conflict, Entitlement, EntitlementKey,
+    EntitlementSeed, EntitlementState, FaultKind, FaultSpec, FaultTarget, LedgerSnapshot,
+    LifecycleOutcome, ProductSeed, RejectedRequest, Stats, TokenSeed,
+};
+pub use sim::{RunningSim, SimHandle, Simulator};
+pub use throttle::ThrottleConfig;

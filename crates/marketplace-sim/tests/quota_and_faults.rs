@@ -1,0 +1,190 @@
+//! The BatchMeterUsage quota and injected faults through the real SDK client (retries
+//! disabled, so every throttle and failure surfaces), and the configurable latency.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_marketplacemetering::error::ProvideErrorMetadata;
+use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget, SimConfig, ThrottleConfig};
+use common::*;
+use tokio::task::JoinSet;
+
+#[tokio::test]
+async fn the_default_quota_throttles_a_burst_over_ten_per_second() {
+    // The default configuration: 10 requests/second, burst 10, on.
+    let sim = start(SimConfig {
+        throttle: ThrottleConfig::default(),
+        ..config()
+    })
+    .await;
+    let client = client(&sim).await;
+
+    let mut calls = JoinSet::new();
+    for _ in 0..25 {
+        let client = client.clone();
+        calls.spawn(async move { meter(&client, vec![record(1, "requests", 1)]).await });
+    }
+    let mut throttled = 0;
+    let mut accepted = 0;
+    while let Some(joined) = calls.join_next().await {
+        match joined.expect("task ran") {
+            Ok(_) => accepted += 1,
+            Err(err) => {
+                let (err, status) = service_error(err);
+                assert!(err.is_throttling_exception(), "{err:?}");
+                assert_eq!(status, 400);
+                throttled += 1;
+            }
+        }
+    }
+
+    assert!(throttled >= 1, "25 calls at once must exceed a burst of 10");
+    assert!(accepted >= 10, "the burst of 10 is served");
+    let stats = sim.handle().stats();
+    assert_eq!(stats.throttled, throttled);
+    assert_eq!(
+        stats.errors_by_type.get("ThrottlingException"),
+        Some(&throttled)
+    );
+    assert_eq!(stats.batch_meter_usage_calls, 25);
+}
+
+#[tokio::test]
+async fn a_configured_quota_throttles_exactly_past_its_burst() {
+    let sim = start(config()).await;
+    // One token per ~3 hours: nothing refills during the test.
+    sim.handle()
+        .set_throttle(ThrottleConfig {
+            enabled: true,
+            rate_per_second: 0.0001,
+            burst: 3,
+        })
+        .expect("quota set");
+    let client = client(&sim).await;
+
+    for minute in 0..3 {
+        meter(&client, vec![record(minute, "requests", 1)])
+            .await
+            .expect("within the burst");
+    }
+    let (err, _) = meter_err(&client, vec![record(5, "requests", 1)]).await;
+
+    assert!(err.is_throttling_exception(), "{err:?}");
+    assert!(err.message().expect("message").contains("Rate exceeded"));
+    // ResolveCustomer is not under the BatchMeterUsage quota.
+    let resolve = client
+        .resolve_customer()
+        .registration_token("unknown")
+        .send()
+        .await
+        .expect_err("unknown token");
+    assert_eq!(resolve.code(), Some("InvalidTokenException"));
+    // Turning the quota off lets calls through again.
+    sim.handle()
+        .set_throttle(ThrottleConfig {
+            enabled: false,
+            ..ThrottleConfig::default()
+        })
+        .expect("quota off");
+    meter(&client, vec![record(5, "requests", 1)])
+        .await
+        .expect("quota off");
+}
+
+#[tokio::test]
+async fn injected_internal_errors_fail_with_http_500_then_stop() {
+    let sim = start(config()).await;
+    sim.handle()
+        .inject_fault(FaultSpec {
+            kind: FaultKind::InternalError,
+            count: 2,
+            operation: FaultTarget::BatchMeterUsage,
+        })
+        .expect("fault queued");
+    let client = client(&sim).await;
+
+    for _ in 0..2 {
+        let (err, status) = meter_err(&client, vec![record(1, "requests", 1)]).await;
+        assert!(err.is_internal_service_error_exception(), "{err:?}");
+        assert_eq!(status, 500);
+    }
+    assert!(
+        sim.handle().ledger().records.is_empty(),
+        "failed calls bill nothing"
+    );
+
+    meter(&client, vec![record(1, "requests", 1)])
+        .await
+        .expect("third call succeeds");
+    assert_eq!(sim.handle().ledger().records.len(), 1);
+}
+
+#[tokio::test]
+async fn injected_throttling_and_disabled_api_fire_in_order() {
+    let sim = start(config()).await;
+    for kind in [FaultKind::Throttling, FaultKind::Disabled] {
+        sim.handle()
+            .inject_fault(FaultSpec {
+                kind,
+                count: 1,
+                operation: FaultTarget::Any,
+            })
+            .expect("fault queued");
+    }
+    let client = client(&sim).await;
+
+    let (first, status) = meter_err(&client, vec![record(1, "requests", 1)]).await;
+    assert!(first.is_throttling_exception(), "{first:?}");
+    assert_eq!(status, 400);
+    let (second, status) = meter_err(&client, vec![record(1, "requests", 1)]).await;
+    assert!(second.is_disabled_api_exception(), "{second:?}");
+    assert_eq!(status, 400);
+    meter(&client, vec![record(1, "requests", 1)])
+        .await
+        .expect("no faults left");
+
+    let stats = sim.handle().stats();
+    assert_eq!(stats.throttled, 0, "injected throttling is not the quota");
+    assert_eq!(stats.errors_by_type.get("ThrottlingException"), Some(&1));
+    assert_eq!(stats.errors_by_type.get("DisabledApiException"), Some(&1));
+}
+
+#[tokio::test]
+async fn invalid_faults_are_refused() {
+    let sim = start(config()).await;
+    let zero = sim.handle().inject_fault(FaultSpec {
+        kind: FaultKind::Throttling,
+        count: 0,
+        operation: FaultTarget::Any,
+    });
+    assert!(zero.is_err());
+    let unprocessed_resolve = sim.handle().inject_fault(FaultSpec {
+        kind: FaultKind::Unprocessed { records: 1 },
+        count: 1,
+        operation: FaultTarget::ResolveCustomer,
+    });
+    assert!(unprocessed_resolve.is_err());
+    assert!(sim.handle().pending_faults().is_empty());
+}
+
+#[tokio::test]
+async fn latency_delays_every_answer_by_at_least_the_configured_time() {
+    let sim = start(config()).await;
+    let client = client(&sim).await;
+    // Warm the connection so the measured call is the simulator's delay, not set-up.
+    meter(&client, vec![record(1, "requests", 1)])
+        .await
+        .expect("warm-up");
+    sim.handle().set_latency(Duration::from_millis(300));
+
+    let started = Instant::now();
+    meter(&client, vec![record(2, "requests", 1)])
+        .await
+        .expect("metered");
+
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(sim.handle().latency(), Duration::from_millis(300));
+}
