@@ -289,9 +289,14 @@ pub fn validate_group(
 /// Adds a tagged row's allocations to the merge unless its new tag sets would take the
 /// record past [`MAX_ALLOCATIONS_PER_RECORD`]; then the row is `TooManyAllocations`.
 fn admit_tag_sets(merge: &mut AllocationMerge, allocations: &[Allocation]) -> Option<ReasonCode> {
-    let mut new_sets: Vec<TagSet> = allocations
+    // Each allocation's identity is computed once, for the count and for the merge.
+    let sets: Vec<(TagSet, i64)> = allocations
         .iter()
-        .map(|a| TagSet::of(&a.tags))
+        .map(|a| (TagSet::of(&a.tags), a.quantity))
+        .collect();
+    let mut new_sets: Vec<&TagSet> = sets
+        .iter()
+        .map(|(set, _)| set)
         .filter(|set| !merge.contains(set))
         .collect();
     new_sets.sort_unstable();
@@ -299,7 +304,9 @@ fn admit_tag_sets(merge: &mut AllocationMerge, allocations: &[Allocation]) -> Op
     if merge.tag_set_count() + new_sets.len() > MAX_ALLOCATIONS_PER_RECORD {
         return Some(ReasonCode::TooManyAllocations);
     }
-    merge.add_all(allocations);
+    for (set, quantity) in sets {
+        merge.add_to(set, quantity);
+    }
     None
 }
 

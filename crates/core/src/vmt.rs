@@ -62,10 +62,12 @@ impl AllocationMerge {
 
     /// Adds one allocation to its tag set's bucket.
     pub fn add(&mut self, allocation: &Allocation) {
-        *self
-            .buckets
-            .entry(TagSet::of(&allocation.tags))
-            .or_insert(0) += allocation.quantity;
+        self.add_to(TagSet::of(&allocation.tags), allocation.quantity);
+    }
+
+    /// Adds `quantity` to the bucket of an already computed tag set.
+    pub fn add_to(&mut self, tag_set: TagSet, quantity: i64) {
+        *self.buckets.entry(tag_set).or_insert(0) += quantity;
     }
 
     /// Adds every allocation of a slice.
