@@ -33,6 +33,7 @@ use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
 use crate::outcome::{Backoff, Outcome, RunAction, next_state, report_metrics};
 use crate::pipeline::budget::Budget;
+use crate::pipeline::concurrent::join_all;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
@@ -474,13 +475,39 @@ impl Run<'_> {
 
     /// Claims, sends and records one planned batch.
     async fn send_batch(&mut self, members: &[&AggregatedRecord]) -> Result<(), RunError> {
+        let ports = self.ports;
+        let (now, until) = (self.now, self.until);
+        let claims = join_all(
+            members
+                .iter()
+                .map(|record| async move {
+                    retry_transient(ports.clock, RetryPolicy::STORE, || {
+                        ports
+                            .aggregated
+                            .claim(&record.key, record.version, now, until)
+                    })
+                    .await
+                })
+                .collect(),
+        )
+        .await;
         let mut claimed: Vec<&AggregatedRecord> = Vec::with_capacity(members.len());
-        for record in members {
-            if self.claim(record).await? {
-                claimed.push(record);
-            } else {
-                self.report.claim_skipped += 1;
+        let mut failure = None;
+        for (record, result) in members.iter().zip(claims) {
+            match result {
+                Ok(true) => claimed.push(record),
+                Ok(false) => self.report.claim_skipped += 1,
+                Err(e) => failure = Some(e),
             }
+        }
+        if let Some(error) = failure {
+            // Nothing was sent: give back what we hold so late usage is not blocked.
+            let released: Vec<(GroupKey, SubmissionUpdate)> = claimed
+                .iter()
+                .map(|r| (r.key.clone(), pending_update()))
+                .collect();
+            let _ = self.write_all(&released).await;
+            return Err(error.into());
         }
         if claimed.is_empty() {
             return Ok(());
@@ -520,6 +547,7 @@ impl Run<'_> {
 
         let stop = sent.stopped.as_ref().map(|s| s.kind());
         let mut action = RunAction::Continue;
+        let mut updates = Vec::with_capacity(claimed.len());
         for (record, result) in claimed.iter().zip(sent.results.iter()) {
             let subscriber = match result {
                 RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
@@ -534,18 +562,17 @@ impl Run<'_> {
             }
             // A claim whose call never reached Marketplace (DisabledApiException) is
             // released rather than left to lapse, so late usage can still fold in.
-            let update = outcome.update.clone().unwrap_or(SubmissionUpdate {
-                status: AggregatedStatus::Pending,
-                reason: None,
-                metering_record_id: None,
-            });
-            self.write(&record.key, &update).await?;
+            let update = outcome.update.clone().unwrap_or_else(pending_update);
+            updates.push((record.key.clone(), update));
             action = match (action, outcome.action) {
                 (RunAction::StopRun, _) | (_, RunAction::StopRun) => RunAction::StopRun,
                 (RunAction::BackOff, _) | (_, RunAction::BackOff) => RunAction::BackOff,
                 _ => RunAction::Continue,
             };
         }
+
+        // Every outcome of this batch is stored before the next batch is sent.
+        self.write_all(&updates).await?;
 
         match action {
             RunAction::Continue => {
@@ -596,6 +623,28 @@ impl Run<'_> {
             self.ports.aggregated.record(key, update, self.now)
         })
         .await?)
+    }
+
+    /// Writes outcomes concurrently; the first failure is returned after all finish.
+    async fn write_all(&self, updates: &[(GroupKey, SubmissionUpdate)]) -> Result<(), RunError> {
+        let ports = self.ports;
+        let now = self.now;
+        let results = join_all(
+            updates
+                .iter()
+                .map(|(key, update)| async move {
+                    retry_transient(ports.clock, RetryPolicy::STORE, || {
+                        ports.aggregated.record(key, update, now)
+                    })
+                    .await
+                })
+                .collect(),
+        )
+        .await;
+        match results.into_iter().find_map(Result::err) {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
     }
 
     /// Tallies one record's outcome in the run report (and logs the notable ones).
@@ -716,6 +765,15 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Keeps a record pending and releases its claim.
+fn pending_update() -> SubmissionUpdate {
+    SubmissionUpdate {
+        status: AggregatedStatus::Pending,
+        reason: None,
+        metering_record_id: None,
     }
 }
 
