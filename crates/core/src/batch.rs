@@ -320,6 +320,7 @@ fn write_json_string(out: &mut String, value: &str) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::model::Tag;

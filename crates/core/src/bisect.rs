@@ -234,6 +234,7 @@ pub async fn send_with_bisection_capped(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::model::GroupKey;
@@ -313,10 +314,10 @@ mod tests {
             );
             {
                 let mut scripted = self.scripted.lock().unwrap();
-                if scripted.front().is_some_and(|(at, _)| *at == call) {
-                    if let Some((_, error)) = scripted.pop_front() {
-                        return Err(error);
-                    }
+                if scripted.front().is_some_and(|(at, _)| *at == call)
+                    && let Some((_, error)) = scripted.pop_front()
+                {
+                    return Err(error);
                 }
             }
             if self.short_answer_on_call == Some(call) {
