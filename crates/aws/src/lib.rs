@@ -1,1 +1,36 @@
-//! awsmp-aws: thin AWS SDK adapters for the awsmp-core ports (being written).
+//! awsmp-aws: the ports of `awsmp-core` on the real AWS SDK. Thin by design: each
+//! adapter maps domain types to `AttributeValue`s / SDK shapes and back, and maps SDK
+//! errors to the port's errors; every decision stays in the core.
+//!
+//! | port | adapter |
+//! |---|---|
+//! | `UsageStore` | [`DynamoUsageStore`] |
+//! | `AggregatedStore` | [`DynamoAggregatedStore`] (commit = one `TransactWriteItems`) |
+//! | `SubscriberStore` | [`DynamoSubscriberStore`] |
+//! | `ProfileStore` | [`DynamoProfileStore`] |
+//! | `WorkQueue` | [`SqsWorkQueue`] |
+//! | `MeteringApi` | [`SdkMeteringApi`] (one attempt per call) |
+//! | `CustomerResolver` | [`SdkCustomerResolver`] |
+//! | `MetricsSink` | [`EmfMetrics`] |
+//! | `Clock` | [`SystemClock`] |
+
+pub mod aggregated;
+mod error;
+pub mod item;
+pub mod metering;
+pub mod metrics;
+pub mod runtime;
+pub mod sqs;
+pub mod subscribers;
+pub mod usage;
+
+pub use aggregated::DynamoAggregatedStore;
+pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
+pub use metrics::EmfMetrics;
+pub use runtime::{
+    SystemClock, WorkMessageError, init_tracing, load_sdk_config, load_sdk_config_in,
+    parse_work_message,
+};
+pub use sqs::SqsWorkQueue;
+pub use subscribers::{DynamoProfileStore, DynamoSubscriberStore};
+pub use usage::DynamoUsageStore;

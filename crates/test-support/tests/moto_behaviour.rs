@@ -1,6 +1,7 @@
 //! Checks that moto behaves like DynamoDB and SQS on every feature our adapters rely
 //! on (results are noted in this crate's README), and that the tooling itself works:
 //! start/stop, the missing-venv message, tables from ARCHITECTURE.md and templates.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 

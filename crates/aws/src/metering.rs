@@ -1,0 +1,299 @@
+//! [`MeteringApi`] and [`CustomerResolver`] on the Marketplace Metering SDK.
+//!
+//! `BatchMeterUsage` is sent Concurrent-Agreements style: every record carries
+//! `CustomerAWSAccountId` + `LicenseArn`, its timestamp is the hour's start, and the
+//! request never carries `ProductCode` (AWS bills twice when both are used). The
+//! client makes exactly one attempt per call: the submitter owns backoff, pacing and
+//! bisection, and SDK retries would hide throttling from it and spend its quota.
+
+use std::collections::{HashMap, VecDeque};
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_marketplacemetering::Client;
+use aws_sdk_marketplacemetering::config::retry::RetryConfig;
+use aws_sdk_marketplacemetering::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_marketplacemetering::primitives::DateTime;
+use aws_sdk_marketplacemetering::types::{
+    Tag, UsageAllocation, UsageRecord, UsageRecordResultStatus,
+};
+use awsmp_core::model::Allocation;
+use awsmp_core::ports::{
+    CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
+    ResolvedCustomer,
+};
+use tracing::instrument;
+
+/// Request-level exceptions that fail a whole batch because of its content; the
+/// submitter bisects to isolate the record. `ValidationException` is not modeled for
+/// this API but is answered by AWS services generically.
+pub const VALIDATION_EXCEPTIONS: &[&str] = &[
+    "InvalidUsageDimensionException",
+    "TimestampOutOfBoundsException",
+    "InvalidLicenseException",
+    "InvalidTagException",
+    "InvalidUsageAllocationsException",
+    "InvalidProductCodeException",
+    "InvalidCustomerIdentifierException",
+    "ValidationException",
+];
+
+/// A Marketplace Metering client for [`SdkMeteringApi`]: one attempt per call.
+pub fn metering_client(config: &SdkConfig) -> Client {
+    let conf = aws_sdk_marketplacemetering::config::Builder::from(config)
+        .retry_config(RetryConfig::standard().with_max_attempts(1))
+        .build();
+    Client::from_conf(conf)
+}
+
+/// `BatchMeterUsage` through the SDK.
+#[derive(Debug, Clone)]
+pub struct SdkMeteringApi {
+    client: Client,
+}
+
+impl SdkMeteringApi {
+    /// Wraps `client`, rebuilt to make one attempt per call whatever it was built with
+    /// (see the module docs).
+    pub fn new(client: Client) -> Self {
+        let conf = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::standard().with_max_attempts(1))
+            .build();
+        SdkMeteringApi {
+            client: Client::from_conf(conf),
+        }
+    }
+}
+
+/// What identifies a record in `Results` and `UnprocessedRecords`.
+type RecordIdentity = (String, String, String, i64);
+
+fn validation(message: impl Into<String>) -> MeteringError {
+    MeteringError::Validation {
+        name: "ValidationException".to_string(),
+        message: message.into(),
+    }
+}
+
+fn quantity_i32(what: &str, value: i64) -> Result<i32, MeteringError> {
+    i32::try_from(value)
+        .ok()
+        .filter(|v| *v >= 0)
+        .ok_or_else(|| validation(format!("{what} {value} is outside 0..=2147483647")))
+}
+
+fn usage_allocation(allocation: &Allocation) -> Result<UsageAllocation, MeteringError> {
+    let tags = allocation
+        .tags
+        .iter()
+        .map(|tag| {
+            Tag::builder()
+                .key(&tag.key)
+                .value(&tag.value)
+                .build()
+                .map_err(|e| validation(format!("tag: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    UsageAllocation::builder()
+        .allocated_usage_quantity(quantity_i32("allocated quantity", allocation.quantity)?)
+        // The untagged bucket leaves Tags out (the model's list has at least one tag).
+        .set_tags((!tags.is_empty()).then_some(tags))
+        .build()
+        .map_err(|e| validation(format!("allocation: {e}")))
+}
+
+/// The wire record: account + license, hour start, quantity, allocations.
+pub fn usage_record(record: &MeteringRecord) -> Result<UsageRecord, MeteringError> {
+    let allocations = record
+        .allocations
+        .as_deref()
+        .map(|list| {
+            list.iter()
+                .map(usage_allocation)
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    UsageRecord::builder()
+        .timestamp(DateTime::from_secs(record.key.hour.start().timestamp()))
+        .customer_aws_account_id(&record.key.customer_aws_account_id)
+        .license_arn(&record.key.license_arn)
+        .dimension(&record.key.dimension)
+        .quantity(quantity_i32("quantity", record.quantity)?)
+        .set_usage_allocations(allocations)
+        .build()
+        .map_err(|e| validation(format!("usage record: {e}")))
+}
+
+fn identity_of(record: &UsageRecord) -> RecordIdentity {
+    (
+        record
+            .customer_aws_account_id()
+            .unwrap_or_default()
+            .to_string(),
+        record.license_arn().unwrap_or_default().to_string(),
+        record.dimension().to_string(),
+        record.timestamp().secs(),
+    )
+}
+
+fn metering_error<E>(
+    err: SdkError<E, aws_sdk_marketplacemetering::config::http::HttpResponse>,
+) -> MeteringError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let Some(service) = err.as_service_error() else {
+        // Dispatch failure, timeout, unreadable response: nothing was decided.
+        return MeteringError::Transient(DisplayErrorContext(&err).to_string());
+    };
+    let code = service.code().unwrap_or_default().to_string();
+    let message = service.message().unwrap_or_default().to_string();
+    match code.as_str() {
+        "ThrottlingException" => MeteringError::Throttled(message),
+        "DisabledApiException" => MeteringError::Disabled(message),
+        c if VALIDATION_EXCEPTIONS.contains(&c) => MeteringError::Validation {
+            name: code,
+            message,
+        },
+        // InternalServiceErrorException, and anything unexpected (auth, unknown): never
+        // bisect and never mark records; they stay pending for a later run.
+        "" => MeteringError::Transient(DisplayErrorContext(&err).to_string()),
+        _ => MeteringError::Transient(format!("{code}: {message}")),
+    }
+}
+
+#[async_trait]
+impl MeteringApi for SdkMeteringApi {
+    #[instrument(skip(self, records), fields(records = records.len()))]
+    async fn batch_meter_usage(
+        &self,
+        records: &[MeteringRecord],
+    ) -> Result<Vec<RecordVerdict>, MeteringError> {
+        let wire = records
+            .iter()
+            .map(usage_record)
+            .collect::<Result<Vec<_>, _>>()?;
+        // Results come back in any order: match each to its input by identity (a
+        // batch never holds one group twice, but a queue per identity copes if it does).
+        let mut by_identity: HashMap<RecordIdentity, VecDeque<usize>> = HashMap::new();
+        for (index, record) in wire.iter().enumerate() {
+            by_identity
+                .entry(identity_of(record))
+                .or_default()
+                .push_back(index);
+        }
+        let out = self
+            .client
+            .batch_meter_usage()
+            .set_usage_records(Some(wire))
+            .send()
+            .await
+            .map_err(metering_error)?;
+
+        let mut verdicts: Vec<Option<RecordVerdict>> = vec![None; records.len()];
+        let mut place = |record: Option<&UsageRecord>, verdict: RecordVerdict| {
+            let index = record
+                .map(identity_of)
+                .and_then(|id| by_identity.get_mut(&id))
+                .and_then(VecDeque::pop_front);
+            match index {
+                Some(index) => verdicts[index] = Some(verdict),
+                None => tracing::warn!(?verdict, "a result matches no record sent"),
+            }
+        };
+        for result in out.results() {
+            let id = result.metering_record_id().map(str::to_string);
+            let verdict = match result.status() {
+                Some(UsageRecordResultStatus::Success) => RecordVerdict::Success {
+                    metering_record_id: id.unwrap_or_else(|| {
+                        tracing::warn!("Success without a MeteringRecordId");
+                        String::new()
+                    }),
+                },
+                Some(UsageRecordResultStatus::DuplicateRecord) => RecordVerdict::DuplicateRecord {
+                    metering_record_id: id,
+                },
+                Some(UsageRecordResultStatus::CustomerNotSubscribed) => {
+                    RecordVerdict::CustomerNotSubscribed
+                }
+                other => {
+                    // Unknown status: keep the record pending; a retry gets a real answer.
+                    tracing::warn!(status = ?other, "unknown BatchMeterUsage result status");
+                    RecordVerdict::Unprocessed
+                }
+            };
+            place(result.usage_record(), verdict);
+        }
+        for record in out.unprocessed_records() {
+            place(Some(record), RecordVerdict::Unprocessed);
+        }
+        Ok(verdicts
+            .into_iter()
+            .map(|v| {
+                // A record the service did not mention was not processed.
+                v.unwrap_or(RecordVerdict::Unprocessed)
+            })
+            .collect())
+    }
+}
+
+/// `ResolveCustomer` through the SDK. The token is never logged.
+#[derive(Debug, Clone)]
+pub struct SdkCustomerResolver {
+    client: Client,
+}
+
+impl SdkCustomerResolver {
+    /// Wraps `client` (the SDK's standard retries apply).
+    pub fn new(client: Client) -> Self {
+        SdkCustomerResolver { client }
+    }
+}
+
+#[async_trait]
+impl CustomerResolver for SdkCustomerResolver {
+    #[instrument(skip(self, token))]
+    async fn resolve(&self, token: &str) -> Result<ResolvedCustomer, ResolveError> {
+        let out = match self
+            .client
+            .resolve_customer()
+            .registration_token(token)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) => {
+                let code = err.as_service_error().and_then(|e| e.code());
+                return Err(match code {
+                    Some("InvalidTokenException") => ResolveError::InvalidToken,
+                    Some("ExpiredTokenException") => ResolveError::ExpiredToken,
+                    Some(code) => ResolveError::Unavailable(format!(
+                        "{code}: {}",
+                        err.as_service_error()
+                            .and_then(|e| e.message())
+                            .unwrap_or_default()
+                    )),
+                    None => ResolveError::Unavailable(DisplayErrorContext(&err).to_string()),
+                });
+            }
+        };
+        match (
+            out.license_arn(),
+            out.customer_aws_account_id(),
+            out.product_code(),
+        ) {
+            (Some(license), Some(account), Some(product))
+                if !license.is_empty() && !account.is_empty() && !product.is_empty() =>
+            {
+                Ok(ResolvedCustomer {
+                    license_arn: license.to_string(),
+                    customer_aws_account_id: account.to_string(),
+                    product_code: product.to_string(),
+                })
+            }
+            _ => Err(ResolveError::Incomplete),
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! [`SubscriberStore`] on DynamoDB: the PII-free subscribers table (us-east-1, read
+//! cross-Region) with its `agreement` and sparse `deprovisioning` indexes, and
+//! [`ProfileStore`] on the in-Region customer-profile table.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_core::model::{CustomerProfile, Subscriber, SubscriptionStatus, attr};
+use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
+use awsmp_core::time::Instant;
+use tracing::instrument;
+
+use crate::error::{failed, is_conditional_check_failed, port_error};
+use crate::item::{DynamoItem, Reader, Update, instant, n, s};
+
+/// Subscribers-table attribute names beyond the shared ones in [`attr`].
+pub mod subscriber_attr {
+    /// Agreement id (HASH of the `agreement` index).
+    pub const AGREEMENT_ID: &str = "agreementId";
+    /// `active` | `inactive`.
+    pub const AGREEMENT_STATUS: &str = "agreementStatus";
+    /// `active` | `deprovisioning` | `inactive`.
+    pub const SUBSCRIPTION_STATUS: &str = "subscriptionStatus";
+    /// End of the final-usage window (RANGE of the `deprovisioning` index).
+    pub const DEPROVISIONING_EXPIRY: &str = "deprovisioningExpiry";
+    /// String Set of Regions the buyer registered in.
+    pub const REGISTERED_REGIONS: &str = "registeredRegions";
+    /// Ordering guard of `agreementStatus`.
+    pub const AGREEMENT_EVENT_AT: &str = "agreementEventAt";
+    /// Ordering guard of `subscriptionStatus`.
+    pub const SUBSCRIPTION_EVENT_AT: &str = "subscriptionEventAt";
+    /// Sparse-index marker: `"deprovisioning"` only while deprovisioning.
+    pub const DEPROVISIONING_INDEX: &str = "deprovisioningIndex";
+    /// The marker's one value.
+    pub const DEPROVISIONING_MARKER: &str = "deprovisioning";
+    /// Index by agreement (KEYS_ONLY).
+    pub const AGREEMENT_INDEX_NAME: &str = "agreement";
+    /// Sparse index of rows in their final-usage window (ALL).
+    pub const DEPROVISIONING_INDEX_NAME: &str = "deprovisioning";
+}
+
+use subscriber_attr as sa;
+
+/// The subscribers table (`awsmp-subscribers-<stage>`).
+///
+/// Attributes, and nothing else ever: `licenseArn`, `customerAWSAccountId`,
+/// `productCode`, `agreementId`, `agreementStatus`, `subscriptionStatus`,
+/// `deprovisioningExpiry`, `registeredRegions`, `agreementEventAt`,
+/// `subscriptionEventAt`, `version`, `deprovisioningIndex`, `createdAt`, `updatedAt`.
+#[derive(Debug, Clone)]
+pub struct DynamoSubscriberStore {
+    client: Client,
+    table: String,
+}
+
+impl DynamoSubscriberStore {
+    /// A store on `table` (build the client for the table's Region, us-east-1).
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoSubscriberStore {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn subscriber_from_item(&self, item: &DynamoItem) -> Result<Subscriber, PortError> {
+        let reader = Reader::new(
+            &self.table,
+            item,
+            &[attr::LICENSE_ARN, attr::CUSTOMER_ACCOUNT],
+        );
+        Ok(Subscriber {
+            license_arn: reader.s(attr::LICENSE_ARN)?,
+            customer_aws_account_id: reader.s(attr::CUSTOMER_ACCOUNT)?,
+            product_code: reader.opt_s(attr::PRODUCT_CODE)?,
+            agreement_id: reader.opt_s(sa::AGREEMENT_ID)?,
+            agreement_status: reader.opt_parsed(sa::AGREEMENT_STATUS)?,
+            subscription_status: reader.opt_parsed(sa::SUBSCRIPTION_STATUS)?,
+            deprovisioning_expiry: reader.opt_instant(sa::DEPROVISIONING_EXPIRY)?,
+            registered_regions: reader.string_set(sa::REGISTERED_REGIONS)?,
+            agreement_event_at: reader.opt_instant(sa::AGREEMENT_EVENT_AT)?,
+            subscription_event_at: reader.opt_instant(sa::SUBSCRIPTION_EVENT_AT)?,
+            version: reader.opt_u64(attr::VERSION)?.unwrap_or(0),
+        })
+    }
+
+    /// Every item of a query, all pages.
+    async fn query_all(
+        &self,
+        operation: &'static str,
+        index: Option<&str>,
+        key_attr: &str,
+        key_value: &str,
+        consistent: bool,
+    ) -> Result<Vec<DynamoItem>, PortError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .set_index_name(index.map(str::to_string))
+                // Strong reads exist on the table only, not on a GSI.
+                .set_consistent_read(consistent.then_some(true))
+                .key_condition_expression("#k = :k")
+                .expression_attribute_names("#k", key_attr)
+                .expression_attribute_values(":k", s(key_value))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| port_error(operation, e))?;
+            start = out.last_evaluated_key.clone();
+            items.extend(out.items.unwrap_or_default());
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SubscriberStore for DynamoSubscriberStore {
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key(attr::LICENSE_ARN, s(license_arn))
+            .key(attr::CUSTOMER_ACCOUNT, s(account))
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem subscribers", e))?;
+        out.item
+            .as_ref()
+            .map(|item| self.subscriber_from_item(item))
+            .transpose()
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
+        self.query_all(
+            "Query subscribers by license",
+            None,
+            attr::LICENSE_ARN,
+            license_arn,
+            true,
+        )
+        .await?
+        .iter()
+        .map(|item| self.subscriber_from_item(item))
+        .collect()
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
+        // The index is KEYS_ONLY: read each row whole (there are a handful per agreement).
+        let keys = self
+            .query_all(
+                "Query subscribers agreement index",
+                Some(sa::AGREEMENT_INDEX_NAME),
+                sa::AGREEMENT_ID,
+                agreement_id,
+                false,
+            )
+            .await?;
+        let mut rows = Vec::with_capacity(keys.len());
+        for key in &keys {
+            let reader = Reader::new(
+                &self.table,
+                key,
+                &[attr::LICENSE_ARN, attr::CUSTOMER_ACCOUNT],
+            );
+            let license = reader.s(attr::LICENSE_ARN)?;
+            let account = reader.s(attr::CUSTOMER_ACCOUNT)?;
+            // The index is eventually consistent: a row it still lists may have moved to
+            // another agreement, or been deleted; the table read is the truth.
+            if let Some(row) = self.get(&license, &account).await?
+                && row.agreement_id.as_deref() == Some(agreement_id)
+            {
+                rows.push(row);
+            }
+        }
+        Ok(rows)
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
+        let items = self
+            .query_all(
+                "Query subscribers deprovisioning index",
+                Some(sa::DEPROVISIONING_INDEX_NAME),
+                sa::DEPROVISIONING_INDEX,
+                sa::DEPROVISIONING_MARKER,
+                false,
+            )
+            .await?;
+        let mut rows = items
+            .iter()
+            .map(|item| self.subscriber_from_item(item))
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.retain(|row| row.subscription_status == Some(SubscriptionStatus::Deprovisioning));
+        rows.sort_by_key(|row| row.deprovisioning_expiry);
+        Ok(rows)
+    }
+
+    #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, version = row.version))]
+    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        // Identity is kept when not given; lifecycle fields are written as given.
+        if let Some(code) = &row.product_code {
+            update.set(attr::PRODUCT_CODE, s(code));
+        }
+        if let Some(agreement) = &row.agreement_id {
+            update.set(sa::AGREEMENT_ID, s(agreement));
+        }
+        let deprovisioning = row.subscription_status == Some(SubscriptionStatus::Deprovisioning)
+            && row.deprovisioning_expiry.is_some();
+        update
+            .set_or_remove(
+                sa::AGREEMENT_STATUS,
+                row.agreement_status.map(|v| s(v.as_str())),
+            )
+            .set_or_remove(
+                sa::SUBSCRIPTION_STATUS,
+                row.subscription_status.map(|v| s(v.as_str())),
+            )
+            .set_or_remove(
+                sa::DEPROVISIONING_EXPIRY,
+                row.deprovisioning_expiry.map(instant),
+            )
+            .set_or_remove(sa::AGREEMENT_EVENT_AT, row.agreement_event_at.map(instant))
+            .set_or_remove(
+                sa::SUBSCRIPTION_EVENT_AT,
+                row.subscription_event_at.map(instant),
+            )
+            .set_or_remove(
+                sa::DEPROVISIONING_INDEX,
+                deprovisioning.then(|| s(sa::DEPROVISIONING_MARKER)),
+            )
+            .set(attr::VERSION, n(row.version + 1))
+            .stamp(now);
+        let version = update.name(attr::VERSION);
+        // Version 0 means "no lifecycle yet": the row is absent, or only registration
+        // (which never writes `version`) created it.
+        let condition = if row.version == 0 {
+            format!("attribute_not_exists({version})")
+        } else {
+            let expected = update.value(n(row.version));
+            format!("{version} = {expected}")
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(&row.license_arn))
+            .key(attr::CUSTOMER_ACCOUNT, s(&row.customer_aws_account_id))
+            .update_expression(update.expression())
+            .condition_expression(condition)
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_check_failed(&e) => Ok(false),
+            Err(e) => Err(port_error("UpdateItem subscribers lifecycle", e)),
+        }
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn add_registered_region(
+        &self,
+        license_arn: &str,
+        account: &str,
+        product_code: &str,
+        region: &str,
+        now: Instant,
+    ) -> Result<(), PortError> {
+        if region.is_empty() {
+            // DynamoDB refuses an empty string in a String Set.
+            return Err(failed(
+                "add_registered_region",
+                "the region to add is empty",
+            ));
+        }
+        let mut update = Update::new();
+        update
+            .set_if_absent(attr::PRODUCT_CODE, s(product_code))
+            .stamp(now)
+            .add(
+                sa::REGISTERED_REGIONS,
+                AttributeValue::Ss(vec![region.to_string()]),
+            );
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(license_arn))
+            .key(attr::CUSTOMER_ACCOUNT, s(account))
+            .update_expression(update.expression())
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await
+            .map_err(|e| port_error("UpdateItem subscribers registeredRegions", e))?;
+        Ok(())
+    }
+}
+
+/// The customer-profile table (`awsmp-<productCode>-customer-profile`, in-Region).
+///
+/// Item: keys, `productCode`, one top-level string attribute per allowlisted form
+/// field, `createdAt` (write-once), `updatedAt`. Fields not given keep their stored
+/// value. A field named like one of those fixed attributes is refused.
+#[derive(Debug, Clone)]
+pub struct DynamoProfileStore {
+    client: Client,
+    table: String,
+}
+
+/// Attribute names a form field can never take.
+const PROFILE_FIXED_ATTRS: &[&str] = &[
+    attr::LICENSE_ARN,
+    attr::CUSTOMER_ACCOUNT,
+    attr::PRODUCT_CODE,
+    attr::CREATED_AT,
+    attr::UPDATED_AT,
+];
+
+impl DynamoProfileStore {
+    /// A store on `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoProfileStore {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+#[async_trait]
+impl ProfileStore for DynamoProfileStore {
+    // Field values are buyer data: never logged, only their count.
+    #[instrument(
+        skip(self, profile),
+        fields(table = %self.table, license = %profile.license_arn, fields = profile.fields.len())
+    )]
+    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError> {
+        let mut update = Update::new();
+        update.set(attr::PRODUCT_CODE, s(&profile.product_code));
+        for (name, value) in &profile.fields {
+            if name.is_empty() || PROFILE_FIXED_ATTRS.contains(&name.as_str()) {
+                return Err(failed(
+                    "upsert profile",
+                    format!(
+                        "form field name {name:?} is empty or reserved for the table's own attributes"
+                    ),
+                ));
+            }
+            update.set(name, s(value));
+        }
+        // UpdateItem rather than PutItem, so createdAt is written once.
+        update.stamp(now);
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(&profile.license_arn))
+            .key(attr::CUSTOMER_ACCOUNT, s(&profile.customer_aws_account_id))
+            .update_expression(update.expression())
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await
+            .map_err(|e| port_error("UpdateItem customer-profile", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! [`UsageStore`] on DynamoDB: the raw usage table and its sparse `metering_pending` GSI.
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use awsmp_core::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use awsmp_core::ports::{
+    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, UsageStore,
+};
+use awsmp_core::time::{HourBucket, Instant, format_instant};
+use tracing::instrument;
+
+use crate::error::{failed, is_conditional_check_failed, port_error};
+use crate::item::{
+    DynamoItem, Reader, Update, allocations_to_dynamo, attr_from_dynamo, decode_cursor,
+    encode_cursor, n, s, stamp_attrs,
+};
+
+/// The raw usage table (`awsmp-<productCode>-usage-<stage>`).
+///
+/// Item shape written by [`UsageStore::put_row`]: keys, `customerAWSAccountId`,
+/// `dimension`, `timestamp` (`YYYY-MM-DDTHH:MM:SSZ`), `quantity` (N), optional
+/// `usageAllocations` and `productCode`, `meteringPending` (the hour bucket),
+/// `createdAt`, `updatedAt`; sort key `<account>#<dimension>#<timestamp>#<eventId>`.
+#[derive(Debug, Clone)]
+pub struct DynamoUsageStore {
+    client: Client,
+    table: String,
+    page_limit: Option<i32>,
+}
+
+impl DynamoUsageStore {
+    /// A store on `usage_table`.
+    pub fn new(client: Client, usage_table: impl Into<String>) -> Self {
+        DynamoUsageStore {
+            client,
+            table: usage_table.into(),
+            page_limit: None,
+        }
+    }
+
+    /// Caps each `pending_page` at `limit` items (DynamoDB `Limit`); by default a page
+    /// is whatever one query returns (up to 1 MB).
+    pub fn with_page_limit(mut self, limit: i32) -> Self {
+        self.page_limit = Some(limit.max(1));
+        self
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn row_from_item(&self, item: DynamoItem) -> Result<RawUsageRow, PortError> {
+        let reader = Reader::new(
+            &self.table,
+            &item,
+            &[attr::LICENSE_ARN, attr::USAGE_SORT_KEY],
+        );
+        let license_arn = reader.s(attr::LICENSE_ARN)?;
+        let sort_key = reader.s(attr::USAGE_SORT_KEY)?;
+        let attrs = item
+            .iter()
+            .filter(|(k, _)| k.as_str() != attr::LICENSE_ARN && k.as_str() != attr::USAGE_SORT_KEY)
+            .map(|(k, v)| (k.clone(), attr_from_dynamo(v)))
+            .collect();
+        Ok(RawUsageRow {
+            license_arn,
+            sort_key,
+            attrs,
+        })
+    }
+}
+
+/// Refuses ingestion rows whose parts would make the sort key ambiguous.
+fn check_new_row(row: &NewUsageRow) -> Result<(), PortError> {
+    let problem = if row.event_id.is_empty() {
+        Some("event id is empty".to_string())
+    } else {
+        [
+            ("customer account", &row.customer_aws_account_id),
+            ("dimension", &row.dimension),
+            ("event id", &row.event_id),
+        ]
+        .into_iter()
+        .find(|(_, v)| v.contains('#'))
+        .map(|(what, v)| format!("{what} {v:?} contains '#', the sort-key separator"))
+    };
+    match problem {
+        Some(message) => Err(failed("put_row", message)),
+        None => Ok(()),
+    }
+}
+
+/// The ingestion sort key `<account>#<dimension>#<YYYY-MM-DDTHH:MM:SSZ>#<eventId>`.
+pub fn ingestion_sort_key(row: &NewUsageRow) -> String {
+    format!(
+        "{}#{}#{}#{}",
+        row.customer_aws_account_id,
+        row.dimension,
+        format_instant(row.timestamp),
+        row.event_id
+    )
+}
+
+#[async_trait]
+impl UsageStore for DynamoUsageStore {
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<PendingRawRef>, PortError> {
+        let start = cursor
+            .as_deref()
+            .map(|c| decode_cursor("usage pending_page", c))
+            .transpose()?;
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(attr::METERING_PENDING_INDEX)
+            .key_condition_expression("#p = :hour")
+            .expression_attribute_names("#p", attr::METERING_PENDING)
+            .expression_attribute_values(":hour", s(hour.to_string()))
+            .set_limit(self.page_limit)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| port_error("Query usage metering_pending", e))?;
+        let items = out
+            .items()
+            .iter()
+            .map(|item| {
+                let reader = Reader::new(
+                    &self.table,
+                    item,
+                    &[attr::LICENSE_ARN, attr::USAGE_SORT_KEY],
+                );
+                // A projected attribute of the wrong type reads as absent: guardrails
+                // reject the row by its full item later, with a reason code.
+                let projected = |name: &str| reader.opt_s(name).ok().flatten();
+                Ok(PendingRawRef {
+                    license_arn: reader.s(attr::LICENSE_ARN)?,
+                    sort_key: reader.s(attr::USAGE_SORT_KEY)?,
+                    customer_aws_account_id: projected(attr::CUSTOMER_ACCOUNT),
+                    dimension: projected(attr::DIMENSION),
+                })
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        let next = out.last_evaluated_key().map(encode_cursor).transpose()?;
+        Ok(Page { items, next })
+    }
+
+    #[instrument(skip(self), fields(table = %self.table, group = %key))]
+    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
+        let mut rows = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("#l = :l AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#l", attr::LICENSE_ARN)
+                .expression_attribute_names("#sk", attr::USAGE_SORT_KEY)
+                .expression_attribute_values(":l", s(&key.license_arn))
+                .expression_attribute_values(":prefix", s(key.usage_sort_key_prefix()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| port_error("Query usage group", e))?;
+            start = out.last_evaluated_key.clone();
+            for item in out.items.unwrap_or_default() {
+                rows.push(self.row_from_item(item)?);
+            }
+            if start.is_none() {
+                return Ok(rows);
+            }
+        }
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn get_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Result<Option<RawUsageRow>, PortError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key(attr::LICENSE_ARN, s(license_arn))
+            .key(attr::USAGE_SORT_KEY, s(sort_key))
+            .send()
+            .await
+            .map_err(|e| port_error("GetItem usage", e))?;
+        out.item.map(|item| self.row_from_item(item)).transpose()
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn finalize_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        status: RawStatus,
+        reason: Option<ReasonCode>,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update
+            .set(attr::METERING_STATUS, s(status.as_str()))
+            .set_or_remove(attr::METERING_STATUS_REASON, reason.map(|r| s(r.as_str())))
+            .remove(attr::METERING_PENDING)
+            .stamp(now);
+        let pending = update.name(attr::METERING_PENDING);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(license_arn))
+            .key(attr::USAGE_SORT_KEY, s(sort_key))
+            .update_expression(update.expression())
+            .condition_expression(format!("attribute_exists({pending})"))
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_check_failed(&e) => Ok(false),
+            Err(e) => Err(port_error("UpdateItem usage finalize", e)),
+        }
+    }
+
+    #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, event_id = %row.event_id))]
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
+        check_new_row(row)?;
+        let mut item = DynamoItem::from([
+            (attr::LICENSE_ARN.to_string(), s(&row.license_arn)),
+            (attr::USAGE_SORT_KEY.to_string(), s(ingestion_sort_key(row))),
+            (
+                attr::CUSTOMER_ACCOUNT.to_string(),
+                s(&row.customer_aws_account_id),
+            ),
+            (attr::DIMENSION.to_string(), s(&row.dimension)),
+            (
+                attr::TIMESTAMP.to_string(),
+                s(format_instant(row.timestamp)),
+            ),
+            (attr::QUANTITY.to_string(), n(row.quantity)),
+            (
+                attr::METERING_PENDING.to_string(),
+                s(HourBucket::containing(row.timestamp).to_string()),
+            ),
+        ]);
+        if let Some(allocations) = &row.allocations {
+            item.insert(
+                attr::USAGE_ALLOCATIONS.to_string(),
+                allocations_to_dynamo(allocations),
+            );
+        }
+        if let Some(code) = &row.product_code {
+            item.insert(attr::PRODUCT_CODE.to_string(), s(code));
+        }
+        stamp_attrs(&mut item, now);
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#sk)")
+            .expression_attribute_names("#sk", attr::USAGE_SORT_KEY)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(PutOutcome::Created),
+            Err(e) if is_conditional_check_failed(&e) => Ok(PutOutcome::AlreadyExists),
+            Err(e) => Err(port_error("PutItem usage", e)),
+        }
+    }
+}
