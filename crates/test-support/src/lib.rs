@@ -1,12 +1,14 @@
 //! awsmp-test-support: the local AWS our tests run against. Starts moto (DynamoDB +
 //! SQS) from the project venv on a free loopback port, creates the project's tables
 //! (from the templates or from ARCHITECTURE.md's definitions) and queues, and hands
-//! out SDK configs pointing at it. See this crate's README for moto's behaviour on
+//! out SDK configs pointing at it; embeds the Marketplace Metering simulator
+//! ([`SimServer`]). See this crate's README for moto's behaviour on
 //! the features we rely on.
 
 pub mod error;
 pub mod moto;
 pub mod queues;
+pub mod sim;
 pub mod tables;
 pub mod template;
 
@@ -15,6 +17,7 @@ pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_roo
 pub use queues::{
     CreatedQueue, QueueOptions, create_queue, create_queue_with, create_queue_with_dlq,
 };
+pub use sim::SimServer;
 pub use tables::{
     IndexProjection, IndexSpec, KeyAttr, TableSpec, aggregated_table_spec, create_aggregated_table,
     create_profile_table, create_subscribers_table, create_table, create_usage_table,
@@ -24,3 +27,6 @@ pub use template::{
     TemplateOptions, TemplateTable, create_tables_from_template, tables_in_template,
     workspace_templates,
 };
+
+/// The simulator crate, re-exported so tests configure it without another dependency.
+pub use awsmp_marketplace_sim as marketplace_sim;

@@ -1,0 +1,322 @@
+//! `DynamoUsageStore` against moto: idempotent ingestion, the item shape, paginated
+//! pending queries, group reads, and finalization leaving the sparse index.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_aws::DynamoUsageStore;
+use awsmp_core::model::{Allocation, Attr, RawStatus, ReasonCode, Tag};
+use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, UsageStore};
+use common::*;
+
+fn new_row(dimension: &str, timestamp: &str, event_id: &str, quantity: i64) -> NewUsageRow {
+    NewUsageRow {
+        license_arn: LICENSE.to_string(),
+        customer_aws_account_id: ACCOUNT.to_string(),
+        dimension: dimension.to_string(),
+        timestamp: t(timestamp),
+        quantity,
+        allocations: None,
+        product_code: None,
+        event_id: event_id.to_string(),
+    }
+}
+
+async fn pending_count(store: &DynamoUsageStore, h: &str) -> usize {
+    let mut count = 0;
+    let mut cursor = None;
+    loop {
+        let page = store.pending_page(hour(h), cursor).await.unwrap();
+        count += page.items.len();
+        cursor = page.next;
+        if cursor.is_none() {
+            return count;
+        }
+    }
+}
+
+#[tokio::test]
+async fn put_row_is_idempotent_per_event_id_and_keeps_same_second_writes_apart() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db.clone(), USAGE);
+    let now = t("2026-11-30T10:20:00Z");
+    let mut row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
+    row.allocations = Some(vec![Allocation {
+        quantity: 5,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]);
+    row.product_code = Some("prodcode".into());
+
+    // GIVEN a first write WHEN it is retried THEN nothing changes.
+    assert_eq!(store.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+    let mut retried = row.clone();
+    retried.quantity = 999;
+    assert_eq!(
+        store
+            .put_row(&retried, t("2026-11-30T10:21:00Z"))
+            .await
+            .unwrap(),
+        PutOutcome::AlreadyExists
+    );
+    // A second event in the same second is its own row.
+    let same_second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 7);
+    assert_eq!(
+        store.put_row(&same_second, now).await.unwrap(),
+        PutOutcome::Created
+    );
+
+    let sort_key = format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1");
+    let stored = store.get_row(LICENSE, &sort_key).await.unwrap().unwrap();
+    assert_eq!(stored.attrs["quantity"], Attr::N("5".into()));
+    assert_eq!(
+        stored.attrs["timestamp"],
+        Attr::S("2026-11-30T10:15:42Z".into())
+    );
+    assert_eq!(
+        stored.attrs["meteringPending"],
+        Attr::S("2026-11-30T10".into())
+    );
+    assert_eq!(stored.attrs["productCode"], Attr::S("prodcode".into()));
+    assert_eq!(
+        stored.attrs["createdAt"],
+        Attr::S("2026-11-30T10:20:00Z".into())
+    );
+    assert_eq!(
+        stored.attrs["updatedAt"],
+        Attr::S("2026-11-30T10:20:00Z".into())
+    );
+    // Allocations in the documented shape, straight from DynamoDB.
+    let raw = db
+        .get_item()
+        .table_name(USAGE)
+        .key("licenseArn", AttributeValue::S(LICENSE.into()))
+        .key(
+            "customerAWSAccountId_dimension_timestamp",
+            AttributeValue::S(sort_key.clone()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let allocation = &raw["usageAllocations"].as_l().unwrap()[0];
+    let allocation = allocation.as_m().unwrap();
+    assert_eq!(
+        allocation["allocatedUsageQuantity"],
+        AttributeValue::N("5".into())
+    );
+    let tag = allocation["tags"].as_l().unwrap()[0].as_m().unwrap();
+    assert_eq!(tag["key"], AttributeValue::S("team".into()));
+    assert_eq!(tag["value"], AttributeValue::S("a".into()));
+
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 2);
+    assert!(store.get_row(LICENSE, "nope").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn put_row_refuses_parts_that_would_break_the_sort_key() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db, USAGE);
+    for (dimension, event_id) in [("requests", ""), ("requests", "a#b"), ("re#q", "e1")] {
+        let err = store
+            .put_row(
+                &new_row(dimension, "2026-11-30T10:15:42Z", event_id, 1),
+                t("2026-11-30T10:20:00Z"),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PortError::Failed { .. }), "{err}");
+    }
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 0);
+}
+
+#[tokio::test]
+async fn pending_page_walks_the_sparse_index_over_several_pages() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db, USAGE).with_page_limit(4);
+    let now = t("2026-11-30T11:00:00Z");
+    for i in 0..10 {
+        let row = new_row(
+            "requests",
+            &format!("2026-11-30T10:00:{i:02}Z"),
+            &format!("e{i}"),
+            1,
+        );
+        store.put_row(&row, now).await.unwrap();
+    }
+    // Another hour's row is not in this hour's partition of the index.
+    store
+        .put_row(
+            &new_row("requests", "2026-11-30T09:59:59Z", "other", 1),
+            now,
+        )
+        .await
+        .unwrap();
+
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut cursor = None;
+    loop {
+        let page = store
+            .pending_page(hour("2026-11-30T10"), cursor)
+            .await
+            .unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 4);
+        for item in &page.items {
+            assert_eq!(item.license_arn, LICENSE);
+            assert_eq!(item.customer_aws_account_id.as_deref(), Some(ACCOUNT));
+            assert_eq!(item.dimension.as_deref(), Some("requests"));
+        }
+        seen.extend(page.items.into_iter().map(|i| i.sort_key));
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 10);
+    assert!(pages >= 3, "{pages} pages");
+
+    let err = store
+        .pending_page(hour("2026-11-30T10"), Some("not a cursor".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("malformed pagination cursor"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn group_rows_reads_exactly_one_group_in_any_status() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db, USAGE);
+    let now = t("2026-11-30T11:00:00Z");
+    for (dimension, ts, id) in [
+        ("requests", "2026-11-30T10:00:00Z", "a"),
+        ("requests", "2026-11-30T10:59:59Z", "b"),
+        ("requests", "2026-11-30T11:00:00Z", "next-hour"),
+        ("requests2", "2026-11-30T10:30:00Z", "other-dimension"),
+    ] {
+        store
+            .put_row(&new_row(dimension, ts, id, 1), now)
+            .await
+            .unwrap();
+    }
+    let sort_key_b = format!("{ACCOUNT}#requests#2026-11-30T10:59:59Z#b");
+    store
+        .finalize_row(LICENSE, &sort_key_b, RawStatus::Aggregated, None, now)
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = store
+        .group_rows(&group("requests", "2026-11-30T10"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.sort_key)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![
+            format!("{ACCOUNT}#requests#2026-11-30T10:00:00Z#a"),
+            sort_key_b
+        ]
+    );
+}
+
+#[tokio::test]
+async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db, USAGE);
+    let row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
+    store
+        .put_row(&row, t("2026-11-30T10:20:00Z"))
+        .await
+        .unwrap();
+    let sort_key = format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1");
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 1);
+
+    let done = store
+        .finalize_row(
+            LICENSE,
+            &sort_key,
+            RawStatus::RejectedClientSide,
+            Some(ReasonCode::MalformedTimestamp),
+            t("2026-11-30T12:00:00Z"),
+        )
+        .await
+        .unwrap();
+    assert!(done);
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 0);
+    let stored = store.get_row(LICENSE, &sort_key).await.unwrap().unwrap();
+    assert!(!stored.attrs.contains_key("meteringPending"));
+    assert_eq!(
+        stored.attrs["meteringStatus"],
+        Attr::S("RejectedClientSide".into())
+    );
+    assert_eq!(
+        stored.attrs["meteringStatusReason"],
+        Attr::S("MalformedTimestamp".into())
+    );
+    assert_eq!(
+        stored.attrs["createdAt"],
+        Attr::S("2026-11-30T10:20:00Z".into())
+    );
+    assert_eq!(
+        stored.attrs["updatedAt"],
+        Attr::S("2026-11-30T12:00:00Z".into())
+    );
+
+    // Already terminal: nothing changes, whatever status is asked for.
+    let again = store
+        .finalize_row(
+            LICENSE,
+            &sort_key,
+            RawStatus::Aggregated,
+            None,
+            t("2026-11-30T13:00:00Z"),
+        )
+        .await
+        .unwrap();
+    assert!(!again);
+    assert_eq!(
+        store.get_row(LICENSE, &sort_key).await.unwrap().unwrap(),
+        stored
+    );
+    // A missing row is not created.
+    assert!(
+        !store
+            .finalize_row(
+                LICENSE,
+                "missing",
+                RawStatus::Aggregated,
+                None,
+                t("2026-11-30T13:00:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert!(store.get_row(LICENSE, "missing").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_missing_table_is_a_clear_non_transient_failure() {
+    let moto = awsmp_test_support::MotoServer::start().await.unwrap();
+    let store = DynamoUsageStore::new(moto.dynamodb(), "no-such-table");
+    let err = store
+        .pending_page(hour("2026-11-30T10"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PortError::Failed { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("ResourceNotFoundException"),
+        "{err}"
+    );
+}
