@@ -1,0 +1,664 @@
+//! `DynamoAggregatedStore` against moto: the transactional commit (create, fold,
+//! every conflict), claims and submission outcomes, the pending index, direct-submit.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
+use awsmp_core::ports::{
+    AggregatedStore, AggregationCommit, CommitOutcome, NewUsageRow, PutOutcome, SubmissionUpdate,
+    UsageStore,
+};
+use common::*;
+
+fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
+    AggregatedRecord {
+        key,
+        product_code: "prodcode".into(),
+        quantity,
+        allocations: None,
+        status: AggregatedStatus::Pending,
+        status_reason: None,
+        metering_record_id: None,
+        attempt_count: 0,
+        version,
+        in_flight_until: None,
+    }
+}
+
+struct World {
+    _moto: awsmp_test_support::MotoServer,
+    db: aws_sdk_dynamodb::Client,
+    usage: DynamoUsageStore,
+    aggregated: DynamoAggregatedStore,
+}
+
+async fn world() -> World {
+    let (moto, db) = moto_with_tables().await;
+    World {
+        usage: DynamoUsageStore::new(db.clone(), USAGE),
+        aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED, USAGE),
+        db,
+        _moto: moto,
+    }
+}
+
+impl World {
+    /// Ingests a raw row; returns its (license, sort key).
+    async fn raw(&self, timestamp: &str, id: &str, quantity: i64) -> (String, String) {
+        let row = NewUsageRow {
+            license_arn: LICENSE.into(),
+            customer_aws_account_id: ACCOUNT.into(),
+            dimension: "requests".into(),
+            timestamp: t(timestamp),
+            quantity,
+            allocations: None,
+            product_code: None,
+            event_id: id.into(),
+        };
+        self.usage
+            .put_row(&row, t("2026-11-30T10:59:00Z"))
+            .await
+            .unwrap();
+        (
+            LICENSE.to_string(),
+            format!("{ACCOUNT}#requests#{timestamp}#{id}"),
+        )
+    }
+
+    async fn claim_of(&self, key: &(String, String)) -> Option<Attr> {
+        let row = self.usage.get_row(&key.0, &key.1).await.unwrap().unwrap();
+        row.attrs.get("aggregatedInto").cloned()
+    }
+
+    async fn item(&self, key: &GroupKey) -> std::collections::HashMap<String, AttributeValue> {
+        self.db
+            .get_item()
+            .table_name(AGGREGATED)
+            .key("licenseArn", AttributeValue::S(key.license_arn.clone()))
+            .key(
+                "account_dimension_hour",
+                AttributeValue::S(key.aggregated_sort_key()),
+            )
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap()
+    }
+}
+
+fn commit(
+    record: AggregatedRecord,
+    expected: Option<u64>,
+    rows: &[&(String, String)],
+    now: &str,
+) -> AggregationCommit {
+    AggregationCommit {
+        record,
+        expected_version: expected,
+        claimed_rows: rows.iter().map(|r| (*r).clone()).collect(),
+        now: t(now),
+    }
+}
+
+#[tokio::test]
+async fn commit_creates_then_folds_and_claims_rows_atomically() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
+    let late = w.raw("2026-11-30T10:50:00Z", "c", 4).await;
+
+    // GIVEN no record WHEN the first commit lands THEN the record exists and both rows
+    // carry the claim.
+    let mut created = record(key.clone(), 3, 1);
+    created.allocations = Some(vec![Allocation {
+        quantity: 3,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]);
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            created.clone(),
+            None,
+            &[&r1, &r2],
+            "2026-11-30T11:10:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed);
+    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), created);
+    let claim = Some(Attr::S(key.aggregated_sort_key()));
+    assert_eq!(w.claim_of(&r1).await, claim);
+    assert_eq!(w.claim_of(&r2).await, claim);
+    assert_eq!(w.claim_of(&late).await, None);
+    let item = w.item(&key).await;
+    assert_eq!(item["rawRowCount"], AttributeValue::N("2".into()));
+    assert_eq!(
+        item["meteringPending"],
+        AttributeValue::S("2026-11-30T10".into())
+    );
+    assert_eq!(
+        item["hourBucket"],
+        AttributeValue::S("2026-11-30T10".into())
+    );
+    assert_eq!(
+        item["createdAt"],
+        AttributeValue::S("2026-11-30T11:10:00Z".into())
+    );
+
+    // A late row folds in at the next version.
+    let folded = record(key.clone(), 7, 2);
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            folded.clone(),
+            Some(1),
+            &[&late],
+            "2026-11-30T11:20:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed);
+    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), folded);
+    assert_eq!(w.claim_of(&late).await, claim);
+    let item = w.item(&key).await;
+    assert_eq!(item["rawRowCount"], AttributeValue::N("3".into()));
+    assert!(
+        !item.contains_key("usageAllocations"),
+        "allocations removed with the fold"
+    );
+    assert_eq!(
+        item["createdAt"],
+        AttributeValue::S("2026-11-30T11:10:00Z".into())
+    );
+    assert_eq!(
+        item["updatedAt"],
+        AttributeValue::S("2026-11-30T11:20:00Z".into())
+    );
+}
+
+#[tokio::test]
+async fn every_lost_race_is_a_conflict_that_changes_nothing() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
+    let r3 = w.raw("2026-11-30T10:06:00Z", "c", 3).await;
+    let first = record(key.clone(), 1, 1);
+    assert_eq!(
+        w.aggregated
+            .commit(&commit(first.clone(), None, &[&r1], "2026-11-30T11:00:00Z"))
+            .await
+            .unwrap(),
+        CommitOutcome::Committed
+    );
+
+    // Record already exists (a second aggregator created it first).
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 2, 1),
+            None,
+            &[&r2],
+            "2026-11-30T11:01:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Conflict);
+    // The version moved on.
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 3, 6),
+            Some(5),
+            &[&r2],
+            "2026-11-30T11:01:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Conflict);
+    // A row was already claimed by the first commit.
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 4, 2),
+            Some(1),
+            &[&r2, &r1],
+            "2026-11-30T11:01:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Conflict);
+    // A row was finalized meanwhile (no longer pending).
+    w.usage
+        .finalize_row(
+            &r3.0,
+            &r3.1,
+            awsmp_core::model::RawStatus::AggregationExpired,
+            None,
+            t("2026-11-30T11:01:00Z"),
+        )
+        .await
+        .unwrap();
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 4, 2),
+            Some(1),
+            &[&r3],
+            "2026-11-30T11:01:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Conflict);
+    // A row that does not exist.
+    let ghost = (LICENSE.to_string(), "ghost".to_string());
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 4, 2),
+            Some(1),
+            &[&ghost],
+            "2026-11-30T11:01:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Conflict);
+
+    // Nothing of any of them was applied.
+    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), first);
+    assert_eq!(w.claim_of(&r2).await, None);
+    assert!(w.usage.get_row(LICENSE, "ghost").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_record_in_flight_or_terminal_is_never_folded() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
+    w.aggregated
+        .commit(&commit(
+            record(key.clone(), 1, 1),
+            None,
+            &[&r1],
+            "2026-11-30T11:00:00Z",
+        ))
+        .await
+        .unwrap();
+    // A submitter holds it until 11:15.
+    assert!(
+        w.aggregated
+            .claim(
+                &key,
+                1,
+                t("2026-11-30T11:05:00Z"),
+                t("2026-11-30T11:15:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    let fold = commit(
+        record(key.clone(), 3, 2),
+        Some(1),
+        &[&r2],
+        "2026-11-30T11:10:00Z",
+    );
+    assert_eq!(
+        w.aggregated.commit(&fold).await.unwrap(),
+        CommitOutcome::Conflict
+    );
+    // Once the claim has expired, the fold goes through.
+    let fold_later = commit(
+        record(key.clone(), 3, 2),
+        Some(1),
+        &[&r2],
+        "2026-11-30T11:15:00Z",
+    );
+    assert_eq!(
+        w.aggregated.commit(&fold_later).await.unwrap(),
+        CommitOutcome::Committed
+    );
+
+    // Billed: terminal, out of the pending index, never folded again.
+    let update = SubmissionUpdate {
+        status: AggregatedStatus::Success,
+        reason: None,
+        metering_record_id: Some("mr-1".into()),
+    };
+    assert!(
+        w.aggregated
+            .record(&key, &update, t("2026-11-30T11:20:00Z"))
+            .await
+            .unwrap()
+    );
+    let r3 = w.raw("2026-11-30T10:07:00Z", "c", 5).await;
+    let after = commit(
+        record(key.clone(), 8, 3),
+        Some(2),
+        &[&r3],
+        "2026-11-30T11:30:00Z",
+    );
+    assert_eq!(
+        w.aggregated.commit(&after).await.unwrap(),
+        CommitOutcome::Conflict
+    );
+}
+
+#[tokio::test]
+async fn commit_refuses_oversized_or_repeating_claims() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let rows: Vec<(String, String)> = (0..100)
+        .map(|i| (LICENSE.to_string(), format!("row-{i}")))
+        .collect();
+    let refs: Vec<&(String, String)> = rows.iter().collect();
+    let err = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 1, 1),
+            None,
+            &refs,
+            "2026-11-30T11:00:00Z",
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("at most 99"), "{err}");
+    let err = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 1, 1),
+            None,
+            &[&rows[0], &rows[0]],
+            "2026-11-30T11:00:00Z",
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("same raw row twice"), "{err}");
+    assert!(w.aggregated.get(&key).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_commit_of_99_rows_fills_one_transaction() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let mut rows = Vec::new();
+    for i in 0..99 {
+        rows.push(
+            w.raw(
+                &format!("2026-11-30T10:{:02}:{:02}Z", i / 60, i % 60),
+                &format!("e{i}"),
+                1,
+            )
+            .await,
+        );
+    }
+    let refs: Vec<&(String, String)> = rows.iter().collect();
+    let outcome = w
+        .aggregated
+        .commit(&commit(
+            record(key.clone(), 99, 1),
+            None,
+            &refs,
+            "2026-11-30T11:00:00Z",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome, CommitOutcome::Committed);
+    assert_eq!(
+        w.item(&key).await["rawRowCount"],
+        AttributeValue::N("99".into())
+    );
+}
+
+#[tokio::test]
+async fn claim_and_record_follow_the_submission_contract() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    w.aggregated
+        .commit(&commit(
+            record(key.clone(), 1, 1),
+            None,
+            &[&r1],
+            "2026-11-30T11:00:00Z",
+        ))
+        .await
+        .unwrap();
+    let now = t("2026-11-30T11:05:00Z");
+    let until = t("2026-11-30T11:10:00Z");
+    // Wrong version: skipped.
+    assert!(!w.aggregated.claim(&key, 7, now, until).await.unwrap());
+    assert!(w.aggregated.claim(&key, 1, now, until).await.unwrap());
+    // Held: a second submitter cannot take it before the claim expires.
+    assert!(
+        !w.aggregated
+            .claim(&key, 1, t("2026-11-30T11:09:59Z"), until)
+            .await
+            .unwrap()
+    );
+    let held = w.aggregated.get(&key).await.unwrap().unwrap();
+    assert_eq!(held.in_flight_until, Some(until));
+    assert_eq!(held.attempt_count, 1);
+    assert_eq!(held.version, 1);
+
+    // Unprocessed: stays pending, claim released.
+    let pending = SubmissionUpdate {
+        status: AggregatedStatus::Pending,
+        reason: None,
+        metering_record_id: None,
+    };
+    assert!(
+        w.aggregated
+            .record(&key, &pending, t("2026-11-30T11:06:00Z"))
+            .await
+            .unwrap()
+    );
+    let released = w.aggregated.get(&key).await.unwrap().unwrap();
+    assert_eq!(released.in_flight_until, None);
+    assert_eq!(released.status, AggregatedStatus::Pending);
+    assert_eq!(
+        w.aggregated
+            .pending_page(hour("2026-11-30T10"), None)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    // Claimed again (attempt 2), then a terminal error leaves the index.
+    assert!(
+        w.aggregated
+            .claim(&key, 1, t("2026-11-30T11:07:00Z"), until)
+            .await
+            .unwrap()
+    );
+    let error = SubmissionUpdate {
+        status: AggregatedStatus::Error,
+        reason: Some("InvalidUsageDimensionException".into()),
+        metering_record_id: None,
+    };
+    assert!(
+        w.aggregated
+            .record(&key, &error, t("2026-11-30T11:08:00Z"))
+            .await
+            .unwrap()
+    );
+    let done = w.aggregated.get(&key).await.unwrap().unwrap();
+    assert_eq!(done.status, AggregatedStatus::Error);
+    assert_eq!(
+        done.status_reason.as_deref(),
+        Some("InvalidUsageDimensionException")
+    );
+    assert_eq!(done.attempt_count, 2);
+    assert_eq!(done.in_flight_until, None);
+    assert!(
+        w.aggregated
+            .pending_page(hour("2026-11-30T10"), None)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // Terminal: neither claim nor record applies any more.
+    assert!(
+        !w.aggregated
+            .claim(
+                &key,
+                1,
+                t("2026-11-30T12:00:00Z"),
+                t("2026-11-30T12:05:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !w.aggregated
+            .record(&key, &pending, t("2026-11-30T12:00:00Z"))
+            .await
+            .unwrap()
+    );
+    // A record that does not exist is not created.
+    let missing = group("other", "2026-11-30T10");
+    assert!(!w.aggregated.claim(&missing, 0, now, until).await.unwrap());
+    assert!(!w.aggregated.record(&missing, &error, now).await.unwrap());
+    assert!(w.aggregated.get(&missing).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn pending_page_returns_whole_records_over_several_pages() {
+    let w = world().await;
+    let aggregated = DynamoAggregatedStore::new(w.db.clone(), AGGREGATED, USAGE).with_page_limit(2);
+    for i in 0..5 {
+        let key = group(&format!("dim{i}"), "2026-11-30T10");
+        aggregated
+            .put_direct(&record(key, i, 1), t("2026-11-30T11:00:00Z"))
+            .await
+            .unwrap();
+    }
+    aggregated
+        .put_direct(
+            &record(group("dim0", "2026-11-30T09"), 1, 1),
+            t("2026-11-30T11:00:00Z"),
+        )
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    let mut pages = 0;
+    let mut cursor = None;
+    loop {
+        let page = aggregated
+            .pending_page(hour("2026-11-30T10"), cursor)
+            .await
+            .unwrap();
+        pages += 1;
+        all.extend(page.items);
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(pages >= 3, "{pages}");
+    all.sort_by_key(|r| r.quantity);
+    assert_eq!(all.len(), 5);
+    assert_eq!(all[3], record(group("dim3", "2026-11-30T10"), 3, 1));
+}
+
+#[tokio::test]
+async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_version_0() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let rec = record(key.clone(), 42, 0);
+    assert_eq!(
+        w.aggregated
+            .put_direct(&rec, t("2026-11-30T11:00:00Z"))
+            .await
+            .unwrap(),
+        PutOutcome::Created
+    );
+    let mut other = rec.clone();
+    other.quantity = 1;
+    assert_eq!(
+        w.aggregated
+            .put_direct(&other, t("2026-11-30T11:01:00Z"))
+            .await
+            .unwrap(),
+        PutOutcome::AlreadyExists
+    );
+    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap().quantity, 42);
+
+    // A seller's direct-submit row: only the documented attributes, no version,
+    // attemptCount, meteringStatus or productCode.
+    let seller = group("storage", "2026-11-30T10");
+    w.db.put_item()
+        .table_name(AGGREGATED)
+        .item("licenseArn", AttributeValue::S(LICENSE.into()))
+        .item(
+            "account_dimension_hour",
+            AttributeValue::S(seller.aggregated_sort_key()),
+        )
+        .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
+        .item("dimension", AttributeValue::S("storage".into()))
+        .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
+        .item("quantity", AttributeValue::N("9".into()))
+        .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
+        .send()
+        .await
+        .unwrap();
+    let read = w.aggregated.get(&seller).await.unwrap().unwrap();
+    assert_eq!(read.version, 0);
+    assert_eq!(read.attempt_count, 0);
+    assert_eq!(read.status, AggregatedStatus::Pending);
+    assert_eq!(read.product_code, "");
+    assert!(
+        w.aggregated
+            .claim(
+                &seller,
+                0,
+                t("2026-11-30T11:00:00Z"),
+                t("2026-11-30T11:05:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        w.aggregated
+            .get(&seller)
+            .await
+            .unwrap()
+            .unwrap()
+            .attempt_count,
+        1
+    );
+
+    // A corrupt seller row is reported, naming the attribute.
+    w.db.put_item()
+        .table_name(AGGREGATED)
+        .item("licenseArn", AttributeValue::S(LICENSE.into()))
+        .item(
+            "account_dimension_hour",
+            AttributeValue::S(format!("{ACCOUNT}#bad#2026-11-30T10")),
+        )
+        .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
+        .item("dimension", AttributeValue::S("bad".into()))
+        .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
+        .item("quantity", AttributeValue::S("twelve".into()))
+        .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
+        .send()
+        .await
+        .unwrap();
+    let err = w
+        .aggregated
+        .get(&group("bad", "2026-11-30T10"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("quantity"), "{err}");
+}
