@@ -16,7 +16,7 @@ fn aggregate(i: usize) -> WorkMessage {
             dimension: format!("dim{i}"),
             ..group("x", "2026-11-30T10")
         },
-        flush: i % 2 == 0,
+        flush: i.is_multiple_of(2),
     }
 }
 
