@@ -1,0 +1,233 @@
+//! The aggregator Lambda (SQS, partial batch failures): for each work message, counts
+//! the group's pending raw rows into its aggregated record with the atomic commit and
+//! enqueues cleanup. The use case is `awsmp_core::pipeline::aggregation`; this crate is
+//! config and wiring.
+
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
+use awsmp_core::pipeline::error::PipelineError;
+use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkMessage, WorkQueue};
+use awsmp_core::time::MeteringLockHours;
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use tracing::{error, info, warn};
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &[
+    "PRODUCT_CODE",
+    "USAGE_TABLE",
+    "AGGREGATED_TABLE",
+    "CLEANUP_QUEUE_URL",
+    "METERING_LOCK_HOURS",
+    "ZERO_QUANTITY_POLICY",
+];
+
+/// The aggregator's configuration, read once at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `PRODUCT_CODE`.
+    pub product_code: String,
+    /// `USAGE_TABLE`.
+    pub usage_table: String,
+    /// `AGGREGATED_TABLE`.
+    pub aggregated_table: String,
+    /// `CLEANUP_QUEUE_URL`.
+    pub cleanup_queue_url: String,
+    /// `METERING_LOCK_HOURS` (1..=20, default 1).
+    pub lock: MeteringLockHours,
+    /// `ZERO_QUANTITY_POLICY` (default `defer`).
+    pub zero_policy: ZeroQuantityPolicy,
+}
+
+impl Config {
+    /// Reads the process environment; every problem is reported at once.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Config {
+            product_code: env.required("PRODUCT_CODE"),
+            usage_table: env.required("USAGE_TABLE"),
+            aggregated_table: env.required("AGGREGATED_TABLE"),
+            cleanup_queue_url: env.required("CLEANUP_QUEUE_URL"),
+            lock: env.parsed_or("METERING_LOCK_HOURS", MeteringLockHours::DEFAULT),
+            zero_policy: env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default()),
+        };
+        env.finish(config)
+    }
+
+    /// The use case's settings.
+    pub fn settings(&self) -> AggregateSettings {
+        AggregateSettings {
+            product_code: self.product_code.clone(),
+            lock: self.lock,
+            zero_policy: self.zero_policy,
+        }
+    }
+}
+
+/// Handler state: settings plus the ports, cheap to clone.
+#[derive(Clone)]
+pub struct State {
+    /// Use-case settings.
+    pub settings: Arc<AggregateSettings>,
+    /// Raw usage table.
+    pub usage: Arc<dyn UsageStore>,
+    /// Aggregated-usage table.
+    pub aggregated: Arc<dyn AggregatedStore>,
+    /// Cleanup queue.
+    pub cleanup_queue: Arc<dyn WorkQueue>,
+    /// Clock ("now" of each message, backoff sleeps).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl State {
+    /// Builds the AWS clients once for `config`.
+    pub async fn connect(config: &Config) -> Self {
+        let sdk = awsmp_aws::load_sdk_config().await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        State {
+            settings: Arc::new(config.settings()),
+            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                dynamodb.clone(),
+                config.usage_table.clone(),
+            )),
+            aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
+                dynamodb,
+                config.aggregated_table.clone(),
+                config.usage_table.clone(),
+            )),
+            cleanup_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                aws_sdk_sqs::Client::new(&sdk),
+                config.cleanup_queue_url.clone(),
+            )),
+            clock: Arc::new(awsmp_aws::SystemClock),
+        }
+    }
+}
+
+/// Why a whole invocation failed (SQS redelivers the whole batch).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// A message without an id cannot be reported alone, so the batch fails.
+    #[error("SQS message #{position} has no messageId; failing the batch so nothing is lost")]
+    MissingMessageId {
+        /// Its position in the batch.
+        position: usize,
+    },
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        Diagnostic {
+            error_type: "MissingMessageId".to_string(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// Handles one SQS batch. Each failed message (malformed body, store failure, record
+/// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
+/// the others are deleted.
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, HandlerError> {
+    let mut response = SqsBatchResponse::default();
+    for (position, message) in event.payload.records.iter().enumerate() {
+        let Some(id) = message.message_id.clone() else {
+            return Err(HandlerError::MissingMessageId { position });
+        };
+        if let Err(reason) = handle_message(state, message.body.as_deref()).await {
+            warn!(message_id = %id, %reason, "work message failed; SQS will redeliver it");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    Ok(response)
+}
+
+async fn handle_message(state: &State, body: Option<&str>) -> Result<(), String> {
+    let body = body.ok_or_else(|| "empty message body".to_string())?;
+    let message: WorkMessage = serde_json::from_str(body).map_err(|e| {
+        error!(error = %e, "malformed work message");
+        format!("malformed work message: {e}")
+    })?;
+    let now = state.clock.now();
+    let ports = AggregatePorts {
+        usage: state.usage.as_ref(),
+        aggregated: state.aggregated.as_ref(),
+        cleanup_queue: state.cleanup_queue.as_ref(),
+        clock: state.clock.as_ref(),
+    };
+    match aggregate_group(&message, now, &state.settings, ports).await {
+        Ok(report) => {
+            info!(
+                counted = report.counted,
+                rejected = report.rejected,
+                "message done"
+            );
+            Ok(())
+        }
+        Err(e @ PipelineError::RecordInFlight { .. }) => {
+            info!(error = %e, "record in flight; retry later");
+            Err(e.to_string())
+        }
+        Err(e) => {
+            error!(error = %e, "aggregation failed");
+            Err(e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn reads_exactly_its_declared_variables() {
+        let env: HashMap<&str, String> = ENV_VARS
+            .iter()
+            .map(|n| (*n, format!("v-{n}")))
+            .chain([
+                ("METERING_LOCK_HOURS", "4".to_string()),
+                ("ZERO_QUANTITY_POLICY", "skip".to_string()),
+            ])
+            .collect();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let config = Config::from_lookup(&|n| {
+            asked.borrow_mut().push(n.to_string());
+            env.get(n).cloned()
+        })
+        .unwrap();
+        assert_eq!(config.zero_policy, ZeroQuantityPolicy::Skip);
+        assert_eq!(config.lock.hours(), 4);
+        let mut asked = asked.into_inner();
+        asked.sort();
+        let mut declared: Vec<String> = ENV_VARS.iter().map(|s| s.to_string()).collect();
+        declared.sort();
+        assert_eq!(asked, declared);
+    }
+
+    #[test]
+    fn bad_values_are_reported_together() {
+        let env: HashMap<&str, String> = [
+            ("METERING_LOCK_HOURS", "21".to_string()),
+            ("ZERO_QUANTITY_POLICY", "never".to_string()),
+        ]
+        .into();
+        let err = Config::from_lookup(&|n| env.get(n).cloned()).unwrap_err();
+        assert_eq!(err.problems.len(), 6, "{err}");
+        assert!(err.to_string().contains("ZERO_QUANTITY_POLICY"));
+        assert!(err.to_string().contains("CLEANUP_QUEUE_URL"));
+    }
+}

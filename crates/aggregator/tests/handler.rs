@@ -1,0 +1,84 @@
+//! The handler with a real SQS batch fixture, over the in-memory ports: partial batch
+//! failures are reported by message id.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::SqsEvent;
+use awsmp_aggregator::{State, handler};
+use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue, reference_row};
+use awsmp_core::pipeline::aggregation::AggregateSettings;
+use awsmp_core::ports::WorkMessage;
+use awsmp_core::time::{MeteringLockHours, parse_usage_timestamp};
+use lambda_runtime::{Context, LambdaEvent};
+
+const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0000000000000001";
+
+#[tokio::test]
+async fn malformed_bodies_fail_alone_by_message_id() {
+    let tables = MemoryTables::new();
+    tables.insert_raw_row(reference_row(
+        LICENSE,
+        "111122223333",
+        "requests",
+        "2026-11-30T09:15:00Z",
+        4,
+    ));
+    let cleanup = MemoryWorkQueue::new();
+    let state = State {
+        settings: Arc::new(AggregateSettings {
+            product_code: "prod-abc123".into(),
+            lock: MeteringLockHours::DEFAULT,
+            zero_policy: ZeroQuantityPolicy::Defer,
+        }),
+        usage: Arc::new(tables.usage_store()),
+        aggregated: Arc::new(tables.aggregated_store()),
+        cleanup_queue: Arc::new(cleanup.clone()),
+        clock: Arc::new(ManualClock::new(
+            parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap(),
+        )),
+    };
+    let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-batch.json")).unwrap();
+
+    let response = handler(&state, LambdaEvent::new(payload, Context::default()))
+        .await
+        .unwrap();
+
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, vec!["2e1424d4-f796-459a-8184-9c92662be6da"]);
+    assert_eq!(tables.aggregated_records()[0].quantity, 4);
+    assert!(
+        matches!(&cleanup.messages()[..], [WorkMessage::Cleanup { aggregated, .. }] if aggregated.len() == 1)
+    );
+}
+
+#[tokio::test]
+async fn a_message_without_an_id_fails_the_whole_batch() {
+    let tables = MemoryTables::new();
+    let state = State {
+        settings: Arc::new(AggregateSettings {
+            product_code: "prod-abc123".into(),
+            lock: MeteringLockHours::DEFAULT,
+            zero_policy: ZeroQuantityPolicy::Defer,
+        }),
+        usage: Arc::new(tables.usage_store()),
+        aggregated: Arc::new(tables.aggregated_store()),
+        cleanup_queue: Arc::new(MemoryWorkQueue::new()),
+        clock: Arc::new(ManualClock::new(
+            parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap(),
+        )),
+    };
+    let fixture = include_str!("fixtures/sqs-batch.json").replace(
+        "\"messageId\": \"2e1424d4-f796-459a-8184-9c92662be6da\",",
+        "",
+    );
+    let payload: SqsEvent = serde_json::from_str(&fixture).unwrap();
+    let result = handler(&state, LambdaEvent::new(payload, Context::default())).await;
+    assert!(result.is_err());
+}

@@ -1,0 +1,153 @@
+//! The cleanup Lambda (SQS, partial batch failures): finalizes the raw rows an
+//! aggregation message names (`Aggregated` only for rows carrying the claim,
+//! `RejectedClientSide` with the reason otherwise), retrying throttled writes with
+//! jittered backoff. The use case is `awsmp_core::pipeline::cleanup`.
+
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
+use awsmp_core::ports::{Clock, MetricsSink, UsageStore, WorkMessage};
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use tracing::{error, info, warn};
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &["USAGE_TABLE"];
+
+/// The cleanup function's configuration, read once at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `USAGE_TABLE`.
+    pub usage_table: String,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Config {
+            usage_table: env.required("USAGE_TABLE"),
+        };
+        env.finish(config)
+    }
+}
+
+/// Handler state: the ports, cheap to clone.
+#[derive(Clone)]
+pub struct State {
+    /// Raw usage table.
+    pub usage: Arc<dyn UsageStore>,
+    /// Metrics sink.
+    pub metrics: Arc<dyn MetricsSink>,
+    /// Clock ("now" of each message, backoff sleeps).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl State {
+    /// Builds the AWS clients once for `config`.
+    pub async fn connect(config: &Config) -> Self {
+        let sdk = awsmp_aws::load_sdk_config().await;
+        State {
+            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                aws_sdk_dynamodb::Client::new(&sdk),
+                config.usage_table.clone(),
+            )),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            clock: Arc::new(awsmp_aws::SystemClock),
+        }
+    }
+}
+
+/// Why a whole invocation failed (SQS redelivers the whole batch).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// A message without an id cannot be reported alone, so the batch fails.
+    #[error("SQS message #{position} has no messageId; failing the batch so nothing is lost")]
+    MissingMessageId {
+        /// Its position in the batch.
+        position: usize,
+    },
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        Diagnostic {
+            error_type: "MissingMessageId".to_string(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// Handles one SQS batch; failed messages (malformed, wrong kind, store failure after
+/// retries) are reported by id for redelivery.
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, HandlerError> {
+    let mut response = SqsBatchResponse::default();
+    for (position, message) in event.payload.records.iter().enumerate() {
+        let Some(id) = message.message_id.clone() else {
+            return Err(HandlerError::MissingMessageId { position });
+        };
+        if let Err(reason) = handle_message(state, message.body.as_deref()).await {
+            warn!(message_id = %id, %reason, "cleanup message failed; SQS will redeliver it");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    Ok(response)
+}
+
+async fn handle_message(state: &State, body: Option<&str>) -> Result<(), String> {
+    let body = body.ok_or_else(|| "empty message body".to_string())?;
+    let message: WorkMessage = serde_json::from_str(body).map_err(|e| {
+        error!(error = %e, "malformed cleanup message");
+        format!("malformed work message: {e}")
+    })?;
+    let ports = CleanupPorts {
+        usage: state.usage.as_ref(),
+        metrics: state.metrics.as_ref(),
+        clock: state.clock.as_ref(),
+    };
+    match cleanup(&message, state.clock.now(), ports).await {
+        Ok(report) => {
+            info!(
+                aggregated = report.aggregated,
+                rejected = report.rejected,
+                "cleanup done"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            error!(error = %e, "cleanup failed");
+            Err(e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_exactly_its_declared_variables() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let config = Config::from_lookup(&|n| {
+            asked.borrow_mut().push(n.to_string());
+            Some("awsmp-prod-usage-test".to_string())
+        })
+        .unwrap();
+        assert_eq!(config.usage_table, "awsmp-prod-usage-test");
+        assert_eq!(asked.into_inner(), ENV_VARS);
+        let err = Config::from_lookup(&|_| None).unwrap_err();
+        assert!(err.to_string().contains("USAGE_TABLE is not set"));
+    }
+}

@@ -1,0 +1,12 @@
+//! Bootstrap of the `cleanup` function: config, clients, runtime loop.
+
+use awsmp_cleanup::{Config, State, handler};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    awsmp_aws::init_tracing();
+    let config = Config::from_env()?;
+    let state = State::connect(&config).await;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<_>| handler(&state, event))).await
+}

@@ -1,0 +1,266 @@
+//! The discoverer Lambda (`rate(15 minutes)`): takes "now" from the scheduled event,
+//! walks the completed hours through the sparse `metering_pending` index, and enqueues
+//! one aggregation message per group (deprovisioning flushes on their own queue first).
+//! The use case is `awsmp_core::pipeline::discover`; this crate is config and wiring.
+
+use std::sync::Arc;
+
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_core::pipeline::budget::Budget;
+use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
+use awsmp_core::pipeline::error::PipelineError;
+use awsmp_core::pipeline::now_from_event;
+use awsmp_core::ports::{Clock, MetricsSink, SubscriberStore, UsageStore, WorkQueue};
+use awsmp_core::time::MeteringLockHours;
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use tracing::{error, info};
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &[
+    "PRODUCT_CODE",
+    "SUBSCRIBERS_TABLE",
+    "SUBSCRIBERS_TABLE_REGION",
+    "USAGE_TABLE",
+    "WORK_QUEUE_URL",
+    "DEPROVISION_WORK_QUEUE_URL",
+    "METERING_LOCK_HOURS",
+    "FLUSH_MARGIN_MINUTES",
+];
+
+/// Stop starting new pages this long before the Lambda deadline.
+const DEADLINE_MARGIN_SECONDS: i64 = 10;
+
+/// The flush margin's accepted range in minutes: the final-usage window is one hour.
+const FLUSH_MARGIN_RANGE: std::ops::RangeInclusive<i64> = 0..=60;
+
+/// The discoverer's configuration, read once at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `PRODUCT_CODE`.
+    pub product_code: String,
+    /// `SUBSCRIBERS_TABLE`.
+    pub subscribers_table: String,
+    /// `SUBSCRIBERS_TABLE_REGION` (the subscribers table lives in us-east-1).
+    pub subscribers_region: String,
+    /// `USAGE_TABLE`.
+    pub usage_table: String,
+    /// `WORK_QUEUE_URL`.
+    pub work_queue_url: String,
+    /// `DEPROVISION_WORK_QUEUE_URL`.
+    pub deprovision_queue_url: String,
+    /// `METERING_LOCK_HOURS` (1..=20, default 1).
+    pub lock: MeteringLockHours,
+    /// `FLUSH_MARGIN_MINUTES` (0..=60, default 10).
+    pub flush_margin_minutes: i64,
+}
+
+impl Config {
+    /// Reads the process environment; every problem is reported at once.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Config {
+            product_code: env.required("PRODUCT_CODE"),
+            subscribers_table: env.required("SUBSCRIBERS_TABLE"),
+            subscribers_region: env.required("SUBSCRIBERS_TABLE_REGION"),
+            usage_table: env.required("USAGE_TABLE"),
+            work_queue_url: env.required("WORK_QUEUE_URL"),
+            deprovision_queue_url: env.required("DEPROVISION_WORK_QUEUE_URL"),
+            lock: env.parsed_or("METERING_LOCK_HOURS", MeteringLockHours::DEFAULT),
+            flush_margin_minutes: env.parsed_or(
+                "FLUSH_MARGIN_MINUTES",
+                awsmp_core::pipeline::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
+            ),
+        };
+        if !FLUSH_MARGIN_RANGE.contains(&config.flush_margin_minutes) {
+            env.problem(format!(
+                "FLUSH_MARGIN_MINUTES={} is outside 0..=60 (the final-usage window is one hour)",
+                config.flush_margin_minutes
+            ));
+        }
+        env.finish(config)
+    }
+
+    /// The use case's settings.
+    pub fn settings(&self) -> DiscoverSettings {
+        let mut settings = DiscoverSettings::new(self.product_code.clone(), self.lock);
+        settings.flush_margin = chrono::Duration::minutes(self.flush_margin_minutes);
+        settings
+    }
+}
+
+/// Handler state: config plus the ports, cheap to clone.
+#[derive(Clone)]
+pub struct State {
+    /// Use-case settings derived from the config.
+    pub settings: Arc<DiscoverSettings>,
+    /// Raw usage table.
+    pub usage: Arc<dyn UsageStore>,
+    /// Subscribers table (cross-Region).
+    pub subscribers: Arc<dyn SubscriberStore>,
+    /// Normal work queue.
+    pub work_queue: Arc<dyn WorkQueue>,
+    /// Deprovisioning-flush queue.
+    pub deprovision_queue: Arc<dyn WorkQueue>,
+    /// Metrics sink.
+    pub metrics: Arc<dyn MetricsSink>,
+    /// Clock (fallback "now" and deadline checks).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl State {
+    /// Builds the AWS clients once (one SDK config load per Region) for `config`.
+    pub async fn connect(config: &Config) -> Self {
+        let sdk = awsmp_aws::load_sdk_config().await;
+        let subscribers_sdk = awsmp_aws::load_sdk_config_in(&config.subscribers_region).await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        State {
+            settings: Arc::new(config.settings()),
+            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                dynamodb,
+                config.usage_table.clone(),
+            )),
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&subscribers_sdk),
+                config.subscribers_table.clone(),
+            )),
+            work_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                sqs.clone(),
+                config.work_queue_url.clone(),
+            )),
+            deprovision_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                sqs,
+                config.deprovision_queue_url.clone(),
+            )),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            clock: Arc::new(awsmp_aws::SystemClock),
+        }
+    }
+}
+
+/// Why an invocation failed (the schedule retries on its next tick).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The use case failed part-way; what it did stands.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        let error_type = match &e {
+            HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
+            HandlerError::Pipeline(PipelineError::QueueRejected { .. }) => "QueueError",
+            HandlerError::Pipeline(_) => "PipelineError",
+        };
+        Diagnostic {
+            error_type: error_type.to_string(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// One scheduled run: "now" is the event's `time` (else the clock), the budget is the
+/// invocation deadline minus a margin.
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> Result<DiscoverReport, HandlerError> {
+    let now = now_from_event(event.payload.time, state.clock.as_ref());
+    let budget = Budget::from_deadline_millis(
+        event.context.deadline,
+        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
+    );
+    info!(now = %now, "discovery run");
+    let ports = DiscoverPorts {
+        usage: state.usage.as_ref(),
+        subscribers: state.subscribers.as_ref(),
+        work_queue: state.work_queue.as_ref(),
+        deprovision_queue: state.deprovision_queue.as_ref(),
+        metrics: state.metrics.as_ref(),
+        clock: state.clock.as_ref(),
+    };
+    match discover(now, &state.settings, ports, budget).await {
+        Ok(report) => Ok(report),
+        Err(e) => {
+            error!(error = %e, "discovery failed part-way");
+            Err(e.into())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn full_env() -> HashMap<&'static str, String> {
+        ENV_VARS
+            .iter()
+            .map(|name| (*name, format!("value-of-{name}")))
+            .chain([
+                ("METERING_LOCK_HOURS", "2".to_string()),
+                ("FLUSH_MARGIN_MINUTES", "15".to_string()),
+            ])
+            .collect()
+    }
+
+    #[test]
+    fn reads_every_variable_it_declares_and_nothing_else() {
+        let env = full_env();
+        let asked = std::cell::RefCell::new(Vec::new());
+        let lookup = |name: &str| {
+            asked.borrow_mut().push(name.to_string());
+            env.get(name).cloned()
+        };
+        let config = Config::from_lookup(&lookup).unwrap();
+        assert_eq!(config.lock.hours(), 2);
+        assert_eq!(
+            config.settings().flush_margin,
+            chrono::Duration::minutes(15)
+        );
+        let mut asked = asked.into_inner();
+        asked.sort();
+        let mut declared: Vec<String> = ENV_VARS.iter().map(|s| s.to_string()).collect();
+        declared.sort();
+        assert_eq!(asked, declared);
+    }
+
+    #[test]
+    fn defaults_apply_when_optional_knobs_are_unset() {
+        let mut env = full_env();
+        env.remove("METERING_LOCK_HOURS");
+        env.remove("FLUSH_MARGIN_MINUTES");
+        let config = Config::from_lookup(&|n| env.get(n).cloned()).unwrap();
+        assert_eq!(config.lock, MeteringLockHours::DEFAULT);
+        assert_eq!(config.flush_margin_minutes, 10);
+    }
+
+    #[test]
+    fn reports_every_problem_at_once() {
+        let env: HashMap<&str, String> = [
+            ("METERING_LOCK_HOURS", "0".to_string()),
+            ("FLUSH_MARGIN_MINUTES", "90".to_string()),
+        ]
+        .into();
+        let err = Config::from_lookup(&|n| env.get(n).cloned()).unwrap_err();
+        let text = err.to_string();
+        for name in [
+            "PRODUCT_CODE",
+            "USAGE_TABLE",
+            "WORK_QUEUE_URL",
+            "DEPROVISION_WORK_QUEUE_URL",
+        ] {
+            assert!(text.contains(name), "{text}");
+        }
+        assert!(text.contains("METERING_LOCK_HOURS"), "{text}");
+        assert!(text.contains("FLUSH_MARGIN_MINUTES=90"), "{text}");
+    }
+}

@@ -1,0 +1,315 @@
+//! The submitter Lambda (`rate(5 minutes)`, reserved concurrency 1): takes "now" from
+//! the scheduled event and drains pending aggregated records to `BatchMeterUsage`
+//! (or, in dry-run mode, marks test accounts' records `DryRunSubmitted` without
+//! calling it). The use case is `awsmp_core::pipeline::submit`.
+
+use std::sync::Arc;
+
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_core::pipeline::budget::Budget;
+use awsmp_core::pipeline::error::PipelineError;
+use awsmp_core::pipeline::now_from_event;
+use awsmp_core::pipeline::submit::{
+    DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
+};
+use awsmp_core::ports::{AggregatedStore, Clock, MeteringApi, MetricsSink, SubscriberStore};
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use tracing::{error, info};
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &[
+    "PRODUCT_CODE",
+    "SUBSCRIBERS_TABLE",
+    "SUBSCRIBERS_TABLE_REGION",
+    "AGGREGATED_TABLE",
+    "ZERO_QUANTITY_POLICY",
+    "METERING_MODE",
+    "TEST_ACCOUNT_ALLOWLIST",
+    "DEPLOYMENT_MODE",
+];
+
+/// Stop starting batches this long before the Lambda deadline (one batch with its
+/// bisection and unprocessed retry, and the writes, fit well inside it).
+const DEADLINE_MARGIN_SECONDS: i64 = 20;
+
+/// The submitter's configuration, read once at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `PRODUCT_CODE`.
+    pub product_code: String,
+    /// `SUBSCRIBERS_TABLE`.
+    pub subscribers_table: String,
+    /// `SUBSCRIBERS_TABLE_REGION`.
+    pub subscribers_region: String,
+    /// `AGGREGATED_TABLE`.
+    pub aggregated_table: String,
+    /// `ZERO_QUANTITY_POLICY` (default `defer`).
+    pub zero_policy: ZeroQuantityPolicy,
+    /// `METERING_MODE` + `TEST_ACCOUNT_ALLOWLIST`, validated together.
+    pub mode: MeteringMode,
+    /// `DEPLOYMENT_MODE`.
+    pub deployment: DeploymentMode,
+}
+
+impl Config {
+    /// Reads the process environment; every problem is reported at once, including a
+    /// live run with a test allowlist and a dry run without one.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads the variables through `lookup` (tests pass a map).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let product_code = env.required("PRODUCT_CODE");
+        let subscribers_table = env.required("SUBSCRIBERS_TABLE");
+        let subscribers_region = env.required("SUBSCRIBERS_TABLE_REGION");
+        let aggregated_table = env.required("AGGREGATED_TABLE");
+        let zero_policy = env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default());
+        let mode_text = env.required("METERING_MODE");
+        let allowlist = env.list("TEST_ACCOUNT_ALLOWLIST");
+        let deployment_text = env.required("DEPLOYMENT_MODE");
+        let mode = if mode_text.is_empty() {
+            MeteringMode::Live
+        } else {
+            MeteringMode::from_parts(&mode_text, &allowlist).unwrap_or_else(|e| {
+                env.problem(e.to_string());
+                MeteringMode::Live
+            })
+        };
+        let deployment = if deployment_text.is_empty() {
+            DeploymentMode::Full
+        } else {
+            deployment_text.parse().unwrap_or_else(
+                |e: awsmp_core::pipeline::submit::InvalidDeploymentMode| {
+                    env.problem(e.to_string());
+                    DeploymentMode::Full
+                },
+            )
+        };
+        env.finish(Config {
+            product_code,
+            subscribers_table,
+            subscribers_region,
+            aggregated_table,
+            zero_policy,
+            mode,
+            deployment,
+        })
+    }
+
+    /// The use case's settings.
+    pub fn settings(&self) -> SubmitSettings {
+        SubmitSettings::new(
+            self.product_code.clone(),
+            self.mode.clone(),
+            self.zero_policy,
+            self.deployment,
+        )
+    }
+}
+
+/// The wall clock the submitter paces and backs off with. `awsmp_aws::SystemClock`
+/// reads whole seconds (instants have whole-second meaning in the domain), but spacing
+/// calls 100 ms apart needs to see the milliseconds between them; stored instants are
+/// still formatted to the second.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacingClock;
+
+#[async_trait::async_trait]
+impl Clock for PacingClock {
+    fn now(&self) -> awsmp_core::time::Instant {
+        chrono::Utc::now()
+    }
+
+    async fn sleep(&self, duration: std::time::Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+/// Handler state: settings plus the ports, cheap to clone.
+#[derive(Clone)]
+pub struct State {
+    /// Use-case settings.
+    pub settings: Arc<SubmitSettings>,
+    /// Aggregated-usage table.
+    pub aggregated: Arc<dyn AggregatedStore>,
+    /// Subscribers table (cross-Region).
+    pub subscribers: Arc<dyn SubscriberStore>,
+    /// `BatchMeterUsage`.
+    pub metering: Arc<dyn MeteringApi>,
+    /// Metrics sink.
+    pub metrics: Arc<dyn MetricsSink>,
+    /// Clock (pacing, backoff, deadline; fallback "now"): [`PacingClock`] in Lambda.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl State {
+    /// Builds the AWS clients once (one SDK config load per Region) for `config`.
+    pub async fn connect(config: &Config) -> Self {
+        let sdk = awsmp_aws::load_sdk_config().await;
+        let subscribers_sdk = awsmp_aws::load_sdk_config_in(&config.subscribers_region).await;
+        State {
+            settings: Arc::new(config.settings()),
+            // The submitter never commits aggregations, so it names no usage table.
+            aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
+                aws_sdk_dynamodb::Client::new(&sdk),
+                config.aggregated_table.clone(),
+                String::new(),
+            )),
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&subscribers_sdk),
+                config.subscribers_table.clone(),
+            )),
+            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(awsmp_aws::metering_client(
+                &sdk,
+            ))),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            clock: Arc::new(PacingClock),
+        }
+    }
+}
+
+/// Why an invocation failed (the schedule runs again in five minutes).
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The use case failed part-way; what it recorded stands.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        let error_type = match &e {
+            HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
+            HandlerError::Pipeline(_) => "PipelineError",
+        };
+        Diagnostic {
+            error_type: error_type.to_string(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// One scheduled run.
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> Result<SubmitReport, HandlerError> {
+    let now = now_from_event(event.payload.time, state.clock.as_ref());
+    let budget = Budget::from_deadline_millis(
+        event.context.deadline,
+        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
+    );
+    let ports = SubmitPorts {
+        aggregated: state.aggregated.as_ref(),
+        subscribers: state.subscribers.as_ref(),
+        metering: state.metering.as_ref(),
+        metrics: state.metrics.as_ref(),
+        clock: state.clock.as_ref(),
+    };
+    match submit(now, &state.settings, ports, budget).await {
+        Ok(report) => {
+            info!(success = report.success, stopped = ?report.stopped, "submitter run done");
+            Ok(report)
+        }
+        Err(e) => {
+            error!(error = %e, "submitter run failed part-way");
+            Err(e.into())
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[tokio::test]
+    async fn the_pacing_clock_sees_milliseconds() {
+        let clock = PacingClock;
+        let before = clock.now();
+        clock.sleep(std::time::Duration::from_millis(30)).await;
+        let elapsed = clock.now() - before;
+        assert!(elapsed >= chrono::Duration::milliseconds(30), "{elapsed}");
+        assert!(elapsed < chrono::Duration::seconds(1), "{elapsed}");
+    }
+
+    fn env(pairs: &[(&'static str, &str)]) -> HashMap<&'static str, String> {
+        let mut base: HashMap<&'static str, String> = [
+            ("PRODUCT_CODE", "prod-abc123"),
+            ("SUBSCRIBERS_TABLE", "awsmp-subscribers-test"),
+            ("SUBSCRIBERS_TABLE_REGION", "us-east-1"),
+            (
+                "AGGREGATED_TABLE",
+                "awsmp-prod-abc123-aggregated-usage-test",
+            ),
+            ("METERING_MODE", "live"),
+            ("DEPLOYMENT_MODE", "full"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        for (k, v) in pairs {
+            base.insert(k, v.to_string());
+        }
+        base
+    }
+
+    #[test]
+    fn reads_exactly_its_declared_variables() {
+        let env = env(&[]);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let config = Config::from_lookup(&|n| {
+            asked.borrow_mut().push(n.to_string());
+            env.get(n).cloned()
+        })
+        .unwrap();
+        assert_eq!(config.mode, MeteringMode::Live);
+        assert_eq!(config.zero_policy, ZeroQuantityPolicy::Defer);
+        let mut asked = asked.into_inner();
+        asked.sort();
+        let mut declared: Vec<String> = ENV_VARS.iter().map(|s| s.to_string()).collect();
+        declared.sort();
+        assert_eq!(asked, declared);
+    }
+
+    #[test]
+    fn refuses_live_with_an_allowlist_and_dry_run_without_one() {
+        let live = env(&[("TEST_ACCOUNT_ALLOWLIST", "111122223333")]);
+        let err = Config::from_lookup(&|n| live.get(n).cloned()).unwrap_err();
+        assert!(err.to_string().contains("refuses to start"), "{err}");
+        let dry = env(&[("METERING_MODE", "dry-run")]);
+        let err = Config::from_lookup(&|n| dry.get(n).cloned()).unwrap_err();
+        assert!(
+            err.to_string().contains("requires TEST_ACCOUNT_ALLOWLIST"),
+            "{err}"
+        );
+        let ok = env(&[
+            ("METERING_MODE", "dry-run"),
+            ("TEST_ACCOUNT_ALLOWLIST", "111122223333, 444455556666"),
+        ]);
+        let config = Config::from_lookup(&|n| ok.get(n).cloned()).unwrap();
+        assert!(
+            matches!(config.mode, MeteringMode::DryRun { ref allowlist } if allowlist.len() == 2)
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let bad = env(&[
+            ("DEPLOYMENT_MODE", "partial"),
+            ("ZERO_QUANTITY_POLICY", "sometimes"),
+            ("METERING_MODE", "maybe"),
+            ("AGGREGATED_TABLE", ""),
+        ]);
+        let err = Config::from_lookup(&|n| bad.get(n).cloned()).unwrap_err();
+        assert_eq!(err.problems.len(), 4, "{err}");
+        let direct = env(&[("DEPLOYMENT_MODE", "direct-submit")]);
+        let config = Config::from_lookup(&|n| direct.get(n).cloned()).unwrap();
+        assert_eq!(config.deployment, DeploymentMode::DirectSubmit);
+    }
+}
