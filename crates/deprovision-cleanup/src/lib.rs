@@ -60,6 +60,21 @@ pub struct CleanupState {
     pub clock: Arc<dyn Clock>,
 }
 
+impl CleanupState {
+    /// Builds the state as Lambda runs it: one SDK config load, the DynamoDB adapter.
+    pub async fn connect(config: Config) -> Self {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
+        CleanupState {
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                dynamodb,
+                &config.subscribers_table,
+            )),
+            clock: Arc::new(awsmp_aws::SystemClock),
+            config: Arc::new(config),
+        }
+    }
+}
+
 /// What one run did (the function's response, and its summary log line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -61,6 +61,21 @@ pub struct SubscriptionState {
     pub clock: Arc<dyn Clock>,
 }
 
+impl SubscriptionState {
+    /// Builds the state as Lambda runs it: one SDK config load, the DynamoDB adapter.
+    pub async fn connect(config: Config) -> Self {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
+        SubscriptionState {
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                dynamodb,
+                &config.subscribers_table,
+            )),
+            clock: Arc::new(awsmp_aws::SystemClock),
+            config: Arc::new(config),
+        }
+    }
+}
+
 /// What handling one message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageOutcome {

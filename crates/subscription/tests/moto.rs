@@ -1,0 +1,475 @@
+//! The subscription handler on the real DynamoDB adapter, against moto: every event
+//! type and ordering case with AWS's example events, the deprovisioning index, and the
+//! PII-free check (the exact attribute set ever written to the subscribers table).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_aws::{DynamoSubscriberStore, SystemClock};
+use awsmp_core::lifecycle::expire_deprovisioning;
+use awsmp_core::model::{AgreementStatus, SubscriptionStatus};
+use awsmp_core::ports::SubscriberStore;
+use awsmp_core::time::parse_usage_timestamp;
+use awsmp_subscription::{Config, SubscriptionState, handler};
+use awsmp_test_support::{MotoServer, create_subscribers_table};
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+const TABLE: &str = "awsmp-subscribers-test";
+const LICENSE: &str =
+    "arn:aws:license-manager:us-east-1:123456789012:l-e52ca6f38bf84d0fafb8802ca15ac11x";
+const ACCOUNT: &str = "845735284135";
+
+const UPDATED: &str = "license-updated-manufacturer.json";
+const DEPROVISIONED: &str = "license-deprovisioned-manufacturer.json";
+const ENDED_M: &str = "purchase-agreement-ended-manufacturer.json";
+const ENDED_P: &str = "purchase-agreement-ended-proposer.json";
+const AMENDED_M: &str = "purchase-agreement-amended-manufacturer.json";
+const AMENDED_P: &str = "purchase-agreement-amended-proposer.json";
+const CREATED_M: &str = "purchase-agreement-created-manufacturer.json";
+const CREATED_P: &str = "purchase-agreement-created-proposer.json";
+
+/// Every attribute the subscribers table may ever hold (ARCHITECTURE.md, "Tables").
+const ALLOWED: &[&str] = &[
+    "licenseArn",
+    "customerAWSAccountId",
+    "productCode",
+    "agreementId",
+    "agreementStatus",
+    "subscriptionStatus",
+    "deprovisioningExpiry",
+    "registeredRegions",
+    "createdAt",
+    "updatedAt",
+    "agreementEventAt",
+    "subscriptionEventAt",
+    "version",
+    "deprovisioningIndex",
+];
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn event_at(name: &str, time: &str) -> String {
+    let mut event = fixture(name);
+    event["time"] = Value::String(time.to_string());
+    event.to_string()
+}
+
+fn batch(messages: &[(String, String)]) -> LambdaEvent<SqsEvent> {
+    let mut event = SqsEvent::default();
+    event.records = messages
+        .iter()
+        .map(|(id, body)| {
+            let mut record: SqsMessage =
+                serde_json::from_value(fixture("sqs-record.json")).unwrap();
+            record.message_id = Some(id.clone());
+            record.body = Some(body.clone());
+            record
+        })
+        .collect();
+    LambdaEvent::new(event, lambda_runtime::Context::default())
+}
+
+struct Env {
+    _moto: MotoServer,
+    client: aws_sdk_dynamodb::Client,
+}
+
+impl Env {
+    async fn start() -> Env {
+        let moto = MotoServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+        let client = moto.dynamodb();
+        Env {
+            _moto: moto,
+            client,
+        }
+    }
+
+    /// A fresh subscribers table (one per case) and the state `main` builds on it.
+    async fn state(&self, table: &str) -> (SubscriptionState, DynamoSubscriberStore) {
+        create_subscribers_table(&self.client, table).await.unwrap();
+        let store = DynamoSubscriberStore::new(self.client.clone(), table);
+        let state = SubscriptionState {
+            config: Arc::new(Config {
+                subscribers_table: table.to_string(),
+            }),
+            subscribers: Arc::new(store.clone()),
+            clock: Arc::new(SystemClock),
+        };
+        (state, store)
+    }
+
+    /// Every item's attribute names and values.
+    async fn items(&self, table: &str) -> Vec<BTreeMap<String, AttributeValue>> {
+        let out = self.client.scan().table_name(table).send().await.unwrap();
+        out.items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|item| item.into_iter().collect())
+            .collect()
+    }
+
+    async fn names(&self, table: &str) -> BTreeSet<String> {
+        let items = self.items(table).await;
+        assert_eq!(items.len(), 1, "{items:?}");
+        items[0].keys().cloned().collect()
+    }
+}
+
+async fn send(state: &SubscriptionState, id: &str, body: String) -> SqsBatchResponse {
+    handler(state, batch(&[(id.to_string(), body)]))
+        .await
+        .unwrap()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| n.to_string()).collect()
+}
+
+#[tokio::test]
+async fn every_event_type_and_ordering_case_on_moto() {
+    use AgreementStatus as A;
+    use SubscriptionStatus as S;
+    let env = Env::start().await;
+    type Case = (
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+        Option<A>,
+        Option<S>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "Updated",
+            vec![(UPDATED, "2026-11-30T10:00:00Z")],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "Updated then Deprovisioned",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "Ended (Manufacturer) and its Proposer copy",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_M, "2026-11-30T12:00:00Z"),
+                (ENDED_P, "2026-11-30T12:00:00Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+        (
+            "Amended by both roles keeps the row current",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (AMENDED_M, "2026-11-30T11:00:00Z"),
+                (AMENDED_P, "2026-11-30T11:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "Created by both roles is ignored",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (CREATED_M, "2026-11-30T11:00:00Z"),
+                (CREATED_P, "2026-11-30T11:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "duplicate Updated",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (UPDATED, "2026-11-30T10:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Active),
+        ),
+        (
+            "stale Updated after Deprovisioned",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T11:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "newer Updated after Deprovisioned is refused",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T13:00:00Z"),
+            ],
+            Some(A::Active),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "Deprovisioned before Updated",
+            vec![
+                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
+                (UPDATED, "2026-11-30T10:00:00Z"),
+            ],
+            None,
+            Some(S::Deprovisioning),
+        ),
+        (
+            "Ended then Deprovisioned",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_P, "2026-11-30T12:00:00Z"),
+                (DEPROVISIONED, "2026-11-30T12:00:05Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Deprovisioning),
+        ),
+        (
+            "newer Amended after Ended is refused",
+            vec![
+                (UPDATED, "2026-11-30T10:00:00Z"),
+                (ENDED_M, "2026-11-30T12:00:00Z"),
+                (AMENDED_M, "2026-11-30T13:00:00Z"),
+            ],
+            Some(A::Inactive),
+            Some(S::Active),
+        ),
+    ];
+    for (i, (name, events, agreement, subscription)) in cases.into_iter().enumerate() {
+        let table = format!("{TABLE}-{i}");
+        let (state, store) = env.state(&table).await;
+        for (j, (fixture, time)) in events.iter().enumerate() {
+            let response = send(&state, &format!("m{j}"), event_at(fixture, time)).await;
+            assert!(
+                response.batch_item_failures.is_empty(),
+                "{name}: message {j} failed"
+            );
+        }
+        let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+        assert_eq!(row.agreement_status, agreement, "{name}");
+        assert_eq!(row.subscription_status, subscription, "{name}");
+        let in_index = store.deprovisioning().await.unwrap().len();
+        assert_eq!(
+            in_index,
+            usize::from(subscription == Some(S::Deprovisioning)),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ended_before_the_license_is_redelivered_until_it_applies_on_moto() {
+    let env = Env::start().await;
+    let (state, store) = env.state(TABLE).await;
+    let ended = event_at(ENDED_M, "2026-11-30T12:00:00Z");
+    let response = send(&state, "ended", ended.clone()).await;
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert!(env.items(TABLE).await.is_empty());
+    send(&state, "updated", event_at(UPDATED, "2026-11-30T10:00:00Z")).await;
+    let response = send(&state, "ended", ended).await;
+    assert!(response.batch_item_failures.is_empty());
+    let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    assert_eq!(row.agreement_status, Some(AgreementStatus::Inactive));
+}
+
+#[tokio::test]
+async fn malformed_messages_fail_alone_and_write_nothing_on_moto() {
+    let env = Env::start().await;
+    let (state, _) = env.state(TABLE).await;
+    let mut no_arn = fixture(UPDATED);
+    no_arn["detail"].as_object_mut().unwrap().remove("license");
+    let response = handler(
+        &state,
+        batch(&[
+            ("bad-json".into(), "{".into()),
+            ("no-arn".into(), no_arn.to_string()),
+            (
+                "created".into(),
+                event_at(CREATED_M, "2026-11-30T10:00:00Z"),
+            ),
+        ]),
+    )
+    .await
+    .unwrap();
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["bad-json", "no-arn"]);
+    assert!(env.items(TABLE).await.is_empty());
+}
+
+/// The PII-free check: drive one row through everything that ever writes the
+/// subscribers table (every event type, registration from two Regions, the
+/// deprovisioning close) and compare the exact attribute set after each step.
+#[tokio::test]
+async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
+    let env = Env::start().await;
+    let (state, store) = env.state(TABLE).await;
+    let now = parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap();
+    let lifecycle = [
+        "licenseArn",
+        "customerAWSAccountId",
+        "productCode",
+        "agreementId",
+        "agreementStatus",
+        "subscriptionStatus",
+        "agreementEventAt",
+        "subscriptionEventAt",
+        "version",
+        "createdAt",
+        "updatedAt",
+    ];
+    let mut ever = BTreeSet::new();
+
+    // Registration first (it can come before License Updated): identity + Region only.
+    store
+        .add_registered_region(
+            LICENSE,
+            ACCOUNT,
+            "aw4fgf5tyo5w2ap6fEXAMPLE",
+            "eu-west-1",
+            now,
+        )
+        .await
+        .unwrap();
+    let names = env.names(TABLE).await;
+    assert_eq!(
+        names,
+        set(&[
+            "licenseArn",
+            "customerAWSAccountId",
+            "productCode",
+            "registeredRegions",
+            "createdAt",
+            "updatedAt"
+        ])
+    );
+    ever.extend(names);
+
+    // Purchase Agreement Created is ignored: nothing changes.
+    send(
+        &state,
+        "created",
+        event_at(CREATED_M, "2026-11-30T09:59:00Z"),
+    )
+    .await;
+    assert_eq!(env.names(TABLE).await, ever);
+
+    for (i, (fixture, time)) in [
+        (UPDATED, "2026-11-30T10:00:00Z"),
+        (AMENDED_M, "2026-11-30T10:30:00Z"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        send(&state, &format!("m{i}"), event_at(fixture, time)).await;
+        let names = env.names(TABLE).await;
+        let mut expected = set(&lifecycle);
+        expected.insert("registeredRegions".into());
+        assert_eq!(names, expected, "after {fixture}");
+        ever.extend(names);
+    }
+
+    // A second Region registers: the set does not grow.
+    store
+        .add_registered_region(
+            LICENSE,
+            ACCOUNT,
+            "aw4fgf5tyo5w2ap6fEXAMPLE",
+            "us-west-2",
+            now,
+        )
+        .await
+        .unwrap();
+    ever.extend(env.names(TABLE).await);
+
+    send(&state, "ended", event_at(ENDED_M, "2026-11-30T11:00:00Z")).await;
+    send(
+        &state,
+        "deprovisioned",
+        event_at(DEPROVISIONED, "2026-11-30T11:00:05Z"),
+    )
+    .await;
+    let names = env.names(TABLE).await;
+    let mut expected = set(&lifecycle);
+    expected.extend(set(&[
+        "registeredRegions",
+        "deprovisioningExpiry",
+        "deprovisioningIndex",
+    ]));
+    assert_eq!(names, expected, "while deprovisioning");
+    ever.extend(names);
+
+    // deprovision-cleanup's write: the sparse-index marker goes, the expiry stays.
+    let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    let closed =
+        expire_deprovisioning(&row, parse_usage_timestamp("2026-11-30T12:00:05Z").unwrap())
+            .unwrap();
+    assert!(store.put_lifecycle(&closed, now).await.unwrap());
+    let names = env.names(TABLE).await;
+    assert!(!names.contains("deprovisioningIndex"));
+    assert!(names.contains("deprovisioningExpiry"));
+    ever.extend(names);
+
+    assert_eq!(
+        ever,
+        set(ALLOWED),
+        "the union of every attribute ever written"
+    );
+
+    // And no value anywhere carries anything but identity, statuses, Regions and times.
+    let item = env.items(TABLE).await.remove(0);
+    assert_eq!(
+        item["registeredRegions"],
+        AttributeValue::Ss(vec!["eu-west-1".into(), "us-west-2".into()])
+    );
+    assert_eq!(
+        item["agreementStatus"],
+        AttributeValue::S("inactive".into())
+    );
+    assert_eq!(
+        item["subscriptionStatus"],
+        AttributeValue::S("inactive".into())
+    );
+}
+
+#[tokio::test]
+async fn concurrent_deliveries_of_one_row_converge_on_moto() {
+    let env = Env::start().await;
+    let (state, store) = env.state(TABLE).await;
+    // Two copies of License Updated and a Deprovisioned race on the same row; whatever
+    // the interleaving, conditional writes make the result the ordered one.
+    let (a, b, c) = tokio::join!(
+        send(&state, "a", event_at(UPDATED, "2026-11-30T10:00:00Z")),
+        send(&state, "b", event_at(UPDATED, "2026-11-30T10:00:00Z")),
+        send(&state, "c", event_at(DEPROVISIONED, "2026-11-30T12:00:00Z")),
+    );
+    for response in [a, b, c] {
+        assert!(response.batch_item_failures.is_empty());
+    }
+    let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    assert_eq!(
+        row.subscription_status,
+        Some(SubscriptionStatus::Deprovisioning)
+    );
+    assert_eq!(
+        row.deprovisioning_expiry,
+        Some(parse_usage_timestamp("2026-11-30T13:00:00Z").unwrap())
+    );
+}
