@@ -37,6 +37,12 @@ pub fn init_tracing() {
             .unwrap_or("info");
         EnvFilter::new(level)
     });
+    // At TRACE the SDK's orchestrator logs whole request bodies, which would put a
+    // ResolveCustomer registration token in the logs: cap it, whatever was asked.
+    let filter = match SDK_ORCHESTRATOR_CAP.parse() {
+        Ok(cap) => filter.add_directive(cap),
+        Err(_) => filter,
+    };
     let _ = tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
@@ -44,6 +50,9 @@ pub fn init_tracing() {
         .with_current_span(false)
         .try_init();
 }
+
+/// The most verbose level the SDK's request orchestrator may log at (see [`init_tracing`]).
+pub const SDK_ORCHESTRATOR_CAP: &str = "aws_smithy_runtime::client::orchestrator=info";
 
 /// Lambda's log levels as `tracing` levels (FATAL has no equal: error).
 fn lambda_level(level: &str) -> &'static str {
@@ -123,6 +132,15 @@ mod tests {
         let err = parse_work_message(r#"{"kind":"explode"}"#).unwrap_err();
         assert!(err.to_string().contains("explode"), "{err}");
         assert!(parse_work_message("").is_err());
+    }
+
+    #[test]
+    fn the_orchestrator_cap_is_a_valid_directive() {
+        assert!(
+            SDK_ORCHESTRATOR_CAP
+                .parse::<tracing_subscriber::filter::Directive>()
+                .is_ok()
+        );
     }
 
     #[test]

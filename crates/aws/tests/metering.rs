@@ -89,7 +89,11 @@ async fn a_batch_bills_per_license_and_maps_results_to_input_order() {
     assert_eq!(verdicts.len(), 3);
     let ledger = sim.handle().ledger();
     assert_eq!(ledger.records.len(), 3);
-    assert!(ledger.rejected_requests.is_empty(), "{:?}", ledger.rejected_requests);
+    assert!(
+        ledger.rejected_requests.is_empty(),
+        "{:?}",
+        ledger.rejected_requests
+    );
     for (record, verdict) in records.iter().zip(&verdicts) {
         let RecordVerdict::Success { metering_record_id } = verdict else {
             panic!("{verdict:?}");
@@ -101,13 +105,20 @@ async fn a_batch_bills_per_license_and_maps_results_to_input_order() {
             .unwrap();
         // Billed per license + account, at the hour's start, with the quantity sent.
         assert_eq!(billed.license_arn, record.key.license_arn);
-        assert_eq!(billed.customer_aws_account_id, record.key.customer_aws_account_id);
+        assert_eq!(
+            billed.customer_aws_account_id,
+            record.key.customer_aws_account_id
+        );
         assert_eq!(billed.dimension, record.key.dimension);
         assert_eq!(billed.timestamp, record.key.hour.start());
         assert_eq!(i64::from(billed.quantity), record.quantity);
         assert_eq!(billed.product_code, PRODUCT);
     }
-    let storage = ledger.records.iter().find(|b| b.dimension == "storage").unwrap();
+    let storage = ledger
+        .records
+        .iter()
+        .find(|b| b.dimension == "storage")
+        .unwrap();
     assert_eq!(storage.allocations.len(), 2);
 
     // The same group again with another quantity: first write wins.
@@ -115,7 +126,10 @@ async fn a_batch_bills_per_license_and_maps_results_to_input_order() {
         .batch_meter_usage(&[metering_record("requests", "2026-11-30T10", 8)])
         .await
         .unwrap();
-    assert!(matches!(again[0], RecordVerdict::DuplicateRecord { .. }), "{again:?}");
+    assert!(
+        matches!(again[0], RecordVerdict::DuplicateRecord { .. }),
+        "{again:?}"
+    );
     assert_eq!(sim.handle().ledger().records.len(), 3);
 }
 
@@ -138,7 +152,9 @@ async fn a_revoked_license_is_customer_not_subscribed() {
 #[tokio::test]
 async fn a_throttled_call_is_throttled_after_exactly_one_attempt() {
     let (sim, api) = api().await;
-    sim.handle().inject_fault(fault(FaultKind::Throttling)).unwrap();
+    sim.handle()
+        .inject_fault(fault(FaultKind::Throttling))
+        .unwrap();
     let err = api
         .batch_meter_usage(&[metering_record("requests", "2026-11-30T10", 1)])
         .await
@@ -177,14 +193,20 @@ async fn an_unprocessed_record_comes_back_as_unprocessed_in_its_place() {
         metering_record("requests", "2026-11-30T11", 2),
     ];
     let verdicts = api.batch_meter_usage(&records).await.unwrap();
-    assert!(matches!(verdicts[0], RecordVerdict::Success { .. }), "{verdicts:?}");
+    assert!(
+        matches!(verdicts[0], RecordVerdict::Success { .. }),
+        "{verdicts:?}"
+    );
     assert_eq!(verdicts[1], RecordVerdict::Unprocessed);
     let ledger = sim.handle().ledger();
     assert_eq!(ledger.records.len(), 1);
     assert_eq!(ledger.records[0].quantity, 1);
     // Retried, it is billed.
     let retried = api.batch_meter_usage(&records[1..]).await.unwrap();
-    assert!(matches!(retried[0], RecordVerdict::Success { .. }), "{retried:?}");
+    assert!(
+        matches!(retried[0], RecordVerdict::Success { .. }),
+        "{retried:?}"
+    );
 }
 
 #[tokio::test]
@@ -219,11 +241,15 @@ async fn request_level_errors_map_to_their_classes() {
         "{err:?}"
     );
 
-    sim.handle().inject_fault(fault(FaultKind::InternalError)).unwrap();
+    sim.handle()
+        .inject_fault(fault(FaultKind::InternalError))
+        .unwrap();
     let err = api.batch_meter_usage(&one).await.unwrap_err();
     assert!(matches!(err, MeteringError::Transient(_)), "{err:?}");
 
-    sim.handle().inject_fault(fault(FaultKind::Disabled)).unwrap();
+    sim.handle()
+        .inject_fault(fault(FaultKind::Disabled))
+        .unwrap();
     let err = api.batch_meter_usage(&one).await.unwrap_err();
     assert!(matches!(err, MeteringError::Disabled(_)), "{err:?}");
 
@@ -233,7 +259,8 @@ async fn request_level_errors_map_to_their_classes() {
 #[tokio::test]
 async fn an_unreachable_service_is_transient() {
     let port = awsmp_test_support::moto::free_port().unwrap();
-    let config = awsmp_test_support::test_sdk_config(&format!("http://127.0.0.1:{port}"), "us-east-1");
+    let config =
+        awsmp_test_support::test_sdk_config(&format!("http://127.0.0.1:{port}"), "us-east-1");
     let api = SdkMeteringApi::new(aws_sdk_marketplacemetering::Client::new(&config));
     let err = api
         .batch_meter_usage(&[metering_record("requests", "2026-11-30T10", 1)])
@@ -252,8 +279,12 @@ async fn resolve_customer_maps_tokens_to_customers_or_token_errors() {
         product_code: PRODUCT.into(),
         issued_at: Some(t(issued)),
     };
-    sim.handle().seed_token(seed("fresh", "2026-11-30T12:00:00Z")).unwrap();
-    sim.handle().seed_token(seed("stale", "2026-11-30T07:00:00Z")).unwrap();
+    sim.handle()
+        .seed_token(seed("fresh", "2026-11-30T12:00:00Z"))
+        .unwrap();
+    sim.handle()
+        .seed_token(seed("stale", "2026-11-30T07:00:00Z"))
+        .unwrap();
     let resolver = SdkCustomerResolver::new(sim.metering_client());
 
     let customer = resolver.resolve("fresh").await.unwrap();
@@ -262,8 +293,14 @@ async fn resolve_customer_maps_tokens_to_customers_or_token_errors() {
     assert_eq!(customer.product_code, PRODUCT);
     // Reusable until it expires.
     assert_eq!(resolver.resolve("fresh").await.unwrap(), customer);
-    assert_eq!(resolver.resolve("stale").await.unwrap_err(), ResolveError::ExpiredToken);
-    assert_eq!(resolver.resolve("unknown").await.unwrap_err(), ResolveError::InvalidToken);
+    assert_eq!(
+        resolver.resolve("stale").await.unwrap_err(),
+        ResolveError::ExpiredToken
+    );
+    assert_eq!(
+        resolver.resolve("unknown").await.unwrap_err(),
+        ResolveError::InvalidToken
+    );
 
     sim.handle()
         .inject_fault(FaultSpec {
@@ -273,7 +310,10 @@ async fn resolve_customer_maps_tokens_to_customers_or_token_errors() {
         })
         .unwrap();
     let err = resolver.resolve("fresh").await.unwrap_err();
-    assert!(matches!(err, ResolveError::Unavailable(ref m) if m.contains("DisabledApiException")), "{err:?}");
+    assert!(
+        matches!(err, ResolveError::Unavailable(ref m) if m.contains("DisabledApiException")),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -290,7 +330,10 @@ fn the_wire_record_is_concurrent_agreements_shaped() {
     .unwrap();
     assert_eq!(record.license_arn(), Some(LICENSE));
     assert_eq!(record.customer_aws_account_id(), Some(ACCOUNT));
-    assert_eq!(record.timestamp().secs(), t("2026-11-30T10:00:00Z").timestamp());
+    assert_eq!(
+        record.timestamp().secs(),
+        t("2026-11-30T10:00:00Z").timestamp()
+    );
     assert_eq!(record.quantity(), Some(42));
     assert!(record.usage_allocations().is_empty());
 }
