@@ -269,6 +269,8 @@
     }
     var input = answer && answer.field ? $(fieldId(answer.field)) : null;
     if (input) {
+      // The endpoint names the field by its form name; the buyer knows it by its label.
+      message = message.split(answer.field).join(input.dataset.label);
       setFieldError(input, message);
       showFormError("Check the highlighted field and submit again.", [{ input: input, message: message }]);
       return;

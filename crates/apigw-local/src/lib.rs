@@ -236,7 +236,13 @@ impl Drop for LocalServer {
 /// Binds `addr` (use [`LOOPBACK_ANY_PORT`] for a free port) and serves `router` on a
 /// background task, with the peer address available to [`to_proxy_request`].
 pub async fn serve(router: Router, addr: SocketAddr) -> std::io::Result<LocalServer> {
-    let listener = TcpListener::bind(addr).await?;
+    serve_on(TcpListener::bind(addr).await?, router)
+}
+
+/// Serves `router` on an already bound `listener`: bind first when two servers must
+/// know each other's address before either serves (the page's `config.js` names the
+/// API; the API's CORS origin names the page).
+pub fn serve_on(listener: TcpListener, router: Router) -> std::io::Result<LocalServer> {
     let addr = listener.local_addr()?;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     let task = tokio::spawn(async move {

@@ -145,14 +145,14 @@ impl RegisterError {
                     .to_string()
             }
             RegisterError::Form(FormError::FieldTooLong(Some(name))) => format!(
-                "The field {name} is too long. Shorten it to at most {} characters and submit again.",
+                "{name} is too long: shorten it to at most {} characters and submit again.",
                 crate::form::MAX_VALUE_CHARS
             ),
             RegisterError::Form(FormError::InvalidValue(name)) => format!(
-                "The field {name} contains characters that are not allowed. Correct it and submit again."
+                "{name} contains characters that are not allowed: correct it and submit again."
             ),
             RegisterError::Form(FormError::DuplicateField(name)) => {
-                format!("The field {name} was sent more than once. Submit the form again.")
+                format!("{name} was sent more than once: submit the form again.")
             }
             RegisterError::Form(FormError::TokenTooLong) => {
                 format!("This registration link is not valid. {start_again}")

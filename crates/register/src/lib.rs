@@ -45,6 +45,30 @@ pub struct RegisterState {
     pub clock: Arc<dyn Clock>,
 }
 
+impl RegisterState {
+    /// Builds the state as Lambda runs it: the in-Region profile table, the subscribers
+    /// table in its own Region, `ResolveCustomer` in its configured Region.
+    pub async fn connect(config: Config) -> Self {
+        let here = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
+        let subscribers = awsmp_aws::load_sdk_config_in(&config.subscribers_table_region).await;
+        let resolve = awsmp_aws::load_sdk_config_in(&config.resolve_customer_region).await;
+        RegisterState {
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&subscribers),
+                &config.subscribers_table,
+            )),
+            resolver: Arc::new(awsmp_aws::SdkCustomerResolver::new(
+                aws_sdk_marketplacemetering::Client::new(&resolve),
+            )),
+            profiles: config.customer_profile_table.as_ref().map(|table| {
+                Arc::new(awsmp_aws::DynamoProfileStore::new(here, table)) as Arc<dyn ProfileStore>
+            }),
+            clock: Arc::new(awsmp_aws::SystemClock),
+            config: Arc::new(config),
+        }
+    }
+}
+
 /// Which of the function's routes a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {

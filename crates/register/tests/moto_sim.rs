@@ -14,13 +14,11 @@ use aws_lambda_events::http::HeaderValue;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
-use awsmp_marketplace_sim::{
-    FaultKind, FaultSpec, FaultTarget, RunningSim, SimConfig, Simulator, TokenSeed,
-};
 use awsmp_register::{Config, RegisterState, handle};
-use awsmp_test_support::{
-    MotoServer, create_profile_table, create_subscribers_table, test_sdk_config,
+use awsmp_test_support::marketplace_sim::{
+    FaultKind, FaultSpec, FaultTarget, SimConfig, TokenSeed,
 };
+use awsmp_test_support::{MotoServer, SimServer, create_profile_table, create_subscribers_table};
 use serde_json::Value;
 
 const SUBSCRIBERS_TABLE: &str = "awsmp-subscribers-test";
@@ -34,7 +32,7 @@ const FIXTURE: &str = include_str!("fixtures/apigw-register-urlencoded.json");
 
 struct Env {
     moto: MotoServer,
-    sim: RunningSim,
+    sim: SimServer,
 }
 
 impl Env {
@@ -59,7 +57,7 @@ impl Env {
             product_code: product.into(),
             issued_at: Some(issued_at),
         };
-        let sim = Simulator::start(SimConfig {
+        let sim = SimServer::start(SimConfig {
             tokens: vec![
                 token("tok-valid+/=", PRODUCT, issued),
                 token("tok-expired", PRODUCT, issued - chrono::Duration::hours(5)),
@@ -100,10 +98,7 @@ impl Env {
             )
         })
         .unwrap();
-        let metering = aws_sdk_marketplacemetering::Client::new(&test_sdk_config(
-            &self.sim.endpoint_url(),
-            &config.resolve_customer_region,
-        ));
+        let metering = self.sim.metering_client();
         RegisterState {
             subscribers: Arc::new(DynamoSubscriberStore::new(
                 self.east(),
