@@ -17,6 +17,7 @@
 pub mod aggregated;
 mod error;
 pub mod item;
+pub mod local;
 pub mod metering;
 pub mod metrics;
 pub mod runtime;
@@ -25,6 +26,7 @@ pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
+pub use local::{LocalEndpoints, route_to_local};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use runtime::{

@@ -29,9 +29,15 @@ impl std::fmt::Debug for EmfMetrics {
 }
 
 impl EmfMetrics {
-    /// EMF lines on the process's stdout (Lambda ships them to CloudWatch).
+    /// EMF lines on the process's stdout (Lambda ships them to CloudWatch); in a
+    /// process routed to the local stack with a metrics log, to that file instead.
     pub fn stdout() -> Self {
-        Self::to_writer(std::io::stdout())
+        match crate::local::local_metrics_writer() {
+            Some(file) => EmfMetrics {
+                out: Mutex::new(file),
+            },
+            None => Self::to_writer(std::io::stdout()),
+        }
     }
 
     /// EMF lines on `writer`.

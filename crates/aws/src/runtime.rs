@@ -14,12 +14,18 @@ use tracing_subscriber::EnvFilter;
 /// variables (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`,
 /// `AWS_ENDPOINT_URL_MARKETPLACE_METERING`); handlers never read them.
 pub async fn load_sdk_config() -> SdkConfig {
+    if let Some(local) = crate::local::local_sdk_config(None) {
+        return local;
+    }
     aws_config::load_defaults(BehaviorVersion::latest()).await
 }
 
 /// Like [`load_sdk_config`] for another Region (the subscribers table lives in
 /// us-east-1; `ResolveCustomer` may be called in its own Region).
 pub async fn load_sdk_config_in(region: &str) -> SdkConfig {
+    if let Some(local) = crate::local::local_sdk_config(Some(region)) {
+        return local;
+    }
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
         .load()
