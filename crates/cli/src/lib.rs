@@ -1,4 +1,7 @@
 //! awsmp-cli: the operator CLI's commands and the local stack, as a library so the
 //! binary stays a thin entry point and tests call the same code.
 
+pub mod cli;
+pub mod commands;
+pub mod local;
 pub mod template;

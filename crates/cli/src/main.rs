@@ -1,6 +1,6 @@
-//! `awsmp`: the operator CLI (entry point only).
+//! `awsmp`: the operator CLI for awsmp-metering (entry point only; see `awsmp_cli::cli`).
 
-fn main() {
-    eprintln!("awsmp: commands are being assembled; see README.md");
-    std::process::exit(2);
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    awsmp_cli::cli::run().await
 }

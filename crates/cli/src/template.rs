@@ -90,6 +90,8 @@ pub struct FunctionSpec {
     pub events: Vec<EventSource>,
     /// The function's `Condition`, if any.
     pub condition: Option<String>,
+    /// `Timeout` in seconds (the function's, else `Globals.Function`'s).
+    pub timeout_secs: Option<u64>,
 }
 
 fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -196,6 +198,10 @@ impl Template {
 
     /// Every serverless function, with `Globals.Function.Environment` merged in.
     pub fn functions(&self) -> Result<Vec<FunctionSpec>, TemplateError> {
+        let global_timeout = get(&self.root, "Globals")
+            .and_then(|g| get(g, "Function"))
+            .and_then(|f| get(f, "Timeout"))
+            .and_then(Value::as_u64);
         let global_env = get(&self.root, "Globals")
             .and_then(|g| get(g, "Function"))
             .and_then(|f| get(f, "Environment"))
@@ -245,6 +251,9 @@ impl Template {
                 condition: get(res, "Condition")
                     .and_then(Value::as_str)
                     .map(str::to_string),
+                timeout_secs: get(props, "Timeout")
+                    .and_then(Value::as_u64)
+                    .or(global_timeout),
             });
         }
         Ok(out)

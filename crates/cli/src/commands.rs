@@ -1,0 +1,208 @@
+//! The operator commands that talk to a deployed (or local) stack: write usage the
+//! collision-free way, and inspect what happened to one license, dimension and hour.
+
+use std::fmt::Write as _;
+
+use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
+use awsmp_core::model::{Allocation, Attr, GroupKey, Tag, attr};
+use awsmp_core::ports::{AggregatedStore, NewUsageRow, PortError, PutOutcome, UsageStore};
+use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
+
+/// A command failure, worded for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A bad argument.
+    #[error("{0}")]
+    Usage(String),
+    /// A store call failed.
+    #[error(transparent)]
+    Store(#[from] PortError),
+}
+
+/// Parses `key=value` VMT tags (`--tag team=a`).
+pub fn parse_tag(text: &str) -> Result<Tag, CommandError> {
+    let (key, value) = text.split_once('=').ok_or_else(|| {
+        CommandError::Usage(format!(
+            "--tag {text:?}: expected key=value, e.g. --tag team=a"
+        ))
+    })?;
+    Ok(Tag {
+        key: key.to_string(),
+        value: value.to_string(),
+    })
+}
+
+/// What `awsmp usage put` writes.
+#[derive(Debug, Clone)]
+pub struct UsagePut {
+    /// License.
+    pub license_arn: String,
+    /// Buyer account.
+    pub account: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// Usage instant (`YYYY-MM-DDTHH:MM:SS[Z]`, UTC); now when absent.
+    pub timestamp: Option<String>,
+    /// The caller's event id: a retry with the same id is a no-op.
+    pub event_id: String,
+    /// VMT tags for the whole quantity (one allocation), if any.
+    pub tags: Vec<Tag>,
+}
+
+impl UsagePut {
+    /// The row to ingest at `now`.
+    pub fn to_row(&self, now: Instant) -> Result<NewUsageRow, CommandError> {
+        let timestamp = match &self.timestamp {
+            Some(t) => parse_usage_timestamp(t).map_err(|e| CommandError::Usage(e.to_string()))?,
+            None => now,
+        };
+        if self.event_id.trim().is_empty() || self.event_id.contains('#') {
+            return Err(CommandError::Usage(
+                "--event-id must be a non-empty id without '#' (use your own event's id)".into(),
+            ));
+        }
+        if !(0..=i64::from(i32::MAX)).contains(&self.quantity) {
+            return Err(CommandError::Usage(format!(
+                "--quantity {} is outside 0..=2147483647",
+                self.quantity
+            )));
+        }
+        Ok(NewUsageRow {
+            license_arn: self.license_arn.clone(),
+            customer_aws_account_id: self.account.clone(),
+            dimension: self.dimension.clone(),
+            timestamp,
+            quantity: self.quantity,
+            allocations: (!self.tags.is_empty()).then(|| {
+                vec![Allocation {
+                    quantity: self.quantity,
+                    tags: self.tags.clone(),
+                }]
+            }),
+            product_code: None,
+            event_id: self.event_id.clone(),
+        })
+    }
+}
+
+/// Writes one usage row; tells whether it was new.
+pub async fn usage_put(
+    store: &DynamoUsageStore,
+    put: &UsagePut,
+    now: Instant,
+) -> Result<String, CommandError> {
+    let row = put.to_row(now)?;
+    Ok(match store.put_row(&row, now).await? {
+        PutOutcome::Created => format!(
+            "written: {} {} {} quantity {} (hour {})",
+            row.license_arn,
+            row.dimension,
+            awsmp_core::time::format_instant(row.timestamp),
+            row.quantity,
+            HourBucket::containing(row.timestamp)
+        ),
+        PutOutcome::AlreadyExists => format!(
+            "already written (event id {}): nothing changed",
+            row.event_id
+        ),
+    })
+}
+
+fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> String {
+    match attrs.get(name) {
+        Some(Attr::S(s)) | Some(Attr::N(s)) => s.clone(),
+        Some(other) => format!("{other:?}"),
+        None => "-".into(),
+    }
+}
+
+/// Shows every raw row of a group and its aggregated record.
+pub async fn inspect(
+    usage: &DynamoUsageStore,
+    aggregated: &DynamoAggregatedStore,
+    key: &GroupKey,
+) -> Result<String, CommandError> {
+    let rows = usage.group_rows(key).await?;
+    let record = aggregated.get(key).await?;
+    let mut out = String::new();
+    let _ = writeln!(out, "group {key}");
+    let _ = writeln!(out, "raw rows ({}):", rows.len());
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "  {}  quantity={}  status={}  reason={}  pending={}",
+            row.sort_key,
+            show(&row.attrs, attr::QUANTITY),
+            show(&row.attrs, attr::METERING_STATUS),
+            show(&row.attrs, attr::METERING_STATUS_REASON),
+            show(&row.attrs, attr::METERING_PENDING),
+        );
+    }
+    match record {
+        None => {
+            let _ = writeln!(out, "aggregated: none yet (the hour is not aggregated)");
+        }
+        Some(r) => {
+            let _ = writeln!(
+                out,
+                "aggregated: quantity={} status={} reason={} meteringRecordId={} attempts={}",
+                r.quantity,
+                r.status,
+                r.status_reason.as_deref().unwrap_or("-"),
+                r.metering_record_id.as_deref().unwrap_or("-"),
+                r.attempt_count
+            );
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put() -> UsagePut {
+        UsagePut {
+            license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
+            account: "111122223333".into(),
+            dimension: "requests".into(),
+            quantity: 5,
+            timestamp: Some("2026-11-30T10:15:00Z".into()),
+            event_id: "evt-1".into(),
+            tags: vec![parse_tag("team=a").unwrap()],
+        }
+    }
+
+    #[test]
+    fn builds_a_tagged_row_with_the_event_id() {
+        let row = put().to_row(chrono::Utc::now()).unwrap();
+        assert_eq!(row.event_id, "evt-1");
+        assert_eq!(row.allocations.unwrap()[0].quantity, 5);
+    }
+
+    #[test]
+    fn refuses_bad_arguments_with_what_to_do() {
+        let mut bad = put();
+        bad.event_id = "a#b".into();
+        assert!(
+            bad.to_row(chrono::Utc::now())
+                .unwrap_err()
+                .to_string()
+                .contains("--event-id")
+        );
+        let mut bad = put();
+        bad.quantity = -1;
+        assert!(bad.to_row(chrono::Utc::now()).is_err());
+        let mut bad = put();
+        bad.timestamp = Some("2026-11-30 10:15".into());
+        assert!(
+            bad.to_row(chrono::Utc::now())
+                .unwrap_err()
+                .to_string()
+                .contains("UTC")
+        );
+        assert!(parse_tag("nokey").is_err());
+    }
+}

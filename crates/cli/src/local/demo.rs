@@ -1,0 +1,517 @@
+//! The scripted buyer lifecycle `awsmp local up` drives: subscribe, register through
+//! the page's endpoints, write usage, meter, deprovision, final flush, inactive; then
+//! a summary of what happened to every row and what was billed, checked against the
+//! conservation invariant.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_aws::DynamoUsageStore;
+use awsmp_core::ports::{NewUsageRow, UsageStore};
+use awsmp_core::time::{HourBucket, Instant, format_instant};
+use awsmp_marketplace_sim::model::{ProductSeed, TokenSeed};
+use chrono::Duration;
+
+use crate::local::LocalError;
+use crate::local::system::{LOCAL_PRODUCT_CODE, LocalSystem};
+
+/// The demo buyer's account (holds two licenses).
+pub const BUYER_ACCOUNT: &str = "111122223333";
+/// The license that is later deprovisioned.
+pub const LICENSE_A: &str =
+    "arn:aws:license-manager::123456789012:license:l-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+/// A second, concurrent license of the same account.
+pub const LICENSE_B: &str =
+    "arn:aws:license-manager::123456789012:license:l-1f2e3d4c5b6a79807162534a5b6c7d8e";
+/// Dimensions of the local product.
+pub const DIMENSIONS: [&str; 2] = ["requests", "storage_gb"];
+
+fn lifecycle_event(
+    detail_type: &str,
+    license: &str,
+    agreement: &str,
+    time: Instant,
+) -> serde_json::Value {
+    serde_json::json!({
+        "version": "0",
+        "id": format!("local-{}-{}", detail_type.replace(' ', "-"), time.timestamp()),
+        "detail-type": detail_type,
+        "source": "aws.agreement-marketplace",
+        "account": "123456789012",
+        "time": format_instant(time),
+        "region": "us-east-1",
+        "resources": [format!("arn:aws:aws-marketplace::aws:agreement:{agreement}")],
+        "detail": {
+            "requestId": "local",
+            "catalog": "AWSMarketplace",
+            "agreement": {"id": agreement},
+            "product": {"code": LOCAL_PRODUCT_CODE, "id": "prod-localdemo"},
+            "license": {"arn": license},
+            "acceptor": {"accountId": BUYER_ACCOUNT},
+            "proposer": {"accountId": "123456789012"},
+            "offer": {"id": "offer-localdemo"}
+        }
+    })
+}
+
+/// Prints a step of the story.
+fn say(system: &LocalSystem, text: &str) {
+    println!("[{}] {text}", format_instant(system.now));
+}
+
+/// Runs the whole lifecycle; returns the summary text, or the check that failed.
+pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
+    let step = Duration::minutes(5);
+    let hour0 = HourBucket::containing(system.now);
+    let at = |minutes: i64| hour0.start() + Duration::minutes(minutes);
+    let sim = system.sim.handle().clone();
+    sim.seed_product(ProductSeed {
+        product_code: LOCAL_PRODUCT_CODE.into(),
+        dimensions: DIMENSIONS.iter().map(|d| d.to_string()).collect(),
+    })
+    .map_err(|e| LocalError::Setup(format!("seeding the simulator: {e}")))?;
+
+    // 1. Subscribe: License Updated reaches the subscription function and Marketplace.
+    for (license, agreement) in [
+        (LICENSE_A, "agmt-localdemoa"),
+        (LICENSE_B, "agmt-localdemob"),
+    ] {
+        let event = lifecycle_event(
+            "License Updated - Manufacturer",
+            license,
+            agreement,
+            system.now,
+        );
+        sim.apply_lifecycle_event(&event)
+            .map_err(|e| LocalError::Setup(format!("simulator lifecycle: {e}")))?;
+        system.put_marketplace_event(&event).await?;
+    }
+    system.drain(50).await?;
+    say(
+        system,
+        "buyer subscribed: License Updated for two licenses of one account",
+    );
+
+    // 2. Register through the fulfillment endpoint, as the buyer's browser would.
+    register(system).await?;
+    say(
+        system,
+        "buyer registered through /fulfillment and /register",
+    );
+
+    // 3. Usage in the current hour, including two writes in the same second and one bad row.
+    let store = DynamoUsageStore::new(system.dynamodb.clone(), system.table("UsageTable")?);
+    let writes = [
+        (LICENSE_A, "requests", 10, 10, "evt-a1"),
+        (LICENSE_A, "requests", 20, 20, "evt-a2"),
+        (LICENSE_A, "requests", 20, 12, "evt-a3"),
+        (LICENSE_A, "storage_gb", 25, 5, "evt-a4"),
+        (LICENSE_B, "requests", 30, 7, "evt-b1"),
+        (LICENSE_B, "requests", 40, 8, "evt-b2"),
+    ];
+    for (license, dimension, minute, quantity, event_id) in writes {
+        let row = NewUsageRow {
+            license_arn: license.into(),
+            customer_aws_account_id: BUYER_ACCOUNT.into(),
+            dimension: dimension.into(),
+            timestamp: at(minute),
+            quantity,
+            allocations: None,
+            product_code: None,
+            event_id: event_id.into(),
+        };
+        store
+            .put_row(&row, system.now)
+            .await
+            .map_err(|e| LocalError::Aws(e.to_string()))?;
+    }
+    put_bad_row(system, at(45)).await?;
+    say(
+        system,
+        "usage written: 6 rows (two in the same second), plus 1 malformed row",
+    );
+
+    // 4. Let the hour complete and the schedules meter it (15-minute steps: the
+    //    discoverer's rate; the submitter's 5-minute rate fires at each step).
+    let coarse = Duration::minutes(15);
+    system.advance(at(95), coarse).await?;
+    say(
+        system,
+        "hour metered by discoverer -> aggregator -> cleanup -> submitter",
+    );
+
+    // 5. Deprovision license A; its final-usage window closes an hour later.
+    let deprovisioned_at = at(105);
+    system.advance(deprovisioned_at, step).await?;
+    let event = lifecycle_event(
+        "License Deprovisioned - Manufacturer",
+        LICENSE_A,
+        "agmt-localdemoa",
+        system.now,
+    );
+    sim.apply_lifecycle_event(&event)
+        .map_err(|e| LocalError::Setup(format!("simulator lifecycle: {e}")))?;
+    system.put_marketplace_event(&event).await?;
+    system.drain(50).await?;
+    say(
+        system,
+        "License Deprovisioned: final-usage window open for one hour",
+    );
+
+    // 6. Trailing usage in the hour the window closes in, which is still open.
+    system.advance(at(120), step).await?;
+    let trailing = NewUsageRow {
+        license_arn: LICENSE_A.into(),
+        customer_aws_account_id: BUYER_ACCOUNT.into(),
+        dimension: "requests".into(),
+        timestamp: at(120),
+        quantity: 4,
+        allocations: None,
+        product_code: None,
+        event_id: "evt-a5".into(),
+    };
+    store
+        .put_row(&trailing, system.now)
+        .await
+        .map_err(|e| LocalError::Aws(e.to_string()))?;
+    say(system, "trailing usage written in the still-open hour");
+
+    // 7. The flush meters the open hour before the window closes (5-minute steps so
+    //    the submitter runs inside the window); then deprovision-cleanup goes inactive.
+    system
+        .advance(deprovisioned_at + Duration::minutes(65), step)
+        .await?;
+    say(system, "final flush submitted before the window closed");
+    system
+        .advance(deprovisioned_at + Duration::minutes(80), coarse)
+        .await?;
+    say(system, "deprovision-cleanup closed the subscription");
+
+    summary(system).await
+}
+
+async fn register(system: &LocalSystem) -> Result<(), LocalError> {
+    let token = "local-demo-registration-token";
+    system
+        .sim
+        .handle()
+        .seed_token(TokenSeed {
+            token: token.into(),
+            license_arn: LICENSE_A.into(),
+            customer_aws_account_id: BUYER_ACCOUNT.into(),
+            product_code: LOCAL_PRODUCT_CODE.into(),
+            issued_at: Some(system.now),
+        })
+        .map_err(|e| LocalError::Setup(format!("seeding a token: {e}")))?;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| LocalError::Setup(e.to_string()))?;
+    let fulfillment = client
+        .post(format!("{}/fulfillment", system.api.url()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("x-amzn-marketplace-token={token}"))
+        .send()
+        .await
+        .map_err(|e| LocalError::Check(format!("POST /fulfillment: {e}")))?;
+    let location = fulfillment
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    if fulfillment.status().as_u16() != 303 || !location.contains("#token=") {
+        return Err(LocalError::Check(format!(
+            "/fulfillment answered {} with Location {location:?}, expected 303 to the page with #token=",
+            fulfillment.status()
+        )));
+    }
+    let response = client
+        .post(format!("{}/register", system.api.url()))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", system.page.url())
+        .body(format!(
+            "x-amzn-marketplace-token={token}&companyName=Example%20Corp&contactEmail=ops%40example.com"
+        ))
+        .send()
+        .await
+        .map_err(|e| LocalError::Check(format!("POST /register: {e}")))?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(LocalError::Check(format!(
+            "/register answered {status}: {body}"
+        )));
+    }
+    Ok(())
+}
+
+/// A row as a seller's buggy writer might store it: negative quantity.
+async fn put_bad_row(system: &LocalSystem, timestamp: Instant) -> Result<(), LocalError> {
+    let ts = format_instant(timestamp);
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    system
+        .dynamodb
+        .put_item()
+        .table_name(system.table("UsageTable")?)
+        .item("licenseArn", s(LICENSE_B))
+        .item(
+            "customerAWSAccountId_dimension_timestamp",
+            s(&format!("{BUYER_ACCOUNT}#requests#{ts}")),
+        )
+        .item("customerAWSAccountId", s(BUYER_ACCOUNT))
+        .item("dimension", s("requests"))
+        .item("timestamp", s(&ts))
+        .item("quantity", AttributeValue::N("-3".into()))
+        .item(
+            "meteringPending",
+            s(&HourBucket::containing(timestamp).to_string()),
+        )
+        .send()
+        .await
+        .map_err(|e| LocalError::Aws(format!("PutItem: {e}")))?;
+    Ok(())
+}
+
+type Item = BTreeMap<String, String>;
+
+async fn scan(system: &LocalSystem, table: &str) -> Result<Vec<Item>, LocalError> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let out = system
+            .dynamodb
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| LocalError::Aws(format!("Scan {table}: {e}")))?;
+        for item in out.items.unwrap_or_default() {
+            items.push(
+                item.into_iter()
+                    .map(|(k, v)| {
+                        let text = match v {
+                            AttributeValue::S(s) | AttributeValue::N(s) => s,
+                            AttributeValue::Ss(ss) => ss.join(","),
+                            other => format!("{other:?}"),
+                        };
+                        (k, text)
+                    })
+                    .collect(),
+            );
+        }
+        start = out.last_evaluated_key;
+        if start.is_none() {
+            return Ok(items);
+        }
+    }
+}
+
+fn short(license: &str) -> String {
+    let id = license.rsplit('/').next().unwrap_or(license);
+    let id = id.rsplit(':').next().unwrap_or(id);
+    if id.len() > 12 {
+        format!("{}…", &id[..12])
+    } else {
+        id.to_string()
+    }
+}
+
+/// The summary table, and the conservation checks behind it.
+pub async fn summary(system: &LocalSystem) -> Result<String, LocalError> {
+    let raw = scan(system, system.table("UsageTable")?).await?;
+    let aggregated = scan(system, system.table("AggregatedUsageTable")?).await?;
+    let ledger = system.sim.handle().ledger();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{:<15} {:<11} {:<14} {:<34} {:>10} {:<22} {:>7}",
+        "license", "dimension", "hour", "raw rows", "aggregated", "status", "billed"
+    );
+    let mut groups: BTreeMap<(String, String, String), Vec<&Item>> = BTreeMap::new();
+    for row in &raw {
+        let hour = row
+            .get("timestamp")
+            .map(|t| t.chars().take(13).collect::<String>())
+            .unwrap_or_default();
+        groups
+            .entry((
+                row.get("licenseArn").cloned().unwrap_or_default(),
+                row.get("dimension").cloned().unwrap_or_default(),
+                hour,
+            ))
+            .or_default()
+            .push(row);
+    }
+    let mut problems = Vec::new();
+    for ((license, dimension, hour), rows) in &groups {
+        let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+        let mut counted = 0i64;
+        for row in rows {
+            let status = match (row.get("meteringStatus"), row.get("meteringStatusReason")) {
+                (Some(s), Some(r)) => format!("{s}({r})"),
+                (Some(s), None) => s.clone(),
+                (None, _) => "pending".into(),
+            };
+            if row.get("meteringStatus").map(String::as_str) == Some("Aggregated") {
+                counted += row
+                    .get("quantity")
+                    .and_then(|q| q.parse::<i64>().ok())
+                    .unwrap_or(0);
+            }
+            if row.get("meteringStatus").is_none() {
+                problems.push(format!(
+                    "{} {dimension} {hour}: a raw row never reached a terminal status",
+                    short(license)
+                ));
+            }
+            *statuses.entry(status).or_default() += 1;
+        }
+        let record = aggregated.iter().find(|a| {
+            a.get("licenseArn") == Some(license)
+                && a.get("dimension") == Some(dimension)
+                && a.get("hourBucket") == Some(hour)
+        });
+        let billed: i64 = ledger
+            .records
+            .iter()
+            .filter(|r| {
+                &r.license_arn == license
+                    && &r.dimension == dimension
+                    && r.hour.format("%Y-%m-%dT%H").to_string() == *hour
+            })
+            .map(|r| i64::from(r.quantity))
+            .sum();
+        let (agg_qty, agg_status) = match record {
+            Some(a) => (
+                a.get("quantity").cloned().unwrap_or_default(),
+                a.get("meteringStatus")
+                    .cloned()
+                    .unwrap_or_else(|| "pending".into()),
+            ),
+            None => ("-".into(), "-".into()),
+        };
+        if record.is_some() && agg_qty.parse::<i64>().ok() != Some(counted) {
+            problems.push(format!(
+                "{} {dimension} {hour}: aggregated {agg_qty} but the Aggregated rows sum to {counted}",
+                short(license)
+            ));
+        }
+        if agg_status == "Success" && agg_qty.parse::<i64>().ok() != Some(billed) {
+            problems.push(format!(
+                "{} {dimension} {hour}: aggregated {agg_qty} but Marketplace billed {billed}",
+                short(license)
+            ));
+        }
+        let raw_text = statuses
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "{:<15} {:<11} {:<14} {:<34} {:>10} {:<22} {:>7}",
+            short(license),
+            dimension,
+            hour,
+            raw_text,
+            agg_qty,
+            agg_status,
+            billed
+        );
+    }
+    let subscribers = scan(system, system.table("SubscribersTable")?).await?;
+    let _ = writeln!(out, "\nsubscribers:");
+    for s in &subscribers {
+        let _ = writeln!(
+            out,
+            "  {} agreement={} subscription={} registeredRegions={}",
+            short(s.get("licenseArn").map(String::as_str).unwrap_or("")),
+            s.get("agreementStatus").map(String::as_str).unwrap_or("-"),
+            s.get("subscriptionStatus")
+                .map(String::as_str)
+                .unwrap_or("-"),
+            s.get("registeredRegions")
+                .map(String::as_str)
+                .unwrap_or("-"),
+        );
+    }
+    let _ = writeln!(out, "\nmetrics (namespace AwsMarketplace/Metering):");
+    for (name, count) in metric_counts(&system.metrics_log) {
+        let _ = writeln!(out, "  {name}: {count}");
+    }
+    let total: i64 = ledger.records.iter().map(|r| i64::from(r.quantity)).sum();
+    let _ = writeln!(
+        out,
+        "\nbilled records: {} (total quantity {total}); conflicts: {}",
+        ledger.records.len(),
+        ledger.conflicts.len()
+    );
+    let a = subscribers
+        .iter()
+        .find(|s| s.get("licenseArn").map(String::as_str) == Some(LICENSE_A));
+    if a.and_then(|s| s.get("subscriptionStatus"))
+        .map(String::as_str)
+        != Some("inactive")
+    {
+        problems.push("the deprovisioned license did not end inactive".into());
+    }
+    if ledger.records.is_empty() {
+        problems.push("nothing was billed".into());
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(LocalError::Check(format!("{out}\n{}", problems.join("\n"))))
+    }
+}
+
+/// Sums the EMF lines by metric name and dimension values.
+fn metric_counts(path: &std::path::Path) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    for line in text.lines() {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(definition) = value.pointer("/_aws/CloudWatchMetrics/0") else {
+            continue;
+        };
+        let dims: Vec<String> = definition
+            .pointer("/Dimensions/0")
+            .and_then(|d| d.as_array())
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|n| n.as_str())
+                    .map(|n| {
+                        format!(
+                            "{n}={}",
+                            value.get(n).and_then(|v| v.as_str()).unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for m in definition
+            .get("Metrics")
+            .and_then(|m| m.as_array())
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = m.get("Name").and_then(|n| n.as_str()) else {
+                continue;
+            };
+            let label = if dims.is_empty() {
+                name.to_string()
+            } else {
+                format!("{name}{{{}}}", dims.join(","))
+            };
+            *counts.entry(label).or_default() +=
+                value.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+        }
+    }
+    counts
+}

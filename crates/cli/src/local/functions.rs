@@ -1,0 +1,208 @@
+//! Wires each template function to its handler crate: the environment the template
+//! sets (resolved against the local resources) becomes the handler's config, and
+//! the handler's own `connect` builds its clients, as its `main.rs` does in Lambda.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use lambda_runtime::LambdaEvent;
+
+use crate::local::LocalError;
+use crate::local::resources::{LOCAL_REGION, LocalStack};
+use crate::local::runtime::LocalFunction;
+use crate::template::EventSource;
+
+/// A function of one of the stacks, ready to invoke.
+pub struct WiredFunction {
+    /// Binary (function) name.
+    pub name: String,
+    /// Index of its stack (0 = events, 1 = main).
+    pub stack: usize,
+    /// Its template timeout.
+    pub timeout: Duration,
+    /// Its event sources.
+    pub events: Vec<EventSource>,
+    /// The handler.
+    pub function: Arc<dyn LocalFunction>,
+}
+
+/// The handler state of each function.
+enum Handler {
+    Subscription(awsmp_subscription::SubscriptionState),
+    DeprovisionCleanup(awsmp_deprovision_cleanup::CleanupState),
+    Register(awsmp_register::RegisterState),
+    Discoverer(awsmp_discoverer::State),
+    Aggregator(awsmp_aggregator::State),
+    Cleanup(awsmp_cleanup::State),
+    Submitter(awsmp_submitter::State),
+}
+
+struct Local {
+    name: String,
+    handler: Handler,
+}
+
+fn failed(name: &str, e: impl std::fmt::Display) -> LocalError {
+    LocalError::Wiring(format!("{name} failed: {e}"))
+}
+
+fn scheduled(
+    name: &str,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<LambdaEvent<EventBridgeEvent>, LocalError> {
+    let payload: EventBridgeEvent = serde_json::from_value(event.payload)
+        .map_err(|e| LocalError::Wiring(format!("{name}: scheduled event: {e}")))?;
+    Ok(LambdaEvent::new(payload, event.context))
+}
+
+#[async_trait]
+impl LocalFunction for Local {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn sqs(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, LocalError> {
+        let n = &self.name;
+        match &self.handler {
+            Handler::Subscription(s) => awsmp_subscription::handler(s, event)
+                .await
+                .map_err(|e| failed(n, e)),
+            Handler::Aggregator(s) => awsmp_aggregator::handler(s, event)
+                .await
+                .map_err(|e| failed(n, e)),
+            Handler::Cleanup(s) => awsmp_cleanup::handler(s, event)
+                .await
+                .map_err(|e| failed(n, e)),
+            _ => Err(LocalError::Wiring(format!("{n} takes no SQS events"))),
+        }
+    }
+
+    async fn api(
+        &self,
+        request: ApiGatewayProxyRequest,
+    ) -> Result<ApiGatewayProxyResponse, LocalError> {
+        match &self.handler {
+            Handler::Register(s) => Ok(awsmp_register::handle(s, request).await),
+            _ => Err(LocalError::Wiring(format!(
+                "{} takes no API requests",
+                self.name
+            ))),
+        }
+    }
+
+    async fn scheduled(&self, event: LambdaEvent<serde_json::Value>) -> Result<(), LocalError> {
+        let n = &self.name;
+        let event = scheduled(n, event)?;
+        match &self.handler {
+            Handler::Discoverer(s) => awsmp_discoverer::handler(s, event)
+                .await
+                .map(|r| {
+                    tracing::info!(function = %n, report = ?r, "run finished");
+                })
+                .map_err(|e| failed(n, e)),
+            Handler::Submitter(s) => awsmp_submitter::handler(s, event)
+                .await
+                .map(|r| {
+                    tracing::info!(function = %n, report = ?r, "run finished");
+                })
+                .map_err(|e| failed(n, e)),
+            Handler::DeprovisionCleanup(s) => awsmp_deprovision_cleanup::handler(s, event)
+                .await
+                .map(|r| {
+                    tracing::info!(function = %n, report = ?r, "run finished");
+                })
+                .map_err(|e| failed(n, e)),
+            _ => Err(LocalError::Wiring(format!("{n} takes no scheduled events"))),
+        }
+    }
+}
+
+/// Builds every function of `stacks` whose condition holds. `overrides` replace
+/// template values that only make sense in AWS (the page URL and CORS origin).
+pub async fn wire_functions(
+    stacks: &[&LocalStack],
+    overrides: &BTreeMap<String, String>,
+) -> Result<Vec<WiredFunction>, LocalError> {
+    let mut out = Vec::new();
+    for (index, stack) in stacks.iter().enumerate() {
+        for spec in stack.template.functions()? {
+            if !stack.exists(spec.condition.as_deref()) {
+                continue;
+            }
+            let mut env = stack.environment(&spec.environment, overrides)?;
+            // Lambda's own runtime variable (the register function records its Region).
+            env.insert("AWS_REGION".into(), LOCAL_REGION.into());
+            let lookup = move |k: &str| env.get(k).cloned();
+            let config_error = |e: awsmp_core::config::ConfigError| {
+                LocalError::Wiring(format!("{}: {e}", spec.binary))
+            };
+            let handler = match spec.binary.as_str() {
+                "subscription" => Handler::Subscription(
+                    awsmp_subscription::SubscriptionState::connect(
+                        awsmp_subscription::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "deprovision-cleanup" => Handler::DeprovisionCleanup(
+                    awsmp_deprovision_cleanup::CleanupState::connect(
+                        awsmp_deprovision_cleanup::Config::from_lookup(&lookup)
+                            .map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "register" => Handler::Register(
+                    awsmp_register::RegisterState::connect(
+                        awsmp_register::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "discoverer" => Handler::Discoverer(
+                    awsmp_discoverer::State::connect(
+                        &awsmp_discoverer::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "aggregator" => Handler::Aggregator(
+                    awsmp_aggregator::State::connect(
+                        &awsmp_aggregator::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "cleanup" => Handler::Cleanup(
+                    awsmp_cleanup::State::connect(
+                        &awsmp_cleanup::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                "submitter" => Handler::Submitter(
+                    awsmp_submitter::State::connect(
+                        &awsmp_submitter::Config::from_lookup(&lookup).map_err(config_error)?,
+                    )
+                    .await,
+                ),
+                other => {
+                    return Err(LocalError::Wiring(format!(
+                        "{} declares binary {other:?}, which no crate provides",
+                        spec.logical_id
+                    )));
+                }
+            };
+            out.push(WiredFunction {
+                name: spec.binary.clone(),
+                stack: index,
+                timeout: Duration::from_secs(spec.timeout_secs.unwrap_or(60)),
+                events: spec.events.clone(),
+                function: Arc::new(Local {
+                    name: spec.binary.clone(),
+                    handler,
+                }),
+            });
+        }
+    }
+    Ok(out)
+}
