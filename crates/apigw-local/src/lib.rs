@@ -320,6 +320,7 @@ fn gateway_error() -> Response<Body> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use axum::http::Method;

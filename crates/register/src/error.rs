@@ -164,9 +164,7 @@ impl RegisterError {
             RegisterError::InvalidToken => {
                 format!("This registration link is not valid. {start_again}")
             }
-            RegisterError::ExpiredToken => format!(
-                "Your registration link has expired. Return to AWS Marketplace and choose Set up your account again."
-            ),
+            RegisterError::ExpiredToken => "Your registration link has expired. Return to AWS Marketplace and choose Set up your account again.".to_string(),
             RegisterError::WrongProduct { .. } => format!(
                 "This registration link is for a different product. {start_again}"
             ),
