@@ -1,0 +1,125 @@
+//! The contract between templates and handlers: every environment variable a
+//! handler's `Config::from_lookup` asks for is set by its function in the template,
+//! and every variable the template sets is one the handler reads. The templates'
+//! values (resolved with the template's own defaults) must also be accepted.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use awsmp_cli::template::{Resolver, Template};
+
+/// Resolves references the way a deploy with default parameters would, with
+/// placeholder names for resources.
+struct Defaults(BTreeMap<String, String>, BTreeMap<String, bool>);
+
+impl Resolver for Defaults {
+    fn reference(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "AWS::Region" => "us-west-2".into(),
+            "AWS::AccountId" => "123456789012".into(),
+            "AWS::StackName" => "awsmp-main-test".into(),
+            "AWS::Partition" => "aws".into(),
+            "AWS::URLSuffix" => "amazonaws.com".into(),
+            other => self
+                .0
+                .get(other)
+                .cloned()
+                .unwrap_or_else(|| format!("https://local.invalid/{other}")),
+        })
+    }
+    fn attribute(&self, resource: &str, attribute: &str) -> Option<String> {
+        Some(format!("{resource}-{attribute}.example").to_ascii_lowercase())
+    }
+    fn condition(&self, name: &str) -> Option<bool> {
+        self.1.get(name).copied()
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs `from_lookup` over `env`, returning the names it asked for and its verdict.
+fn asked<E: std::fmt::Display, T>(
+    env: &BTreeMap<String, String>,
+    from_lookup: impl Fn(&dyn Fn(&str) -> Option<String>) -> Result<T, E>,
+) -> (BTreeSet<String>, Result<(), String>) {
+    let names = RefCell::new(BTreeSet::new());
+    let lookup = |k: &str| {
+        names.borrow_mut().insert(k.to_string());
+        env.get(k).cloned()
+    };
+    let verdict = from_lookup(&lookup).map(|_| ()).map_err(|e| e.to_string());
+    (names.into_inner(), verdict)
+}
+
+#[test]
+fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
+    let mut checked = BTreeSet::new();
+    for file in ["template-events.yaml", "template-main.yaml"] {
+        let template = Template::load(&root().join(file)).unwrap();
+        let mut params = template.parameter_defaults();
+        // Dry-run needs an allowlist and live refuses one; the defaults are live.
+        params
+            .entry("ProductCode".into())
+            .or_insert_with(|| "prod1234".into());
+        let conditions = template
+            .evaluate_conditions(&Defaults(params.clone(), BTreeMap::new()))
+            .unwrap();
+        let resolver = Defaults(params, conditions);
+        for function in template.functions().unwrap() {
+            let mut env = BTreeMap::new();
+            for (k, v) in &function.environment {
+                env.insert(k.clone(), template.resolve(v, &resolver).unwrap());
+            }
+            let mut with_runtime = env.clone();
+            with_runtime.insert("AWS_REGION".into(), "us-west-2".into());
+            let (names, verdict) = match function.binary.as_str() {
+                "subscription" => asked(&with_runtime, awsmp_subscription::Config::from_lookup),
+                "deprovision-cleanup" => asked(
+                    &with_runtime,
+                    awsmp_deprovision_cleanup::Config::from_lookup,
+                ),
+                "register" => asked(&with_runtime, awsmp_register::Config::from_lookup),
+                "discoverer" => asked(&with_runtime, awsmp_discoverer::Config::from_lookup),
+                "aggregator" => asked(&with_runtime, awsmp_aggregator::Config::from_lookup),
+                "cleanup" => asked(&with_runtime, awsmp_cleanup::Config::from_lookup),
+                "submitter" => asked(&with_runtime, awsmp_submitter::Config::from_lookup),
+                other => panic!(
+                    "{file}: {} declares unknown binary {other}",
+                    function.logical_id
+                ),
+            };
+            let read: BTreeSet<String> = names
+                .into_iter()
+                .filter(|n| n != "AWS_REGION") // set by Lambda itself, not the template
+                .collect();
+            let set: BTreeSet<String> = env.keys().cloned().collect();
+            assert_eq!(
+                read, set,
+                "{file} {}: handler reads {read:?}, template sets {set:?}",
+                function.binary
+            );
+            assert!(
+                verdict.is_ok(),
+                "{file} {}: the template's default values are refused: {verdict:?}",
+                function.binary
+            );
+            checked.insert(function.binary.clone());
+        }
+    }
+    assert_eq!(
+        checked.len(),
+        7,
+        "every function is in a template: {checked:?}"
+    );
+}
+
+#[test]
+fn a_missing_variable_fails_init_naming_it() {
+    let env = BTreeMap::new();
+    let (_, verdict) = asked(&env, awsmp_aggregator::Config::from_lookup);
+    let message = verdict.unwrap_err();
+    assert!(message.contains("USAGE_TABLE"), "{message}");
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The local stack's demo as a test: runs `awsmp local up` (the same code as
+# ./deploy.sh --local, in the debug build the tests already compiled) and fails
+# unless it exits 0 after printing what was billed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+start=$(date +%s)
+if cargo run -q -p awsmp-cli --bin awsmp -- local up 2>&1 | tee "$log"; then
+  status=0
+else
+  status=$?
+fi
+elapsed=$(( $(date +%s) - start ))
+if [ "$status" -eq 0 ] && grep -q '^billed records: [1-9]' "$log"; then
+  echo "local demo: billed usage and passed its checks in ${elapsed}s"
+  echo "1 passed, 0 failed"
+else
+  echo "local demo: FAILED (exit $status after ${elapsed}s); the output above says which check"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
