@@ -23,8 +23,14 @@ use crate::time::{self, HourBucket, Instant, MeteringLockHours};
 /// of discoverer outage are recovered; rows older than that stay visible to `awsmp`.
 pub const DEFAULT_AGE_OUT_LOOKBACK_HOURS: i64 = 48;
 
-/// Default minutes before `deprovisioningExpiry` at which the open hour is flushed.
+/// Default minutes before `deprovisioningExpiry` by which the open hour is flushed.
 pub const DEFAULT_FLUSH_MARGIN_MINUTES: i64 = 10;
+
+/// Minutes between discoverer runs (the templates' `rate(15 minutes)`). The open hour
+/// is flushed by the last run that still comes before `expiry - margin`: waiting for a
+/// run inside the margin would miss the window whenever no run falls in it (two times
+/// in three with a 10-minute margin and a 15-minute schedule).
+pub const DISCOVERY_PERIOD_MINUTES: i64 = 15;
 
 /// The ports the discoverer uses.
 #[derive(Clone, Copy)]
@@ -50,8 +56,10 @@ pub struct DiscoverSettings {
     pub product_code: String,
     /// `MeteringLockHours`.
     pub lock: MeteringLockHours,
-    /// The open hour of a deprovisioning license is flushed from `expiry - margin`.
+    /// The open hour of a deprovisioning license is flushed by `expiry - margin`.
     pub flush_margin: Duration,
+    /// Time between discoverer runs (see [`DISCOVERY_PERIOD_MINUTES`]).
+    pub discovery_period: Duration,
     /// How far before the window the age-out sweep looks.
     pub age_out_lookback_hours: i64,
 }
@@ -63,6 +71,7 @@ impl DiscoverSettings {
             product_code: product_code.into(),
             lock,
             flush_margin: Duration::minutes(DEFAULT_FLUSH_MARGIN_MINUTES),
+            discovery_period: Duration::minutes(DISCOVERY_PERIOD_MINUTES),
             age_out_lookback_hours: DEFAULT_AGE_OUT_LOOKBACK_HOURS,
         }
     }
@@ -150,9 +159,9 @@ pub async fn discover(
                 .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
             {
                 // No expiry recorded: the window's end is unknown, so flush the open hour now.
-                let due = row
-                    .deprovisioning_expiry
-                    .is_none_or(|expiry| now >= expiry - settings.flush_margin);
+                let due = row.deprovisioning_expiry.is_none_or(|expiry| {
+                    now >= expiry - settings.flush_margin - settings.discovery_period
+                });
                 if due {
                     open_hour_due.insert(row.license_arn.clone());
                 }
@@ -831,5 +840,45 @@ mod tests {
             hour_in_sort_key("999#x#2026-11-30T09:00:00", "111122223333", "x"),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn the_open_hour_is_flushed_by_the_last_run_before_the_margin() {
+        // GIVEN a window closing at 10:50: the 10-minute margin starts at 10:40, and with
+        // runs every 15 minutes the 10:30 run may be the last one before it
+        let now = t("2026-11-30T10:30:00Z");
+        let world = World::new(now);
+        let closing = license(5);
+        world.subscribe(
+            &closing,
+            ACCOUNT_A,
+            SubscriptionStatus::Deprovisioning,
+            Some(t("2026-11-30T10:50:00Z")),
+        );
+        world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 3);
+
+        // WHEN the discoverer runs at 10:30
+        world.discover(now).await;
+
+        // THEN the open hour is flushed now rather than by a run that may never come
+        assert_eq!(
+            aggregate_groups(&world.deprovision.messages()),
+            vec![(
+                group(&closing, ACCOUNT_A, "requests", "2026-11-30T10"),
+                true
+            )]
+        );
+
+        // AND a window closing later than the next run's margin still waits
+        let later = World::new(now);
+        later.subscribe(
+            &closing,
+            ACCOUNT_A,
+            SubscriptionStatus::Deprovisioning,
+            Some(t("2026-11-30T10:56:00Z")),
+        );
+        later.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 3);
+        later.discover(now).await;
+        assert!(aggregate_groups(&later.deprovision.messages()).is_empty());
     }
 }
