@@ -278,7 +278,31 @@
     showFormError(message || "Something went wrong while setting up your account (HTTP " + status + "). Please submit again in a few minutes.");
   }
 
+  // deploy.sh (and the local stack) write config.json next to the page with the
+  // deployed register URL; it wins over config.js's registerEndpoint when present.
+  function loadDeployedConfig(then) {
+    if (!window.fetch) {
+      then();
+      return;
+    }
+    fetch("config.json", { cache: "no-store" })
+      .then(function (response) {
+        return response.ok ? response.json() : null;
+      })
+      .then(function (deployed) {
+        if (deployed && deployed.registerUrl && config) {
+          config.registerEndpoint = deployed.registerUrl;
+        }
+      })
+      .catch(function () {})
+      .then(then);
+  }
+
   function start() {
+    loadDeployedConfig(render);
+  }
+
+  function render() {
     if (!config || !config.registerEndpoint) {
       $("view-loading").textContent = "This page is not configured yet: config.js has no registerEndpoint.";
       return;

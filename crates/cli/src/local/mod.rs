@@ -64,12 +64,16 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
     if serve {
         println!("serving; Ctrl-C stops everything (virtual clock x{speed})");
         let tick = std::time::Duration::from_secs(1);
+        let step = chrono::Duration::seconds(i64::from(speed.max(1)));
+        // One listener for the whole loop, so a Ctrl-C during a tick is not lost.
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                _ = &mut ctrl_c => break,
                 _ = tokio::time::sleep(tick) => {
-                    let to = system.now + chrono::Duration::seconds(i64::from(speed.max(1)));
-                    system.advance(to, chrono::Duration::seconds(i64::from(speed.max(1)))).await?;
+                    let to = system.now + step;
+                    system.advance(to, step).await?;
                 }
             }
         }

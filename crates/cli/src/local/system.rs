@@ -93,7 +93,31 @@ impl LocalSystem {
 
         // The page and API servers come first: the register function's page URL and
         // CORS origin are these local addresses instead of CloudFront's.
-        let page = serve(serve_static(paths.root.join("web")), LOOPBACK_ANY_PORT)
+        // The API's port is chosen first so the page's config.json (what deploy.sh
+        // writes next to the page in S3) can name the local register URL.
+        let api_listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT)
+            .map_err(|e| LocalError::Setup(format!("register API port: {e}")))?;
+        let api_addr = api_listener
+            .local_addr()
+            .map_err(|e| LocalError::Setup(format!("register API port: {e}")))?;
+        drop(api_listener);
+        let deployed_config = serde_json::json!({
+            "registerUrl": format!("http://{api_addr}/register"),
+            "fulfillmentUrl": format!("http://{api_addr}/fulfillment"),
+            "productCode": LOCAL_PRODUCT_CODE,
+            "stage": LOCAL_STAGE,
+            "region": LOCAL_REGION,
+        });
+        let page_router = axum::Router::new()
+            .route(
+                "/config.json",
+                axum::routing::get(move || {
+                    let body = deployed_config.clone();
+                    async move { axum::Json(body) }
+                }),
+            )
+            .merge(serve_static(paths.root.join("web")));
+        let page = serve(page_router, LOOPBACK_ANY_PORT)
             .await
             .map_err(|e| LocalError::Setup(format!("page server: {e}")))?;
 
@@ -146,7 +170,7 @@ impl LocalSystem {
                 let register = register.clone();
                 async move { register.api(request).await }
             }),
-            LOOPBACK_ANY_PORT,
+            api_addr,
         )
         .await
         .map_err(|e| LocalError::Setup(format!("register API server: {e}")))?;
