@@ -49,6 +49,7 @@ use awsmp_core::time::HourBucket;
 /// summary; with `serve`, keeps running on a virtual clock at `speed` until Ctrl-C.
 pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), LocalError> {
     let root = system::find_root(root)?;
+    ensure_venv(&root)?;
     // The story spans about three virtual hours and must stay behind the real clock
     // (handlers without a triggering event time, like the SQS ones, read the real
     // clock), so it starts four hours ago, five minutes into that hour.
@@ -97,4 +98,22 @@ fn print_endpoints(system: &system::LocalSystem) {
         "point your app at it: AWS_ENDPOINT_URL={} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
         system.moto.endpoint()
     );
+}
+
+/// Creates the project's Python venv (moto) on first use, so a fresh machine needs no
+/// manual step; fast when it is already there.
+fn ensure_venv(root: &Path) -> Result<(), LocalError> {
+    let status = std::process::Command::new("bash")
+        .arg(root.join("scripts/ensure-venv.sh"))
+        .arg(root.join(".venv"))
+        .arg(root.join("requirements-dev.txt"))
+        .status()
+        .map_err(|e| LocalError::Setup(format!("could not run scripts/ensure-venv.sh: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(LocalError::Setup(
+            "could not create the Python venv the local emulator needs (.venv, from requirements-dev.txt); the lines above say why".into(),
+        ))
+    }
 }
