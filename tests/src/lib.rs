@@ -1,0 +1,779 @@
+//! awsmp-e2e: the end-to-end harness. One [`Stack`] is the main stack on one machine:
+//! moto (DynamoDB + SQS) with the real tables and queues, the Marketplace simulator,
+//! and the four metering handlers (discoverer, aggregator, cleanup, submitter) wired
+//! with the real `awsmp-aws` adapters, called as libraries with real event JSON. Time
+//! is driven explicitly: scheduled runs carry the scenario's "now" in their event, the
+//! SQS stages read it from a manual clock, and the simulator's clock is pinned to it.
+
+pub mod counting;
+pub mod events;
+pub mod invariant;
+pub mod views;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::memory::{ManualClock, RecordingMetrics};
+use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus, attr};
+use awsmp_core::pipeline::discover::{DiscoverReport, DiscoverSettings};
+use awsmp_core::pipeline::submit::{DeploymentMode, MeteringMode, SubmitReport, SubmitSettings};
+use awsmp_core::ports::{AggregatedStore, SubscriberStore, UsageStore};
+use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
+use awsmp_marketplace_sim::{
+    ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
+    SimConfig, Simulator, ThrottleConfig, TokenSeed,
+};
+use awsmp_test_support::{MotoServer, TEST_REGION, create_queue, test_sdk_config};
+
+use crate::counting::{CountingAggregated, CountingSubscribers, CountingUsage, OpCounts};
+use crate::events::{Delivered, scheduled_event, sqs_event};
+use crate::views::{AggregatedView, RawRowView};
+
+/// Table and queue names of the test stack.
+pub const USAGE_TABLE: &str = "awsmp-prod-e2e-usage-test";
+/// Aggregated-usage table.
+pub const AGGREGATED_TABLE: &str = "awsmp-prod-e2e-aggregated-usage-test";
+/// Subscribers table.
+pub const SUBSCRIBERS_TABLE: &str = "awsmp-subscribers-test";
+/// Normal work queue.
+pub const WORK_QUEUE: &str = "awsmp-prod-e2e-work-test";
+/// Deprovisioning-flush queue.
+pub const DEPROVISION_QUEUE: &str = "awsmp-prod-e2e-deprovision-work-test";
+/// Cleanup queue.
+pub const CLEANUP_QUEUE: &str = "awsmp-prod-e2e-cleanup-test";
+
+/// Why the harness failed (a test failure, never a pipeline outcome).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// moto or table/queue setup.
+    #[error("test support: {0}")]
+    Support(#[from] awsmp_test_support::TestSupportError),
+    /// The simulator.
+    #[error("simulator: {0}")]
+    Sim(String),
+    /// A direct AWS call of the harness.
+    #[error("aws: {0}")]
+    Aws(String),
+    /// An event fixture.
+    #[error("event: {0}")]
+    Event(String),
+    /// A handler returned an error.
+    #[error("{handler} failed: {message}")]
+    Handler {
+        /// Which handler.
+        handler: &'static str,
+        /// Its error.
+        message: String,
+    },
+}
+
+/// How to build a stack.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// The scenario's starting "now".
+    pub now: Instant,
+    /// The stack's product.
+    pub product_code: String,
+    /// Dimensions the simulator's catalog defines for it.
+    pub dimensions: Vec<String>,
+    /// `METERING_LOCK_HOURS`.
+    pub lock: MeteringLockHours,
+    /// `ZERO_QUANTITY_POLICY`.
+    pub zero_policy: ZeroQuantityPolicy,
+    /// `METERING_MODE` + allowlist.
+    pub mode: MeteringMode,
+    /// Simulator latency per call, milliseconds.
+    pub sim_latency_ms: u64,
+    /// Whether the simulator enforces the 10/s quota.
+    pub quota: bool,
+}
+
+impl StackOptions {
+    /// Defaults: product `prod-e2e`, dimensions `requests`, `storage`, `users`, lock 1,
+    /// `defer`, live, no latency, quota on.
+    pub fn at(now: Instant) -> Self {
+        StackOptions {
+            now,
+            product_code: "prod-e2e".to_string(),
+            dimensions: vec!["requests".into(), "storage".into(), "users".into()],
+            lock: MeteringLockHours::DEFAULT,
+            zero_policy: ZeroQuantityPolicy::Defer,
+            mode: MeteringMode::Live,
+            sim_latency_ms: 0,
+            quota: true,
+        }
+    }
+}
+
+/// Which queue a message came from (for redelivery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueKind {
+    /// Normal work.
+    Work,
+    /// Deprovisioning flush.
+    Deprovision,
+    /// Cleanup.
+    Cleanup,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DrainReport {
+    /// Messages handled successfully (and deleted).
+    pub succeeded: usize,
+    /// Messages reported as failures (left for redelivery).
+    pub failed: usize,
+}
+
+/// The main stack on one machine.
+pub struct Stack {
+    /// The DynamoDB + SQS emulator.
+    pub moto: MotoServer,
+    /// The Marketplace simulator.
+    pub sim: RunningSim,
+    /// Options it was built with.
+    pub options: StackOptions,
+    /// DynamoDB client (the harness's own reads and seller writes).
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// SQS client.
+    pub sqs: aws_sdk_sqs::Client,
+    /// Queue URLs.
+    pub queues: HashMap<QueueKind, String>,
+    /// "Now" of the SQS-driven stages.
+    pub clock: ManualClock,
+    /// Every metric the handlers emitted.
+    pub metrics: RecordingMetrics,
+    /// DynamoDB calls made through the ports.
+    pub counts: Arc<OpCounts>,
+    /// The discoverer.
+    pub discoverer: awsmp_discoverer::State,
+    /// The aggregator.
+    pub aggregator: awsmp_aggregator::State,
+    /// Cleanup.
+    pub cleanup: awsmp_cleanup::State,
+    /// The submitter.
+    pub submitter: awsmp_submitter::State,
+    /// The subscribers store (to play the subscription Lambda's part).
+    pub subscribers: Arc<dyn SubscriberStore>,
+    now: Mutex<Instant>,
+    delivered: Mutex<Vec<(QueueKind, String)>>,
+    failed_receipts: Mutex<Vec<(String, String)>>,
+}
+
+impl Stack {
+    /// Starts moto and the simulator, creates the tables and queues, wires the handlers.
+    pub async fn start(options: StackOptions) -> Result<Stack, HarnessError> {
+        let moto = MotoServer::start().await?;
+        let dynamodb = moto.dynamodb();
+        let sqs = moto.sqs();
+        awsmp_test_support::create_usage_table(&dynamodb, USAGE_TABLE).await?;
+        awsmp_test_support::create_aggregated_table(&dynamodb, AGGREGATED_TABLE).await?;
+        awsmp_test_support::create_subscribers_table(&dynamodb, SUBSCRIBERS_TABLE).await?;
+        let mut queues = HashMap::new();
+        queues.insert(QueueKind::Work, create_queue(&sqs, WORK_QUEUE).await?);
+        queues.insert(
+            QueueKind::Deprovision,
+            create_queue(&sqs, DEPROVISION_QUEUE).await?,
+        );
+        queues.insert(QueueKind::Cleanup, create_queue(&sqs, CLEANUP_QUEUE).await?);
+
+        let sim = Simulator::start(SimConfig {
+            clock: ClockSetting::Fixed { at: options.now },
+            products: vec![ProductSeed {
+                product_code: options.product_code.clone(),
+                dimensions: options.dimensions.clone(),
+            }],
+            latency_ms: options.sim_latency_ms,
+            throttle: ThrottleConfig {
+                enabled: options.quota,
+                ..ThrottleConfig::default()
+            },
+            ..SimConfig::default()
+        })
+        .await
+        .map_err(|e| HarnessError::Sim(e.to_string()))?;
+        let metering_client =
+            awsmp_aws::metering_client(&test_sdk_config(&sim.endpoint_url(), TEST_REGION));
+
+        let counts = OpCounts::new();
+        let usage: Arc<dyn UsageStore> = Arc::new(CountingUsage {
+            inner: awsmp_aws::DynamoUsageStore::new(dynamodb.clone(), USAGE_TABLE),
+            counts: counts.clone(),
+        });
+        let aggregated: Arc<dyn AggregatedStore> = Arc::new(CountingAggregated {
+            inner: awsmp_aws::DynamoAggregatedStore::new(
+                dynamodb.clone(),
+                AGGREGATED_TABLE,
+                USAGE_TABLE,
+            ),
+            counts: counts.clone(),
+        });
+        let subscribers: Arc<dyn SubscriberStore> = Arc::new(CountingSubscribers {
+            inner: awsmp_aws::DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&moto.sdk_config_in("us-east-1")),
+                SUBSCRIBERS_TABLE,
+            ),
+            counts: counts.clone(),
+        });
+        let queue = |kind: QueueKind| -> Arc<awsmp_aws::SqsWorkQueue> {
+            Arc::new(awsmp_aws::SqsWorkQueue::new(
+                sqs.clone(),
+                queues.get(&kind).cloned().unwrap_or_default(),
+            ))
+        };
+        let clock = ManualClock::new(options.now);
+        let metrics = RecordingMetrics::new();
+        let system_clock = Arc::new(awsmp_aws::SystemClock);
+
+        let mut discover_settings =
+            DiscoverSettings::new(options.product_code.clone(), options.lock);
+        discover_settings.flush_margin = chrono::Duration::minutes(10);
+        let discoverer = awsmp_discoverer::State {
+            settings: Arc::new(discover_settings),
+            usage: usage.clone(),
+            subscribers: subscribers.clone(),
+            work_queue: queue(QueueKind::Work),
+            deprovision_queue: queue(QueueKind::Deprovision),
+            metrics: Arc::new(metrics.clone()),
+            clock: system_clock.clone(),
+        };
+        let aggregator = awsmp_aggregator::State {
+            settings: Arc::new(awsmp_core::pipeline::aggregation::AggregateSettings {
+                product_code: options.product_code.clone(),
+                lock: options.lock,
+                zero_policy: options.zero_policy,
+            }),
+            usage: usage.clone(),
+            aggregated: aggregated.clone(),
+            cleanup_queue: queue(QueueKind::Cleanup),
+            clock: Arc::new(clock.clone()),
+        };
+        let cleanup = awsmp_cleanup::State {
+            usage: usage.clone(),
+            metrics: Arc::new(metrics.clone()),
+            clock: Arc::new(clock.clone()),
+        };
+        let submitter = awsmp_submitter::State {
+            settings: Arc::new(SubmitSettings::new(
+                options.product_code.clone(),
+                options.mode.clone(),
+                options.zero_policy,
+                DeploymentMode::Full,
+            )),
+            aggregated: aggregated.clone(),
+            subscribers: subscribers.clone(),
+            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(metering_client)),
+            metrics: Arc::new(metrics.clone()),
+            // Real time at millisecond resolution: pacing must hold against the
+            // simulator's real-time quota.
+            clock: Arc::new(awsmp_submitter::PacingClock),
+        };
+        Ok(Stack {
+            now: Mutex::new(options.now),
+            moto,
+            sim,
+            options,
+            dynamodb,
+            sqs,
+            queues,
+            clock,
+            metrics,
+            counts,
+            discoverer,
+            aggregator,
+            cleanup,
+            submitter,
+            subscribers,
+            delivered: Mutex::new(Vec::new()),
+            failed_receipts: Mutex::new(Vec::new()),
+        })
+    }
+
+    // ----------------------------------------------------------------- time
+
+    /// The scenario's "now".
+    pub fn now(&self) -> Instant {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Moves the scenario to `now` (handlers' events, the SQS stages' clock, the simulator).
+    pub fn set_now(&self, now: Instant) {
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = now;
+        self.clock.set(now);
+        self.sim.handle().set_clock(ClockSetting::Fixed { at: now });
+    }
+
+    /// Moves the scenario forward.
+    pub fn advance(&self, by: chrono::Duration) {
+        self.set_now(self.now() + by);
+    }
+
+    // ------------------------------------------------------------ the seller
+
+    /// A pending usage item in the reference writer's shape (sort key
+    /// `<account>#<dimension>#<timestamp>`, `meteringPending` = its hour), to write
+    /// as is or to spoil first.
+    pub fn usage_item(
+        license_arn: &str,
+        account: &str,
+        dimension: &str,
+        timestamp: &str,
+        quantity: i64,
+    ) -> HashMap<String, AttributeValue> {
+        let pending = parse_usage_timestamp(timestamp)
+            .map(|t| HourBucket::containing(t).to_string())
+            .unwrap_or_else(|_| timestamp.chars().take(13).collect());
+        HashMap::from([
+            (
+                attr::LICENSE_ARN.to_string(),
+                AttributeValue::S(license_arn.to_string()),
+            ),
+            (
+                attr::USAGE_SORT_KEY.to_string(),
+                AttributeValue::S(format!("{account}#{dimension}#{timestamp}")),
+            ),
+            (
+                attr::CUSTOMER_ACCOUNT.to_string(),
+                AttributeValue::S(account.to_string()),
+            ),
+            (
+                attr::DIMENSION.to_string(),
+                AttributeValue::S(dimension.to_string()),
+            ),
+            (
+                attr::TIMESTAMP.to_string(),
+                AttributeValue::S(timestamp.to_string()),
+            ),
+            (
+                attr::QUANTITY.to_string(),
+                AttributeValue::N(quantity.to_string()),
+            ),
+            (
+                attr::METERING_PENDING.to_string(),
+                AttributeValue::S(pending),
+            ),
+        ])
+    }
+
+    /// Writes an item into the usage table as the seller's writer would.
+    pub async fn put_item(
+        &self,
+        item: HashMap<String, AttributeValue>,
+    ) -> Result<String, HarnessError> {
+        let sort_key = item
+            .get(attr::USAGE_SORT_KEY)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default();
+        self.dynamodb
+            .put_item()
+            .table_name(USAGE_TABLE)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| HarnessError::Aws(format!("PutItem: {e:?}")))?;
+        Ok(sort_key)
+    }
+
+    /// Writes one well-formed usage row; returns its sort key.
+    pub async fn put_usage(
+        &self,
+        license_arn: &str,
+        account: &str,
+        dimension: &str,
+        timestamp: &str,
+        quantity: i64,
+    ) -> Result<String, HarnessError> {
+        self.put_item(Self::usage_item(
+            license_arn,
+            account,
+            dimension,
+            timestamp,
+            quantity,
+        ))
+        .await
+    }
+
+    // -------------------------------------------------------- subscriptions
+
+    /// Plays `License Updated`: the subscriber row becomes active (as the subscription
+    /// Lambda writes it) and Marketplace entitles the buyer.
+    pub async fn license_updated(
+        &self,
+        license_arn: &str,
+        account: &str,
+    ) -> Result<(), HarnessError> {
+        self.put_subscriber(license_arn, account, SubscriptionStatus::Active, None)
+            .await?;
+        self.sim
+            .handle()
+            .entitle(EntitlementSeed {
+                license_arn: license_arn.to_string(),
+                customer_aws_account_id: account.to_string(),
+                product_code: self.options.product_code.clone(),
+            })
+            .map_err(|e| HarnessError::Sim(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The buyer subscribed and registered (Marketplace knows the license, issued a
+    /// registration token) but `License Updated` has not arrived: nothing entitles
+    /// the buyer yet and the subscribers table has no row.
+    pub fn registered_only(&self, license_arn: &str, account: &str) -> Result<(), HarnessError> {
+        self.sim
+            .handle()
+            .seed_token(TokenSeed {
+                token: format!("token-{license_arn}-{account}"),
+                license_arn: license_arn.to_string(),
+                customer_aws_account_id: account.to_string(),
+                product_code: self.options.product_code.clone(),
+                issued_at: None,
+            })
+            .map_err(|e| HarnessError::Sim(e.to_string()))
+    }
+
+    /// Marketplace stops accepting the buyer's usage (agreement ended).
+    pub fn revoke(&self, license_arn: &str, account: &str) -> Result<(), HarnessError> {
+        self.sim
+            .handle()
+            .revoke(&EntitlementKey {
+                license_arn: license_arn.to_string(),
+                customer_aws_account_id: account.to_string(),
+            })
+            .map(|_| ())
+            .map_err(|e| HarnessError::Sim(e.to_string()))
+    }
+
+    /// Writes a subscriber row's lifecycle (creating or replacing it).
+    pub async fn put_subscriber(
+        &self,
+        license_arn: &str,
+        account: &str,
+        status: SubscriptionStatus,
+        deprovisioning_expiry: Option<Instant>,
+    ) -> Result<(), HarnessError> {
+        let existing = self
+            .subscribers
+            .get(license_arn, account)
+            .await
+            .map_err(|e| HarnessError::Aws(e.to_string()))?;
+        let mut row = existing.unwrap_or_else(|| Subscriber::new(license_arn, account));
+        row.product_code = Some(self.options.product_code.clone());
+        row.agreement_id = Some(format!("agmt-{}", account));
+        row.agreement_status = Some(AgreementStatus::Active);
+        row.subscription_status = Some(status);
+        row.deprovisioning_expiry = deprovisioning_expiry;
+        row.subscription_event_at = Some(self.now());
+        let written = self
+            .subscribers
+            .put_lifecycle(&row, self.now())
+            .await
+            .map_err(|e| HarnessError::Aws(e.to_string()))?;
+        if written {
+            Ok(())
+        } else {
+            Err(HarnessError::Aws(format!(
+                "subscriber {license_arn} changed meanwhile"
+            )))
+        }
+    }
+
+    // ------------------------------------------------------------ handlers
+
+    /// One discoverer run at "now".
+    pub async fn run_discoverer(&self) -> Result<DiscoverReport, HarnessError> {
+        let event = scheduled_event("awsmp-discoverer", self.now())?;
+        awsmp_discoverer::handler(&self.discoverer, event)
+            .await
+            .map_err(|e| HarnessError::Handler {
+                handler: "discoverer",
+                message: e.to_string(),
+            })
+    }
+
+    /// One submitter run at "now".
+    pub async fn run_submitter(&self) -> Result<SubmitReport, HarnessError> {
+        let event = scheduled_event("awsmp-submitter", self.now())?;
+        awsmp_submitter::handler(&self.submitter, event)
+            .await
+            .map_err(|e| HarnessError::Handler {
+                handler: "submitter",
+                message: e.to_string(),
+            })
+    }
+
+    /// Delivers the aggregation queues (deprovisioning first) to the aggregator until
+    /// they are empty. Failed messages stay invisible until the next drain (as after a
+    /// visibility timeout) so a drain always ends.
+    pub async fn drain_aggregator(&self) -> Result<DrainReport, HarnessError> {
+        self.release_failed().await?;
+        let mut report = DrainReport::default();
+        loop {
+            let mut batch = self.receive(QueueKind::Deprovision).await?;
+            let mut kind = QueueKind::Deprovision;
+            if batch.is_empty() {
+                batch = self.receive(QueueKind::Work).await?;
+                kind = QueueKind::Work;
+            }
+            if batch.is_empty() {
+                return Ok(report);
+            }
+            let queue = if kind == QueueKind::Work {
+                WORK_QUEUE
+            } else {
+                DEPROVISION_QUEUE
+            };
+            let event = sqs_event(queue, &batch)?;
+            let response = awsmp_aggregator::handler(&self.aggregator, event)
+                .await
+                .map_err(|e| HarnessError::Handler {
+                    handler: "aggregator",
+                    message: e.to_string(),
+                })?;
+            let failed: Vec<String> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect();
+            self.settle(kind, &batch, &failed, &mut report).await?;
+        }
+    }
+
+    /// Delivers the cleanup queue to cleanup until it is empty.
+    pub async fn drain_cleanup(&self) -> Result<DrainReport, HarnessError> {
+        self.release_failed().await?;
+        let mut report = DrainReport::default();
+        loop {
+            let batch = self.receive(QueueKind::Cleanup).await?;
+            if batch.is_empty() {
+                return Ok(report);
+            }
+            let event = sqs_event(CLEANUP_QUEUE, &batch)?;
+            let response = awsmp_cleanup::handler(&self.cleanup, event)
+                .await
+                .map_err(|e| HarnessError::Handler {
+                    handler: "cleanup",
+                    message: e.to_string(),
+                })?;
+            let failed: Vec<String> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect();
+            self.settle(QueueKind::Cleanup, &batch, &failed, &mut report)
+                .await?;
+        }
+    }
+
+    /// Discoverer, aggregator, cleanup, submitter, once each, at "now".
+    pub async fn run_pipeline(&self) -> Result<SubmitReport, HarnessError> {
+        self.run_discoverer().await?;
+        self.drain_aggregator().await?;
+        self.drain_cleanup().await?;
+        self.run_submitter().await
+    }
+
+    /// Sends every distinct message delivered so far again (SQS at-least-once redelivery).
+    pub async fn redeliver_everything(&self) -> Result<usize, HarnessError> {
+        let delivered = self
+            .delivered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for (kind, body) in &delivered {
+            self.send_raw(*kind, body).await?;
+        }
+        Ok(delivered.len())
+    }
+
+    /// Puts a raw body on a queue (a duplicate, or a malformed message).
+    pub async fn send_raw(&self, kind: QueueKind, body: &str) -> Result<(), HarnessError> {
+        self.sqs
+            .send_message()
+            .queue_url(self.queue_url(kind))
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| HarnessError::Aws(format!("SendMessage: {e:?}")))?;
+        Ok(())
+    }
+
+    /// Messages currently visible on a queue (received and made visible again).
+    pub async fn peek(&self, kind: QueueKind) -> Result<Vec<String>, HarnessError> {
+        let batch = self.receive(kind).await?;
+        for message in &batch {
+            self.set_visibility(kind, &message.receipt_handle, 0)
+                .await?;
+        }
+        Ok(batch.into_iter().map(|m| m.body).collect())
+    }
+
+    fn queue_url(&self, kind: QueueKind) -> String {
+        self.queues.get(&kind).cloned().unwrap_or_default()
+    }
+
+    async fn receive(&self, kind: QueueKind) -> Result<Vec<Delivered>, HarnessError> {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(self.queue_url(kind))
+            .max_number_of_messages(10)
+            .visibility_timeout(3600)
+            .send()
+            .await
+            .map_err(|e| HarnessError::Aws(format!("ReceiveMessage: {e:?}")))?;
+        Ok(out
+            .messages()
+            .iter()
+            .map(|m| Delivered {
+                message_id: m.message_id().unwrap_or_default().to_string(),
+                receipt_handle: m.receipt_handle().unwrap_or_default().to_string(),
+                body: m.body().unwrap_or_default().to_string(),
+            })
+            .collect())
+    }
+
+    async fn set_visibility(
+        &self,
+        kind: QueueKind,
+        receipt: &str,
+        seconds: i32,
+    ) -> Result<(), HarnessError> {
+        self.sqs
+            .change_message_visibility()
+            .queue_url(self.queue_url(kind))
+            .receipt_handle(receipt)
+            .visibility_timeout(seconds)
+            .send()
+            .await
+            .map_err(|e| HarnessError::Aws(format!("ChangeMessageVisibility: {e:?}")))?;
+        Ok(())
+    }
+
+    /// Deletes handled messages, keeps failed ones for the next drain.
+    async fn settle(
+        &self,
+        kind: QueueKind,
+        batch: &[Delivered],
+        failed: &[String],
+        report: &mut DrainReport,
+    ) -> Result<(), HarnessError> {
+        for message in batch {
+            if failed.contains(&message.message_id) {
+                report.failed += 1;
+                self.failed_receipts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((self.queue_url(kind), message.receipt_handle.clone()));
+                continue;
+            }
+            report.succeeded += 1;
+            let mut delivered = self
+                .delivered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Each distinct message once: redeliveries are not themselves redelivered.
+            if !delivered.contains(&(kind, message.body.clone())) {
+                delivered.push((kind, message.body.clone()));
+            }
+            drop(delivered);
+            self.sqs
+                .delete_message()
+                .queue_url(self.queue_url(kind))
+                .receipt_handle(&message.receipt_handle)
+                .send()
+                .await
+                .map_err(|e| HarnessError::Aws(format!("DeleteMessage: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the messages that failed earlier visible again (their timeout passed).
+    async fn release_failed(&self) -> Result<(), HarnessError> {
+        let failed: Vec<(String, String)> = std::mem::take(
+            &mut *self
+                .failed_receipts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (url, receipt) in failed {
+            self.sqs
+                .change_message_visibility()
+                .queue_url(url)
+                .receipt_handle(receipt)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .map_err(|e| HarnessError::Aws(format!("ChangeMessageVisibility: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ inspection
+
+    /// Every raw usage row.
+    pub async fn raw_rows(&self) -> Result<Vec<RawRowView>, HarnessError> {
+        views::raw_rows(&self.dynamodb, USAGE_TABLE).await
+    }
+
+    /// Every aggregated record.
+    pub async fn aggregated_rows(&self) -> Result<Vec<AggregatedView>, HarnessError> {
+        views::aggregated_rows(&self.dynamodb, AGGREGATED_TABLE).await
+    }
+
+    /// The raw row with this sort key.
+    pub async fn raw_row(&self, sort_key: &str) -> Result<RawRowView, HarnessError> {
+        self.raw_rows()
+            .await?
+            .into_iter()
+            .find(|r| r.sort_key == sort_key)
+            .ok_or_else(|| HarnessError::Aws(format!("no raw row {sort_key}")))
+    }
+
+    /// What the simulator billed and refused.
+    pub fn ledger(&self) -> LedgerSnapshot {
+        self.sim.handle().ledger()
+    }
+
+    /// Billed quantity per `(license, account, dimension, hour)`.
+    pub fn billed(&self) -> HashMap<(String, String, String, String), i64> {
+        self.ledger()
+            .records
+            .iter()
+            .map(|r| {
+                (
+                    (
+                        r.license_arn.clone(),
+                        r.customer_aws_account_id.clone(),
+                        r.dimension.clone(),
+                        r.hour.format("%Y-%m-%dT%H").to_string(),
+                    ),
+                    i64::from(r.quantity),
+                )
+            })
+            .collect()
+    }
+
+    /// Violations of the conservation invariant (empty when it holds).
+    pub async fn conservation(&self, settled: bool) -> Result<Vec<String>, HarnessError> {
+        Ok(invariant::conservation(
+            &self.raw_rows().await?,
+            &self.aggregated_rows().await?,
+            &self.ledger(),
+            settled,
+        ))
+    }
+}
+
+/// A license ARN of the License Manager shape, numbered.
+pub fn license(n: u32) -> String {
+    format!("arn:aws:license-manager::123456789012:license:l-{n:016x}")
+}
