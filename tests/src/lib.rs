@@ -676,15 +676,7 @@ impl Stack {
                 continue;
             }
             report.succeeded += 1;
-            let mut delivered = self
-                .delivered
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Each distinct message once: redeliveries are not themselves redelivered.
-            if !delivered.contains(&(kind, message.body.clone())) {
-                delivered.push((kind, message.body.clone()));
-            }
-            drop(delivered);
+            self.remember(kind, &message.body);
             self.sqs
                 .delete_message()
                 .queue_url(self.queue_url(kind))
@@ -694,6 +686,17 @@ impl Stack {
                 .map_err(|e| HarnessError::Aws(format!("DeleteMessage: {e:?}")))?;
         }
         Ok(())
+    }
+
+    /// Logs a delivered message once: redeliveries are not themselves redelivered.
+    fn remember(&self, kind: QueueKind, body: &str) {
+        let mut delivered = self
+            .delivered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !delivered.iter().any(|(k, b)| *k == kind && b == body) {
+            delivered.push((kind, body.to_string()));
+        }
     }
 
     /// Makes the messages that failed earlier visible again (their timeout passed).
