@@ -5,8 +5,8 @@
 
 pub mod aggregate;
 pub mod batch;
-pub mod config;
 pub mod bisect;
+pub mod config;
 pub mod guardrails;
 pub mod lifecycle;
 pub mod memory;

@@ -257,7 +257,11 @@ pub struct UnknownValue {
     pub value: String,
 }
 
-string_enum!(RawStatus { Aggregated, RejectedClientSide, AggregationExpired });
+string_enum!(RawStatus {
+    Aggregated,
+    RejectedClientSide,
+    AggregationExpired
+});
 string_enum!(AggregatedStatus {
     Pending,
     Success,

@@ -225,11 +225,7 @@ pub trait AggregatedStore: Send + Sync {
 #[async_trait]
 pub trait SubscriberStore: Send + Sync {
     /// Reads one row.
-    async fn get(
-        &self,
-        license_arn: &str,
-        account: &str,
-    ) -> Result<Option<Subscriber>, PortError>;
+    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError>;
 
     /// Rows for a license (any account).
     async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError>;

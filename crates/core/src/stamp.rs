@@ -28,7 +28,10 @@ impl AuditStamp {
     pub fn apply(&self, item: &mut BTreeMap<String, Attr>) {
         item.entry(attr::CREATED_AT.to_string())
             .or_insert_with(|| Attr::S(self.created_at.clone()));
-        item.insert(attr::UPDATED_AT.to_string(), Attr::S(self.updated_at.clone()));
+        item.insert(
+            attr::UPDATED_AT.to_string(),
+            Attr::S(self.updated_at.clone()),
+        );
     }
 
     /// The DynamoDB update-expression fragment that applies the stamp, for adapters:

@@ -286,7 +286,10 @@ mod tests {
         let bucket = HourBucket::containing(t("2026-11-30T23:59:59Z"));
         assert_eq!(bucket.to_string(), "2026-11-30T23");
         assert_eq!(bucket.plus_hours(1).to_string(), "2026-12-01T00");
-        assert_eq!(b("2026-11-30T10"), HourBucket::containing(t("2026-11-30T10:00:00")));
+        assert_eq!(
+            b("2026-11-30T10"),
+            HourBucket::containing(t("2026-11-30T10:00:00"))
+        );
         assert!("2026-11-30T1".parse::<HourBucket>().is_err());
         assert!("2026-11-30T25".parse::<HourBucket>().is_err());
     }
@@ -342,10 +345,19 @@ mod tests {
         let last_hour = t("2026-11-30T23:10:00Z");
         assert!(accepted_by_api(last_hour, t("2026-12-01T05:59:59Z")));
         assert!(!accepted_by_api(last_hour, t("2026-12-01T06:00:00Z")));
-        assert!(bucket_expired(b("2026-11-30T23"), t("2026-12-01T06:00:00Z")));
-        assert!(!bucket_expired(b("2026-11-30T23"), t("2026-12-01T05:59:00Z")));
+        assert!(bucket_expired(
+            b("2026-11-30T23"),
+            t("2026-12-01T06:00:00Z")
+        ));
+        assert!(!bucket_expired(
+            b("2026-11-30T23"),
+            t("2026-12-01T05:59:00Z")
+        ));
         // The new month's own hours follow the plain 24 h rule.
-        assert!(accepted_by_api(t("2026-12-01T00:10:00Z"), t("2026-12-01T06:00:00Z")));
+        assert!(accepted_by_api(
+            t("2026-12-01T00:10:00Z"),
+            t("2026-12-01T06:00:00Z")
+        ));
     }
 
     #[test]
@@ -357,7 +369,11 @@ mod tests {
         assert!(completed_buckets(t("2026-12-01T05:59:00Z"), lock).contains(&last));
         assert!(!completed_buckets(t("2026-12-01T06:00:00Z"), lock).contains(&last));
         // A new-month bucket still honours the lock at 03:00.
-        assert!(!bucket_unlocked(b("2026-12-01T00"), t("2026-12-01T03:00:00Z"), lock));
+        assert!(!bucket_unlocked(
+            b("2026-12-01T00"),
+            t("2026-12-01T03:00:00Z"),
+            lock
+        ));
     }
 
     #[test]
