@@ -5,6 +5,7 @@
 //! read-only ledger of what was billed. Start it embedded with
 //! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
