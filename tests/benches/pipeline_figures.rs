@@ -18,7 +18,9 @@ use std::time::Instant as WallClock;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::MemoryAggregatedStore;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
-use awsmp_core::ports::AggregatedStore;
+use awsmp_core::ports::{
+    AggregatedStore, MeteringApi, MeteringError, MeteringRecord, RecordVerdict,
+};
 use awsmp_core::time::{Instant, format_instant, parse_usage_timestamp};
 use awsmp_e2e::counting::{CountingAggregated, OpCounts};
 use awsmp_e2e::{Stack, StackOptions, license};
@@ -79,6 +81,25 @@ async fn seed_records(
     n
 }
 
+/// Times every call: how long calls take and how far apart they start.
+struct Timed {
+    inner: Arc<dyn MeteringApi>,
+    starts: std::sync::Mutex<Vec<(WallClock, std::time::Duration)>>,
+}
+
+#[async_trait::async_trait]
+impl MeteringApi for Timed {
+    async fn batch_meter_usage(
+        &self,
+        records: &[MeteringRecord],
+    ) -> Result<Vec<RecordVerdict>, MeteringError> {
+        let start = WallClock::now();
+        let result = self.inner.batch_meter_usage(records).await;
+        self.starts.lock().unwrap().push((start, start.elapsed()));
+        result
+    }
+}
+
 async fn throughput(label: &str, in_memory: bool) {
     let licenses = 25;
     let dims = 100;
@@ -90,6 +111,11 @@ async fn throughput(label: &str, in_memory: bool) {
         });
         stack.submitter.aggregated = store;
     }
+    let timed = Arc::new(Timed {
+        inner: stack.submitter.metering.clone(),
+        starts: std::sync::Mutex::new(Vec::new()),
+    });
+    stack.submitter.metering = timed.clone();
     let store = stack.submitter.aggregated.clone();
     let records = seed_records(&stack, store.as_ref(), licenses, dims).await;
     let started = WallClock::now();
@@ -97,9 +123,19 @@ async fn throughput(label: &str, in_memory: bool) {
     let seconds = started.elapsed().as_secs_f64();
     let rate = report.success as f64 / seconds;
     let stats = stack.sim.handle().stats();
+    let calls = timed.starts.lock().unwrap().clone();
+    let mean_call_ms = calls.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1000.0
+        / calls.len().max(1) as f64;
+    let gaps: Vec<f64> = calls
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0).as_secs_f64() * 1000.0)
+        .collect();
+    let mean_gap_ms = gaps.iter().sum::<f64>() / gaps.len().max(1) as f64;
+    let min_gap_ms = gaps.iter().copied().fold(f64::INFINITY, f64::min);
     println!(
         "submitter throughput [{label}]: {} of {records} records billed in {seconds:.2} s over {} calls \
-         ({} throttled by the quota) = {rate:.1} records/s = {:.1}% of {CEILING} records/s",
+         ({} throttled by the quota; call {mean_call_ms:.1} ms, start-to-start mean {mean_gap_ms:.1} ms, \
+         min {min_gap_ms:.1} ms) = {rate:.1} records/s = {:.1}% of {CEILING} records/s",
         report.success,
         report.api_calls,
         stats.throttled,

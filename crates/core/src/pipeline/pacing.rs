@@ -18,13 +18,32 @@ pub const QUOTA_REQUESTS_PER_SECOND: u32 = 10;
 pub const MIN_CALL_INTERVAL: Duration =
     Duration::from_millis(1000 / QUOTA_REQUESTS_PER_SECOND as u64);
 
-/// A [`MeteringApi`] that waits (through the [`Clock`]) until `interval` has passed
-/// since the previous call started.
+/// Two calls never start closer than this fraction of the interval, even when the
+/// schedule catches up on a late wake-up.
+const MIN_GAP_PERCENT: u32 = 90;
+
+/// When calls may start.
+#[derive(Debug, Default)]
+struct Schedule {
+    /// The slot the next call is scheduled for.
+    next_slot: Option<Instant>,
+    /// When the previous call actually started.
+    last_start: Option<Instant>,
+}
+
+/// A [`MeteringApi`] that starts calls on a fixed schedule, one slot per `interval`,
+/// waiting through the [`Clock`].
+///
+/// The schedule advances from the slot a call was due at, not from when the waiting
+/// task happened to wake up, so scheduler lateness is absorbed instead of added to
+/// every interval; after an idle gap (longer than one interval) it restarts from now.
+/// Slots are `interval` apart, so over any stretch of time the calls average at most
+/// one per `interval` (10 per second); no two calls start closer than 90% of it.
 pub struct PacedMeteringApi<'a> {
     inner: &'a dyn MeteringApi,
     clock: &'a dyn Clock,
     interval: Duration,
-    last_start: Mutex<Option<Instant>>,
+    schedule: Mutex<Schedule>,
     calls: Mutex<u64>,
 }
 
@@ -35,7 +54,7 @@ impl<'a> PacedMeteringApi<'a> {
             inner,
             clock,
             interval,
-            last_start: Mutex::new(None),
+            schedule: Mutex::new(Schedule::default()),
             calls: Mutex::new(0),
         }
     }
@@ -48,22 +67,40 @@ impl<'a> PacedMeteringApi<'a> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Waits out the rest of the interval, then marks a call as started.
+    /// Waits for the next slot, then marks a call as started.
     async fn wait_turn(&self) {
-        let last = *self
-            .last_start
+        let interval = chrono::Duration::from_std(self.interval).unwrap_or(chrono::Duration::MAX);
+        let min_gap = chrono::Duration::from_std(self.interval * MIN_GAP_PERCENT / 100)
+            .unwrap_or(chrono::Duration::MAX);
+        let (slot, earliest) = {
+            let schedule = self
+                .schedule
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = self.clock.now();
+            let slot = schedule.next_slot.unwrap_or(now);
+            let earliest = schedule
+                .last_start
+                .map_or(slot, |last| slot.max(last + min_gap));
+            (slot, earliest)
+        };
+        let now = self.clock.now();
+        if earliest > now {
+            self.clock
+                .sleep((earliest - now).to_std().unwrap_or(Duration::ZERO))
+                .await;
+        }
+        let start = self.clock.now();
+        // Late by more than an interval (idle, or a long bisection): restart from now
+        // rather than bursting to catch up.
+        let slot = if start - slot > interval { start } else { slot };
+        let mut schedule = self
+            .schedule
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(last) = last {
-            let elapsed = (self.clock.now() - last).to_std().unwrap_or(Duration::ZERO);
-            if elapsed < self.interval {
-                self.clock.sleep(self.interval - elapsed).await;
-            }
-        }
-        *self
-            .last_start
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.clock.now());
+        schedule.next_slot = Some(slot + interval);
+        schedule.last_start = Some(start);
+        drop(schedule);
         *self
             .calls
             .lock()
@@ -89,16 +126,20 @@ mod tests {
     use crate::memory::{ManualClock, MemoryMeteringApi};
     use crate::time::parse_usage_timestamp;
 
+    fn clock() -> ManualClock {
+        ManualClock::new(parse_usage_timestamp("2026-11-30T10:00:00Z").unwrap())
+    }
+
     #[tokio::test]
-    async fn calls_start_at_least_an_interval_apart() {
-        let clock = ManualClock::new(parse_usage_timestamp("2026-11-30T10:00:00Z").unwrap());
+    async fn calls_start_one_interval_apart() {
+        let clock = clock();
         let api = MemoryMeteringApi::new();
         let paced = PacedMeteringApi::new(&api, &clock, MIN_CALL_INTERVAL);
         let start = clock.now();
         for _ in 0..10 {
             paced.batch_meter_usage(&[]).await.unwrap();
         }
-        // Nine waits of 100 ms: ten calls take at least 900 ms, so never over 10/s.
+        // Nine waits of 100 ms: ten calls take 900 ms, never more than 10 a second.
         assert_eq!(clock.sleeps().len(), 9);
         assert_eq!((clock.now() - start).num_milliseconds(), 900);
         // Time already spent between calls is not waited again.
@@ -106,5 +147,51 @@ mod tests {
         paced.batch_meter_usage(&[]).await.unwrap();
         assert_eq!(clock.sleeps().last(), Some(&Duration::from_millis(30)));
         assert_eq!(paced.calls(), 11);
+        // After an idle gap the schedule restarts: no burst to catch up.
+        clock.advance(Duration::from_secs(5));
+        paced.batch_meter_usage(&[]).await.unwrap();
+        paced.batch_meter_usage(&[]).await.unwrap();
+        assert_eq!(clock.sleeps().last(), Some(&Duration::from_millis(100)));
+    }
+
+    /// A clock whose sleeps overshoot, as a busy scheduler's wake-ups do.
+    struct LateClock {
+        inner: ManualClock,
+        lateness: Duration,
+    }
+
+    #[async_trait]
+    impl Clock for LateClock {
+        fn now(&self) -> Instant {
+            self.inner.now()
+        }
+        async fn sleep(&self, duration: Duration) {
+            self.inner.sleep(duration + self.lateness).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn late_wake_ups_are_absorbed_not_accumulated() {
+        let clock = LateClock {
+            inner: clock(),
+            lateness: Duration::from_millis(8),
+        };
+        let api = MemoryMeteringApi::new();
+        let paced = PacedMeteringApi::new(&api, &clock, MIN_CALL_INTERVAL);
+        let mut starts = Vec::new();
+        for _ in 0..51 {
+            paced.batch_meter_usage(&[]).await.unwrap();
+            starts.push(clock.now());
+        }
+        // 50 intervals in 5 s plus one wake-up's lateness, not 50 x 108 ms.
+        let total = (starts[50] - starts[0]).num_milliseconds();
+        assert!((5_000..=5_010).contains(&total), "{total} ms");
+        // Never two calls closer than 90 ms, never more than 10 in any second.
+        for pair in starts.windows(2) {
+            assert!((pair[1] - pair[0]).num_milliseconds() >= 90);
+        }
+        for window in starts.windows(11) {
+            assert!((window[10] - window[0]).num_milliseconds() >= 1_000 - 10);
+        }
     }
 }
