@@ -143,9 +143,8 @@ async fn throughput(label: &str, in_memory: bool) {
     );
 }
 
-async fn ops_per_row(rows_per_group: usize) {
+async fn ops_per_row(rows_per_group: usize, licenses: u32) {
     let stack = stack(3, 0).await;
-    let licenses = 8;
     let mut rows = 0usize;
     for l in 1..=licenses {
         let arn = license(l);
@@ -192,8 +191,10 @@ fn main() {
     runtime.block_on(async {
         throughput("aggregated table in memory", true).await;
         throughput("aggregated table on moto", false).await;
-        for rows_per_group in [1, 12, 60] {
-            ops_per_row(rows_per_group).await;
+        // Fewer licenses for the busiest shape: moto's index queries slow down with
+        // table size, and the figure is per row either way.
+        for (rows_per_group, licenses) in [(1, 8), (12, 8), (60, 2)] {
+            ops_per_row(rows_per_group, licenses).await;
         }
     });
 }
