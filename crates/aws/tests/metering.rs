@@ -12,8 +12,8 @@ use awsmp_core::ports::{
 };
 use awsmp_test_support::SimServer;
 use awsmp_test_support::marketplace_sim::{
-    ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, ProductSeed,
-    SimConfig, ThrottleConfig, TokenSeed,
+    ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, LossMode,
+    ProductSeed, SimConfig, ThrottleConfig, TokenSeed,
 };
 use common::*;
 
@@ -254,6 +254,50 @@ async fn request_level_errors_map_to_their_classes() {
     assert!(matches!(err, MeteringError::Disabled(_)), "{err:?}");
 
     assert!(sim.handle().ledger().records.is_empty());
+}
+
+/// A response lost after the call was processed (billed) is an ambiguous outcome:
+/// `Transient`, never a verdict. The record is billed all the same, and a re-send
+/// of the same quantity is answered `DuplicateRecord` with the original id.
+#[tokio::test]
+async fn a_response_lost_after_billing_is_transient_and_the_resend_is_a_duplicate() {
+    for mode in [LossMode::Http500, LossMode::Drop] {
+        let (sim, api) = api().await;
+        sim.handle()
+            .inject_fault(fault(FaultKind::LoseResponse { mode }))
+            .unwrap();
+        let one = [metering_record("requests", "2026-11-30T11", 9)];
+
+        let err = api.batch_meter_usage(&one).await.unwrap_err();
+        assert!(
+            matches!(err, MeteringError::Transient(_)),
+            "{mode:?}: {err:?}"
+        );
+        let ledger = sim.handle().ledger();
+        assert_eq!(
+            ledger.records.len(),
+            1,
+            "{mode:?}: billed despite the lost answer"
+        );
+        assert_eq!(ledger.records[0].quantity, 9);
+        assert_eq!(ledger.records[0].license_arn, LICENSE);
+
+        let verdicts = api.batch_meter_usage(&one).await.unwrap();
+        assert_eq!(
+            verdicts,
+            vec![RecordVerdict::DuplicateRecord {
+                metering_record_id: Some(ledger.records[0].metering_record_id.clone())
+            }],
+            "{mode:?}"
+        );
+        assert_eq!(
+            sim.handle().ledger().records.len(),
+            1,
+            "{mode:?}: billed once"
+        );
+        assert!(sim.handle().ledger().conflicts.is_empty(), "{mode:?}");
+        assert_eq!(sim.handle().stats().lost_responses, 1, "{mode:?}");
+    }
 }
 
 #[tokio::test]

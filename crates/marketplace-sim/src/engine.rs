@@ -14,8 +14,8 @@ use crate::error::{AdminError, ApiError, ApiErrorKind};
 use crate::lifecycle::{LifecycleChange, parse_event};
 use crate::model::{
     BilledRecord, Conflict, Entitlement, EntitlementKey, EntitlementSeed, EntitlementState,
-    FaultKind, FaultSpec, FaultTarget, LedgerSnapshot, LifecycleOutcome, ProductSeed,
-    RejectedRequest, Stats, TokenSeed,
+    FaultKind, FaultPhase, FaultSpec, FaultTarget, LedgerSnapshot, LifecycleOutcome, LossMode,
+    ProductSeed, RejectedRequest, Stats, TokenSeed,
 };
 use crate::throttle::{ThrottleConfig, TokenBucket};
 use crate::validate::{Catalog, MeteredRecord, Patterns, validate_batch};
@@ -103,6 +103,9 @@ pub struct CallOutcome {
     pub result: Result<serde_json::Value, ApiError>,
     /// Real-time delay to add before answering.
     pub latency: Duration,
+    /// Close the connection without answering (an injected `lose_response` fault
+    /// in `drop` mode); `result` is then what the call would have answered.
+    pub drop_connection: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -516,8 +519,34 @@ impl Engine {
         body: RequestBody<'_>,
         real_now: Instant,
     ) -> CallOutcome {
+        let mut drop_connection = false;
         let result = match Operation::from_target(target) {
-            Ok(operation) => self.call_operation(operation, body, real_now),
+            Ok(operation) => {
+                let result = self.call_operation(operation, body, real_now);
+                match self.take_fault(operation, FaultPhase::LoseAnswer) {
+                    Some(FaultKind::LoseResponse { mode }) => {
+                        self.stats.lost_responses += 1;
+                        warn!(
+                            operation = operation.name(),
+                            ?mode,
+                            answered_ok = result.is_ok(),
+                            "call processed; its answer is lost (injected fault)"
+                        );
+                        match mode {
+                            LossMode::Http500 => Err(ApiError::new(
+                                ApiErrorKind::InternalServiceError,
+                                "An internal error has occurred (injected lost response: the \
+                                 call was processed). Retry your request.",
+                            )),
+                            LossMode::Drop => {
+                                drop_connection = true;
+                                result
+                            }
+                        }
+                    }
+                    _ => result,
+                }
+            }
             Err(err) => {
                 self.stats.unknown_operation_calls += 1;
                 Err(self.reject(target.unwrap_or("(missing X-Amz-Target)"), err, 0))
@@ -526,6 +555,7 @@ impl Engine {
         CallOutcome {
             result,
             latency: self.latency,
+            drop_connection,
         }
     }
 
@@ -539,7 +569,7 @@ impl Engine {
             Operation::BatchMeterUsage => self.stats.batch_meter_usage_calls += 1,
             Operation::ResolveCustomer => self.stats.resolve_customer_calls += 1,
         }
-        if let Some(kind) = self.take_fault(operation, true) {
+        if let Some(kind) = self.take_fault(operation, FaultPhase::Refuse) {
             let err = match kind {
                 FaultKind::Throttling => {
                     ApiError::new(ApiErrorKind::Throttling, "Rate exceeded (injected fault)")
@@ -629,7 +659,7 @@ impl Engine {
             Err(err) => return Err(self.reject(operation.name(), err, record_count)),
         };
 
-        let unprocessed_count = match self.take_fault(operation, false) {
+        let unprocessed_count = match self.take_fault(operation, FaultPhase::Unprocess) {
             Some(FaultKind::Unprocessed { records: k }) => k.min(records.len()),
             _ => 0,
         };
@@ -787,13 +817,13 @@ impl Engine {
         })
     }
 
-    /// Takes one use of the first pending fault for `operation` that fails the call
-    /// (`failing`) or leaves records unprocessed (`!failing`).
-    fn take_fault(&mut self, operation: Operation, failing: bool) -> Option<FaultKind> {
+    /// Takes one use of the first pending fault for `operation` that takes effect
+    /// in `phase` of the call.
+    fn take_fault(&mut self, operation: Operation, phase: FaultPhase) -> Option<FaultKind> {
         let position = self
             .faults
             .iter()
-            .position(|f| operation.matches(f.operation) && f.kind.fails_call() == failing)?;
+            .position(|f| operation.matches(f.operation) && f.kind.phase() == phase)?;
         let fault = self.faults.get_mut(position)?;
         let kind = fault.kind;
         fault.remaining = fault.remaining.saturating_sub(1);

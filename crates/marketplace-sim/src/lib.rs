@@ -23,8 +23,8 @@ pub use config::{IdenticalRetryStatus, SimConfig};
 pub use error::{AdminError, ApiError, ApiErrorKind, SimError};
 pub use model::{
     Allocation, AllocationTag, BilledRecord, Conflict, Entitlement, EntitlementKey,
-    EntitlementSeed, EntitlementState, FaultKind, FaultSpec, FaultTarget, LedgerSnapshot,
-    LifecycleOutcome, ProductSeed, RejectedRequest, Stats, TokenSeed,
+    EntitlementSeed, EntitlementState, FaultKind, FaultPhase, FaultSpec, FaultTarget,
+    LedgerSnapshot, LifecycleOutcome, LossMode, ProductSeed, RejectedRequest, Stats, TokenSeed,
 };
 pub use sim::{RunningSim, SimHandle, Simulator};
 pub use throttle::ThrottleConfig;

@@ -121,12 +121,54 @@ pub enum FaultKind {
         /// How many records of each affected call are left unprocessed.
         records: usize,
     },
+    /// The call is processed in full — billed, duplicates answered, every state
+    /// change exactly as for a normal answer — and then its answer is lost: the
+    /// caller gets an HTTP 500 or a dropped connection instead (an ambiguous
+    /// outcome: it cannot know whether anything was billed).
+    LoseResponse {
+        /// How the answer is lost (default `http_500`).
+        #[serde(default)]
+        mode: LossMode,
+    },
+}
+
+/// How a [`FaultKind::LoseResponse`] fault loses the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LossMode {
+    /// An HTTP 500 `InternalServiceErrorException` answer (as when the service fails
+    /// after committing).
+    #[default]
+    #[serde(rename = "http_500", alias = "500")]
+    Http500,
+    /// The connection is closed without any answer (no status line).
+    #[serde(rename = "drop")]
+    Drop,
+}
+
+/// When, in the processing of a call, a fault takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPhase {
+    /// Before processing: the call is refused, nothing changes.
+    Refuse,
+    /// During processing: some records are left unprocessed.
+    Unprocess,
+    /// After processing: the answer is lost.
+    LoseAnswer,
 }
 
 impl FaultKind {
-    /// Whether the fault fails the whole call (as opposed to leaving records unprocessed).
+    /// When the fault takes effect.
+    pub fn phase(self) -> FaultPhase {
+        match self {
+            Self::Throttling | Self::InternalError | Self::Disabled => FaultPhase::Refuse,
+            Self::Unprocessed { .. } => FaultPhase::Unprocess,
+            Self::LoseResponse { .. } => FaultPhase::LoseAnswer,
+        }
+    }
+
+    /// Whether the fault refuses the whole call before processing it.
     pub fn fails_call(self) -> bool {
-        !matches!(self, Self::Unprocessed { .. })
+        self.phase() == FaultPhase::Refuse
     }
 }
 
@@ -301,6 +343,10 @@ pub struct Stats {
     /// Requests that sent a request-level `ProductCode` together with LicenseArn
     /// records (AWS would bill both ways: double billing).
     pub product_code_with_license_arn: u64,
+    /// Calls processed in full whose answer an injected `lose_response` fault
+    /// replaced by an HTTP 500 or a dropped connection.
+    #[serde(default)]
+    pub lost_responses: u64,
 }
 
 /// What the simulator did with a lifecycle event.

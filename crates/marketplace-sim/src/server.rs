@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -95,6 +95,9 @@ async fn wire(
     if !outcome.latency.is_zero() {
         tokio::time::sleep(outcome.latency).await;
     }
+    if outcome.drop_connection {
+        return dropped_connection();
+    }
     match outcome.result {
         Ok(value) => json_11(
             StatusCode::OK,
@@ -102,6 +105,19 @@ async fn wire(
         ),
         Err(err) => error_response(&err),
     }
+}
+
+/// A response whose body fails before its first byte: hyper then closes the
+/// connection without writing anything (no status line), which the client sees
+/// as a connection closed before any answer.
+fn dropped_connection() -> Response {
+    let failing = futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "injected lose_response fault: connection dropped without an answer",
+        ))
+    });
+    Response::new(Body::from_stream(failing))
 }
 
 // ---- admin ------------------------------------------------------------------

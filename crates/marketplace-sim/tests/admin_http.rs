@@ -453,3 +453,50 @@ async fn raw_wire_refuses_quantities_the_sdk_cannot_send() {
     assert_eq!(status, 200, "{body}");
     assert!(sim.handle().ledger().records[0].quantity == 2_147_483_647);
 }
+
+#[tokio::test]
+async fn lost_responses_are_injected_over_http() {
+    let sim = start(config()).await;
+    let admin = Admin::new(sim.endpoint_url());
+    let client = client(&sim).await;
+
+    let pending = ok(admin
+        .post(
+            "/admin/faults",
+            json!({"kind": "lose_response", "mode": "drop", "count": 2}),
+        )
+        .await);
+    assert_eq!(
+        pending,
+        json!([{"kind": "lose_response", "mode": "drop", "count": 2, "operation": "batch_meter_usage"}])
+    );
+    assert_eq!(admin.delete("/admin/faults").await, 200);
+    // `500` is accepted for `http_500`, the default mode.
+    ok(admin
+        .post(
+            "/admin/faults",
+            json!({"kind": "lose_response", "mode": "500"}),
+        )
+        .await);
+    let pending = ok(admin
+        .post("/admin/faults", json!({"kind": "lose_response"}))
+        .await);
+    assert_eq!(pending[0]["mode"], "http_500");
+    assert_eq!(pending[1]["mode"], "http_500");
+    let (status, body) = admin
+        .post(
+            "/admin/faults",
+            json!({"kind": "lose_response", "mode": "sometimes"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    let (err, status) = meter_err(&client, vec![record(1, "requests", 4)]).await;
+    assert!(err.is_internal_service_error_exception(), "{err:?}");
+    assert_eq!(status, 500);
+    assert_eq!(
+        admin.get("/admin/ledger").await["records"][0]["quantity"],
+        4
+    );
+    assert_eq!(admin.get("/admin/stats").await["lost_responses"], 1);
+}

@@ -8,8 +8,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use aws_sdk_marketplacemetering::error::ProvideErrorMetadata;
-use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget, SimConfig, ThrottleConfig};
+use aws_sdk_marketplacemetering::error::SdkError;
+use aws_sdk_marketplacemetering::types::UsageRecordResultStatus;
+use awsmp_marketplace_sim::{
+    FaultKind, FaultSpec, FaultTarget, LossMode, SimConfig, ThrottleConfig,
+};
 use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 #[tokio::test]
@@ -187,4 +192,147 @@ async fn latency_delays_every_answer_by_at_least_the_configured_time() {
 
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(sim.handle().latency(), Duration::from_millis(300));
+}
+
+fn lose(mode: LossMode, count: u32) -> FaultSpec {
+    FaultSpec {
+        kind: FaultKind::LoseResponse { mode },
+        count,
+        operation: FaultTarget::BatchMeterUsage,
+    }
+}
+
+#[tokio::test]
+async fn a_lost_response_in_500_mode_bills_then_answers_http_500() {
+    let sim = start(config()).await;
+    sim.handle()
+        .inject_fault(lose(LossMode::Http500, 1))
+        .expect("fault queued");
+    let client = client(&sim).await;
+
+    let (err, status) = meter_err(&client, vec![record(1, "requests", 7)]).await;
+    assert!(err.is_internal_service_error_exception(), "{err:?}");
+    assert_eq!(status, 500);
+    let ledger = sim.handle().ledger();
+    assert_eq!(ledger.records.len(), 1, "the call was processed in full");
+    assert_eq!(ledger.records[0].quantity, 7);
+    assert!(
+        ledger.rejected_requests.is_empty(),
+        "a processed call is not a refused one"
+    );
+
+    // The re-send finds the record billed.
+    let out = meter(&client, vec![record(1, "requests", 7)])
+        .await
+        .expect("no faults left");
+    assert_eq!(
+        out.results()[0].status(),
+        Some(&UsageRecordResultStatus::DuplicateRecord)
+    );
+    assert_eq!(
+        out.results()[0].metering_record_id(),
+        Some(ledger.records[0].metering_record_id.as_str())
+    );
+    let stats = sim.handle().stats();
+    assert_eq!(stats.lost_responses, 1);
+    assert_eq!(stats.records_by_status.get("Success"), Some(&1));
+    assert_eq!(stats.records_by_status.get("DuplicateRecord"), Some(&1));
+}
+
+#[tokio::test]
+async fn a_lost_response_in_drop_mode_bills_then_closes_the_connection() {
+    let sim = start(config()).await;
+    sim.handle()
+        .inject_fault(lose(LossMode::Drop, 2))
+        .expect("fault queued");
+    let client = client(&sim).await;
+
+    for _ in 0..2 {
+        let err = meter(&client, vec![record(1, "requests", 3)])
+            .await
+            .expect_err("no answer");
+        assert!(
+            matches!(
+                err,
+                SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+            ),
+            "a dropped connection is not a service answer: {err:?}"
+        );
+    }
+    let ledger = sim.handle().ledger();
+    assert_eq!(
+        ledger.records.len(),
+        1,
+        "billed once, answered duplicate once"
+    );
+    let stats = sim.handle().stats();
+    assert_eq!(stats.lost_responses, 2);
+    assert_eq!(stats.records_by_status.get("DuplicateRecord"), Some(&1));
+    assert!(sim.handle().pending_faults().is_empty());
+    meter(&client, vec![record(1, "requests", 3)])
+        .await
+        .expect("answered again once the fault is used up");
+}
+
+#[tokio::test]
+async fn a_dropped_connection_writes_no_status_line() {
+    let sim = start(config()).await;
+    sim.handle()
+        .inject_fault(lose(LossMode::Drop, 1))
+        .expect("fault queued");
+    let body = format!(
+        "{{\"UsageRecords\":[{{\"Timestamp\":{},\"Dimension\":\"requests\",\"Quantity\":1,\
+         \"CustomerAWSAccountId\":\"{ACCOUNT}\",\"LicenseArn\":\"{LICENSE}\"}}]}}",
+        now().timestamp() - 60
+    );
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: {}\r\nx-amz-target: AWSMPMeteringService.BatchMeterUsage\r\n\
+         content-type: application/x-amz-json-1.1\r\ncontent-length: {}\r\n\r\n{body}",
+        sim.addr(),
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(sim.addr())
+        .await
+        .expect("connect");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("request sent");
+    let mut answer = Vec::new();
+    // EOF or a reset: either way, nothing must have been written.
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection");
+    assert!(
+        answer.is_empty(),
+        "expected no bytes, got {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(sim.handle().ledger().records.len(), 1, "processed");
+}
+
+#[tokio::test]
+async fn lost_responses_apply_to_their_operation_only() {
+    let sim = start(config()).await;
+    sim.handle()
+        .inject_fault(FaultSpec {
+            kind: FaultKind::LoseResponse {
+                mode: LossMode::Http500,
+            },
+            count: 1,
+            operation: FaultTarget::ResolveCustomer,
+        })
+        .expect("fault queued");
+    let client = client(&sim).await;
+    meter(&client, vec![record(1, "requests", 1)])
+        .await
+        .expect("BatchMeterUsage is not affected");
+    let err = client
+        .resolve_customer()
+        .registration_token("unknown")
+        .send()
+        .await
+        .expect_err("lost");
+    assert_eq!(err.code(), Some("InternalServiceErrorException"));
+    assert_eq!(sim.handle().stats().lost_responses, 1);
 }
