@@ -1,5 +1,7 @@
-//! [`WorkQueue`] on SQS: `SendMessageBatch` in tens, JSON bodies, every refused
-//! message reported by its index.
+//! [`WorkQueue`] on SQS: `SendMessageBatch` in tens and within the batch payload
+//! limit, JSON bodies, every refused message reported by its index.
+
+use std::ops::Range;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
@@ -13,6 +15,32 @@ use crate::error::port_error;
 pub const SQS_BATCH_SIZE: usize = 10;
 /// Largest message body SQS takes (256 KiB); bigger messages are reported, not sent.
 pub const SQS_MAX_BODY_BYTES: usize = 256 * 1024;
+/// Largest total payload of one `SendMessageBatch` (the sum of its message bodies):
+/// 256 KiB, the classic SQS limit (newer queues take up to 1 MiB, but a queue keeps
+/// the limit it was configured with, so the conservative one is used everywhere).
+pub const SQS_MAX_BATCH_BYTES: usize = 256 * 1024;
+
+/// Splits bodies of `sizes` bytes, in order, into consecutive batches of at most
+/// `max_entries` entries whose sizes add up to at most `max_bytes`. A body larger than
+/// `max_bytes` gets a batch of its own (callers refuse those before sending).
+pub fn batch_ranges(sizes: &[usize], max_entries: usize, max_bytes: usize) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, size) in sizes.iter().enumerate() {
+        let full = i - start >= max_entries.max(1) || bytes.saturating_add(*size) > max_bytes;
+        if i > start && full {
+            ranges.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes = bytes.saturating_add(*size);
+    }
+    if start < sizes.len() {
+        ranges.push(start..sizes.len());
+    }
+    ranges
+}
 
 /// A work queue by URL. Bodies are the serde JSON of [`WorkMessage`]; read them back
 /// with [`crate::parse_work_message`].
@@ -39,9 +67,10 @@ impl SqsWorkQueue {
 
 #[async_trait]
 impl WorkQueue for SqsWorkQueue {
-    /// Sends in batches of ten. A message SQS refuses, one too large to send, or one in
-    /// a batch whose whole request failed is listed in [`SendReport::failed`]; the call
-    /// fails as a whole only when no batch got through at all.
+    /// Sends in batches of at most ten messages and [`SQS_MAX_BATCH_BYTES`] of bodies. A
+    /// message SQS refuses, one larger than [`SQS_MAX_BODY_BYTES`] (never sent), or one
+    /// in a batch whose whole request failed is listed in [`SendReport::failed`]; the
+    /// call fails as a whole only when no batch got through at all.
     #[instrument(skip(self, messages), fields(queue = %self.queue_url, messages = messages.len()))]
     async fn send(&self, messages: &[WorkMessage]) -> Result<SendReport, PortError> {
         let mut report = SendReport::default();
@@ -61,7 +90,9 @@ impl WorkQueue for SqsWorkQueue {
                 }
             }
         }
-        for chunk in entries.chunks(SQS_BATCH_SIZE) {
+        let sizes: Vec<usize> = entries.iter().map(|(_, body)| body.len()).collect();
+        for range in batch_ranges(&sizes, SQS_BATCH_SIZE, SQS_MAX_BATCH_BYTES) {
+            let chunk = &entries[range];
             let mut request = self.client.send_message_batch().queue_url(&self.queue_url);
             for (index, body) in chunk {
                 let entry = SendMessageBatchRequestEntry::builder()
@@ -109,6 +140,34 @@ impl WorkQueue for SqsWorkQueue {
                 report.failed.sort_unstable();
                 Ok(report)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_hold_at_most_ten_entries_and_the_byte_limit() {
+        // Ten small bodies per batch.
+        assert_eq!(batch_ranges(&[1; 25], 10, 100), vec![0..10, 10..20, 20..25]);
+        // Bytes close a batch before ten entries: 40 + 40 fits 100, a third does not.
+        assert_eq!(batch_ranges(&[40; 5], 10, 100), vec![0..2, 2..4, 4..5]);
+        // Exactly at the limit still fits.
+        assert_eq!(batch_ranges(&[50, 50, 1], 10, 100), vec![0..2, 2..3]);
+        // A body at the limit travels alone; the order is kept.
+        assert_eq!(batch_ranges(&[1, 100, 1], 10, 100), vec![0..1, 1..2, 2..3]);
+        assert!(batch_ranges(&[], 10, 100).is_empty());
+        // With the SQS limits: 200 KiB bodies go one per request.
+        let big = [200 * 1024; 3];
+        assert_eq!(
+            batch_ranges(&big, SQS_BATCH_SIZE, SQS_MAX_BATCH_BYTES),
+            vec![0..1, 1..2, 2..3]
+        );
+        for range in batch_ranges(&[100_000, 100_000, 60_000, 3_000, 1], 10, 262_144) {
+            let total: usize = [100_000, 100_000, 60_000, 3_000, 1][range].iter().sum();
+            assert!(total <= 262_144);
         }
     }
 }
