@@ -73,6 +73,9 @@ async fn seed_records(
                 attempt_count: 0,
                 version: 1,
                 in_flight_until: None,
+                claim_id: None,
+                sent_quantity: None,
+                folding: false,
             };
             store.put_direct(&record, stack.now()).await.unwrap();
             n += 1;

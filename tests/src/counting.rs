@@ -11,8 +11,9 @@ use awsmp_core::model::{
     AggregatedRecord, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber,
 };
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, CommitOutcome, Cursor, NewUsageRow, Page, PendingRawRef,
-    PortError, PutOutcome, SubmissionUpdate, SubscriberStore, UsageStore,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
+    NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
+    SubmissionUpdate, SubscriberStore, UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant};
 
@@ -97,18 +98,40 @@ impl<S: UsageStore> UsageStore for CountingUsage<S> {
         &self,
         license_arn: &str,
         sort_key: &str,
+        claim: RowClaim<'_>,
         status: RawStatus,
         reason: Option<ReasonCode>,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.counts.add("usage.finalize", 1);
         self.inner
-            .finalize_row(license_arn, sort_key, status, reason, now)
+            .finalize_row(license_arn, sort_key, claim, status, reason, now)
             .await
     }
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
         self.counts.add("usage.put", 1);
         self.inner.put_row(row, now).await
+    }
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError> {
+        self.counts.add("usage.scan_pending", 1);
+        self.inner.stray_pending_page(live, cursor).await
+    }
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.counts.add("usage.repair_pending", 1);
+        self.inner
+            .repair_pending(license_arn, sort_key, from, hour, now)
+            .await
     }
 }
 
@@ -144,20 +167,37 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         &self,
         key: &GroupKey,
         expected_version: u64,
-        now: Instant,
-        until: Instant,
-    ) -> Result<bool, PortError> {
+        claim: &Claim,
+    ) -> Result<Option<ClaimGrant>, PortError> {
         self.counts.add("aggregated.claim", 1);
-        self.inner.claim(key, expected_version, now, until).await
+        self.inner.claim(key, expected_version, claim).await
     }
     async fn record(
         &self,
         key: &GroupKey,
+        claim_id: Option<&str>,
         update: &SubmissionUpdate,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.counts.add("aggregated.record", 1);
-        self.inner.record(key, update, now).await
+        self.inner.record(key, claim_id, update, now).await
+    }
+    async fn reject_malformed(
+        &self,
+        item: &MalformedItem,
+        reason: &str,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.counts.add("aggregated.reject_malformed", 1);
+        self.inner.reject_malformed(item, reason, now).await
+    }
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError> {
+        self.counts.add("aggregated.scan_pending", 1);
+        self.inner.stray_pending_page(live, cursor).await
     }
     async fn put_direct(
         &self,

@@ -4,7 +4,11 @@
 //! with the real `awsmp-aws` adapters, called as libraries with real event JSON. Time
 //! is driven explicitly: scheduled runs carry the scenario's "now" in their event, the
 //! SQS stages read it from a manual clock, and the simulator's clock is pinned to it.
+//! Each handler has its own SDK clients ([`clients::FunctionClients`]) recording every
+//! AWS call it makes in [`Stack::calls`]; the harness's own reads and writes are not
+//! recorded.
 
+pub mod clients;
 pub mod counting;
 pub mod events;
 pub mod invariant;
@@ -25,7 +29,9 @@ use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
 };
-use awsmp_test_support::{MotoServer, TEST_REGION, create_queue, test_sdk_config};
+use awsmp_test_support::{MotoServer, TEST_REGION, create_queue};
+
+use crate::clients::{FunctionClients, SUBSCRIBERS_REGION};
 
 use crate::counting::{CountingAggregated, CountingSubscribers, CountingUsage, OpCounts};
 use crate::events::{Delivered, scheduled_event, sqs_event};
@@ -88,11 +94,14 @@ pub struct StackOptions {
     pub sim_latency_ms: u64,
     /// Whether the simulator enforces the 10/s quota.
     pub quota: bool,
+    /// The main stack's Region (tables, queues, Marketplace calls); the subscribers
+    /// table is always in [`SUBSCRIBERS_REGION`].
+    pub region: String,
 }
 
 impl StackOptions {
     /// Defaults: product `prod-e2e`, dimensions `requests`, `storage`, `users`, lock 1,
-    /// `defer`, live, no latency, quota on.
+    /// `defer`, live, no latency, quota on, Region us-east-1.
     pub fn at(now: Instant) -> Self {
         StackOptions {
             now,
@@ -103,6 +112,7 @@ impl StackOptions {
             mode: MeteringMode::Live,
             sim_latency_ms: 0,
             quota: true,
+            region: TEST_REGION.to_string(),
         }
     }
 }
@@ -155,8 +165,10 @@ pub struct Stack {
     pub cleanup: awsmp_cleanup::State,
     /// The submitter.
     pub submitter: awsmp_submitter::State,
-    /// The subscribers store (to play the subscription Lambda's part).
+    /// The subscribers store (to play the subscription Lambda's part; not recorded).
     pub subscribers: Arc<dyn SubscriberStore>,
+    /// Every AWS call the handlers made, by function.
+    pub calls: awsmp_aws::CallLog,
     now: Mutex<Instant>,
     delivered: Mutex<Vec<(QueueKind, String)>>,
     failed_receipts: Mutex<Vec<(String, String)>>,
@@ -166,11 +178,14 @@ impl Stack {
     /// Starts moto and the simulator, creates the tables and queues, wires the handlers.
     pub async fn start(options: StackOptions) -> Result<Stack, HarnessError> {
         let moto = MotoServer::start().await?;
-        let dynamodb = moto.dynamodb();
-        let sqs = moto.sqs();
+        let dynamodb = aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(&options.region));
+        let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config_in(&options.region));
+        let subscribers_dynamodb =
+            aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION));
         awsmp_test_support::create_usage_table(&dynamodb, USAGE_TABLE).await?;
         awsmp_test_support::create_aggregated_table(&dynamodb, AGGREGATED_TABLE).await?;
-        awsmp_test_support::create_subscribers_table(&dynamodb, SUBSCRIBERS_TABLE).await?;
+        awsmp_test_support::create_subscribers_table(&subscribers_dynamodb, SUBSCRIBERS_TABLE)
+            .await?;
         let mut queues = HashMap::new();
         queues.insert(QueueKind::Work, create_queue(&sqs, WORK_QUEUE).await?);
         queues.insert(
@@ -194,35 +209,43 @@ impl Stack {
         })
         .await
         .map_err(|e| HarnessError::Sim(e.to_string()))?;
-        let metering_client =
-            awsmp_aws::metering_client(&test_sdk_config(&sim.endpoint_url(), TEST_REGION));
 
+        // Each handler gets its own clients, recording its calls under its name.
+        let calls = awsmp_aws::CallLog::new();
+        let sim_endpoint = sim.endpoint_url();
+        let clients = |function: &str| {
+            FunctionClients::new(&moto, &sim_endpoint, &options.region, &calls, function)
+        };
         let counts = OpCounts::new();
-        let usage: Arc<dyn UsageStore> = Arc::new(CountingUsage {
-            inner: awsmp_aws::DynamoUsageStore::new(dynamodb.clone(), USAGE_TABLE),
-            counts: counts.clone(),
-        });
-        let aggregated: Arc<dyn AggregatedStore> = Arc::new(CountingAggregated {
-            inner: awsmp_aws::DynamoAggregatedStore::new(
-                dynamodb.clone(),
-                AGGREGATED_TABLE,
-                USAGE_TABLE,
-            ),
-            counts: counts.clone(),
-        });
-        let subscribers: Arc<dyn SubscriberStore> = Arc::new(CountingSubscribers {
-            inner: awsmp_aws::DynamoSubscriberStore::new(
-                aws_sdk_dynamodb::Client::new(&moto.sdk_config_in("us-east-1")),
-                SUBSCRIBERS_TABLE,
-            ),
-            counts: counts.clone(),
-        });
-        let queue = |kind: QueueKind| -> Arc<awsmp_aws::SqsWorkQueue> {
+        let usage = |c: &FunctionClients| -> Arc<dyn UsageStore> {
+            Arc::new(CountingUsage {
+                inner: awsmp_aws::DynamoUsageStore::new(c.dynamodb.clone(), USAGE_TABLE),
+                counts: counts.clone(),
+            })
+        };
+        let aggregated = |c: &FunctionClients| -> Arc<dyn AggregatedStore> {
+            Arc::new(CountingAggregated {
+                inner: awsmp_aws::DynamoAggregatedStore::new(
+                    c.dynamodb.clone(),
+                    AGGREGATED_TABLE,
+                    USAGE_TABLE,
+                ),
+                counts: counts.clone(),
+            })
+        };
+        let subscribers_on = |client: aws_sdk_dynamodb::Client| -> Arc<dyn SubscriberStore> {
+            Arc::new(CountingSubscribers {
+                inner: awsmp_aws::DynamoSubscriberStore::new(client, SUBSCRIBERS_TABLE),
+                counts: counts.clone(),
+            })
+        };
+        let queue = |c: &FunctionClients, kind: QueueKind| -> Arc<awsmp_aws::SqsWorkQueue> {
             Arc::new(awsmp_aws::SqsWorkQueue::new(
-                sqs.clone(),
+                c.sqs.clone(),
                 queues.get(&kind).cloned().unwrap_or_default(),
             ))
         };
+        let subscribers = subscribers_on(subscribers_dynamodb);
         let clock = ManualClock::new(options.now);
         let metrics = RecordingMetrics::new();
         let system_clock = Arc::new(awsmp_aws::SystemClock);
@@ -230,31 +253,35 @@ impl Stack {
         let mut discover_settings =
             DiscoverSettings::new(options.product_code.clone(), options.lock);
         discover_settings.flush_margin = chrono::Duration::minutes(10);
+        let c = clients("discoverer");
         let discoverer = awsmp_discoverer::State {
             settings: Arc::new(discover_settings),
-            usage: usage.clone(),
-            subscribers: subscribers.clone(),
-            work_queue: queue(QueueKind::Work),
-            deprovision_queue: queue(QueueKind::Deprovision),
+            usage: usage(&c),
+            subscribers: subscribers_on(c.subscribers_dynamodb.clone()),
+            work_queue: queue(&c, QueueKind::Work),
+            deprovision_queue: queue(&c, QueueKind::Deprovision),
             metrics: Arc::new(metrics.clone()),
             clock: system_clock.clone(),
         };
+        let c = clients("aggregator");
         let aggregator = awsmp_aggregator::State {
             settings: Arc::new(awsmp_core::pipeline::aggregation::AggregateSettings {
                 product_code: options.product_code.clone(),
                 lock: options.lock,
                 zero_policy: options.zero_policy,
             }),
-            usage: usage.clone(),
-            aggregated: aggregated.clone(),
-            cleanup_queue: queue(QueueKind::Cleanup),
+            usage: usage(&c),
+            aggregated: aggregated(&c),
+            cleanup_queue: queue(&c, QueueKind::Cleanup),
             clock: Arc::new(clock.clone()),
         };
+        let c = clients("cleanup");
         let cleanup = awsmp_cleanup::State {
-            usage: usage.clone(),
+            usage: usage(&c),
             metrics: Arc::new(metrics.clone()),
             clock: Arc::new(clock.clone()),
         };
+        let c = clients("submitter");
         let submitter = awsmp_submitter::State {
             settings: Arc::new(SubmitSettings::new(
                 options.product_code.clone(),
@@ -262,9 +289,9 @@ impl Stack {
                 options.zero_policy,
                 DeploymentMode::Full,
             )),
-            aggregated: aggregated.clone(),
-            subscribers: subscribers.clone(),
-            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(metering_client)),
+            aggregated: aggregated(&c),
+            subscribers: subscribers_on(c.subscribers_dynamodb.clone()),
+            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone())),
             metrics: Arc::new(metrics.clone()),
             // Real time at millisecond resolution: pacing must hold against the
             // simulator's real-time quota.
@@ -286,9 +313,22 @@ impl Stack {
             cleanup,
             submitter,
             subscribers,
+            calls,
             delivered: Mutex::new(Vec::new()),
             failed_receipts: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Clients for another function (subscription, register, deprovision-cleanup)
+    /// whose calls are recorded under `function` in [`Stack::calls`].
+    pub fn clients(&self, function: &str) -> FunctionClients {
+        FunctionClients::new(
+            &self.moto,
+            &self.sim.endpoint_url(),
+            &self.options.region,
+            &self.calls,
+            function,
+        )
     }
 
     // ----------------------------------------------------------------- time

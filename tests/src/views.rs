@@ -91,7 +91,8 @@ pub async fn scan(
     }
 }
 
-/// Every raw usage row.
+/// Every raw usage row (not the ingestion markers `event#<eventId>` that
+/// `UsageStore::put_row` writes beside its rows: they are not usage).
 pub async fn raw_rows(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -99,6 +100,10 @@ pub async fn raw_rows(
     Ok(scan(client, table)
         .await?
         .iter()
+        .filter(|item| {
+            s(item, attr::USAGE_SORT_KEY)
+                .is_none_or(|key| awsmp_core::memory::ingestion_marker_event_id(&key).is_none())
+        })
         .map(|item| RawRowView {
             license_arn: s(item, attr::LICENSE_ARN).unwrap_or_default(),
             sort_key: s(item, attr::USAGE_SORT_KEY).unwrap_or_default(),

@@ -230,6 +230,42 @@ async fn every_reason_code_is_rejected_and_never_billed() {
         good(&l3, ACCOUNT_B, "users", "2026-11-30T09:23:00Z", 6),
         ReasonCode::MixedAllocatedAndUnallocated,
     ));
+    // 170 allocations of five maximal tags (~1.9 KB each): a record holding them would
+    // pass 300 KB of allocations, so the row that brings them cannot be counted.
+    let heavy: Vec<Vec<(String, String)>> = (0..170)
+        .map(|n| {
+            (0..5)
+                .map(|k| {
+                    (
+                        format!("{k}{}", "k".repeat(99)),
+                        format!("{n:08}{}", "v".repeat(248)),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let heavy_refs: Vec<Vec<(&str, &str)>> = heavy
+        .iter()
+        .map(|tags| tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+        .collect();
+    let heavy_allocations: Vec<(i64, &[(&str, &str)])> =
+        heavy_refs.iter().map(|t| (1, t.as_slice())).collect();
+    let mut i = good(&l, ACCOUNT_A, "storage", "2026-11-30T09:24:00Z", 170);
+    i.insert(
+        attr::USAGE_ALLOCATIONS.into(),
+        allocations(&heavy_allocations),
+    );
+    items.push(put(i, ReasonCode::RecordTooLarge));
+    // A row filed under a marker that is not an hour (as other samples write), whose
+    // timestamp cannot place it either: found by the index sweep, rejected.
+    let mut i = good(&l, ACCOUNT_A, "requests", "2026-11-30T09:25:00Z", 1);
+    i.insert(attr::TIMESTAMP.into(), s("yesterday"));
+    i.insert(
+        attr::USAGE_SORT_KEY.into(),
+        s(&format!("{ACCOUNT_A}#requests#yesterday")),
+    );
+    i.insert(attr::METERING_PENDING.into(), s("true"));
+    items.push(put(i, ReasonCode::MalformedMeteringPending));
     for item in items {
         stack.put_item(item).await.unwrap();
     }

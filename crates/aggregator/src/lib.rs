@@ -9,6 +9,7 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::config::{ConfigError, EnvReader};
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
+use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkMessage, WorkQueue};
 use awsmp_core::time::MeteringLockHours;
@@ -132,18 +133,39 @@ impl From<HandlerError> for Diagnostic {
     }
 }
 
+/// No message is started with less than this left before the invocation deadline: a
+/// group of many commits, each retried, must finish (or fail cleanly) before Lambda
+/// stops the function mid-fold.
+pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
+
 /// Handles one SQS batch. Each failed message (malformed body, store failure, record
 /// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
-/// the others are deleted.
+/// the others are deleted. Messages not started before the deadline margin are
+/// reported as failures too (redelivered, never lost).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, HandlerError> {
     let mut response = SqsBatchResponse::default();
+    let mut ids = Vec::with_capacity(event.payload.records.len());
     for (position, message) in event.payload.records.iter().enumerate() {
-        let Some(id) = message.message_id.clone() else {
-            return Err(HandlerError::MissingMessageId { position });
-        };
+        match message.message_id.clone() {
+            Some(id) => ids.push(id),
+            None => return Err(HandlerError::MissingMessageId { position }),
+        }
+    }
+    let budget = Budget::from_deadline_millis(
+        event.context.deadline,
+        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
+    );
+    for (message, id) in event.payload.records.iter().zip(ids) {
+        if budget.exhausted(state.clock.as_ref()) {
+            warn!(message_id = %id, "deadline near; message left for redelivery");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+            continue;
+        }
         if let Err(reason) = handle_message(state, message.body.as_deref()).await {
             warn!(message_id = %id, %reason, "work message failed; SQS will redeliver it");
             let mut failure = BatchItemFailure::default();

@@ -82,3 +82,50 @@ async fn a_message_without_an_id_fails_the_whole_batch() {
     let result = handler(&state, LambdaEvent::new(payload, Context::default())).await;
     assert!(result.is_err());
 }
+
+#[tokio::test]
+async fn messages_not_started_before_the_deadline_margin_are_left_for_redelivery() {
+    let tables = MemoryTables::new();
+    tables.insert_raw_row(reference_row(
+        LICENSE,
+        "111122223333",
+        "requests",
+        "2026-11-30T09:15:00Z",
+        4,
+    ));
+    let now = parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap();
+    let state = State {
+        settings: Arc::new(AggregateSettings {
+            product_code: "prod-abc123".into(),
+            lock: MeteringLockHours::DEFAULT,
+            zero_policy: ZeroQuantityPolicy::Defer,
+        }),
+        usage: Arc::new(tables.usage_store()),
+        aggregated: Arc::new(tables.aggregated_store()),
+        cleanup_queue: Arc::new(MemoryWorkQueue::new()),
+        clock: Arc::new(ManualClock::new(now)),
+    };
+    let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-batch.json")).unwrap();
+    let ids: Vec<String> = payload
+        .records
+        .iter()
+        .filter_map(|r| r.message_id.clone())
+        .collect();
+    // GIVEN an invocation with 20 s left, less than the margin a message may need
+    let mut context = Context::default();
+    context.deadline =
+        u64::try_from((now + chrono::Duration::seconds(20)).timestamp_millis()).unwrap();
+
+    let response = handler(&state, LambdaEvent::new(payload, context))
+        .await
+        .unwrap();
+
+    // THEN no message was started: each is reported for redelivery, nothing counted
+    let failed: Vec<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failed, ids);
+    assert!(tables.aggregated_records().is_empty());
+}

@@ -4,19 +4,21 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update as TxUpdate};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValue, TransactWriteItem, Update as TxUpdate,
+};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, CommitOutcome, Cursor, MAX_ROWS_PER_COMMIT, Page,
-    PortError, PutOutcome, SubmissionUpdate,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor,
+    MAX_ROWS_PER_COMMIT, MalformedItem, Page, PortError, PutOutcome, SubmissionUpdate,
 };
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
 use crate::error::{describe, failed, is_conditional_check_failed, is_transient, port_error};
 use crate::item::{
-    DynamoItem, Reader, Update, allocations_to_dynamo, decode_cursor, encode_cursor, instant, n, s,
-    stamp_attrs,
+    DynamoItem, Reader, Update, allocations_to_dynamo, decode_cursor, encode_cursor, instant, n,
+    not_live_filter, s, stamp_attrs,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -68,6 +70,50 @@ impl DynamoAggregatedStore {
 
     fn record_from_item(&self, item: &DynamoItem) -> Result<AggregatedRecord, PortError> {
         record_from_item(&self.table, item)
+    }
+
+    /// A record of the pending index for `hour`, or what makes it unusable: unreadable
+    /// attributes, or keys that contradict them (a claim or an outcome addressed by the
+    /// attributes would never find the item, so it would stay pending forever).
+    fn pending_record(&self, item: &DynamoItem) -> Result<AggregatedRecord, String> {
+        let record = self.record_from_item(item).map_err(|e| e.to_string())?;
+        let stored_sort_key = item
+            .get(attr::AGGREGATED_SORT_KEY)
+            .and_then(|v| v.as_s().ok());
+        let expected = record.key.aggregated_sort_key();
+        if stored_sort_key != Some(&expected) {
+            return Err(format!(
+                "{} {:?} does not match its attributes (expected {expected:?})",
+                attr::AGGREGATED_SORT_KEY,
+                stored_sort_key.map(String::as_str).unwrap_or_default()
+            ));
+        }
+        let pending = item.get(attr::METERING_PENDING).and_then(|v| v.as_s().ok());
+        if pending != Some(&record.key.hour.to_string()) {
+            return Err(format!(
+                "{} {:?} does not match {} {}",
+                attr::METERING_PENDING,
+                pending.map(String::as_str).unwrap_or_default(),
+                attr::HOUR_BUCKET,
+                record.key.hour
+            ));
+        }
+        Ok(record)
+    }
+}
+
+/// An item of the index by its stored keys, with what is wrong with it.
+fn malformed_item(item: &DynamoItem, problem: String) -> MalformedItem {
+    let key = |name: &str| {
+        item.get(name)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    MalformedItem {
+        license_arn: key(attr::LICENSE_ARN),
+        sort_key: key(attr::AGGREGATED_SORT_KEY),
+        problem,
     }
 }
 
@@ -128,6 +174,12 @@ pub fn record_item(record: &AggregatedRecord) -> DynamoItem {
             record.metering_record_id.as_deref().map(s),
         ),
         (attr::IN_FLIGHT_UNTIL, record.in_flight_until.map(instant)),
+        (attr::CLAIM_ID, record.claim_id.as_deref().map(s)),
+        (attr::SENT_QUANTITY, record.sent_quantity.map(n)),
+        (
+            attr::AGGREGATION_IN_PROGRESS,
+            record.folding.then_some(AttributeValue::Bool(true)),
+        ),
         (
             attr::METERING_PENDING,
             (!record.status.is_terminal()).then(|| s(key.hour.to_string())),
@@ -148,6 +200,9 @@ const OPTIONAL_RECORD_ATTRS: &[&str] = &[
     attr::METERING_STATUS_REASON,
     attr::METERING_RECORD_ID,
     attr::IN_FLIGHT_UNTIL,
+    attr::CLAIM_ID,
+    attr::SENT_QUANTITY,
+    attr::AGGREGATION_IN_PROGRESS,
     attr::METERING_PENDING,
 ];
 
@@ -187,6 +242,9 @@ pub fn record_from_item(table: &str, item: &DynamoItem) -> Result<AggregatedReco
         attempt_count,
         version: reader.opt_u64(attr::VERSION)?.unwrap_or(0),
         in_flight_until: reader.opt_instant(attr::IN_FLIGHT_UNTIL)?,
+        claim_id: reader.opt_s(attr::CLAIM_ID)?,
+        sent_quantity: reader.opt_i64(attr::SENT_QUANTITY)?,
+        folding: item.contains_key(attr::AGGREGATION_IN_PROGRESS),
     })
 }
 
@@ -271,11 +329,15 @@ impl AggregatedStore for DynamoAggregatedStore {
                 update
                     .add(attr::RAW_ROW_COUNT, n(row_count))
                     .stamp(commit.now);
+                // Folds only into a record no submitter ever claimed: once claimed it
+                // may be billed, and its quantity is final.
                 let version = version_condition(&mut update, expected);
                 let pending = update.name(attr::METERING_PENDING);
-                let not_in_flight = not_in_flight_condition(&mut update, commit.now);
-                let condition =
-                    format!("{version} AND attribute_exists({pending}) AND {not_in_flight}");
+                let in_flight = update.name(attr::IN_FLIGHT_UNTIL);
+                let sent = update.name(attr::SENT_QUANTITY);
+                let condition = format!(
+                    "{version} AND attribute_exists({pending}) AND attribute_not_exists({in_flight}) AND attribute_not_exists({sent})"
+                );
                 let tx = TxUpdate::builder()
                     .table_name(&self.table)
                     .key(attr::LICENSE_ARN, s(&record.key.license_arn))
@@ -398,36 +460,45 @@ impl AggregatedStore for DynamoAggregatedStore {
             .send()
             .await
             .map_err(|e| port_error("Query aggregated metering_pending", e))?;
-        let items = out
-            .items()
-            .iter()
-            .map(|item| self.record_from_item(item))
-            .collect::<Result<Vec<_>, _>>()?;
-        let next = out.last_evaluated_key().map(encode_cursor).transpose()?;
-        Ok(Page { items, next })
+        let mut page = Page {
+            next: out.last_evaluated_key().map(encode_cursor).transpose()?,
+            ..Page::default()
+        };
+        for item in out.items() {
+            match self.pending_record(item) {
+                Ok(record) => page.items.push(record),
+                Err(problem) => page.malformed.push(malformed_item(item, problem)),
+            }
+        }
+        Ok(page)
     }
 
-    #[instrument(skip(self), fields(table = %self.table, group = %key))]
+    #[instrument(skip(self, claim), fields(table = %self.table, group = %key))]
     async fn claim(
         &self,
         key: &GroupKey,
         expected_version: u64,
-        now: Instant,
-        until: Instant,
-    ) -> Result<bool, PortError> {
+        claim: &Claim,
+    ) -> Result<Option<ClaimGrant>, PortError> {
         let mut update = Update::new();
-        update.set(attr::IN_FLIGHT_UNTIL, instant(until));
+        update
+            .set(attr::IN_FLIGHT_UNTIL, instant(claim.until))
+            .set(attr::CLAIM_ID, s(&claim.id));
         let attempts = update.name(attr::ATTEMPT_COUNT);
         let zero = update.value(n(0));
         let one = update.value(n(1));
+        let sent = update.name(attr::SENT_QUANTITY);
+        let quantity = update.name(attr::QUANTITY);
         update
             .set_clause(format!(
                 "{attempts} = if_not_exists({attempts}, {zero}) + {one}"
             ))
-            .stamp(now);
+            .set_clause(format!("{sent} = if_not_exists({sent}, {quantity})"))
+            .stamp(claim.now);
         let version = version_condition(&mut update, expected_version);
         let pending = update.name(attr::METERING_PENDING);
-        let not_in_flight = not_in_flight_condition(&mut update, now);
+        let folding = update.name(attr::AGGREGATION_IN_PROGRESS);
+        let not_in_flight = not_in_flight_condition(&mut update, claim.now);
         let result = self
             .client
             .update_item()
@@ -436,28 +507,38 @@ impl AggregatedStore for DynamoAggregatedStore {
             .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
             .update_expression(update.expression())
             .condition_expression(format!(
-                "attribute_exists({pending}) AND {version} AND {not_in_flight}"
+                "attribute_exists({pending}) AND attribute_not_exists({folding}) AND {version} AND {not_in_flight}"
             ))
             .set_expression_attribute_names(update.names())
             .set_expression_attribute_values(update.values())
+            // The values before the claim tell, atomically, whether an earlier send
+            // may have billed the record.
+            .return_values(ReturnValue::AllOld)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
+            Ok(out) => {
+                let old = out.attributes.unwrap_or_default();
+                Ok(Some(ClaimGrant {
+                    previously_sent: old.contains_key(attr::SENT_QUANTITY)
+                        || old.contains_key(attr::IN_FLIGHT_UNTIL),
+                }))
+            }
+            Err(e) if is_conditional_check_failed(&e) => Ok(None),
             Err(e) => Err(port_error("UpdateItem aggregated claim", e)),
         }
     }
 
-    #[instrument(skip(self), fields(table = %self.table, group = %key))]
+    #[instrument(skip(self, update), fields(table = %self.table, group = %key))]
     async fn record(
         &self,
         key: &GroupKey,
+        claim_id: Option<&str>,
         update: &SubmissionUpdate,
         now: Instant,
     ) -> Result<bool, PortError> {
         let mut expr = Update::new();
-        expr.remove(attr::IN_FLIGHT_UNTIL);
+        expr.remove(attr::IN_FLIGHT_UNTIL).remove(attr::CLAIM_ID);
         if update.status.is_terminal() {
             expr.set(attr::METERING_STATUS, s(update.status.as_str()))
                 .set_or_remove(
@@ -469,9 +550,19 @@ impl AggregatedStore for DynamoAggregatedStore {
             if let Some(id) = &update.metering_record_id {
                 expr.set(attr::METERING_RECORD_ID, s(id));
             }
+        } else if !update.possibly_sent {
+            expr.remove(attr::SENT_QUANTITY);
         }
         expr.stamp(now);
         let pending = expr.name(attr::METERING_PENDING);
+        let holder = match claim_id {
+            Some(id) => {
+                let name = expr.name(attr::CLAIM_ID);
+                let value = expr.value(s(id));
+                format!("{name} = {value}")
+            }
+            None => not_in_flight_condition(&mut expr, now),
+        };
         let result = self
             .client
             .update_item()
@@ -479,7 +570,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             .key(attr::LICENSE_ARN, s(&key.license_arn))
             .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
             .update_expression(expr.expression())
-            .condition_expression(format!("attribute_exists({pending})"))
+            .condition_expression(format!("attribute_exists({pending}) AND {holder}"))
             .set_expression_attribute_names(expr.names())
             .set_expression_attribute_values(expr.values())
             .send()
@@ -489,6 +580,78 @@ impl AggregatedStore for DynamoAggregatedStore {
             Err(e) if is_conditional_check_failed(&e) => Ok(false),
             Err(e) => Err(port_error("UpdateItem aggregated record", e)),
         }
+    }
+
+    #[instrument(skip(self, item), fields(table = %self.table, sort_key = %item.sort_key))]
+    async fn reject_malformed(
+        &self,
+        item: &MalformedItem,
+        reason: &str,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        let mut expr = Update::new();
+        expr.set(attr::METERING_STATUS, s(AggregatedStatus::Error.as_str()))
+            .set(attr::METERING_STATUS_REASON, s(reason))
+            .remove(attr::METERING_PENDING)
+            .stamp(now);
+        let pending = expr.name(attr::METERING_PENDING);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(&item.license_arn))
+            .key(attr::AGGREGATED_SORT_KEY, s(&item.sort_key))
+            .update_expression(expr.expression())
+            .condition_expression(format!("attribute_exists({pending})"))
+            .set_expression_attribute_names(expr.names())
+            .set_expression_attribute_values(expr.values())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_check_failed(&e) => Ok(false),
+            Err(e) => Err(port_error("UpdateItem aggregated reject_malformed", e)),
+        }
+    }
+
+    #[instrument(skip(self, live), fields(table = %self.table))]
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError> {
+        let start = cursor
+            .as_deref()
+            .map(|c| decode_cursor("aggregated stray_pending_page", c))
+            .transpose()?;
+        let mut request = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .index_name(attr::METERING_PENDING_INDEX)
+            .set_limit(self.page_limit)
+            .set_exclusive_start_key(start);
+        if let Some((filter, names, values)) = not_live_filter(live) {
+            request = request
+                .filter_expression(filter)
+                .set_expression_attribute_names(Some(names))
+                .set_expression_attribute_values(Some(values));
+        }
+        let out = request
+            .send()
+            .await
+            .map_err(|e| port_error("Scan aggregated metering_pending", e))?;
+        let mut page = Page {
+            next: out.last_evaluated_key().map(encode_cursor).transpose()?,
+            ..Page::default()
+        };
+        for item in out.items() {
+            match self.pending_record(item) {
+                Ok(record) => page.items.push(record),
+                Err(problem) => page.malformed.push(malformed_item(item, problem)),
+            }
+        }
+        Ok(page)
     }
 
     #[instrument(skip(self, record), fields(table = %self.table, group = %record.key))]

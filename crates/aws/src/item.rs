@@ -527,3 +527,86 @@ mod tests {
         assert_eq!(update.names().unwrap()["#a0"], "version");
     }
 }
+
+/// One page of the sweep of a table's sparse `metering_pending` index: a `Scan` of the
+/// index (it holds only pending items, so this never reads the table's history), keys
+/// and `meteringPending` projected, filtered to values other than the `live` buckets.
+/// Used by the discoverer and the submitter to find what the per-hour queries cannot:
+/// rows pending under a non-bucket value or an hour older than the look-back.
+pub async fn stray_pending_page(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    sort_key_attr: &str,
+    live: &[awsmp_core::time::HourBucket],
+    cursor: Option<Cursor>,
+    limit: Option<i32>,
+) -> Result<awsmp_core::ports::Page<awsmp_core::ports::StrayPending>, PortError> {
+    let start = cursor
+        .as_deref()
+        .map(|c| decode_cursor("stray_pending_page", c))
+        .transpose()?;
+    let mut request = client
+        .scan()
+        .table_name(table)
+        .index_name(attr::METERING_PENDING_INDEX)
+        .projection_expression("#pk, #sk, #p")
+        .expression_attribute_names("#pk", attr::LICENSE_ARN)
+        .expression_attribute_names("#sk", sort_key_attr)
+        .expression_attribute_names("#p", attr::METERING_PENDING)
+        .set_limit(limit)
+        .set_exclusive_start_key(start);
+    if let Some((filter, _, values)) = not_live_filter(live) {
+        request = request
+            .filter_expression(filter)
+            .set_expression_attribute_values(Some(values));
+    }
+    let out = request
+        .send()
+        .await
+        .map_err(|e| crate::error::port_error("Scan metering_pending", e))?;
+    let text = |item: &DynamoItem, name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+    let items = out
+        .items()
+        .iter()
+        .filter_map(|item| {
+            Some(awsmp_core::ports::StrayPending {
+                license_arn: text(item, attr::LICENSE_ARN)?,
+                sort_key: text(item, sort_key_attr)?,
+                metering_pending: text(item, attr::METERING_PENDING)?,
+            })
+        })
+        .collect();
+    Ok(awsmp_core::ports::Page {
+        items,
+        malformed: Vec::new(),
+        next: out.last_evaluated_key().map(encode_cursor).transpose()?,
+    })
+}
+
+/// A filter expression with its attribute names and values.
+pub type ExpressionParts = (
+    String,
+    HashMap<String, String>,
+    HashMap<String, AttributeValue>,
+);
+
+/// The filter "`meteringPending` is none of `live`" (placeholder `#p`), with its names
+/// and values; `None` when `live` is empty. DynamoDB's `IN` takes at most 100 operands;
+/// the live window is about 26 buckets.
+pub fn not_live_filter(live: &[awsmp_core::time::HourBucket]) -> Option<ExpressionParts> {
+    if live.is_empty() {
+        return None;
+    }
+    let values: HashMap<String, AttributeValue> = live
+        .iter()
+        .take(100)
+        .enumerate()
+        .map(|(i, bucket)| (format!(":b{i}"), s(bucket.to_string())))
+        .collect();
+    let mut placeholders: Vec<&String> = values.keys().collect();
+    placeholders.sort();
+    let list: Vec<&str> = placeholders.iter().map(|p| p.as_str()).collect();
+    let filter = format!("NOT (#p IN ({}))", list.join(", "));
+    let names = HashMap::from([("#p".to_string(), attr::METERING_PENDING.to_string())]);
+    Some((filter, names, values))
+}

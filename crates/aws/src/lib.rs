@@ -15,6 +15,7 @@
 //! | `Clock` | [`SystemClock`] |
 
 pub mod aggregated;
+pub mod calls;
 mod error;
 pub mod item;
 pub mod local;
@@ -26,6 +27,7 @@ pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
+pub use calls::{Authorization, CallLog, CallRecorder, RecordedCall};
 pub use local::{LocalEndpoints, route_to_local};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;

@@ -2,9 +2,13 @@
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use awsmp_core::memory::{INGESTION_MARKER_ROW, ingestion_marker_sort_key};
 use awsmp_core::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
 use awsmp_core::ports::{
-    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, UsageStore,
+    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
+    UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant, format_instant};
 use tracing::instrument;
@@ -21,6 +25,10 @@ use crate::item::{
 /// `dimension`, `timestamp` (`YYYY-MM-DDTHH:MM:SSZ`), `quantity` (N), optional
 /// `usageAllocations` and `productCode`, `meteringPending` (the hour bucket),
 /// `createdAt`, `updatedAt`; sort key `<account>#<dimension>#<timestamp>#<eventId>`.
+/// With it, in the same transaction, the event's idempotency marker: sort key
+/// `event#<eventId>`, `ingestedRow` (the row's sort key), `createdAt`, `updatedAt`;
+/// no `meteringPending`, so it is never in the sparse index, and it never matches a
+/// group's sort-key prefix (those start with the 12-digit account).
 #[derive(Debug, Clone)]
 pub struct DynamoUsageStore {
     client: Client,
@@ -148,7 +156,11 @@ impl UsageStore for DynamoUsageStore {
             })
             .collect::<Result<Vec<_>, PortError>>()?;
         let next = out.last_evaluated_key().map(encode_cursor).transpose()?;
-        Ok(Page { items, next })
+        Ok(Page {
+            items,
+            malformed: Vec::new(),
+            next,
+        })
     }
 
     #[instrument(skip(self), fields(table = %self.table, group = %key))]
@@ -204,6 +216,7 @@ impl UsageStore for DynamoUsageStore {
         &self,
         license_arn: &str,
         sort_key: &str,
+        claim: RowClaim<'_>,
         status: RawStatus,
         reason: Option<ReasonCode>,
         now: Instant,
@@ -215,6 +228,14 @@ impl UsageStore for DynamoUsageStore {
             .remove(attr::METERING_PENDING)
             .stamp(now);
         let pending = update.name(attr::METERING_PENDING);
+        let into = update.name(attr::AGGREGATED_INTO);
+        let claim = match claim {
+            RowClaim::Counted(record) => {
+                let value = update.value(s(record));
+                format!("{into} = {value}")
+            }
+            RowClaim::Uncounted => format!("attribute_not_exists({into})"),
+        };
         let result = self
             .client
             .update_item()
@@ -222,7 +243,7 @@ impl UsageStore for DynamoUsageStore {
             .key(attr::LICENSE_ARN, s(license_arn))
             .key(attr::USAGE_SORT_KEY, s(sort_key))
             .update_expression(update.expression())
-            .condition_expression(format!("attribute_exists({pending})"))
+            .condition_expression(format!("attribute_exists({pending}) AND {claim}"))
             .set_expression_attribute_names(update.names())
             .set_expression_attribute_values(update.values())
             .send()
@@ -231,6 +252,57 @@ impl UsageStore for DynamoUsageStore {
             Ok(_) => Ok(true),
             Err(e) if is_conditional_check_failed(&e) => Ok(false),
             Err(e) => Err(port_error("UpdateItem usage finalize", e)),
+        }
+    }
+
+    #[instrument(skip(self, live), fields(table = %self.table))]
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError> {
+        crate::item::stray_pending_page(
+            &self.client,
+            &self.table,
+            attr::USAGE_SORT_KEY,
+            live,
+            cursor,
+            self.page_limit,
+        )
+        .await
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update
+            .set(attr::METERING_PENDING, s(hour.to_string()))
+            .stamp(now);
+        let pending = update.name(attr::METERING_PENDING);
+        let was = update.value(s(from));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(license_arn))
+            .key(attr::USAGE_SORT_KEY, s(sort_key))
+            .update_expression(update.expression())
+            .condition_expression(format!("{pending} = {was}"))
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if is_conditional_check_failed(&e) => Ok(false),
+            Err(e) => Err(port_error("UpdateItem usage repair_pending", e)),
         }
     }
 
@@ -265,19 +337,62 @@ impl UsageStore for DynamoUsageStore {
             item.insert(attr::PRODUCT_CODE.to_string(), s(code));
         }
         stamp_attrs(&mut item, now);
+        // The event's marker (`event#<eventId>`, no `meteringPending`: never in the
+        // sparse index, never under a group's prefix), written with the row in one
+        // transaction, each only if its key is new: a retry of the event id at any
+        // other timestamp finds the marker and writes nothing.
+        let mut marker = DynamoItem::from([
+            (attr::LICENSE_ARN.to_string(), s(&row.license_arn)),
+            (
+                attr::USAGE_SORT_KEY.to_string(),
+                s(ingestion_marker_sort_key(&row.event_id)),
+            ),
+            (INGESTION_MARKER_ROW.to_string(), s(ingestion_sort_key(row))),
+        ]);
+        stamp_attrs(&mut marker, now);
+        let put = |item: DynamoItem| {
+            Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(#sk)")
+                .expression_attribute_names("#sk", attr::USAGE_SORT_KEY)
+                .build()
+                .map(|put| TransactWriteItem::builder().put(put).build())
+                .map_err(|e| failed("put_row", format!("cannot build the ingestion write: {e}")))
+        };
         let result = self
             .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#sk)")
-            .expression_attribute_names("#sk", attr::USAGE_SORT_KEY)
+            .transact_write_items()
+            .transact_items(put(item)?)
+            .transact_items(put(marker)?)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(PutOutcome::Created),
-            Err(e) if is_conditional_check_failed(&e) => Ok(PutOutcome::AlreadyExists),
-            Err(e) => Err(port_error("PutItem usage", e)),
+        let err = match result {
+            Ok(_) => return Ok(PutOutcome::Created),
+            Err(err) => err,
+        };
+        if let Some(TransactWriteItemsError::TransactionCanceledException(canceled)) =
+            err.as_service_error()
+        {
+            let codes: Vec<&str> = canceled
+                .cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None"))
+                .collect();
+            // The row or the marker exists: this event id was written before.
+            if codes.contains(&"ConditionalCheckFailed") {
+                return Ok(PutOutcome::AlreadyExists);
+            }
+            // A concurrent write of the same event holds an item: the caller retries
+            // and then finds it written (or writes it).
+            return Err(PortError::Transient {
+                operation: "TransactWriteItems usage put_row",
+                message: format!(
+                    "ingestion write canceled: {} (reasons {codes:?})",
+                    canceled.message().unwrap_or_default()
+                ),
+            });
         }
+        Err(port_error("TransactWriteItems usage put_row", err))
     }
 }

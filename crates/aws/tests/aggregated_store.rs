@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, CommitOutcome, NewUsageRow, PutOutcome, SubmissionUpdate,
-    UsageStore,
+    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PutOutcome,
+    SubmissionUpdate, UsageStore,
 };
 use common::*;
 
@@ -25,6 +25,9 @@ fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
         attempt_count: 0,
         version,
         in_flight_until: None,
+        claim_id: None,
+        sent_quantity: None,
+        folding: false,
     }
 }
 
@@ -33,6 +36,14 @@ struct World {
     db: aws_sdk_dynamodb::Client,
     usage: DynamoUsageStore,
     aggregated: DynamoAggregatedStore,
+}
+
+fn claim(id: &str, now: &str, until: &str) -> Claim {
+    Claim {
+        id: id.to_string(),
+        now: t(now),
+        until: t(until),
+    }
 }
 
 async fn world() -> World {
@@ -241,6 +252,7 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
         .finalize_row(
             &r3.0,
             &r3.1,
+            awsmp_core::ports::RowClaim::Uncounted,
             awsmp_core::model::RawStatus::AggregationExpired,
             None,
             t("2026-11-30T11:01:00Z"),
@@ -294,16 +306,19 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
         .await
         .unwrap();
     // A submitter holds it until 11:15.
-    assert!(
-        w.aggregated
-            .claim(
-                &key,
-                1,
-                t("2026-11-30T11:05:00Z"),
-                t("2026-11-30T11:15:00Z")
-            )
-            .await
-            .unwrap()
+    let held = w
+        .aggregated
+        .claim(
+            &key,
+            1,
+            &claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:15:00Z"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        held.map(|g| g.previously_sent),
+        Some(false),
+        "first claim: never sent"
     );
     let fold = commit(
         record(key.clone(), 3, 2),
@@ -315,7 +330,7 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
         w.aggregated.commit(&fold).await.unwrap(),
         CommitOutcome::Conflict
     );
-    // Once the claim has expired, the fold goes through.
+    // A lapsed claim may have sent: still no fold.
     let fold_later = commit(
         record(key.clone(), 3, 2),
         Some(1),
@@ -324,18 +339,30 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
     );
     assert_eq!(
         w.aggregated.commit(&fold_later).await.unwrap(),
+        CommitOutcome::Conflict
+    );
+    // Released as definitely not sent (throttled): the fold goes through.
+    assert!(
+        w.aggregated
+            .record(
+                &key,
+                Some("c1"),
+                &SubmissionUpdate::release(false),
+                t("2026-11-30T11:14:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        w.aggregated.commit(&fold_later).await.unwrap(),
         CommitOutcome::Committed
     );
 
     // Billed: terminal, out of the pending index, never folded again.
-    let update = SubmissionUpdate {
-        status: AggregatedStatus::Success,
-        reason: None,
-        metering_record_id: Some("mr-1".into()),
-    };
+    let update = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()));
     assert!(
         w.aggregated
-            .record(&key, &update, t("2026-11-30T11:20:00Z"))
+            .record(&key, None, &update, t("2026-11-30T11:20:00Z"))
             .await
             .unwrap()
     );
@@ -432,37 +459,38 @@ async fn claim_and_record_follow_the_submission_contract() {
         ))
         .await
         .unwrap();
-    let now = t("2026-11-30T11:05:00Z");
     let until = t("2026-11-30T11:10:00Z");
+    let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
     // Wrong version: skipped.
-    assert!(!w.aggregated.claim(&key, 7, now, until).await.unwrap());
-    assert!(w.aggregated.claim(&key, 1, now, until).await.unwrap());
+    assert!(w.aggregated.claim(&key, 7, &first).await.unwrap().is_none());
+    let grant = w.aggregated.claim(&key, 1, &first).await.unwrap().unwrap();
+    assert!(!grant.previously_sent);
     // Held: a second submitter cannot take it before the claim expires.
-    assert!(
-        !w.aggregated
-            .claim(&key, 1, t("2026-11-30T11:09:59Z"), until)
-            .await
-            .unwrap()
-    );
+    let early = claim("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z");
+    assert!(w.aggregated.claim(&key, 1, &early).await.unwrap().is_none());
     let held = w.aggregated.get(&key).await.unwrap().unwrap();
     assert_eq!(held.in_flight_until, Some(until));
+    assert_eq!(held.claim_id.as_deref(), Some("c1"));
+    assert_eq!(held.sent_quantity, Some(1));
     assert_eq!(held.attempt_count, 1);
     assert_eq!(held.version, 1);
 
-    // Unprocessed: stays pending, claim released.
-    let pending = SubmissionUpdate {
-        status: AggregatedStatus::Pending,
-        reason: None,
-        metering_record_id: None,
-    };
+    // The response was lost: stays pending, claim released, the sent quantity kept.
     assert!(
         w.aggregated
-            .record(&key, &pending, t("2026-11-30T11:06:00Z"))
+            .record(
+                &key,
+                Some("c1"),
+                &SubmissionUpdate::release(true),
+                t("2026-11-30T11:06:00Z")
+            )
             .await
             .unwrap()
     );
     let released = w.aggregated.get(&key).await.unwrap().unwrap();
     assert_eq!(released.in_flight_until, None);
+    assert_eq!(released.claim_id, None);
+    assert_eq!(released.sent_quantity, Some(1));
     assert_eq!(released.status, AggregatedStatus::Pending);
     assert_eq!(
         w.aggregated
@@ -474,21 +502,32 @@ async fn claim_and_record_follow_the_submission_contract() {
         1
     );
 
-    // Claimed again (attempt 2), then a terminal error leaves the index.
+    // Claimed again (attempt 2): it learns an earlier send may have billed it.
+    let second = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:10:00Z");
+    let grant = w.aggregated.claim(&key, 1, &second).await.unwrap().unwrap();
+    assert!(grant.previously_sent);
+    // An outcome under the old claim id is refused.
+    let error = SubmissionUpdate::new(
+        AggregatedStatus::Error,
+        Some("InvalidUsageDimensionException".into()),
+        None,
+    );
     assert!(
-        w.aggregated
-            .claim(&key, 1, t("2026-11-30T11:07:00Z"), until)
+        !w.aggregated
+            .record(&key, Some("c1"), &error, t("2026-11-30T11:08:00Z"))
             .await
             .unwrap()
     );
-    let error = SubmissionUpdate {
-        status: AggregatedStatus::Error,
-        reason: Some("InvalidUsageDimensionException".into()),
-        metering_record_id: None,
-    };
+    // And one without a claim id while a live claim holds it.
+    assert!(
+        !w.aggregated
+            .record(&key, None, &error, t("2026-11-30T11:08:00Z"))
+            .await
+            .unwrap()
+    );
     assert!(
         w.aggregated
-            .record(&key, &error, t("2026-11-30T11:08:00Z"))
+            .record(&key, Some("c2"), &error, t("2026-11-30T11:08:00Z"))
             .await
             .unwrap()
     );
@@ -509,28 +548,65 @@ async fn claim_and_record_follow_the_submission_contract() {
             .is_empty()
     );
     // Terminal: neither claim nor record applies any more.
+    let late = claim("c3", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z");
+    assert!(w.aggregated.claim(&key, 1, &late).await.unwrap().is_none());
     assert!(
         !w.aggregated
-            .claim(
+            .record(
                 &key,
-                1,
-                t("2026-11-30T12:00:00Z"),
-                t("2026-11-30T12:05:00Z")
+                None,
+                &SubmissionUpdate::release(false),
+                t("2026-11-30T12:00:00Z")
             )
-            .await
-            .unwrap()
-    );
-    assert!(
-        !w.aggregated
-            .record(&key, &pending, t("2026-11-30T12:00:00Z"))
             .await
             .unwrap()
     );
     // A record that does not exist is not created.
     let missing = group("other", "2026-11-30T10");
-    assert!(!w.aggregated.claim(&missing, 0, now, until).await.unwrap());
-    assert!(!w.aggregated.record(&missing, &error, now).await.unwrap());
+    assert!(
+        w.aggregated
+            .claim(&missing, 0, &first)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        !w.aggregated
+            .record(&missing, None, &error, t("2026-11-30T11:05:00Z"))
+            .await
+            .unwrap()
+    );
     assert!(w.aggregated.get(&missing).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    let r2 = w.raw("2026-11-30T10:01:00Z", "b", 2).await;
+    let mut partial = record(key.clone(), 1, 1);
+    partial.folding = true;
+    w.aggregated
+        .commit(&commit(partial, None, &[&r1], "2026-11-30T11:00:00Z"))
+        .await
+        .unwrap();
+    let read = w.aggregated.get(&key).await.unwrap().unwrap();
+    assert!(read.folding);
+    let c = claim("c1", "2026-11-30T11:01:00Z", "2026-11-30T11:10:00Z");
+    assert!(w.aggregated.claim(&key, 1, &c).await.unwrap().is_none());
+    // The last commit clears the marker.
+    w.aggregated
+        .commit(&commit(
+            record(key.clone(), 3, 2),
+            Some(1),
+            &[&r2],
+            "2026-11-30T11:02:00Z",
+        ))
+        .await
+        .unwrap();
+    assert!(!w.aggregated.get(&key).await.unwrap().unwrap().folding);
+    assert!(w.aggregated.claim(&key, 2, &c).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -623,11 +699,11 @@ async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_ve
             .claim(
                 &seller,
                 0,
-                t("2026-11-30T11:00:00Z"),
-                t("2026-11-30T11:05:00Z")
+                &claim("c1", "2026-11-30T11:00:00Z", "2026-11-30T11:05:00Z")
             )
             .await
             .unwrap()
+            .is_some()
     );
     assert_eq!(
         w.aggregated
@@ -661,4 +737,106 @@ async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_ve
         .await
         .unwrap_err();
     assert!(err.to_string().contains("quantity"), "{err}");
+}
+
+#[tokio::test]
+async fn malformed_seller_rows_are_listed_apart_and_closed_by_their_stored_keys() {
+    let w = world().await;
+    let good = group("requests", "2026-11-30T10");
+    w.aggregated
+        .put_direct(&record(good.clone(), 5, 0), t("2026-11-30T11:00:00Z"))
+        .await
+        .unwrap();
+    // GIVEN an unreadable row and one whose sort key contradicts its attributes
+    let base = |sort_key: &str, quantity: AttributeValue| {
+        w.db.put_item()
+            .table_name(AGGREGATED)
+            .item("licenseArn", AttributeValue::S(LICENSE.into()))
+            .item("account_dimension_hour", AttributeValue::S(sort_key.into()))
+            .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
+            .item("dimension", AttributeValue::S("storage".into()))
+            .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
+            .item("quantity", quantity)
+            .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
+    };
+    base(
+        &format!("{ACCOUNT}#storage#2026-11-30T10"),
+        AttributeValue::S("twelve".into()),
+    )
+    .send()
+    .await
+    .unwrap();
+    base(
+        &format!("{ACCOUNT}#storage-typo#2026-11-30T10"),
+        AttributeValue::N("3".into()),
+    )
+    .send()
+    .await
+    .unwrap();
+
+    // WHEN the pending index is read
+    let page = w
+        .aggregated
+        .pending_page(hour("2026-11-30T10"), None)
+        .await
+        .unwrap();
+
+    // THEN the good record is there and the two bad ones are listed apart
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].key, good);
+    assert_eq!(page.malformed.len(), 2, "{:?}", page.malformed);
+    assert!(
+        page.malformed
+            .iter()
+            .any(|m| m.problem.contains("quantity")),
+        "{:?}",
+        page.malformed
+    );
+    assert!(
+        page.malformed
+            .iter()
+            .any(|m| m.sort_key.contains("storage-typo") && m.problem.contains("does not match")),
+        "{:?}",
+        page.malformed
+    );
+    // AND each can be closed Error by its stored keys, once
+    for item in &page.malformed {
+        assert!(
+            w.aggregated
+                .reject_malformed(item, "MalformedItem: x", t("2026-11-30T11:01:00Z"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !w.aggregated
+                .reject_malformed(item, "MalformedItem: x", t("2026-11-30T11:01:00Z"))
+                .await
+                .unwrap()
+        );
+    }
+    let after = w
+        .aggregated
+        .pending_page(hour("2026-11-30T10"), None)
+        .await
+        .unwrap();
+    assert!(after.malformed.is_empty());
+    assert_eq!(after.items.len(), 1);
+}
+
+#[tokio::test]
+async fn the_sweep_finds_pending_records_outside_the_live_hours_only() {
+    let w = world().await;
+    for h in ["2026-11-25T10", "2026-11-30T10"] {
+        w.aggregated
+            .put_direct(
+                &record(group("requests", h), 1, 0),
+                t("2026-11-30T11:00:00Z"),
+            )
+            .await
+            .unwrap();
+    }
+    let live = awsmp_core::time::live_buckets(t("2026-11-30T11:00:00Z"));
+    let page = w.aggregated.stray_pending_page(&live, None).await.unwrap();
+    let hours: Vec<String> = page.items.iter().map(|r| r.key.hour.to_string()).collect();
+    assert_eq!(hours, vec!["2026-11-25T10".to_string()]);
 }

@@ -7,7 +7,7 @@ mod common;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::model::{Allocation, Attr, RawStatus, ReasonCode, Tag};
-use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, UsageStore};
+use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, UsageStore};
 use common::*;
 
 fn new_row(dimension: &str, timestamp: &str, event_id: &str, quantity: i64) -> NewUsageRow {
@@ -211,7 +211,14 @@ async fn group_rows_reads_exactly_one_group_in_any_status() {
     }
     let sort_key_b = format!("{ACCOUNT}#requests#2026-11-30T10:59:59Z#b");
     store
-        .finalize_row(LICENSE, &sort_key_b, RawStatus::Aggregated, None, now)
+        .finalize_row(
+            LICENSE,
+            &sort_key_b,
+            RowClaim::Uncounted,
+            RawStatus::Aggregated,
+            None,
+            now,
+        )
         .await
         .unwrap();
     let mut keys: Vec<String> = store
@@ -247,6 +254,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
         .finalize_row(
             LICENSE,
             &sort_key,
+            RowClaim::Uncounted,
             RawStatus::RejectedClientSide,
             Some(ReasonCode::MalformedTimestamp),
             t("2026-11-30T12:00:00Z"),
@@ -279,6 +287,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
         .finalize_row(
             LICENSE,
             &sort_key,
+            RowClaim::Uncounted,
             RawStatus::Aggregated,
             None,
             t("2026-11-30T13:00:00Z"),
@@ -296,6 +305,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
             .finalize_row(
                 LICENSE,
                 "missing",
+                RowClaim::Uncounted,
                 RawStatus::Aggregated,
                 None,
                 t("2026-11-30T13:00:00Z")
@@ -318,5 +328,129 @@ async fn a_missing_table_is_a_clear_non_transient_failure() {
     assert!(
         err.to_string().contains("ResourceNotFoundException"),
         "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_event_id_and_another_timestamp_writes_nothing() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db.clone(), USAGE);
+    // The first attempt defaulted its timestamp to "now"; its retry a second later
+    // defaults to a later "now": another sort key, the same event.
+    let first = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
+    assert_eq!(
+        store
+            .put_row(&first, t("2026-11-30T10:15:42Z"))
+            .await
+            .unwrap(),
+        PutOutcome::Created
+    );
+    let retry = new_row("requests", "2026-11-30T10:15:43Z", "evt-1", 5);
+    assert_eq!(
+        store
+            .put_row(&retry, t("2026-11-30T10:15:43Z"))
+            .await
+            .unwrap(),
+        PutOutcome::AlreadyExists
+    );
+    let next_hour = new_row("requests", "2026-11-30T11:00:01Z", "evt-1", 8);
+    assert_eq!(
+        store
+            .put_row(&next_hour, t("2026-11-30T11:00:01Z"))
+            .await
+            .unwrap(),
+        PutOutcome::AlreadyExists
+    );
+
+    let rows = store
+        .group_rows(&group("requests", "2026-11-30T10"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        rows[0].sort_key,
+        format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1")
+    );
+    assert!(
+        store
+            .group_rows(&group("requests", "2026-11-30T11"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 1);
+    assert_eq!(pending_count(&store, "2026-11-30T11").await, 0);
+
+    // The marker: keyed by license and event id, out of the sparse index.
+    let marker = store
+        .get_row(LICENSE, "event#evt-1")
+        .await
+        .unwrap()
+        .expect("the event's marker");
+    assert_eq!(
+        marker.attrs["ingestedRow"],
+        Attr::S(format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1"))
+    );
+    assert!(!marker.attrs.contains_key("meteringPending"));
+    assert!(marker.attrs.contains_key("createdAt"));
+    // Exactly two items in the table: the row and its marker.
+    let items = db.scan().table_name(USAGE).send().await.unwrap();
+    assert_eq!(items.count(), 2);
+
+    // Another event id is another row; the same id on another license too.
+    let second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 1);
+    assert_eq!(
+        store
+            .put_row(&second, t("2026-11-30T10:15:42Z"))
+            .await
+            .unwrap(),
+        PutOutcome::Created
+    );
+    let mut elsewhere = first.clone();
+    elsewhere.license_arn = format!("{LICENSE}-other");
+    assert_eq!(
+        store
+            .put_row(&elsewhere, t("2026-11-30T10:15:42Z"))
+            .await
+            .unwrap(),
+        PutOutcome::Created
+    );
+    assert_eq!(pending_count(&store, "2026-11-30T10").await, 3);
+}
+
+#[tokio::test]
+async fn a_row_without_a_marker_still_refuses_its_exact_retry() {
+    // A row written by an earlier version (no marker): the exact retry is refused by
+    // the row's own condition, and nothing half-written is left behind.
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoUsageStore::new(db.clone(), USAGE);
+    let row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
+    store
+        .put_row(&row, t("2026-11-30T10:20:00Z"))
+        .await
+        .unwrap();
+    db.delete_item()
+        .table_name(USAGE)
+        .key("licenseArn", AttributeValue::S(LICENSE.into()))
+        .key(
+            "customerAWSAccountId_dimension_timestamp",
+            AttributeValue::S("event#evt-1".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .put_row(&row, t("2026-11-30T10:21:00Z"))
+            .await
+            .unwrap(),
+        PutOutcome::AlreadyExists
+    );
+    assert!(
+        store
+            .get_row(LICENSE, "event#evt-1")
+            .await
+            .unwrap()
+            .is_none()
     );
 }

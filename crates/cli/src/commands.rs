@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::model::{Allocation, Attr, GroupKey, Tag, attr};
 use awsmp_core::ports::{AggregatedStore, NewUsageRow, PortError, PutOutcome, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
@@ -87,9 +86,11 @@ impl UsagePut {
     }
 }
 
-/// Writes one usage row; tells whether it was new.
+/// Writes one usage row; tells whether it was new. The event id alone decides: a
+/// retry with the same `--event-id` writes nothing, even when its timestamp (by
+/// default "now") differs from the first attempt's.
 pub async fn usage_put(
-    store: &DynamoUsageStore,
+    store: &dyn UsageStore,
     put: &UsagePut,
     now: Instant,
 ) -> Result<String, CommandError> {
@@ -120,8 +121,8 @@ fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> String 
 
 /// Shows every raw row of a group and its aggregated record.
 pub async fn inspect(
-    usage: &DynamoUsageStore,
-    aggregated: &DynamoAggregatedStore,
+    usage: &dyn UsageStore,
+    aggregated: &dyn AggregatedStore,
     key: &GroupKey,
 ) -> Result<String, CommandError> {
     let rows = usage.group_rows(key).await?;
@@ -160,6 +161,7 @@ pub async fn inspect(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -204,5 +206,42 @@ mod tests {
                 .contains("UTC")
         );
         assert!(parse_tag("nokey").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_retry_with_the_same_event_id_and_the_default_timestamp_writes_one_row() {
+        let tables = awsmp_core::memory::MemoryTables::new();
+        let store = tables.usage_store();
+        let mut put = put();
+        put.timestamp = None;
+        let first_try = parse_usage_timestamp("2026-11-30T10:15:42Z").unwrap();
+        let retry = parse_usage_timestamp("2026-11-30T10:15:43Z").unwrap();
+
+        let first = usage_put(&store, &put, first_try).await.unwrap();
+        assert!(first.starts_with("written:"), "{first}");
+        let again = usage_put(&store, &put, retry).await.unwrap();
+        assert!(
+            again.contains("already written (event id evt-1)"),
+            "{again}"
+        );
+
+        let group = GroupKey {
+            license_arn: put.license_arn.clone(),
+            customer_aws_account_id: put.account.clone(),
+            dimension: put.dimension.clone(),
+            hour: HourBucket::containing(first_try),
+        };
+        let rows = store.group_rows(&group).await.unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            rows[0].attrs.get(attr::TIMESTAMP),
+            Some(&Attr::S("2026-11-30T10:15:42Z".into()))
+        );
+        // `inspect` reads the group: it shows the one row, not the event's marker.
+        let shown = inspect(&store, &tables.aggregated_store(), &group)
+            .await
+            .unwrap();
+        assert!(shown.contains("raw rows (1):"), "{shown}");
+        assert!(!shown.contains("event#"), "{shown}");
     }
 }

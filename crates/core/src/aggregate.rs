@@ -200,6 +200,9 @@ pub fn fold(
             attempt_count: 0,
             version: 1,
             in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
         },
     })
 }
@@ -232,9 +235,13 @@ pub fn plan_commits(
         });
     }
     let mut current = existing.cloned();
-    let mut commits = Vec::with_capacity(rows.len().div_ceil(MAX_ROWS_PER_COMMIT));
-    for chunk in commit_chunks(rows) {
-        let record = fold(key, product_code, current.as_ref(), chunk)?;
+    let chunks = rows.len().div_ceil(MAX_ROWS_PER_COMMIT);
+    let mut commits = Vec::with_capacity(chunks.max(1));
+    for (i, chunk) in commit_chunks(rows).enumerate() {
+        let mut record = fold(key, product_code, current.as_ref(), chunk)?;
+        // Every commit but the last leaves the fold marked in progress: the submitter
+        // never claims a record that does not yet hold the whole group.
+        record.folding = i + 1 < chunks;
         commits.push(AggregationCommit {
             record: record.clone(),
             expected_version: current.as_ref().map(|r| r.version),
@@ -245,6 +252,20 @@ pub fn plan_commits(
             now,
         });
         current = Some(record);
+    }
+    // An interrupted fold whose remaining rows are all gone (rejected, counted
+    // elsewhere) still has to end: one commit that only clears the marker.
+    if let Some(record) = existing.filter(|r| r.folding && rows.is_empty()) {
+        commits.push(AggregationCommit {
+            record: AggregatedRecord {
+                folding: false,
+                version: record.version + 1,
+                ..record.clone()
+            },
+            expected_version: Some(record.version),
+            claimed_rows: Vec::new(),
+            now,
+        });
     }
     Ok(commits)
 }
@@ -282,8 +303,8 @@ pub fn plan_aggregation(
     existing: Option<&AggregatedRecord>,
     ctx: &GuardrailContext,
 ) -> Result<AggregationPlan, FoldError> {
-    let pending = existing.filter(|r| r.status == AggregatedStatus::Pending);
-    if let Some(until) = pending
+    if let Some(until) = existing
+        .filter(|r| r.status == AggregatedStatus::Pending)
         .and_then(|r| r.in_flight_until)
         .filter(|u| *u > ctx.now)
     {
@@ -292,9 +313,15 @@ pub fn plan_aggregation(
             until,
         });
     }
+    // Only a record no submitter ever claimed takes folds; for any other the guardrails
+    // reject every row with `HourAlreadySubmitted`.
+    let foldable = existing.filter(|r| r.accepts_folds());
     let screened = guardrails::screen_group(key, rows, existing, ctx);
-    let capped = split_within_cap(pending.map_or(0, |r| r.quantity), screened.outcome.accepted);
-    let commits = plan_commits(key, &ctx.product_code, pending, &capped.accepted, ctx.now)?;
+    let capped = split_within_cap(
+        foldable.map_or(0, |r| r.quantity),
+        screened.outcome.accepted,
+    );
+    let commits = plan_commits(key, &ctx.product_code, foldable, &capped.accepted, ctx.now)?;
     let mut rejected = screened.outcome.rejected;
     rejected.extend(capped.rejected);
     rejected.sort_by(|a, b| a.sort_key.cmp(&b.sort_key));
@@ -370,7 +397,8 @@ impl FromStr for ZeroQuantityPolicy {
 /// is not considered here: claiming decides that.
 pub fn submission_due(record: &AggregatedRecord, now: Instant, policy: ZeroQuantityPolicy) -> bool {
     let hour = record.key.hour;
-    if record.status != AggregatedStatus::Pending || bucket_expired(hour, now) {
+    // Mid-fold (`aggregationInProgress`) the record does not yet hold its whole group.
+    if record.status != AggregatedStatus::Pending || record.folding || bucket_expired(hour, now) {
         return false;
     }
     if record.quantity != 0 {
@@ -471,6 +499,9 @@ mod tests {
             attempt_count: 2,
             version,
             in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
         }
     }
 

@@ -39,6 +39,7 @@
 //! | G1 | `HourAlreadySubmitted` | every row, when the existing record already left `Pending` (not a guardrail of the row itself: the hour was billed, first write wins) | `DuplicateRecord` verdict |
 //! | G2 | `MixedAllocatedAndUnallocated` | zero-quantity rows are ignored (they carry no billable quantity and never contribute allocations). If the existing record has a non-zero quantity its mode (tagged or untagged) is fixed and every non-zero row of the other mode gets it. Otherwise, when the non-zero rows mix both modes, every non-zero row gets it: there is no basis for billing one half | `InvalidUsageAllocationsException` |
 //! | G3 | `TooManyAllocations` | the merged tag sets of the record (the existing record's included) may not exceed 2,500: a tagged row whose new tag sets would push the count over gets it; rows that only reuse counted tag sets are still counted | `InvalidUsageAllocationsException` |
+//! | G4 | `RecordTooLarge` | the merged allocations of the record may not exceed 300 KB as DynamoDB sizes items ([`allocation_item_bytes`]), so the record always fits one 400 KB item: a tagged row whose new tag sets would push the size over gets it | none: our item limit (the request's 1 MB limit is the batcher's `RequestTooLarge`) |
 //!
 //! The aggregation step adds one more: a row that would take the record's total over
 //! 2147483647 gets `QuantityTooLarge` (see [`crate::aggregate::split_within_cap`]).
@@ -49,8 +50,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::model::{
-    AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, RawUsageRow, ReasonCode, Tag,
-    ValidUsageRow, attr,
+    AggregatedRecord, Allocation, Attr, GroupKey, RawUsageRow, ReasonCode, Tag, ValidUsageRow, attr,
 };
 use crate::time::{HourBucket, Instant, accepted_by_api, parse_usage_timestamp};
 use crate::vmt::{AllocationMerge, TagSet};
@@ -240,7 +240,7 @@ pub fn validate_group(
 ) -> GuardrailOutcome {
     rows.sort_by(|a, b| (a.timestamp, &a.sort_key).cmp(&(b.timestamp, &b.sort_key)));
     let mut outcome = GuardrailOutcome::default();
-    if let Some(record) = existing.filter(|r| r.status != AggregatedStatus::Pending) {
+    if let Some(record) = existing.filter(|r| !r.accepts_folds()) {
         tracing::debug!(group = %record.key, status = %record.status, rows = rows.len(),
             "late rows for an hour already submitted");
         outcome.rejected = rows
@@ -262,6 +262,15 @@ pub fn validate_group(
     let mut merge = existing
         .and_then(|r| r.allocations.as_deref())
         .map_or_else(AllocationMerge::new, AllocationMerge::from_allocations);
+    let mut bytes: usize =
+        existing
+            .and_then(|r| r.allocations.as_deref())
+            .map_or(0, |allocations| {
+                allocations
+                    .iter()
+                    .map(|a| allocation_item_bytes(&a.tags))
+                    .sum()
+            });
     for row in rows {
         let reason = match (AllocationMode::of_row(&row), fixed_mode) {
             (Some(_), None) if mixed_without_record => {
@@ -270,9 +279,11 @@ pub fn validate_group(
             (Some(mode), Some(fixed)) if mode != fixed => {
                 Some(ReasonCode::MixedAllocatedAndUnallocated)
             }
-            (Some(AllocationMode::Tagged), _) => {
-                admit_tag_sets(&mut merge, row.allocations.as_deref().unwrap_or_default())
-            }
+            (Some(AllocationMode::Tagged), _) => admit_tag_sets(
+                &mut merge,
+                &mut bytes,
+                row.allocations.as_deref().unwrap_or_default(),
+            ),
             _ => None,
         };
         match reason {
@@ -287,27 +298,72 @@ pub fn validate_group(
 }
 
 /// Adds a tagged row's allocations to the merge unless its new tag sets would take the
-/// record past [`MAX_ALLOCATIONS_PER_RECORD`]; then the row is `TooManyAllocations`.
-fn admit_tag_sets(merge: &mut AllocationMerge, allocations: &[Allocation]) -> Option<ReasonCode> {
+/// record past [`MAX_ALLOCATIONS_PER_RECORD`] (then the row is `TooManyAllocations`) or
+/// its allocations past [`MAX_ALLOCATION_BYTES_PER_RECORD`] (then `RecordTooLarge`);
+/// `bytes` is the running size of the merged allocations.
+fn admit_tag_sets(
+    merge: &mut AllocationMerge,
+    bytes: &mut usize,
+    allocations: &[Allocation],
+) -> Option<ReasonCode> {
     // Each allocation's identity is computed once, for the count and for the merge.
-    let sets: Vec<(TagSet, i64)> = allocations
+    let sets: Vec<(TagSet, i64, usize)> = allocations
         .iter()
-        .map(|a| (TagSet::of(&a.tags), a.quantity))
+        .map(|a| {
+            (
+                TagSet::of(&a.tags),
+                a.quantity,
+                allocation_item_bytes(&a.tags),
+            )
+        })
         .collect();
-    let mut new_sets: Vec<&TagSet> = sets
+    let mut new_sets: Vec<(&TagSet, usize)> = sets
         .iter()
-        .map(|(set, _)| set)
-        .filter(|set| !merge.contains(set))
+        .map(|(set, _, size)| (set, *size))
+        .filter(|(set, _)| !merge.contains(set))
         .collect();
     new_sets.sort_unstable();
     new_sets.dedup();
     if merge.tag_set_count() + new_sets.len() > MAX_ALLOCATIONS_PER_RECORD {
         return Some(ReasonCode::TooManyAllocations);
     }
-    for (set, quantity) in sets {
+    let added: usize = new_sets.iter().map(|(_, size)| size).sum();
+    if *bytes + added > MAX_ALLOCATION_BYTES_PER_RECORD {
+        return Some(ReasonCode::RecordTooLarge);
+    }
+    *bytes += added;
+    for (set, quantity, _) in sets {
         merge.add_to(set, quantity);
     }
     None
+}
+
+/// Most bytes the merged `usageAllocations` of one aggregated record may take: a
+/// DynamoDB item holds 400 KB (names and values, UTF-8), and the record's other
+/// attributes and the index copy need well under the 100 KB left.
+pub const MAX_ALLOCATION_BYTES_PER_RECORD: usize = 300 * 1024;
+
+/// The bytes one allocation with `tags` takes in the stored record, as DynamoDB counts
+/// item size (attribute name and value lengths, plus per-element overhead; numbers at
+/// their 21-byte maximum), rounded up.
+pub fn allocation_item_bytes(tags: &[crate::model::Tag]) -> usize {
+    const ELEMENT_OVERHEAD: usize = 3;
+    const NUMBER_MAX: usize = 21;
+    let tag_bytes: usize = tags
+        .iter()
+        .map(|t| {
+            crate::model::attr::TAG_KEY.len()
+                + t.key.len()
+                + crate::model::attr::TAG_VALUE.len()
+                + t.value.len()
+                + 3 * ELEMENT_OVERHEAD
+        })
+        .sum();
+    crate::model::attr::ALLOCATED_USAGE_QUANTITY.len()
+        + NUMBER_MAX
+        + crate::model::attr::TAGS.len()
+        + tag_bytes
+        + 3 * ELEMENT_OVERHEAD
 }
 
 /// Every guardrail for one group: per-row checks, then group checks.
@@ -667,6 +723,7 @@ fn tag_byte_allowed(b: u8) -> bool {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::model::AggregatedStatus;
     use crate::time::HourBucket;
     use proptest::prelude::*;
 
@@ -1431,6 +1488,9 @@ mod tests {
             ReasonCode::TooManyAllocations,
             ReasonCode::MixedAllocatedAndUnallocated,
             ReasonCode::HourAlreadySubmitted,
+            ReasonCode::RecordTooLarge,
+            // The discoverer's verdict on an index marker, not a row check.
+            ReasonCode::MalformedMeteringPending,
         ];
         for code in ReasonCode::ALL.iter().filter(|c| !group_level.contains(c)) {
             assert!(failing_codes.contains(code), "no failing case for {code}");
@@ -1706,6 +1766,9 @@ mod tests {
             attempt_count: 0,
             version: 1,
             in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
         }
     }
 
@@ -1866,6 +1929,55 @@ mod tests {
                 }],
             })
             .collect()
+    }
+
+    /// `n` allocations of one unit, each with five maximal tags (key 100, value 256).
+    fn heavy(range: std::ops::Range<usize>) -> Vec<Allocation> {
+        range
+            .map(|i| Allocation {
+                quantity: 1,
+                tags: (0..5)
+                    .map(|k| Tag {
+                        key: format!("{k}{}", "k".repeat(99)),
+                        value: format!("{i:08}{}", "v".repeat(248)),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_record_never_outgrows_one_dynamodb_item() {
+        // GIVEN tag sets of ~1.9 KB each: 2,500 of them would make a 4.7 MB item
+        let per_set = allocation_item_bytes(&heavy(0..1)[0].tags);
+        assert!(per_set > 1_800, "{per_set}");
+        let fit = MAX_ALLOCATION_BYTES_PER_RECORD / per_set;
+        // WHEN rows bring first what fits, then one more set, then known sets only
+        let rows = vec![
+            valid("requests", &ts(1), fit as i64, Some(heavy(0..fit))),
+            valid("requests", &ts(2), 1, Some(heavy(fit..fit + 1))),
+            valid("requests", &ts(3), 3, Some(heavy(0..3))),
+        ];
+        let outcome = validate_group(rows, None);
+        // THEN only the row that would overflow the item is rejected, with its own code
+        assert_eq!(
+            verdicts(&outcome),
+            vec![
+                (key_at(1), None),
+                (key_at(2), Some(ReasonCode::RecordTooLarge)),
+                (key_at(3), None),
+            ]
+        );
+        // AND the same holds for an existing record that is already near the limit
+        let existing = record(fit as i64, Some(heavy(0..fit)), AggregatedStatus::Pending);
+        let late = validate_group(
+            vec![valid("requests", &ts(4), 1, Some(heavy(fit..fit + 1)))],
+            Some(&existing),
+        );
+        assert_eq!(
+            verdicts(&late),
+            vec![(key_at(4), Some(ReasonCode::RecordTooLarge))]
+        );
     }
 
     #[test]

@@ -13,8 +13,20 @@
 //!
 //! Ordering rules (events arrive out of order and more than once):
 //! - `agreementStatus` and `subscriptionStatus` each have their own guard instant
-//!   (`agreementEventAt`, `subscriptionEventAt`). An event at or before the guard of the
-//!   status it would change is a duplicate or stale and changes nothing.
+//!   (`agreementEventAt`, `subscriptionEventAt`, whole seconds). An event before the
+//!   guard of the status it would change is stale and changes nothing.
+//! - An event in the SAME second as the guard is ordered by the lifecycle, because
+//!   within one second the guard cannot tell which came first: License Updated is
+//!   before License Deprovisioned (active -> deprovisioning), and License Updated or
+//!   Amended is before Purchase Agreement Ended (active -> inactive). So a same-second
+//!   event applies when it is the later kind than the one the row's status shows
+//!   (a Deprovisioned in the second of the Updated that activated the row opens the
+//!   window; an Ended in the second of that Updated ends the agreement), and changes
+//!   nothing when it is the same kind (a true duplicate, e.g. a redelivery or the
+//!   Manufacturer and Proposer copies) or the earlier kind (an Updated delivered after
+//!   the same-second Deprovisioned). Both delivery orders end in the same row. One
+//!   exception: a License Updated naming another agreement than the row's (a
+//!   replacement) applies in the same second as the old agreement's last event.
 //! - Only License Updated touches both statuses, and each half of it is applied under its
 //!   own guard.
 //! - `deprovisioning` and `inactive` subscriptions are never reactivated, and an ended
@@ -36,8 +48,7 @@ pub const DEPROVISIONING_WINDOW: Duration = Duration::hours(1);
 /// A Marketplace event, reduced to what the lifecycle needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MarketplaceEvent {
-    /// `License Updated - Manufacturer` (and, defensively, `- Proposer`): the license
-    /// was provisioned or updated.
+    /// `License Updated - Manufacturer`: the license was provisioned or updated.
     LicenseUpdated {
         /// `detail.license.arn`, normalised by [`normalize_license_arn`].
         license_arn: String,
@@ -50,8 +61,8 @@ pub enum MarketplaceEvent {
         /// The event's `time`.
         time: Instant,
     },
-    /// `License Deprovisioned - Manufacturer` (and, defensively, `- Proposer`): the
-    /// license is being revoked; the final-usage window opens.
+    /// `License Deprovisioned - Manufacturer`: the license is being revoked; the
+    /// final-usage window opens.
     LicenseDeprovisioned {
         /// `detail.license.arn`, normalised by [`normalize_license_arn`].
         license_arn: String,
@@ -83,7 +94,8 @@ pub enum MarketplaceEvent {
         time: Instant,
     },
     /// A well-sourced event the lifecycle does not use (`Purchase Agreement Created - *`,
-    /// or a detail-type AWS adds later).
+    /// a `License * - Proposer` event AWS does not document, or a detail-type AWS adds
+    /// later): every detail-type not in [`CONSUMED_DETAIL_TYPES`].
     Ignored {
         /// The event's `detail-type`.
         detail_type: String,
@@ -244,7 +256,28 @@ impl MarketplaceEvent {
     }
 }
 
-/// The lifecycle-relevant detail-types, with either role suffix.
+/// Every detail-type the lifecycle consumes; any other event of [`EVENT_SOURCE`] is
+/// [`MarketplaceEvent::Ignored`]. The events stack's EventBridge rule matches exactly
+/// these (a test reads the rule from `template-events.yaml`).
+///
+/// The license events are the Manufacturer's only: AWS documents `License Updated` and
+/// `License Deprovisioned` for the Manufacturer alone, and the seller running this
+/// pipeline is the product's manufacturer (it meters it). A `- Proposer` license event
+/// is not documented; if AWS ever sent one, it would go to whoever extended the offer
+/// (for a channel partner offer, another account than the manufacturer's), and the
+/// manufacturer's own copy carries the same change. The agreement events are sent to
+/// both roles (a seller extending its own offer is both), so both suffixes are
+/// consumed; copies of one event are duplicates and apply once.
+pub const CONSUMED_DETAIL_TYPES: [&str; 6] = [
+    "License Updated - Manufacturer",
+    "License Deprovisioned - Manufacturer",
+    "Purchase Agreement Ended - Manufacturer",
+    "Purchase Agreement Ended - Proposer",
+    "Purchase Agreement Amended - Manufacturer",
+    "Purchase Agreement Amended - Proposer",
+];
+
+/// The lifecycle-relevant detail-types ([`CONSUMED_DETAIL_TYPES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EventKind {
     LicenseUpdated,
@@ -255,17 +288,14 @@ enum EventKind {
 
 impl EventKind {
     fn of(detail_type: &str) -> Option<Self> {
-        // AWS documents the license events for the Manufacturer only; the Proposer
-        // variants are accepted too because some public integrations match on them, and
-        // a license event means the same thing whoever receives it.
-        let base = detail_type
-            .strip_suffix(" - Manufacturer")
-            .or_else(|| detail_type.strip_suffix(" - Proposer"))?;
-        match base {
-            "License Updated" => Some(EventKind::LicenseUpdated),
-            "License Deprovisioned" => Some(EventKind::LicenseDeprovisioned),
-            "Purchase Agreement Ended" => Some(EventKind::AgreementEnded),
-            "Purchase Agreement Amended" => Some(EventKind::AgreementAmended),
+        match detail_type {
+            "License Updated - Manufacturer" => Some(EventKind::LicenseUpdated),
+            "License Deprovisioned - Manufacturer" => Some(EventKind::LicenseDeprovisioned),
+            "Purchase Agreement Ended - Manufacturer" | "Purchase Agreement Ended - Proposer" => {
+                Some(EventKind::AgreementEnded)
+            }
+            "Purchase Agreement Amended - Manufacturer"
+            | "Purchase Agreement Amended - Proposer" => Some(EventKind::AgreementAmended),
             _ => None,
         }
     }
@@ -422,11 +452,12 @@ impl Transition {
     }
 }
 
-/// How an event's time compares with a status's guard.
+/// How an event's time compares with a status's guard. `SameSecond` is decided by
+/// the lifecycle order of the event and the row's status (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Order {
     Newer,
-    Duplicate,
+    SameSecond,
     Stale,
 }
 
@@ -434,7 +465,7 @@ fn order(guard: Option<Instant>, time: Instant) -> Order {
     match guard {
         None => Order::Newer,
         Some(g) if time > g => Order::Newer,
-        Some(g) if time == g => Order::Duplicate,
+        Some(g) if time == g => Order::SameSecond,
         Some(_) => Order::Stale,
     }
 }
@@ -447,13 +478,19 @@ fn order(guard: Option<Instant>, time: Instant) -> Order {
 ///
 /// Decisions beyond the status table:
 /// - License Updated: the subscription half applies only if newer than
-///   `subscriptionEventAt`; if it is older or equal, the whole event changes nothing. The
-///   agreement half applies only if newer than `agreementEventAt`, and never turns an
-///   ended agreement (same agreement id) back to active; a License Updated naming a
-///   different agreement (a replacement or renewal) moves the row to that agreement.
-/// - License Deprovisioned: a row already deprovisioning keeps its first window (a newer
-///   duplicate never extends it); an inactive row stays inactive. A missing `productCode`
-///   or `agreementId` is filled in from the event; existing ones are kept.
+///   `subscriptionEventAt`; if it is older or in the same second (Updated is the first
+///   subscription event of a second), the whole event changes nothing. The agreement
+///   half applies only if newer than `agreementEventAt`, and never turns an ended
+///   agreement (same agreement id) back to active; a License Updated naming a different
+///   agreement (a replacement or renewal) moves the row to that agreement, also in the
+///   same second as the old agreement's last event.
+/// - License Deprovisioned: applies if newer than `subscriptionEventAt` or in the same
+///   second (it follows that second's License Updated). A row already deprovisioning
+///   keeps its first window (a newer duplicate never extends it); an inactive row stays
+///   inactive. A missing `productCode` or `agreementId` is filled in from the event;
+///   existing ones are kept.
+/// - Purchase Agreement Ended: applies if newer than `agreementEventAt`, or in the same
+///   second unless the agreement is already ended (then it is a duplicate).
 /// - Purchase Agreement Amended: carries no state, so it only sets `agreementStatus=active`
 ///   on a row that has no agreement status yet (an amendment proves the agreement is
 ///   live). On an active row it writes nothing and does not move the guard, so a
@@ -533,9 +570,29 @@ fn license_updated(
         Err(reason) => return Transition::NoMatchingRow { reason },
     };
     match order(row.subscription_event_at, time) {
-        Order::Duplicate => {
+        // License Updated is the first subscription event of a second: the status it
+        // finds was set by this same event (a duplicate) or by a same-second
+        // Deprovisioned, which comes after it.
+        Order::SameSecond if row.subscription_status == Some(SubscriptionStatus::Active) => {
             return Transition::Unchanged {
                 reason: "duplicate License Updated (same time already applied)",
+            };
+        }
+        // Delivered after the same-second Deprovisioned it precedes: its subscription
+        // half is already superseded, its agreement half still applies under its own
+        // guard, so both delivery orders end in the same row.
+        Order::SameSecond => {
+            let mut next = row.clone();
+            return match agreement_half(&row, &mut next, agreement_id, time) {
+                AgreementHalf::Applied(_) => Transition::Write {
+                    row: next,
+                    reason: "License Updated ordered before the same-second subscription event \
+                             already applied: agreement active, subscription untouched",
+                },
+                AgreementHalf::Kept(_) => Transition::Unchanged {
+                    reason: "License Updated in the same second as the subscription event \
+                             already applied is ordered before it: nothing to change",
+                },
             };
         }
         Order::Stale => {
@@ -561,23 +618,56 @@ fn license_updated(
         next.product_code = Some(code.to_string());
     }
 
+    let (AgreementHalf::Applied(reason) | AgreementHalf::Kept(reason)) =
+        agreement_half(&row, &mut next, agreement_id, time);
+    Transition::Write { row: next, reason }
+}
+
+/// What the agreement half of a License Updated did.
+enum AgreementHalf {
+    /// `next` now has the event's agreement, active.
+    Applied(&'static str),
+    /// The agreement of `next` is left as it was.
+    Kept(&'static str),
+}
+
+/// The agreement half of a License Updated at `time` naming `agreement_id`, applied
+/// to `next` under `row`'s agreement guard.
+fn agreement_half(
+    row: &Subscriber,
+    next: &mut Subscriber,
+    agreement_id: &str,
+    time: Instant,
+) -> AgreementHalf {
     let agreement_ended_here = row.agreement_status == Some(AgreementStatus::Inactive)
         && row.agreement_id.as_deref() == Some(agreement_id);
-    let reason = match order(row.agreement_event_at, time) {
-        Order::Newer if agreement_ended_here => {
-            "subscription active; the agreement stays ended (never reactivated)"
-        }
-        Order::Newer => {
-            next.agreement_id = Some(agreement_id.to_string());
-            next.agreement_status = Some(AgreementStatus::Active);
-            next.agreement_event_at = Some(time);
-            "License Updated: agreement and subscription active"
-        }
-        Order::Duplicate | Order::Stale => {
-            "subscription active; a newer agreement event already set the agreement"
-        }
+    let replacement = row
+        .agreement_id
+        .as_deref()
+        .is_some_and(|current| current != agreement_id);
+    let mut activate = |reason| {
+        next.agreement_id = Some(agreement_id.to_string());
+        next.agreement_status = Some(AgreementStatus::Active);
+        next.agreement_event_at = Some(time);
+        AgreementHalf::Applied(reason)
     };
-    Transition::Write { row: next, reason }
+    match order(row.agreement_event_at, time) {
+        Order::Newer if agreement_ended_here => AgreementHalf::Kept(
+            "subscription active; the agreement stays ended (never reactivated)",
+        ),
+        Order::Newer => activate("License Updated: agreement and subscription active"),
+        // A replacement agreement starts in the second its predecessor's last event
+        // happened, never before it.
+        Order::SameSecond if replacement => activate(
+            "License Updated for a replacement agreement: agreement and subscription active",
+        ),
+        Order::SameSecond if agreement_ended_here => AgreementHalf::Kept(
+            "subscription active; the agreement ended in the same second stays ended",
+        ),
+        Order::SameSecond | Order::Stale => AgreementHalf::Kept(
+            "subscription active; a newer agreement event already set the agreement",
+        ),
+    }
 }
 
 fn license_deprovisioned(
@@ -592,20 +682,21 @@ fn license_deprovisioned(
         Ok(row) => row,
         Err(reason) => return Transition::NoMatchingRow { reason },
     };
-    match order(row.subscription_event_at, time) {
-        Order::Duplicate => {
-            return Transition::Unchanged {
-                reason: "duplicate License Deprovisioned (same time already applied)",
-            };
-        }
+    let same_second = match order(row.subscription_event_at, time) {
         Order::Stale => {
             return Transition::Unchanged {
                 reason: "stale License Deprovisioned: a newer subscription event was already applied",
             };
         }
-        Order::Newer => {}
-    }
+        // In the second of the License Updated that activated the row, Deprovisioned
+        // comes after it and applies; on a row it already moved on, it is a duplicate.
+        Order::SameSecond => true,
+        Order::Newer => false,
+    };
     match row.subscription_status {
+        Some(SubscriptionStatus::Deprovisioning) if same_second => Transition::Unchanged {
+            reason: "duplicate License Deprovisioned (same time already applied)",
+        },
         Some(SubscriptionStatus::Deprovisioning) => Transition::Unchanged {
             reason: "already deprovisioning: the first final-usage window stands",
         },
@@ -660,13 +751,17 @@ fn agreement_ended(
         Err(reason) => return Transition::NoMatchingRow { reason },
     };
     match order(row.agreement_event_at, time) {
-        Order::Duplicate => Transition::Unchanged {
-            reason: "duplicate Purchase Agreement Ended (same time already applied)",
-        },
+        Order::SameSecond if row.agreement_status == Some(AgreementStatus::Inactive) => {
+            Transition::Unchanged {
+                reason: "duplicate Purchase Agreement Ended (same time already applied)",
+            }
+        }
         Order::Stale => Transition::Unchanged {
             reason: "stale Purchase Agreement Ended: a newer agreement event was already applied",
         },
-        Order::Newer => {
+        // Ended is the last agreement event of a second: after a same-second License
+        // Updated or Amended it applies.
+        Order::Newer | Order::SameSecond => {
             let mut next = row.clone();
             next.agreement_status = Some(AgreementStatus::Inactive);
             next.agreement_event_at = Some(time);
@@ -690,8 +785,12 @@ fn agreement_amended(
     };
     let order = order(row.agreement_event_at, time);
     match (row.agreement_status, order) {
-        (_, Order::Duplicate) => Transition::Unchanged {
-            reason: "duplicate Purchase Agreement Amended (same time already applied)",
+        // Amended never moves the guard, so a same-second guard was set by License
+        // Updated (then the agreement is active: nothing to add) or by Ended (which
+        // comes after it).
+        (_, Order::SameSecond) => Transition::Unchanged {
+            reason: "Purchase Agreement Amended in the same second as the agreement event \
+                     already applied: nothing to change",
         },
         (_, Order::Stale) => Transition::Unchanged {
             reason: "stale Purchase Agreement Amended: a newer agreement event was already applied",
@@ -879,12 +978,25 @@ mod tests {
                 },
             ),
             (
+                // Not documented by AWS and not matched by the events rule: ignored.
                 envelope(
                     "License Updated - Proposer",
                     "2024-08-30T21:36:03Z",
                     license_detail(LICENSE),
                 ),
-                updated("2024-08-30T21:36:03Z"),
+                MarketplaceEvent::Ignored {
+                    detail_type: "License Updated - Proposer".into(),
+                },
+            ),
+            (
+                envelope(
+                    "License Deprovisioned - Proposer",
+                    "2024-08-30T21:36:03Z",
+                    license_detail(LICENSE),
+                ),
+                MarketplaceEvent::Ignored {
+                    detail_type: "License Deprovisioned - Proposer".into(),
+                },
             ),
             (
                 envelope(
@@ -949,6 +1061,42 @@ mod tests {
                 "{json}"
             );
         }
+    }
+
+    #[test]
+    fn exactly_the_consumed_detail_types_are_not_ignored() {
+        let candidates = [
+            "License Updated - Manufacturer",
+            "License Updated - Proposer",
+            "License Deprovisioned - Manufacturer",
+            "License Deprovisioned - Proposer",
+            "Purchase Agreement Created - Manufacturer",
+            "Purchase Agreement Created - Proposer",
+            "Purchase Agreement Amended - Manufacturer",
+            "Purchase Agreement Amended - Proposer",
+            "Purchase Agreement Ended - Manufacturer",
+            "Purchase Agreement Ended - Proposer",
+        ];
+        let mut detail = license_detail(LICENSE);
+        detail["agreement"]["status"] = json!("CANCELLED");
+        let consumed: Vec<&str> = candidates
+            .into_iter()
+            .filter(|detail_type| {
+                let event = envelope(detail_type, "2024-08-30T21:36:03Z", detail.clone());
+                !matches!(
+                    MarketplaceEvent::from_json(&event).unwrap(),
+                    MarketplaceEvent::Ignored { .. }
+                )
+            })
+            .collect();
+        assert_eq!(consumed, sorted_like(&CONSUMED_DETAIL_TYPES, &candidates));
+    }
+
+    /// `set` in the order of `order`.
+    fn sorted_like<'a>(set: &[&'a str], order: &[&str]) -> Vec<&'a str> {
+        let mut out: Vec<&str> = set.to_vec();
+        out.sort_by_key(|d| order.iter().position(|o| o == d));
+        out
     }
 
     #[test]
@@ -1446,6 +1594,150 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    /// Events of different types in the same second (the guards have whole seconds)
+    /// apply in lifecycle order whatever order they are delivered in: a true
+    /// duplicate of the same type is the only same-second event that is dropped.
+    #[test]
+    fn same_second_events_of_different_types_apply_in_lifecycle_order() {
+        use AgreementStatus as A;
+        use SubscriptionStatus as S;
+        const T: &str = "2026-11-30T12:00:00Z";
+        let renewed = |time: &str| MarketplaceEvent::LicenseUpdated {
+            license_arn: LICENSE.into(),
+            account: ACCOUNT.into(),
+            product_code: Some(PRODUCT.into()),
+            agreement_id: "agmt-renewed".into(),
+            time: t(time),
+        };
+        type Case = (&'static str, Vec<MarketplaceEvent>, Option<A>, Option<S>);
+        let cases: Vec<Case> = vec![
+            (
+                "Updated and Deprovisioned in one second: deprovisioning",
+                vec![updated(T), deprovisioned(T)],
+                Some(A::Active),
+                Some(S::Deprovisioning),
+            ),
+            (
+                "Updated, Ended in one second: the agreement ends",
+                vec![updated(T), ended(T)],
+                Some(A::Inactive),
+                Some(S::Active),
+            ),
+            (
+                "Updated, Ended and Deprovisioned in one second",
+                vec![updated(T), ended(T), deprovisioned(T)],
+                Some(A::Inactive),
+                Some(S::Deprovisioning),
+            ),
+            (
+                "Updated, Amended in one second: active",
+                vec![updated(T), amended(T)],
+                Some(A::Active),
+                Some(S::Active),
+            ),
+            (
+                "Amended, Ended in one second: ended",
+                vec![deprovisioned("2026-11-30T11:00:00Z"), amended(T), ended(T)],
+                Some(A::Inactive),
+                Some(S::Deprovisioning),
+            ),
+        ];
+        for (name, events, agreement, subscription) in cases {
+            // Every delivery order of the same-second events converges.
+            let mut orders = vec![events.clone()];
+            let mut reversed = events.clone();
+            reversed.reverse();
+            orders.push(reversed);
+            if events.len() == 3 {
+                orders.push(vec![
+                    events[1].clone(),
+                    events[0].clone(),
+                    events[2].clone(),
+                ]);
+                orders.push(vec![
+                    events[2].clone(),
+                    events[0].clone(),
+                    events[1].clone(),
+                ]);
+            }
+            for order in orders {
+                // The deprovisioned row of the Amended case must come first.
+                if events[0] == deprovisioned("2026-11-30T11:00:00Z") && order[0] != events[0] {
+                    continue;
+                }
+                // An agreement event that finds no row yet is redelivered (as the
+                // subscription handler's queue does) after the others.
+                let (row, kinds) = run(&order);
+                let redelivered: Vec<MarketplaceEvent> = order
+                    .iter()
+                    .zip(&kinds)
+                    .filter(|(_, kind)| **kind == "no-row")
+                    .map(|(event, _)| event.clone())
+                    .collect();
+                let mut row = row.unwrap();
+                for event in &redelivered {
+                    if let Transition::Write { row: next, .. } = apply(Some(&row), event) {
+                        row = next;
+                    }
+                }
+                let names: Vec<&str> = order.iter().map(MarketplaceEvent::name).collect();
+                assert_eq!(
+                    row.agreement_status, agreement,
+                    "{name}: {names:?} {kinds:?}"
+                );
+                assert_eq!(
+                    row.subscription_status, subscription,
+                    "{name}: {names:?} {kinds:?}"
+                );
+                if subscription == Some(S::Deprovisioning) {
+                    assert!(row.deprovisioning_expiry.is_some(), "{name}: {names:?}");
+                }
+                // Applying every event once more changes nothing: they are duplicates now.
+                for event in &order {
+                    assert!(
+                        matches!(apply(Some(&row), event), Transition::Unchanged { .. }),
+                        "{name}: {names:?}: {} again must be a duplicate, got {:?}",
+                        event.name(),
+                        apply(Some(&row), event)
+                    );
+                }
+            }
+        }
+
+        // Deprovisioned after Updated in the same second opens the window from that second.
+        let (row, kinds) = run(&[updated(T), deprovisioned(T)]);
+        assert_eq!(kinds, ["write", "write"]);
+        assert_eq!(
+            row.unwrap().deprovisioning_expiry,
+            Some(t("2026-11-30T13:00:00Z"))
+        );
+        // Delivered the other way round, the same-second Updated is the earlier one: it
+        // is never "refused" (not a reactivation) and only its agreement half applies.
+        let (row, kinds) = run(&[deprovisioned(T), updated(T)]);
+        assert_eq!(kinds, ["write", "write"]);
+        let row = row.unwrap();
+        assert_eq!(
+            row.subscription_status,
+            Some(SubscriptionStatus::Deprovisioning)
+        );
+        assert_eq!(row.deprovisioning_expiry, Some(t("2026-11-30T13:00:00Z")));
+        assert_eq!(row.subscription_event_at, Some(t(T)));
+        assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
+        // A replacement agreement's License Updated in the second its predecessor ended
+        // moves the row to the new agreement.
+        let (row, kinds) = run(&[updated("2026-11-30T10:00:00Z"), ended(T), renewed(T)]);
+        let row = row.unwrap();
+        assert_eq!(kinds, ["write", "write", "write"]);
+        assert_eq!(row.agreement_id.as_deref(), Some("agmt-renewed"));
+        assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
+        // ... but the ended agreement's own same-second License Updated never reopens it.
+        let (row, _) = run(&[updated("2026-11-30T10:00:00Z"), ended(T), updated(T)]);
+        assert_eq!(
+            row.unwrap().agreement_status,
+            Some(AgreementStatus::Inactive)
+        );
     }
 
     #[test]

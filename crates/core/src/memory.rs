@@ -23,11 +23,11 @@ use crate::model::{
     RawUsageRow, ReasonCode, Subscriber, SubscriptionStatus, attr,
 };
 use crate::ports::{
-    AggregatedStore, AggregationCommit, Clock, CommitOutcome, Cursor, CustomerResolver,
-    MAX_ROWS_PER_COMMIT, MeteringApi, MeteringError, MeteringRecord, MetricsSink, NewUsageRow,
-    Page, PendingRawRef, PortError, ProfileStore, PutOutcome, RecordVerdict, ResolveError,
-    ResolvedCustomer, SendReport, SubmissionUpdate, SubscriberStore, UsageStore, WorkMessage,
-    WorkQueue,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, Clock, CommitOutcome, Cursor,
+    CustomerResolver, MAX_ROWS_PER_COMMIT, MalformedItem, MeteringApi, MeteringError,
+    MeteringRecord, MetricsSink, NewUsageRow, Page, PendingRawRef, PortError, ProfileStore,
+    PutOutcome, RecordVerdict, ResolveError, ResolvedCustomer, RowClaim, SendReport, StrayPending,
+    SubmissionUpdate, SubscriberStore, UsageStore, WorkMessage, WorkQueue,
 };
 use crate::stamp::AuditStamp;
 use crate::time::{HourBucket, Instant, format_instant, parse_usage_timestamp};
@@ -62,6 +62,10 @@ pub enum StoreOp {
     UsageFinalizeRow,
     /// [`UsageStore::put_row`].
     UsagePutRow,
+    /// [`UsageStore::stray_pending_page`].
+    UsageStrayPendingPage,
+    /// [`UsageStore::repair_pending`].
+    UsageRepairPending,
     /// [`AggregatedStore::get`].
     AggregatedGet,
     /// [`AggregatedStore::commit`].
@@ -74,6 +78,10 @@ pub enum StoreOp {
     AggregatedRecord,
     /// [`AggregatedStore::put_direct`].
     AggregatedPutDirect,
+    /// [`AggregatedStore::reject_malformed`].
+    AggregatedRejectMalformed,
+    /// [`AggregatedStore::stray_pending_page`].
+    AggregatedStrayPendingPage,
     /// [`SubscriberStore::get`].
     SubscriberGet,
     /// [`SubscriberStore::by_license`].
@@ -90,20 +98,28 @@ pub enum StoreOp {
     ProfileUpsert,
 }
 
-/// Queued one-shot failures per operation.
+/// Queued one-shot outcomes per operation: `None` lets one call through, `Some` fails it.
 #[derive(Debug, Default)]
-struct Faults(Mutex<HashMap<StoreOp, VecDeque<PortError>>>);
+struct Faults(Mutex<HashMap<StoreOp, VecDeque<Option<PortError>>>>);
 
 impl Faults {
     fn push(&self, op: StoreOp, error: PortError) {
-        lock(&self.0).entry(op).or_default().push_back(error);
+        lock(&self.0).entry(op).or_default().push_back(Some(error));
+    }
+
+    /// Lets the next `calls` calls of `op` through, then fails the one after with `error`.
+    fn push_after(&self, op: StoreOp, calls: usize, error: PortError) {
+        let mut faults = lock(&self.0);
+        let queue = faults.entry(op).or_default();
+        queue.extend(std::iter::repeat_n(None, calls));
+        queue.push_back(Some(error));
     }
 
     /// Fails with the next queued error for `op`, if any.
     fn check(&self, op: StoreOp) -> Result<(), PortError> {
         match lock(&self.0).get_mut(&op).and_then(VecDeque::pop_front) {
-            Some(error) => Err(error),
-            None => Ok(()),
+            Some(Some(error)) => Err(error),
+            Some(None) | None => Ok(()),
         }
     }
 }
@@ -145,6 +161,7 @@ where
     };
     Ok(Page {
         items: page.drain(..).map(|(_, item)| item).collect(),
+        malformed: Vec::new(),
         next,
     })
 }
@@ -163,10 +180,23 @@ struct StoredAggregate {
     stamp: AuditStamp,
 }
 
+/// An aggregated-table item a seller wrote that cannot be read as a record (kept by
+/// its stored keys, as the DynamoDB table would keep it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoredMalformed {
+    /// `meteringPending` as written (`None` once finalized).
+    metering_pending: Option<String>,
+    /// What is wrong with it.
+    problem: String,
+    /// `meteringStatus` / `meteringStatusReason` once finalized.
+    status: Option<(AggregatedStatus, String)>,
+}
+
 #[derive(Debug, Default)]
 struct TablesState {
     usage: BTreeMap<TableKey, RawUsageRow>,
     aggregated: BTreeMap<TableKey, StoredAggregate>,
+    malformed_aggregated: BTreeMap<TableKey, StoredMalformed>,
 }
 
 /// The usage and aggregated-usage tables, shared by [`MemoryUsageStore`] and
@@ -218,6 +248,12 @@ impl MemoryTables {
         self.faults.push(op, error);
     }
 
+    /// Lets the next `calls` calls of `op` succeed, then makes the one after fail with
+    /// `error` (a crash between two commits of one fold, say).
+    pub fn fail_after(&self, op: StoreOp, calls: usize, error: PortError) {
+        self.faults.push_after(op, calls, error);
+    }
+
     /// Writes a raw row exactly as given (overwriting), as a seller's writer would.
     pub fn insert_raw_row(&self, row: RawUsageRow) {
         lock(&self.state)
@@ -250,6 +286,38 @@ impl MemoryTables {
         );
     }
 
+    /// Writes an aggregated-table item the pipeline cannot read as a record (a seller's
+    /// malformed direct-submit row, or one whose keys contradict its attributes), with
+    /// `meteringPending` = `metering_pending` and the reader's complaint `problem`.
+    pub fn insert_malformed_aggregated(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        metering_pending: &str,
+        problem: &str,
+    ) {
+        lock(&self.state).malformed_aggregated.insert(
+            (license_arn.to_string(), sort_key.to_string()),
+            StoredMalformed {
+                metering_pending: Some(metering_pending.to_string()),
+                problem: problem.to_string(),
+                status: None,
+            },
+        );
+    }
+
+    /// The final status and reason of a malformed aggregated item, once it has one.
+    pub fn malformed_aggregated_status(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Option<(AggregatedStatus, String)> {
+        lock(&self.state)
+            .malformed_aggregated
+            .get(&(license_arn.to_string(), sort_key.to_string()))
+            .and_then(|m| m.status.clone())
+    }
+
     /// Every aggregated record, ordered by (license, sort key).
     pub fn aggregated_records(&self) -> Vec<AggregatedRecord> {
         lock(&self.state)
@@ -270,6 +338,44 @@ impl MemoryTables {
 
 fn aggregated_key(key: &GroupKey) -> TableKey {
     (key.license_arn.clone(), key.aggregated_sort_key())
+}
+
+/// Sort-key prefix of the ingestion markers in the usage table. It starts with a
+/// letter, so it never matches a group's prefix `<12-digit account>#<dimension>#<hour>`.
+pub const INGESTION_MARKER_PREFIX: &str = "event#";
+
+/// Attribute of an ingestion marker naming the sort key of the row its event wrote.
+pub const INGESTION_MARKER_ROW: &str = "ingestedRow";
+
+/// The usage-table sort key of the ingestion marker of `event_id` (partition key: the
+/// row's license): `event#<eventId>`. [`UsageStore::put_row`] writes the marker with
+/// the row, both or neither, so the event id alone (per license) makes a retry a
+/// no-op whatever timestamp it carries.
+pub fn ingestion_marker_sort_key(event_id: &str) -> String {
+    format!("{INGESTION_MARKER_PREFIX}{event_id}")
+}
+
+/// The event id of an ingestion marker's sort key; `None` for any other sort key (a
+/// usage row). Readers that scan the usage table skip what this recognizes.
+pub fn ingestion_marker_event_id(sort_key: &str) -> Option<&str> {
+    sort_key.strip_prefix(INGESTION_MARKER_PREFIX)
+}
+
+/// The ingestion marker item for `row`: keys (license, [`ingestion_marker_sort_key`]),
+/// [`INGESTION_MARKER_ROW`] and the audit stamps. Never `meteringPending`,
+/// `customerAWSAccountId` or `dimension`: it is not usage and never enters the sparse
+/// index.
+pub fn ingestion_marker_item(row: &NewUsageRow, now: Instant) -> RawUsageRow {
+    let mut attrs = BTreeMap::from([(
+        INGESTION_MARKER_ROW.to_string(),
+        Attr::S(ingestion_sort_key(row)),
+    )]);
+    AuditStamp::at(now).apply(&mut attrs);
+    RawUsageRow {
+        license_arn: row.license_arn.clone(),
+        sort_key: ingestion_marker_sort_key(&row.event_id),
+        attrs,
+    }
 }
 
 /// The usage-table sort key of an ingested row:
@@ -391,9 +497,11 @@ pub fn reference_row(
 ///   value keeps a row out of the sparse index, as in DynamoDB), ordered by
 ///   (license, sort key), paged by the tables' page size.
 /// - `finalize_row`: sets `meteringStatus` (and `meteringStatusReason`, removed when
-///   `None`), removes `meteringPending`, stamps `updatedAt`, only if the row exists and
-///   still has `meteringPending`; `Ok(false)` otherwise.
-/// - `put_row`: writes [`ingestion_item`] unless its sort key exists.
+///   `None`), removes `meteringPending`, stamps `updatedAt`, only if the row exists,
+///   still has `meteringPending` and its `aggregatedInto` is as the `RowClaim` says;
+///   `Ok(false)` otherwise.
+/// - `put_row`: writes [`ingestion_item`] and its [`ingestion_marker_item`] together, or
+///   neither when either key exists (the event id alone makes a retry a no-op).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryUsageStore {
     tables: MemoryTables,
@@ -465,6 +573,7 @@ impl UsageStore for MemoryUsageStore {
         &self,
         license_arn: &str,
         sort_key: &str,
+        claim: RowClaim<'_>,
         status: RawStatus,
         reason: Option<ReasonCode>,
         now: Instant,
@@ -475,9 +584,15 @@ impl UsageStore for MemoryUsageStore {
         let Some(row) = state.usage.get_mut(&key) else {
             return Ok(false);
         };
-        if row.attrs.remove(attr::METERING_PENDING).is_none() {
+        let claim_ok = match (claim, row.attrs.get(attr::AGGREGATED_INTO)) {
+            (RowClaim::Counted(record), Some(Attr::S(into))) => into == record,
+            (RowClaim::Counted(_), _) => false,
+            (RowClaim::Uncounted, found) => found.is_none(),
+        };
+        if !claim_ok || !row.attrs.contains_key(attr::METERING_PENDING) {
             return Ok(false);
         }
+        row.attrs.remove(attr::METERING_PENDING);
         row.attrs.insert(
             attr::METERING_STATUS.to_string(),
             Attr::S(status.as_str().to_string()),
@@ -499,14 +614,74 @@ impl UsageStore for MemoryUsageStore {
 
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
         self.tables.faults.check(StoreOp::UsagePutRow)?;
+        // The row and its event's marker, both or neither (one transaction in DynamoDB,
+        // each conditional on its item not existing).
         let item = ingestion_item(row, now);
+        let marker = ingestion_marker_item(row, now);
         let mut state = lock(&self.tables.state);
         let key = (item.license_arn.clone(), item.sort_key.clone());
-        if state.usage.contains_key(&key) {
+        let marker_key = (marker.license_arn.clone(), marker.sort_key.clone());
+        if state.usage.contains_key(&key) || state.usage.contains_key(&marker_key) {
             return Ok(PutOutcome::AlreadyExists);
         }
         state.usage.insert(key, item);
+        state.usage.insert(marker_key, marker);
         Ok(PutOutcome::Created)
+    }
+
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError> {
+        self.tables.faults.check(StoreOp::UsageStrayPendingPage)?;
+        let live: BTreeSet<String> = live.iter().map(ToString::to_string).collect();
+        let items: Vec<(TableKey, StrayPending)> = lock(&self.tables.state)
+            .usage
+            .iter()
+            .filter_map(|(key, row)| match row.attrs.get(attr::METERING_PENDING) {
+                Some(Attr::S(value)) if !live.contains(value) => Some((
+                    key.clone(),
+                    StrayPending {
+                        license_arn: row.license_arn.clone(),
+                        sort_key: row.sort_key.clone(),
+                        metering_pending: value.clone(),
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
+        paginate(
+            items,
+            cursor,
+            self.tables.page_size,
+            "usage stray_pending_page",
+        )
+    }
+
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.tables.faults.check(StoreOp::UsageRepairPending)?;
+        let mut state = lock(&self.tables.state);
+        let key = (license_arn.to_string(), sort_key.to_string());
+        let Some(row) = state.usage.get_mut(&key) else {
+            return Ok(false);
+        };
+        if row.attrs.get(attr::METERING_PENDING) != Some(&Attr::S(from.to_string())) {
+            return Ok(false);
+        }
+        row.attrs.insert(
+            attr::METERING_PENDING.to_string(),
+            Attr::S(hour.to_string()),
+        );
+        AuditStamp::at(now).apply(&mut row.attrs);
+        Ok(true)
     }
 }
 
@@ -520,12 +695,16 @@ impl UsageStore for MemoryUsageStore {
 ///   is stored as given and each claimed row gets `aggregatedInto` = the record's sort
 ///   key and a new `updatedAt`. More than [`MAX_ROWS_PER_COMMIT`] rows, or the same row
 ///   twice, is an error (DynamoDB refuses such a transaction).
-/// - `claim`: pending, at `expected_version`, not held by an unexpired claim
-///   (`inFlightUntil <= now` counts as expired) -> `inFlightUntil = until`,
-///   `attemptCount + 1`; the version does not move.
-/// - `record`: only while pending; releases the claim; a terminal status also sets the
-///   reason and the record id (an absent record id keeps a stored one) and leaves the
-///   pending index. `Pending` only releases the claim.
+/// - `claim`: pending, at `expected_version`, not mid-fold, not held by an unexpired
+///   claim (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`,
+///   `claimId`, `sentQuantity` (kept if set), `attemptCount + 1`; the version does not
+///   move. The grant says whether an earlier send may have billed it.
+/// - `record`: only while pending and, with a claim id, only under that claim (without
+///   one, only while no unexpired claim holds it); releases the claim; a terminal
+///   status also sets the reason and the record id (an absent record id keeps a stored
+///   one) and leaves the pending index. `Pending` releases the claim and drops
+///   `sentQuantity` unless the update says a send may have billed.
+/// - `commit` folds only into a record no claim ever held (`accepts_folds`).
 /// - `pending_page`: `Pending` records of `hour`, ordered by (license, sort key), paged.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryAggregatedStore {
@@ -542,6 +721,21 @@ impl MemoryAggregatedStore {
     pub fn tables(&self) -> &MemoryTables {
         &self.tables
     }
+}
+
+/// A page of readable-or-not items as the port returns it.
+fn split_malformed(page: Page<Result<AggregatedRecord, MalformedItem>>) -> Page<AggregatedRecord> {
+    let mut out = Page {
+        next: page.next,
+        ..Page::default()
+    };
+    for item in page.items {
+        match item {
+            Ok(record) => out.items.push(record),
+            Err(malformed) => out.malformed.push(malformed),
+        }
+    }
+    out
 }
 
 fn in_flight_at(record: &AggregatedRecord, now: Instant) -> bool {
@@ -583,9 +777,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         let record_ok = match (stored, commit.expected_version) {
             (None, None) => true,
             (Some(stored), Some(version)) => {
-                stored.record.version == version
-                    && stored.record.status == AggregatedStatus::Pending
-                    && !in_flight_at(&stored.record, commit.now)
+                stored.record.version == version && stored.record.accepts_folds()
             }
             (Some(_), None) | (None, Some(_)) => false,
         };
@@ -634,50 +826,78 @@ impl AggregatedStore for MemoryAggregatedStore {
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
         self.tables.faults.check(StoreOp::AggregatedPendingPage)?;
-        let items: Vec<(TableKey, AggregatedRecord)> = lock(&self.tables.state)
+        let state = lock(&self.tables.state);
+        let hour_text = hour.to_string();
+        // Readable and malformed items share one key order, as in the index.
+        let mut items: Vec<(TableKey, Result<AggregatedRecord, MalformedItem>)> = state
             .aggregated
             .iter()
             .filter(|(_, stored)| {
                 stored.record.status == AggregatedStatus::Pending && stored.record.key.hour == hour
             })
-            .map(|(key, stored)| (key.clone(), stored.record.clone()))
+            .map(|(key, stored)| (key.clone(), Ok(stored.record.clone())))
             .collect();
-        paginate(
+        items.extend(
+            state
+                .malformed_aggregated
+                .iter()
+                .filter(|(_, m)| m.metering_pending.as_deref() == Some(hour_text.as_str()))
+                .map(|(key, m)| {
+                    (
+                        key.clone(),
+                        Err(MalformedItem {
+                            license_arn: key.0.clone(),
+                            sort_key: key.1.clone(),
+                            problem: m.problem.clone(),
+                        }),
+                    )
+                }),
+        );
+        drop(state);
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let page = paginate(
             items,
             cursor,
             self.tables.page_size,
             "aggregated pending_page",
-        )
+        )?;
+        Ok(split_malformed(page))
     }
 
     async fn claim(
         &self,
         key: &GroupKey,
         expected_version: u64,
-        now: Instant,
-        until: Instant,
-    ) -> Result<bool, PortError> {
+        claim: &Claim,
+    ) -> Result<Option<ClaimGrant>, PortError> {
         self.tables.faults.check(StoreOp::AggregatedClaim)?;
         let mut state = lock(&self.tables.state);
         let Some(stored) = state.aggregated.get_mut(&aggregated_key(key)) else {
-            return Ok(false);
+            return Ok(None);
         };
         let record = &mut stored.record;
         if record.status != AggregatedStatus::Pending
             || record.version != expected_version
-            || in_flight_at(record, now)
+            || record.folding
+            || in_flight_at(record, claim.now)
         {
-            return Ok(false);
+            return Ok(None);
         }
-        record.in_flight_until = Some(until);
+        let grant = ClaimGrant {
+            previously_sent: record.sent_quantity.is_some() || record.in_flight_until.is_some(),
+        };
+        record.in_flight_until = Some(claim.until);
+        record.claim_id = Some(claim.id.clone());
+        record.sent_quantity = Some(record.sent_quantity.unwrap_or(record.quantity));
         record.attempt_count = record.attempt_count.saturating_add(1);
-        stored.stamp.updated_at = format_instant(now);
-        Ok(true)
+        stored.stamp.updated_at = format_instant(claim.now);
+        Ok(Some(grant))
     }
 
     async fn record(
         &self,
         key: &GroupKey,
+        claim_id: Option<&str>,
         update: &SubmissionUpdate,
         now: Instant,
     ) -> Result<bool, PortError> {
@@ -687,19 +907,90 @@ impl AggregatedStore for MemoryAggregatedStore {
             return Ok(false);
         };
         let record = &mut stored.record;
-        if record.status != AggregatedStatus::Pending {
+        let holder_ok = match claim_id {
+            Some(id) => record.claim_id.as_deref() == Some(id),
+            None => !in_flight_at(record, now),
+        };
+        if record.status != AggregatedStatus::Pending || !holder_ok {
             return Ok(false);
         }
         record.in_flight_until = None;
+        record.claim_id = None;
         if update.status.is_terminal() {
             record.status = update.status;
             record.status_reason = update.reason.clone();
             if update.metering_record_id.is_some() {
                 record.metering_record_id = update.metering_record_id.clone();
             }
+        } else if !update.possibly_sent {
+            record.sent_quantity = None;
         }
         stored.stamp.updated_at = format_instant(now);
         Ok(true)
+    }
+
+    async fn reject_malformed(
+        &self,
+        item: &MalformedItem,
+        reason: &str,
+        _now: Instant,
+    ) -> Result<bool, PortError> {
+        self.tables
+            .faults
+            .check(StoreOp::AggregatedRejectMalformed)?;
+        let mut state = lock(&self.tables.state);
+        let key = (item.license_arn.clone(), item.sort_key.clone());
+        let Some(stored) = state.malformed_aggregated.get_mut(&key) else {
+            return Ok(false);
+        };
+        if stored.metering_pending.take().is_none() {
+            return Ok(false);
+        }
+        stored.status = Some((AggregatedStatus::Error, reason.to_string()));
+        Ok(true)
+    }
+
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError> {
+        self.tables
+            .faults
+            .check(StoreOp::AggregatedStrayPendingPage)?;
+        let live: BTreeSet<String> = live.iter().map(ToString::to_string).collect();
+        let state = lock(&self.tables.state);
+        let mut items: Vec<(TableKey, Result<AggregatedRecord, MalformedItem>)> = state
+            .aggregated
+            .iter()
+            .filter(|(_, stored)| {
+                stored.record.status == AggregatedStatus::Pending
+                    && !live.contains(&stored.record.key.hour.to_string())
+            })
+            .map(|(key, stored)| (key.clone(), Ok(stored.record.clone())))
+            .collect();
+        items.extend(state.malformed_aggregated.iter().filter_map(|(key, m)| {
+            let pending = m.metering_pending.as_ref()?;
+            (!live.contains(pending)).then(|| {
+                (
+                    key.clone(),
+                    Err(MalformedItem {
+                        license_arn: key.0.clone(),
+                        sort_key: key.1.clone(),
+                        problem: m.problem.clone(),
+                    }),
+                )
+            })
+        }));
+        drop(state);
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let page = paginate(
+            items,
+            cursor,
+            self.tables.page_size,
+            "aggregated stray_pending_page",
+        )?;
+        Ok(split_malformed(page))
     }
 
     async fn put_direct(
@@ -1458,6 +1749,9 @@ mod tests {
             attempt_count: 0,
             version,
             in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
         }
     }
 
@@ -1543,7 +1837,8 @@ mod tests {
             store.put_row(&same_second, now).await.unwrap(),
             PutOutcome::Created
         );
-        assert_eq!(store.tables().raw_rows().len(), 2);
+        // Two rows, each with its event's idempotency marker (`event#<eventId>`).
+        assert_eq!(store.tables().raw_rows().len(), 4);
     }
 
     #[tokio::test]
@@ -1626,6 +1921,7 @@ mod tests {
             last,
             Page {
                 items: vec![],
+                malformed: vec![],
                 next: None
             }
         );
@@ -1686,6 +1982,7 @@ mod tests {
             .finalize_row(
                 LICENSE,
                 "111122223333#requests#2026-11-30T10:00:00",
+                RowClaim::Uncounted,
                 RawStatus::Aggregated,
                 None,
                 t("2026-11-30T12:00:00Z"),
@@ -1710,6 +2007,7 @@ mod tests {
             .finalize_row(
                 LICENSE,
                 &row.sort_key,
+                RowClaim::Uncounted,
                 RawStatus::RejectedClientSide,
                 Some(ReasonCode::MalformedTimestamp),
                 t("2026-11-30T12:00:00Z"),
@@ -1736,6 +2034,7 @@ mod tests {
             .finalize_row(
                 LICENSE,
                 &row.sort_key,
+                RowClaim::Uncounted,
                 RawStatus::Aggregated,
                 None,
                 t("2026-11-30T13:00:00Z"),
@@ -1750,6 +2049,7 @@ mod tests {
                 .finalize_row(
                     LICENSE,
                     "nope",
+                    RowClaim::Uncounted,
                     RawStatus::Aggregated,
                     None,
                     t("2026-11-30T13:00:00Z")
@@ -1872,8 +2172,26 @@ mod tests {
                 CommitOutcome::Conflict,
             ),
             (
+                // The lapsed claim may have sent: its quantity is final.
                 "claim expired exactly now",
                 Some(expired_claim),
+                Some(fresh()),
+                Some(1),
+                CommitOutcome::Conflict,
+            ),
+            (
+                "an earlier send may have billed it",
+                Some(AggregatedRecord {
+                    sent_quantity: Some(1),
+                    ..record(key.clone(), 1, 1)
+                }),
+                Some(fresh()),
+                Some(1),
+                CommitOutcome::Conflict,
+            ),
+            (
+                "an unclaimed record takes the fold",
+                Some(record(key.clone(), 1, 1)),
                 Some(fresh()),
                 Some(1),
                 CommitOutcome::Committed,
@@ -1960,31 +2278,51 @@ mod tests {
         assert!(tables.aggregated_records().is_empty());
     }
 
+    fn claim_at(id: &str, now: &str, until: &str) -> Claim {
+        Claim {
+            id: id.to_string(),
+            now: t(now),
+            until: t(until),
+        }
+    }
+
     #[tokio::test]
     async fn claim_expires_and_record_releases_it() {
         let tables = MemoryTables::new();
         let store = tables.aggregated_store();
         let key = group("requests", "2026-11-30T10");
         tables.insert_aggregated(record(key.clone(), 5, 3), t("2026-11-30T11:00:00Z"));
-        let now = t("2026-11-30T11:05:00Z");
         let until = t("2026-11-30T11:10:00Z");
+        let first = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
 
         assert!(
-            !store.claim(&key, 2, now, until).await.unwrap(),
+            store.claim(&key, 2, &first).await.unwrap().is_none(),
             "wrong version"
         );
-        assert!(store.claim(&key, 3, now, until).await.unwrap());
+        let grant = store.claim(&key, 3, &first).await.unwrap().unwrap();
+        assert!(!grant.previously_sent, "never sent before");
         assert!(
-            !store
-                .claim(&key, 3, t("2026-11-30T11:09:59Z"), until)
+            store
+                .claim(
+                    &key,
+                    3,
+                    &claim_at("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z")
+                )
                 .await
-                .unwrap(),
+                .unwrap()
+                .is_none(),
             "held"
         );
         let held = store.get(&key).await.unwrap().unwrap();
         assert_eq!(
-            (held.attempt_count, held.version, held.in_flight_until),
-            (1, 3, Some(until))
+            (
+                held.attempt_count,
+                held.version,
+                held.in_flight_until,
+                held.claim_id.as_deref(),
+                held.sent_quantity
+            ),
+            (1, 3, Some(until), Some("c1"), Some(5))
         );
         // A fold is refused while in flight.
         let fold = commit(
@@ -1994,23 +2332,29 @@ mod tests {
             "2026-11-30T11:06:00Z",
         );
         assert_eq!(store.commit(&fold).await.unwrap(), CommitOutcome::Conflict);
-        // The claim expires at `until`; another submitter may take it.
+        // The claim expires at `until`; another submitter may take it, and learns that
+        // the lapsed claim may have sent.
+        let second = claim_at("c2", "2026-11-30T11:10:00Z", "2026-11-30T11:15:00Z");
+        let grant = store.claim(&key, 3, &second).await.unwrap().unwrap();
+        assert!(grant.previously_sent);
+        // The first holder's late outcome is refused: only the current claim records.
+        let late = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-0".into()));
         assert!(
-            store
-                .claim(&key, 3, until, t("2026-11-30T11:15:00Z"))
+            !store
+                .record(&key, Some("c1"), &late, t("2026-11-30T11:11:00Z"))
                 .await
                 .unwrap()
         );
 
-        // Pending outcome (unprocessed): releases only.
-        let unprocessed = SubmissionUpdate {
-            status: AggregatedStatus::Pending,
-            reason: Some("Unprocessed".into()),
-            metering_record_id: None,
-        };
+        // Pending outcome after a possibly-billing send: releases, keeps the quantity.
         assert!(
             store
-                .record(&key, &unprocessed, t("2026-11-30T11:11:00Z"))
+                .record(
+                    &key,
+                    Some("c2"),
+                    &SubmissionUpdate::release(true),
+                    t("2026-11-30T11:11:00Z")
+                )
                 .await
                 .unwrap()
         );
@@ -2019,21 +2363,32 @@ mod tests {
             (
                 released.status,
                 released.in_flight_until,
-                released.status_reason
+                released.claim_id.clone(),
+                released.sent_quantity
             ),
-            (AggregatedStatus::Pending, None, None)
+            (AggregatedStatus::Pending, None, None, Some(5))
         );
         assert_eq!(released.attempt_count, 2);
+        assert!(
+            !released.accepts_folds(),
+            "a possibly billed record is final"
+        );
+        assert_eq!(store.commit(&fold).await.unwrap(), CommitOutcome::Conflict);
 
         // Terminal outcome: leaves the pending index; later records are refused.
-        let billed = SubmissionUpdate {
-            status: AggregatedStatus::Success,
-            reason: None,
-            metering_record_id: Some("mr-1".into()),
-        };
+        let third = claim_at("c3", "2026-11-30T11:12:00Z", "2026-11-30T11:17:00Z");
         assert!(
             store
-                .record(&key, &billed, t("2026-11-30T11:12:00Z"))
+                .claim(&key, 3, &third)
+                .await
+                .unwrap()
+                .unwrap()
+                .previously_sent
+        );
+        let billed = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()));
+        assert!(
+            store
+                .record(&key, Some("c3"), &billed, t("2026-11-30T11:12:00Z"))
                 .await
                 .unwrap()
         );
@@ -2050,38 +2405,92 @@ mod tests {
                 .items
                 .is_empty()
         );
-        let again = SubmissionUpdate {
-            status: AggregatedStatus::Error,
-            reason: Some("X".into()),
-            metering_record_id: None,
-        };
+        let again = SubmissionUpdate::new(AggregatedStatus::Error, Some("X".into()), None);
         assert!(
             !store
-                .record(&key, &again, t("2026-11-30T11:13:00Z"))
+                .record(&key, None, &again, t("2026-11-30T11:13:00Z"))
                 .await
                 .unwrap()
         );
         assert!(
-            !store
+            store
                 .claim(
                     &key,
                     3,
-                    t("2026-11-30T12:00:00Z"),
-                    t("2026-11-30T12:05:00Z")
+                    &claim_at("c4", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z")
                 )
                 .await
                 .unwrap()
+                .is_none()
         );
         assert!(
             !store
                 .record(
                     &group("other", "2026-11-30T10"),
+                    None,
                     &billed,
                     t("2026-11-30T11:13:00Z")
                 )
                 .await
                 .unwrap()
         );
+    }
+
+    #[tokio::test]
+    async fn a_definite_no_send_reopens_a_record_only_if_nothing_was_sent_before() {
+        let tables = MemoryTables::new();
+        let store = tables.aggregated_store();
+        let key = group("requests", "2026-11-30T10");
+        tables.insert_aggregated(record(key.clone(), 5, 1), t("2026-11-30T11:00:00Z"));
+        // Throttled: nothing billed, nothing before -> folds resume.
+        let c1 = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+        assert!(
+            !store
+                .claim(&key, 1, &c1)
+                .await
+                .unwrap()
+                .unwrap()
+                .previously_sent
+        );
+        let release = SubmissionUpdate::release(false);
+        assert!(
+            store
+                .record(&key, Some("c1"), &release, t("2026-11-30T11:05:01Z"))
+                .await
+                .unwrap()
+        );
+        let reopened = store.get(&key).await.unwrap().unwrap();
+        assert!(reopened.accepts_folds());
+        assert_eq!(reopened.sent_quantity, None);
+        // A record without a claim id cannot be written while a live claim holds it.
+        let c2 = claim_at("c2", "2026-11-30T11:06:00Z", "2026-11-30T11:10:00Z");
+        assert!(store.claim(&key, 1, &c2).await.unwrap().is_some());
+        let expire = SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, None, None);
+        assert!(
+            !store
+                .record(&key, None, &expire, t("2026-11-30T11:07:00Z"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .record(&key, None, &expire, t("2026-11-30T11:10:00Z"))
+                .await
+                .unwrap(),
+            "the lease has lapsed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_record_mid_fold_cannot_be_claimed() {
+        let tables = MemoryTables::new();
+        let store = tables.aggregated_store();
+        let key = group("requests", "2026-11-30T10");
+        let mut folding = record(key.clone(), 5, 1);
+        folding.folding = true;
+        tables.insert_aggregated(folding, t("2026-11-30T11:00:00Z"));
+        let c1 = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+        assert!(store.claim(&key, 1, &c1).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -100,6 +100,16 @@ pub mod attr {
     pub const AGGREGATED_INTO: &str = "aggregatedInto";
     /// On an aggregated row: a submitter holds it in flight until this instant.
     pub const IN_FLIGHT_UNTIL: &str = "inFlightUntil";
+    /// Aggregated: the id of the submitter claim that holds the record (outcomes are
+    /// written only under it).
+    pub const CLAIM_ID: &str = "claimId";
+    /// Aggregated: the quantity a `BatchMeterUsage` call may already have billed (set
+    /// by the claim, kept after an ambiguous outcome). While present the record takes
+    /// no more folds and is only ever re-sent with exactly this quantity.
+    pub const SENT_QUANTITY: &str = "sentQuantity";
+    /// Aggregated: present while a fold spanning several transactions is incomplete;
+    /// the submitter never claims such a record.
+    pub const AGGREGATION_IN_PROGRESS: &str = "aggregationInProgress";
     /// On an aggregated row: number of raw rows counted into it.
     pub const RAW_ROW_COUNT: &str = "rawRowCount";
     /// Audit: write-once creation instant.
@@ -325,8 +335,15 @@ pub enum ReasonCode {
     MixedAllocatedAndUnallocated,
     /// The row's product code differs from the stack's and the stack meters one product.
     ProductCodeMismatch,
-    /// The row arrived after its group's hour was already submitted to Marketplace.
+    /// The row arrived after its group's hour was already submitted to Marketplace
+    /// (or sent with an outcome not yet known: that quantity is final).
     HourAlreadySubmitted,
+    /// Counting the row would grow its aggregated record past what one DynamoDB item
+    /// holds (400 KB; the record keeps headroom below it), through new VMT tag sets.
+    RecordTooLarge,
+    /// `meteringPending` is not an hour bucket (e.g. `"true"`, as other samples write)
+    /// and the row's timestamp cannot place it in a live hour.
+    MalformedMeteringPending,
 }
 
 string_enum!(ReasonCode {
@@ -351,7 +368,9 @@ string_enum!(ReasonCode {
     AllocationSumMismatch,
     MixedAllocatedAndUnallocated,
     ProductCodeMismatch,
-    HourAlreadySubmitted
+    HourAlreadySubmitted,
+    RecordTooLarge,
+    MalformedMeteringPending
 });
 
 /// The one aggregated record per group: what the submitter sends.
@@ -377,6 +396,32 @@ pub struct AggregatedRecord {
     pub version: u64,
     /// While a submitter holds it in flight: until when.
     pub in_flight_until: Option<Instant>,
+    /// The id of the claim holding it (with `in_flight_until`).
+    #[serde(default)]
+    pub claim_id: Option<String>,
+    /// The quantity a send may already have billed; once set, no more folds and every
+    /// re-send carries exactly this quantity (architecture.md §7, ambiguous outcomes).
+    #[serde(default)]
+    pub sent_quantity: Option<i64>,
+    /// A fold of more than one transaction is under way (`aggregationInProgress`): the
+    /// record is not submittable until the fold's last commit clears it.
+    #[serde(default)]
+    pub folding: bool,
+}
+
+impl AggregatedRecord {
+    /// Whether late rows may still be folded in: pending, never (possibly) sent, and not
+    /// held or once held by a submitter claim.
+    pub fn accepts_folds(&self) -> bool {
+        self.status == AggregatedStatus::Pending
+            && self.sent_quantity.is_none()
+            && self.in_flight_until.is_none()
+    }
+
+    /// The quantity to put on the wire: the one already (possibly) billed, if any.
+    pub fn quantity_to_send(&self) -> i64 {
+        self.sent_quantity.unwrap_or(self.quantity)
+    }
 }
 
 /// Agreement lifecycle (`agreementStatus`).

@@ -5,14 +5,20 @@
 //! | result | next row state | metric (per record) | run |
 //! |---|---|---|---|
 //! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` | continue |
-//! | `DuplicateRecord` | `DuplicateRecord` (+ id if returned) | | continue |
+//! | `DuplicateRecord`, an earlier send may have billed it (same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
+//! | `DuplicateRecord` on a first send | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
 //! | `CustomerNotSubscribed`, subscription known | `CustomerNotSubscribed` | `CustomerNotSubscribed` | continue |
 //! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending` (ages out to `SubmissionExpired`) | | continue |
 //! | `Unprocessed` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
-//! | not answered: throttled / transient / malformed answer | `Pending` | (once per stop, [`report_metrics`]) | back off |
-//! | not answered: `DisabledApiException` | unchanged (no write; the claim lapses) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
+//! | not answered: throttled | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off |
+//! | not answered: transient (internal error, timeout, transport) / malformed answer: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
+//! | not answered: `DisabledApiException` | `Pending` (claim released; nothing billed) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
+//!
+//! Every `Pending` release keeps `sentQuantity` when an earlier send may have billed
+//! the record (`previously_sent`), so a definite "not billed now" never reopens a record
+//! an earlier call may have billed.
 
 use std::time::Duration;
 
@@ -100,6 +106,36 @@ pub fn next_state(
     result: &RecordResult,
     stop: Option<StopKind>,
     subscriber: Option<&Subscriber>,
+    previously_sent: bool,
+) -> Outcome {
+    let mut outcome = answer_state(result, stop, subscriber, previously_sent);
+    if let Some(update) = outcome.update.as_mut().filter(|u| !u.status.is_terminal()) {
+        update.possibly_sent = previously_sent || may_have_billed(result, stop);
+    }
+    outcome
+}
+
+/// Whether an unanswered call may still have billed the record (a response lost after
+/// the call took effect): an internal error, a timeout or transport failure, or an
+/// answer that could not be read. Throttling and `DisabledApiException` are definite.
+pub fn may_have_billed(result: &RecordResult, stop: Option<StopKind>) -> bool {
+    matches!(result, RecordResult::NotAnswered)
+        && matches!(
+            stop,
+            Some(StopKind::Transient | StopKind::MalformedResponse)
+        )
+}
+
+/// Reason on a `DuplicateRecord` that answers a re-send: our earlier call billed it.
+pub const REASON_BILLED_BY_EARLIER_ATTEMPT: &str = "BilledByEarlierAttempt";
+/// Reason on a `DuplicateRecord` that answers a first send: something else billed it.
+pub const REASON_UNEXPECTED_DUPLICATE: &str = "UnexpectedDuplicate";
+
+fn answer_state(
+    result: &RecordResult,
+    stop: Option<StopKind>,
+    subscriber: Option<&Subscriber>,
+    previously_sent: bool,
 ) -> Outcome {
     match result {
         RecordResult::Answered(RecordVerdict::Success { metering_record_id }) => Outcome {
@@ -111,15 +147,28 @@ pub fn next_state(
             metric: Some(MetricEvent::plain(metric::USAGE_RECORD_SUBMITTED)),
             action: RunAction::Continue,
         },
-        RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => Outcome {
-            update: Some(update(
-                AggregatedStatus::DuplicateRecord,
-                None,
-                metering_record_id.clone(),
-            )),
-            metric: None,
-            action: RunAction::Continue,
-        },
+        RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => {
+            // Every re-send carries the quantity of the first possibly-billing send, so a
+            // duplicate of a re-send means that quantity is billed. A duplicate of a first
+            // send means another writer billed the hour, maybe with another quantity.
+            let (reason, metric) = if previously_sent {
+                (REASON_BILLED_BY_EARLIER_ATTEMPT, None)
+            } else {
+                (
+                    REASON_UNEXPECTED_DUPLICATE,
+                    Some(MetricEvent::plain(metric::UNEXPECTED_DUPLICATE_RECORD)),
+                )
+            };
+            Outcome {
+                update: Some(update(
+                    AggregatedStatus::DuplicateRecord,
+                    Some(reason.to_string()),
+                    metering_record_id.clone(),
+                )),
+                metric,
+                action: RunAction::Continue,
+            }
+        }
         RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
             if subscription_known(subscriber) {
                 Outcome {
@@ -149,14 +198,12 @@ pub fn next_state(
         },
         RecordResult::DepthExceeded { .. } => stays_pending(None, RunAction::Continue),
         RecordResult::NotAnswered => match stop {
-            Some(StopKind::Disabled) => Outcome {
-                update: None,
-                metric: None,
-                action: RunAction::StopRun,
-            },
-            Some(StopKind::Throttled | StopKind::Transient | StopKind::MalformedResponse) => {
-                stays_pending(None, RunAction::BackOff)
-            }
+            Some(StopKind::Disabled) => stays_pending(None, RunAction::StopRun),
+            Some(StopKind::Throttled) => stays_pending(None, RunAction::BackOff),
+            Some(StopKind::Transient | StopKind::MalformedResponse) => stays_pending(
+                Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
+                RunAction::BackOff,
+            ),
             // Unanswered without a stop does not come out of a bisection; pending loses nothing.
             None => stays_pending(None, RunAction::Continue),
         },
@@ -219,11 +266,7 @@ fn update(
     reason: Option<String>,
     metering_record_id: Option<String>,
 ) -> SubmissionUpdate {
-    SubmissionUpdate {
-        status,
-        reason,
-        metering_record_id,
-    }
+    SubmissionUpdate::new(status, reason, metering_record_id)
 }
 
 /// Pending releases the claim and nothing else; the why goes to logs and metrics, not
@@ -307,6 +350,7 @@ mod tests {
             }),
             None,
             None,
+            false,
         );
         assert_eq!(
             outcome.update,
@@ -322,19 +366,41 @@ mod tests {
     #[test]
     fn duplicate_is_terminal_with_or_without_an_id() {
         for id in [None, Some("mr-0".to_string())] {
+            // A re-send after a possibly-billing send: our own earlier call billed it.
             let outcome = next_state(
                 &answered(RecordVerdict::DuplicateRecord {
                     metering_record_id: id.clone(),
                 }),
                 None,
                 None,
+                true,
             );
             let update = outcome.update.unwrap();
             assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
             assert!(update.status.is_terminal());
             assert_eq!(update.metering_record_id, id);
+            assert_eq!(update.reason.as_deref(), Some("BilledByEarlierAttempt"));
             assert_eq!(outcome.metric, None);
         }
+    }
+
+    #[test]
+    fn a_duplicate_answering_a_first_send_raises_the_alarm_metric() {
+        let outcome = next_state(
+            &answered(RecordVerdict::DuplicateRecord {
+                metering_record_id: None,
+            }),
+            None,
+            None,
+            false,
+        );
+        let update = outcome.update.unwrap();
+        assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
+        assert_eq!(update.reason.as_deref(), Some("UnexpectedDuplicate"));
+        assert_eq!(
+            outcome.metric,
+            Some(MetricEvent::plain("UnexpectedDuplicateRecord"))
+        );
     }
 
     #[test]
@@ -351,6 +417,7 @@ mod tests {
                 &answered(RecordVerdict::CustomerNotSubscribed),
                 None,
                 Some(&row),
+                false,
             );
             // THEN the record closes CustomerNotSubscribed
             assert_eq!(
@@ -371,7 +438,12 @@ mod tests {
         let registered_only = subscriber(None);
         for row in [None, Some(&registered_only)] {
             // WHEN the service answers CustomerNotSubscribed
-            let outcome = next_state(&answered(RecordVerdict::CustomerNotSubscribed), None, row);
+            let outcome = next_state(
+                &answered(RecordVerdict::CustomerNotSubscribed),
+                None,
+                row,
+                false,
+            );
             // THEN it stays pending for a later run, with no metric
             assert_eq!(outcome.update, pending());
             assert_eq!(outcome.metric, None);
@@ -383,7 +455,7 @@ mod tests {
     fn unprocessed_stays_pending_with_its_metric() {
         let result = answered(RecordVerdict::Unprocessed);
         assert!(is_unprocessed(&result));
-        let outcome = next_state(&result, None, None);
+        let outcome = next_state(&result, None, None, false);
         assert_eq!(outcome.update, pending());
         assert_eq!(
             outcome.metric,
@@ -410,7 +482,7 @@ mod tests {
                 exception: name.into(),
                 message: "m".into(),
             };
-            let outcome = next_state(&result, None, None);
+            let outcome = next_state(&result, None, None, false);
             assert_eq!(
                 outcome.update,
                 Some(update(AggregatedStatus::Error, Some(name.into()), None))
@@ -434,6 +506,7 @@ mod tests {
             },
             None,
             None,
+            false,
         );
         assert_eq!(outcome.update, pending());
         assert_eq!(
@@ -444,23 +517,53 @@ mod tests {
 
     #[test]
     fn unanswered_records_follow_the_stop() {
+        let ambiguous = Some(SubmissionUpdate::release(true));
+        let metric = Some(MetricEvent::plain("AmbiguousSubmission"));
         let cases = [
-            (Some(StopKind::Throttled), pending(), RunAction::BackOff),
-            (Some(StopKind::Transient), pending(), RunAction::BackOff),
             (
-                Some(StopKind::MalformedResponse),
+                Some(StopKind::Throttled),
                 pending(),
+                None,
                 RunAction::BackOff,
             ),
-            (Some(StopKind::Disabled), None, RunAction::StopRun),
-            (None, pending(), RunAction::Continue),
+            (
+                Some(StopKind::Transient),
+                ambiguous.clone(),
+                metric.clone(),
+                RunAction::BackOff,
+            ),
+            (
+                Some(StopKind::MalformedResponse),
+                ambiguous,
+                metric,
+                RunAction::BackOff,
+            ),
+            (
+                Some(StopKind::Disabled),
+                pending(),
+                None,
+                RunAction::StopRun,
+            ),
+            (None, pending(), None, RunAction::Continue),
         ];
-        for (stop, expected_update, expected_action) in cases {
-            let outcome = next_state(&RecordResult::NotAnswered, stop, None);
+        for (stop, expected_update, expected_metric, expected_action) in cases {
+            let outcome = next_state(&RecordResult::NotAnswered, stop, None, false);
             assert_eq!(outcome.update, expected_update, "{stop:?}");
             assert_eq!(outcome.action, expected_action, "{stop:?}");
-            assert_eq!(outcome.metric, None, "{stop:?}");
+            assert_eq!(outcome.metric, expected_metric, "{stop:?}");
         }
+    }
+
+    #[test]
+    fn a_release_after_an_earlier_possible_billing_keeps_the_sent_quantity() {
+        // Throttled now (definitely not billed now), but an earlier send may have billed.
+        let outcome = next_state(
+            &RecordResult::NotAnswered,
+            Some(StopKind::Throttled),
+            None,
+            true,
+        );
+        assert_eq!(outcome.update, Some(SubmissionUpdate::release(true)));
     }
 
     #[test]
@@ -468,7 +571,7 @@ mod tests {
         let result = answered(RecordVerdict::Success {
             metering_record_id: "mr".into(),
         });
-        let outcome = next_state(&result, Some(StopKind::Disabled), None);
+        let outcome = next_state(&result, Some(StopKind::Disabled), None, false);
         assert_eq!(outcome.update.unwrap().status, AggregatedStatus::Success);
         assert_eq!(outcome.action, RunAction::Continue);
     }

@@ -48,12 +48,48 @@ pub enum PortError {
 pub type Cursor = String;
 
 /// One page of a paginated query.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Page<T> {
     /// Items on this page.
     pub items: Vec<T>,
+    /// Items on this page that cannot be read as `T` (a seller's malformed row): listed
+    /// by key, never a reason to fail the page (one bad row must not stop the rest).
+    pub malformed: Vec<MalformedItem>,
     /// Cursor for the next page; `None` when this was the last.
     pub next: Option<Cursor>,
+}
+
+impl<T> Default for Page<T> {
+    fn default() -> Self {
+        Page {
+            items: Vec::new(),
+            malformed: Vec::new(),
+            next: None,
+        }
+    }
+}
+
+/// A stored item that cannot be read as the domain expects, by its stored keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedItem {
+    /// Partition key as stored.
+    pub license_arn: String,
+    /// Sort key as stored.
+    pub sort_key: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// A row still in a sparse `metering_pending` index whose index value is not a live
+/// hour bucket (found by sweeping the index, never the table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrayPending {
+    /// Partition key.
+    pub license_arn: String,
+    /// Sort key.
+    pub sort_key: String,
+    /// The `meteringPending` value it carries.
+    pub metering_pending: String,
 }
 
 /// A pending raw row as the sparse `metering_pending` GSI shows it.
@@ -67,6 +103,15 @@ pub struct PendingRawRef {
     pub customer_aws_account_id: Option<String>,
     /// Projected dimension (absent if the seller did not write it).
     pub dimension: Option<String>,
+}
+
+/// What a row's counting claim (`aggregatedInto`) must be for a final status to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowClaim<'a> {
+    /// Counted into the record with this aggregated sort key.
+    Counted(&'a str),
+    /// Never counted.
+    Uncounted,
 }
 
 /// A new usage row to ingest (the `awsmp usage` commands and the Rust ingestion API).
@@ -122,11 +167,15 @@ pub trait UsageStore: Send + Sync {
     ) -> Result<Option<RawUsageRow>, PortError>;
 
     /// Gives a row its terminal status and removes `meteringPending`, only if it is still
-    /// pending. `Ok(false)` when it already had a terminal status (idempotent).
+    /// pending and its counting claim is as `claim` says: `Counted(record sort key)`
+    /// requires `aggregatedInto` to be exactly that (only a counted row becomes
+    /// `Aggregated`); `Uncounted` requires no `aggregatedInto` (a counted row is never
+    /// rejected or expired). `Ok(false)` when the condition fails (idempotent).
     async fn finalize_row(
         &self,
         license_arn: &str,
         sort_key: &str,
+        claim: RowClaim<'_>,
         status: RawStatus,
         reason: Option<ReasonCode>,
         now: Instant,
@@ -134,6 +183,26 @@ pub trait UsageStore: Send + Sync {
 
     /// Writes a new row unless its sort key (which carries the event id) exists.
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError>;
+
+    /// One page of the sweep of the whole sparse pending index (a Scan of the index,
+    /// which holds only pending rows, never of the table): the rows whose
+    /// `meteringPending` is not one of `live` (the buckets the per-hour queries visit).
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError>;
+
+    /// Sets `meteringPending` to `hour` on a row whose index value was `from` (a
+    /// non-bucket marker such as `"true"`), only if it still is. `Ok(false)` otherwise.
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError>;
 }
 
 /// One atomic aggregation step: create-or-fold the group's aggregated record and
@@ -175,6 +244,55 @@ pub struct SubmissionUpdate {
     pub reason: Option<String>,
     /// Marketplace record id, if billed.
     pub metering_record_id: Option<String>,
+    /// For `Pending`: whether any send of this record may have taken effect (an
+    /// ambiguous outcome now or earlier): `sentQuantity` is kept, so no more folds and
+    /// only identical re-sends; `false` removes it (nothing was billed, folds resume).
+    pub possibly_sent: bool,
+}
+
+impl SubmissionUpdate {
+    /// A terminal (or plain pending) update with nothing possibly sent.
+    pub fn new(
+        status: AggregatedStatus,
+        reason: Option<String>,
+        metering_record_id: Option<String>,
+    ) -> Self {
+        SubmissionUpdate {
+            status,
+            reason,
+            metering_record_id,
+            possibly_sent: false,
+        }
+    }
+
+    /// Stays pending and releases the claim; `possibly_sent` as on the field.
+    pub fn release(possibly_sent: bool) -> Self {
+        SubmissionUpdate {
+            possibly_sent,
+            ..SubmissionUpdate::new(AggregatedStatus::Pending, None, None)
+        }
+    }
+}
+
+/// A submitter's claim on one aggregated record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Unique per claim: outcomes are written only under it, so a submitter whose
+    /// lease ran out can never overwrite what a later claim recorded.
+    pub id: String,
+    /// Wall-clock now (a stale invocation time must not make a live lease look expired).
+    pub now: Instant,
+    /// Wall-clock end of the lease.
+    pub until: Instant,
+}
+
+/// What a successful claim learned about the record's past, atomically with the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimGrant {
+    /// An earlier send may have billed the record (it carried `sentQuantity`, or an
+    /// unreleased claim that may have sent): a `DuplicateRecord` now means our own
+    /// earlier call billed it, with this same quantity.
+    pub previously_sent: bool,
 }
 
 /// The aggregated-usage table.
@@ -193,25 +311,49 @@ pub trait AggregatedStore: Send + Sync {
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError>;
 
-    /// Claims a pending record for sending: sets `inFlightUntil = until` and bumps the
-    /// attempt count, only if it is pending, at `expected_version`, and not held by an
-    /// unexpired claim. `Ok(false)` if the condition failed (skip it this run).
+    /// Claims a pending record for sending: sets `inFlightUntil = claim.until`,
+    /// `claimId = claim.id`, `sentQuantity = quantity` if absent, and bumps the attempt
+    /// count, only if it is pending, at `expected_version`, not mid-fold
+    /// (`aggregationInProgress`), and not held by an unexpired claim at `claim.now`.
+    /// `Ok(None)` if the condition failed (skip it this run).
     async fn claim(
         &self,
         key: &GroupKey,
         expected_version: u64,
-        now: Instant,
-        until: Instant,
-    ) -> Result<bool, PortError>;
+        claim: &Claim,
+    ) -> Result<Option<ClaimGrant>, PortError>;
 
     /// Records a submission outcome and releases the claim. Terminal statuses remove
-    /// `meteringPending`. Only applies while the record is still pending.
+    /// `meteringPending`. Applies only while the record is still pending and, with
+    /// `claim_id`, only while that claim holds it; without one (age-out, a record that
+    /// cannot be sent), only while no unexpired claim holds it at `now`.
     async fn record(
         &self,
         key: &GroupKey,
+        claim_id: Option<&str>,
         update: &SubmissionUpdate,
         now: Instant,
     ) -> Result<bool, PortError>;
+
+    /// Gives a malformed item of the pending index (see [`Page::malformed`]) the final
+    /// status `Error` with `reason`, by its stored keys, only while it still carries
+    /// `meteringPending`. `Ok(false)` otherwise.
+    async fn reject_malformed(
+        &self,
+        item: &MalformedItem,
+        reason: &str,
+        now: Instant,
+    ) -> Result<bool, PortError>;
+
+    /// One page of the sweep of the whole sparse pending index (a Scan of the index,
+    /// never of the table): full records whose `meteringPending` is not one of `live`
+    /// (hours older than any per-hour query visits, or future ones); items that cannot
+    /// be read, or whose `meteringPending` is not their hour, in `malformed`.
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError>;
 
     /// Direct-submit ingestion: writes a finalized hourly total unless the group exists.
     async fn put_direct(
@@ -422,6 +564,17 @@ pub mod metric {
     pub const LATE_USAGE_AFTER_SUBMISSION: &str = "LateUsageAfterSubmission";
     /// The Region refused metering (`DisabledApiException`).
     pub const METERING_API_DISABLED: &str = "MeteringApiDisabled";
+    /// `DuplicateRecord` for a record no earlier call of ours may have billed:
+    /// something else billed the hour, perhaps with another quantity (alarm).
+    pub const UNEXPECTED_DUPLICATE_RECORD: &str = "UnexpectedDuplicateRecord";
+    /// A send whose outcome is unknown (the call may have billed): the record is
+    /// re-sent with exactly the same quantity until a definite answer.
+    pub const AMBIGUOUS_SUBMISSION: &str = "AmbiguousSubmission";
+    /// A run that could not do all it should (unreadable index, store failure,
+    /// deadline with work left): dimension `Function` (alarm).
+    pub const INCOMPLETE_RUN: &str = "IncompleteRun";
+    /// A seller-written item the pipeline cannot read (dimension `Table`).
+    pub const MALFORMED_ITEM: &str = "MalformedItem";
 }
 
 /// Metrics (EMF to stdout in Lambda).

@@ -51,7 +51,7 @@ pub struct Config {
     pub deprovision_queue_url: String,
     /// `METERING_LOCK_HOURS` (1..=20, default 1).
     pub lock: MeteringLockHours,
-    /// `FLUSH_MARGIN_MINUTES` (0..=60, default 10).
+    /// `FLUSH_MARGIN_MINUTES` (0..=60, default 6).
     pub flush_margin_minutes: i64,
 }
 
@@ -150,6 +150,11 @@ pub enum HandlerError {
     /// The use case failed part-way; what it did stands.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The run could not do all it must (the subscribers' `deprovisioning` index could
+    /// not be read, so the deprovisioning flush did not run): failing the invocation
+    /// makes it visible (Lambda `Errors`, beside the `IncompleteRun` metric).
+    #[error("run incomplete: {0}")]
+    Incomplete(String),
 }
 
 impl From<HandlerError> for Diagnostic {
@@ -158,6 +163,7 @@ impl From<HandlerError> for Diagnostic {
             HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
             HandlerError::Pipeline(PipelineError::QueueRejected { .. }) => "QueueError",
             HandlerError::Pipeline(_) => "PipelineError",
+            HandlerError::Incomplete(_) => "IncompleteRun",
         };
         Diagnostic {
             error_type: error_type.to_string(),
@@ -187,7 +193,12 @@ pub async fn handler(
         clock: state.clock.as_ref(),
     };
     match discover(now, &state.settings, ports, budget).await {
-        Ok(report) => Ok(report),
+        Ok(report) => match &report.flush_error {
+            Some(why) => Err(HandlerError::Incomplete(format!(
+                "deprovisioning index unreadable: {why}"
+            ))),
+            None => Ok(report),
+        },
         Err(e) => {
             error!(error = %e, "discovery failed part-way");
             Err(e.into())
@@ -240,7 +251,7 @@ mod tests {
         env.remove("FLUSH_MARGIN_MINUTES");
         let config = Config::from_lookup(&|n| env.get(n).cloned()).unwrap();
         assert_eq!(config.lock, MeteringLockHours::DEFAULT);
-        assert_eq!(config.flush_margin_minutes, 10);
+        assert_eq!(config.flush_margin_minutes, 6);
     }
 
     #[test]

@@ -178,6 +178,11 @@ pub enum HandlerError {
     /// The use case failed part-way; what it recorded stands.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The run could not do all it must (the subscribers' `deprovisioning` index could
+    /// not be read, so the deprovisioning flush did not run): failing the invocation
+    /// makes it visible (Lambda `Errors`, beside the `IncompleteRun` metric).
+    #[error("run incomplete: {0}")]
+    Incomplete(String),
 }
 
 impl From<HandlerError> for Diagnostic {
@@ -185,6 +190,7 @@ impl From<HandlerError> for Diagnostic {
         let error_type = match &e {
             HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
             HandlerError::Pipeline(_) => "PipelineError",
+            HandlerError::Incomplete(_) => "IncompleteRun",
         };
         Diagnostic {
             error_type: error_type.to_string(),
@@ -213,7 +219,12 @@ pub async fn handler(
     match submit(now, &state.settings, ports, budget).await {
         Ok(report) => {
             info!(success = report.success, stopped = ?report.stopped, "submitter run done");
-            Ok(report)
+            match &report.flush_error {
+                Some(why) => Err(HandlerError::Incomplete(format!(
+                    "deprovisioning index unreadable: {why}"
+                ))),
+                None => Ok(report),
+            }
         }
         Err(e) => {
             error!(error = %e, "submitter run failed part-way");

@@ -488,3 +488,43 @@ async fn every_delivery_order_of_one_row_converges_on_moto() {
         );
     }
 }
+
+#[tokio::test]
+async fn same_second_updated_and_deprovisioned_open_the_window_in_either_order_on_moto() {
+    // A License Deprovisioned in the same second as its License Updated is not a
+    // duplicate: whichever is delivered first, the row ends deprovisioning with the
+    // window open from that second, and the agreement active.
+    let env = Env::start().await;
+    const T: &str = "2026-11-30T12:00:00Z";
+    for (i, order) in [[UPDATED, DEPROVISIONED], [DEPROVISIONED, UPDATED]]
+        .iter()
+        .enumerate()
+    {
+        let (state, store) = env.state(&format!("{TABLE}-same-second-{i}")).await;
+        for (j, fixture) in order.iter().enumerate() {
+            let response = send(&state, &format!("m{j}"), event_at(fixture, T)).await;
+            assert!(response.batch_item_failures.is_empty(), "order {order:?}");
+        }
+        let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+        assert_eq!(
+            row.subscription_status,
+            Some(SubscriptionStatus::Deprovisioning),
+            "order {order:?}"
+        );
+        assert_eq!(
+            row.deprovisioning_expiry,
+            Some(parse_usage_timestamp("2026-11-30T13:00:00Z").unwrap()),
+            "order {order:?}"
+        );
+        assert_eq!(
+            row.agreement_status,
+            Some(AgreementStatus::Active),
+            "order {order:?}"
+        );
+        assert_eq!(
+            store.deprovisioning().await.unwrap().len(),
+            1,
+            "order {order:?}: in the deprovisioning index"
+        );
+    }
+}

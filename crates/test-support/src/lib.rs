@@ -5,14 +5,18 @@
 //! ([`SimServer`]). See this crate's README for moto's behaviour on
 //! the features we rely on.
 
+pub mod cfn;
 pub mod error;
+pub mod iam;
 pub mod moto;
 pub mod queues;
 pub mod sim;
 pub mod tables;
 pub mod template;
 
+pub use cfn::StackTemplate;
 pub use error::TestSupportError;
+pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};
 pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_root};
 pub use queues::{
     CreatedQueue, QueueOptions, create_queue, create_queue_with, create_queue_with_dlq,
@@ -24,8 +28,8 @@ pub use tables::{
     describe_table_spec, profile_table_spec, subscribers_table_spec, usage_table_spec,
 };
 pub use template::{
-    TemplateOptions, TemplateTable, create_tables_from_template, tables_in_template,
-    workspace_templates,
+    TemplateOptions, TemplateTable, create_tables_from_template, event_rule_detail_types,
+    tables_in_template, workspace_templates,
 };
 
 /// The simulator crate, re-exported so tests configure it without another dependency.

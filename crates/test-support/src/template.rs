@@ -329,6 +329,46 @@ pub async fn create_tables_from_template(
     Ok(created)
 }
 
+/// The `detail-type` list of the `EventPattern` of the `AWS::Events::Rule` resource
+/// `logical_id`, sorted (an error if the resource, its pattern or the list is missing).
+pub fn event_rule_detail_types(
+    path: &Path,
+    logical_id: &str,
+) -> Result<Vec<String>, TestSupportError> {
+    let error = |message: String| TestSupportError::Template {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    let doc: Value =
+        serde_yaml::from_str(&text).map_err(|e| error(format!("not valid YAML: {e}")))?;
+    let resource = doc
+        .get("Resources")
+        .and_then(|r| r.get(logical_id))
+        .ok_or_else(|| error(format!("no resource {logical_id}")))?;
+    if resource.get("Type").and_then(Value::as_str) != Some("AWS::Events::Rule") {
+        return Err(error(format!("{logical_id} is not an AWS::Events::Rule")));
+    }
+    let list = resource
+        .get("Properties")
+        .and_then(|p| p.get("EventPattern"))
+        .and_then(|p| p.get("detail-type"))
+        .and_then(Value::as_sequence)
+        .ok_or_else(|| error(format!("{logical_id} has no EventPattern detail-type list")))?;
+    let mut detail_types = list
+        .iter()
+        .map(|v| {
+            v.as_str().map(str::to_string).ok_or_else(|| {
+                error(format!(
+                    "{logical_id}: detail-type entry {v:?} is not a string"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    detail_types.sort();
+    Ok(detail_types)
+}
+
 /// The stack templates at the workspace root (`template-*.yaml`), sorted.
 pub fn workspace_templates() -> Vec<PathBuf> {
     let root = crate::moto::workspace_root();

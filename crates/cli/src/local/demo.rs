@@ -321,7 +321,16 @@ fn short(license: &str) -> String {
 
 /// The summary table, and the conservation checks behind it.
 pub async fn summary(system: &LocalSystem) -> Result<String, LocalError> {
-    let raw = scan(system, system.table("UsageTable")?).await?;
+    // The ingestion markers (`event#<eventId>`, one per event written through
+    // `put_row`) share the usage table but are not usage.
+    let raw: Vec<Item> = scan(system, system.table("UsageTable")?)
+        .await?
+        .into_iter()
+        .filter(|item| {
+            item.get(awsmp_core::model::attr::USAGE_SORT_KEY)
+                .is_none_or(|key| awsmp_core::memory::ingestion_marker_event_id(key).is_none())
+        })
+        .collect();
     let aggregated = scan(system, system.table("AggregatedUsageTable")?).await?;
     let ledger = system.sim.handle().ledger();
     let mut out = String::new();

@@ -15,7 +15,9 @@ use crate::model::{AggregatedStatus, GroupKey, RawStatus, RawUsageRow, ReasonCod
 use crate::pipeline::discover::is_pending;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
-use crate::ports::{AggregatedStore, Clock, CommitOutcome, UsageStore, WorkMessage, WorkQueue};
+use crate::ports::{
+    AggregatedStore, Clock, CommitOutcome, RowClaim, UsageStore, WorkMessage, WorkQueue,
+};
 use crate::time::{Instant, MeteringLockHours, bucket_expired, bucket_unlocked};
 
 /// Commits tried (each after a fresh read) before the message is failed for SQS to
@@ -121,10 +123,13 @@ pub async fn aggregate_group(
         let (candidates, recovered) = split_rows(rows);
         report.recovered = recovered.len();
         let existing = retry_transient(ports.clock, policy, || ports.aggregated.get(group)).await?;
+        // A live claim may still end "not sent" and reopen the record to folds: wait
+        // for it (SQS retries the message). A lapsed claim or a possibly-billed send
+        // makes the record's quantity final: the rows become late usage below.
         if let Some(record) = existing
             .as_ref()
             .filter(|r| r.status == AggregatedStatus::Pending)
-            && record.in_flight_until.is_some()
+            && record.in_flight_until.is_some_and(|until| until > now)
         {
             return Err(PipelineError::RecordInFlight {
                 group: group.clone(),
@@ -144,6 +149,7 @@ pub async fn aggregate_group(
                         ports.usage.finalize_row(
                             license,
                             sort_key,
+                            RowClaim::Uncounted,
                             RawStatus::Aggregated,
                             None,
                             now,
@@ -289,7 +295,10 @@ mod tests {
     use crate::memory::{MemoryAggregatedStore, StoreOp, reference_row};
     use crate::model::{AggregatedRecord, Allocation, Attr, Tag};
     use crate::pipeline::testkit::*;
-    use crate::ports::{AggregationCommit, Cursor, Page, PortError, SubmissionUpdate, metric};
+    use crate::ports::{
+        AggregationCommit, Claim, ClaimGrant, Cursor, MalformedItem, Page, PortError,
+        SubmissionUpdate, metric,
+    };
     use crate::time::HourBucket;
 
     const NOW: &str = "2026-11-30T10:30:00Z";
@@ -430,11 +439,8 @@ mod tests {
             .aggregated
             .record(
                 &key,
-                &SubmissionUpdate {
-                    status: AggregatedStatus::Success,
-                    reason: None,
-                    metering_record_id: Some("mr-1".into()),
-                },
+                None,
+                &SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into())),
                 now,
             )
             .await
@@ -480,13 +486,12 @@ mod tests {
             .aggregate(&aggregate_message(&key), now)
             .await
             .unwrap();
-        assert!(
-            world
-                .aggregated
-                .claim(&key, 1, now, now + chrono::Duration::minutes(15))
-                .await
-                .unwrap()
-        );
+        let grant = world
+            .aggregated
+            .claim(&key, 1, &claim_at("c1", now, 15))
+            .await
+            .unwrap();
+        assert!(grant.is_some());
         let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
 
         let held = world.aggregate(&aggregate_message(&key), now).await;
@@ -494,31 +499,17 @@ mod tests {
             matches!(held, Err(PipelineError::RecordInFlight { .. })),
             "{held:?}"
         );
-        // Even after the lease ran out: the interrupted send may have billed 3.
-        let much_later = now + chrono::Duration::minutes(20);
-        let stale = world.aggregate(&aggregate_message(&key), much_later).await;
-        assert!(
-            matches!(stale, Err(PipelineError::RecordInFlight { .. })),
-            "{stale:?}"
-        );
         assert!(
             !world
                 .row(&l, &late)
                 .attrs
                 .contains_key(attr::AGGREGATED_INTO)
         );
-        // Once the submitter releases it (recorded, still pending), the late row folds.
+        // Once the submitter releases it as definitely not sent (throttled), the late
+        // row folds.
         world
             .aggregated
-            .record(
-                &key,
-                &SubmissionUpdate {
-                    status: AggregatedStatus::Pending,
-                    reason: None,
-                    metering_record_id: None,
-                },
-                now,
-            )
+            .record(&key, Some("c1"), &SubmissionUpdate::release(false), now)
             .await
             .unwrap();
         let report = world
@@ -527,6 +518,131 @@ mod tests {
             .unwrap();
         assert_eq!(report.counted, 1);
         assert_eq!(world.record(&key).unwrap().quantity, 13);
+    }
+
+    #[tokio::test]
+    async fn after_a_send_that_may_have_billed_late_rows_are_late_usage() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        // GIVEN a send whose response was lost (released, possibly billed 3) ...
+        world
+            .aggregated
+            .claim(&key, 1, &claim_at("c1", now, 15))
+            .await
+            .unwrap()
+            .unwrap();
+        world
+            .aggregated
+            .record(&key, Some("c1"), &SubmissionUpdate::release(true), now)
+            .await
+            .unwrap();
+        // ... and another whose submitter died holding the claim (lease lapsed).
+        let other = group(&l, ACCOUNT_A, "storage", "2026-11-30T09");
+        world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:05:00Z", 4);
+        world
+            .aggregate(&aggregate_message(&other), now)
+            .await
+            .unwrap();
+        world
+            .aggregated
+            .claim(&other, 1, &claim_at("c2", now, 15))
+            .await
+            .unwrap()
+            .unwrap();
+        let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
+        let late_other = world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:50:00Z", 10);
+
+        // WHEN late rows arrive after the lease has run out
+        let much_later = now + chrono::Duration::minutes(20);
+        for k in [&key, &other] {
+            let report = world
+                .aggregate(&aggregate_message(k), much_later)
+                .await
+                .unwrap();
+            assert_eq!((report.counted, report.rejected), (0, 1));
+        }
+        world.cleanup_all(much_later).await;
+
+        // THEN the quantity that may be billed never grows: the rows are late usage
+        assert_eq!(world.record(&key).unwrap().quantity, 3);
+        assert_eq!(world.record(&other).unwrap().quantity, 4);
+        for (k, sk) in [(&l, &late), (&l, &late_other)] {
+            assert_eq!(world.reason(k, sk).as_deref(), Some("HourAlreadySubmitted"));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_fold_resumes_and_only_its_last_commit_makes_it_submittable() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        for i in 0..150 {
+            world.put(
+                &l,
+                ACCOUNT_A,
+                "requests",
+                &format!("2026-11-30T09:{:02}:{:02}Z", i / 60, i % 60),
+                1,
+            );
+        }
+        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        // GIVEN the second of two commits fails for good (the aggregator dies)
+        world.tables.fail_after(
+            StoreOp::AggregatedCommit,
+            1,
+            PortError::Failed {
+                operation: "commit",
+                message: "crash".into(),
+            },
+        );
+        assert!(
+            world
+                .aggregate(&aggregate_message(&key), now)
+                .await
+                .is_err()
+        );
+        // THEN the half-folded record is marked and no submitter may claim it
+        let half = world.record(&key).unwrap();
+        assert_eq!((half.quantity, half.folding), (99, true));
+        assert!(
+            world
+                .aggregated
+                .claim(&key, half.version, &claim_at("c1", now, 15))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(!crate::aggregate::submission_due(
+            &half,
+            now,
+            ZeroQuantityPolicy::Defer
+        ));
+        // WHEN the message is redelivered, the fold resumes where it stopped
+        let report = world
+            .aggregate(&aggregate_message(&key), now)
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.counted, report.recovered, report.commits),
+            (51, 99, 1)
+        );
+        let whole = world.record(&key).unwrap();
+        assert_eq!((whole.quantity, whole.folding), (150, false));
+        assert!(
+            world
+                .aggregated
+                .claim(&key, whole.version, &claim_at("c2", now, 15))
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[tokio::test]
@@ -634,18 +750,33 @@ mod tests {
             &self,
             key: &GroupKey,
             v: u64,
-            now: Instant,
-            until: Instant,
-        ) -> Result<bool, PortError> {
-            self.inner.claim(key, v, now, until).await
+            claim: &Claim,
+        ) -> Result<Option<ClaimGrant>, PortError> {
+            self.inner.claim(key, v, claim).await
         }
         async fn record(
             &self,
             key: &GroupKey,
+            claim_id: Option<&str>,
             u: &SubmissionUpdate,
             now: Instant,
         ) -> Result<bool, PortError> {
-            self.inner.record(key, u, now).await
+            self.inner.record(key, claim_id, u, now).await
+        }
+        async fn reject_malformed(
+            &self,
+            item: &MalformedItem,
+            reason: &str,
+            now: Instant,
+        ) -> Result<bool, PortError> {
+            self.inner.reject_malformed(item, reason, now).await
+        }
+        async fn stray_pending_page(
+            &self,
+            live: &[HourBucket],
+            cursor: Option<Cursor>,
+        ) -> Result<Page<AggregatedRecord>, PortError> {
+            self.inner.stray_pending_page(live, cursor).await
         }
         async fn put_direct(
             &self,

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use tracing::{info, warn};
 
-use crate::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
 use crate::pipeline::discover::is_pending;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
-use crate::ports::{Clock, MetricsSink, UsageStore, WorkMessage, metric};
+use crate::ports::{Clock, MetricsSink, RowClaim, UsageStore, WorkMessage, metric};
 use crate::time::Instant;
 
 /// The ports cleanup uses.
@@ -152,7 +152,17 @@ impl Cleanup<'_> {
             self.report.already_final += 1;
             return Ok(());
         }
-        let claimed = row.attrs.contains_key(attr::AGGREGATED_INTO);
+        let into = row
+            .attrs
+            .get(attr::AGGREGATED_INTO)
+            .and_then(Attr::as_s)
+            .map(str::to_string);
+        let claimed = into.is_some();
+        // The write re-checks the claim it read: a row counted meanwhile is never
+        // rejected, and only a row still counted into that record becomes Aggregated.
+        let claim = into
+            .as_deref()
+            .map_or(RowClaim::Uncounted, RowClaim::Counted);
         let (status, reason) = match (claimed, reason) {
             (true, None) => (RawStatus::Aggregated, None),
             // Counted by an aggregation (a racing one, or an earlier delivery): the
@@ -173,7 +183,7 @@ impl Cleanup<'_> {
         let changed = retry_transient(self.ports.clock, self.policy, || {
             self.ports
                 .usage
-                .finalize_row(license, sort_key, status, reason, self.now)
+                .finalize_row(license, sort_key, claim, status, reason, self.now)
         })
         .await?;
         if !changed {
@@ -206,7 +216,6 @@ impl Cleanup<'_> {
 mod tests {
     use super::*;
     use crate::memory::{StoreOp, reference_row};
-    use crate::model::Attr;
     use crate::pipeline::testkit::*;
     use crate::ports::PortError;
 

@@ -1,9 +1,9 @@
 //! The discoverer's use case: find pending raw usage through the sparse
-//! `metering_pending` index (never a scan) and enqueue one aggregation message per
+//! `metering_pending` index (never a table scan) and enqueue one aggregation message per
 //! `(licenseArn, account, dimension, hour)` group: deprovisioning flushes first (lock
-//! bypassed, onto their own queue), then completed hours oldest-first; then age out
-//! raw rows whose hour left the window. Stops cleanly at the budget's deadline and
-//! reports what it left for the next run.
+//! bypassed, onto their own queue), then completed hours oldest-first; then sweep the
+//! index for rows no hour query visits (expired hours, non-bucket markers). Stops
+//! cleanly at the budget's deadline and reports what it left for the next run.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -11,20 +11,26 @@ use chrono::Duration;
 use tracing::{error, info, warn};
 
 use crate::guardrails::{self, GuardrailContext};
-use crate::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, SubscriptionStatus, attr};
+use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, SubscriptionStatus, attr};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::ports::{
-    Clock, MetricsSink, PendingRawRef, SubscriberStore, UsageStore, WorkMessage, WorkQueue, metric,
+    Clock, MetricsSink, PendingRawRef, RowClaim, SubscriberStore, UsageStore, WorkMessage,
+    WorkQueue, metric,
 };
 use crate::time::{self, HourBucket, Instant, MeteringLockHours};
 
-/// Default hours before the window that the raw-row age-out sweep looks back. Two days
-/// of discoverer outage are recovered; rows older than that stay visible to `awsmp`.
-pub const DEFAULT_AGE_OUT_LOOKBACK_HOURS: i64 = 48;
-
-/// Default minutes before `deprovisioningExpiry` by which the open hour is flushed.
-pub const DEFAULT_FLUSH_MARGIN_MINUTES: i64 = 10;
+/// Default minutes before `deprovisioningExpiry` by which the open hour is flushed: one
+/// submitter period (`rate(5 minutes)`) for the next submitter run to send it, plus a
+/// minute for the call itself. Any larger margin only moves the last billable minute
+/// earlier; a smaller one risks the send landing after the window closed.
+///
+/// With a discoverer every 15 minutes, the flush happens in the last run at or before
+/// `expiry - margin`, so usage written up to 6 to 21 minutes (with this default) before
+/// `deprovisioningExpiry` is billed; later rows for that hour become
+/// `HourAlreadySubmitted` once the record is sent (reported, metric
+/// `LateUsageAfterSubmission`).
+pub const DEFAULT_FLUSH_MARGIN_MINUTES: i64 = 6;
 
 /// Minutes between discoverer runs (the templates' `rate(15 minutes)`). The open hour
 /// is flushed by the last run that still comes before `expiry - margin`: waiting for a
@@ -60,8 +66,6 @@ pub struct DiscoverSettings {
     pub flush_margin: Duration,
     /// Time between discoverer runs (see [`DISCOVERY_PERIOD_MINUTES`]).
     pub discovery_period: Duration,
-    /// How far before the window the age-out sweep looks.
-    pub age_out_lookback_hours: i64,
 }
 
 impl DiscoverSettings {
@@ -72,7 +76,6 @@ impl DiscoverSettings {
             lock,
             flush_margin: Duration::minutes(DEFAULT_FLUSH_MARGIN_MINUTES),
             discovery_period: Duration::minutes(DISCOVERY_PERIOD_MINUTES),
-            age_out_lookback_hours: DEFAULT_AGE_OUT_LOOKBACK_HOURS,
         }
     }
 }
@@ -97,12 +100,19 @@ pub struct DiscoverReport {
     pub unvisited_buckets: Vec<String>,
     /// Why the deprovisioning flush was skipped, if it was.
     pub flush_error: Option<String>,
+    /// Rows pending under a non-bucket `meteringPending`, re-filed under their hour.
+    pub refiled_rows: usize,
+    /// The sweep of the pending index did not finish before the deadline.
+    pub sweep_incomplete: bool,
 }
 
 impl DiscoverReport {
     /// Whether the run covered everything it meant to.
     pub fn complete(&self) -> bool {
-        self.unvisited_buckets.is_empty() && self.flush_error.is_none() && self.unsent_messages == 0
+        self.unvisited_buckets.is_empty()
+            && self.flush_error.is_none()
+            && self.unsent_messages == 0
+            && !self.sweep_incomplete
     }
 }
 
@@ -121,7 +131,9 @@ enum Pass {
 /// `deprovisioning`, its pending groups in every completed live hour (lock bypassed) and,
 /// once `now >= deprovisioningExpiry - flush_margin`, in the current open hour, onto the
 /// deprovisioning queue with `flush = true`; (2) completed unlocked hours oldest-first
-/// for everyone else, onto the work queue; (3) age-out of raw rows in expired hours.
+/// for everyone else, onto the work queue; (3) the sweep of the whole sparse index
+/// ([`Run::sweep`]): age-out of rows in expired hours, however old, and re-filing or
+/// rejection of rows pending under a value that is not an hour bucket.
 ///
 /// Rows the index cannot place in a findable group (projection lacks the account or the
 /// dimension, the sort key does not start with `<account>#<dimension>#<hour>`, or that
@@ -203,12 +215,8 @@ pub async fn discover(
         }
     }
 
-    let expired = time::expired_buckets(now, settings.age_out_lookback_hours);
-    for (i, bucket) in expired.iter().enumerate() {
-        if !run.age_out(*bucket).await? {
-            run.leave(&expired[i..]);
-            return Ok(run.finish());
-        }
+    if !run.sweep().await? {
+        run.report.sweep_incomplete = true;
     }
     Ok(run.finish())
 }
@@ -236,6 +244,11 @@ impl Run<'_> {
     }
 
     fn finish(self) -> DiscoverReport {
+        if !self.report.complete() {
+            self.ports
+                .metrics
+                .count(metric::INCOMPLETE_RUN, &[("Function", "discoverer")], 1);
+        }
         info!(
             flush_groups = self.report.flush_groups,
             groups = self.report.groups,
@@ -381,6 +394,7 @@ impl Run<'_> {
             .finalize_row(
                 &row.license_arn,
                 &row.sort_key,
+                RowClaim::Uncounted,
                 RawStatus::RejectedClientSide,
                 Some(reason),
                 self.now,
@@ -403,21 +417,29 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Ages out every row still pending in an expired bucket. A row that already carries
-    /// an aggregation claim was counted into its aggregated record, so it is finalized
-    /// `Aggregated` (what cleanup would have done), never `AggregationExpired`.
-    async fn age_out(&mut self, bucket: HourBucket) -> Result<bool, PipelineError> {
+    /// Sweeps the whole sparse pending index (a Scan of the index, which holds only
+    /// pending rows) for what the per-hour queries never visit, so that every row ends
+    /// terminal: rows pending in an hour that left the window (however old) are aged
+    /// out ([`Run::expire`]); rows whose `meteringPending` is not an hour bucket (e.g.
+    /// `"true"`, as other samples write) are re-filed under the hour their timestamp
+    /// names when it is live (metered from the next run on), and otherwise rejected
+    /// with the guardrails' reason (or `MalformedMeteringPending`). Rows pending in a
+    /// future hour are left for when it comes. Returns `Ok(false)` when the deadline
+    /// came first (the next run sweeps again).
+    async fn sweep(&mut self) -> Result<bool, PipelineError> {
+        let live = time::live_buckets(self.now);
+        let current = HourBucket::containing(self.now);
         let mut cursor = None;
         loop {
             if self.budget.exhausted(self.ports.clock) {
                 return Ok(false);
             }
-            let page = self.ports.usage.pending_page(bucket, cursor).await?;
-            for pending in page.items {
+            let page = self.ports.usage.stray_pending_page(&live, cursor).await?;
+            for stray in page.items {
                 let Some(row) = self
                     .ports
                     .usage
-                    .get_row(&pending.license_arn, &pending.sort_key)
+                    .get_row(&stray.license_arn, &stray.sort_key)
                     .await?
                 else {
                     continue;
@@ -425,33 +447,10 @@ impl Run<'_> {
                 if !is_pending(&row) {
                     continue;
                 }
-                let counted = row.attrs.contains_key(attr::AGGREGATED_INTO);
-                let status = if counted {
-                    RawStatus::Aggregated
-                } else {
-                    RawStatus::AggregationExpired
-                };
-                let changed = self
-                    .ports
-                    .usage
-                    .finalize_row(&row.license_arn, &row.sort_key, status, None, self.now)
-                    .await?;
-                if !changed {
-                    continue;
-                }
-                if counted {
-                    self.report.counted_rows_finalized += 1;
-                } else {
-                    warn!(
-                        license = %row.license_arn,
-                        sort_key = %row.sort_key,
-                        hour = %bucket,
-                        "raw row aged out before it was aggregated"
-                    );
-                    self.ports
-                        .metrics
-                        .count(metric::USAGE_AGGREGATION_EXPIRED, &[], 1);
-                    self.report.expired_rows += 1;
+                match stray.metering_pending.parse::<HourBucket>() {
+                    Ok(bucket) if bucket > current => {}
+                    Ok(bucket) => self.expire(&row, bucket).await?,
+                    Err(_) => self.refile(&row, &stray.metering_pending).await?,
                 }
             }
             match page.next {
@@ -459,6 +458,86 @@ impl Run<'_> {
                 None => return Ok(true),
             }
         }
+    }
+
+    /// A row pending under a value that is not an hour bucket: re-filed under its
+    /// timestamp's hour when the guardrails accept it and that hour is live, else
+    /// rejected.
+    async fn refile(&mut self, row: &RawUsageRow, marker: &str) -> Result<(), PipelineError> {
+        if row.attrs.contains_key(attr::AGGREGATED_INTO) {
+            // Counted, then its marker was rewritten by someone else: it is counted.
+            return self.expire(row, HourBucket::containing(self.now)).await;
+        }
+        let ctx = GuardrailContext::new(self.now, self.settings.product_code.clone());
+        match guardrails::validate_row(row, &ctx) {
+            Ok(valid) => {
+                let hour = HourBucket::containing(valid.timestamp);
+                let repaired = self
+                    .ports
+                    .usage
+                    .repair_pending(&row.license_arn, &row.sort_key, marker, hour, self.now)
+                    .await?;
+                if repaired {
+                    warn!(license = %row.license_arn, sort_key = %row.sort_key, marker, hour = %hour,
+                        "meteringPending was not an hour bucket; re-filed under the row's hour");
+                    self.report.refiled_rows += 1;
+                }
+                Ok(())
+            }
+            Err(reason) => {
+                let reason = if reason == ReasonCode::MalformedTimestamp {
+                    ReasonCode::MalformedMeteringPending
+                } else {
+                    reason
+                };
+                self.reject(row, reason).await
+            }
+        }
+    }
+
+    /// Ages out one row still pending in an expired bucket. A row that already carries
+    /// an aggregation claim was counted into its aggregated record, so it is finalized
+    /// `Aggregated` (what cleanup would have done), never `AggregationExpired`.
+    async fn expire(&mut self, row: &RawUsageRow, bucket: HourBucket) -> Result<(), PipelineError> {
+        let into = row
+            .attrs
+            .get(attr::AGGREGATED_INTO)
+            .and_then(Attr::as_s)
+            .map(str::to_string);
+        let (claim, status) = match &into {
+            Some(record) => (RowClaim::Counted(record), RawStatus::Aggregated),
+            None => (RowClaim::Uncounted, RawStatus::AggregationExpired),
+        };
+        let changed = self
+            .ports
+            .usage
+            .finalize_row(
+                &row.license_arn,
+                &row.sort_key,
+                claim,
+                status,
+                None,
+                self.now,
+            )
+            .await?;
+        if !changed {
+            return Ok(());
+        }
+        if into.is_some() {
+            self.report.counted_rows_finalized += 1;
+        } else {
+            warn!(
+                license = %row.license_arn,
+                sort_key = %row.sort_key,
+                hour = %bucket,
+                "raw row aged out before it was aggregated"
+            );
+            self.ports
+                .metrics
+                .count(metric::USAGE_AGGREGATION_EXPIRED, &[], 1);
+            self.report.expired_rows += 1;
+        }
+        Ok(())
     }
 }
 

@@ -38,8 +38,8 @@ use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
-    AggregatedStore, Clock, MeteringApi, MeteringRecord, MetricsSink, RecordVerdict,
-    SubmissionUpdate, SubscriberStore, metric,
+    AggregatedStore, Claim, Clock, MalformedItem, MeteringApi, MeteringRecord, MetricsSink,
+    RecordVerdict, SubmissionUpdate, SubscriberStore, metric,
 };
 use crate::time::{self, HourBucket, Instant};
 
@@ -47,9 +47,14 @@ use crate::time::{self, HourBucket, Instant};
 pub const REASON_REQUEST_TOO_LARGE: &str = "RequestTooLarge";
 /// Reason stored on a zero hour closed unsent under the `skip` policy.
 pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
-/// Reason stored on a record that aged out while an interrupted run held it: it may
-/// have been billed (check the Seller Reports / `awsmp reconcile`).
+/// Reason stored on a record that aged out while an interrupted run held it, or after
+/// a send with an unknown outcome: it may have been billed (check the Seller Reports /
+/// `awsmp reconcile`).
 pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
+/// Reason stored on a record that aged out while the Region refused metering.
+pub const REASON_METERING_DISABLED: &str = "DisabledApiException";
+/// Reason prefix stored on an aggregated item that cannot be read (what is wrong follows).
+pub const REASON_MALFORMED_ITEM: &str = "MalformedItem";
 
 /// `METERING_MODE` with the test-account allowlist it requires or forbids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,8 +175,6 @@ pub struct SubmitSettings {
     pub max_throttled_batches: u32,
     /// Jittered backoff between retries (unprocessed records, throttling).
     pub backoff: Backoff,
-    /// How far before the window the age-out sweep looks.
-    pub age_out_lookback_hours: i64,
 }
 
 impl SubmitSettings {
@@ -192,7 +195,6 @@ impl SubmitSettings {
             claim_lease: chrono::Duration::minutes(15),
             max_throttled_batches: 3,
             backoff: Backoff::METERING,
-            age_out_lookback_hours: crate::pipeline::discover::DEFAULT_AGE_OUT_LOOKBACK_HOURS,
         }
     }
 
@@ -246,6 +248,20 @@ pub struct SubmitReport {
     pub expired: usize,
     /// Why the run stopped early, if it did (`deadline`, `throttled`, `disabled`, ...).
     pub stopped: Option<String>,
+    /// Records sent whose outcome is unknown (kept with their sent quantity).
+    pub ambiguous: usize,
+    /// Seller-written items that cannot be read, closed `Error`.
+    pub malformed: usize,
+    /// Why the deprovisioning-first pass could not run, if it could not.
+    pub flush_error: Option<String>,
+}
+
+impl SubmitReport {
+    /// Whether the run did everything it should: it read the deprovisioning index and
+    /// was not stopped (by the deadline, throttling or a disabled API) with work left.
+    pub fn complete(&self) -> bool {
+        self.flush_error.is_none() && self.stopped.is_none()
+    }
 }
 
 /// Why the run must stop sending.
@@ -287,6 +303,8 @@ pub async fn submit(
     info!(now = %now, deployment = %settings.deployment, zero_policy = %settings.zero_policy,
         dry_run = matches!(settings.mode, MeteringMode::DryRun { .. }), "submission run");
     let paced = PacedMeteringApi::new(ports.metering, ports.clock, settings.min_call_interval);
+    // Leases are wall-clock: a retried invocation with a stale event time must not
+    // compute a lease that other stages already see as lapsed.
     let lease = budget
         .remaining(ports.clock)
         .map_or(settings.claim_lease, |left| {
@@ -294,7 +312,7 @@ pub async fn submit(
         });
     let mut run = Run {
         now,
-        until: now + lease,
+        lease,
         settings,
         ports,
         paced: &paced,
@@ -312,8 +330,10 @@ pub async fn submit(
             .map(|r| r.license_arn)
             .collect(),
         Err(e) => {
-            // Their completed hours still go out with everyone else's.
+            // Their completed hours still go out with everyone else's; the open hour
+            // waits, so the run is reported incomplete (metric, alarm, failed invocation).
             error!(error = %e, "deprovisioning index unreadable; no flush-first ordering this run");
+            run.report.flush_error = Some(e.to_string());
             BTreeSet::new()
         }
     };
@@ -344,7 +364,9 @@ pub async fn submit(
             return Err(e);
         }
     }
-    if run.report.stopped.is_none() {
+    // Age-out runs even when the Region refuses metering: a permanent
+    // DisabledApiException must still end every record (`SubmissionExpired`).
+    if run.report.stopped.as_deref() != Some(Stop::Deadline.as_str()) {
         match run.age_out().await {
             Ok(()) => {}
             Err(RunError::Stop(stop)) => run.report.stopped = Some(stop.as_str().to_string()),
@@ -352,6 +374,11 @@ pub async fn submit(
         }
     }
     run.report.api_calls = paced.calls();
+    if !run.report.complete() {
+        ports
+            .metrics
+            .count(metric::INCOMPLETE_RUN, &[("Function", "submitter")], 1);
+    }
     info!(
         api_calls = run.report.api_calls,
         success = run.report.success,
@@ -377,7 +404,7 @@ impl<E: Into<PipelineError>> From<E> for RunError {
 
 struct Run<'a> {
     now: Instant,
-    until: Instant,
+    lease: chrono::Duration,
     settings: &'a SubmitSettings,
     ports: SubmitPorts<'a>,
     paced: &'a PacedMeteringApi<'a>,
@@ -421,6 +448,9 @@ impl Run<'_> {
                 self.ports.aggregated.pending_page(bucket, cursor.clone())
             })
             .await?;
+            for item in &page.malformed {
+                self.reject_malformed(item).await?;
+            }
             out.extend(
                 page.items
                     .into_iter()
@@ -447,12 +477,12 @@ impl Run<'_> {
         for oversized in &plan.oversized {
             warn!(group = %oversized.key, bytes = oversized.body_bytes,
                 "record exceeds the request size limit even alone; it cannot be sent");
-            let update = SubmissionUpdate {
-                status: AggregatedStatus::Error,
-                reason: Some(REASON_REQUEST_TOO_LARGE.to_string()),
-                metering_record_id: None,
-            };
-            if self.write(&oversized.key, &update).await? {
+            let update = SubmissionUpdate::new(
+                AggregatedStatus::Error,
+                Some(REASON_REQUEST_TOO_LARGE.to_string()),
+                None,
+            );
+            if self.write(&oversized.key, None, &update).await? {
                 self.report.errors += 1;
                 self.ports.metrics.count(
                     metric::BATCH_METER_USAGE_EXCEPTION,
@@ -473,46 +503,68 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// A claim for one record, leased from the wall clock's now.
+    fn new_claim(&self) -> Claim {
+        let wall = self.ports.clock.now();
+        Claim {
+            id: new_claim_id(),
+            now: wall,
+            until: wall + self.lease,
+        }
+    }
+
     /// Claims, sends and records one planned batch.
     async fn send_batch(&mut self, members: &[&AggregatedRecord]) -> Result<(), RunError> {
         let ports = self.ports;
-        let (now, until) = (self.now, self.until);
+        let requests: Vec<Claim> = members.iter().map(|_| self.new_claim()).collect();
         let claims = join_all(
             members
                 .iter()
-                .map(|record| async move {
+                .zip(&requests)
+                .map(|(record, claim)| async move {
                     retry_transient(ports.clock, RetryPolicy::STORE, || {
-                        ports
-                            .aggregated
-                            .claim(&record.key, record.version, now, until)
+                        ports.aggregated.claim(&record.key, record.version, claim)
                     })
                     .await
                 })
                 .collect(),
         )
         .await;
-        let mut claimed: Vec<&AggregatedRecord> = Vec::with_capacity(members.len());
+        let mut held: Vec<Held<'_>> = Vec::with_capacity(members.len());
         let mut failure = None;
-        for (record, result) in members.iter().zip(claims) {
+        for ((record, claim), result) in members.iter().zip(requests).zip(claims) {
             match result {
-                Ok(true) => claimed.push(record),
-                Ok(false) => self.report.claim_skipped += 1,
+                Ok(Some(grant)) => held.push(Held {
+                    record,
+                    claim_id: claim.id,
+                    previously_sent: grant.previously_sent,
+                }),
+                Ok(None) => self.report.claim_skipped += 1,
                 Err(e) => failure = Some(e),
             }
         }
         if let Some(error) = failure {
             // Nothing was sent: give back what we hold so late usage is not blocked.
-            let released: Vec<(GroupKey, SubmissionUpdate)> = claimed
+            let released: Vec<(GroupKey, Option<String>, SubmissionUpdate)> = held
                 .iter()
-                .map(|r| (r.key.clone(), pending_update()))
+                .map(|h| {
+                    (
+                        h.record.key.clone(),
+                        Some(h.claim_id.clone()),
+                        SubmissionUpdate::release(h.previously_sent),
+                    )
+                })
                 .collect();
             let _ = self.write_all(&released).await;
             return Err(error.into());
         }
-        if claimed.is_empty() {
+        if held.is_empty() {
             return Ok(());
         }
-        let batch: Vec<MeteringRecord> = claimed.iter().map(|r| self.metering_record(r)).collect();
+        let batch: Vec<MeteringRecord> = held
+            .iter()
+            .map(|h| self.metering_record(h.record))
+            .collect();
         let mut sent = send_with_bisection(self.paced, &batch).await;
         let mut events = report_metrics(&sent);
 
@@ -547,23 +599,36 @@ impl Run<'_> {
 
         let stop = sent.stopped.as_ref().map(|s| s.kind());
         let mut action = RunAction::Continue;
-        let mut updates = Vec::with_capacity(claimed.len());
-        for (record, result) in claimed.iter().zip(sent.results.iter()) {
+        let mut updates = Vec::with_capacity(held.len());
+        // A subscribers-table failure must not discard the outcomes already known: it
+        // only keeps a CustomerNotSubscribed pending (retried next run), and is
+        // returned after every outcome is written.
+        let mut lookup_failure = None;
+        for (hold, result) in held.iter().zip(sent.results.iter()) {
             let subscriber = match result {
                 RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
-                    self.subscriber(&record.key).await?
+                    match self.subscriber(&hold.record.key).await {
+                        Ok(row) => row,
+                        Err(e) => {
+                            lookup_failure = Some(e);
+                            None
+                        }
+                    }
                 }
                 _ => None,
             };
-            let outcome = next_state(result, stop, subscriber.as_ref());
-            self.count(record, result, &outcome);
+            let outcome = next_state(result, stop, subscriber.as_ref(), hold.previously_sent);
+            self.count(hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
                 metric.emit(self.ports.metrics);
             }
             // A claim whose call never reached Marketplace (DisabledApiException) is
             // released rather than left to lapse, so late usage can still fold in.
-            let update = outcome.update.clone().unwrap_or_else(pending_update);
-            updates.push((record.key.clone(), update));
+            let update = outcome
+                .update
+                .clone()
+                .unwrap_or_else(|| SubmissionUpdate::release(hold.previously_sent));
+            updates.push((hold.record.key.clone(), Some(hold.claim_id.clone()), update));
             action = match (action, outcome.action) {
                 (RunAction::StopRun, _) | (_, RunAction::StopRun) => RunAction::StopRun,
                 (RunAction::BackOff, _) | (_, RunAction::BackOff) => RunAction::BackOff,
@@ -573,6 +638,9 @@ impl Run<'_> {
 
         // Every outcome of this batch is stored before the next batch is sent.
         self.write_all(&updates).await?;
+        if let Some(error) = lookup_failure {
+            return Err(error);
+        }
 
         match action {
             RunAction::Continue => {
@@ -607,34 +675,49 @@ impl Run<'_> {
         }
     }
 
-    async fn claim(&mut self, record: &AggregatedRecord) -> Result<bool, RunError> {
+    async fn claim(&mut self, record: &AggregatedRecord) -> Result<Option<String>, RunError> {
         let policy = RetryPolicy::STORE;
-        Ok(retry_transient(self.ports.clock, policy, || {
+        let claim = self.new_claim();
+        let granted = retry_transient(self.ports.clock, policy, || {
             self.ports
                 .aggregated
-                .claim(&record.key, record.version, self.now, self.until)
+                .claim(&record.key, record.version, &claim)
         })
-        .await?)
+        .await?;
+        Ok(granted.map(|_| claim.id))
     }
 
-    async fn write(&mut self, key: &GroupKey, update: &SubmissionUpdate) -> Result<bool, RunError> {
+    /// Records one outcome: under `claim_id`, or (without one) only while no live claim
+    /// holds the record.
+    async fn write(
+        &mut self,
+        key: &GroupKey,
+        claim_id: Option<&str>,
+        update: &SubmissionUpdate,
+    ) -> Result<bool, RunError> {
         let policy = RetryPolicy::STORE;
+        let wall = self.ports.clock.now();
         Ok(retry_transient(self.ports.clock, policy, || {
-            self.ports.aggregated.record(key, update, self.now)
+            self.ports.aggregated.record(key, claim_id, update, wall)
         })
         .await?)
     }
 
     /// Writes outcomes concurrently; the first failure is returned after all finish.
-    async fn write_all(&self, updates: &[(GroupKey, SubmissionUpdate)]) -> Result<(), RunError> {
+    async fn write_all(
+        &self,
+        updates: &[(GroupKey, Option<String>, SubmissionUpdate)],
+    ) -> Result<(), RunError> {
         let ports = self.ports;
-        let now = self.now;
+        let wall = ports.clock.now();
         let results = join_all(
             updates
                 .iter()
-                .map(|(key, update)| async move {
+                .map(|(key, claim_id, update)| async move {
                     retry_transient(ports.clock, RetryPolicy::STORE, || {
-                        ports.aggregated.record(key, update, now)
+                        ports
+                            .aggregated
+                            .record(key, claim_id.as_deref(), update, wall)
                     })
                     .await
                 })
@@ -645,6 +728,28 @@ impl Run<'_> {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
+    }
+
+    /// Closes a seller-written item the pipeline cannot read: `Error` with what is
+    /// wrong, so it neither blocks the rest nor stays pending forever.
+    async fn reject_malformed(&mut self, item: &MalformedItem) -> Result<(), RunError> {
+        let reason = format!("{REASON_MALFORMED_ITEM}: {}", item.problem);
+        let policy = RetryPolicy::STORE;
+        let changed = retry_transient(self.ports.clock, policy, || {
+            self.ports
+                .aggregated
+                .reject_malformed(item, &reason, self.now)
+        })
+        .await?;
+        if changed {
+            error!(license = %item.license_arn, sort_key = %item.sort_key, problem = %item.problem,
+                "aggregated item cannot be read; closed Error");
+            self.report.malformed += 1;
+            self.ports
+                .metrics
+                .count(metric::MALFORMED_ITEM, &[("Table", "aggregated")], 1);
+        }
+        Ok(())
     }
 
     /// Tallies one record's outcome in the run report (and logs the notable ones).
@@ -704,76 +809,72 @@ impl Run<'_> {
                 self.report.dry_run_skipped += 1;
                 continue;
             }
-            if !self.claim(&record).await? {
+            let Some(claim_id) = self.claim(&record).await? else {
                 self.report.claim_skipped += 1;
                 continue;
-            }
-            info!(group = %record.key, quantity = record.quantity, "dry run: would submit");
-            let update = SubmissionUpdate {
-                status: AggregatedStatus::DryRunSubmitted,
-                reason: None,
-                metering_record_id: None,
             };
-            if self.write(&record.key, &update).await? {
+            info!(group = %record.key, quantity = record.quantity, "dry run: would submit");
+            let update = SubmissionUpdate::new(AggregatedStatus::DryRunSubmitted, None, None);
+            if self.write(&record.key, Some(&claim_id), &update).await? {
                 self.report.dry_run_submitted += 1;
             }
         }
         Ok(())
     }
 
-    /// Gives every record still pending in an expired hour `SubmissionExpired`.
+    /// Gives every record still pending in an expired hour `SubmissionExpired`, however
+    /// old: a sweep of the whole sparse index (it holds only pending records), so no
+    /// record outlives its window unseen. Items that cannot be read are closed `Error`.
     async fn age_out(&mut self) -> Result<(), RunError> {
-        for bucket in time::expired_buckets(self.now, self.settings.age_out_lookback_hours) {
-            let mut cursor = None;
-            loop {
-                self.check_budget()?;
-                let policy = RetryPolicy::STORE;
-                let page = retry_transient(self.ports.clock, policy, || {
-                    self.ports.aggregated.pending_page(bucket, cursor.clone())
-                })
-                .await?;
-                for record in page.items {
-                    let quiet = is_skipped_zero(&record, self.settings.zero_policy);
-                    let reason = if quiet {
-                        Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
-                    } else if record.in_flight_until.is_some() {
-                        Some(REASON_INTERRUPTED_SUBMISSION.to_string())
-                    } else {
-                        None
-                    };
-                    let update = SubmissionUpdate {
-                        status: AggregatedStatus::SubmissionExpired,
-                        reason,
-                        metering_record_id: None,
-                    };
-                    if !self.write(&record.key, &update).await? {
-                        continue;
-                    }
-                    self.report.expired += 1;
-                    if !quiet {
-                        warn!(group = %record.key, quantity = record.quantity,
-                            "aggregated record aged out before it was submitted");
-                        self.ports
-                            .metrics
-                            .count(metric::USAGE_SUBMISSION_EXPIRED, &[], 1);
-                    }
+        let live = time::live_buckets(self.now);
+        let mut cursor = None;
+        loop {
+            self.check_budget()?;
+            let policy = RetryPolicy::STORE;
+            let page = retry_transient(self.ports.clock, policy, || {
+                self.ports
+                    .aggregated
+                    .stray_pending_page(&live, cursor.clone())
+            })
+            .await?;
+            for item in &page.malformed {
+                self.reject_malformed(item).await?;
+            }
+            let now = self.now;
+            for record in page
+                .items
+                .into_iter()
+                .filter(|r| time::bucket_expired(r.key.hour, now))
+            {
+                let quiet = is_skipped_zero(&record, self.settings.zero_policy);
+                let reason = if quiet {
+                    Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
+                } else if record.in_flight_until.is_some() || record.sent_quantity.is_some() {
+                    Some(REASON_INTERRUPTED_SUBMISSION.to_string())
+                } else if self.report.stopped.as_deref() == Some(Stop::Disabled.as_str()) {
+                    Some(REASON_METERING_DISABLED.to_string())
+                } else {
+                    None
+                };
+                let update =
+                    SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, reason, None);
+                if !self.write(&record.key, None, &update).await? {
+                    continue;
                 }
-                match page.next {
-                    Some(next) => cursor = Some(next),
-                    None => break,
+                self.report.expired += 1;
+                if !quiet {
+                    warn!(group = %record.key, quantity = record.quantity,
+                        "aggregated record aged out before it was submitted");
+                    self.ports
+                        .metrics
+                        .count(metric::USAGE_SUBMISSION_EXPIRED, &[], 1);
                 }
             }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
         }
-        Ok(())
-    }
-}
-
-/// Keeps a record pending and releases its claim.
-fn pending_update() -> SubmissionUpdate {
-    SubmissionUpdate {
-        status: AggregatedStatus::Pending,
-        reason: None,
-        metering_record_id: None,
     }
 }
 
@@ -787,14 +888,28 @@ fn unprocessed_indexes(report: &BisectReport) -> Vec<usize> {
         .collect()
 }
 
-/// The `BatchMeterUsage` record of an aggregated record.
+/// The `BatchMeterUsage` record of an aggregated record: once a send may have billed
+/// it, exactly the quantity sent then ([`AggregatedRecord::quantity_to_send`]).
 pub fn metering_record(record: &AggregatedRecord) -> MeteringRecord {
     MeteringRecord {
         key: record.key.clone(),
         product_code: record.product_code.clone(),
-        quantity: record.quantity,
+        quantity: record.quantity_to_send(),
         allocations: record.allocations.clone(),
     }
+}
+
+/// A claim this run holds.
+#[derive(Debug, Clone)]
+struct Held<'r> {
+    record: &'r AggregatedRecord,
+    claim_id: String,
+    previously_sent: bool,
+}
+
+/// A fresh claim id (unique per claim; outcomes are written only under it).
+fn new_claim_id() -> String {
+    format!("{:016x}{:08x}", random_u64(), std::process::id())
 }
 
 #[cfg(test)]
@@ -824,6 +939,9 @@ mod tests {
             attempt_count: 0,
             version: 1,
             in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
         }
     }
 
@@ -1194,9 +1312,10 @@ mod tests {
         assert!(
             world
                 .aggregated
-                .claim(&keys[0], 1, now, now + chrono::Duration::minutes(5))
+                .claim(&keys[0], 1, &claim_at("other", now, 5))
                 .await
                 .unwrap()
+                .is_some()
         );
         let report = world.submit(now).await;
         assert_eq!((report.success, report.claim_skipped), (1, 1));
@@ -1212,9 +1331,10 @@ mod tests {
         assert!(
             world
                 .aggregated
-                .claim(&keys[0], 1, now, now + chrono::Duration::minutes(15))
+                .claim(&keys[0], 1, &claim_at("died", now, 15))
                 .await
                 .unwrap()
+                .is_some()
         );
         world
             .api

@@ -280,6 +280,10 @@ impl World {
     }
 
     pub async fn submit(&self, now: Instant) -> SubmitReport {
+        // A run at `now` happens no earlier than `now` on the wall clock (leases).
+        if now > self.clock.now() {
+            self.clock.set(now);
+        }
         submit(
             now,
             &self.submit_settings(),
@@ -340,12 +344,13 @@ impl UsageStore for SlowUsage {
         &self,
         license_arn: &str,
         sort_key: &str,
+        claim: crate::ports::RowClaim<'_>,
         status: crate::model::RawStatus,
         reason: Option<crate::model::ReasonCode>,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.inner
-            .finalize_row(license_arn, sort_key, status, reason, now)
+            .finalize_row(license_arn, sort_key, claim, status, reason, now)
             .await
     }
     async fn put_row(
@@ -354,5 +359,35 @@ impl UsageStore for SlowUsage {
         now: Instant,
     ) -> Result<crate::ports::PutOutcome, PortError> {
         self.inner.put_row(row, now).await
+    }
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<crate::ports::StrayPending>, PortError> {
+        self.clock.advance(self.step);
+        self.pages.fetch_add(1, Ordering::SeqCst);
+        self.inner.stray_pending_page(live, cursor).await
+    }
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.inner
+            .repair_pending(license_arn, sort_key, from, hour, now)
+            .await
+    }
+}
+
+/// A submitter claim `id` taken at `now`, leased for `minutes`.
+pub fn claim_at(id: &str, now: Instant, minutes: i64) -> crate::ports::Claim {
+    crate::ports::Claim {
+        id: id.to_string(),
+        now,
+        until: now + chrono::Duration::minutes(minutes),
     }
 }

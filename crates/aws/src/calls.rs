@@ -1,0 +1,522 @@
+//! Recording the AWS calls a function really makes, and what IAM authorizes for each.
+//!
+//! A [`CallRecorder`] is an SDK interceptor tagged with a function's name. Attached to
+//! the clients that function uses (DynamoDB, SQS, Marketplace Metering: one interceptor
+//! type serves all three), it reads every request just before it is sent, after
+//! signing: the operation from the `X-Amz-Target` header (all three services speak a
+//! JSON protocol), the Region from the SigV4 credential scope, and the JSON body
+//! (`TableName`, `IndexName`, `TransactItems`, `QueueUrl`, ...). The calls land in a
+//! shared [`CallLog`].
+//!
+//! [`RecordedCall::authorizations`] then turns each call into the requests IAM
+//! evaluates, as AWS documents them:
+//!
+//! | call | IAM action | resource |
+//! |---|---|---|
+//! | DynamoDB item and table operations | `dynamodb:<Operation>` | `table/NAME` |
+//! | `Query` / `Scan` with `IndexName` | `dynamodb:Query` / `dynamodb:Scan` | `table/NAME/index/INDEX` |
+//! | `TransactWriteItems` | per item: `PutItem`, `UpdateItem`, `DeleteItem`, `ConditionCheckItem` | each item's table |
+//! | `TransactGetItems` | per item: `GetItem` | each item's table |
+//! | `BatchGetItem` / `BatchWriteItem` | the operation itself | each table named |
+//! | SQS `*Batch` operations | the single-message action (`SendMessageBatch` -> `sqs:SendMessage`) | the queue ARN from `QueueUrl` |
+//! | other SQS operations | `sqs:<Operation>` | the queue ARN |
+//! | Marketplace Metering | `aws-marketplace:<Operation>` | `*` (no resource-level permissions) |
+//!
+//! ARNs carry the Region the call was signed for, so a cross-Region table (the
+//! subscribers table lives in us-east-1) is checked against its real ARN.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use serde_json::Value;
+
+/// Every call recorded by the recorders of one log, in order, across functions.
+#[derive(Debug, Clone, Default)]
+pub struct CallLog {
+    calls: Arc<Mutex<Vec<RecordedCall>>>,
+}
+
+impl CallLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A recorder that files its calls here under `function`.
+    pub fn recorder(&self, function: &str) -> CallRecorder {
+        CallRecorder {
+            function: function.to_string(),
+            log: self.clone(),
+        }
+    }
+
+    /// The calls so far.
+    pub fn calls(&self) -> Vec<RecordedCall> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The calls so far of one function.
+    pub fn calls_of(&self, function: &str) -> Vec<RecordedCall> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.function == function)
+            .collect()
+    }
+
+    fn push(&self, call: RecordedCall) {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(call);
+    }
+}
+
+/// One request as it went on the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCall {
+    /// The function whose client sent it.
+    pub function: String,
+    /// The `X-Amz-Target` header (`DynamoDB_20120810.Query`), empty when absent.
+    pub target: String,
+    /// The Region the request was signed for.
+    pub region: String,
+    /// The JSON body (`Null` when it was not JSON).
+    pub body: Value,
+}
+
+/// One request IAM evaluates: an action on a resource.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Authorization {
+    /// `service:Action`.
+    pub action: String,
+    /// The resource ARN, or `*` for actions without resource-level permissions.
+    pub resource: String,
+}
+
+impl Authorization {
+    fn new(action: impl Into<String>, resource: impl Into<String>) -> Self {
+        Authorization {
+            action: action.into(),
+            resource: resource.into(),
+        }
+    }
+}
+
+/// A recorded call whose authorization cannot be derived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No `X-Amz-Target`, or a service this module does not know.
+    #[error("{function}: cannot tell the operation of a request with X-Amz-Target {target:?}")]
+    UnknownTarget {
+        /// The function.
+        function: String,
+        /// The header.
+        target: String,
+    },
+    /// The body lacks what the operation's authorization depends on.
+    #[error("{function}: {operation} request without {field} (body {body})")]
+    MissingField {
+        /// The function.
+        function: String,
+        /// The operation.
+        operation: String,
+        /// The field.
+        field: String,
+        /// The body, abridged.
+        body: String,
+    },
+    /// The request was signed for no Region.
+    #[error("{function}: {operation} request has no signing Region")]
+    NoRegion {
+        /// The function.
+        function: String,
+        /// The operation.
+        operation: String,
+    },
+}
+
+impl RecordedCall {
+    /// The operation of the target (`Query` for `DynamoDB_20120810.Query`).
+    pub fn operation(&self) -> &str {
+        self.target
+            .rsplit_once('.')
+            .map(|(_, op)| op)
+            .unwrap_or_default()
+    }
+
+    /// The IAM requests this call is authorized by (see the module docs). `account`
+    /// is the caller's account, used for DynamoDB ARNs; queue ARNs take the account in
+    /// the queue URL.
+    pub fn authorizations(&self, account: &str) -> Result<Vec<Authorization>, CallError> {
+        let (prefix, operation) =
+            self.target
+                .rsplit_once('.')
+                .ok_or_else(|| CallError::UnknownTarget {
+                    function: self.function.clone(),
+                    target: self.target.clone(),
+                })?;
+        if self.region.is_empty() {
+            return Err(CallError::NoRegion {
+                function: self.function.clone(),
+                operation: operation.to_string(),
+            });
+        }
+        match prefix {
+            p if p.starts_with("DynamoDB_") => self.dynamodb(operation, account),
+            "AmazonSQS" => self.sqs(operation),
+            "AWSMPMeteringService" => Ok(vec![Authorization::new(
+                format!("aws-marketplace:{operation}"),
+                "*",
+            )]),
+            _ => Err(CallError::UnknownTarget {
+                function: self.function.clone(),
+                target: self.target.clone(),
+            }),
+        }
+    }
+
+    fn missing(&self, operation: &str, field: &str) -> CallError {
+        let body: String = self.body.to_string().chars().take(300).collect();
+        CallError::MissingField {
+            function: self.function.clone(),
+            operation: operation.to_string(),
+            field: field.to_string(),
+            body,
+        }
+    }
+
+    fn table_arn(&self, account: &str, table: &str) -> String {
+        if table.starts_with("arn:") {
+            table.to_string()
+        } else {
+            format!(
+                "arn:{}:dynamodb:{}:{account}:table/{table}",
+                partition(&self.region),
+                self.region
+            )
+        }
+    }
+
+    fn dynamodb(&self, operation: &str, account: &str) -> Result<Vec<Authorization>, CallError> {
+        let str_field = |value: &Value, field: &str| -> Result<String, CallError> {
+            value
+                .get(field)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| self.missing(operation, field))
+        };
+        match operation {
+            "TransactWriteItems" | "TransactGetItems" => {
+                let items = self
+                    .body
+                    .get("TransactItems")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| self.missing(operation, "TransactItems"))?;
+                let mut out = Vec::new();
+                for item in items {
+                    let (kind, inner) = item
+                        .as_object()
+                        .and_then(|m| m.iter().next())
+                        .ok_or_else(|| self.missing(operation, "TransactItems[].<kind>"))?;
+                    let action = match kind.as_str() {
+                        "Put" => "PutItem",
+                        "Update" => "UpdateItem",
+                        "Delete" => "DeleteItem",
+                        "ConditionCheck" => "ConditionCheckItem",
+                        "Get" => "GetItem",
+                        _ => return Err(self.missing(operation, "a known TransactItems kind")),
+                    };
+                    let table = str_field(inner, "TableName")?;
+                    out.push(Authorization::new(
+                        format!("dynamodb:{action}"),
+                        self.table_arn(account, &table),
+                    ));
+                }
+                Ok(out)
+            }
+            "BatchGetItem" | "BatchWriteItem" => {
+                let tables = self
+                    .body
+                    .get("RequestItems")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| self.missing(operation, "RequestItems"))?;
+                Ok(tables
+                    .keys()
+                    .map(|table| {
+                        Authorization::new(
+                            format!("dynamodb:{operation}"),
+                            self.table_arn(account, table),
+                        )
+                    })
+                    .collect())
+            }
+            _ => {
+                let table = str_field(&self.body, "TableName")?;
+                let mut resource = self.table_arn(account, &table);
+                if matches!(operation, "Query" | "Scan")
+                    && let Some(index) = self.body.get("IndexName").and_then(Value::as_str)
+                {
+                    resource = format!("{resource}/index/{index}");
+                }
+                Ok(vec![Authorization::new(
+                    format!("dynamodb:{operation}"),
+                    resource,
+                )])
+            }
+        }
+    }
+
+    fn sqs(&self, operation: &str) -> Result<Vec<Authorization>, CallError> {
+        let action = match operation {
+            "SendMessageBatch" => "SendMessage",
+            "DeleteMessageBatch" => "DeleteMessage",
+            "ChangeMessageVisibilityBatch" => "ChangeMessageVisibility",
+            other => other,
+        };
+        if operation == "ListQueues" {
+            return Ok(vec![Authorization::new("sqs:ListQueues", "*")]);
+        }
+        let resource = if operation == "GetQueueUrl" {
+            let name = self
+                .body
+                .get("QueueName")
+                .and_then(Value::as_str)
+                .ok_or_else(|| self.missing(operation, "QueueName"))?;
+            let owner = self
+                .body
+                .get("QueueOwnerAWSAccountId")
+                .and_then(Value::as_str)
+                .unwrap_or("*");
+            self.queue_arn(owner, name)
+        } else {
+            let url = self
+                .body
+                .get("QueueUrl")
+                .and_then(Value::as_str)
+                .ok_or_else(|| self.missing(operation, "QueueUrl"))?;
+            // https://sqs.<region>.amazonaws.com/<account>/<name> (emulators keep the path).
+            let mut segments = url.trim_end_matches('/').rsplit('/');
+            match (segments.next(), segments.next()) {
+                (Some(name), Some(owner)) if !name.is_empty() && !owner.is_empty() => {
+                    self.queue_arn(owner, name)
+                }
+                _ => return Err(self.missing(operation, "a QueueUrl ending /<account>/<name>")),
+            }
+        };
+        Ok(vec![Authorization::new(format!("sqs:{action}"), resource)])
+    }
+
+    fn queue_arn(&self, owner: &str, name: &str) -> String {
+        format!(
+            "arn:{}:sqs:{}:{owner}:{name}",
+            partition(&self.region),
+            self.region
+        )
+    }
+}
+
+/// The partition of a Region.
+fn partition(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    }
+}
+
+/// The Region of a SigV4 `Authorization` header's credential scope
+/// (`Credential=AKID/20261130/us-east-1/dynamodb/aws4_request`).
+fn signing_region(authorization: &str) -> Option<String> {
+    let scope = authorization.split("Credential=").nth(1)?;
+    let scope = scope.split([',', ' ']).next()?;
+    scope.split('/').nth(2).map(str::to_string)
+}
+
+/// The interceptor: files every request of the clients it is attached to in its log,
+/// under its function's name. It never fails a request.
+#[derive(Debug, Clone)]
+pub struct CallRecorder {
+    function: String,
+    log: CallLog,
+}
+
+impl CallRecorder {
+    /// The function this recorder files calls under.
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+}
+
+impl Intercept for CallRecorder {
+    fn name(&self) -> &'static str {
+        "awsmp CallRecorder"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let request = context.request();
+        let headers = request.headers();
+        let region = headers
+            .get("authorization")
+            .and_then(signing_region)
+            .or_else(|| {
+                cfg.load::<aws_types::region::Region>()
+                    .map(|r| r.to_string())
+            })
+            .unwrap_or_default();
+        let body = request
+            .body()
+            .bytes()
+            .and_then(|bytes| serde_json::from_slice(bytes).ok())
+            .unwrap_or(Value::Null);
+        self.log.push(RecordedCall {
+            function: self.function.clone(),
+            target: headers.get("x-amz-target").unwrap_or_default().to_string(),
+            region,
+            body,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(target: &str, region: &str, body: Value) -> RecordedCall {
+        RecordedCall {
+            function: "f".into(),
+            target: target.into(),
+            region: region.into(),
+            body,
+        }
+    }
+
+    fn auths(c: &RecordedCall) -> Vec<(String, String)> {
+        c.authorizations("123456789012")
+            .unwrap()
+            .into_iter()
+            .map(|a| (a.action, a.resource))
+            .collect()
+    }
+
+    #[test]
+    fn index_queries_are_authorized_on_the_index_arn() {
+        let q = call(
+            "DynamoDB_20120810.Query",
+            "us-east-1",
+            json!({"TableName": "subs", "IndexName": "deprovisioning"}),
+        );
+        assert_eq!(
+            auths(&q),
+            [(
+                "dynamodb:Query".to_string(),
+                "arn:aws:dynamodb:us-east-1:123456789012:table/subs/index/deprovisioning"
+                    .to_string()
+            )]
+        );
+        let get = call(
+            "DynamoDB_20120810.GetItem",
+            "eu-west-1",
+            json!({"TableName": "usage", "IndexName": "ignored"}),
+        );
+        assert_eq!(
+            auths(&get)[0].1,
+            "arn:aws:dynamodb:eu-west-1:123456789012:table/usage"
+        );
+    }
+
+    #[test]
+    fn transactions_are_authorized_per_item() {
+        let t = call(
+            "DynamoDB_20120810.TransactWriteItems",
+            "eu-west-1",
+            json!({"TransactItems": [
+                {"Put": {"TableName": "agg"}},
+                {"Update": {"TableName": "usage"}},
+                {"ConditionCheck": {"TableName": "agg"}},
+                {"Delete": {"TableName": "usage"}},
+            ]}),
+        );
+        let actions: Vec<String> = auths(&t).into_iter().map(|(a, _)| a).collect();
+        assert_eq!(
+            actions,
+            [
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:ConditionCheckItem",
+                "dynamodb:DeleteItem"
+            ]
+        );
+        assert!(
+            call(
+                "DynamoDB_20120810.TransactWriteItems",
+                "eu-west-1",
+                json!({})
+            )
+            .authorizations("1")
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn sqs_batches_use_the_single_message_action_on_the_queue_arn() {
+        let c = call(
+            "AmazonSQS.SendMessageBatch",
+            "eu-west-1",
+            json!({"QueueUrl": "http://127.0.0.1:5000/123456789012/work"}),
+        );
+        assert_eq!(
+            auths(&c),
+            [(
+                "sqs:SendMessage".to_string(),
+                "arn:aws:sqs:eu-west-1:123456789012:work".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn marketplace_actions_have_no_resource() {
+        let c = call(
+            "AWSMPMeteringService.BatchMeterUsage",
+            "eu-west-1",
+            json!({}),
+        );
+        assert_eq!(
+            auths(&c),
+            [(
+                "aws-marketplace:BatchMeterUsage".to_string(),
+                "*".to_string()
+            )]
+        );
+        assert!(
+            call("Unknown.Op", "eu-west-1", json!({}))
+                .authorizations("1")
+                .is_err()
+        );
+        assert!(
+            call("", "eu-west-1", json!({}))
+                .authorizations("1")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_region_comes_from_the_credential_scope() {
+        let header = "AWS4-HMAC-SHA256 Credential=testing/20261130/eu-west-1/dynamodb/aws4_request, SignedHeaders=host, Signature=abc";
+        assert_eq!(signing_region(header).as_deref(), Some("eu-west-1"));
+        assert_eq!(signing_region("Bearer x"), None);
+    }
+}

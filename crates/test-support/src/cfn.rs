@@ -1,0 +1,637 @@
+//! A CloudFormation template with its intrinsic functions resolved for one set of
+//! parameter values, as CloudFormation would deploy it: `Ref` (parameters, pseudo
+//! parameters, `AWS::NoValue`, resources), `Fn::Sub` (with `${Res}` and
+//! `${Res.Attr}`), `Fn::GetAtt`, `Fn::Join`, `Fn::Select`, `Fn::Split`, `Fn::If` over
+//! the template's `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
+//! `Condition`), in short (`!Sub`) and long (`Fn::Sub:`) forms. Resource names and
+//! ARNs are those CloudFormation gives: tables and queues by their `TableName` /
+//! `QueueName`, log groups by `LogGroupName`. Anything it cannot resolve is an error
+//! naming the value, never a guess; the one exception is `GetAtt` of an attribute no
+//! IAM policy here names (a distribution's domain name, ...), which resolves to a
+//! visible stand-in `<Resource.Attribute>` that matches no ARN.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+
+use crate::error::TestSupportError;
+
+/// The account id the pseudo parameter `AWS::AccountId` resolves to by default (moto's).
+pub const DEFAULT_ACCOUNT: &str = "123456789012";
+
+/// A loaded template and the parameter values it is resolved with.
+#[derive(Debug, Clone)]
+pub struct StackTemplate {
+    path: PathBuf,
+    doc: Value,
+    parameters: BTreeMap<String, String>,
+}
+
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl StackTemplate {
+    /// Reads `path` and resolves it with the template's parameter defaults, the pseudo
+    /// parameters (`AWS::Region` us-east-1, `AWS::AccountId` [`DEFAULT_ACCOUNT`],
+    /// `AWS::Partition` aws, ...), then `parameters` (which may also set pseudo
+    /// parameters, e.g. `("AWS::Region", "eu-west-1")`).
+    pub fn load(path: &Path, parameters: &[(&str, &str)]) -> Result<Self, TestSupportError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TestSupportError::Template {
+            path: path.to_path_buf(),
+            message: format!("cannot read: {e}"),
+        })?;
+        let doc: Value = serde_yaml::from_str(&text).map_err(|e| TestSupportError::Template {
+            path: path.to_path_buf(),
+            message: format!("not valid YAML: {e}"),
+        })?;
+        let mut values: BTreeMap<String, String> = [
+            ("AWS::Region", "us-east-1"),
+            ("AWS::AccountId", DEFAULT_ACCOUNT),
+            ("AWS::StackName", "awsmp-test"),
+            ("AWS::Partition", "aws"),
+            ("AWS::URLSuffix", "amazonaws.com"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        if let Some(Value::Mapping(params)) = doc.get("Parameters") {
+            for (name, param) in params {
+                if let (Value::String(name), Some(default)) =
+                    (name, param.get("Default").and_then(scalar_text))
+                {
+                    values.insert(name.clone(), default);
+                }
+            }
+        }
+        for (k, v) in parameters {
+            values.insert((*k).to_string(), (*v).to_string());
+        }
+        Ok(StackTemplate {
+            path: path.to_path_buf(),
+            doc,
+            parameters: values,
+        })
+    }
+
+    /// The template file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file name, for messages.
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// An error about this template.
+    pub fn error(&self, message: impl Into<String>) -> TestSupportError {
+        TestSupportError::Template {
+            path: self.path.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// A parameter's (or pseudo parameter's) value.
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.parameters.get(name).map(String::as_str)
+    }
+
+    /// Every resource: logical id -> definition.
+    pub fn resources(&self) -> Vec<(String, &Value)> {
+        match self.doc.get("Resources") {
+            Some(Value::Mapping(map)) => map
+                .iter()
+                .filter_map(|(k, v)| k.as_str().map(|k| (k.to_string(), v)))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// One resource's definition.
+    pub fn resource(&self, logical_id: &str) -> Result<&Value, TestSupportError> {
+        self.doc
+            .get("Resources")
+            .and_then(|r| r.get(logical_id))
+            .ok_or_else(|| self.error(format!("no resource {logical_id}")))
+    }
+
+    /// A resource's `Type`.
+    pub fn resource_type(&self, logical_id: &str) -> Result<String, TestSupportError> {
+        self.resource(logical_id)?
+            .get("Type")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| self.error(format!("resource {logical_id} has no Type")))
+    }
+
+    /// Whether a resource is created under these parameters (its `Condition`).
+    pub fn is_deployed(&self, logical_id: &str) -> Result<bool, TestSupportError> {
+        match self
+            .resource(logical_id)?
+            .get("Condition")
+            .and_then(Value::as_str)
+        {
+            Some(condition) => self.condition(condition),
+            None => Ok(true),
+        }
+    }
+
+    /// A named condition of the template.
+    pub fn condition(&self, name: &str) -> Result<bool, TestSupportError> {
+        let definition = self
+            .doc
+            .get("Conditions")
+            .and_then(|c| c.get(name))
+            .ok_or_else(|| self.error(format!("no condition {name}")))?;
+        self.condition_value(definition)
+    }
+
+    fn condition_value(&self, value: &Value) -> Result<bool, TestSupportError> {
+        let (function, argument) = intrinsic(value)
+            .ok_or_else(|| self.error(format!("condition {value:?} is not a function")))?;
+        let args = |n: usize| -> Result<&Vec<Value>, TestSupportError> {
+            match argument {
+                Value::Sequence(items) if n == 0 || items.len() == n => Ok(items),
+                _ => Err(self.error(format!("Fn::{function} needs a list: {argument:?}"))),
+            }
+        };
+        match function.as_str() {
+            "Equals" => {
+                let items = args(2)?;
+                let a = self.string(&items[0], "Fn::Equals")?;
+                let b = self.string(&items[1], "Fn::Equals")?;
+                Ok(a == b)
+            }
+            "Not" => Ok(!self.condition_value(&args(1)?[0])?),
+            "And" => {
+                for item in args(0)? {
+                    if !self.condition_value(item)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            "Or" => {
+                for item in args(0)? {
+                    if self.condition_value(item)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            "Condition" => match argument {
+                Value::String(name) => self.condition(name),
+                _ => Err(self.error(format!("Condition of a non-string {argument:?}"))),
+            },
+            other => Err(self.error(format!("unsupported condition function {other}"))),
+        }
+    }
+
+    /// Resolves every intrinsic in `value`. `None` is `AWS::NoValue` (the property is
+    /// left out); list items and map entries that resolve to it are dropped.
+    pub fn resolve(&self, value: &Value) -> Result<Option<Value>, TestSupportError> {
+        if let Some((function, argument)) = intrinsic(value) {
+            return self.function(&function, argument);
+        }
+        Ok(Some(match value {
+            Value::Sequence(items) => {
+                let mut out = Vec::new();
+                for item in items {
+                    if let Some(v) = self.resolve(item)? {
+                        out.push(v);
+                    }
+                }
+                Value::Sequence(out)
+            }
+            Value::Mapping(map) => {
+                let mut out = Mapping::new();
+                for (k, v) in map {
+                    if let Some(v) = self.resolve(v)? {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                Value::Mapping(out)
+            }
+            Value::Tagged(tagged) => {
+                return Err(self.error(format!("unsupported tag !{}", tagged.tag)));
+            }
+            other => other.clone(),
+        }))
+    }
+
+    /// Resolves `value` to one string (a scalar after resolution).
+    pub fn string(&self, value: &Value, what: &str) -> Result<String, TestSupportError> {
+        let resolved = self
+            .resolve(value)?
+            .ok_or_else(|| self.error(format!("{what}: resolves to AWS::NoValue")))?;
+        scalar_text(&resolved)
+            .ok_or_else(|| self.error(format!("{what}: {value:?} is not a string")))
+    }
+
+    /// Resolves `value` to a list of strings (a single string is a list of one).
+    pub fn strings(&self, value: &Value, what: &str) -> Result<Vec<String>, TestSupportError> {
+        match self.resolve(value)? {
+            None => Ok(Vec::new()),
+            Some(Value::Sequence(items)) => items
+                .iter()
+                .map(|v| {
+                    scalar_text(v)
+                        .ok_or_else(|| self.error(format!("{what}: {v:?} is not a string")))
+                })
+                .collect(),
+            Some(other) => scalar_text(&other)
+                .map(|s| vec![s])
+                .ok_or_else(|| self.error(format!("{what}: {other:?} is not a string list"))),
+        }
+    }
+
+    fn function(
+        &self,
+        function: &str,
+        argument: &Value,
+    ) -> Result<Option<Value>, TestSupportError> {
+        let list = |what: &str| -> Result<&Vec<Value>, TestSupportError> {
+            match argument {
+                Value::Sequence(items) => Ok(items),
+                _ => Err(self.error(format!("Fn::{what} needs a list: {argument:?}"))),
+            }
+        };
+        match function {
+            "Ref" => {
+                let name = argument
+                    .as_str()
+                    .ok_or_else(|| self.error(format!("Ref of a non-string {argument:?}")))?;
+                if name == "AWS::NoValue" {
+                    return Ok(None);
+                }
+                self.reference(name).map(|s| Some(Value::String(s)))
+            }
+            "GetAtt" => {
+                let (resource, attribute) = match argument {
+                    Value::String(s) => s
+                        .split_once('.')
+                        .map(|(r, a)| (r.to_string(), a.to_string()))
+                        .ok_or_else(|| self.error(format!("GetAtt {s:?} needs Res.Attr")))?,
+                    Value::Sequence(items) if items.len() == 2 => (
+                        self.string(&items[0], "GetAtt")?,
+                        self.string(&items[1], "GetAtt")?,
+                    ),
+                    other => return Err(self.error(format!("GetAtt of {other:?}"))),
+                };
+                self.attribute(&resource, &attribute)
+                    .map(|s| Some(Value::String(s)))
+            }
+            "Sub" => self.sub(argument).map(|s| Some(Value::String(s))),
+            "Join" => {
+                let items = list("Join")?;
+                let [separator, parts] = items.as_slice() else {
+                    return Err(self.error("Fn::Join needs [separator, list]"));
+                };
+                let separator = self.string(separator, "Fn::Join separator")?;
+                let parts = self.strings(parts, "Fn::Join list")?;
+                Ok(Some(Value::String(parts.join(&separator))))
+            }
+            "Select" => {
+                let items = list("Select")?;
+                let [index, values] = items.as_slice() else {
+                    return Err(self.error("Fn::Select needs [index, list]"));
+                };
+                let index: usize = self
+                    .string(index, "Fn::Select index")?
+                    .parse()
+                    .map_err(|_| self.error("Fn::Select index is not a number"))?;
+                let values = self.strings(values, "Fn::Select list")?;
+                values
+                    .get(index)
+                    .cloned()
+                    .map(|v| Some(Value::String(v)))
+                    .ok_or_else(|| self.error(format!("Fn::Select {index} out of range")))
+            }
+            "Split" => {
+                let items = list("Split")?;
+                let [separator, text] = items.as_slice() else {
+                    return Err(self.error("Fn::Split needs [separator, string]"));
+                };
+                let separator = self.string(separator, "Fn::Split separator")?;
+                let text = self.string(text, "Fn::Split string")?;
+                Ok(Some(Value::Sequence(
+                    text.split(separator.as_str())
+                        .map(|s| Value::String(s.to_string()))
+                        .collect(),
+                )))
+            }
+            "If" => {
+                let items = list("If")?;
+                let [condition, then, otherwise] = items.as_slice() else {
+                    return Err(self.error("Fn::If needs [condition, then, else]"));
+                };
+                let condition = condition
+                    .as_str()
+                    .ok_or_else(|| self.error("Fn::If condition must be a name"))?;
+                if self.condition(condition)? {
+                    self.resolve(then)
+                } else {
+                    self.resolve(otherwise)
+                }
+            }
+            other => Err(self.error(format!("unsupported intrinsic Fn::{other}"))),
+        }
+    }
+
+    fn sub(&self, argument: &Value) -> Result<String, TestSupportError> {
+        let (text, vars) = match argument {
+            Value::String(s) => (s.as_str(), BTreeMap::new()),
+            Value::Sequence(items) if items.len() == 2 => {
+                let text = items[0]
+                    .as_str()
+                    .ok_or_else(|| self.error("Fn::Sub list needs a string first"))?;
+                let Value::Mapping(map) = &items[1] else {
+                    return Err(self.error("Fn::Sub list needs a map second"));
+                };
+                let mut vars = BTreeMap::new();
+                for (k, v) in map {
+                    let k = k
+                        .as_str()
+                        .ok_or_else(|| self.error(format!("Fn::Sub variable {k:?}")))?;
+                    vars.insert(k.to_string(), self.string(v, &format!("Fn::Sub ${{{k}}}"))?);
+                }
+                (text, vars)
+            }
+            other => return Err(self.error(format!("unsupported Fn::Sub {other:?}"))),
+        };
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after
+                .find('}')
+                .ok_or_else(|| self.error(format!("unclosed ${{ in {text:?}")))?;
+            let name = &after[..end];
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str("${");
+                out.push_str(literal);
+                out.push('}');
+            } else if let Some(v) = vars.get(name) {
+                out.push_str(v);
+            } else if let Some((resource, attribute)) =
+                name.split_once('.').filter(|_| !name.starts_with("AWS::"))
+            {
+                out.push_str(&self.attribute(resource, attribute)?);
+            } else {
+                out.push_str(&self.reference(name)?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// `Ref` of a parameter, pseudo parameter or resource.
+    pub fn reference(&self, name: &str) -> Result<String, TestSupportError> {
+        if let Some(v) = self.parameters.get(name) {
+            return Ok(v.clone());
+        }
+        if self
+            .doc
+            .get("Resources")
+            .and_then(|r| r.get(name))
+            .is_none()
+        {
+            return Err(self.error(format!(
+                "Ref {name}: no parameter value and no such resource (give the parameter a value)"
+            )));
+        }
+        self.deployed(name)?;
+        let kind = self.resource_type(name)?;
+        match kind.as_str() {
+            "AWS::DynamoDB::Table" => self.property(name, "TableName"),
+            "AWS::SQS::Queue" => Ok(format!(
+                "https://sqs.{}.{}/{}/{}",
+                self.pseudo("AWS::Region"),
+                self.pseudo("AWS::URLSuffix"),
+                self.pseudo("AWS::AccountId"),
+                self.property(name, "QueueName")?
+            )),
+            "AWS::Logs::LogGroup" => self.property(name, "LogGroupName"),
+            "AWS::IAM::Role" => self.property(name, "RoleName").or(Ok(name.to_string())),
+            // Names CloudFormation generates: the logical id stands in for them.
+            _ => Ok(name.to_string()),
+        }
+    }
+
+    /// `Fn::GetAtt resource.attribute`.
+    pub fn attribute(&self, resource: &str, attribute: &str) -> Result<String, TestSupportError> {
+        self.deployed(resource)?;
+        let kind = self.resource_type(resource)?;
+        let (partition, region, account) = (
+            self.pseudo("AWS::Partition"),
+            self.pseudo("AWS::Region"),
+            self.pseudo("AWS::AccountId"),
+        );
+        match (kind.as_str(), attribute) {
+            ("AWS::DynamoDB::Table", "Arn") => Ok(format!(
+                "arn:{partition}:dynamodb:{region}:{account}:table/{}",
+                self.property(resource, "TableName")?
+            )),
+            ("AWS::SQS::Queue", "Arn") => Ok(format!(
+                "arn:{partition}:sqs:{region}:{account}:{}",
+                self.property(resource, "QueueName")?
+            )),
+            ("AWS::SQS::Queue", "QueueName") => self.property(resource, "QueueName"),
+            ("AWS::SQS::Queue", "QueueUrl") => self.reference(resource),
+            ("AWS::Logs::LogGroup", "Arn") => Ok(format!(
+                "arn:{partition}:logs:{region}:{account}:log-group:{}:*",
+                self.property(resource, "LogGroupName")?
+            )),
+            ("AWS::IAM::Role", "Arn") => Ok(format!(
+                "arn:{partition}:iam::{account}:role/{}",
+                self.reference(resource)?
+            )),
+            ("AWS::Serverless::Function", "Arn") => Ok(format!(
+                "arn:{partition}:lambda:{region}:{account}:function:{}",
+                self.property(resource, "FunctionName")
+                    .unwrap_or_else(|_| resource.to_string())
+            )),
+            ("AWS::Events::Rule", "Arn") => Ok(format!(
+                "arn:{partition}:events:{region}:{account}:rule/{}",
+                self.property(resource, "Name")
+                    .unwrap_or_else(|_| resource.to_string())
+            )),
+            // Attributes of resources the IAM contract never evaluates (domain names,
+            // ids): a stand-in that says what it is.
+            _ => Ok(format!("<{resource}.{attribute}>")),
+        }
+    }
+
+    fn pseudo(&self, name: &str) -> String {
+        self.parameters.get(name).cloned().unwrap_or_default()
+    }
+
+    fn deployed(&self, logical_id: &str) -> Result<(), TestSupportError> {
+        if self.is_deployed(logical_id)? {
+            Ok(())
+        } else {
+            Err(self.error(format!(
+                "{logical_id} is named but not created under these parameters (its Condition is false)"
+            )))
+        }
+    }
+
+    /// A resource's property, resolved to a string.
+    pub fn property(&self, logical_id: &str, property: &str) -> Result<String, TestSupportError> {
+        let value = self
+            .resource(logical_id)?
+            .get("Properties")
+            .and_then(|p| p.get(property))
+            .ok_or_else(|| self.error(format!("{logical_id} has no {property}")))?;
+        self.string(value, &format!("{logical_id} {property}"))
+    }
+
+    /// How this template would name `arn` (`!GetAtt UsageTable.Arn`, or
+    /// `!Sub "${UsageTable.Arn}/index/NAME"` for an index), if one of its tables or
+    /// queues has it.
+    pub fn arn_expression(&self, arn: &str) -> Option<String> {
+        for (logical_id, _) in self.resources() {
+            let Ok(own) = self.attribute(&logical_id, "Arn") else {
+                continue;
+            };
+            if own.starts_with('<') {
+                continue;
+            }
+            if own == arn {
+                return Some(format!("!GetAtt {logical_id}.Arn"));
+            }
+            if let Some(rest) = arn.strip_prefix(&own)
+                && rest.starts_with('/')
+            {
+                return Some(format!("!Sub \"${{{logical_id}.Arn}}{rest}\""));
+            }
+        }
+        None
+    }
+}
+
+/// `(function, argument)` of an intrinsic in short (`!Sub x`) or long (`Fn::Sub: x`,
+/// `Ref: x`, `Condition: x`) form.
+fn intrinsic(value: &Value) -> Option<(String, &Value)> {
+    match value {
+        Value::Tagged(tagged) => {
+            let tag = tagged.tag.to_string();
+            Some((tag.trim_start_matches('!').to_string(), &tagged.value))
+        }
+        Value::Mapping(map) if map.len() == 1 => {
+            let (key, argument) = map.iter().next()?;
+            let key = key.as_str()?;
+            if key == "Ref" || key == "Condition" {
+                Some((key.to_string(), argument))
+            } else {
+                key.strip_prefix("Fn::").map(|f| (f.to_string(), argument))
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const TEMPLATE: &str = r#"
+Parameters:
+  Stage: { Type: String, Default: test }
+  Name: { Type: String, Default: "" }
+Conditions:
+  DefaultName: !Equals [!Ref Name, ""]
+  Custom: !Not [!Condition DefaultName]
+  Both: !And [!Condition DefaultName, !Equals [!Ref Stage, test]]
+Resources:
+  Table:
+    Type: AWS::DynamoDB::Table
+    Properties: { TableName: !Sub "t-${Stage}" }
+  Queue:
+    Type: AWS::SQS::Queue
+    Condition: Custom
+    Properties: { QueueName: q }
+  Thing:
+    Type: Other
+    Properties:
+      A: !GetAtt Table.Arn
+      B: !Sub "${Table.Arn}/index/i"
+      C: !If [DefaultName, !Sub "n-${Stage}", !Ref Name]
+      D: !Join ["-", [a, !Ref Stage, { "Fn::Select": [1, !Split [",", "x,y"]] }]]
+      E: [one, !Ref "AWS::NoValue", !If [Custom, two, !Ref "AWS::NoValue"]]
+      F: !Sub ["${X}/${AWS::Region}", { X: !Ref Table }]
+      G: !Ref Queue
+"#;
+
+    fn template(file: &str, params: &[(&str, &str)]) -> StackTemplate {
+        let dir = std::env::temp_dir().join(format!("cfn-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(file);
+        std::fs::write(&path, TEMPLATE).unwrap();
+        StackTemplate::load(&path, params).unwrap()
+    }
+
+    fn prop(t: &StackTemplate, name: &str) -> Result<Option<Value>, TestSupportError> {
+        t.resolve(
+            t.resource("Thing")
+                .unwrap()
+                .get("Properties")
+                .unwrap()
+                .get(name)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn intrinsics_resolve_as_cloudformation_does() {
+        let t = template("a.yaml", &[("AWS::Region", "eu-west-1")]);
+        let s = |name| prop(&t, name).unwrap().unwrap();
+        assert_eq!(
+            s("A"),
+            Value::String("arn:aws:dynamodb:eu-west-1:123456789012:table/t-test".into())
+        );
+        assert_eq!(
+            s("B"),
+            Value::String("arn:aws:dynamodb:eu-west-1:123456789012:table/t-test/index/i".into())
+        );
+        assert_eq!(s("C"), Value::String("n-test".into()));
+        assert_eq!(s("D"), Value::String("a-test-y".into()));
+        assert_eq!(s("E"), Value::Sequence(vec![Value::String("one".into())]));
+        assert_eq!(s("F"), Value::String("t-test/eu-west-1".into()));
+        assert!(t.condition("Both").unwrap());
+        // The queue is not created while the condition is false: naming it is an error.
+        assert!(prop(&t, "G").is_err());
+        assert_eq!(
+            t.arn_expression("arn:aws:dynamodb:eu-west-1:123456789012:table/t-test/index/i")
+                .as_deref(),
+            Some("!Sub \"${Table.Arn}/index/i\"")
+        );
+    }
+
+    #[test]
+    fn parameters_switch_conditions() {
+        let t = template("b.yaml", &[("Name", "mine")]);
+        assert_eq!(
+            prop(&t, "C").unwrap().unwrap(),
+            Value::String("mine".into())
+        );
+        assert_eq!(
+            prop(&t, "G").unwrap().unwrap(),
+            Value::String("https://sqs.us-east-1.amazonaws.com/123456789012/q".into())
+        );
+        assert!(!t.condition("Both").unwrap());
+    }
+}

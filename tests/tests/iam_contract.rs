@@ -1,0 +1,580 @@
+//! The IAM contract: moto checks no permissions, so this test records every AWS call
+//! each function really makes while the real handlers run end to end (subscription
+//! events, a registration, a full metering run with a deprovisioning flush, late usage,
+//! a not-yet-subscribed buyer, age-out, deprovision-cleanup), turns each call into the
+//! IAM requests AWS authorizes (`awsmp_aws::calls`: index ARNs, each item of a
+//! transaction, queue ARNs, the Region the call went to), adds what each function's
+//! SQS event source mappings and Lambda logging need, and evaluates all of it against
+//! the function's role in the templates (`awsmp_test_support::iam`). It fails on any
+//! request the role does not allow, and on any grant no request uses (least privilege),
+//! naming the function, action, resource and role, and what to change.
+//!
+//! The main stack runs in eu-west-1 here, so a grant built with the wrong Region (the
+//! subscribers table is always in us-east-1) is caught.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aws_lambda_events::apigw::ApiGatewayProxyRequest;
+use aws_lambda_events::encodings::Body;
+use awsmp_aws::{Authorization, SystemClock};
+use awsmp_core::model::{Subscriber, SubscriptionStatus};
+use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
+use awsmp_core::time::Instant;
+use awsmp_e2e::clients::SUBSCRIBERS_REGION;
+use awsmp_e2e::events::{Delivered, scheduled_event, sqs_event};
+use awsmp_e2e::{QueueKind, Stack, StackOptions, license};
+use awsmp_marketplace_sim::EntitlementSeed;
+use awsmp_test_support::cfn::DEFAULT_ACCOUNT;
+use awsmp_test_support::{Decision, StackTemplate, function_wiring, workspace_root};
+use common::*;
+
+/// The main stack's Region in this test (not the subscribers table's).
+const MAIN_REGION: &str = "eu-west-1";
+/// The customer-profile table, as the main template names it for product `prod-e2e`.
+const PROFILE_TABLE: &str = "awsmp-prod-e2e-customer-profile";
+/// The subscription events queue, as the events template names it for stage `test`.
+const SUBSCRIPTION_QUEUE: &str = "awsmp-subscription-events-test";
+/// The stage and product the harness's table and queue names are built from.
+const STAGE: &str = "test";
+const PRODUCT: &str = "prod-e2e";
+
+/// Grants kept although no recorded run uses them, each with the reason, as
+/// (role, statement sid, action, reason). Empty: every grant is used by a recorded
+/// call, an event source mapping or the function's log writes. A grant here that a
+/// run starts using is reported, so the entry can go.
+const KEPT_WITHOUT_A_RECORDED_CALL: &[(&str, &str, &str, &str)] = &[];
+
+/// Every function (its binary) and the template that deploys it.
+const FUNCTIONS: &[(&str, &str)] = &[
+    ("subscription", "template-events.yaml"),
+    ("deprovision-cleanup", "template-events.yaml"),
+    ("register", "template-main.yaml"),
+    ("discoverer", "template-main.yaml"),
+    ("aggregator", "template-main.yaml"),
+    ("cleanup", "template-main.yaml"),
+    ("submitter", "template-main.yaml"),
+];
+
+fn fixture(crate_dir: &str, name: &str) -> serde_json::Value {
+    let path = workspace_root()
+        .join("crates")
+        .join(crate_dir)
+        .join("tests/fixtures")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// An AWS Marketplace event (the subscription crate's fixtures) for one license.
+fn marketplace_event(
+    fixture_name: &str,
+    license_arn: &str,
+    account: &str,
+    agreement: &str,
+    time: &str,
+) -> String {
+    let mut event = fixture("subscription", fixture_name);
+    event["time"] = time.into();
+    event["detail"]["acceptor"]["accountId"] = account.into();
+    event["detail"]["agreement"]["id"] = agreement.into();
+    if event["detail"].get("license").is_some() {
+        event["detail"]["license"]["arn"] = license_arn.into();
+        event["detail"]["product"]["code"] = PRODUCT.into();
+    }
+    event.to_string()
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Plays the subscription function on its own recorded clients.
+async fn deliver_events(stack: &Stack, events: Vec<String>) {
+    let clients = stack.clients("subscription");
+    let state = awsmp_subscription::SubscriptionState {
+        config: Arc::new(awsmp_subscription::Config {
+            subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
+        }),
+        subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+            clients.subscribers_dynamodb,
+            awsmp_e2e::SUBSCRIBERS_TABLE,
+        )),
+        clock: Arc::new(SystemClock),
+    };
+    let messages: Vec<Delivered> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| Delivered {
+            message_id: format!("event-{i}"),
+            receipt_handle: format!("receipt-{i}"),
+            body,
+        })
+        .collect();
+    // One message per batch: the events of one license apply in order.
+    for message in messages {
+        let event = sqs_event(SUBSCRIPTION_QUEUE, std::slice::from_ref(&message)).unwrap();
+        let response = awsmp_subscription::handler(&state, event).await.unwrap();
+        assert!(
+            response.batch_item_failures.is_empty(),
+            "subscription refused {}",
+            message.body
+        );
+    }
+}
+
+/// Plays one buyer registration through the register function's own clients.
+async fn register(stack: &Stack, license_arn: &str, account: &str) {
+    awsmp_test_support::create_profile_table(&stack.dynamodb, PROFILE_TABLE)
+        .await
+        .unwrap();
+    stack.registered_only(license_arn, account).unwrap();
+    let clients = stack.clients("register");
+    let config = awsmp_register::Config::from_lookup(&|k| {
+        Some(
+            match k {
+                "PRODUCT_CODE" => PRODUCT,
+                "SUBSCRIBERS_TABLE" => awsmp_e2e::SUBSCRIBERS_TABLE,
+                "SUBSCRIBERS_TABLE_REGION" => SUBSCRIBERS_REGION,
+                "CUSTOMER_PROFILE_TABLE" => PROFILE_TABLE,
+                "ALLOWED_REGISTRATION_FIELDS" => "companyName",
+                "RESOLVE_CUSTOMER_REGION" => MAIN_REGION,
+                "REGISTRATION_PAGE_URL" => "https://register.example.com/index.html",
+                "ALLOWED_ORIGIN" => "https://register.example.com",
+                "AWS_REGION" => MAIN_REGION,
+                _ => return None,
+            }
+            .to_string(),
+        )
+    })
+    .unwrap();
+    let state = awsmp_register::RegisterState {
+        subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+            clients.subscribers_dynamodb,
+            awsmp_e2e::SUBSCRIBERS_TABLE,
+        )) as Arc<dyn SubscriberStore>,
+        resolver: Arc::new(awsmp_aws::SdkCustomerResolver::new(clients.metering)),
+        profiles: Some(Arc::new(awsmp_aws::DynamoProfileStore::new(
+            clients.dynamodb,
+            PROFILE_TABLE,
+        )) as Arc<dyn ProfileStore>),
+        clock: Arc::new(SystemClock),
+        config: Arc::new(config),
+    };
+    let mut request: ApiGatewayProxyRequest =
+        serde_json::from_value(fixture("register", "apigw-register-urlencoded.json")).unwrap();
+    let token = format!("token-{license_arn}-{account}");
+    request.body = Some(format!(
+        "x-amzn-marketplace-token={}&companyName=Example+Corp",
+        percent_encode(&token)
+    ));
+    let response = awsmp_register::handle(&state, request).await;
+    let body = match &response.body {
+        Some(Body::Text(text)) => text.clone(),
+        other => format!("{other:?}"),
+    };
+    assert_eq!(response.status_code, 200, "registration failed: {body}");
+}
+
+/// The function's real store, with a concurrent lifecycle writer (the harness's own,
+/// unrecorded store) rewriting the row just before the function's first write, so the
+/// function meets a real version conflict and takes its re-read path.
+struct RacedOnce {
+    inner: awsmp_aws::DynamoSubscriberStore,
+    rival: Arc<dyn SubscriberStore>,
+    raced: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl SubscriberStore for RacedOnce {
+    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
+        self.inner.get(license_arn, account).await
+    }
+    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.by_license(license_arn).await
+    }
+    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.by_agreement(agreement_id).await
+    }
+    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
+        self.inner.deprovisioning().await
+    }
+    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+        if !self.raced.swap(true, Ordering::SeqCst)
+            && let Some(current) = self
+                .rival
+                .get(&row.license_arn, &row.customer_aws_account_id)
+                .await?
+        {
+            assert!(self.rival.put_lifecycle(&current, now).await?);
+        }
+        self.inner.put_lifecycle(row, now).await
+    }
+    async fn add_registered_region(
+        &self,
+        license_arn: &str,
+        account: &str,
+        product_code: &str,
+        region: &str,
+        now: Instant,
+    ) -> Result<(), PortError> {
+        self.inner
+            .add_registered_region(license_arn, account, product_code, region, now)
+            .await
+    }
+}
+
+/// Plays deprovision-cleanup at "now" on its own recorded clients, racing one
+/// concurrent lifecycle write.
+async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::CleanupReport {
+    let clients = stack.clients("deprovision-cleanup");
+    let state = awsmp_deprovision_cleanup::CleanupState {
+        config: Arc::new(awsmp_deprovision_cleanup::Config {
+            subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
+        }),
+        subscribers: Arc::new(RacedOnce {
+            inner: awsmp_aws::DynamoSubscriberStore::new(
+                clients.subscribers_dynamodb,
+                awsmp_e2e::SUBSCRIBERS_TABLE,
+            ),
+            rival: stack.subscribers.clone(),
+            raced: AtomicBool::new(false),
+        }),
+        clock: Arc::new(SystemClock),
+    };
+    let event = scheduled_event("awsmp-deprovision-cleanup", stack.now()).unwrap();
+    awsmp_deprovision_cleanup::handler(&state, event)
+        .await
+        .unwrap()
+}
+
+/// Marketplace entitles the buyer (what License Updated means on its side).
+fn entitle(stack: &Stack, license_arn: &str, account: &str) {
+    stack
+        .sim
+        .handle()
+        .entitle(EntitlementSeed {
+            license_arn: license_arn.to_string(),
+            customer_aws_account_id: account.to_string(),
+            product_code: PRODUCT.to_string(),
+        })
+        .unwrap();
+}
+
+/// Runs every function through the paths the pipeline has, on one stack.
+async fn drive_every_function() -> Stack {
+    let stack = stack_with("2026-11-30T10:30:00Z", |o: &mut StackOptions| {
+        o.region = MAIN_REGION.to_string();
+    })
+    .await;
+    let (staying, leaving, ended, pending) = (license(1), license(5), license(3), license(4));
+
+    // Subscription events: activations, a deprovisioning, an agreement end (found
+    // through the agreement index).
+    let mut events = Vec::new();
+    for (l, account) in [
+        (&staying, ACCOUNT_A),
+        (&leaving, ACCOUNT_A),
+        (&ended, ACCOUNT_B),
+    ] {
+        events.push(marketplace_event(
+            "license-updated-manufacturer.json",
+            l,
+            account,
+            &format!("agmt-{}", &l[l.len() - 4..]),
+            "2026-11-30T06:00:00Z",
+        ));
+        entitle(&stack, l, account);
+    }
+    events.push(marketplace_event(
+        "license-deprovisioned-manufacturer.json",
+        &leaving,
+        ACCOUNT_A,
+        &format!("agmt-{}", &leaving[leaving.len() - 4..]),
+        "2026-11-30T09:40:00Z",
+    ));
+    events.push(marketplace_event(
+        "purchase-agreement-ended-manufacturer.json",
+        &ended,
+        ACCOUNT_B,
+        &format!("agmt-{}", &ended[ended.len() - 4..]),
+        "2026-11-30T08:00:00Z",
+    ));
+    deliver_events(&stack, events).await;
+
+    // A registration: ResolveCustomer, the profile row, registeredRegions.
+    register(&stack, &staying, ACCOUNT_A).await;
+
+    // Usage: closed hours, the leaving license's open hour (the deprovisioning flush),
+    // a rejected row, a buyer Marketplace does not entitle yet (CustomerNotSubscribed,
+    // no subscriber row), and a row past the window (age-out).
+    for (l, account, dimension, at, quantity) in [
+        (&staying, ACCOUNT_A, "requests", "2026-11-30T08:10:00Z", 3),
+        (&staying, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 4),
+        (&staying, ACCOUNT_A, "storage", "2026-11-30T09:25:00Z", 5),
+        (&leaving, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 6),
+        (&leaving, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 7),
+        (&pending, ACCOUNT_B, "requests", "2026-11-30T09:05:00Z", 8),
+        (&staying, ACCOUNT_A, "requests", "2026-11-29T08:00:00Z", 9),
+    ] {
+        stack
+            .put_usage(l, account, dimension, at, quantity)
+            .await
+            .unwrap();
+    }
+    stack
+        .put_usage(&staying, ACCOUNT_A, "users", "2026-11-30T09:61:00Z", 1)
+        .await
+        .unwrap();
+    // A group over 99 rows commits in several transactions.
+    for i in 0..120 {
+        let at = format!("2026-11-30T08:{:02}:{:02}Z", i / 60, i % 60);
+        stack
+            .put_usage(&staying, ACCOUNT_A, "storage", &at, 1)
+            .await
+            .unwrap();
+    }
+    stack.registered_only(&pending, ACCOUNT_B).unwrap();
+
+    // Aggregation and cleanup; one cleanup message also names a row outside its
+    // group's range (cleanup reads such a row by key).
+    stack.run_discoverer().await.unwrap();
+    stack.drain_aggregator().await.unwrap();
+    let cleanup_messages = stack.peek(QueueKind::Cleanup).await.unwrap();
+    let mut named: serde_json::Value = serde_json::from_str(
+        cleanup_messages
+            .first()
+            .expect("the aggregator enqueued cleanup work"),
+    )
+    .unwrap();
+    named["aggregated"]
+        .as_array_mut()
+        .expect("a cleanup message lists its counted rows")
+        .push(format!("{ACCOUNT_A}#requests#2026-11-30T07:00:00Z").into());
+    stack
+        .send_raw(QueueKind::Cleanup, &named.to_string())
+        .await
+        .unwrap();
+    stack.drain_cleanup().await.unwrap();
+
+    // A late row folds into a record not yet sent.
+    stack
+        .put_usage(&staying, ACCOUNT_A, "requests", "2026-11-30T09:40:00Z", 2)
+        .await
+        .unwrap();
+    stack.run_discoverer().await.unwrap();
+    stack.drain_aggregator().await.unwrap();
+    stack.drain_cleanup().await.unwrap();
+
+    stack.run_submitter().await.unwrap();
+    let billed = stack.billed();
+    assert_eq!(
+        billed.get(&key(&leaving, ACCOUNT_A, "requests", "2026-11-30T10")),
+        Some(&7),
+        "the deprovisioning flush billed the open hour: {billed:?}"
+    );
+    assert_eq!(
+        billed.get(&key(&staying, ACCOUNT_A, "requests", "2026-11-30T09")),
+        Some(&6),
+        "the late row was folded in before the send: {billed:?}"
+    );
+    assert_eq!(
+        billed.get(&key(&staying, ACCOUNT_A, "storage", "2026-11-30T08")),
+        Some(&120)
+    );
+
+    // Late usage for an hour already billed, then another run.
+    stack
+        .put_usage(&staying, ACCOUNT_A, "requests", "2026-11-30T09:59:00Z", 1)
+        .await
+        .unwrap();
+    stack.advance(chrono::Duration::minutes(5));
+    stack.run_pipeline().await.unwrap();
+    assert!(stack.peek(QueueKind::Cleanup).await.unwrap().is_empty());
+
+    // The deprovisioning window closes; deprovision-cleanup ends it.
+    stack.advance(chrono::Duration::minutes(30));
+    let report = run_deprovision_cleanup(&stack).await;
+    assert_eq!(report.closed, 1, "{report:?}");
+    let row = stack.subscribers.get(&leaving, ACCOUNT_A).await.unwrap();
+    assert_eq!(
+        row.and_then(|r| r.subscription_status),
+        Some(SubscriptionStatus::Inactive)
+    );
+    stack
+}
+
+/// One thing a function needs IAM to allow, and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Need {
+    request: Authorization,
+    because: String,
+}
+
+#[tokio::test]
+async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is_used() {
+    let stack = drive_every_function().await;
+    let main = StackTemplate::load(
+        &workspace_root().join("template-main.yaml"),
+        &[
+            ("ProductCode", PRODUCT),
+            ("StageName", STAGE),
+            ("AWS::Region", MAIN_REGION),
+        ],
+    )
+    .unwrap();
+    let events = StackTemplate::load(
+        &workspace_root().join("template-events.yaml"),
+        &[("StageName", STAGE), ("AWS::Region", SUBSCRIBERS_REGION)],
+    )
+    .unwrap();
+
+    let mut denied = Vec::new();
+    let mut unused = Vec::new();
+    let mut kept_but_used = Vec::new();
+    let mut summary = String::new();
+    for (function, template_name) in FUNCTIONS {
+        let template = if *template_name == "template-main.yaml" {
+            &main
+        } else {
+            &events
+        };
+        let wiring = function_wiring(template, function).unwrap();
+        let role = format!("{} ({})", wiring.role, wiring.template);
+
+        // What the function needs: its recorded calls, its event sources, its logs.
+        let calls = stack.calls.calls_of(function);
+        assert!(
+            !calls.is_empty(),
+            "{function}: no AWS call was recorded; is its State built on stack.clients({function:?})?"
+        );
+        let mut needs: BTreeSet<Need> = BTreeSet::new();
+        for call in &calls {
+            for request in call.authorizations(DEFAULT_ACCOUNT).unwrap() {
+                needs.insert(Need {
+                    request,
+                    because: format!("recorded {}", call.target),
+                });
+            }
+        }
+        for queue in &wiring.sqs_sources {
+            for action in [
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+            ] {
+                needs.insert(Need {
+                    request: Authorization {
+                        action: action.to_string(),
+                        resource: queue.clone(),
+                    },
+                    because: "its SQS event source mapping".to_string(),
+                });
+            }
+        }
+        if let Some(group) = &wiring.log_group_arn {
+            for action in ["logs:CreateLogStream", "logs:PutLogEvents"] {
+                needs.insert(Need {
+                    request: Authorization {
+                        action: action.to_string(),
+                        resource: format!("{group}:log-stream:2026/11/30/[$LATEST]0123abcd"),
+                    },
+                    because: "Lambda writing its LoggingConfig.LogGroup".to_string(),
+                });
+            }
+        }
+
+        // Every need is allowed.
+        let mut requests: BTreeMap<&Authorization, Vec<&str>> = BTreeMap::new();
+        for need in &needs {
+            requests
+                .entry(&need.request)
+                .or_default()
+                .push(&need.because);
+        }
+        for (request, because) in &requests {
+            let decision = wiring.policy.evaluate(&request.action, &request.resource);
+            summary.push_str(&format!(
+                "  {function:<20} {:<34} {:<100} {}\n",
+                request.action,
+                request.resource,
+                match &decision {
+                    Decision::Allowed { by } => format!("allowed by {}", by.join(", ")),
+                    Decision::ImplicitDeny { .. } => "DENIED".to_string(),
+                    Decision::ExplicitDeny { by } => format!("DENIED by {by}"),
+                }
+            ));
+            let why = match decision {
+                Decision::Allowed { .. } => continue,
+                Decision::ExplicitDeny { by } => format!("statement {by} denies it"),
+                Decision::ImplicitDeny { conditional } if !conditional.is_empty() => format!(
+                    "only conditional statements ({}) cover it",
+                    conditional.join(", ")
+                ),
+                Decision::ImplicitDeny { .. } => "no statement allows it".to_string(),
+            };
+            let resource = template
+                .arn_expression(&request.resource)
+                .unwrap_or_else(|| format!("\"{}\"", request.resource));
+            denied.push(format!(
+                "{function}: {} on {} ({}) is not allowed by {role}: {why}. \
+                 Add to {}: Action {}, Resource {resource}",
+                request.action,
+                request.resource,
+                because.join("; "),
+                wiring.role,
+                request.action,
+            ));
+        }
+
+        // Every grant is used by some need (or kept on purpose).
+        for grant in wiring.policy.grants() {
+            let used = needs.iter().any(|n| {
+                wiring
+                    .policy
+                    .grant_covers(&grant, &n.request.action, &n.request.resource)
+            });
+            let kept = KEPT_WITHOUT_A_RECORDED_CALL.iter().find(|(r, sid, a, _)| {
+                *r == wiring.role && *sid == grant.sid && *a == grant.action
+            });
+            match (used, kept) {
+                (true, Some(_)) => kept_but_used.push(format!(
+                    "{role} {} {} on {} is used now: drop it from KEPT_WITHOUT_A_RECORDED_CALL",
+                    grant.sid, grant.action, grant.resource
+                )),
+                (false, None) => unused.push(format!(
+                    "{function}: {role} statement {} grants {} on {} but no recorded call, \
+                     event source mapping or log write of {function} uses it: remove it (or, \
+                     if a path these runs cannot reach needs it, add it to \
+                     KEPT_WITHOUT_A_RECORDED_CALL with the reason and say why in the template)",
+                    grant.sid, grant.action, grant.resource
+                )),
+                _ => {}
+            }
+        }
+    }
+    eprintln!("IAM requests per function:\n{summary}");
+    for note in &kept_but_used {
+        eprintln!("note: {note}");
+    }
+    assert!(
+        denied.is_empty() && unused.is_empty(),
+        "IAM contract broken:\n\nDENIED ({}):\n{}\n\nUNUSED GRANTS ({}):\n{}\n",
+        denied.len(),
+        denied.join("\n"),
+        unused.len(),
+        unused.join("\n")
+    );
+}
