@@ -1305,6 +1305,69 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_subscribers_failure_after_the_send_still_writes_every_known_outcome() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let billed = seed(&world, 1, "2026-11-30T09", 3)[0].clone();
+        // A license Marketplace does not entitle: its CustomerNotSubscribed needs the
+        // subscribers row, whose read fails.
+        let refused = group(&license(7), ACCOUNT_B, "a", "2026-11-30T09");
+        world.tables.insert_aggregated(pending(&refused, 2), now);
+        world.subscribers.fail_next(
+            crate::memory::StoreOp::SubscriberGet,
+            PortError::Failed {
+                operation: "GetItem",
+                message: "AccessDenied".into(),
+            },
+        );
+
+        let result = submit(
+            now,
+            &world.submit_settings(),
+            world.submit_ports(),
+            Budget::UNLIMITED,
+        )
+        .await;
+
+        // The run reports the failure, but the billed record is recorded billed and the
+        // other released, pending, for the next run.
+        assert!(result.is_err());
+        assert_eq!(status(&world, &billed), AggregatedStatus::Success);
+        let other = world.record(&refused).unwrap();
+        assert_eq!(other.status, AggregatedStatus::Pending);
+        assert_eq!(other.in_flight_until, None);
+        assert_eq!(
+            other.sent_quantity, None,
+            "CustomerNotSubscribed billed nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_deprovisioning_index_makes_the_run_incomplete_not_silent() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 1, "2026-11-30T09", 3);
+        world.subscribers.fail_next(
+            crate::memory::StoreOp::SubscriberDeprovisioning,
+            PortError::Failed {
+                operation: "Query",
+                message: "AccessDenied".into(),
+            },
+        );
+        let report = world.submit(now).await;
+        // Completed hours still bill; the run says it was incomplete, with a metric.
+        assert_eq!(status(&world, &keys[0]), AggregatedStatus::Success);
+        assert!(report.flush_error.is_some());
+        assert!(!report.complete());
+        assert_eq!(
+            world
+                .metrics
+                .get(metric::INCOMPLETE_RUN, &[("Function", "submitter")]),
+            1
+        );
+    }
+
+    #[tokio::test]
     async fn records_held_or_moved_are_skipped_this_run() {
         let now = t(NOW);
         let world = World::new(now);
