@@ -4,6 +4,8 @@
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
 #   make test         venv, then every test stage below, in order
+#   make fuzz         every fuzz target for FUZZ_SECONDS each (not part of `make test`,
+#                     which replays the committed corpus instead); fuzz/README.md
 #
 # Stages whose files are written by other work are guarded: each is skipped (with a
 # line saying so) only while the file it runs is absent, and runs as soon as it lands.
@@ -18,10 +20,10 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 # crates/test-support finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
-.PHONY: test venv sam-venv chromium unit-and-integration lint-templates deploy-tests \
-        browser-test local-demo
+.PHONY: test venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
+        browser-test local-demo fuzz fuzz-cmin
 
-test: venv unit-and-integration lint-templates deploy-tests browser-test local-demo
+test: venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
 	@echo "make test: all stages finished"
 
 venv:
@@ -44,6 +46,14 @@ unit-and-integration: venv
 	  echo "+ cargo test --workspace --no-fail-fast"; \
 	  cargo test --workspace --no-fail-fast; \
 	fi
+
+# The deterministic simulation (crates/dst): at least SIM_SCHEDULES schedules of the
+# whole pipeline under concurrent faults inside SIM_BUDGET seconds, one summary line.
+# A failure prints the shrunk schedule and the command that replays it.
+SIM_SCHEDULES ?= 10000
+SIM_BUDGET ?= 600
+simulation:
+	cargo run --quiet -p awsmp-dst -- --schedules $(SIM_SCHEDULES) --min $(SIM_SCHEDULES) --budget-secs $(SIM_BUDGET)
 
 # Hook: CloudFormation lint of the stacks' templates.
 lint-templates: venv
@@ -78,3 +88,26 @@ local-demo: venv
 	else \
 	  echo "local-demo: skipped (scripts/local-demo.sh not written yet)"; \
 	fi
+
+# Coverage-guided fuzzing (cargo-fuzz + libFuzzer), one target at a time, each for
+# FUZZ_SECONDS; new inputs land in fuzz/corpus/<target>/, crashes in fuzz/artifacts/.
+# cargo-fuzz needs nightly flags: RUSTC_BOOTSTRAP=1 lets the pinned stable rustc take
+# them. `make fuzz-cmin` minimizes the corpus before it is committed.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS ?= -O -a --codegen-units 16
+FUZZ := cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@for target in $$($(FUZZ) list); do \
+	  echo "+ cargo fuzz run $$target for $(FUZZ_SECONDS)s"; \
+	  ( $(FUZZ) run $(FUZZ_FLAGS) $$target corpus/$$target seeds/$$target -- \
+	      -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -print_final_stats=1 ) || exit 1; \
+	done
+
+fuzz-cmin:
+	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@for target in $$($(FUZZ) list); do \
+	  echo "+ cargo fuzz cmin $$target"; \
+	  ( $(FUZZ) cmin $(FUZZ_FLAGS) $$target corpus/$$target -- -max_len=8192 ) || exit 1; \
+	done

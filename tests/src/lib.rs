@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::memory::{ManualClock, RecordingMetrics};
+use awsmp_core::clock::ManualClock;
+use awsmp_core::metrics::RecordingMetrics;
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus, attr};
 use awsmp_core::pipeline::discover::{DiscoverReport, DiscoverSettings};
 use awsmp_core::pipeline::submit::{DeploymentMode, MeteringMode, SubmitReport, SubmitSettings};

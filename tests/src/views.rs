@@ -102,7 +102,7 @@ pub async fn raw_rows(
         .iter()
         .filter(|item| {
             s(item, attr::USAGE_SORT_KEY)
-                .is_none_or(|key| awsmp_core::memory::ingestion_marker_event_id(&key).is_none())
+                .is_none_or(|key| awsmp_core::items::ingestion_marker_event_id(&key).is_none())
         })
         .map(|item| RawRowView {
             license_arn: s(item, attr::LICENSE_ARN).unwrap_or_default(),

@@ -4,21 +4,20 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValue, TransactWriteItem, Update as TxUpdate,
-};
+use aws_sdk_dynamodb::types::{Put, ReturnValue, TransactWriteItem, Update as TxUpdate};
+use awsmp_core::items::{OPTIONAL_RECORD_ATTRS, aggregated_item, check_commit};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor,
-    MAX_ROWS_PER_COMMIT, MalformedItem, Page, PortError, PutOutcome, SubmissionUpdate,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
+    Page, PortError, PutOutcome, SubmissionUpdate,
 };
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
 use crate::error::{describe, failed, is_conditional_check_failed, is_transient, port_error};
 use crate::item::{
-    DynamoItem, Reader, Update, allocations_to_dynamo, decode_cursor, encode_cursor, instant, n,
-    not_live_filter, s, stamp_attrs,
+    DynamoItem, Reader, Update, decode_cursor, encode_cursor, instant, n, not_live_filter, s,
+    stamp_attrs, to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -136,75 +135,11 @@ fn not_in_flight_condition(update: &mut Update, now: Instant) -> String {
     format!("(attribute_not_exists({in_flight}) OR {in_flight} <= {now})")
 }
 
-/// Every attribute of a record, keys included (audit stamps and `rawRowCount` aside).
-pub fn record_item(record: &AggregatedRecord) -> DynamoItem {
-    let key = &record.key;
-    let mut item = DynamoItem::from([
-        (attr::LICENSE_ARN.to_string(), s(&key.license_arn)),
-        (
-            attr::AGGREGATED_SORT_KEY.to_string(),
-            s(key.aggregated_sort_key()),
-        ),
-        (
-            attr::CUSTOMER_ACCOUNT.to_string(),
-            s(&key.customer_aws_account_id),
-        ),
-        (attr::DIMENSION.to_string(), s(&key.dimension)),
-        (attr::HOUR_BUCKET.to_string(), s(key.hour.to_string())),
-        (attr::QUANTITY.to_string(), n(record.quantity)),
-        (attr::METERING_STATUS.to_string(), s(record.status.as_str())),
-        (attr::ATTEMPT_COUNT.to_string(), n(record.attempt_count)),
-        (attr::VERSION.to_string(), n(record.version)),
-    ]);
-    let optional = [
-        (
-            attr::USAGE_ALLOCATIONS,
-            record.allocations.as_deref().map(allocations_to_dynamo),
-        ),
-        (
-            attr::PRODUCT_CODE,
-            (!record.product_code.is_empty()).then(|| s(&record.product_code)),
-        ),
-        (
-            attr::METERING_STATUS_REASON,
-            record.status_reason.as_deref().map(s),
-        ),
-        (
-            attr::METERING_RECORD_ID,
-            record.metering_record_id.as_deref().map(s),
-        ),
-        (attr::IN_FLIGHT_UNTIL, record.in_flight_until.map(instant)),
-        (attr::CLAIM_ID, record.claim_id.as_deref().map(s)),
-        (attr::SENT_QUANTITY, record.sent_quantity.map(n)),
-        (
-            attr::AGGREGATION_IN_PROGRESS,
-            record.folding.then_some(AttributeValue::Bool(true)),
-        ),
-        (
-            attr::METERING_PENDING,
-            (!record.status.is_terminal()).then(|| s(key.hour.to_string())),
-        ),
-    ];
-    for (name, value) in optional {
-        if let Some(value) = value {
-            item.insert(name.to_string(), value);
-        }
-    }
-    item
+/// Every attribute of a record, keys included (audit stamps and `rawRowCount` aside),
+/// in the domain's shape ([`aggregated_item`]).
+pub fn record_item(record: &AggregatedRecord) -> Result<DynamoItem, PortError> {
+    to_dynamo_item(&aggregated_item(record))
 }
-
-/// The attributes a record owns that may be absent (removed when `None`).
-const OPTIONAL_RECORD_ATTRS: &[&str] = &[
-    attr::USAGE_ALLOCATIONS,
-    attr::PRODUCT_CODE,
-    attr::METERING_STATUS_REASON,
-    attr::METERING_RECORD_ID,
-    attr::IN_FLIGHT_UNTIL,
-    attr::CLAIM_ID,
-    attr::SENT_QUANTITY,
-    attr::AGGREGATION_IN_PROGRESS,
-    attr::METERING_PENDING,
-];
 
 /// Reads a stored aggregated item as a record.
 pub fn record_from_item(table: &str, item: &DynamoItem) -> Result<AggregatedRecord, PortError> {
@@ -282,26 +217,14 @@ impl AggregatedStore for DynamoAggregatedStore {
         )
     )]
     async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
-        if commit.claimed_rows.len() > MAX_ROWS_PER_COMMIT {
-            return Err(failed(
-                "commit",
-                format!(
-                    "a commit claims at most {MAX_ROWS_PER_COMMIT} raw rows, got {}",
-                    commit.claimed_rows.len()
-                ),
-            ));
-        }
-        let distinct: std::collections::BTreeSet<_> = commit.claimed_rows.iter().collect();
-        if distinct.len() != commit.claimed_rows.len() {
-            return Err(failed("commit", "a commit names the same raw row twice"));
-        }
+        check_commit(commit).map_err(|e| e.port_error("commit"))?;
         let record = &commit.record;
         let row_count = commit.claimed_rows.len();
         let mut items = Vec::with_capacity(row_count + 1);
 
         match commit.expected_version {
             None => {
-                let mut item = record_item(record);
+                let mut item = record_item(record)?;
                 item.insert(attr::RAW_ROW_COUNT.to_string(), n(row_count));
                 stamp_attrs(&mut item, commit.now);
                 let put = Put::builder()
@@ -315,7 +238,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             }
             Some(expected) => {
                 let mut update = Update::new();
-                let item = record_item(record);
+                let item = record_item(record)?;
                 for (name, value) in &item {
                     if name != attr::LICENSE_ARN && name != attr::AGGREGATED_SORT_KEY {
                         update.set(name, value.clone());
@@ -660,7 +583,7 @@ impl AggregatedStore for DynamoAggregatedStore {
         record: &AggregatedRecord,
         now: Instant,
     ) -> Result<PutOutcome, PortError> {
-        let mut item = record_item(record);
+        let mut item = record_item(record)?;
         stamp_attrs(&mut item, now);
         let result = self
             .client

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_core::model::{Allocation, Attr, Tag, attr};
+use awsmp_core::model::{Allocation, Attr, RawUsageRow, Tag, attr};
 use awsmp_core::ports::{Cursor, Item, PortError};
 use awsmp_core::stamp::AuditStamp;
 use awsmp_core::time::{Instant, format_instant, parse_instant};
@@ -84,32 +84,22 @@ pub fn item_from_dynamo(item: &DynamoItem) -> Item {
         .collect::<BTreeMap<_, _>>()
 }
 
-/// Allocations as stored: a list of `{allocatedUsageQuantity: N, tags: [{key, value}]}`.
-pub fn allocations_to_dynamo(allocations: &[Allocation]) -> AttributeValue {
-    AttributeValue::L(
-        allocations
-            .iter()
-            .map(|allocation| {
-                let tags = allocation
-                    .tags
-                    .iter()
-                    .map(|tag| {
-                        AttributeValue::M(HashMap::from([
-                            (attr::TAG_KEY.to_string(), s(&tag.key)),
-                            (attr::TAG_VALUE.to_string(), s(&tag.value)),
-                        ]))
-                    })
-                    .collect();
-                AttributeValue::M(HashMap::from([
-                    (
-                        attr::ALLOCATED_USAGE_QUANTITY.to_string(),
-                        n(allocation.quantity),
-                    ),
-                    (attr::TAGS.to_string(), AttributeValue::L(tags)),
-                ]))
-            })
-            .collect(),
-    )
+/// A domain item (its attributes, keys included) as a DynamoDB item.
+pub fn to_dynamo_item<'a>(
+    attrs: impl IntoIterator<Item = (&'a String, &'a Attr)>,
+) -> Result<DynamoItem, PortError> {
+    attrs
+        .into_iter()
+        .map(|(name, value)| Ok((name.clone(), attr_to_dynamo(value)?)))
+        .collect()
+}
+
+/// A usage-table item (keys and attributes) as DynamoDB stores it.
+pub fn raw_row_item(row: &RawUsageRow) -> Result<DynamoItem, PortError> {
+    let mut item = to_dynamo_item(&row.attrs)?;
+    item.insert(attr::LICENSE_ARN.to_string(), s(&row.license_arn));
+    item.insert(attr::USAGE_SORT_KEY.to_string(), s(&row.sort_key));
+    Ok(item)
 }
 
 /// Typed reads of one item; every failure names the table, the item and the attribute.
@@ -223,7 +213,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Optional allocations in the stored shape (see [`allocations_to_dynamo`]).
+    /// Optional allocations in the stored shape (see [`awsmp_core::items::allocations_attr`]).
     pub fn opt_allocations(&self, name: &str) -> Result<Option<Vec<Allocation>>, PortError> {
         let list = match self.item.get(name) {
             None | Some(AttributeValue::Null(_)) => return Ok(None),
@@ -453,6 +443,7 @@ pub fn decode_cursor(operation: &'static str, cursor: &str) -> Result<DynamoItem
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use awsmp_core::items::allocations_attr;
 
     #[test]
     fn cursor_round_trips_and_rejects_garbage() {
@@ -501,7 +492,10 @@ mod tests {
                 tags: vec![],
             },
         ];
-        let item = DynamoItem::from([("u".to_string(), allocations_to_dynamo(&allocations))]);
+        let item = DynamoItem::from([(
+            "u".to_string(),
+            attr_to_dynamo(&allocations_attr(&allocations)).unwrap(),
+        )]);
         let reader = Reader::new("t", &item, &[]);
         assert_eq!(reader.opt_allocations("u").unwrap(), Some(allocations));
         let bad = DynamoItem::from([("u".to_string(), AttributeValue::L(vec![s("x")]))]);

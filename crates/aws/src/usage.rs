@@ -4,19 +4,18 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
-use awsmp_core::memory::{INGESTION_MARKER_ROW, ingestion_marker_sort_key};
+use awsmp_core::items::IngestionWrite;
 use awsmp_core::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
 use awsmp_core::ports::{
     Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
     UsageStore,
 };
-use awsmp_core::time::{HourBucket, Instant, format_instant};
+use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
 use crate::error::{failed, is_conditional_check_failed, port_error};
 use crate::item::{
-    DynamoItem, Reader, Update, allocations_to_dynamo, attr_from_dynamo, decode_cursor,
-    encode_cursor, n, s, stamp_attrs,
+    DynamoItem, Reader, Update, attr_from_dynamo, decode_cursor, encode_cursor, raw_row_item, s,
 };
 
 /// The raw usage table (`awsmp-<productCode>-usage-<stage>`).
@@ -77,37 +76,6 @@ impl DynamoUsageStore {
             attrs,
         })
     }
-}
-
-/// Refuses ingestion rows whose parts would make the sort key ambiguous.
-fn check_new_row(row: &NewUsageRow) -> Result<(), PortError> {
-    let problem = if row.event_id.is_empty() {
-        Some("event id is empty".to_string())
-    } else {
-        [
-            ("customer account", &row.customer_aws_account_id),
-            ("dimension", &row.dimension),
-            ("event id", &row.event_id),
-        ]
-        .into_iter()
-        .find(|(_, v)| v.contains('#'))
-        .map(|(what, v)| format!("{what} {v:?} contains '#', the sort-key separator"))
-    };
-    match problem {
-        Some(message) => Err(failed("put_row", message)),
-        None => Ok(()),
-    }
-}
-
-/// The ingestion sort key `<account>#<dimension>#<YYYY-MM-DDTHH:MM:SSZ>#<eventId>`.
-pub fn ingestion_sort_key(row: &NewUsageRow) -> String {
-    format!(
-        "{}#{}#{}#{}",
-        row.customer_aws_account_id,
-        row.dimension,
-        format_instant(row.timestamp),
-        row.event_id
-    )
 }
 
 #[async_trait]
@@ -308,48 +276,13 @@ impl UsageStore for DynamoUsageStore {
 
     #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, event_id = %row.event_id))]
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
-        check_new_row(row)?;
-        let mut item = DynamoItem::from([
-            (attr::LICENSE_ARN.to_string(), s(&row.license_arn)),
-            (attr::USAGE_SORT_KEY.to_string(), s(ingestion_sort_key(row))),
-            (
-                attr::CUSTOMER_ACCOUNT.to_string(),
-                s(&row.customer_aws_account_id),
-            ),
-            (attr::DIMENSION.to_string(), s(&row.dimension)),
-            (
-                attr::TIMESTAMP.to_string(),
-                s(format_instant(row.timestamp)),
-            ),
-            (attr::QUANTITY.to_string(), n(row.quantity)),
-            (
-                attr::METERING_PENDING.to_string(),
-                s(HourBucket::containing(row.timestamp).to_string()),
-            ),
-        ]);
-        if let Some(allocations) = &row.allocations {
-            item.insert(
-                attr::USAGE_ALLOCATIONS.to_string(),
-                allocations_to_dynamo(allocations),
-            );
-        }
-        if let Some(code) = &row.product_code {
-            item.insert(attr::PRODUCT_CODE.to_string(), s(code));
-        }
-        stamp_attrs(&mut item, now);
-        // The event's marker (`event#<eventId>`, no `meteringPending`: never in the
-        // sparse index, never under a group's prefix), written with the row in one
-        // transaction, each only if its key is new: a retry of the event id at any
-        // other timestamp finds the marker and writes nothing.
-        let mut marker = DynamoItem::from([
-            (attr::LICENSE_ARN.to_string(), s(&row.license_arn)),
-            (
-                attr::USAGE_SORT_KEY.to_string(),
-                s(ingestion_marker_sort_key(&row.event_id)),
-            ),
-            (INGESTION_MARKER_ROW.to_string(), s(ingestion_sort_key(row))),
-        ]);
-        stamp_attrs(&mut marker, now);
+        // The row and the event's marker (`event#<eventId>`, no `meteringPending`: never
+        // in the sparse index, never under a group's prefix), shaped in the domain and
+        // written in one transaction, each only if its key is new: a retry of the event
+        // id at any other timestamp finds the marker and writes nothing.
+        let write = IngestionWrite::new(row, now).map_err(|e| e.port_error("put_row"))?;
+        let item = raw_row_item(&write.row)?;
+        let marker = raw_row_item(&write.marker)?;
         let put = |item: DynamoItem| {
             Put::builder()
                 .table_name(&self.table)
@@ -383,14 +316,27 @@ impl UsageStore for DynamoUsageStore {
             if codes.contains(&"ConditionalCheckFailed") {
                 return Ok(PutOutcome::AlreadyExists);
             }
+            // DynamoDB cancels a transaction whose item is too large (over 400 KB) with
+            // `ValidationError` (moto answers a plain `ValidationException` instead):
+            // retrying cannot help.
+            let message = format!(
+                "ingestion write canceled: {} (reasons {codes:?})",
+                canceled.message().unwrap_or_default()
+            );
+            if codes
+                .iter()
+                .any(|c| matches!(*c, "ValidationError" | "ItemCollectionSizeLimitExceeded"))
+            {
+                return Err(PortError::Failed {
+                    operation: "TransactWriteItems usage put_row",
+                    message,
+                });
+            }
             // A concurrent write of the same event holds an item: the caller retries
             // and then finds it written (or writes it).
             return Err(PortError::Transient {
                 operation: "TransactWriteItems usage put_row",
-                message: format!(
-                    "ingestion write canceled: {} (reasons {codes:?})",
-                    canceled.message().unwrap_or_default()
-                ),
+                message,
             });
         }
         Err(port_error("TransactWriteItems usage put_row", err))

@@ -575,7 +575,10 @@ fn quantity_value(text: &str) -> Result<i64, QuantityProblem> {
     }
 }
 
-fn quantity_from_text(text: &str) -> Result<i64, ReasonCode> {
+/// Reads DynamoDB number text as a usage quantity (checks 7..10): the integer in
+/// `0..=2147483647`, or the reason code of the first check it fails. Exact decimal
+/// arithmetic, never floating point; `2.0` and `2e3` are integers.
+pub fn quantity_from_text(text: &str) -> Result<i64, ReasonCode> {
     quantity_value(text).map_err(|problem| match problem {
         QuantityProblem::NotANumber => ReasonCode::NonNumericQuantity,
         QuantityProblem::Fractional => ReasonCode::NonIntegerQuantity,

@@ -6,14 +6,20 @@
 pub mod aggregate;
 pub mod batch;
 pub mod bisect;
+pub mod clock;
 pub mod config;
 pub mod guardrails;
+pub mod item_size;
+pub mod items;
 pub mod lifecycle;
+#[cfg(any(test, feature = "test-util"))]
 pub mod memory;
+pub mod metrics;
 pub mod model;
 pub mod outcome;
 pub mod pipeline;
 pub mod ports;
 pub mod stamp;
+mod sync;
 pub mod time;
 pub mod vmt;

@@ -8,7 +8,7 @@
 //! | `DuplicateRecord`, an earlier send may have billed it (same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
 //! | `DuplicateRecord` on a first send | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
 //! | `CustomerNotSubscribed`, subscription known | `CustomerNotSubscribed` | `CustomerNotSubscribed` | continue |
-//! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending` (ages out to `SubmissionExpired`) | | continue |
+//! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending`, `sentQuantity` kept (re-sent with it; ages out to `SubmissionExpired`) | | continue |
 //! | `Unprocessed` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
@@ -110,9 +110,23 @@ pub fn next_state(
 ) -> Outcome {
     let mut outcome = answer_state(result, stop, subscriber, previously_sent);
     if let Some(update) = outcome.update.as_mut().filter(|u| !u.status.is_terminal()) {
-        update.possibly_sent = previously_sent || may_have_billed(result, stop);
+        update.possibly_sent = previously_sent || reached_marketplace(result, stop);
     }
     outcome
+}
+
+/// Whether this send reached Marketplace's processing of the record, so its quantity
+/// is the group's from now on (a record once sent is never folded into again,
+/// architecture.md §4): it may have billed ([`may_have_billed`]), or Marketplace
+/// answered it (`CustomerNotSubscribed` kept pending before activation). Throttling,
+/// `DisabledApiException`, `UnprocessedRecords` and a bisection's depth cap leave the
+/// record unprocessed: it may still take late rows.
+pub fn reached_marketplace(result: &RecordResult, stop: Option<StopKind>) -> bool {
+    may_have_billed(result, stop)
+        || matches!(
+            result,
+            RecordResult::Answered(RecordVerdict::CustomerNotSubscribed)
+        )
 }
 
 /// Whether an unanswered call may still have billed the record (a response lost after
@@ -444,8 +458,9 @@ mod tests {
                 row,
                 false,
             );
-            // THEN it stays pending for a later run, with no metric
-            assert_eq!(outcome.update, pending());
+            // THEN it stays pending for a later run, with no metric, and its quantity
+            // is final (Marketplace saw it)
+            assert_eq!(outcome.update, Some(SubmissionUpdate::release(true)));
             assert_eq!(outcome.metric, None);
             assert_eq!(outcome.action, RunAction::Continue);
         }

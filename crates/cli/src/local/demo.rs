@@ -328,7 +328,7 @@ pub async fn summary(system: &LocalSystem) -> Result<String, LocalError> {
         .into_iter()
         .filter(|item| {
             item.get(awsmp_core::model::attr::USAGE_SORT_KEY)
-                .is_none_or(|key| awsmp_core::memory::ingestion_marker_event_id(key).is_none())
+                .is_none_or(|key| awsmp_core::items::ingestion_marker_event_id(key).is_none())
         })
         .collect();
     let aggregated = scan(system, system.table("AggregatedUsageTable")?).await?;

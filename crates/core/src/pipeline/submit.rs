@@ -1337,8 +1337,9 @@ mod tests {
         assert_eq!(other.status, AggregatedStatus::Pending);
         assert_eq!(other.in_flight_until, None);
         assert_eq!(
-            other.sent_quantity, None,
-            "CustomerNotSubscribed billed nothing"
+            other.sent_quantity,
+            Some(2),
+            "Marketplace saw the record: its quantity is final"
         );
     }
 

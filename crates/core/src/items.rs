@@ -1,0 +1,376 @@
+//! The stored shapes both usage/aggregated stores write (the DynamoDB adapters and the
+//! in-memory fakes build their items here, so there is one definition), and the
+//! invariants a write must keep, checked where the write is built.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use thiserror::Error;
+
+use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+use crate::model::{AggregatedRecord, Allocation, Attr, RawUsageRow, attr};
+use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT, NewUsageRow, PortError};
+use crate::stamp::AuditStamp;
+use crate::time::{HourBucket, Instant, format_instant};
+
+/// Why a write is refused before it reaches a table: it would break the key scheme,
+/// or DynamoDB would refuse it (its item and transaction limits).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ItemError {
+    /// An ingestion row without an event id (the id is what makes a retry a no-op).
+    #[error("event id is empty")]
+    EmptyEventId,
+    /// A part of a sort key contains the separator, so the key would be ambiguous.
+    #[error("{what} {value:?} contains '#', the sort-key separator")]
+    Separator {
+        /// Which part.
+        what: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A commit claiming more rows than one transaction holds.
+    #[error("a commit claims at most {MAX_ROWS_PER_COMMIT} raw rows, got {0}")]
+    TooManyRows(usize),
+    /// A commit naming one raw row twice (DynamoDB refuses two actions on one item).
+    #[error("a commit names the same raw row twice")]
+    RepeatedRow,
+    /// An item larger than DynamoDB's 400 KB item limit.
+    #[error(
+        "item {key} would be {bytes} bytes; DynamoDB items hold at most {MAX_ITEM_BYTES} bytes (400 KB)"
+    )]
+    ItemTooLarge {
+        /// `<partition key>/<sort key>` of the item.
+        key: String,
+        /// Its size as DynamoDB counts it ([`crate::item_size`]).
+        bytes: usize,
+    },
+    /// A transaction of more items than DynamoDB's 100.
+    #[error(
+        "a transaction of {0} items; DynamoDB transactions hold at most {MAX_TRANSACTION_ITEMS}"
+    )]
+    TooManyTransactionItems(usize),
+    /// A transaction whose items add up to more than DynamoDB's 4 MB.
+    #[error(
+        "a transaction of {0} bytes; DynamoDB transactions hold at most {MAX_TRANSACTION_BYTES} bytes (4 MB)"
+    )]
+    TransactionTooLarge(usize),
+}
+
+impl ItemError {
+    /// The refusal as the port reports it: [`PortError::Failed`] (retrying cannot help).
+    pub fn port_error(self, operation: &'static str) -> PortError {
+        PortError::Failed {
+            operation,
+            message: self.to_string(),
+        }
+    }
+}
+
+/// Sort-key prefix of the ingestion markers in the usage table. It starts with a
+/// letter, so it never matches a group's prefix `<12-digit account>#<dimension>#<hour>`.
+pub const INGESTION_MARKER_PREFIX: &str = "event#";
+
+/// Attribute of an ingestion marker naming the sort key of the row its event wrote.
+pub const INGESTION_MARKER_ROW: &str = "ingestedRow";
+
+/// The usage-table sort key of the ingestion marker of `event_id` (partition key: the
+/// row's license): `event#<eventId>`. [`crate::ports::UsageStore::put_row`] writes the
+/// marker with the row, both or neither, so the event id alone (per license) makes a
+/// retry a no-op whatever timestamp it carries.
+pub fn ingestion_marker_sort_key(event_id: &str) -> String {
+    format!("{INGESTION_MARKER_PREFIX}{event_id}")
+}
+
+/// The event id of an ingestion marker's sort key; `None` for any other sort key (a
+/// usage row). Readers that scan the usage table skip what this recognizes.
+pub fn ingestion_marker_event_id(sort_key: &str) -> Option<&str> {
+    sort_key.strip_prefix(INGESTION_MARKER_PREFIX)
+}
+
+/// The ingestion marker item for `row`: keys (license, [`ingestion_marker_sort_key`]),
+/// [`INGESTION_MARKER_ROW`] and the audit stamps. Never `meteringPending`,
+/// `customerAWSAccountId` or `dimension`: it is not usage and never enters the sparse
+/// index.
+pub fn ingestion_marker_item(row: &NewUsageRow, now: Instant) -> RawUsageRow {
+    let mut attrs = BTreeMap::from([(
+        INGESTION_MARKER_ROW.to_string(),
+        Attr::S(ingestion_sort_key(row)),
+    )]);
+    AuditStamp::at(now).apply(&mut attrs);
+    RawUsageRow {
+        license_arn: row.license_arn.clone(),
+        sort_key: ingestion_marker_sort_key(&row.event_id),
+        attrs,
+    }
+}
+
+/// The usage-table sort key of an ingested row:
+/// `<account>#<dimension>#<YYYY-MM-DDTHH:MM:SSZ>#<eventId>`.
+pub fn ingestion_sort_key(row: &NewUsageRow) -> String {
+    format!(
+        "{}#{}#{}#{}",
+        row.customer_aws_account_id,
+        row.dimension,
+        format_instant(row.timestamp),
+        row.event_id
+    )
+}
+
+/// The allocations as DynamoDB holds them: a list of
+/// `{allocatedUsageQuantity: N, tags: [{key: S, value: S}]}` maps.
+pub fn allocations_attr(allocations: &[Allocation]) -> Attr {
+    Attr::L(
+        allocations
+            .iter()
+            .map(|allocation| {
+                let tags = allocation
+                    .tags
+                    .iter()
+                    .map(|tag| {
+                        Attr::M(BTreeMap::from([
+                            (attr::TAG_KEY.to_string(), Attr::S(tag.key.clone())),
+                            (attr::TAG_VALUE.to_string(), Attr::S(tag.value.clone())),
+                        ]))
+                    })
+                    .collect();
+                Attr::M(BTreeMap::from([
+                    (
+                        attr::ALLOCATED_USAGE_QUANTITY.to_string(),
+                        Attr::N(allocation.quantity.to_string()),
+                    ),
+                    (attr::TAGS.to_string(), Attr::L(tags)),
+                ]))
+            })
+            .collect(),
+    )
+}
+
+/// The item an ingestion write stores: keys, `customerAWSAccountId`, `dimension`,
+/// `timestamp` (`YYYY-MM-DDTHH:MM:SSZ`), `quantity` (N), optional `usageAllocations`
+/// and `productCode`, `meteringPending` (the hour bucket, S) and the audit stamps.
+/// Unchecked (tests seed rows with it); [`IngestionWrite::new`] is the checked write.
+pub fn ingestion_item(row: &NewUsageRow, now: Instant) -> RawUsageRow {
+    let mut attrs = BTreeMap::from([
+        (
+            attr::CUSTOMER_ACCOUNT.to_string(),
+            Attr::S(row.customer_aws_account_id.clone()),
+        ),
+        (attr::DIMENSION.to_string(), Attr::S(row.dimension.clone())),
+        (
+            attr::TIMESTAMP.to_string(),
+            Attr::S(format_instant(row.timestamp)),
+        ),
+        (
+            attr::QUANTITY.to_string(),
+            Attr::N(row.quantity.to_string()),
+        ),
+        (
+            attr::METERING_PENDING.to_string(),
+            Attr::S(HourBucket::containing(row.timestamp).to_string()),
+        ),
+    ]);
+    if let Some(allocations) = &row.allocations {
+        attrs.insert(
+            attr::USAGE_ALLOCATIONS.to_string(),
+            allocations_attr(allocations),
+        );
+    }
+    if let Some(code) = &row.product_code {
+        attrs.insert(attr::PRODUCT_CODE.to_string(), Attr::S(code.clone()));
+    }
+    AuditStamp::at(now).apply(&mut attrs);
+    RawUsageRow {
+        license_arn: row.license_arn.clone(),
+        sort_key: ingestion_sort_key(row),
+        attrs,
+    }
+}
+
+/// One ingestion write, both items of it: the row and its event's marker, each written
+/// only if its key is new (one transaction in DynamoDB).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestionWrite {
+    /// The usage row ([`ingestion_item`]).
+    pub row: RawUsageRow,
+    /// The event's idempotency marker ([`ingestion_marker_item`]).
+    pub marker: RawUsageRow,
+}
+
+impl IngestionWrite {
+    /// The write for `row` at `now`, refused when the event id is empty or a part of
+    /// the sort key contains `#` (the key would be ambiguous).
+    pub fn new(row: &NewUsageRow, now: Instant) -> Result<Self, ItemError> {
+        if row.event_id.is_empty() {
+            return Err(ItemError::EmptyEventId);
+        }
+        let parts = [
+            ("customer account", &row.customer_aws_account_id),
+            ("dimension", &row.dimension),
+            ("event id", &row.event_id),
+        ];
+        if let Some((what, value)) = parts.into_iter().find(|(_, v)| v.contains('#')) {
+            return Err(ItemError::Separator {
+                what,
+                value: value.clone(),
+            });
+        }
+        Ok(IngestionWrite {
+            row: ingestion_item(row, now),
+            marker: ingestion_marker_item(row, now),
+        })
+    }
+}
+
+/// The attributes of an aggregated record that may be absent (an update removes each
+/// one [`aggregated_item`] leaves out).
+pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
+    attr::USAGE_ALLOCATIONS,
+    attr::PRODUCT_CODE,
+    attr::METERING_STATUS_REASON,
+    attr::METERING_RECORD_ID,
+    attr::IN_FLIGHT_UNTIL,
+    attr::CLAIM_ID,
+    attr::SENT_QUANTITY,
+    attr::AGGREGATION_IN_PROGRESS,
+    attr::METERING_PENDING,
+];
+
+/// Every attribute of an aggregated record as stored, keys included (audit stamps and
+/// `rawRowCount` aside): `licenseArn`, `account_dimension_hour`,
+/// `customerAWSAccountId`, `dimension`, `hourBucket`, `quantity` (N), `meteringStatus`,
+/// `attemptCount` (N), `version` (N), and when set `usageAllocations`, `productCode`
+/// (absent when empty), `meteringStatusReason`, `meteringRecordId`, `inFlightUntil`,
+/// `claimId`, `sentQuantity` (N), `aggregationInProgress` (BOOL true) and
+/// `meteringPending` (the hour, only while not terminal).
+pub fn aggregated_item(record: &AggregatedRecord) -> BTreeMap<String, Attr> {
+    let key = &record.key;
+    let s = |v: &str| Attr::S(v.to_string());
+    let mut item = BTreeMap::from([
+        (attr::LICENSE_ARN.to_string(), s(&key.license_arn)),
+        (
+            attr::AGGREGATED_SORT_KEY.to_string(),
+            Attr::S(key.aggregated_sort_key()),
+        ),
+        (
+            attr::CUSTOMER_ACCOUNT.to_string(),
+            s(&key.customer_aws_account_id),
+        ),
+        (attr::DIMENSION.to_string(), s(&key.dimension)),
+        (attr::HOUR_BUCKET.to_string(), Attr::S(key.hour.to_string())),
+        (
+            attr::QUANTITY.to_string(),
+            Attr::N(record.quantity.to_string()),
+        ),
+        (attr::METERING_STATUS.to_string(), s(record.status.as_str())),
+        (
+            attr::ATTEMPT_COUNT.to_string(),
+            Attr::N(record.attempt_count.to_string()),
+        ),
+        (
+            attr::VERSION.to_string(),
+            Attr::N(record.version.to_string()),
+        ),
+    ]);
+    let optional = [
+        (
+            attr::USAGE_ALLOCATIONS,
+            record.allocations.as_deref().map(allocations_attr),
+        ),
+        (
+            attr::PRODUCT_CODE,
+            (!record.product_code.is_empty()).then(|| s(&record.product_code)),
+        ),
+        (
+            attr::METERING_STATUS_REASON,
+            record.status_reason.as_deref().map(s),
+        ),
+        (
+            attr::METERING_RECORD_ID,
+            record.metering_record_id.as_deref().map(s),
+        ),
+        (
+            attr::IN_FLIGHT_UNTIL,
+            record.in_flight_until.map(|t| Attr::S(format_instant(t))),
+        ),
+        (attr::CLAIM_ID, record.claim_id.as_deref().map(s)),
+        (
+            attr::SENT_QUANTITY,
+            record.sent_quantity.map(|q| Attr::N(q.to_string())),
+        ),
+        (
+            attr::AGGREGATION_IN_PROGRESS,
+            record.folding.then_some(Attr::Bool(true)),
+        ),
+        (
+            attr::METERING_PENDING,
+            (!record.status.is_terminal()).then(|| Attr::S(key.hour.to_string())),
+        ),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            item.insert(name.to_string(), value);
+        }
+    }
+    item
+}
+
+/// Refuses a commit no DynamoDB transaction could carry: more than
+/// [`MAX_ROWS_PER_COMMIT`] claimed rows (with the record, more than
+/// [`MAX_TRANSACTION_ITEMS`] items) or one row named twice.
+pub fn check_commit(commit: &AggregationCommit) -> Result<(), ItemError> {
+    if commit.claimed_rows.len() > MAX_ROWS_PER_COMMIT {
+        return Err(ItemError::TooManyRows(commit.claimed_rows.len()));
+    }
+    let distinct: BTreeSet<&(String, String)> = commit.claimed_rows.iter().collect();
+    if distinct.len() != commit.claimed_rows.len() {
+        return Err(ItemError::RepeatedRow);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::time::parse_usage_timestamp;
+
+    fn row(account: &str, dimension: &str, event_id: &str) -> NewUsageRow {
+        NewUsageRow {
+            license_arn: "arn:l".into(),
+            customer_aws_account_id: account.into(),
+            dimension: dimension.into(),
+            timestamp: parse_usage_timestamp("2026-11-30T10:15:42Z").unwrap(),
+            quantity: 3,
+            allocations: None,
+            product_code: None,
+            event_id: event_id.into(),
+        }
+    }
+
+    #[test]
+    fn an_ingestion_write_refuses_ambiguous_sort_keys() {
+        let now = parse_usage_timestamp("2026-11-30T10:20:00Z").unwrap();
+        let write = IngestionWrite::new(&row("111122223333", "requests", "e-1"), now).unwrap();
+        assert_eq!(
+            write.row.sort_key,
+            "111122223333#requests#2026-11-30T10:15:42Z#e-1"
+        );
+        assert_eq!(write.marker.sort_key, "event#e-1");
+        assert_eq!(
+            ingestion_marker_event_id(&write.marker.sort_key),
+            Some("e-1")
+        );
+        assert_eq!(ingestion_marker_event_id(&write.row.sort_key), None);
+        for bad in [
+            row("1111#2222", "requests", "e-1"),
+            row("111122223333", "re#quests", "e-1"),
+            row("111122223333", "requests", "e#1"),
+        ] {
+            let err = IngestionWrite::new(&bad, now).unwrap_err();
+            assert!(matches!(err, ItemError::Separator { .. }), "{err}");
+        }
+        assert_eq!(
+            IngestionWrite::new(&row("111122223333", "requests", ""), now).unwrap_err(),
+            ItemError::EmptyEventId
+        );
+    }
+}

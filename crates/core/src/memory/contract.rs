@@ -1,0 +1,873 @@
+//! The usage/aggregated store contract: one set of assertions that every
+//! [`UsageStore`] + [`AggregatedStore`] pair must pass, run against the in-memory stores
+//! (this crate's tests) and the DynamoDB adapters on moto (`crates/aws/tests`), so the
+//! fakes the use cases and the simulation run on behave like DynamoDB where it matters:
+//! conditions evaluated with the write, all-or-nothing transactions, pagination, and
+//! DynamoDB's item and transaction limits.
+//!
+//! A backend implements [`Backend`]; [`store_contract_tests!`](crate::store_contract_tests)
+//! expands to one `#[tokio::test]` per case, so both backends run the same list.
+//! Where moto does not do what DynamoDB documents, the case says so and asserts
+//! DynamoDB's behaviour only where [`Backend::enforces_transaction_bytes`] says the
+//! backend claims it.
+
+// A test suite: a failed expectation is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+
+use super::{MemoryTables, reference_row};
+use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES};
+use crate::items::{ingestion_item, ingestion_marker_item, ingestion_marker_sort_key};
+use crate::model::{
+    AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, RawStatus, RawUsageRow,
+    ReasonCode, Tag, attr,
+};
+use crate::ports::{
+    AggregatedStore, AggregationCommit, Claim, CommitOutcome, Cursor, MAX_ROWS_PER_COMMIT,
+    NewUsageRow, Page, PortError, PutOutcome, RowClaim, SubmissionUpdate, UsageStore,
+};
+use crate::time::{HourBucket, Instant, parse_usage_timestamp};
+
+/// Page size every backend is built with (pending pages of at most this many items).
+pub const PAGE_SIZE: usize = 2;
+
+/// A license of the contract's rows.
+pub const LICENSE: &str =
+    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+/// The buyer account of the contract's rows.
+pub const ACCOUNT: &str = "111122223333";
+
+/// The stores under test, on fresh empty tables, paging by [`PAGE_SIZE`].
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// The usage store.
+    fn usage(&self) -> &dyn UsageStore;
+    /// The aggregated store, committing into the usage store's table.
+    fn aggregated(&self) -> &dyn AggregatedStore;
+    /// Writes a usage-table item exactly as given (a seller's writer; no checks).
+    async fn insert_raw_row(&self, row: &RawUsageRow);
+    /// Whether it refuses a transaction whose items add up to more than 4 MB, as
+    /// DynamoDB does. moto 5.2 checks the 100-item count but not the size.
+    fn enforces_transaction_bytes(&self) -> bool;
+}
+
+/// The in-memory stores as a [`Backend`].
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    tables: MemoryTables,
+    usage: super::MemoryUsageStore,
+    aggregated: super::MemoryAggregatedStore,
+}
+
+impl MemoryBackend {
+    /// Fresh tables paging by [`PAGE_SIZE`].
+    pub fn new() -> Self {
+        let tables = MemoryTables::with_page_size(PAGE_SIZE);
+        MemoryBackend {
+            usage: tables.usage_store(),
+            aggregated: tables.aggregated_store(),
+            tables,
+        }
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn usage(&self) -> &dyn UsageStore {
+        &self.usage
+    }
+    fn aggregated(&self) -> &dyn AggregatedStore {
+        &self.aggregated
+    }
+    async fn insert_raw_row(&self, row: &RawUsageRow) {
+        self.tables.insert_raw_row(row.clone());
+    }
+    fn enforces_transaction_bytes(&self) -> bool {
+        true
+    }
+}
+
+/// Expands to one `#[tokio::test]` per contract case, each building its backend with
+/// `$backend` (an expression, may `.await`; a fresh backend per test).
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($backend:expr) => {
+        $crate::store_contract_tests!(@cases $backend;
+            put_row_writes_the_shared_shape_once_per_event_id,
+            put_row_refuses_an_ambiguous_sort_key,
+            commit_creates_then_folds_under_the_version_and_claims_rows,
+            commit_is_all_or_nothing_when_a_row_condition_fails,
+            commit_folds_only_into_a_record_no_claim_ever_held,
+            claim_and_record_hold_to_the_claim_id,
+            finalize_row_requires_the_row_claim,
+            pending_pages_cover_every_pending_item_once,
+            a_commit_holds_at_most_100_items,
+            an_item_over_400_kb_is_refused,
+            a_transaction_over_4_mb_is_refused,
+        );
+    };
+    (@cases $backend:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend;
+                $crate::memory::contract::$case(&backend).await;
+            }
+        )*
+    };
+}
+
+// ------------------------------------------------------------------ fixtures
+
+fn t(s: &str) -> Instant {
+    parse_usage_timestamp(s).expect("a fixture instant")
+}
+
+fn hour(s: &str) -> HourBucket {
+    s.parse().expect("a fixture hour")
+}
+
+fn group(h: &str) -> GroupKey {
+    GroupKey {
+        license_arn: LICENSE.into(),
+        customer_aws_account_id: ACCOUNT.into(),
+        dimension: "requests".into(),
+        hour: hour(h),
+    }
+}
+
+fn new_row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
+    NewUsageRow {
+        license_arn: LICENSE.into(),
+        customer_aws_account_id: ACCOUNT.into(),
+        dimension: "requests".into(),
+        timestamp: t(ts),
+        quantity,
+        allocations: None,
+        product_code: None,
+        event_id: event_id.into(),
+    }
+}
+
+fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
+    AggregatedRecord {
+        key,
+        product_code: "prodcode".into(),
+        quantity,
+        allocations: None,
+        status: AggregatedStatus::Pending,
+        status_reason: None,
+        metering_record_id: None,
+        attempt_count: 0,
+        version,
+        in_flight_until: None,
+        claim_id: None,
+        sent_quantity: None,
+        folding: false,
+    }
+}
+
+fn keys(rows: &[&RawUsageRow]) -> Vec<(String, String)> {
+    rows.iter()
+        .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
+        .collect()
+}
+
+fn commit(
+    rec: AggregatedRecord,
+    expected: Option<u64>,
+    rows: &[&RawUsageRow],
+    now: &str,
+) -> AggregationCommit {
+    AggregationCommit {
+        record: rec,
+        expected_version: expected,
+        claimed_rows: keys(rows),
+        now: t(now),
+    }
+}
+
+fn claim(id: &str, now: &str, until: &str) -> Claim {
+    Claim {
+        id: id.into(),
+        now: t(now),
+        until: t(until),
+    }
+}
+
+/// A pending raw row at `ts` (reference writer's shape), written raw.
+async fn seed(b: &dyn Backend, ts: &str, quantity: i64) -> RawUsageRow {
+    let row = reference_row(LICENSE, ACCOUNT, "requests", ts, quantity);
+    b.insert_raw_row(&row).await;
+    row
+}
+
+/// Every page of a paginated read, following cursors to the end.
+async fn all_pages<T, F, Fut>(mut read: F) -> Vec<T>
+where
+    F: FnMut(Option<Cursor>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page<T>, PortError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    for _ in 0..100 {
+        let page = read(cursor).await.expect("a page");
+        assert!(
+            page.items.len() <= PAGE_SIZE,
+            "a page holds at most {PAGE_SIZE} items, got {}",
+            page.items.len()
+        );
+        items.extend(page.items);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return items,
+        }
+    }
+    panic!("pagination did not end after 100 pages");
+}
+
+fn assert_failed(result: Result<impl std::fmt::Debug, PortError>, what: &str) -> String {
+    match result {
+        Err(PortError::Failed { message, .. }) => message,
+        other => panic!("{what}: expected PortError::Failed, got {other:?}"),
+    }
+}
+
+/// A tag value of `bytes` bytes, to grow an item.
+fn big_allocations(bytes: usize) -> Vec<Allocation> {
+    vec![Allocation {
+        quantity: 1,
+        tags: vec![Tag {
+            key: "blob".into(),
+            value: "x".repeat(bytes),
+        }],
+    }]
+}
+
+// ------------------------------------------------------------------ cases
+
+/// `put_row` writes the row and its event marker in the domain's shape
+/// ([`ingestion_item`], [`ingestion_marker_item`]); the same event id again, at another
+/// timestamp, writes nothing.
+pub async fn put_row_writes_the_shared_shape_once_per_event_id(b: &dyn Backend) {
+    let now = t("2026-11-30T10:20:00Z");
+    let mut row = new_row("evt-1", "2026-11-30T10:15:42Z", 42);
+    row.allocations = Some(vec![Allocation {
+        quantity: 42,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]);
+    row.product_code = Some("prodcode".into());
+    assert_eq!(
+        b.usage().put_row(&row, now).await.expect("put_row"),
+        PutOutcome::Created
+    );
+    let expected = ingestion_item(&row, now);
+    let stored = b
+        .usage()
+        .get_row(LICENSE, &expected.sort_key)
+        .await
+        .expect("get_row")
+        .expect("the row");
+    assert_eq!(stored, expected);
+    let marker = b
+        .usage()
+        .get_row(LICENSE, &ingestion_marker_sort_key("evt-1"))
+        .await
+        .expect("get_row")
+        .expect("the marker");
+    assert_eq!(marker, ingestion_marker_item(&row, now));
+
+    let mut retry = row.clone();
+    retry.timestamp = t("2026-11-30T10:16:00Z");
+    assert_eq!(
+        b.usage()
+            .put_row(&retry, t("2026-11-30T10:21:00Z"))
+            .await
+            .expect("put_row retry"),
+        PutOutcome::AlreadyExists
+    );
+    let rows = b.usage().group_rows(&group("2026-11-30T10")).await.unwrap();
+    assert_eq!(rows, vec![expected], "one row, and the marker is not usage");
+}
+
+/// A `#` in a sort-key part, or an empty event id, is refused before any write.
+pub async fn put_row_refuses_an_ambiguous_sort_key(b: &dyn Backend) {
+    let now = t("2026-11-30T10:20:00Z");
+    let mut bad = new_row("evt-1", "2026-11-30T10:15:42Z", 1);
+    bad.dimension = "re#quests".into();
+    let message = assert_failed(b.usage().put_row(&bad, now).await, "a '#' in the dimension");
+    assert!(message.contains("sort-key separator"), "{message}");
+    let empty = new_row("", "2026-11-30T10:15:42Z", 1);
+    assert_failed(b.usage().put_row(&empty, now).await, "an empty event id");
+}
+
+/// A create commit needs the record to be absent, a fold the stored version; each
+/// claimed row must be pending and unclaimed, and gets `aggregatedInto`.
+pub async fn commit_creates_then_folds_under_the_version_and_claims_rows(b: &dyn Backend) {
+    let key = group("2026-11-30T10");
+    let r1 = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let r2 = seed(b, "2026-11-30T10:05:00Z", 2).await;
+    let late = seed(b, "2026-11-30T10:50:00Z", 4).await;
+    let agg = b.aggregated();
+
+    let create = commit(
+        record(key.clone(), 3, 1),
+        None,
+        &[&r1, &r2],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(agg.get(&key).await.unwrap(), Some(create.record.clone()));
+    for row in [&r1, &r2] {
+        let stored = b.usage().get_row(LICENSE, &row.sort_key).await.unwrap();
+        assert_eq!(
+            stored.and_then(|r| r.attrs.get(attr::AGGREGATED_INTO).cloned()),
+            Some(Attr::S(key.aggregated_sort_key())),
+            "claimed into the record"
+        );
+    }
+    // Created twice: the record exists.
+    let again = commit(
+        record(key.clone(), 4, 1),
+        None,
+        &[&late],
+        "2026-11-30T11:01:00Z",
+    );
+    assert_eq!(agg.commit(&again).await.unwrap(), CommitOutcome::Conflict);
+    // A fold at a stale version.
+    let stale = commit(
+        record(key.clone(), 7, 2),
+        Some(0),
+        &[&late],
+        "2026-11-30T11:01:00Z",
+    );
+    assert_eq!(agg.commit(&stale).await.unwrap(), CommitOutcome::Conflict);
+    // A fold claiming a row already claimed.
+    let twice = commit(
+        record(key.clone(), 5, 2),
+        Some(1),
+        &[&r1],
+        "2026-11-30T11:01:00Z",
+    );
+    assert_eq!(agg.commit(&twice).await.unwrap(), CommitOutcome::Conflict);
+    // The fold at the stored version.
+    let fold = commit(
+        record(key.clone(), 7, 2),
+        Some(1),
+        &[&late],
+        "2026-11-30T11:02:00Z",
+    );
+    assert_eq!(agg.commit(&fold).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(agg.get(&key).await.unwrap(), Some(fold.record));
+}
+
+/// One failing row condition cancels the whole commit: no record, no row claimed.
+pub async fn commit_is_all_or_nothing_when_a_row_condition_fails(b: &dyn Backend) {
+    let key = group("2026-11-30T10");
+    let healthy = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let finalized = seed(b, "2026-11-30T10:01:00Z", 1).await;
+    assert!(
+        b.usage()
+            .finalize_row(
+                LICENSE,
+                &finalized.sort_key,
+                RowClaim::Uncounted,
+                RawStatus::RejectedClientSide,
+                Some(ReasonCode::NegativeQuantity),
+                t("2026-11-30T10:30:00Z"),
+            )
+            .await
+            .unwrap()
+    );
+    let missing = reference_row(LICENSE, ACCOUNT, "requests", "2026-11-30T10:02:00Z", 1);
+    for bad in [&finalized, &missing] {
+        let c = commit(
+            record(key.clone(), 2, 1),
+            None,
+            &[&healthy, bad],
+            "2026-11-30T11:00:00Z",
+        );
+        assert_eq!(
+            b.aggregated().commit(&c).await.unwrap(),
+            CommitOutcome::Conflict
+        );
+        assert_eq!(b.aggregated().get(&key).await.unwrap(), None, "no record");
+        let row = b
+            .usage()
+            .get_row(LICENSE, &healthy.sort_key)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !row.attrs.contains_key(attr::AGGREGATED_INTO),
+            "the healthy row is not claimed"
+        );
+    }
+    // A commit naming one row twice is refused outright.
+    let twice = commit(
+        record(key, 2, 1),
+        None,
+        &[&healthy, &healthy],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_failed(b.aggregated().commit(&twice).await, "the same row twice");
+}
+
+/// A fold lands only in a record no submitter ever claimed (`inFlightUntil` and
+/// `sentQuantity` absent); a record mid-fold (`aggregationInProgress`) cannot be claimed.
+pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend) {
+    let agg = b.aggregated();
+    let key = group("2026-11-30T10");
+    let r1 = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let late = seed(b, "2026-11-30T10:40:00Z", 1).await;
+    let create = commit(
+        record(key.clone(), 1, 1),
+        None,
+        &[&r1],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    let held = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+    assert!(agg.claim(&key, 1, &held).await.unwrap().is_some());
+    let fold = commit(
+        record(key.clone(), 2, 2),
+        Some(1),
+        &[&late],
+        "2026-11-30T11:06:00Z",
+    );
+    assert_eq!(
+        agg.commit(&fold).await.unwrap(),
+        CommitOutcome::Conflict,
+        "held by a claim"
+    );
+    // Released as "may have been billed": sentQuantity stays, still no fold.
+    let ambiguous = SubmissionUpdate {
+        status: AggregatedStatus::Pending,
+        reason: Some("Timeout".into()),
+        metering_record_id: None,
+        possibly_sent: true,
+    };
+    assert!(
+        agg.record(&key, Some("c1"), &ambiguous, t("2026-11-30T11:07:00Z"))
+            .await
+            .unwrap()
+    );
+    let stored = agg.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.sent_quantity, stored.in_flight_until),
+        (Some(1), None)
+    );
+    let fold = commit(
+        record(key.clone(), 2, 2),
+        Some(1),
+        &[&late],
+        "2026-11-30T11:08:00Z",
+    );
+    assert_eq!(
+        agg.commit(&fold).await.unwrap(),
+        CommitOutcome::Conflict,
+        "possibly sent"
+    );
+
+    // A record written mid-fold is not claimable until the fold clears the marker.
+    let other = group("2026-11-30T12");
+    let r3 = seed(b, "2026-11-30T12:00:00Z", 1).await;
+    let mut folding = record(other.clone(), 1, 1);
+    folding.folding = true;
+    let c = commit(folding, None, &[&r3], "2026-11-30T13:00:00Z");
+    assert_eq!(agg.commit(&c).await.unwrap(), CommitOutcome::Committed);
+    let c2 = claim("c2", "2026-11-30T13:05:00Z", "2026-11-30T13:10:00Z");
+    assert!(
+        agg.claim(&other, 1, &c2).await.unwrap().is_none(),
+        "mid-fold"
+    );
+}
+
+/// A claim holds the record at its version until it expires; outcomes are written
+/// only under the claim that holds it; `sentQuantity` is set by the claim and dropped
+/// by a definite no-send.
+pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
+    let agg = b.aggregated();
+    let key = group("2026-11-30T10");
+    let r1 = seed(b, "2026-11-30T10:00:00Z", 5).await;
+    let create = commit(
+        record(key.clone(), 5, 3),
+        None,
+        &[&r1],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+
+    let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+    assert!(
+        agg.claim(&key, 2, &first).await.unwrap().is_none(),
+        "wrong version"
+    );
+    let grant = agg.claim(&key, 3, &first).await.unwrap().expect("claimed");
+    assert!(!grant.previously_sent);
+    let stored = agg.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.version,
+            stored.attempt_count,
+            stored.claim_id.as_deref(),
+            stored.sent_quantity,
+            stored.in_flight_until,
+        ),
+        (3, 1, Some("c1"), Some(5), Some(t("2026-11-30T11:10:00Z")))
+    );
+    let early = claim("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z");
+    assert!(agg.claim(&key, 3, &early).await.unwrap().is_none(), "held");
+
+    let success = SubmissionUpdate {
+        status: AggregatedStatus::Success,
+        reason: None,
+        metering_record_id: Some("mr-1".into()),
+        possibly_sent: false,
+    };
+    let now = t("2026-11-30T11:06:00Z");
+    assert!(
+        !agg.record(&key, Some("someone-else"), &success, now)
+            .await
+            .unwrap(),
+        "another claim id"
+    );
+    assert!(
+        !agg.record(&key, None, &success, now).await.unwrap(),
+        "no claim id while a claim holds it"
+    );
+
+    // The lease runs out: a second claim takes over and learns a send may have billed.
+    let second = claim("c2", "2026-11-30T11:10:00Z", "2026-11-30T11:20:00Z");
+    let grant = agg.claim(&key, 3, &second).await.unwrap().expect("expired");
+    assert!(grant.previously_sent);
+    assert!(
+        !agg.record(&key, Some("c1"), &success, t("2026-11-30T11:11:00Z"))
+            .await
+            .unwrap(),
+        "the expired claim writes nothing"
+    );
+    // A definite no-send reopens it and drops sentQuantity.
+    let unsent = SubmissionUpdate {
+        status: AggregatedStatus::Pending,
+        reason: Some("Throttled".into()),
+        metering_record_id: None,
+        possibly_sent: false,
+    };
+    assert!(
+        agg.record(&key, Some("c2"), &unsent, t("2026-11-30T11:12:00Z"))
+            .await
+            .unwrap()
+    );
+    let stored = agg.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            stored.status,
+            stored.claim_id,
+            stored.sent_quantity,
+            stored.in_flight_until
+        ),
+        (AggregatedStatus::Pending, None, None, None)
+    );
+    let third = claim("c3", "2026-11-30T11:13:00Z", "2026-11-30T11:23:00Z");
+    assert!(agg.claim(&key, 3, &third).await.unwrap().is_some());
+    assert!(
+        agg.record(&key, Some("c3"), &success, t("2026-11-30T11:14:00Z"))
+            .await
+            .unwrap()
+    );
+    let done = agg.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (done.status, done.metering_record_id.as_deref()),
+        (AggregatedStatus::Success, Some("mr-1"))
+    );
+    assert!(
+        !agg.record(&key, None, &success, t("2026-11-30T11:15:00Z"))
+            .await
+            .unwrap(),
+        "terminal: no more outcomes"
+    );
+    let pending = agg.pending_page(hour("2026-11-30T10"), None).await.unwrap();
+    assert!(pending.items.is_empty(), "left the pending index");
+}
+
+/// `finalize_row` applies once, only to a pending row, and only under the right
+/// [`RowClaim`]: counted into this record, or not counted at all.
+pub async fn finalize_row_requires_the_row_claim(b: &dyn Backend) {
+    let key = group("2026-11-30T10");
+    let counted = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let uncounted = seed(b, "2026-11-30T10:01:00Z", 1).await;
+    let c = commit(
+        record(key.clone(), 1, 1),
+        None,
+        &[&counted],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(
+        b.aggregated().commit(&c).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    let into = key.aggregated_sort_key();
+    let other = "111122223333#requests#2026-11-30T09";
+    assert!(!finalize(b, &counted.sort_key, RowClaim::Uncounted).await);
+    assert!(!finalize(b, &counted.sort_key, RowClaim::Counted(other)).await);
+    assert!(!finalize(b, &uncounted.sort_key, RowClaim::Counted(other)).await);
+    assert!(finalize(b, &counted.sort_key, RowClaim::Counted(&into)).await);
+    assert!(
+        !finalize(b, &counted.sort_key, RowClaim::Counted(&into)).await,
+        "once"
+    );
+    assert!(finalize(b, &uncounted.sort_key, RowClaim::Uncounted).await);
+    let row = b
+        .usage()
+        .get_row(LICENSE, &counted.sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        row.attrs.get(attr::METERING_STATUS),
+        Some(&Attr::S("Aggregated".into()))
+    );
+    assert!(!row.attrs.contains_key(attr::METERING_PENDING));
+    assert!(
+        !finalize(
+            b,
+            "111122223333#requests#2026-11-30T10:59:00Z",
+            RowClaim::Uncounted
+        )
+        .await,
+        "absent row"
+    );
+}
+
+async fn finalize(b: &dyn Backend, sort_key: &str, claim: RowClaim<'_>) -> bool {
+    b.usage()
+        .finalize_row(
+            LICENSE,
+            sort_key,
+            claim,
+            RawStatus::Aggregated,
+            None,
+            t("2026-11-30T11:30:00Z"),
+        )
+        .await
+        .expect("finalize_row")
+}
+
+/// The pending indexes and their sweeps page through every pending item exactly once
+/// (at most [`PAGE_SIZE`] a page, whatever order the index keeps).
+pub async fn pending_pages_cover_every_pending_item_once(b: &dyn Backend) {
+    let mut by_hour: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (h, minutes) in [
+        ("2026-11-30T10", 5),
+        ("2026-11-30T11", 3),
+        ("2026-11-30T12", 1),
+    ] {
+        for m in 0..minutes {
+            let row = seed(b, &format!("{h}:{m:02}:00Z"), 1).await;
+            by_hour.entry(h).or_default().insert(row.sort_key);
+        }
+    }
+    for (h, expected) in &by_hour {
+        let h = hour(h);
+        let refs = all_pages(|c| b.usage().pending_page(h, c)).await;
+        let got: Vec<String> = refs.iter().map(|r| r.sort_key.clone()).collect();
+        assert_eq!(got.len(), expected.len(), "each once: {got:?}");
+        assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), *expected);
+        assert!(refs.iter().all(|r| {
+            r.customer_aws_account_id.as_deref() == Some(ACCOUNT)
+                && r.dimension.as_deref() == Some("requests")
+        }));
+    }
+    let live = [hour("2026-11-30T10")];
+    let stray = all_pages(|c| b.usage().stray_pending_page(&live, c)).await;
+    let got: BTreeSet<String> = stray.iter().map(|s| s.sort_key.clone()).collect();
+    assert_eq!(stray.len(), 4, "each once: {stray:?}");
+    let expected: BTreeSet<String> = by_hour
+        .iter()
+        .filter(|(h, _)| **h != "2026-11-30T10")
+        .flat_map(|(_, keys)| keys.iter().cloned())
+        .collect();
+    assert_eq!(got, expected);
+
+    // Aggregated: five pending records over two hours, one of them finalized.
+    let agg = b.aggregated();
+    for (i, h) in [
+        "2026-11-30T10",
+        "2026-11-30T10",
+        "2026-11-30T10",
+        "2026-11-30T11",
+        "2026-11-30T11",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut key = group(h);
+        key.dimension = format!("d{i}");
+        let rec = record(key, 1, 1);
+        assert_eq!(
+            agg.put_direct(&rec, t("2026-11-30T12:00:00Z"))
+                .await
+                .unwrap(),
+            PutOutcome::Created
+        );
+    }
+    let mut done = group("2026-11-30T10");
+    done.dimension = "d0".into();
+    let terminal = SubmissionUpdate {
+        status: AggregatedStatus::Success,
+        reason: None,
+        metering_record_id: Some("mr-0".into()),
+        possibly_sent: false,
+    };
+    assert!(
+        agg.record(&done, None, &terminal, t("2026-11-30T12:01:00Z"))
+            .await
+            .unwrap()
+    );
+    let ten = all_pages(|c| agg.pending_page(hour("2026-11-30T10"), c)).await;
+    let dims: BTreeSet<String> = ten.iter().map(|r| r.key.dimension.clone()).collect();
+    assert_eq!(ten.len(), 2);
+    assert_eq!(dims, BTreeSet::from(["d1".to_string(), "d2".to_string()]));
+    let stray = all_pages(|c| agg.stray_pending_page(&live, c)).await;
+    let dims: BTreeSet<String> = stray.iter().map(|r| r.key.dimension.clone()).collect();
+    assert_eq!(stray.len(), 2);
+    assert_eq!(dims, BTreeSet::from(["d3".to_string(), "d4".to_string()]));
+}
+
+/// A commit is one transaction: the record and [`MAX_ROWS_PER_COMMIT`] rows (100 items,
+/// DynamoDB's limit) commit; one row more is refused before anything is written.
+pub async fn a_commit_holds_at_most_100_items(b: &dyn Backend) {
+    let key = group("2026-11-30T10");
+    let mut rows = Vec::new();
+    for i in 0..=MAX_ROWS_PER_COMMIT {
+        rows.push(seed(b, &format!("2026-11-30T10:{:02}:{:02}Z", i / 60, i % 60), 1).await);
+    }
+    let all: Vec<&RawUsageRow> = rows.iter().collect();
+    let too_many = commit(
+        record(key.clone(), all.len() as i64, 1),
+        None,
+        &all,
+        "2026-11-30T11:00:00Z",
+    );
+    let message = assert_failed(b.aggregated().commit(&too_many).await, "101 items");
+    assert!(message.contains("at most 99"), "{message}");
+    assert_eq!(b.aggregated().get(&key).await.unwrap(), None);
+
+    let fits = commit(
+        record(key.clone(), MAX_ROWS_PER_COMMIT as i64, 1),
+        None,
+        &all[..MAX_ROWS_PER_COMMIT],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(
+        b.aggregated().commit(&fits).await.unwrap(),
+        CommitOutcome::Committed
+    );
+    let last = b
+        .usage()
+        .get_row(LICENSE, &all[MAX_ROWS_PER_COMMIT - 1].sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(last.attrs.contains_key(attr::AGGREGATED_INTO));
+}
+
+/// An item over DynamoDB's 400 KB is refused as [`PortError::Failed`] and nothing is
+/// written; one well under it is stored. (moto sizes items its own way and refuses
+/// over 405,000 of its bytes, DynamoDB over 409,600 of its own: between the two they
+/// differ, so the case stays clear of both.)
+pub async fn an_item_over_400_kb_is_refused(b: &dyn Backend) {
+    let now = t("2026-11-30T10:20:00Z");
+    let mut fits = new_row("evt-fits", "2026-11-30T10:15:00Z", 1);
+    fits.allocations = Some(big_allocations(300_000));
+    assert_eq!(
+        b.usage().put_row(&fits, now).await.unwrap(),
+        PutOutcome::Created
+    );
+
+    let mut huge = new_row("evt-huge", "2026-11-30T10:16:00Z", 1);
+    huge.allocations = Some(big_allocations(MAX_ITEM_BYTES + 40_000));
+    assert_failed(b.usage().put_row(&huge, now).await, "a row over 400 KB");
+    assert_eq!(
+        b.usage()
+            .get_row(LICENSE, &ingestion_marker_sort_key("evt-huge"))
+            .await
+            .unwrap(),
+        None,
+        "not even the marker"
+    );
+
+    let key = group("2026-11-30T10");
+    let row = seed(b, "2026-11-30T10:30:00Z", 1).await;
+    let mut rec = record(key.clone(), 1, 1);
+    rec.allocations = Some(big_allocations(MAX_ITEM_BYTES + 40_000));
+    let c = commit(rec, None, &[&row], "2026-11-30T11:00:00Z");
+    assert_failed(b.aggregated().commit(&c).await, "a record over 400 KB");
+    assert_eq!(b.aggregated().get(&key).await.unwrap(), None);
+    let stored = b
+        .usage()
+        .get_row(LICENSE, &row.sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!stored.attrs.contains_key(attr::AGGREGATED_INTO));
+}
+
+/// DynamoDB refuses a transaction whose items add up to more than 4 MB. Eleven rows of
+/// ~390 KB each (each under 400 KB, together over 4 MB) claimed by one commit: the
+/// memory store refuses it, changing nothing. moto 5.2 does not check the aggregate
+/// size and commits it; the case records that difference rather than hiding it.
+pub async fn a_transaction_over_4_mb_is_refused(b: &dyn Backend) {
+    let key = group("2026-11-30T10");
+    let mut rows = Vec::new();
+    for i in 0..11 {
+        let mut row = reference_row(
+            LICENSE,
+            ACCOUNT,
+            "requests",
+            &format!("2026-11-30T10:{i:02}:00Z"),
+            1,
+        );
+        row.attrs
+            .insert("payload".into(), Attr::S("x".repeat(390_000)));
+        b.insert_raw_row(&row).await;
+        rows.push(row);
+    }
+    let all: Vec<&RawUsageRow> = rows.iter().collect();
+    let c = commit(
+        record(key.clone(), 11, 1),
+        None,
+        &all,
+        "2026-11-30T11:00:00Z",
+    );
+    let result = b.aggregated().commit(&c).await;
+    if b.enforces_transaction_bytes() {
+        let message = assert_failed(result, "a transaction over 4 MB");
+        assert!(
+            message.contains(&MAX_TRANSACTION_BYTES.to_string()),
+            "{message}"
+        );
+        assert_eq!(b.aggregated().get(&key).await.unwrap(), None);
+    } else {
+        // moto: not enforced (DynamoDB would answer ValidationException).
+        assert_eq!(result.unwrap(), CommitOutcome::Committed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    crate::store_contract_tests!(crate::memory::contract::MemoryBackend::new());
+}

@@ -1,0 +1,45 @@
+//! In-memory implementations of every port, faithful to the contracts in
+//! [`crate::ports`] (conditional writes, sparse pending index, pagination, DynamoDB's
+//! item and transaction limits), so use-case tests exercise the same semantics and item
+//! shapes as the DynamoDB/SQS adapters. Test machinery: compiled only for tests and
+//! with the `test-util` feature, never into a Lambda.
+//!
+//! The usage and aggregated stores share one [`MemoryTables`], because an
+//! [`AggregationCommit`](crate::ports::AggregationCommit) writes both tables in one
+//! all-or-nothing step, as the real adapter does with a DynamoDB transaction. Every
+//! store is a cheap `Clone` handle on shared state: give one clone to the code under
+//! test and inspect through another. Store operations can be made to fail once with
+//! [`StoreOp`] (`fail_next`), to test retries and error paths. [`contract`] holds the
+//! assertions every usage/aggregated store must pass, run against these stores and
+//! against the DynamoDB adapters on moto.
+
+mod aggregated;
+pub mod contract;
+mod faults;
+#[cfg(test)]
+mod fixtures;
+mod metering;
+mod page;
+mod profiles;
+mod queue;
+mod resolver;
+mod subscribers;
+mod tables;
+mod usage;
+
+pub use crate::clock::ManualClock;
+pub use crate::items::{
+    INGESTION_MARKER_PREFIX, INGESTION_MARKER_ROW, allocations_attr, ingestion_item,
+    ingestion_marker_event_id, ingestion_marker_item, ingestion_marker_sort_key,
+    ingestion_sort_key,
+};
+pub use crate::metrics::RecordingMetrics;
+pub use aggregated::MemoryAggregatedStore;
+pub use faults::StoreOp;
+pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};
+pub use profiles::MemoryProfileStore;
+pub use queue::{DEFAULT_MAX_MESSAGE_BYTES, MemoryWorkQueue};
+pub use resolver::MemoryCustomerResolver;
+pub use subscribers::MemorySubscriberStore;
+pub use tables::{DEFAULT_PAGE_SIZE, MemoryTables};
+pub use usage::{MemoryUsageStore, reference_row};

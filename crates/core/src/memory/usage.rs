@@ -1,0 +1,550 @@
+//! [`UsageStore`] over [`MemoryTables`], and the reference writer's row shape for tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+
+use super::faults::StoreOp;
+use super::page::paginate;
+use super::tables::{MemoryTables, TableKey};
+use crate::item_size::{check_item, raw_row_size};
+use crate::items::IngestionWrite;
+use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use crate::ports::{
+    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
+    UsageStore,
+};
+use crate::stamp::AuditStamp;
+use crate::sync::lock;
+use crate::time::{HourBucket, Instant, parse_usage_timestamp};
+
+/// A pending raw row in the reference writer's shape (sort key
+/// `<account>#<dimension>#<timestamp>` with the timestamp text exactly as given, no
+/// audit stamps), for tests. `meteringPending` is the timestamp's hour bucket, or its
+/// first 13 characters when it does not parse (a malformed row a seller could write).
+pub fn reference_row(
+    license_arn: &str,
+    account: &str,
+    dimension: &str,
+    timestamp: &str,
+    quantity: i64,
+) -> RawUsageRow {
+    let pending = match parse_usage_timestamp(timestamp) {
+        Ok(t) => HourBucket::containing(t).to_string(),
+        Err(_) => timestamp.chars().take(13).collect(),
+    };
+    RawUsageRow {
+        license_arn: license_arn.to_string(),
+        sort_key: format!("{account}#{dimension}#{timestamp}"),
+        attrs: BTreeMap::from([
+            (
+                attr::CUSTOMER_ACCOUNT.to_string(),
+                Attr::S(account.to_string()),
+            ),
+            (attr::DIMENSION.to_string(), Attr::S(dimension.to_string())),
+            (attr::TIMESTAMP.to_string(), Attr::S(timestamp.to_string())),
+            (attr::QUANTITY.to_string(), Attr::N(quantity.to_string())),
+            (attr::METERING_PENDING.to_string(), Attr::S(pending)),
+        ]),
+    }
+}
+
+/// [`UsageStore`] over [`MemoryTables`].
+///
+/// - `pending_page`: rows whose `meteringPending` is the string `hour` (a non-string
+///   value keeps a row out of the sparse index, as in DynamoDB), ordered by
+///   (license, sort key), paged by the tables' page size.
+/// - `finalize_row`: sets `meteringStatus` (and `meteringStatusReason`, removed when
+///   `None`), removes `meteringPending`, stamps `updatedAt`, only if the row exists,
+///   still has `meteringPending` and its `aggregatedInto` is as the `RowClaim` says;
+///   `Ok(false)` otherwise.
+/// - `put_row`: writes the [`IngestionWrite`] (row and event marker) together, or
+///   neither when either key exists (the event id alone makes a retry a no-op); refuses
+///   what `IngestionWrite::new` refuses (an empty event id, a `#` in a key part).
+/// - Every write refuses an item over DynamoDB's 400 KB ([`crate::item_size`]) as
+///   [`PortError::Failed`], changing nothing. Rows seeded with
+///   [`MemoryTables::insert_raw_row`] are not checked (a seller's writer is not ours).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryUsageStore {
+    pub(crate) tables: MemoryTables,
+}
+
+impl MemoryUsageStore {
+    /// A store on fresh tables (use [`MemoryTables::usage_store`] to share them).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The tables behind this store (for helpers and the matching aggregated store).
+    pub fn tables(&self) -> &MemoryTables {
+        &self.tables
+    }
+}
+
+/// Refuses a usage-table item DynamoDB would refuse: over 400 KB, keys included.
+pub(crate) fn check_row(row: &RawUsageRow, operation: &'static str) -> Result<(), PortError> {
+    check_item(
+        format_args!("{}/{}", row.license_arn, row.sort_key),
+        raw_row_size(row),
+    )
+    .map_err(|e| e.port_error(operation))
+}
+
+#[async_trait]
+impl UsageStore for MemoryUsageStore {
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<PendingRawRef>, PortError> {
+        self.tables.faults.check(StoreOp::UsagePendingPage)?;
+        let wanted = Attr::S(hour.to_string());
+        let items: Vec<(TableKey, PendingRawRef)> = lock(&self.tables.state)
+            .usage
+            .iter()
+            .filter(|(_, row)| row.attrs.get(attr::METERING_PENDING) == Some(&wanted))
+            .map(|(key, row)| {
+                let projected =
+                    |name: &str| row.attrs.get(name).and_then(Attr::as_s).map(str::to_string);
+                (
+                    key.clone(),
+                    PendingRawRef {
+                        license_arn: row.license_arn.clone(),
+                        sort_key: row.sort_key.clone(),
+                        customer_aws_account_id: projected(attr::CUSTOMER_ACCOUNT),
+                        dimension: projected(attr::DIMENSION),
+                    },
+                )
+            })
+            .collect();
+        paginate(items, cursor, self.tables.page_size, "usage pending_page")
+    }
+
+    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
+        self.tables.faults.check(StoreOp::UsageGroupRows)?;
+        let prefix = key.usage_sort_key_prefix();
+        Ok(lock(&self.tables.state)
+            .usage
+            .values()
+            .filter(|row| row.license_arn == key.license_arn && row.sort_key.starts_with(&prefix))
+            .cloned()
+            .collect())
+    }
+
+    async fn get_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Result<Option<RawUsageRow>, PortError> {
+        self.tables.faults.check(StoreOp::UsageGetRow)?;
+        Ok(self.tables.raw_row(license_arn, sort_key))
+    }
+
+    async fn finalize_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        claim: RowClaim<'_>,
+        status: RawStatus,
+        reason: Option<ReasonCode>,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.tables.faults.check(StoreOp::UsageFinalizeRow)?;
+        let mut state = lock(&self.tables.state);
+        let key = (license_arn.to_string(), sort_key.to_string());
+        let Some(row) = state.usage.get_mut(&key) else {
+            return Ok(false);
+        };
+        let claim_ok = match (claim, row.attrs.get(attr::AGGREGATED_INTO)) {
+            (RowClaim::Counted(record), Some(Attr::S(into))) => into == record,
+            (RowClaim::Counted(_), _) => false,
+            (RowClaim::Uncounted, found) => found.is_none(),
+        };
+        if !claim_ok || !row.attrs.contains_key(attr::METERING_PENDING) {
+            return Ok(false);
+        }
+        // Applied to a copy first: DynamoDB refuses an update that would make the item
+        // larger than 400 KB, and then nothing changes.
+        let mut updated = row.clone();
+        updated.attrs.remove(attr::METERING_PENDING);
+        updated.attrs.insert(
+            attr::METERING_STATUS.to_string(),
+            Attr::S(status.as_str().to_string()),
+        );
+        match reason {
+            Some(reason) => {
+                updated.attrs.insert(
+                    attr::METERING_STATUS_REASON.to_string(),
+                    Attr::S(reason.as_str().to_string()),
+                );
+            }
+            None => {
+                updated.attrs.remove(attr::METERING_STATUS_REASON);
+            }
+        }
+        AuditStamp::at(now).apply(&mut updated.attrs);
+        check_row(&updated, "finalize_row")?;
+        *row = updated;
+        Ok(true)
+    }
+
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
+        self.tables.faults.check(StoreOp::UsagePutRow)?;
+        // The row and its event's marker, both or neither (one transaction in DynamoDB,
+        // each conditional on its item not existing).
+        let IngestionWrite { row: item, marker } =
+            IngestionWrite::new(row, now).map_err(|e| e.port_error("put_row"))?;
+        let mut state = lock(&self.tables.state);
+        let key = (item.license_arn.clone(), item.sort_key.clone());
+        let marker_key = (marker.license_arn.clone(), marker.sort_key.clone());
+        // DynamoDB validates the items' sizes before it evaluates any condition.
+        check_row(&item, "put_row")?;
+        check_row(&marker, "put_row")?;
+        if state.usage.contains_key(&key) || state.usage.contains_key(&marker_key) {
+            return Ok(PutOutcome::AlreadyExists);
+        }
+        state.usage.insert(key, item);
+        state.usage.insert(marker_key, marker);
+        Ok(PutOutcome::Created)
+    }
+
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError> {
+        self.tables.faults.check(StoreOp::UsageStrayPendingPage)?;
+        let live: BTreeSet<String> = live.iter().map(ToString::to_string).collect();
+        let items: Vec<(TableKey, StrayPending)> = lock(&self.tables.state)
+            .usage
+            .iter()
+            .filter_map(|(key, row)| match row.attrs.get(attr::METERING_PENDING) {
+                Some(Attr::S(value)) if !live.contains(value) => Some((
+                    key.clone(),
+                    StrayPending {
+                        license_arn: row.license_arn.clone(),
+                        sort_key: row.sort_key.clone(),
+                        metering_pending: value.clone(),
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
+        paginate(
+            items,
+            cursor,
+            self.tables.page_size,
+            "usage stray_pending_page",
+        )
+    }
+
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.tables.faults.check(StoreOp::UsageRepairPending)?;
+        let mut state = lock(&self.tables.state);
+        let key = (license_arn.to_string(), sort_key.to_string());
+        let Some(row) = state.usage.get_mut(&key) else {
+            return Ok(false);
+        };
+        if row.attrs.get(attr::METERING_PENDING) != Some(&Attr::S(from.to_string())) {
+            return Ok(false);
+        }
+        let mut updated = row.clone();
+        updated.attrs.insert(
+            attr::METERING_PENDING.to_string(),
+            Attr::S(hour.to_string()),
+        );
+        AuditStamp::at(now).apply(&mut updated.attrs);
+        check_row(&updated, "repair_pending")?;
+        *row = updated;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::memory::fixtures::*;
+    use crate::model::{Allocation, Tag};
+    #[tokio::test]
+    async fn put_row_writes_dynamodb_shapes_and_is_idempotent_on_the_event_id() {
+        let store = MemoryUsageStore::new();
+        let now = t("2026-11-30T10:20:00Z");
+        let mut row = new_row("evt-1", "2026-11-30T10:15:42Z", 42);
+        row.allocations = Some(vec![Allocation {
+            quantity: 42,
+            tags: vec![Tag {
+                key: "team".into(),
+                value: "a".into(),
+            }],
+        }]);
+        row.product_code = Some("prod".into());
+        assert_eq!(store.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+        let sort_key = "111122223333#requests#2026-11-30T10:15:42Z#evt-1";
+        let stored = store.get_row(LICENSE, sort_key).await.unwrap().unwrap();
+        let a = &stored.attrs;
+        assert_eq!(a["customerAWSAccountId"], Attr::S(ACCOUNT.into()));
+        assert_eq!(a["dimension"], Attr::S("requests".into()));
+        assert_eq!(a["timestamp"], Attr::S("2026-11-30T10:15:42Z".into()));
+        assert_eq!(a["quantity"], Attr::N("42".into()));
+        assert_eq!(a["meteringPending"], Attr::S("2026-11-30T10".into()));
+        assert_eq!(a["productCode"], Attr::S("prod".into()));
+        assert_eq!(a["createdAt"], Attr::S("2026-11-30T10:20:00Z".into()));
+        let Attr::L(allocations) = &a["usageAllocations"] else {
+            panic!("usageAllocations is not a list")
+        };
+        let Attr::M(first) = &allocations[0] else {
+            panic!("allocation is not a map")
+        };
+        assert_eq!(first["allocatedUsageQuantity"], Attr::N("42".into()));
+        assert!(!a.contains_key("meteringStatus"));
+
+        // A retry with the same event id changes nothing; a new id at the same second is kept.
+        let mut retry = row.clone();
+        retry.quantity = 7;
+        assert_eq!(
+            store
+                .put_row(&retry, t("2026-11-30T10:21:00Z"))
+                .await
+                .unwrap(),
+            PutOutcome::AlreadyExists
+        );
+        assert_eq!(
+            store.get_row(LICENSE, sort_key).await.unwrap().unwrap(),
+            stored
+        );
+        let same_second = new_row("evt-2", "2026-11-30T10:15:42Z", 1);
+        assert_eq!(
+            store.put_row(&same_second, now).await.unwrap(),
+            PutOutcome::Created
+        );
+        // Two rows, each with its event's idempotency marker (`event#<eventId>`).
+        assert_eq!(store.tables().raw_rows().len(), 4);
+    }
+
+    #[tokio::test]
+    async fn pending_index_pages_and_follows_the_cursor() {
+        let tables = MemoryTables::with_page_size(2);
+        let store = tables.usage_store();
+        for (i, minute) in ["00", "10", "20", "30", "40"].iter().enumerate() {
+            let row = new_row(&format!("e{i}"), &format!("2026-11-30T10:{minute}:00Z"), 1);
+            store
+                .put_row(&row, t("2026-11-30T11:00:00Z"))
+                .await
+                .unwrap();
+        }
+        // Another hour, a finalized row and a non-string marker stay out of the index.
+        store
+            .put_row(
+                &new_row("other-hour", "2026-11-30T11:00:00Z", 1),
+                t("2026-11-30T11:00:00Z"),
+            )
+            .await
+            .unwrap();
+        let mut odd = reference_row(LICENSE, ACCOUNT, "requests", "2026-11-30T10:50:00Z", 1);
+        odd.attrs
+            .insert("meteringPending".into(), Attr::N("2026113010".into()));
+        tables.insert_raw_row(odd);
+
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        let mut pages = 0;
+        loop {
+            let page = store
+                .pending_page(hour("2026-11-30T10"), cursor)
+                .await
+                .unwrap();
+            pages += 1;
+            assert!(page.items.len() <= 2);
+            seen.extend(page.items);
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 5);
+        assert_eq!(pages, 3);
+        assert!(
+            seen.iter()
+                .all(|r| r.customer_aws_account_id.as_deref() == Some(ACCOUNT))
+        );
+        assert!(
+            seen.iter()
+                .all(|r| r.dimension.as_deref() == Some("requests"))
+        );
+        let keys: Vec<_> = seen.iter().map(|r| r.sort_key.clone()).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+
+        // A full last page carries a cursor to an empty page, as DynamoDB does.
+        let tables = MemoryTables::with_page_size(5);
+        let exact = tables.usage_store();
+        for i in 0..5 {
+            exact
+                .put_row(
+                    &new_row(&format!("x{i}"), "2026-11-30T10:00:00Z", 1),
+                    t("2026-11-30T11:00:00Z"),
+                )
+                .await
+                .unwrap();
+        }
+        let first = exact
+            .pending_page(hour("2026-11-30T10"), None)
+            .await
+            .unwrap();
+        assert_eq!(first.items.len(), 5);
+        let last = exact
+            .pending_page(hour("2026-11-30T10"), first.next)
+            .await
+            .unwrap();
+        assert_eq!(
+            last,
+            Page {
+                items: vec![],
+                malformed: vec![],
+                next: None
+            }
+        );
+
+        let bad = exact
+            .pending_page(hour("2026-11-30T10"), Some("not a cursor".into()))
+            .await;
+        assert!(matches!(bad, Err(PortError::Failed { .. })));
+    }
+
+    #[tokio::test]
+    async fn group_rows_select_the_sort_key_range_in_any_status() {
+        let tables = MemoryTables::new();
+        let store = tables.usage_store();
+        tables.insert_raw_row(reference_row(
+            LICENSE,
+            ACCOUNT,
+            "requests",
+            "2026-11-30T10:00:00",
+            1,
+        ));
+        tables.insert_raw_row(reference_row(
+            LICENSE,
+            ACCOUNT,
+            "requests",
+            "2026-11-30T10:59:59Z",
+            2,
+        ));
+        tables.insert_raw_row(reference_row(
+            LICENSE,
+            ACCOUNT,
+            "requests",
+            "2026-11-30T11:00:00Z",
+            3,
+        ));
+        tables.insert_raw_row(reference_row(
+            LICENSE,
+            ACCOUNT,
+            "requestsX",
+            "2026-11-30T10:30:00Z",
+            4,
+        ));
+        tables.insert_raw_row(reference_row(
+            LICENSE,
+            "999988887777",
+            "requests",
+            "2026-11-30T10:30:00Z",
+            5,
+        ));
+        tables.insert_raw_row(reference_row(
+            "arn:other",
+            ACCOUNT,
+            "requests",
+            "2026-11-30T10:30:00Z",
+            6,
+        ));
+        store
+            .finalize_row(
+                LICENSE,
+                "111122223333#requests#2026-11-30T10:00:00",
+                RowClaim::Uncounted,
+                RawStatus::Aggregated,
+                None,
+                t("2026-11-30T12:00:00Z"),
+            )
+            .await
+            .unwrap();
+        let rows = store
+            .group_rows(&group("requests", "2026-11-30T10"))
+            .await
+            .unwrap();
+        let quantities: Vec<_> = rows.iter().map(|r| r.attrs["quantity"].clone()).collect();
+        assert_eq!(quantities, vec![Attr::N("1".into()), Attr::N("2".into())]);
+    }
+
+    #[tokio::test]
+    async fn finalize_row_applies_once_and_only_to_pending_rows() {
+        let tables = MemoryTables::new();
+        let store = tables.usage_store();
+        let row = reference_row(LICENSE, ACCOUNT, "requests", "2026-11-30T10:00:00Z", 1);
+        tables.insert_raw_row(row.clone());
+        let first = store
+            .finalize_row(
+                LICENSE,
+                &row.sort_key,
+                RowClaim::Uncounted,
+                RawStatus::RejectedClientSide,
+                Some(ReasonCode::MalformedTimestamp),
+                t("2026-11-30T12:00:00Z"),
+            )
+            .await
+            .unwrap();
+        assert!(first);
+        let stored = tables.raw_row(LICENSE, &row.sort_key).unwrap();
+        assert!(!stored.attrs.contains_key("meteringPending"));
+        assert_eq!(
+            stored.attrs["meteringStatus"],
+            Attr::S("RejectedClientSide".into())
+        );
+        assert_eq!(
+            stored.attrs["meteringStatusReason"],
+            Attr::S("MalformedTimestamp".into())
+        );
+        assert_eq!(
+            stored.attrs["updatedAt"],
+            Attr::S("2026-11-30T12:00:00Z".into())
+        );
+        // A second finalize (any status) changes nothing.
+        let second = store
+            .finalize_row(
+                LICENSE,
+                &row.sort_key,
+                RowClaim::Uncounted,
+                RawStatus::Aggregated,
+                None,
+                t("2026-11-30T13:00:00Z"),
+            )
+            .await
+            .unwrap();
+        assert!(!second);
+        assert_eq!(tables.raw_row(LICENSE, &row.sort_key).unwrap(), stored);
+        // A missing row is not created.
+        assert!(
+            !store
+                .finalize_row(
+                    LICENSE,
+                    "nope",
+                    RowClaim::Uncounted,
+                    RawStatus::Aggregated,
+                    None,
+                    t("2026-11-30T13:00:00Z")
+                )
+                .await
+                .unwrap()
+        );
+        assert_eq!(tables.raw_rows().len(), 1);
+    }
+}

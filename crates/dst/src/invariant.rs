@@ -1,0 +1,129 @@
+//! The conservation invariant (architecture.md §4) over the in-memory tables and
+//! Marketplace after a settled schedule: every raw row ended in exactly one terminal
+//! status, consistent with its counting claim; every aggregated record ended, holding
+//! the sum of the rows counted into it; what Marketplace billed for a group is that
+//! record's quantity; no group was ever sent with two different quantities.
+
+use std::collections::BTreeMap;
+
+use awsmp_core::model::{AggregatedStatus, Attr, attr};
+
+use crate::scenario::World;
+
+const RAW_TERMINAL: [&str; 3] = ["Aggregated", "RejectedClientSide", "AggregationExpired"];
+
+fn text<'a>(attrs: &'a BTreeMap<String, Attr>, name: &str) -> Option<&'a str> {
+    attrs.get(name).and_then(Attr::as_s)
+}
+
+fn quantity(attrs: &BTreeMap<String, Attr>) -> i64 {
+    match attrs.get(attr::QUANTITY) {
+        Some(Attr::N(n)) => n.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Every violation found (empty when the invariant holds).
+pub fn check(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    let mut counted: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for row in world.tables.raw_rows() {
+        if row.sort_key.starts_with("event#") {
+            continue;
+        }
+        let id = format!("raw {} {}", row.license_arn, row.sort_key);
+        let status = text(&row.attrs, attr::METERING_STATUS);
+        let pending = row.attrs.contains_key(attr::METERING_PENDING);
+        let into = text(&row.attrs, attr::AGGREGATED_INTO);
+        match status {
+            None => violations.push(format!("{id}: never reached a terminal status")),
+            Some(s) if !RAW_TERMINAL.contains(&s) => {
+                violations.push(format!("{id}: unknown status {s}"))
+            }
+            Some(_) if pending => violations.push(format!("{id}: terminal but still pending")),
+            Some("RejectedClientSide")
+                if text(&row.attrs, attr::METERING_STATUS_REASON).is_none() =>
+            {
+                violations.push(format!("{id}: rejected without a reason"))
+            }
+            Some("Aggregated") if into.is_none() && quantity(&row.attrs) != 0 => {
+                violations.push(format!("{id}: Aggregated but never counted"))
+            }
+            Some(s @ ("RejectedClientSide" | "AggregationExpired")) if into.is_some() => {
+                violations.push(format!("{id}: counted into a record but ended {s}"))
+            }
+            Some(_) => {}
+        }
+        if let Some(into) = into {
+            *counted
+                .entry((row.license_arn.clone(), into.to_string()))
+                .or_insert(0) += quantity(&row.attrs);
+        }
+    }
+
+    for (license_arn, sort_key) in &world.initial_rows {
+        if let Some(row) = world.tables.raw_row(license_arn, sort_key)
+            && text(&row.attrs, attr::METERING_STATUS_REASON) == Some("HourAlreadySubmitted")
+        {
+            violations.push(format!(
+                "raw {license_arn} {sort_key}: written before the pipeline ran, yet late usage \
+                 (part of its hour was billed without it)"
+            ));
+        }
+    }
+
+    let ledger = world.metering.inner.ledger();
+    for record in world.tables.aggregated_records() {
+        let id = format!("aggregated {}", record.key);
+        if record.status == AggregatedStatus::Pending {
+            violations.push(format!("{id}: still pending after settling"));
+        }
+        if record.folding {
+            violations.push(format!("{id}: a fold never completed"));
+        }
+        let sum = counted
+            .get(&(
+                record.key.license_arn.clone(),
+                record.key.aggregated_sort_key(),
+            ))
+            .copied()
+            .unwrap_or(0);
+        if sum != record.quantity {
+            violations.push(format!(
+                "{id}: holds {} but the rows counted into it sum to {sum}",
+                record.quantity
+            ));
+        }
+        match ledger.get(&record.key) {
+            Some(billed) => {
+                if billed.quantity != record.quantity {
+                    violations.push(format!(
+                        "{id}: Marketplace billed {} but the record holds {} (status {})",
+                        billed.quantity, record.quantity, record.status
+                    ));
+                }
+                if !matches!(
+                    record.status,
+                    AggregatedStatus::Success
+                        | AggregatedStatus::DuplicateRecord
+                        | AggregatedStatus::SubmissionExpired
+                ) {
+                    violations.push(format!(
+                        "{id}: billed but the record says {}",
+                        record.status
+                    ));
+                }
+            }
+            None if record.status == AggregatedStatus::Success => {
+                violations.push(format!("{id}: Success but Marketplace billed nothing"))
+            }
+            None => {}
+        }
+    }
+    for (key, quantities) in world.metering.sent() {
+        if quantities.len() > 1 {
+            violations.push(format!("group {key}: sent with quantities {quantities:?}"));
+        }
+    }
+    violations
+}

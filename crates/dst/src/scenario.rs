@@ -1,0 +1,598 @@
+//! One schedule: a seller's usage (one group of more than 99 rows, a poison dimension,
+//! late rows arriving while the pipeline runs, a license deprovisioned mid-run), the
+//! real use cases running concurrently as their Lambdas would (two discoverer runs, two
+//! aggregator and one cleanup consumer, two submitter invocations that may overlap with
+//! stale times, the subscription handler, deprovision-cleanup), then a fault-free
+//! settling phase that runs the pipeline past the 24-hour window.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::sqs::SqsEvent;
+use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::memory::{
+    ManualClock, MemoryMeteringApi, MemorySubscriberStore, MemoryTables, RecordingMetrics,
+    reference_row,
+};
+use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
+use awsmp_core::pipeline::budget::Budget;
+use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
+use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
+use awsmp_core::pipeline::submit::{
+    DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
+};
+use awsmp_core::ports::Clock;
+use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::json;
+
+use crate::executor::{self, Task};
+use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage};
+use crate::queue::SimQueue;
+use crate::sim::{FaultKind, Sim, yield_now};
+
+/// The stack's product.
+pub const PRODUCT: &str = "prod-sim";
+/// The buyer account.
+pub const ACCOUNT: &str = "111122223333";
+/// The dimension Marketplace rejects (`InvalidUsageDimensionException`).
+pub const POISON: &str = "poison";
+/// Most polls of one concurrent phase (a guard; reported when hit).
+const MAX_STEPS: u64 = 200_000;
+
+/// A license ARN that passes the guardrails.
+pub fn license(n: u32) -> String {
+    format!("arn:aws:license-manager::123456789012:license:l-{n:016}")
+}
+
+/// Everything one schedule built, for the invariant check.
+pub struct World {
+    /// The simulation context.
+    pub sim: Sim,
+    /// Usage + aggregated tables.
+    pub tables: MemoryTables,
+    /// Subscribers.
+    pub subscribers: MemorySubscriberStore,
+    /// Marketplace (its ledger).
+    pub metering: Arc<FaultyMetering>,
+    /// Time.
+    pub clock: ManualClock,
+    /// Polls, crashes and unfinished tasks of the concurrent phase.
+    pub stats: executor::RunStats,
+    /// Sort keys of the rows written before the pipeline ran: every fold of their group
+    /// includes them, so none may ever be late usage (`HourAlreadySubmitted`).
+    pub initial_rows: Vec<(String, String)>,
+}
+
+struct Stack {
+    sim: Sim,
+    clock: ManualClock,
+    usage: FaultyUsage,
+    aggregated: FaultyAggregated,
+    subscribers: FaultySubscribers,
+    metering: Arc<FaultyMetering>,
+    metrics: RecordingMetrics,
+    work: SimQueue,
+    deprovision: SimQueue,
+    cleanup_queue: SimQueue,
+    lock: MeteringLockHours,
+    subscription: awsmp_subscription::SubscriptionState,
+    deprovision_cleanup: awsmp_deprovision_cleanup::CleanupState,
+}
+
+fn at(text: &str) -> Instant {
+    time::parse_usage_timestamp(text).unwrap_or_default()
+}
+
+impl Stack {
+    fn discover_settings(&self) -> DiscoverSettings {
+        DiscoverSettings::new(PRODUCT, self.lock)
+    }
+
+    fn aggregate_settings(&self) -> AggregateSettings {
+        AggregateSettings {
+            product_code: PRODUCT.to_string(),
+            lock: self.lock,
+            zero_policy: ZeroQuantityPolicy::Defer,
+        }
+    }
+
+    fn submit_settings(&self) -> SubmitSettings {
+        SubmitSettings::new(
+            PRODUCT,
+            MeteringMode::Live,
+            ZeroQuantityPolicy::Defer,
+            DeploymentMode::Full,
+        )
+    }
+
+    /// The event time of a scheduled run: now, or (a retried schedule) minutes ago.
+    fn invocation_time(&self, name: &str) -> Instant {
+        let now = self.clock.now();
+        if self.sim.fault(FaultKind::StaleInvocation, name) {
+            now - chrono::Duration::minutes(1 + i64::try_from(self.sim.below(20)).unwrap_or(0))
+        } else {
+            now
+        }
+    }
+
+    async fn discover_once(&self, name: &str) {
+        let now = self.invocation_time(name);
+        let ports = DiscoverPorts {
+            usage: &self.usage,
+            subscribers: &self.subscribers,
+            work_queue: &self.work,
+            deprovision_queue: &self.deprovision,
+            metrics: &self.metrics,
+            clock: &self.clock,
+        };
+        let _ = discover(now, &self.discover_settings(), ports, Budget::UNLIMITED).await;
+    }
+
+    async fn submit_once(&self, name: &str) {
+        let now = self.invocation_time(name);
+        let ports = SubmitPorts {
+            aggregated: &self.aggregated,
+            subscribers: &self.subscribers,
+            metering: self.metering.as_ref(),
+            metrics: &self.metrics,
+            clock: &self.clock,
+        };
+        let _ = submit(now, &self.submit_settings(), ports, Budget::UNLIMITED).await;
+    }
+
+    /// Handles one aggregation message (flush queue first); `false` when none was there.
+    async fn aggregate_one(&self) -> bool {
+        let (queue, delivery) = match self.deprovision.receive().await {
+            Some(d) => (&self.deprovision, d),
+            None => match self.work.receive().await {
+                Some(d) => (&self.work, d),
+                None => return false,
+            },
+        };
+        let ports = AggregatePorts {
+            usage: &self.usage,
+            aggregated: &self.aggregated,
+            cleanup_queue: &self.cleanup_queue,
+            clock: &self.clock,
+        };
+        let (id, message) = delivery;
+        match aggregate_group(
+            &message,
+            self.clock.now(),
+            &self.aggregate_settings(),
+            ports,
+        )
+        .await
+        {
+            Ok(_) => queue.ack(id),
+            Err(_) => queue.nack(id),
+        }
+        true
+    }
+
+    async fn cleanup_one(&self) -> bool {
+        let Some((id, message)) = self.cleanup_queue.receive().await else {
+            return false;
+        };
+        let ports = CleanupPorts {
+            usage: &self.usage,
+            metrics: &self.metrics,
+            clock: &self.clock,
+        };
+        match cleanup(&message, self.clock.now(), ports).await {
+            Ok(_) => self.cleanup_queue.ack(id),
+            Err(_) => self.cleanup_queue.nack(id),
+        }
+        true
+    }
+
+    /// A consumer: handles messages until it finds the queues empty a few times.
+    async fn consume(&self, aggregator: bool) {
+        let mut idle = 0;
+        while idle < 6 {
+            let handled = if aggregator {
+                self.aggregate_one().await
+            } else {
+                self.cleanup_one().await
+            };
+            if handled {
+                idle = 0;
+            } else {
+                idle += 1;
+                yield_now().await;
+            }
+        }
+    }
+
+    async fn lifecycle(&self, detail_type: &str, license_arn: &str, time: Instant) {
+        let _ = awsmp_subscription::handler(
+            &self.subscription,
+            LambdaEvent::new(
+                lifecycle_event(detail_type, license_arn, time),
+                Context::default(),
+            ),
+        )
+        .await;
+    }
+
+    async fn deprovision_cleanup_once(&self) {
+        let event = scheduled_event(self.clock.now());
+        let _ = awsmp_deprovision_cleanup::handler(
+            &self.deprovision_cleanup,
+            LambdaEvent::new(event, Context::default()),
+        )
+        .await;
+    }
+}
+
+/// An SQS batch holding one Marketplace lifecycle event.
+fn lifecycle_event(detail_type: &str, license_arn: &str, time: Instant) -> SqsEvent {
+    let event = json!({
+        "version": "0",
+        "id": format!("{detail_type}-{license_arn}-{}", time.timestamp()),
+        "detail-type": detail_type,
+        "source": "aws.agreement-marketplace",
+        "account": "123456789012",
+        "time": format_instant(time),
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {
+            "agreement": {"id": format!("agmt-{}", &license_arn[license_arn.len() - 4..])},
+            "product": {"code": PRODUCT},
+            "license": {"arn": license_arn},
+            "acceptor": {"accountId": ACCOUNT}
+        }
+    });
+    let batch = json!({"Records": [{
+        "messageId": format!("m-{}", time.timestamp()),
+        "receiptHandle": "r",
+        "body": event.to_string(),
+        "eventSource": "aws:sqs",
+        "awsRegion": "us-east-1"
+    }]});
+    serde_json::from_value(batch).unwrap_or_default()
+}
+
+fn scheduled_event(time: Instant) -> EventBridgeEvent {
+    let event = json!({
+        "version": "0",
+        "id": format!("schedule-{}", time.timestamp()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": format_instant(time),
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {}
+    });
+    serde_json::from_value(event).unwrap_or_default()
+}
+
+/// A usage row the scenario writes.
+struct Row {
+    license: String,
+    dimension: &'static str,
+    timestamp: Instant,
+    quantity: i64,
+}
+
+fn row_at(sim: &Sim, license: &str, dimension: &'static str, hour: HourBucket, n: usize) -> Row {
+    // Distinct seconds within the hour keep reference-shaped sort keys unique.
+    let second = i64::try_from(n).unwrap_or(0) % 3600;
+    Row {
+        license: license.to_string(),
+        dimension,
+        timestamp: hour.start() + chrono::Duration::seconds(second),
+        quantity: 1 + i64::try_from(sim.below(5)).unwrap_or(0),
+    }
+}
+
+fn write(tables: &MemoryTables, row: &Row) {
+    tables.insert_raw_row(reference_row(
+        &row.license,
+        ACCOUNT,
+        row.dimension,
+        &format_instant(row.timestamp),
+        row.quantity,
+    ));
+}
+
+/// Runs one schedule for `sim` and returns what it built.
+pub fn run(sim: Sim) -> World {
+    let start = at("2026-11-30T10:20:00Z");
+    let clock = ManualClock::new(start);
+    // Small pages exercise pagination; large ones keep the schedule quick.
+    let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
+    let subscribers = MemorySubscriberStore::new();
+    let api = MemoryMeteringApi::new();
+    let (l1, l2, l3) = (license(1), license(2), license(3));
+    for l in [&l1, &l2, &l3] {
+        api.entitle(l, ACCOUNT);
+    }
+    api.reject_dimension(POISON, "InvalidUsageDimensionException");
+    let metering = Arc::new(FaultyMetering::new(api, sim.clone()));
+    let lock = MeteringLockHours::DEFAULT;
+    let completed = time::completed_buckets(start, lock);
+    let current = HourBucket::containing(start);
+    let (h_old, h_new) = match completed.as_slice() {
+        [.., a, b] => (*a, *b),
+        _ => (current.plus_hours(-3), current.plus_hours(-2)),
+    };
+    let previous = current.plus_hours(-1);
+
+    let subscription_store: Arc<FaultySubscribers> = Arc::new(FaultySubscribers {
+        inner: subscribers.clone(),
+        sim: sim.clone(),
+    });
+    let stack = Stack {
+        sim: sim.clone(),
+        clock: clock.clone(),
+        usage: FaultyUsage {
+            inner: tables.usage_store(),
+            sim: sim.clone(),
+        },
+        aggregated: FaultyAggregated {
+            inner: tables.aggregated_store(),
+            sim: sim.clone(),
+        },
+        subscribers: FaultySubscribers {
+            inner: subscribers.clone(),
+            sim: sim.clone(),
+        },
+        metering: metering.clone(),
+        metrics: RecordingMetrics::new(),
+        work: SimQueue::new("work", sim.clone()),
+        deprovision: SimQueue::new("deprovision", sim.clone()),
+        cleanup_queue: SimQueue::new("cleanup", sim.clone()),
+        lock,
+        subscription: awsmp_subscription::SubscriptionState {
+            config: Arc::new(awsmp_subscription::Config {
+                subscribers_table: "subscribers".into(),
+            }),
+            subscribers: subscription_store.clone(),
+            clock: Arc::new(clock.clone()),
+        },
+        deprovision_cleanup: awsmp_deprovision_cleanup::CleanupState {
+            config: Arc::new(awsmp_deprovision_cleanup::Config {
+                subscribers_table: "subscribers".into(),
+            }),
+            subscribers: subscription_store,
+            clock: Arc::new(clock.clone()),
+        },
+    };
+
+    // The seller's usage before the run: a group of more than 99 rows, small groups, a
+    // poison dimension, and the open hour of the license about to be deprovisioned.
+    let big = 100 + sim.below(40);
+    let mut rows = Vec::new();
+    for n in 0..big {
+        rows.push(row_at(&sim, &l1, "storage", h_old, n));
+    }
+    for n in 0..(2 + sim.below(5)) {
+        rows.push(row_at(&sim, &l1, "requests", h_new, n));
+    }
+    for n in 0..(1 + sim.below(3)) {
+        rows.push(row_at(&sim, &l2, "requests", h_new, n));
+        rows.push(row_at(&sim, &l2, POISON, h_new, n));
+    }
+    for n in 0..(1 + sim.below(3)) {
+        rows.push(row_at(&sim, &l3, "requests", previous, n));
+        rows.push(row_at(&sim, &l3, "requests", current, n));
+    }
+    for row in &rows {
+        write(&tables, row);
+    }
+    let initial_rows: Vec<(String, String)> = tables
+        .raw_rows()
+        .into_iter()
+        .map(|r| (r.license_arn, r.sort_key))
+        .collect();
+    // Late rows, written while the pipeline runs.
+    let late: Vec<Row> = (0..(2 + sim.below(6)))
+        .map(|n| {
+            let (license, dimension, hour) = match sim.below(4) {
+                0 => (&l1, "storage", h_old),
+                1 => (&l1, "requests", h_new),
+                2 => (&l3, "requests", current),
+                _ => (&l2, "requests", h_new),
+            };
+            row_at(&sim, license, dimension, hour, 2000 + n)
+        })
+        .collect();
+
+    // License Updated for every buyer, applied before the run.
+    let activated = start - chrono::Duration::hours(5);
+    let setup: Vec<Task<'_>> = [&l1, &l2, &l3]
+        .into_iter()
+        .map(|l| {
+            let stack = &stack;
+            Task::new(
+                "license-updated",
+                stack.lifecycle("License Updated - Manufacturer", l, activated),
+            )
+        })
+        .collect();
+    sim.faults_off();
+    executor::run(&sim, setup, false, MAX_STEPS, &|_| {});
+    sim.faults_on();
+
+    // The concurrent phase, with faults.
+    let deprovisioned_at = start + chrono::Duration::minutes(sim.below(10) as i64);
+    let tasks: Vec<Task<'_>> = {
+        let stack = &stack;
+        let tables = &tables;
+        let late = &late;
+        let l3 = &l3;
+        vec![
+            Task::new("writer", async move {
+                for row in late {
+                    yield_now().await;
+                    stack
+                        .clock
+                        .advance(Duration::from_secs(stack.sim.below(90) as u64));
+                    write(tables, row);
+                }
+            }),
+            Task::new("discoverer#1", async move {
+                stack.discover_once("discoverer#1").await
+            }),
+            Task::new("discoverer#2", async move {
+                for _ in 0..stack.sim.below(40) {
+                    yield_now().await;
+                }
+                stack.discover_once("discoverer#2").await;
+            }),
+            Task::new("aggregator#1", async move { stack.consume(true).await }),
+            Task::new("aggregator#2", async move { stack.consume(true).await }),
+            Task::new("cleanup#1", async move { stack.consume(false).await }),
+            Task::new("submitter#1", async move {
+                // One to three scheduled runs, the later ones while others still work.
+                for run in 0..(1 + stack.sim.below(3)) {
+                    for _ in 0..stack.sim.below(30) {
+                        yield_now().await;
+                    }
+                    stack.clock.advance(Duration::from_secs(30 * run as u64));
+                    stack.submit_once("submitter#1").await;
+                }
+            }),
+            Task::new("submitter#2", async move {
+                // One to three scheduled runs, the later ones while others still work.
+                for run in 0..(1 + stack.sim.below(3)) {
+                    for _ in 0..stack.sim.below(80) {
+                        yield_now().await;
+                    }
+                    stack.clock.advance(Duration::from_secs(30 * run as u64));
+                    stack.submit_once("submitter#2").await;
+                }
+            }),
+            Task::new("license-deprovisioned", async move {
+                for _ in 0..stack.sim.below(60) {
+                    yield_now().await;
+                }
+                stack
+                    .lifecycle("License Deprovisioned - Manufacturer", l3, deprovisioned_at)
+                    .await;
+            }),
+            Task::new("deprovision-cleanup", async move {
+                for _ in 0..stack.sim.below(100) {
+                    yield_now().await;
+                }
+                stack.deprovision_cleanup_once().await;
+            }),
+        ]
+    };
+    let queues = [
+        stack.work.clone(),
+        stack.deprovision.clone(),
+        stack.cleanup_queue.clone(),
+    ];
+    let release = |task: usize| {
+        for queue in &queues {
+            queue.release_task(task);
+        }
+    };
+    let mut stats = executor::run(&sim, tasks, true, MAX_STEPS, &release);
+
+    // The next scheduled runs, minutes later, still under faults: records aggregated in
+    // the first phase are sent now, while more late usage arrives.
+    clock.advance(Duration::from_secs(60 * (6 + sim.below(15) as u64)));
+    let later_rows: Vec<Row> = (0..(1 + sim.below(4)))
+        .map(|n| {
+            let (license, dimension, hour) = match sim.below(3) {
+                0 => (&l1, "storage", h_old),
+                1 => (&l1, "requests", h_new),
+                _ => (&l3, "requests", current),
+            };
+            row_at(&sim, license, dimension, hour, 2500 + n)
+        })
+        .collect();
+    let later: Vec<Task<'_>> = {
+        let stack = &stack;
+        let tables = &tables;
+        let later_rows = &later_rows;
+        let mut tasks = vec![
+            Task::new("writer#2", async move {
+                for row in later_rows {
+                    for _ in 0..stack.sim.below(20) {
+                        yield_now().await;
+                    }
+                    write(tables, row);
+                }
+            }),
+            Task::new("discoverer#3", async move {
+                stack.discover_once("discoverer#3").await
+            }),
+            Task::new("aggregator#3", async move { stack.consume(true).await }),
+            Task::new("aggregator#4", async move { stack.consume(true).await }),
+            Task::new("cleanup#2", async move { stack.consume(false).await }),
+        ];
+        for name in ["submitter#3", "submitter#4"] {
+            tasks.push(Task::new(name, async move {
+                for run in 0..(1 + stack.sim.below(3)) {
+                    for _ in 0..stack.sim.below(60) {
+                        yield_now().await;
+                    }
+                    stack.clock.advance(Duration::from_secs(20 * run as u64));
+                    stack.submit_once(name).await;
+                }
+            }));
+        }
+        tasks
+    };
+    let second = executor::run(&sim, later, true, MAX_STEPS, &release);
+    stats.steps += second.steps;
+    stats.crashed += second.crashed;
+    stats.unfinished += second.unfinished;
+
+    // Settling, fault-free: the hours complete, leases lapse, the pipeline runs until
+    // every queue is empty, then again past the 24-hour window.
+    sim.faults_off();
+    for advance in [
+        chrono::Duration::minutes(20),
+        chrono::Duration::hours(2),
+        chrono::Duration::minutes(30),
+        chrono::Duration::hours(26),
+        chrono::Duration::minutes(30),
+    ] {
+        clock.set(clock.now() + advance);
+        settle(&sim, &stack);
+    }
+
+    World {
+        sim: sim.clone(),
+        tables,
+        subscribers,
+        metering,
+        clock,
+        stats,
+        initial_rows,
+    }
+}
+
+/// One fault-free pass of every stage, serially, until the queues are empty.
+fn settle(sim: &Sim, stack: &Stack) {
+    let tasks = vec![Task::new("settle", async move {
+        stack.deprovision_cleanup_once().await;
+        stack.discover_once("settle").await;
+        // Bounded: a message that keeps failing is left for the next pass.
+        for _ in 0..20 {
+            for _ in 0..500 {
+                if !stack.aggregate_one().await {
+                    break;
+                }
+            }
+            for _ in 0..500 {
+                if !stack.cleanup_one().await {
+                    break;
+                }
+            }
+            if stack.work.depth() + stack.deprovision.depth() + stack.cleanup_queue.depth() == 0 {
+                break;
+            }
+        }
+        stack.submit_once("settle").await;
+    })];
+    executor::run(sim, tasks, false, MAX_STEPS, &|_| {});
+}
