@@ -1,0 +1,5 @@
+//! Fuzz target `sim_request`: the check is [`awsmp_fuzz::checks::sim_request::check`] (its module docs
+//! give the input layout and the properties), shared with the corpus replay test.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| awsmp_fuzz::checks::sim_request::check(data));
