@@ -101,6 +101,27 @@ impl DynamoAggregatedStore {
     }
 }
 
+impl DynamoAggregatedStore {
+    /// One page of index items as records, the unusable ones listed apart.
+    fn record_page(
+        &self,
+        items: &[DynamoItem],
+        last_key: Option<&DynamoItem>,
+    ) -> Result<Page<AggregatedRecord>, PortError> {
+        let mut page = Page {
+            next: last_key.map(encode_cursor).transpose()?,
+            ..Page::default()
+        };
+        for item in items {
+            match self.pending_record(item) {
+                Ok(record) => page.items.push(record),
+                Err(problem) => page.malformed.push(malformed_item(item, problem)),
+            }
+        }
+        Ok(page)
+    }
+}
+
 /// An item of the index by its stored keys, with what is wrong with it.
 fn malformed_item(item: &DynamoItem, problem: String) -> MalformedItem {
     let key = |name: &str| {
@@ -383,17 +404,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             .send()
             .await
             .map_err(|e| port_error("Query aggregated metering_pending", e))?;
-        let mut page = Page {
-            next: out.last_evaluated_key().map(encode_cursor).transpose()?,
-            ..Page::default()
-        };
-        for item in out.items() {
-            match self.pending_record(item) {
-                Ok(record) => page.items.push(record),
-                Err(problem) => page.malformed.push(malformed_item(item, problem)),
-            }
-        }
-        Ok(page)
+        self.record_page(out.items(), out.last_evaluated_key())
     }
 
     #[instrument(skip(self, claim), fields(table = %self.table, group = %key))]
@@ -564,17 +575,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             .send()
             .await
             .map_err(|e| port_error("Scan aggregated metering_pending", e))?;
-        let mut page = Page {
-            next: out.last_evaluated_key().map(encode_cursor).transpose()?,
-            ..Page::default()
-        };
-        for item in out.items() {
-            match self.pending_record(item) {
-                Ok(record) => page.items.push(record),
-                Err(problem) => page.malformed.push(malformed_item(item, problem)),
-            }
-        }
-        Ok(page)
+        self.record_page(out.items(), out.last_evaluated_key())
     }
 
     #[instrument(skip(self, record), fields(table = %self.table, group = %record.key))]
