@@ -11,9 +11,9 @@ use awsmp_core::model::{
     AggregatedRecord, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber,
 };
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
-    NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
-    SubmissionUpdate, SubscriberStore, UsageStore,
+    AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
+    MalformedItem, NewUsageRow, OutcomeWrite, Page, PendingRawRef, PortError, PutOutcome, RowClaim,
+    StrayPending, SubscriberStore, UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant};
 
@@ -163,24 +163,22 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         self.counts.add("aggregated.query_pending", 1);
         self.inner.pending_page(hour, cursor).await
     }
-    async fn claim(
+    async fn claim_all(
         &self,
-        key: &GroupKey,
-        expected_version: u64,
-        claim: &Claim,
-    ) -> Result<Option<ClaimGrant>, PortError> {
-        self.counts.add("aggregated.claim", 1);
-        self.inner.claim(key, expected_version, claim).await
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
+        self.counts.add("aggregated.claim_all", 1);
+        self.counts.add("items.claim_writes", requests.len() as u64);
+        self.inner.claim_all(requests).await
     }
-    async fn record(
+    async fn record_all(
         &self,
-        key: &GroupKey,
-        claim_id: Option<&str>,
-        update: &SubmissionUpdate,
+        writes: &[OutcomeWrite],
         now: Instant,
-    ) -> Result<bool, PortError> {
-        self.counts.add("aggregated.record", 1);
-        self.inner.record(key, claim_id, update, now).await
+    ) -> Result<Vec<bool>, PortError> {
+        self.counts.add("aggregated.record_all", 1);
+        self.counts.add("items.record_writes", writes.len() as u64);
+        self.inner.record_all(writes, now).await
     }
     async fn reject_malformed(
         &self,

@@ -4,12 +4,12 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, ReturnValue, TransactWriteItem, Update as TxUpdate};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update as TxUpdate};
 use awsmp_core::items::{OPTIONAL_RECORD_ATTRS, aggregated_item, check_commit};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
-    Page, PortError, PutOutcome, SubmissionUpdate,
+    AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
+    MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
 };
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
@@ -206,6 +206,201 @@ pub fn record_from_item(table: &str, item: &DynamoItem) -> Result<AggregatedReco
 
 fn build_error(what: &str, e: impl std::fmt::Display) -> PortError {
     failed("commit", format!("cannot build {what}: {e}"))
+}
+
+impl DynamoAggregatedStore {
+    /// The transaction item of one claim: the record exactly as read (version,
+    /// attempt count, claim id), pending, not mid-fold, no unexpired claim.
+    fn claim_item(&self, request: &ClaimRequest) -> Result<TransactWriteItem, PortError> {
+        let claim = &request.claim;
+        let expected = &request.expected;
+        let mut update = Update::new();
+        update
+            .set(attr::IN_FLIGHT_UNTIL, instant(claim.until))
+            .set(attr::CLAIM_ID, s(&claim.id));
+        let attempts = update.name(attr::ATTEMPT_COUNT);
+        let zero = update.value(n(0));
+        let one = update.value(n(1));
+        let sent = update.name(attr::SENT_QUANTITY);
+        let quantity = update.name(attr::QUANTITY);
+        update
+            .set_clause(format!(
+                "{attempts} = if_not_exists({attempts}, {zero}) + {one}"
+            ))
+            .set_clause(format!("{sent} = if_not_exists({sent}, {quantity})"))
+            .stamp(claim.now);
+        let version = version_condition(&mut update, expected.version);
+        let read_attempts = if expected.attempt_count == 0 {
+            format!("(attribute_not_exists({attempts}) OR {attempts} = {zero})")
+        } else {
+            let value = update.value(n(expected.attempt_count));
+            format!("{attempts} = {value}")
+        };
+        let claim_name = update.name(attr::CLAIM_ID);
+        let read_claim = match &expected.claim_id {
+            Some(id) => {
+                let value = update.value(s(id));
+                format!("{claim_name} = {value}")
+            }
+            None => format!("attribute_not_exists({claim_name})"),
+        };
+        let pending = update.name(attr::METERING_PENDING);
+        let folding = update.name(attr::AGGREGATION_IN_PROGRESS);
+        let not_in_flight = not_in_flight_condition(&mut update, claim.now);
+        let tx = TxUpdate::builder()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(&request.key.license_arn))
+            .key(
+                attr::AGGREGATED_SORT_KEY,
+                s(request.key.aggregated_sort_key()),
+            )
+            .update_expression(update.expression())
+            .condition_expression(format!(
+                "attribute_exists({pending}) AND attribute_not_exists({folding}) AND {version} \
+                 AND {read_attempts} AND {read_claim} AND {not_in_flight}"
+            ))
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .build()
+            .map_err(|e| build_error("claim Update", e))?;
+        Ok(TransactWriteItem::builder().update(tx).build())
+    }
+
+    /// The transaction item of one outcome: under its claim, or while no unexpired
+    /// claim holds the record; always only while it is pending.
+    fn record_item(
+        &self,
+        write: &OutcomeWrite,
+        now: Instant,
+    ) -> Result<TransactWriteItem, PortError> {
+        let update = &write.update;
+        let mut expr = Update::new();
+        expr.remove(attr::IN_FLIGHT_UNTIL).remove(attr::CLAIM_ID);
+        if update.status.is_terminal() {
+            expr.set(attr::METERING_STATUS, s(update.status.as_str()))
+                .set_or_remove(
+                    attr::METERING_STATUS_REASON,
+                    update.reason.as_deref().map(s),
+                )
+                .remove(attr::METERING_PENDING);
+            // An absent record id keeps a stored one.
+            if let Some(id) = &update.metering_record_id {
+                expr.set(attr::METERING_RECORD_ID, s(id));
+            }
+        } else if !update.possibly_sent {
+            expr.remove(attr::SENT_QUANTITY);
+        }
+        expr.stamp(now);
+        let pending = expr.name(attr::METERING_PENDING);
+        let holder = match &write.claim_id {
+            Some(id) => {
+                let name = expr.name(attr::CLAIM_ID);
+                let value = expr.value(s(id));
+                format!("{name} = {value}")
+            }
+            None => not_in_flight_condition(&mut expr, now),
+        };
+        let tx = TxUpdate::builder()
+            .table_name(&self.table)
+            .key(attr::LICENSE_ARN, s(&write.key.license_arn))
+            .key(
+                attr::AGGREGATED_SORT_KEY,
+                s(write.key.aggregated_sort_key()),
+            )
+            .update_expression(expr.expression())
+            .condition_expression(format!("attribute_exists({pending}) AND {holder}"))
+            .set_expression_attribute_names(expr.names())
+            .set_expression_attribute_values(expr.values())
+            .build()
+            .map_err(|e| build_error("record Update", e))?;
+        Ok(TransactWriteItem::builder().update(tx).build())
+    }
+
+    /// Applies each item whose condition holds, in as few transactions as it takes:
+    /// one when every condition holds; when some fail, the transaction (which then
+    /// changed nothing) is sent again without them. One answer per item: applied or
+    /// not. A conflict with another transaction or throttling is transient (the whole
+    /// call is retried by the caller; nothing was applied).
+    async fn transact_each(
+        &self,
+        items: Vec<TransactWriteItem>,
+        operation: &'static str,
+    ) -> Result<Vec<bool>, PortError> {
+        let mut applied = vec![false; items.len()];
+        let mut live: Vec<usize> = (0..items.len()).collect();
+        while !live.is_empty() {
+            let batch: Vec<TransactWriteItem> =
+                live.iter().filter_map(|i| items.get(*i).cloned()).collect();
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(batch))
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => {
+                    for i in &live {
+                        applied[*i] = true;
+                    }
+                    return Ok(applied);
+                }
+                Err(err) => err,
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(canceled)) =
+                err.as_service_error()
+            else {
+                return Err(if is_transient(&err) {
+                    PortError::Transient {
+                        operation,
+                        message: describe(&err),
+                    }
+                } else {
+                    port_error(operation, err)
+                });
+            };
+            let codes: Vec<&str> = canceled
+                .cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None"))
+                .collect();
+            let failed_conditions: Vec<usize> = codes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c == "ConditionalCheckFailed")
+                .map(|(position, _)| position)
+                .collect();
+            let other = codes
+                .iter()
+                .any(|c| *c != "None" && *c != "ConditionalCheckFailed");
+            if codes.len() != live.len() || other || failed_conditions.is_empty() {
+                let message = format!(
+                    "transaction canceled: {} (reasons {codes:?})",
+                    canceled.message().unwrap_or_default()
+                );
+                let transient = codes.iter().any(|c| {
+                    matches!(
+                        *c,
+                        "TransactionConflict"
+                            | "ThrottlingError"
+                            | "ProvisionedThroughputExceeded"
+                            | "RequestLimitExceeded"
+                    )
+                });
+                return Err(if transient {
+                    PortError::Transient { operation, message }
+                } else {
+                    PortError::Failed { operation, message }
+                });
+            }
+            live = live
+                .iter()
+                .enumerate()
+                .filter(|(position, _)| !failed_conditions.contains(position))
+                .map(|(_, i)| *i)
+                .collect();
+        }
+        Ok(applied)
+    }
 }
 
 #[async_trait]
@@ -407,113 +602,39 @@ impl AggregatedStore for DynamoAggregatedStore {
         self.record_page(out.items(), out.last_evaluated_key())
     }
 
-    #[instrument(skip(self, claim), fields(table = %self.table, group = %key))]
-    async fn claim(
+    #[instrument(skip(self, requests), fields(table = %self.table, records = requests.len()))]
+    async fn claim_all(
         &self,
-        key: &GroupKey,
-        expected_version: u64,
-        claim: &Claim,
-    ) -> Result<Option<ClaimGrant>, PortError> {
-        let mut update = Update::new();
-        update
-            .set(attr::IN_FLIGHT_UNTIL, instant(claim.until))
-            .set(attr::CLAIM_ID, s(&claim.id));
-        let attempts = update.name(attr::ATTEMPT_COUNT);
-        let zero = update.value(n(0));
-        let one = update.value(n(1));
-        let sent = update.name(attr::SENT_QUANTITY);
-        let quantity = update.name(attr::QUANTITY);
-        update
-            .set_clause(format!(
-                "{attempts} = if_not_exists({attempts}, {zero}) + {one}"
-            ))
-            .set_clause(format!("{sent} = if_not_exists({sent}, {quantity})"))
-            .stamp(claim.now);
-        let version = version_condition(&mut update, expected_version);
-        let pending = update.name(attr::METERING_PENDING);
-        let folding = update.name(attr::AGGREGATION_IN_PROGRESS);
-        let not_in_flight = not_in_flight_condition(&mut update, claim.now);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(&key.license_arn))
-            .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
-            .update_expression(update.expression())
-            .condition_expression(format!(
-                "attribute_exists({pending}) AND attribute_not_exists({folding}) AND {version} AND {not_in_flight}"
-            ))
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            // The values before the claim tell, atomically, whether an earlier send
-            // may have billed the record.
-            .return_values(ReturnValue::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                let old = out.attributes.unwrap_or_default();
-                Ok(Some(ClaimGrant {
-                    previously_sent: old.contains_key(attr::SENT_QUANTITY)
-                        || old.contains_key(attr::IN_FLIGHT_UNTIL),
-                }))
-            }
-            Err(e) if is_conditional_check_failed(&e) => Ok(None),
-            Err(e) => Err(port_error("UpdateItem aggregated claim", e)),
-        }
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
+        check_batch_writes("TransactWriteItems aggregated claim", requests.len())?;
+        let items = requests
+            .iter()
+            .map(|r| self.claim_item(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let applied = self
+            .transact_each(items, "TransactWriteItems aggregated claim")
+            .await?;
+        Ok(requests
+            .iter()
+            .zip(applied)
+            .map(|(request, ok)| ok.then(|| request.grant()))
+            .collect())
     }
 
-    #[instrument(skip(self, update), fields(table = %self.table, group = %key))]
-    async fn record(
+    #[instrument(skip(self, writes), fields(table = %self.table, records = writes.len()))]
+    async fn record_all(
         &self,
-        key: &GroupKey,
-        claim_id: Option<&str>,
-        update: &SubmissionUpdate,
+        writes: &[OutcomeWrite],
         now: Instant,
-    ) -> Result<bool, PortError> {
-        let mut expr = Update::new();
-        expr.remove(attr::IN_FLIGHT_UNTIL).remove(attr::CLAIM_ID);
-        if update.status.is_terminal() {
-            expr.set(attr::METERING_STATUS, s(update.status.as_str()))
-                .set_or_remove(
-                    attr::METERING_STATUS_REASON,
-                    update.reason.as_deref().map(s),
-                )
-                .remove(attr::METERING_PENDING);
-            // An absent record id keeps a stored one.
-            if let Some(id) = &update.metering_record_id {
-                expr.set(attr::METERING_RECORD_ID, s(id));
-            }
-        } else if !update.possibly_sent {
-            expr.remove(attr::SENT_QUANTITY);
-        }
-        expr.stamp(now);
-        let pending = expr.name(attr::METERING_PENDING);
-        let holder = match claim_id {
-            Some(id) => {
-                let name = expr.name(attr::CLAIM_ID);
-                let value = expr.value(s(id));
-                format!("{name} = {value}")
-            }
-            None => not_in_flight_condition(&mut expr, now),
-        };
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(&key.license_arn))
-            .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
-            .update_expression(expr.expression())
-            .condition_expression(format!("attribute_exists({pending}) AND {holder}"))
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem aggregated record", e)),
-        }
+    ) -> Result<Vec<bool>, PortError> {
+        check_batch_writes("TransactWriteItems aggregated record", writes.len())?;
+        let items = writes
+            .iter()
+            .map(|w| self.record_item(w, now))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.transact_each(items, "TransactWriteItems aggregated record")
+            .await
     }
 
     #[instrument(skip(self, item), fields(table = %self.table, sort_key = %item.sort_key))]

@@ -286,13 +286,91 @@ pub struct Claim {
     pub until: Instant,
 }
 
-/// What a successful claim learned about the record's past, atomically with the claim.
+/// What a successful claim learned about the record's past (true at the claim: the
+/// claim is taken only on the record exactly as read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimGrant {
     /// An earlier send may have billed the record (it carried `sentQuantity`, or an
     /// unreleased claim that may have sent): a `DuplicateRecord` now means our own
     /// earlier call billed it, with this same quantity.
     pub previously_sent: bool,
+}
+
+/// Most claims or outcome writes in one [`AggregatedStore::claim_all`] /
+/// [`AggregatedStore::record_all`] call: one `BatchMeterUsage` batch (a DynamoDB
+/// transaction holds up to 100 items; 25 stays far inside its 4 MB).
+pub const MAX_BATCH_WRITES: usize = 25;
+
+/// Refuses a batched claim or outcome call of more than [`MAX_BATCH_WRITES`] items.
+pub fn check_batch_writes(operation: &'static str, n: usize) -> Result<(), PortError> {
+    if n > MAX_BATCH_WRITES {
+        return Err(PortError::Failed {
+            operation,
+            message: format!("{n} items in one call; at most {MAX_BATCH_WRITES}"),
+        });
+    }
+    Ok(())
+}
+
+/// The state a claim expects to find: the record exactly as the submitter read it.
+/// Every fold bumps `version`, every claim bumps `attempt_count` and sets a fresh
+/// `claim_id`, every outcome removes `claim_id`: if all three match, nothing happened
+/// to the record since the read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimExpectation {
+    /// `version` as read.
+    pub version: u64,
+    /// `attemptCount` as read (0: absent).
+    pub attempt_count: u32,
+    /// `claimId` as read (`None`: absent).
+    pub claim_id: Option<String>,
+}
+
+/// One record to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Which record.
+    pub key: GroupKey,
+    /// The state it was read in.
+    pub expected: ClaimExpectation,
+    /// What an earlier send may have done, as read (the grant's `previously_sent`).
+    pub previously_sent: bool,
+    /// The claim to take.
+    pub claim: Claim,
+}
+
+impl ClaimRequest {
+    /// A claim on `record` as read.
+    pub fn of(record: &AggregatedRecord, claim: Claim) -> Self {
+        ClaimRequest {
+            key: record.key.clone(),
+            expected: ClaimExpectation {
+                version: record.version,
+                attempt_count: record.attempt_count,
+                claim_id: record.claim_id.clone(),
+            },
+            previously_sent: record.sent_quantity.is_some() || record.in_flight_until.is_some(),
+            claim,
+        }
+    }
+
+    /// The grant, once the claim is taken (the record is as read, so is its past).
+    pub fn grant(&self) -> ClaimGrant {
+        ClaimGrant {
+            previously_sent: self.previously_sent,
+        }
+    }
+}
+
+/// One submission outcome to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeWrite {
+    /// Which record.
+    pub key: GroupKey,
+    /// The claim it is written under (`None`: only while no unexpired claim holds it).
+    pub claim_id: Option<String>,
+    /// The outcome.
+    pub update: SubmissionUpdate,
 }
 
 /// The aggregated-usage table.
@@ -311,29 +389,59 @@ pub trait AggregatedStore: Send + Sync {
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError>;
 
-    /// Claims a pending record for sending: sets `inFlightUntil = claim.until`,
-    /// `claimId = claim.id`, `sentQuantity = quantity` if absent, and bumps the attempt
-    /// count, only if it is pending, at `expected_version`, not mid-fold
-    /// (`aggregationInProgress`), and not held by an unexpired claim at `claim.now`.
-    /// `Ok(None)` if the condition failed (skip it this run).
+    /// Claims pending records for sending, in one request where the store can (DynamoDB:
+    /// one `TransactWriteItems`, retried without the items whose condition failed).
+    /// Each claim sets `inFlightUntil = claim.until`, `claimId = claim.id`,
+    /// `sentQuantity = quantity` if absent, and bumps the attempt count, only if the
+    /// record is pending, not mid-fold (`aggregationInProgress`), not held by an
+    /// unexpired claim at `claim.now`, and still exactly as read ([`ClaimExpectation`]:
+    /// no fold, claim or outcome since), so what the read says about earlier sends is
+    /// what is true at the claim. One answer per request, in order: `None` where the
+    /// condition failed (skip it this run). At most [`MAX_BATCH_WRITES`] requests.
+    async fn claim_all(
+        &self,
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<Option<ClaimGrant>>, PortError>;
+
+    /// [`AggregatedStore::claim_all`] for one record.
     async fn claim(
         &self,
-        key: &GroupKey,
-        expected_version: u64,
+        record: &AggregatedRecord,
         claim: &Claim,
-    ) -> Result<Option<ClaimGrant>, PortError>;
+    ) -> Result<Option<ClaimGrant>, PortError> {
+        let request = ClaimRequest::of(record, claim.clone());
+        let granted = self.claim_all(std::slice::from_ref(&request)).await?;
+        Ok(granted.into_iter().next().flatten())
+    }
 
-    /// Records a submission outcome and releases the claim. Terminal statuses remove
-    /// `meteringPending`. Applies only while the record is still pending and, with
-    /// `claim_id`, only while that claim holds it; without one (age-out, a record that
-    /// cannot be sent), only while no unexpired claim holds it at `now`.
+    /// Records submission outcomes and releases their claims, in one request where the
+    /// store can. Terminal statuses remove `meteringPending`. Each applies only while
+    /// the record is still pending and, with a claim id, only while that claim holds
+    /// it; without one (age-out, a record that cannot be sent), only while no unexpired
+    /// claim holds it at `now`. One answer per write, in order: whether it applied. At
+    /// most [`MAX_BATCH_WRITES`] writes.
+    async fn record_all(
+        &self,
+        writes: &[OutcomeWrite],
+        now: Instant,
+    ) -> Result<Vec<bool>, PortError>;
+
+    /// [`AggregatedStore::record_all`] for one record.
     async fn record(
         &self,
         key: &GroupKey,
         claim_id: Option<&str>,
         update: &SubmissionUpdate,
         now: Instant,
-    ) -> Result<bool, PortError>;
+    ) -> Result<bool, PortError> {
+        let write = OutcomeWrite {
+            key: key.clone(),
+            claim_id: claim_id.map(str::to_string),
+            update: update.clone(),
+        };
+        let applied = self.record_all(std::slice::from_ref(&write), now).await?;
+        Ok(applied.into_iter().next().unwrap_or(false))
+    }
 
     /// Gives a malformed item of the pending index (see [`Page::malformed`]) the final
     /// status `Error` with `reason`, by its stored keys, only while it still carries

@@ -31,7 +31,7 @@ impl<'a> Task<'a> {
 pub struct RunStats {
     /// Polls made.
     pub steps: u64,
-    /// Tasks dropped by an injected crash.
+    /// Tasks dropped by an injected crash or killed at their Lambda timeout.
     pub crashed: usize,
     /// Tasks still live when the step limit came (a livelock guard, reported).
     pub unfinished: usize,
@@ -57,8 +57,11 @@ pub fn run(
             live.swap_remove(slot);
             continue;
         };
-        // A task that has started may die before its next port call.
-        if crashes && stats.steps > 0 && sim.fault(FaultKind::Crash, &task.name) {
+        // A task that has started may die before its next port call; one whose Lambda
+        // timeout passed while it was stalled is dead already.
+        if sim.take_killed(id)
+            || (crashes && stats.steps > 0 && sim.fault(FaultKind::Crash, &task.name))
+        {
             live.swap_remove(slot);
             stats.crashed += 1;
             on_crash(id);

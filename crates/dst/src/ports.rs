@@ -2,23 +2,24 @@
 //! scheduler may run another task there), may fail before taking effect, and a write
 //! may take effect and then lose its response. `BatchMeterUsage` additionally throttles,
 //! leaves records unprocessed, refuses the Region for a while, and bills then loses
-//! its answer; every quantity it is sent is recorded, to catch a group sent twice with
+//! its answer, or hangs for minutes (killing an invocation whose timeout passes); every quantity it is sent is recorded, to catch a group sent twice with
 //! two quantities.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use awsmp_core::memory::{
-    MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryUsageStore,
+    ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryUsageStore,
 };
 use awsmp_core::model::{
     AggregatedRecord, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber,
 };
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
-    MeteringApi, MeteringError, MeteringRecord, NewUsageRow, Page, PendingRawRef, PortError,
-    PutOutcome, RecordVerdict, RowClaim, StrayPending, SubmissionUpdate, SubscriberStore,
+    AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, Clock, CommitOutcome, Cursor,
+    MalformedItem, MeteringApi, MeteringError, MeteringRecord, NewUsageRow, OutcomeWrite, Page,
+    PendingRawRef, PortError, PutOutcome, RecordVerdict, RowClaim, StrayPending, SubscriberStore,
     UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant};
@@ -178,24 +179,20 @@ impl AggregatedStore for FaultyAggregated {
         let call = self.inner.pending_page(hour, cursor);
         guarded(&self.sim, "aggregated.pending_page", false, call).await
     }
-    async fn claim(
+    async fn claim_all(
         &self,
-        key: &GroupKey,
-        expected_version: u64,
-        claim: &Claim,
-    ) -> Result<Option<ClaimGrant>, PortError> {
-        let call = self.inner.claim(key, expected_version, claim);
-        guarded(&self.sim, "aggregated.claim", true, call).await
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
+        let call = self.inner.claim_all(requests);
+        guarded(&self.sim, "aggregated.claim_all", true, call).await
     }
-    async fn record(
+    async fn record_all(
         &self,
-        key: &GroupKey,
-        claim_id: Option<&str>,
-        update: &SubmissionUpdate,
+        writes: &[OutcomeWrite],
         now: Instant,
-    ) -> Result<bool, PortError> {
-        let call = self.inner.record(key, claim_id, update, now);
-        guarded(&self.sim, "aggregated.record", true, call).await
+    ) -> Result<Vec<bool>, PortError> {
+        let call = self.inner.record_all(writes, now);
+        guarded(&self.sim, "aggregated.record_all", true, call).await
     }
     async fn put_direct(
         &self,
@@ -304,16 +301,35 @@ pub struct FaultyMetering {
     disabled_calls: Mutex<u32>,
     /// Every quantity sent per group (one Marketplace processed).
     sent: Arc<Mutex<BTreeMap<GroupKey, BTreeSet<i64>>>>,
+    /// Time (a stalled call lets it run on).
+    clock: ManualClock,
 }
 
 impl FaultyMetering {
     /// A wrapper around `inner`.
-    pub fn new(inner: MemoryMeteringApi, sim: Sim) -> Self {
+    pub fn new(inner: MemoryMeteringApi, sim: Sim, clock: ManualClock) -> Self {
         FaultyMetering {
             inner,
             sim,
             disabled_calls: Mutex::new(0),
             sent: Arc::default(),
+            clock,
+        }
+    }
+
+    /// A call that hangs after billing: one to eight minutes pass while every other
+    /// task runs; an invocation whose Lambda timeout passes meanwhile never resumes.
+    async fn stall(&self) {
+        let minutes = 1 + u64::try_from(self.sim.below(8)).unwrap_or(0);
+        for _ in 0..minutes {
+            self.clock.advance(Duration::from_secs(60));
+            for _ in 0..(5 + self.sim.below(40)) {
+                yield_now().await;
+            }
+        }
+        if self.sim.deadline().is_some_and(|d| self.clock.now() >= d) {
+            self.sim.kill_current();
+            std::future::pending::<()>().await;
         }
     }
 
@@ -387,6 +403,9 @@ impl MeteringApi for FaultyMetering {
             self.note_sent(&processed);
             answers
         };
+        if self.sim.fault(FaultKind::Stall, "BatchMeterUsage") {
+            self.stall().await;
+        }
         if self
             .sim
             .fault(FaultKind::MeteringLostResponse, "BatchMeterUsage")

@@ -38,6 +38,8 @@ pub const PRODUCT: &str = "prod-sim";
 pub const ACCOUNT: &str = "111122223333";
 /// The dimension Marketplace rejects (`InvalidUsageDimensionException`).
 pub const POISON: &str = "poison";
+/// The submitter's Lambda timeout (template-main.yaml).
+const SUBMITTER_TIMEOUT_SECONDS: i64 = 240;
 /// Most polls of one concurrent phase (a guard; reported when hit).
 const MAX_STEPS: u64 = 200_000;
 
@@ -130,6 +132,8 @@ impl Stack {
         let _ = discover(now, &self.discover_settings(), ports, Budget::UNLIMITED).await;
     }
 
+    /// One submitter invocation under the Lambda timeout the template gives it (the
+    /// deadline is wall-clock, whatever the event time says).
     async fn submit_once(&self, name: &str) {
         let now = self.invocation_time(name);
         let ports = SubmitPorts {
@@ -139,7 +143,11 @@ impl Stack {
             metrics: &self.metrics,
             clock: &self.clock,
         };
-        let _ = submit(now, &self.submit_settings(), ports, Budget::UNLIMITED).await;
+        let deadline = self.clock.now() + chrono::Duration::seconds(SUBMITTER_TIMEOUT_SECONDS);
+        self.sim.set_deadline(deadline);
+        let budget = Budget::before(deadline, chrono::Duration::seconds(20));
+        let _ = submit(now, &self.submit_settings(), ports, budget).await;
+        self.sim.clear_deadline();
     }
 
     /// Handles one aggregation message (flush queue first); `false` when none was there.
@@ -312,7 +320,7 @@ pub fn run(sim: Sim) -> World {
         api.entitle(l, ACCOUNT);
     }
     api.reject_dimension(POISON, "InvalidUsageDimensionException");
-    let metering = Arc::new(FaultyMetering::new(api, sim.clone()));
+    let metering = Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()));
     let lock = MeteringLockHours::DEFAULT;
     let completed = time::completed_buckets(start, lock);
     let current = HourBucket::containing(start);

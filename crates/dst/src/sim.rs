@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use awsmp_core::time::Instant;
+
 /// A fault the simulation can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultKind {
@@ -31,6 +33,10 @@ pub enum FaultKind {
     QueueLostResponse,
     /// A scheduled function runs with a stale event time (a retried schedule).
     StaleInvocation,
+    /// A `BatchMeterUsage` call hangs for minutes after billing (a slow network, SDK
+    /// retries) while the rest of the system runs on; an invocation whose Lambda
+    /// timeout passes meanwhile is killed there, as Lambda kills it.
+    Stall,
 }
 
 impl FaultKind {
@@ -49,6 +55,7 @@ impl FaultKind {
             FaultKind::DuplicateDelivery => 800,
             FaultKind::QueueLostResponse => 300,
             FaultKind::StaleInvocation => 3000,
+            FaultKind::Stall => 500,
         }
     }
 }
@@ -75,6 +82,10 @@ struct State {
     faults_on: bool,
     injected: Vec<Injected>,
     current: usize,
+    /// Lambda timeouts of the tasks that run under one (task -> deadline).
+    deadlines: Vec<(usize, Instant)>,
+    /// Tasks whose timeout passed while they were stalled: dropped at their next poll.
+    killed: Vec<usize>,
 }
 
 /// The shared context (cheap to clone).
@@ -99,6 +110,8 @@ impl Sim {
                 faults_on: true,
                 injected: Vec::new(),
                 current: 0,
+                deadlines: Vec::new(),
+                killed: Vec::new(),
             })),
         }
     }
@@ -163,6 +176,47 @@ impl Sim {
     /// Marks `task` as the one being polled.
     pub fn set_current(&self, task: usize) {
         lock(&self.state).current = task;
+    }
+
+    /// The current task runs under a Lambda timeout at `deadline`.
+    pub fn set_deadline(&self, deadline: Instant) {
+        let mut state = lock(&self.state);
+        let task = state.current;
+        state.deadlines.retain(|(t, _)| *t != task);
+        state.deadlines.push((task, deadline));
+    }
+
+    /// The current task's Lambda timeout, if it runs under one.
+    pub fn deadline(&self) -> Option<Instant> {
+        let state = lock(&self.state);
+        let task = state.current;
+        state
+            .deadlines
+            .iter()
+            .find(|(t, _)| *t == task)
+            .map(|(_, d)| *d)
+    }
+
+    /// The current task's invocation ended (its timeout no longer applies).
+    pub fn clear_deadline(&self) {
+        let mut state = lock(&self.state);
+        let task = state.current;
+        state.deadlines.retain(|(t, _)| *t != task);
+    }
+
+    /// Marks the current task as killed by Lambda (its timeout passed).
+    pub fn kill_current(&self) {
+        let mut state = lock(&self.state);
+        let task = state.current;
+        state.killed.push(task);
+    }
+
+    /// Whether `task` was killed (once: the flag is taken).
+    pub fn take_killed(&self, task: usize) -> bool {
+        let mut state = lock(&self.state);
+        let before = state.killed.len();
+        state.killed.retain(|t| *t != task);
+        state.killed.len() != before
     }
 
     /// Every fault injected so far.

@@ -11,8 +11,8 @@ use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
 use crate::items::{aggregated_item, check_commit};
 use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Cursor, MalformedItem,
-    Page, PortError, PutOutcome, SubmissionUpdate,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
+    MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
 };
 use crate::stamp::AuditStamp;
 use crate::sync::lock;
@@ -27,12 +27,14 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   condition is [`CommitOutcome::Conflict`] and changes nothing. On success the record
 ///   is stored as given and each claimed row gets `aggregatedInto` = the record's sort
 ///   key and a new `updatedAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
-///   twice, is an error (DynamoDB refuses such a transaction).
-/// - `claim`: pending, at `expected_version`, not mid-fold, not held by an unexpired
-///   claim (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`,
-///   `claimId`, `sentQuantity` (kept if set), `attemptCount + 1`; the version does not
-///   move. The grant says whether an earlier send may have billed it.
-/// - `record`: only while pending and, with a claim id, only under that claim (without
+///   twice, is an error (DynamoDB refuses such a transaction). More than
+///   [`MAX_BATCH_WRITES`] claims or outcomes in one call is an error too.
+/// - `claim_all`, each request on its own: pending, exactly as read (version, attempt
+///   count and claim id as expected), not mid-fold, not held by an unexpired claim
+///   (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`, `claimId`,
+///   `sentQuantity` (kept if set), `attemptCount + 1`; the version does not move. The
+///   grant says, from the read, whether an earlier send may have billed it.
+/// - `record_all`, each write on its own: only while pending and, with a claim id, only under that claim (without
 ///   one, only while no unexpired claim holds it); releases the claim; a terminal
 ///   status also sets the reason and the record id (an absent record id keeps a stored
 ///   one) and leaves the pending index. `Pending` releases the claim and drops
@@ -79,6 +81,96 @@ fn split_malformed(page: Page<Result<AggregatedRecord, MalformedItem>>) -> Page<
 /// record's attributes ([`aggregated_item`]), its audit stamps and `rawRowCount`
 /// (taken as `raw_rows`; the real item adds up every commit's rows, a few bytes'
 /// difference); refused over 400 KB.
+/// Tests' shorthand for a claim: reads the record and claims it as read, expecting
+/// `version` (a test of a stale version passes another). `Ok(None)` if it is absent.
+pub async fn claim_read(
+    store: &(impl AggregatedStore + ?Sized),
+    key: &GroupKey,
+    version: u64,
+    claim: &Claim,
+) -> Result<Option<ClaimGrant>, PortError> {
+    let Some(mut record) = store.get(key).await? else {
+        return Ok(None);
+    };
+    record.version = version;
+    store.claim(&record, claim).await
+}
+
+/// One claim of [`AggregatedStore::claim_all`], under the table lock.
+fn claim_one(
+    state: &mut super::tables::TablesState,
+    request: &ClaimRequest,
+) -> Result<Option<ClaimGrant>, PortError> {
+    let claim = &request.claim;
+    let Some(stored) = state.aggregated.get_mut(&aggregated_key(&request.key)) else {
+        return Ok(None);
+    };
+    let record = &mut stored.record;
+    let expected = &request.expected;
+    if record.status != AggregatedStatus::Pending
+        || record.version != expected.version
+        || record.attempt_count != expected.attempt_count
+        || record.claim_id != expected.claim_id
+        || record.folding
+        || in_flight_at(record, claim.now)
+    {
+        return Ok(None);
+    }
+    let mut next = record.clone();
+    next.in_flight_until = Some(claim.until);
+    next.claim_id = Some(claim.id.clone());
+    next.sent_quantity = Some(record.sent_quantity.unwrap_or(record.quantity));
+    next.attempt_count = record.attempt_count.saturating_add(1);
+    let stamp = AuditStamp {
+        created_at: stored.stamp.created_at.clone(),
+        updated_at: format_instant(claim.now),
+    };
+    record_size(&next, &stamp, 0)?;
+    stored.record = next;
+    stored.stamp = stamp;
+    Ok(Some(request.grant()))
+}
+
+/// One outcome of [`AggregatedStore::record_all`], under the table lock.
+fn record_one(
+    state: &mut super::tables::TablesState,
+    write: &OutcomeWrite,
+    now: Instant,
+) -> Result<bool, PortError> {
+    let Some(stored) = state.aggregated.get_mut(&aggregated_key(&write.key)) else {
+        return Ok(false);
+    };
+    let record = &mut stored.record;
+    let update = &write.update;
+    let holder_ok = match &write.claim_id {
+        Some(id) => record.claim_id.as_deref() == Some(id.as_str()),
+        None => !in_flight_at(record, now),
+    };
+    if record.status != AggregatedStatus::Pending || !holder_ok {
+        return Ok(false);
+    }
+    let mut next = record.clone();
+    next.in_flight_until = None;
+    next.claim_id = None;
+    if update.status.is_terminal() {
+        next.status = update.status;
+        next.status_reason = update.reason.clone();
+        if update.metering_record_id.is_some() {
+            next.metering_record_id = update.metering_record_id.clone();
+        }
+    } else if !update.possibly_sent {
+        next.sent_quantity = None;
+    }
+    let stamp = AuditStamp {
+        created_at: stored.stamp.created_at.clone(),
+        updated_at: format_instant(now),
+    };
+    record_size(&next, &stamp, 0)?;
+    stored.record = next;
+    stored.stamp = stamp;
+    Ok(true)
+}
+
 fn record_size(
     record: &AggregatedRecord,
     stamp: &AuditStamp,
@@ -240,83 +332,33 @@ impl AggregatedStore for MemoryAggregatedStore {
         Ok(split_malformed(page))
     }
 
-    async fn claim(
+    async fn claim_all(
         &self,
-        key: &GroupKey,
-        expected_version: u64,
-        claim: &Claim,
-    ) -> Result<Option<ClaimGrant>, PortError> {
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
+        check_batch_writes("aggregated claim_all", requests.len())?;
         self.tables.faults.check(StoreOp::AggregatedClaim)?;
         let mut state = lock(&self.tables.state);
-        let Some(stored) = state.aggregated.get_mut(&aggregated_key(key)) else {
-            return Ok(None);
-        };
-        let record = &mut stored.record;
-        if record.status != AggregatedStatus::Pending
-            || record.version != expected_version
-            || record.folding
-            || in_flight_at(record, claim.now)
-        {
-            return Ok(None);
+        let mut granted = Vec::with_capacity(requests.len());
+        for request in requests {
+            granted.push(claim_one(&mut state, request)?);
         }
-        let grant = ClaimGrant {
-            previously_sent: record.sent_quantity.is_some() || record.in_flight_until.is_some(),
-        };
-        let mut next = record.clone();
-        next.in_flight_until = Some(claim.until);
-        next.claim_id = Some(claim.id.clone());
-        next.sent_quantity = Some(record.sent_quantity.unwrap_or(record.quantity));
-        next.attempt_count = record.attempt_count.saturating_add(1);
-        let stamp = AuditStamp {
-            created_at: stored.stamp.created_at.clone(),
-            updated_at: format_instant(claim.now),
-        };
-        record_size(&next, &stamp, 0)?;
-        stored.record = next;
-        stored.stamp = stamp;
-        Ok(Some(grant))
+        Ok(granted)
     }
 
-    async fn record(
+    async fn record_all(
         &self,
-        key: &GroupKey,
-        claim_id: Option<&str>,
-        update: &SubmissionUpdate,
+        writes: &[OutcomeWrite],
         now: Instant,
-    ) -> Result<bool, PortError> {
+    ) -> Result<Vec<bool>, PortError> {
+        check_batch_writes("aggregated record_all", writes.len())?;
         self.tables.faults.check(StoreOp::AggregatedRecord)?;
         let mut state = lock(&self.tables.state);
-        let Some(stored) = state.aggregated.get_mut(&aggregated_key(key)) else {
-            return Ok(false);
-        };
-        let record = &mut stored.record;
-        let holder_ok = match claim_id {
-            Some(id) => record.claim_id.as_deref() == Some(id),
-            None => !in_flight_at(record, now),
-        };
-        if record.status != AggregatedStatus::Pending || !holder_ok {
-            return Ok(false);
+        let mut applied = Vec::with_capacity(writes.len());
+        for write in writes {
+            applied.push(record_one(&mut state, write, now)?);
         }
-        let mut next = record.clone();
-        next.in_flight_until = None;
-        next.claim_id = None;
-        if update.status.is_terminal() {
-            next.status = update.status;
-            next.status_reason = update.reason.clone();
-            if update.metering_record_id.is_some() {
-                next.metering_record_id = update.metering_record_id.clone();
-            }
-        } else if !update.possibly_sent {
-            next.sent_quantity = None;
-        }
-        let stamp = AuditStamp {
-            created_at: stored.stamp.created_at.clone(),
-            updated_at: format_instant(now),
-        };
-        record_size(&next, &stamp, 0)?;
-        stored.record = next;
-        stored.stamp = stamp;
-        Ok(true)
+        Ok(applied)
     }
 
     async fn reject_malformed(
@@ -414,7 +456,7 @@ mod tests {
     use crate::memory::fixtures::*;
     use crate::memory::reference_row;
     use crate::model::RawUsageRow;
-    use crate::ports::MAX_ROWS_PER_COMMIT;
+    use crate::ports::{MAX_ROWS_PER_COMMIT, SubmissionUpdate};
     #[tokio::test]
     async fn commit_creates_then_folds_and_claims_rows_atomically() {
         let tables = MemoryTables::new();
@@ -651,21 +693,21 @@ mod tests {
         let first = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
 
         assert!(
-            store.claim(&key, 2, &first).await.unwrap().is_none(),
+            claim_read(&store, &key, 2, &first).await.unwrap().is_none(),
             "wrong version"
         );
-        let grant = store.claim(&key, 3, &first).await.unwrap().unwrap();
+        let grant = claim_read(&store, &key, 3, &first).await.unwrap().unwrap();
         assert!(!grant.previously_sent, "never sent before");
         assert!(
-            store
-                .claim(
-                    &key,
-                    3,
-                    &claim_at("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z")
-                )
-                .await
-                .unwrap()
-                .is_none(),
+            claim_read(
+                &store,
+                &key,
+                3,
+                &claim_at("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z")
+            )
+            .await
+            .unwrap()
+            .is_none(),
             "held"
         );
         let held = store.get(&key).await.unwrap().unwrap();
@@ -690,7 +732,7 @@ mod tests {
         // The claim expires at `until`; another submitter may take it, and learns that
         // the lapsed claim may have sent.
         let second = claim_at("c2", "2026-11-30T11:10:00Z", "2026-11-30T11:15:00Z");
-        let grant = store.claim(&key, 3, &second).await.unwrap().unwrap();
+        let grant = claim_read(&store, &key, 3, &second).await.unwrap().unwrap();
         assert!(grant.previously_sent);
         // The first holder's late outcome is refused: only the current claim records.
         let late = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-0".into()));
@@ -733,8 +775,7 @@ mod tests {
         // Terminal outcome: leaves the pending index; later records are refused.
         let third = claim_at("c3", "2026-11-30T11:12:00Z", "2026-11-30T11:17:00Z");
         assert!(
-            store
-                .claim(&key, 3, &third)
+            claim_read(&store, &key, 3, &third)
                 .await
                 .unwrap()
                 .unwrap()
@@ -768,15 +809,15 @@ mod tests {
                 .unwrap()
         );
         assert!(
-            store
-                .claim(
-                    &key,
-                    3,
-                    &claim_at("c4", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z")
-                )
-                .await
-                .unwrap()
-                .is_none()
+            claim_read(
+                &store,
+                &key,
+                3,
+                &claim_at("c4", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z")
+            )
+            .await
+            .unwrap()
+            .is_none()
         );
         assert!(
             !store
@@ -800,8 +841,7 @@ mod tests {
         // Throttled: nothing billed, nothing before -> folds resume.
         let c1 = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
         assert!(
-            !store
-                .claim(&key, 1, &c1)
+            !claim_read(&store, &key, 1, &c1)
                 .await
                 .unwrap()
                 .unwrap()
@@ -819,7 +859,7 @@ mod tests {
         assert_eq!(reopened.sent_quantity, None);
         // A record without a claim id cannot be written while a live claim holds it.
         let c2 = claim_at("c2", "2026-11-30T11:06:00Z", "2026-11-30T11:10:00Z");
-        assert!(store.claim(&key, 1, &c2).await.unwrap().is_some());
+        assert!(claim_read(&store, &key, 1, &c2).await.unwrap().is_some());
         let expire = SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, None, None);
         assert!(
             !store
@@ -845,7 +885,7 @@ mod tests {
         folding.folding = true;
         tables.insert_aggregated(folding, t("2026-11-30T11:00:00Z"));
         let c1 = claim_at("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
-        assert!(store.claim(&key, 1, &c1).await.unwrap().is_none());
+        assert!(claim_read(&store, &key, 1, &c1).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 
-use super::{MemoryTables, reference_row};
+use super::{MemoryTables, claim_read, reference_row};
 use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES};
 use crate::items::{ingestion_item, ingestion_marker_item, ingestion_marker_sort_key};
 use crate::model::{
@@ -26,8 +26,9 @@ use crate::model::{
     ReasonCode, Tag, attr,
 };
 use crate::ports::{
-    AggregatedStore, AggregationCommit, Claim, CommitOutcome, Cursor, MAX_ROWS_PER_COMMIT,
-    NewUsageRow, Page, PortError, PutOutcome, RowClaim, SubmissionUpdate, UsageStore,
+    AggregatedStore, AggregationCommit, Claim, ClaimRequest, CommitOutcome, Cursor,
+    MAX_BATCH_WRITES, MAX_ROWS_PER_COMMIT, NewUsageRow, OutcomeWrite, Page, PortError, PutOutcome,
+    RowClaim, SubmissionUpdate, UsageStore,
 };
 use crate::time::{HourBucket, Instant, parse_usage_timestamp};
 
@@ -108,6 +109,7 @@ macro_rules! store_contract_tests {
             commit_is_all_or_nothing_when_a_row_condition_fails,
             commit_folds_only_into_a_record_no_claim_ever_held,
             claim_and_record_hold_to_the_claim_id,
+            claim_all_takes_only_records_exactly_as_read_and_answers_each,
             finalize_row_requires_the_row_claim,
             pending_pages_cover_every_pending_item_once,
             a_commit_holds_at_most_100_items,
@@ -440,7 +442,7 @@ pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend)
     );
     assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
     let held = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
-    assert!(agg.claim(&key, 1, &held).await.unwrap().is_some());
+    assert!(claim_read(agg, &key, 1, &held).await.unwrap().is_some());
     let fold = commit(
         record(key.clone(), 2, 2),
         Some(1),
@@ -490,7 +492,7 @@ pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend)
     assert_eq!(agg.commit(&c).await.unwrap(), CommitOutcome::Committed);
     let c2 = claim("c2", "2026-11-30T13:05:00Z", "2026-11-30T13:10:00Z");
     assert!(
-        agg.claim(&other, 1, &c2).await.unwrap().is_none(),
+        claim_read(agg, &other, 1, &c2).await.unwrap().is_none(),
         "mid-fold"
     );
 }
@@ -512,10 +514,13 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
 
     let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
     assert!(
-        agg.claim(&key, 2, &first).await.unwrap().is_none(),
+        claim_read(agg, &key, 2, &first).await.unwrap().is_none(),
         "wrong version"
     );
-    let grant = agg.claim(&key, 3, &first).await.unwrap().expect("claimed");
+    let grant = claim_read(agg, &key, 3, &first)
+        .await
+        .unwrap()
+        .expect("claimed");
     assert!(!grant.previously_sent);
     let stored = agg.get(&key).await.unwrap().unwrap();
     assert_eq!(
@@ -529,7 +534,10 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         (3, 1, Some("c1"), Some(5), Some(t("2026-11-30T11:10:00Z")))
     );
     let early = claim("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z");
-    assert!(agg.claim(&key, 3, &early).await.unwrap().is_none(), "held");
+    assert!(
+        claim_read(agg, &key, 3, &early).await.unwrap().is_none(),
+        "held"
+    );
 
     let success = SubmissionUpdate {
         status: AggregatedStatus::Success,
@@ -551,7 +559,10 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
 
     // The lease runs out: a second claim takes over and learns a send may have billed.
     let second = claim("c2", "2026-11-30T11:10:00Z", "2026-11-30T11:20:00Z");
-    let grant = agg.claim(&key, 3, &second).await.unwrap().expect("expired");
+    let grant = claim_read(agg, &key, 3, &second)
+        .await
+        .unwrap()
+        .expect("expired");
     assert!(grant.previously_sent);
     assert!(
         !agg.record(&key, Some("c1"), &success, t("2026-11-30T11:11:00Z"))
@@ -582,7 +593,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         (AggregatedStatus::Pending, None, None, None)
     );
     let third = claim("c3", "2026-11-30T11:13:00Z", "2026-11-30T11:23:00Z");
-    assert!(agg.claim(&key, 3, &third).await.unwrap().is_some());
+    assert!(claim_read(agg, &key, 3, &third).await.unwrap().is_some());
     assert!(
         agg.record(&key, Some("c3"), &success, t("2026-11-30T11:14:00Z"))
             .await
@@ -601,6 +612,132 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
     );
     let pending = agg.pending_page(hour("2026-11-30T10"), None).await.unwrap();
     assert!(pending.items.is_empty(), "left the pending index");
+}
+
+/// Batched claims and outcomes answer each item on its own (one whose condition fails
+/// does not stop the rest): a claim is taken only on a record exactly as read, so one
+/// claimed, released or folded since the read is skipped; what a claim says about
+/// earlier sends is what the read said. More than [`MAX_BATCH_WRITES`] is refused.
+pub async fn claim_all_takes_only_records_exactly_as_read_and_answers_each(b: &dyn Backend) {
+    let agg = b.aggregated();
+    let mut reads = Vec::new();
+    for (n, h) in ["2026-11-30T07", "2026-11-30T08", "2026-11-30T09"]
+        .into_iter()
+        .enumerate()
+    {
+        let key = group(h);
+        let row = seed(b, &format!("{h}:00:00Z"), 2).await;
+        let create = commit(
+            record(key.clone(), 2, 1),
+            None,
+            &[&row],
+            "2026-11-30T10:00:00Z",
+        );
+        assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+        let read = agg.get(&key).await.unwrap().unwrap();
+        assert_eq!(read.attempt_count, 0, "record {n} is fresh");
+        reads.push(read);
+    }
+    // Behind the reader's back: the second is claimed and released as possibly sent.
+    let rival = claim("rival", "2026-11-30T10:01:00Z", "2026-11-30T10:06:00Z");
+    assert!(agg.claim(&reads[1], &rival).await.unwrap().is_some());
+    let ambiguous = SubmissionUpdate::release(true);
+    assert!(
+        agg.record(
+            &reads[1].key,
+            Some("rival"),
+            &ambiguous,
+            t("2026-11-30T10:02:00Z")
+        )
+        .await
+        .unwrap()
+    );
+    let requests: Vec<ClaimRequest> = reads
+        .iter()
+        .enumerate()
+        .map(|(n, r)| {
+            ClaimRequest::of(
+                r,
+                claim(
+                    &format!("c{n}"),
+                    "2026-11-30T10:03:00Z",
+                    "2026-11-30T10:08:00Z",
+                ),
+            )
+        })
+        .collect();
+    let granted = agg.claim_all(&requests).await.unwrap();
+    assert_eq!(
+        granted.iter().map(Option::is_some).collect::<Vec<_>>(),
+        vec![true, false, true],
+        "the stale read is skipped, the others claimed"
+    );
+    assert!(granted.iter().flatten().all(|g| !g.previously_sent));
+    let stale = agg.get(&reads[1].key).await.unwrap().unwrap();
+    assert_eq!(
+        (stale.claim_id, stale.sent_quantity, stale.attempt_count),
+        (None, Some(2), 1),
+        "untouched by the skipped claim"
+    );
+    // Read again, it is claimable, and the grant says an earlier send may have billed.
+    let again = ClaimRequest::of(
+        &read_record(agg, &reads[1].key).await,
+        claim("c9", "2026-11-30T10:03:00Z", "2026-11-30T10:08:00Z"),
+    );
+    let grant = agg.claim_all(&[again]).await.unwrap();
+    assert_eq!(grant[0].map(|g| g.previously_sent), Some(true));
+
+    // Outcomes: each under its own claim id; a wrong id fails alone.
+    let billed = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr".into()));
+    let writes = vec![
+        OutcomeWrite {
+            key: reads[0].key.clone(),
+            claim_id: Some("c0".into()),
+            update: billed.clone(),
+        },
+        OutcomeWrite {
+            key: reads[1].key.clone(),
+            claim_id: Some("c1".into()),
+            update: billed.clone(),
+        },
+        OutcomeWrite {
+            key: reads[2].key.clone(),
+            claim_id: Some("c2".into()),
+            update: billed.clone(),
+        },
+    ];
+    let applied = agg
+        .record_all(&writes, t("2026-11-30T10:04:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![true, false, true]);
+    for (n, status) in [
+        (0, AggregatedStatus::Success),
+        (1, AggregatedStatus::Pending),
+        (2, AggregatedStatus::Success),
+    ] {
+        let stored = agg.get(&reads[n].key).await.unwrap().unwrap();
+        assert_eq!(stored.status, status, "record {n}");
+    }
+
+    let too_many: Vec<ClaimRequest> = (0..=MAX_BATCH_WRITES)
+        .map(|n| {
+            let mut r = reads[0].clone();
+            r.key.dimension = format!("d{n}");
+            ClaimRequest::of(
+                &r,
+                claim("x", "2026-11-30T10:05:00Z", "2026-11-30T10:09:00Z"),
+            )
+        })
+        .collect();
+    assert!(
+        agg.claim_all(&too_many).await.is_err(),
+        "over the batch size"
+    );
+}
+
+async fn read_record(agg: &dyn AggregatedStore, key: &GroupKey) -> AggregatedRecord {
+    agg.get(key).await.unwrap().unwrap()
 }
 
 /// `finalize_row` applies once, only to a pending row, and only under the right

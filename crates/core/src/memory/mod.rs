@@ -34,7 +34,7 @@ pub use crate::items::{
     ingestion_sort_key,
 };
 pub use crate::metrics::RecordingMetrics;
-pub use aggregated::MemoryAggregatedStore;
+pub use aggregated::{MemoryAggregatedStore, claim_read};
 pub use faults::StoreOp;
 pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};
 pub use profiles::MemoryProfileStore;

@@ -292,12 +292,12 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::memory::{MemoryAggregatedStore, StoreOp, reference_row};
+    use crate::memory::{MemoryAggregatedStore, StoreOp, claim_read, reference_row};
     use crate::model::{AggregatedRecord, Allocation, Attr, Tag};
     use crate::pipeline::testkit::*;
     use crate::ports::{
-        AggregationCommit, Claim, ClaimGrant, Cursor, MalformedItem, Page, PortError,
-        SubmissionUpdate, metric,
+        AggregationCommit, ClaimGrant, ClaimRequest, Cursor, MalformedItem, OutcomeWrite, Page,
+        PortError, SubmissionUpdate, metric,
     };
     use crate::time::HourBucket;
 
@@ -486,9 +486,7 @@ mod tests {
             .aggregate(&aggregate_message(&key), now)
             .await
             .unwrap();
-        let grant = world
-            .aggregated
-            .claim(&key, 1, &claim_at("c1", now, 15))
+        let grant = claim_read(&world.aggregated, &key, 1, &claim_at("c1", now, 15))
             .await
             .unwrap();
         assert!(grant.is_some());
@@ -532,9 +530,7 @@ mod tests {
             .await
             .unwrap();
         // GIVEN a send whose response was lost (released, possibly billed 3) ...
-        world
-            .aggregated
-            .claim(&key, 1, &claim_at("c1", now, 15))
+        claim_read(&world.aggregated, &key, 1, &claim_at("c1", now, 15))
             .await
             .unwrap()
             .unwrap();
@@ -550,9 +546,7 @@ mod tests {
             .aggregate(&aggregate_message(&other), now)
             .await
             .unwrap();
-        world
-            .aggregated
-            .claim(&other, 1, &claim_at("c2", now, 15))
+        claim_read(&world.aggregated, &other, 1, &claim_at("c2", now, 15))
             .await
             .unwrap()
             .unwrap();
@@ -612,12 +606,15 @@ mod tests {
         let half = world.record(&key).unwrap();
         assert_eq!((half.quantity, half.folding), (99, true));
         assert!(
-            world
-                .aggregated
-                .claim(&key, half.version, &claim_at("c1", now, 15))
-                .await
-                .unwrap()
-                .is_none()
+            claim_read(
+                &world.aggregated,
+                &key,
+                half.version,
+                &claim_at("c1", now, 15)
+            )
+            .await
+            .unwrap()
+            .is_none()
         );
         assert!(!crate::aggregate::submission_due(
             &half,
@@ -636,12 +633,15 @@ mod tests {
         let whole = world.record(&key).unwrap();
         assert_eq!((whole.quantity, whole.folding), (150, false));
         assert!(
-            world
-                .aggregated
-                .claim(&key, whole.version, &claim_at("c2", now, 15))
-                .await
-                .unwrap()
-                .is_some()
+            claim_read(
+                &world.aggregated,
+                &key,
+                whole.version,
+                &claim_at("c2", now, 15)
+            )
+            .await
+            .unwrap()
+            .is_some()
         );
     }
 
@@ -746,22 +746,18 @@ mod tests {
         ) -> Result<Page<AggregatedRecord>, PortError> {
             self.inner.pending_page(hour, cursor).await
         }
-        async fn claim(
+        async fn claim_all(
             &self,
-            key: &GroupKey,
-            v: u64,
-            claim: &Claim,
-        ) -> Result<Option<ClaimGrant>, PortError> {
-            self.inner.claim(key, v, claim).await
+            requests: &[ClaimRequest],
+        ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
+            self.inner.claim_all(requests).await
         }
-        async fn record(
+        async fn record_all(
             &self,
-            key: &GroupKey,
-            claim_id: Option<&str>,
-            u: &SubmissionUpdate,
+            writes: &[OutcomeWrite],
             now: Instant,
-        ) -> Result<bool, PortError> {
-            self.inner.record(key, claim_id, u, now).await
+        ) -> Result<Vec<bool>, PortError> {
+            self.inner.record_all(writes, now).await
         }
         async fn reject_malformed(
             &self,

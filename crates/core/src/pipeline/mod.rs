@@ -21,7 +21,6 @@
 pub mod aggregation;
 pub mod budget;
 pub mod cleanup;
-pub mod concurrent;
 pub mod discover;
 pub mod error;
 pub mod pacing;

@@ -33,13 +33,13 @@ use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
 use crate::outcome::{Backoff, Outcome, RunAction, next_state, report_metrics};
 use crate::pipeline::budget::Budget;
-use crate::pipeline::concurrent::join_all;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
-    AggregatedStore, Claim, Clock, MalformedItem, MeteringApi, MeteringRecord, MetricsSink,
-    RecordVerdict, SubmissionUpdate, SubscriberStore, metric,
+    AggregatedStore, Claim, ClaimRequest, Clock, MAX_BATCH_WRITES, MalformedItem, MeteringApi,
+    MeteringRecord, MetricsSink, OutcomeWrite, RecordVerdict, SubmissionUpdate, SubscriberStore,
+    metric,
 };
 use crate::time::{self, HourBucket, Instant};
 
@@ -491,16 +491,88 @@ impl Run<'_> {
                 );
             }
         }
-        for batch in &plan.batches {
-            self.check_budget()?;
-            let members: Vec<&AggregatedRecord> = batch
-                .input_indexes()
-                .iter()
-                .filter_map(|i| records.get(*i))
-                .collect();
-            self.send_batch(&members).await?;
+        let batches: Vec<Vec<&AggregatedRecord>> = plan
+            .batches
+            .iter()
+            .map(|batch| {
+                batch
+                    .input_indexes()
+                    .iter()
+                    .filter_map(|i| records.get(*i))
+                    .collect()
+            })
+            .collect();
+        self.send_batches(&batches).await
+    }
+
+    /// Claims, sends and records the planned batches as a pipeline: while batch `i` is
+    /// sent, batch `i + 1` is claimed and the outcomes of batch `i - 1` are written, so
+    /// the database's latency hides behind the paced calls and each call costs two
+    /// store requests (one claim, one write-back) whatever its size. A crash anywhere
+    /// leaves at most two batches claimed with their sent quantity: re-sent after their
+    /// lease, Marketplace answers `DuplicateRecord` for what was billed.
+    async fn send_batches(&mut self, batches: &[Vec<&AggregatedRecord>]) -> Result<(), RunError> {
+        let Some(first) = batches.first() else {
+            return Ok(());
+        };
+        self.check_budget()?;
+        let mut claimed = self.claim_members(first).await;
+        let mut unwritten: Vec<OutcomeWrite> = Vec::new();
+        for index in 0..batches.len() {
+            let current = match claimed {
+                Ok(current) => current,
+                Err(error) => {
+                    self.finish(&unwritten, &[]).await;
+                    return Err(error);
+                }
+            };
+            self.report.claim_skipped += current.skipped;
+            if let Err(stop) = self.check_budget() {
+                self.finish(&unwritten, &current.held).await;
+                return Err(stop);
+            }
+            let next = batches.get(index + 1);
+            let (sent, next_claimed, written) = futures_util::join!(
+                self.send_held(&current.held),
+                async {
+                    match next {
+                        Some(members) => self.claim_members(members).await,
+                        None => Ok(Claimed::default()),
+                    }
+                },
+                self.write_outcomes(&unwritten),
+            );
+            claimed = next_claimed;
+            let judged = self.judge(&current.held, sent).await;
+            unwritten = judged.updates;
+            let failure = written.err().or(judged.lookup_failure);
+            let verdict = match failure {
+                Some(error) => Err(error),
+                None => self.after_batch(judged.action, judged.stop).await,
+            };
+            if let Err(error) = verdict {
+                let held = claimed.as_ref().map_or(&[][..], |c| c.held.as_slice());
+                self.finish(&unwritten, held).await;
+                return Err(error);
+            }
         }
-        Ok(())
+        self.write_outcomes(&unwritten).await
+    }
+
+    /// Before the loop ends early: writes the outcomes not yet stored and gives back the
+    /// claims taken for a batch that will not be sent (so late usage can fold in).
+    /// Best effort: what cannot be written lapses with its lease.
+    async fn finish(&self, unwritten: &[OutcomeWrite], unsent: &[Held<'_>]) {
+        let mut writes = unwritten.to_vec();
+        writes.extend(unsent.iter().map(|h| OutcomeWrite {
+            key: h.record.key.clone(),
+            claim_id: Some(h.claim_id.clone()),
+            update: SubmissionUpdate::release(h.previously_sent),
+        }));
+        if let Err(RunError::Pipeline(error)) = self.write_outcomes(&writes).await {
+            warn!(error = %error, records = writes.len(),
+                "outcomes not written; their claims lapse and the records are re-sent");
+        }
     }
 
     /// A claim for one record, leased from the wall clock's now.
@@ -513,53 +585,41 @@ impl Run<'_> {
         }
     }
 
-    /// Claims, sends and records one planned batch.
-    async fn send_batch(&mut self, members: &[&AggregatedRecord]) -> Result<(), RunError> {
-        let ports = self.ports;
-        let requests: Vec<Claim> = members.iter().map(|_| self.new_claim()).collect();
-        let claims = join_all(
-            members
-                .iter()
-                .zip(&requests)
-                .map(|(record, claim)| async move {
-                    retry_transient(ports.clock, RetryPolicy::STORE, || {
-                        ports.aggregated.claim(&record.key, record.version, claim)
-                    })
-                    .await
-                })
-                .collect(),
-        )
-        .await;
-        let mut held: Vec<Held<'_>> = Vec::with_capacity(members.len());
-        let mut failure = None;
-        for ((record, claim), result) in members.iter().zip(requests).zip(claims) {
-            match result {
-                Ok(Some(grant)) => held.push(Held {
+    /// Claims `members` in one store request (as read; a record moved since is skipped).
+    async fn claim_members<'r>(
+        &self,
+        members: &[&'r AggregatedRecord],
+    ) -> Result<Claimed<'r>, RunError> {
+        let requests: Vec<ClaimRequest> = members
+            .iter()
+            .map(|record| ClaimRequest::of(record, self.new_claim()))
+            .collect();
+        let mut claimed = Claimed::default();
+        if requests.is_empty() {
+            return Ok(claimed);
+        }
+        let grants = retry_transient(self.ports.clock, RetryPolicy::STORE, || {
+            self.ports.aggregated.claim_all(&requests)
+        })
+        .await?;
+        for ((record, request), grant) in members.iter().zip(requests).zip(grants) {
+            match grant {
+                Some(grant) => claimed.held.push(Held {
                     record,
-                    claim_id: claim.id,
+                    claim_id: request.claim.id,
                     previously_sent: grant.previously_sent,
                 }),
-                Ok(None) => self.report.claim_skipped += 1,
-                Err(e) => failure = Some(e),
+                None => claimed.skipped += 1,
             }
         }
-        if let Some(error) = failure {
-            // Nothing was sent: give back what we hold so late usage is not blocked.
-            let released: Vec<(GroupKey, Option<String>, SubmissionUpdate)> = held
-                .iter()
-                .map(|h| {
-                    (
-                        h.record.key.clone(),
-                        Some(h.claim_id.clone()),
-                        SubmissionUpdate::release(h.previously_sent),
-                    )
-                })
-                .collect();
-            let _ = self.write_all(&released).await;
-            return Err(error.into());
-        }
+        Ok(claimed)
+    }
+
+    /// Sends the held records (bisecting rejections), retrying unprocessed ones once
+    /// after a jittered backoff; emits the call metrics.
+    async fn send_held(&self, held: &[Held<'_>]) -> BisectReport {
         if held.is_empty() {
-            return Ok(());
+            return BisectReport::default();
         }
         let batch: Vec<MeteringRecord> = held
             .iter()
@@ -596,21 +656,28 @@ impl Run<'_> {
         for event in &events {
             event.emit(self.ports.metrics);
         }
+        sent
+    }
 
+    /// Each held record's outcome (counted, its metric emitted) and what the run does next.
+    async fn judge(&mut self, held: &[Held<'_>], sent: BisectReport) -> Judged {
         let stop = sent.stopped.as_ref().map(|s| s.kind());
-        let mut action = RunAction::Continue;
-        let mut updates = Vec::with_capacity(held.len());
+        let mut judged = Judged {
+            updates: Vec::with_capacity(held.len()),
+            action: RunAction::Continue,
+            stop,
+            lookup_failure: None,
+        };
         // A subscribers-table failure must not discard the outcomes already known: it
         // only keeps a CustomerNotSubscribed pending (retried next run), and is
         // returned after every outcome is written.
-        let mut lookup_failure = None;
         for (hold, result) in held.iter().zip(sent.results.iter()) {
             let subscriber = match result {
                 RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
                     match self.subscriber(&hold.record.key).await {
                         Ok(row) => row,
                         Err(e) => {
-                            lookup_failure = Some(e);
+                            judged.lookup_failure = Some(e);
                             None
                         }
                     }
@@ -628,20 +695,26 @@ impl Run<'_> {
                 .update
                 .clone()
                 .unwrap_or_else(|| SubmissionUpdate::release(hold.previously_sent));
-            updates.push((hold.record.key.clone(), Some(hold.claim_id.clone()), update));
-            action = match (action, outcome.action) {
+            judged.updates.push(OutcomeWrite {
+                key: hold.record.key.clone(),
+                claim_id: Some(hold.claim_id.clone()),
+                update,
+            });
+            judged.action = match (judged.action, outcome.action) {
                 (RunAction::StopRun, _) | (_, RunAction::StopRun) => RunAction::StopRun,
                 (RunAction::BackOff, _) | (_, RunAction::BackOff) => RunAction::BackOff,
                 _ => RunAction::Continue,
             };
         }
+        judged
+    }
 
-        // Every outcome of this batch is stored before the next batch is sent.
-        self.write_all(&updates).await?;
-        if let Some(error) = lookup_failure {
-            return Err(error);
-        }
-
+    /// What the run does after a batch: go on, back off, or stop.
+    async fn after_batch(
+        &mut self,
+        action: RunAction,
+        stop: Option<crate::bisect::StopKind>,
+    ) -> Result<(), RunError> {
         match action {
             RunAction::Continue => {
                 self.consecutive_throttles = 0;
@@ -676,15 +749,8 @@ impl Run<'_> {
     }
 
     async fn claim(&mut self, record: &AggregatedRecord) -> Result<Option<String>, RunError> {
-        let policy = RetryPolicy::STORE;
-        let claim = self.new_claim();
-        let granted = retry_transient(self.ports.clock, policy, || {
-            self.ports
-                .aggregated
-                .claim(&record.key, record.version, &claim)
-        })
-        .await?;
-        Ok(granted.map(|_| claim.id))
+        let claimed = self.claim_members(&[record]).await?;
+        Ok(claimed.held.into_iter().next().map(|h| h.claim_id))
     }
 
     /// Records one outcome: under `claim_id`, or (without one) only while no live claim
@@ -703,31 +769,16 @@ impl Run<'_> {
         .await?)
     }
 
-    /// Writes outcomes concurrently; the first failure is returned after all finish.
-    async fn write_all(
-        &self,
-        updates: &[(GroupKey, Option<String>, SubmissionUpdate)],
-    ) -> Result<(), RunError> {
-        let ports = self.ports;
-        let wall = ports.clock.now();
-        let results = join_all(
-            updates
-                .iter()
-                .map(|(key, claim_id, update)| async move {
-                    retry_transient(ports.clock, RetryPolicy::STORE, || {
-                        ports
-                            .aggregated
-                            .record(key, claim_id.as_deref(), update, wall)
-                    })
-                    .await
-                })
-                .collect(),
-        )
-        .await;
-        match results.into_iter().find_map(Result::err) {
-            Some(error) => Err(error.into()),
-            None => Ok(()),
+    /// Writes outcomes, [`MAX_BATCH_WRITES`] per store request.
+    async fn write_outcomes(&self, writes: &[OutcomeWrite]) -> Result<(), RunError> {
+        let wall = self.ports.clock.now();
+        for chunk in writes.chunks(MAX_BATCH_WRITES) {
+            retry_transient(self.ports.clock, RetryPolicy::STORE, || {
+                self.ports.aggregated.record_all(chunk, wall)
+            })
+            .await?;
         }
+        Ok(())
     }
 
     /// Closes a seller-written item the pipeline cannot read: `Error` with what is
@@ -899,6 +950,22 @@ pub fn metering_record(record: &AggregatedRecord) -> MeteringRecord {
     }
 }
 
+/// The claims taken for one batch.
+#[derive(Debug, Default)]
+struct Claimed<'r> {
+    held: Vec<Held<'r>>,
+    /// Records that moved since they were read (claimed by nobody here).
+    skipped: usize,
+}
+
+/// The outcomes of one sent batch, not yet written, and what the run does next.
+struct Judged {
+    updates: Vec<OutcomeWrite>,
+    action: RunAction,
+    stop: Option<crate::bisect::StopKind>,
+    lookup_failure: Option<RunError>,
+}
+
 /// A claim this run holds.
 #[derive(Debug, Clone)]
 struct Held<'r> {
@@ -920,7 +987,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::memory::MemoryMeteringApi;
+    use crate::memory::{MemoryMeteringApi, claim_read};
     use crate::model::{Allocation, SubscriptionStatus, Tag};
     use crate::pipeline::testkit::*;
     use crate::ports::{MeteringError, PortError};
@@ -1250,12 +1317,13 @@ mod tests {
         }
     }
 
-    /// Marketplace that checks, on every call, that the previous batch's outcomes are
-    /// already stored.
+    /// Marketplace that checks, on every call, that the records sent are claimed and
+    /// that the outcomes of the batch before the previous one are stored (the previous
+    /// one's are written while this call is made).
     struct OrderChecking {
         inner: MemoryMeteringApi,
         world: World,
-        previous: Mutex<Vec<GroupKey>>,
+        batches: Mutex<Vec<Vec<GroupKey>>>,
     }
 
     #[async_trait]
@@ -1264,37 +1332,42 @@ mod tests {
             &self,
             records: &[MeteringRecord],
         ) -> Result<Vec<RecordVerdict>, MeteringError> {
-            for key in self.previous.lock().unwrap().iter() {
-                assert_eq!(
-                    self.world.record(key).unwrap().status,
-                    AggregatedStatus::Success,
-                    "{key} not recorded before the next batch"
-                );
+            {
+                let mut batches = self.batches.lock().unwrap();
+                if let Some(two_back) = batches.len().checked_sub(2).and_then(|i| batches.get(i)) {
+                    for key in two_back {
+                        assert_eq!(
+                            self.world.record(key).unwrap().status,
+                            AggregatedStatus::Success,
+                            "{key} not recorded while the batch after it was sent"
+                        );
+                    }
+                }
+                // Every record in flight was claimed first.
+                for record in records {
+                    assert!(
+                        self.world
+                            .record(&record.key)
+                            .unwrap()
+                            .in_flight_until
+                            .is_some()
+                    );
+                }
+                batches.push(records.iter().map(|r| r.key.clone()).collect());
             }
-            // Every record in flight was claimed first.
-            for record in records {
-                assert!(
-                    self.world
-                        .record(&record.key)
-                        .unwrap()
-                        .in_flight_until
-                        .is_some()
-                );
-            }
-            *self.previous.lock().unwrap() = records.iter().map(|r| r.key.clone()).collect();
             self.inner.batch_meter_usage(records).await
         }
     }
 
     #[tokio::test]
-    async fn each_batch_is_claimed_before_sending_and_recorded_before_the_next() {
+    async fn each_batch_is_claimed_before_sending_and_recorded_while_the_next_is_sent() {
         let now = t(NOW);
         let world = World::new(now);
-        seed(&world, 80, "2026-11-30T09", 1);
+        let keys = seed(&world, 80, "2026-11-30T09", 1);
         let api = OrderChecking {
             inner: world.api.clone(),
             world: world.clone(),
-            previous: Mutex::new(vec![]),
+            batches: Mutex::new(vec![]),
         };
         let mut ports = world.submit_ports();
         ports.metering = &api;
@@ -1302,6 +1375,66 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((report.success, report.api_calls), (80, 4));
+        assert_eq!(api.batches.lock().unwrap().len(), 4);
+        for key in &keys {
+            let record = world.record(key).unwrap();
+            assert_eq!(
+                (record.status, record.claim_id),
+                (AggregatedStatus::Success, None),
+                "the last batch is recorded before the run ends"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_run_stopped_mid_pipeline_writes_what_it_knows_and_releases_the_next_batch() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 60, "2026-11-30T09", 1);
+        // The first batch bills; the second finds the Region disabled, which stops the
+        // run while the third batch is already claimed.
+        struct DisabledOnSecond {
+            inner: MemoryMeteringApi,
+            calls: Mutex<u32>,
+        }
+        #[async_trait]
+        impl MeteringApi for DisabledOnSecond {
+            async fn batch_meter_usage(
+                &self,
+                records: &[MeteringRecord],
+            ) -> Result<Vec<RecordVerdict>, MeteringError> {
+                let call = {
+                    let mut calls = self.calls.lock().unwrap();
+                    *calls += 1;
+                    *calls
+                };
+                if call == 2 {
+                    return Err(MeteringError::Disabled("disabled in the Region".into()));
+                }
+                self.inner.batch_meter_usage(records).await
+            }
+        }
+        let api = DisabledOnSecond {
+            inner: world.api.clone(),
+            calls: Mutex::new(0),
+        };
+        let mut ports = world.submit_ports();
+        ports.metering = &api;
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+        assert_eq!(report.stopped.as_deref(), Some("disabled"));
+        assert_eq!(report.success, 25);
+        for key in &keys {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.claim_id, None, "{key}: no claim left behind");
+            assert_eq!(record.in_flight_until, None);
+        }
+        let billed = keys
+            .iter()
+            .filter(|k| status(&world, k) == AggregatedStatus::Success)
+            .count();
+        assert_eq!(billed, 25);
     }
 
     #[tokio::test]
@@ -1374,9 +1507,7 @@ mod tests {
         let world = World::new(now);
         let keys = seed(&world, 2, "2026-11-30T09", 1);
         assert!(
-            world
-                .aggregated
-                .claim(&keys[0], 1, &claim_at("other", now, 5))
+            claim_read(&world.aggregated, &keys[0], 1, &claim_at("other", now, 5))
                 .await
                 .unwrap()
                 .is_some()
@@ -1393,9 +1524,7 @@ mod tests {
         let keys = seed(&world, 1, "2026-11-30T09", 6);
         // GIVEN a run that claimed and sent the record, then died before recording it
         assert!(
-            world
-                .aggregated
-                .claim(&keys[0], 1, &claim_at("died", now, 15))
+            claim_read(&world.aggregated, &keys[0], 1, &claim_at("died", now, 15))
                 .await
                 .unwrap()
                 .is_some()
