@@ -1,9 +1,10 @@
 //! awsmp-dst: a deterministic simulation of the whole metering pipeline. The real use
-//! cases (discover, aggregate, cleanup, submit, the subscription and deprovision-cleanup
-//! handlers) run concurrently over the in-memory ports under a seeded scheduler that
+//! cases (discover, aggregate, cleanup, submit, the subscription, deprovision-cleanup
+//! and register handlers) run concurrently over the in-memory ports under a seeded scheduler that
 //! interleaves them at every port call, with a simulated clock and injected faults
 //! (crashes between port calls, writes whose response is lost, duplicate and late
-//! redeliveries, stale invocation times, throttling, conflicts, unprocessed records,
+//! redeliveries, stale invocation times, stalled calls past a Lambda timeout,
+//! throttling, conflicts, unprocessed records,
 //! a disabled Region for a while, poison records, lifecycle events racing usage). After
 //! each schedule the conservation invariant is checked; a failing seed is shrunk to
 //! the fewest faults that still fail and printed with the command that replays it.

@@ -2,18 +2,22 @@
 //! late rows arriving while the pipeline runs, a license deprovisioned mid-run), the
 //! real use cases running concurrently as their Lambdas would (two discoverer runs, two
 //! aggregator and one cleanup consumer, two submitter invocations that may overlap with
-//! stale times, the subscription handler, deprovision-cleanup), then a fault-free
+//! stale times, the subscription handler, deprovision-cleanup, and buyers registering
+//! through the register handler while their lifecycle events land), then a fault-free
 //! settling phase that runs the pipeline past the 24-hour window.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
+use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::{
-    ManualClock, MemoryMeteringApi, MemorySubscriberStore, MemoryTables, RecordingMetrics,
-    reference_row,
+    ManualClock, MemoryCustomerResolver, MemoryMeteringApi, MemoryProfileStore,
+    MemorySubscriberStore, MemoryTables, RecordingMetrics, reference_row,
 };
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
 use awsmp_core::pipeline::budget::Budget;
@@ -22,7 +26,7 @@ use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
 };
-use awsmp_core::ports::Clock;
+use awsmp_core::ports::{Clock, ResolvedCustomer};
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
@@ -38,6 +42,10 @@ pub const PRODUCT: &str = "prod-sim";
 pub const ACCOUNT: &str = "111122223333";
 /// The dimension Marketplace rejects (`InvalidUsageDimensionException`).
 pub const POISON: &str = "poison";
+/// The Region of the main stack (recorded in `registeredRegions` by the register function).
+pub const REGION: &str = "us-west-2";
+/// The registration page's origin.
+const PAGE_ORIGIN: &str = "https://register.example.com";
 /// The submitter's Lambda timeout (template-main.yaml).
 const SUBMITTER_TIMEOUT_SECONDS: i64 = 240;
 /// Most polls of one concurrent phase (a guard; reported when hit).
@@ -65,6 +73,12 @@ pub struct World {
     /// Sort keys of the rows written before the pipeline ran: every fold of their group
     /// includes them, so none may ever be late usage (`HourAlreadySubmitted`).
     pub initial_rows: Vec<(String, String)>,
+    /// Customer profiles the register function wrote.
+    pub profiles: MemoryProfileStore,
+    /// Each buyer's registration: license and the last HTTP status the page got.
+    pub registrations: Vec<(String, u16)>,
+    /// Licenses deprovisioned during the run (the others stay active).
+    pub deprovisioned: Vec<String>,
 }
 
 struct Stack {
@@ -81,6 +95,11 @@ struct Stack {
     lock: MeteringLockHours,
     subscription: awsmp_subscription::SubscriptionState,
     deprovision_cleanup: awsmp_deprovision_cleanup::CleanupState,
+    register: awsmp_register::RegisterState,
+    registrations: Mutex<Vec<(String, u16)>>,
+    /// The License Deprovisioned event of the run (redelivered while settling, as SQS
+    /// redelivers a message whose handler died).
+    deprovisioned: Mutex<Option<(String, Instant)>>,
 }
 
 fn at(text: &str) -> Instant {
@@ -225,6 +244,25 @@ impl Stack {
         .await;
     }
 
+    /// A buyer posting the registration page for `license_arn`, as the page does: once,
+    /// and again (up to three times) while the answer is a server error.
+    async fn register_buyer(&self, license_arn: &str) {
+        let mut status = 0;
+        for _ in 0..3 {
+            let response =
+                awsmp_register::handle(&self.register, register_request(license_arn)).await;
+            status = u16::try_from(response.status_code).unwrap_or(0);
+            if status < 500 {
+                break;
+            }
+            yield_now().await;
+        }
+        self.registrations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((license_arn.to_string(), status));
+    }
+
     async fn deprovision_cleanup_once(&self) {
         let event = scheduled_event(self.clock.now());
         let _ = awsmp_deprovision_cleanup::handler(
@@ -261,6 +299,80 @@ fn lifecycle_event(detail_type: &str, license_arn: &str, time: Instant) -> SqsEv
         "awsRegion": "us-east-1"
     }]});
     serde_json::from_value(batch).unwrap_or_default()
+}
+
+/// The registration token the page carries for `license_arn`.
+fn token_of(license_arn: &str) -> String {
+    format!("tok-{}", &license_arn[license_arn.len() - 4..])
+}
+
+/// The page's form post for the buyer of `license_arn`.
+fn register_request(license_arn: &str) -> ApiGatewayProxyRequest {
+    let request = json!({
+        "resource": "/register",
+        "path": "/register",
+        "httpMethod": "POST",
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "origin": PAGE_ORIGIN
+        },
+        "multiValueHeaders": {},
+        "requestContext": {"httpMethod": "POST", "resourcePath": "/register"},
+        "body": format!(
+            "x-amzn-marketplace-token={}&companyName=Example+Corp",
+            token_of(license_arn)
+        ),
+        "isBase64Encoded": false
+    });
+    serde_json::from_value(request).unwrap_or_default()
+}
+
+/// The register function's state: `ResolveCustomer` knows every buyer's token; the
+/// subscribers table is the faulty one the lifecycle handlers share.
+fn register_state(
+    licenses: &[&String],
+    subscribers: Arc<FaultySubscribers>,
+    profiles: &MemoryProfileStore,
+    clock: &ManualClock,
+) -> awsmp_register::RegisterState {
+    let resolver = MemoryCustomerResolver::new();
+    for license in licenses {
+        resolver.insert(
+            &token_of(license),
+            Ok(ResolvedCustomer {
+                license_arn: (*license).clone(),
+                customer_aws_account_id: ACCOUNT.to_string(),
+                product_code: PRODUCT.to_string(),
+            }),
+        );
+    }
+    let vars = [
+        ("PRODUCT_CODE", PRODUCT),
+        ("SUBSCRIBERS_TABLE", "subscribers"),
+        ("SUBSCRIBERS_TABLE_REGION", "us-east-1"),
+        ("CUSTOMER_PROFILE_TABLE", "profiles"),
+        ("ALLOWED_REGISTRATION_FIELDS", "companyName"),
+        ("RESOLVE_CUSTOMER_REGION", "us-east-1"),
+        (
+            "REGISTRATION_PAGE_URL",
+            "https://register.example.com/index.html",
+        ),
+        ("ALLOWED_ORIGIN", PAGE_ORIGIN),
+        ("AWS_REGION", REGION),
+    ];
+    let config = awsmp_register::Config::from_lookup(&|name| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| (*v).to_string())
+    });
+    awsmp_register::RegisterState {
+        // The settings above are valid; a change that breaks them fails every schedule.
+        config: Arc::new(config.unwrap_or_else(|e| panic!("register config: {e}"))),
+        resolver: Arc::new(resolver),
+        subscribers,
+        profiles: Some(Arc::new(profiles.clone())),
+        clock: Arc::new(clock.clone()),
+    }
 }
 
 fn scheduled_event(time: Instant) -> EventBridgeEvent {
@@ -334,6 +446,13 @@ pub fn run(sim: Sim) -> World {
         inner: subscribers.clone(),
         sim: sim.clone(),
     });
+    let profiles = MemoryProfileStore::new();
+    let register = register_state(
+        &[&l1, &l2, &l3],
+        subscription_store.clone(),
+        &profiles,
+        &clock,
+    );
     let stack = Stack {
         sim: sim.clone(),
         clock: clock.clone(),
@@ -369,6 +488,9 @@ pub fn run(sim: Sim) -> World {
             subscribers: subscription_store,
             clock: Arc::new(clock.clone()),
         },
+        register,
+        registrations: Mutex::new(Vec::new()),
+        deprovisioned: Mutex::new(None),
     };
 
     // The seller's usage before the run: a group of more than 99 rows, small groups, a
@@ -428,6 +550,10 @@ pub fn run(sim: Sim) -> World {
 
     // The concurrent phase, with faults.
     let deprovisioned_at = start + chrono::Duration::minutes(sim.below(10) as i64);
+    *stack
+        .deprovisioned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((l3.clone(), deprovisioned_at));
     let tasks: Vec<Task<'_>> = {
         let stack = &stack;
         let tables = &tables;
@@ -490,6 +616,17 @@ pub fn run(sim: Sim) -> World {
                 stack.deprovision_cleanup_once().await;
             }),
         ]
+        .into_iter()
+        // Buyers registering while usage flows and l3's deprovisioning lands.
+        .chain([&l1, &l2, &l3].into_iter().enumerate().map(|(n, license)| {
+            Task::new(format!("register#{}", n + 1), async move {
+                for _ in 0..stack.sim.below(80) {
+                    yield_now().await;
+                }
+                stack.register_buyer(license).await;
+            })
+        }))
+        .collect()
     };
     let queues = [
         stack.work.clone(),
@@ -568,6 +705,11 @@ pub fn run(sim: Sim) -> World {
         settle(&sim, &stack);
     }
 
+    let registrations = stack
+        .registrations
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     World {
         sim: sim.clone(),
         tables,
@@ -576,12 +718,27 @@ pub fn run(sim: Sim) -> World {
         clock,
         stats,
         initial_rows,
+        profiles,
+        registrations,
+        deprovisioned: vec![l3.clone()],
     }
 }
 
 /// One fault-free pass of every stage, serially, until the queues are empty.
 fn settle(sim: &Sim, stack: &Stack) {
+    let redelivery = stack
+        .deprovisioned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     let tasks = vec![Task::new("settle", async move {
+        // At least once: the lifecycle message comes again (its first handler may have
+        // died); applying it twice must change nothing.
+        if let Some((license, at)) = &redelivery {
+            stack
+                .lifecycle("License Deprovisioned - Manufacturer", license, *at)
+                .await;
+        }
         stack.deprovision_cleanup_once().await;
         stack.discover_once("settle").await;
         // Bounded: a message that keeps failing is left for the next pass.

@@ -1,8 +1,9 @@
 //! The submitter's use case: drain pending aggregated records oldest-first
 //! (deprovisioning licenses first), claim each record, send per-product batches of ≤ 25
 //! records / ≤ 1 MB to `BatchMeterUsage` with bisection, paced under the 10 requests/s
-//! quota, and write every batch's outcome back before the next batch goes out. Then
-//! age out what can no longer be submitted.
+//! quota, and write every batch's outcome back while the next batch goes out (one claim
+//! request and one write-back request per batch, pipelined with the sends). Then age
+//! out what can no longer be submitted.
 //!
 //! Outcome of one record, and the status it is given:
 //!
@@ -288,8 +289,8 @@ impl Stop {
 /// included (their final-usage window is closing); (2) everyone else's records in
 /// completed hours, oldest first; (3) age-out of records in expired hours. Within a
 /// product, records are batched in that order; each batch's records are claimed
-/// (`inFlightUntil`, conditional on the version read, so a record folded meanwhile is
-/// skipped this run), sent, and their outcomes written before the next batch.
+/// (`inFlightUntil`, conditional on the record being as read, so one folded or claimed
+/// meanwhile is skipped this run), sent, and their outcomes written while the next batch is sent.
 ///
 /// Store failures end the run with an error after what was done; the records of a
 /// batch whose outcome could not be written keep their claim until its lease ends
