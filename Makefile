@@ -4,6 +4,7 @@
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
 #   make test         venv, then every test stage below, in order
+#   make bench        the performance figures (docs/performance.md), printed; not in `make test`
 #   make fuzz         every fuzz target for FUZZ_SECONDS each (not part of `make test`,
 #                     which replays the committed corpus instead); fuzz/README.md
 #
@@ -21,7 +22,7 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 export AWSMP_VENV := $(VENV)
 
 .PHONY: test venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
-        browser-test local-demo fuzz fuzz-cmin
+        browser-test local-demo fuzz fuzz-cmin bench
 
 test: venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
 	@echo "make test: all stages finished"
@@ -88,6 +89,10 @@ local-demo: venv
 	else \
 	  echo "local-demo: skipped (scripts/local-demo.sh not written yet)"; \
 	fi
+
+# Performance figures (prints numbers, asserts nothing; goals and limits beside each).
+bench: venv
+	cargo bench -p awsmp-e2e --bench pipeline_figures
 
 # Coverage-guided fuzzing (cargo-fuzz + libFuzzer), one target at a time, each for
 # FUZZ_SECONDS; new inputs land in fuzz/corpus/<target>/, crashes in fuzz/artifacts/.

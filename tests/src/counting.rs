@@ -22,12 +22,32 @@ use awsmp_core::time::{HourBucket, Instant};
 #[derive(Debug, Default)]
 pub struct OpCounts {
     calls: Mutex<BTreeMap<&'static str, u64>>,
+    /// A server that answers one request at a time, each taking this long (benchmarks).
+    latency: Option<std::time::Duration>,
+    gate: tokio::sync::Mutex<()>,
 }
 
 impl OpCounts {
     /// A fresh counter.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A fresh counter whose aggregated-store requests wait like a server that answers
+    /// one request at a time, `latency` each (a hot partition or a throttled table).
+    pub fn serial(latency: std::time::Duration) -> Arc<Self> {
+        Arc::new(OpCounts {
+            latency: Some(latency),
+            ..Self::default()
+        })
+    }
+
+    /// Waits out one request's latency, behind every request before it.
+    async fn wait(&self) {
+        if let Some(latency) = self.latency {
+            let _turn = self.gate.lock().await;
+            tokio::time::sleep(latency).await;
+        }
     }
 
     fn add(&self, name: &'static str, n: u64) {
@@ -147,12 +167,14 @@ pub struct CountingAggregated<S> {
 impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
     async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
         self.counts.add("aggregated.get", 1);
+        self.counts.wait().await;
         self.inner.get(key).await
     }
     async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
         self.counts.add("aggregated.commit", 1);
         self.counts
             .add("items.commit_writes", 1 + commit.claimed_rows.len() as u64);
+        self.counts.wait().await;
         self.inner.commit(commit).await
     }
     async fn pending_page(
@@ -161,6 +183,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
         self.counts.add("aggregated.query_pending", 1);
+        self.counts.wait().await;
         self.inner.pending_page(hour, cursor).await
     }
     async fn claim_all(
@@ -169,6 +192,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
     ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
         self.counts.add("aggregated.claim_all", 1);
         self.counts.add("items.claim_writes", requests.len() as u64);
+        self.counts.wait().await;
         self.inner.claim_all(requests).await
     }
     async fn record_all(
@@ -178,6 +202,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
     ) -> Result<Vec<bool>, PortError> {
         self.counts.add("aggregated.record_all", 1);
         self.counts.add("items.record_writes", writes.len() as u64);
+        self.counts.wait().await;
         self.inner.record_all(writes, now).await
     }
     async fn reject_malformed(
@@ -187,6 +212,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         now: Instant,
     ) -> Result<bool, PortError> {
         self.counts.add("aggregated.reject_malformed", 1);
+        self.counts.wait().await;
         self.inner.reject_malformed(item, reason, now).await
     }
     async fn stray_pending_page(
@@ -195,6 +221,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
         self.counts.add("aggregated.scan_pending", 1);
+        self.counts.wait().await;
         self.inner.stray_pending_page(live, cursor).await
     }
     async fn put_direct(
@@ -203,6 +230,7 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         now: Instant,
     ) -> Result<PutOutcome, PortError> {
         self.counts.add("aggregated.put_direct", 1);
+        self.counts.wait().await;
         self.inner.put_direct(record, now).await
     }
 }

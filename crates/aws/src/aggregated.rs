@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update as TxUpdate};
 use awsmp_core::items::{OPTIONAL_RECORD_ATTRS, aggregated_item, check_commit};
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawStatus, attr};
 use awsmp_core::ports::{
     AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
@@ -496,12 +496,18 @@ impl AggregatedStore for DynamoAggregatedStore {
 
         let claim = s(record.key.aggregated_sort_key());
         for (license_arn, sort_key) in &commit.claimed_rows {
+            // Counted and finalized at once: the row leaves the pending index in the
+            // transaction that adds it to the record (no per-row cleanup write).
             let mut update = Update::new();
             update
                 .set(attr::AGGREGATED_INTO, claim.clone())
+                .set(attr::METERING_STATUS, s(RawStatus::Aggregated.as_str()))
+                .remove(attr::METERING_STATUS_REASON)
                 .stamp(commit.now);
             let pending = update.name(attr::METERING_PENDING);
             let claimed = update.name(attr::AGGREGATED_INTO);
+            // The condition reads the item before the update removes the marker.
+            update.remove(attr::METERING_PENDING);
             let tx = TxUpdate::builder()
                 .table_name(&self.usage_table)
                 .key(attr::LICENSE_ARN, s(license_arn))

@@ -33,20 +33,10 @@ const START_ATTEMPTS: usize = 3;
 /// Lines of moto's output kept for error messages.
 const OUTPUT_TAIL_LINES: usize = 40;
 
-/// Runs moto's server with a watchdog: when the test process dies by any means (even
-/// SIGKILL, where no `Drop` runs) the stdin pipe closes and moto exits with it, so
-/// no emulator outlives its test.
-const LAUNCHER: &str = r#"
-import os, sys, threading
-def _exit_with_parent():
-    try:
-        sys.stdin.buffer.read()
-    finally:
-        os._exit(0)
-threading.Thread(target=_exit_with_parent, daemon=True).start()
-from moto.server import main
-main(sys.argv[1:])
-"#;
+/// Runs moto's server with a watchdog (moto exits when the test process dies, however
+/// it dies) and with transactions whose cost depends on their items, not on the table
+/// (see the script's header).
+const LAUNCHER: &str = include_str!("moto_launcher.py");
 
 /// A running moto server. Dropping it kills the server's process group.
 #[derive(Debug)]

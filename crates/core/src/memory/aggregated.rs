@@ -9,7 +9,9 @@ use super::page::paginate;
 use super::tables::{MemoryTables, StoredAggregate, TableKey, aggregated_key};
 use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
 use crate::items::{aggregated_item, check_commit};
-use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
+use crate::model::{
+    AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawStatus, RawUsageRow, attr,
+};
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
@@ -25,8 +27,9 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   not in flight (`inFlightUntil` absent or `<= commit.now`). Every claimed raw row
 ///   must exist, still have `meteringPending`, and have no `aggregatedInto`. Any failed
 ///   condition is [`CommitOutcome::Conflict`] and changes nothing. On success the record
-///   is stored as given and each claimed row gets `aggregatedInto` = the record's sort
-///   key and a new `updatedAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
+///   is stored as given and each claimed row is counted and finalized at once:
+///   `aggregatedInto` = the record's sort key, `meteringStatus` = `Aggregated`, no
+///   `meteringPending` (it leaves the index), a new `updatedAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
 ///   twice, is an error (DynamoDB refuses such a transaction). More than
 ///   [`MAX_BATCH_WRITES`] claims or outcomes in one call is an error too.
 /// - `claim_all`, each request on its own: pending, exactly as read (version, attempt
@@ -94,6 +97,20 @@ pub async fn claim_read(
     };
     record.version = version;
     store.claim(&record, claim).await
+}
+
+/// A raw row counted into the record whose sort key is `claim`, and finalized in the
+/// same write: `aggregatedInto`, `Aggregated`, out of the pending index.
+fn count_row(row: &mut RawUsageRow, claim: &Attr, stamp: &AuditStamp) {
+    row.attrs
+        .insert(attr::AGGREGATED_INTO.to_string(), claim.clone());
+    row.attrs.insert(
+        attr::METERING_STATUS.to_string(),
+        Attr::S(RawStatus::Aggregated.as_str().to_string()),
+    );
+    row.attrs.remove(attr::METERING_STATUS_REASON);
+    row.attrs.remove(attr::METERING_PENDING);
+    stamp.apply(&mut row.attrs);
 }
 
 /// One claim of [`AggregatedStore::claim_all`], under the table lock.
@@ -240,9 +257,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                     sort_key: sort_key.clone(),
                     attrs: BTreeMap::new(),
                 });
-            row.attrs
-                .insert(attr::AGGREGATED_INTO.to_string(), claim.clone());
-            stamp.apply(&mut row.attrs);
+            count_row(&mut row, &claim, &stamp);
             let bytes = raw_row_size(&row);
             check_item(format_args!("{license_arn}/{sort_key}"), bytes)
                 .map_err(|e| e.port_error("commit"))?;
@@ -273,9 +288,7 @@ impl AggregatedStore for MemoryAggregatedStore {
 
         for key in &commit.claimed_rows {
             if let Some(row) = state.usage.get_mut(key) {
-                row.attrs
-                    .insert(attr::AGGREGATED_INTO.to_string(), claim.clone());
-                stamp.apply(&mut row.attrs);
+                count_row(row, &claim, &stamp);
             }
         }
         state.aggregated.insert(
@@ -485,8 +498,12 @@ mod tests {
             Attr::S(key.aggregated_sort_key())
         );
         assert_eq!(
-            claimed.attrs["meteringPending"],
-            Attr::S("2026-11-30T10".into())
+            claimed.attrs["meteringStatus"],
+            Attr::S("Aggregated".into())
+        );
+        assert!(
+            !claimed.attrs.contains_key("meteringPending"),
+            "counted and finalized in the commit"
         );
 
         // Redelivery: the same commit again conflicts (record exists, rows claimed).

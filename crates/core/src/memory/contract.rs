@@ -740,16 +740,17 @@ async fn read_record(agg: &dyn AggregatedStore, key: &GroupKey) -> AggregatedRec
     agg.get(key).await.unwrap().unwrap()
 }
 
-/// `finalize_row` applies once, only to a pending row, and only under the right
-/// [`RowClaim`]: counted into this record, or not counted at all.
+/// The commit counts and finalizes its rows at once; `finalize_row` applies once, only
+/// to a pending row, and only under the right [`RowClaim`]: counted into this record
+/// (a row counted by an earlier version, still pending), or not counted at all.
 pub async fn finalize_row_requires_the_row_claim(b: &dyn Backend) {
     let key = group("2026-11-30T10");
-    let counted = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let committed = seed(b, "2026-11-30T10:00:00Z", 1).await;
     let uncounted = seed(b, "2026-11-30T10:01:00Z", 1).await;
     let c = commit(
         record(key.clone(), 1, 1),
         None,
-        &[&counted],
+        &[&committed],
         "2026-11-30T11:00:00Z",
     );
     assert_eq!(
@@ -757,6 +758,36 @@ pub async fn finalize_row_requires_the_row_claim(b: &dyn Backend) {
         CommitOutcome::Committed
     );
     let into = key.aggregated_sort_key();
+    let row = b
+        .usage()
+        .get_row(LICENSE, &committed.sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            row.attrs.get(attr::METERING_STATUS),
+            row.attrs.get(attr::AGGREGATED_INTO),
+            row.attrs.contains_key(attr::METERING_PENDING)
+        ),
+        (
+            Some(&Attr::S("Aggregated".into())),
+            Some(&Attr::S(into.clone())),
+            false
+        ),
+        "counted and finalized by the commit"
+    );
+    assert!(
+        !finalize(b, &committed.sort_key, RowClaim::Counted(&into)).await,
+        "already final"
+    );
+
+    // A row counted but still pending (what an earlier version's commit left).
+    let mut counted = seed(b, "2026-11-30T10:02:00Z", 1).await;
+    counted
+        .attrs
+        .insert(attr::AGGREGATED_INTO.to_string(), Attr::S(into.clone()));
+    b.insert_raw_row(&counted).await;
     let other = "111122223333#requests#2026-11-30T09";
     assert!(!finalize(b, &counted.sort_key, RowClaim::Uncounted).await);
     assert!(!finalize(b, &counted.sort_key, RowClaim::Counted(other)).await);

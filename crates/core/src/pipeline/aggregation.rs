@@ -58,7 +58,7 @@ pub struct AggregateSettings {
 pub struct AggregateReport {
     /// Rows counted by this delivery's commits.
     pub counted: usize,
-    /// Rows counted by an earlier delivery but not yet cleaned up (handed to cleanup again).
+    /// Rows counted but still pending (counted before commits finalized rows; handed to cleanup).
     pub recovered: usize,
     /// Rows rejected client-side (handed to cleanup).
     pub rejected: usize,
@@ -75,8 +75,8 @@ pub struct AggregateReport {
 /// Aggregates the group of one `WorkMessage::Aggregate` at `now`.
 ///
 /// - Reads the group's rows with the targeted sort-key query and its record. Rows
-///   already terminal are ignored; rows already claimed but still pending (an earlier
-///   delivery committed, then failed before cleanup) are handed to cleanup again.
+///   already terminal are ignored; rows claimed but still pending (counted by a
+///   version that left their finalization to cleanup) are handed to cleanup.
 /// - A record held by a submitter (`inFlightUntil` set, even if the lease has run out:
 ///   an interrupted send may have billed it) fails the message; SQS retries it later.
 /// - A record already submitted: the pending rows get `HourAlreadySubmitted`.
@@ -87,9 +87,10 @@ pub struct AggregateReport {
 ///   record (it would never be sent); its rows are finalized `Aggregated` here, which
 ///   keeps conservation (they add nothing to any billed quantity). A zero record that
 ///   exists anyway is handled by the submitter.
-/// - Finally one or more `WorkMessage::Cleanup` go to the cleanup queue; if the queue
-///   refuses them the message fails and redelivery re-sends them (claimed rows are
-///   recovered as above).
+/// - Each commit counts its rows and finalizes them (`Aggregated`, out of the pending
+///   index) in the same transaction. Only rejected rows (and recovered ones) go to the
+///   cleanup queue, in one or more `WorkMessage::Cleanup`; if the queue refuses them the
+///   message fails and redelivery re-screens the still-pending rejected rows.
 pub async fn aggregate_group(
     message: &WorkMessage,
     now: Instant,
@@ -162,14 +163,14 @@ pub async fn aggregate_group(
             break (recovered, plan.rejected);
         }
 
-        let mut claimed = recovered;
+        let claimed = recovered;
         let mut conflicted = false;
         for commit in &plan.commits {
             match retry_transient(ports.clock, policy, || ports.aggregated.commit(commit)).await? {
+                // The commit finalized its rows (`Aggregated`): nothing left for cleanup.
                 CommitOutcome::Committed => {
                     report.commits += 1;
                     report.counted += commit.claimed_rows.len();
-                    claimed.extend(commit.claimed_rows.iter().map(|(_, sk)| sk.clone()));
                 }
                 CommitOutcome::Conflict => {
                     conflicted = true;
@@ -311,7 +312,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_group_is_counted_once_and_its_rows_finalized_by_cleanup() {
+    async fn a_group_is_counted_and_finalized_by_its_commit_and_rejections_by_cleanup() {
         // GIVEN three valid rows and one bad row in one group
         let now = t(NOW);
         let world = World::new(now);
@@ -337,9 +338,13 @@ mod tests {
             (7, 1, AggregatedStatus::Pending)
         );
         assert_eq!(record.product_code, PRODUCT);
-        // The claim is the commit point: counted rows carry it before cleanup runs.
+        // The commit counts and finalizes: counted rows carry the claim and are
+        // Aggregated, out of the pending index, before cleanup runs.
         for sk in [&a, &b, &c] {
-            assert!(world.row(&l, sk).attrs.contains_key(attr::AGGREGATED_INTO));
+            let row = world.row(&l, sk);
+            assert!(row.attrs.contains_key(attr::AGGREGATED_INTO));
+            assert!(!row.attrs.contains_key(attr::METERING_PENDING));
+            assert_eq!(world.status(&l, sk).as_deref(), Some("Aggregated"));
         }
         assert!(
             !world
@@ -349,11 +354,8 @@ mod tests {
         );
         let cleanup = world.cleanup_all(now).await;
 
-        // THEN counted rows are Aggregated, the bad row rejected with its reason
-        assert_eq!((cleanup.aggregated, cleanup.rejected), (3, 1));
-        for sk in [&a, &b, &c] {
-            assert_eq!(world.status(&l, sk).as_deref(), Some("Aggregated"));
-        }
+        // THEN cleanup has only the bad row to reject, with its reason
+        assert_eq!((cleanup.aggregated, cleanup.rejected), (0, 1));
         assert_eq!(
             world.status(&l, &bad).as_deref(),
             Some("RejectedClientSide")
@@ -372,7 +374,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn redelivery_before_cleanup_recovers_the_claimed_rows_without_recounting() {
+    async fn redelivery_recounts_nothing_and_rows_counted_but_pending_go_to_cleanup() {
         let now = t(NOW);
         let world = World::new(now);
         let l = license(1);
@@ -381,20 +383,35 @@ mod tests {
         let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
         let message = aggregate_message(&key);
 
-        // GIVEN the first delivery committed but its cleanup message was lost
-        world.aggregate(&message, now).await.unwrap();
-        world.cleanup_queue.drain();
+        // GIVEN the first delivery committed (its rows counted and finalized)
+        let first = world.aggregate(&message, now).await.unwrap();
+        assert_eq!((first.counted, first.commits), (2, 1));
+        assert!(
+            world.cleanup_queue.drain().is_empty(),
+            "nothing left for cleanup"
+        );
 
         // WHEN the message is delivered again (twice)
         let again = world.aggregate(&message, now).await.unwrap();
         world.aggregate(&message, now).await.unwrap();
 
-        // THEN nothing is recounted and cleanup still gets every row
-        assert_eq!((again.counted, again.recovered, again.commits), (0, 2, 0));
+        // THEN nothing is recounted
+        assert_eq!((again.counted, again.recovered, again.commits), (0, 0, 0));
         assert_eq!(world.record(&key).unwrap().quantity, 8);
         assert_eq!(world.record(&key).unwrap().version, 1);
+
+        // AND a row an earlier version counted but left pending is handed to cleanup
+        let mut legacy = reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:07:00Z", 0);
+        legacy.attrs.insert(
+            attr::AGGREGATED_INTO.into(),
+            Attr::S(key.aggregated_sort_key()),
+        );
+        let legacy = world.put_row(legacy);
+        let recovered = world.aggregate(&message, now).await.unwrap();
+        assert_eq!((recovered.counted, recovered.recovered), (0, 1));
         let cleanup = world.cleanup_all(now).await;
-        assert_eq!((cleanup.aggregated, cleanup.already_final), (2, 2));
+        assert_eq!(cleanup.aggregated, 1);
+        assert_eq!(world.status(&l, &legacy).as_deref(), Some("Aggregated"));
     }
 
     #[tokio::test]
@@ -628,7 +645,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (report.counted, report.recovered, report.commits),
-            (51, 99, 1)
+            (51, 0, 1)
         );
         let whole = world.record(&key).unwrap();
         assert_eq!((whole.quantity, whole.folding), (150, false));
@@ -667,8 +684,14 @@ mod tests {
         assert_eq!((report.counted, report.commits), (250, 3));
         let record = world.record(&key).unwrap();
         assert_eq!((record.quantity, record.version), (500, 3));
-        let cleanup = world.cleanup_all(now).await;
-        assert_eq!(cleanup.aggregated, 250);
+        assert!(
+            world
+                .tables
+                .raw_rows()
+                .iter()
+                .all(|r| r.attrs.get(attr::METERING_STATUS) == Some(&Attr::S("Aggregated".into()))),
+            "every commit finalized its rows"
+        );
     }
 
     /// An aggregated store where a rival aggregator folds a row in just before our
@@ -808,8 +831,8 @@ mod tests {
         .await
         .unwrap();
 
-        // The rival counted both rows (3 + 100); our retry found them claimed.
-        assert_eq!((report.counted, report.recovered), (0, 2));
+        // The rival counted both rows (3 + 100); our retry found them final.
+        assert_eq!((report.counted, report.recovered), (0, 0));
         assert_eq!(world.record(&key).unwrap().quantity, 103);
     }
 
@@ -986,6 +1009,10 @@ mod tests {
         let world = World::new(now);
         let l = license(1);
         let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let mut bad = reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
+        bad.attrs
+            .insert(attr::QUANTITY.into(), Attr::N("-2".into()));
+        let bad = world.put_row(bad);
         let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
         world.cleanup_queue.fail_next_send(PortError::Transient {
             operation: "send",
@@ -1010,9 +1037,14 @@ mod tests {
             .aggregate(&aggregate_message(&key), now)
             .await
             .unwrap();
-        assert_eq!(report.recovered, 1);
+        // The rejection is screened again and reaches cleanup; the count stands.
+        assert_eq!((report.counted, report.rejected), (0, 1));
         world.cleanup_all(now).await;
         assert_eq!(world.status(&l, &sk).as_deref(), Some("Aggregated"));
+        assert_eq!(
+            world.status(&l, &bad).as_deref(),
+            Some("RejectedClientSide")
+        );
         assert_eq!(world.record(&key).unwrap().quantity, 3);
     }
 
