@@ -28,7 +28,12 @@ pub const ENV_VARS: &[&str] = &[
     "METERING_MODE",
     "TEST_ACCOUNT_ALLOWLIST",
     "DEPLOYMENT_MODE",
+    "METERING_REQUESTS_PER_SECOND",
 ];
+
+/// The account-and-Region `BatchMeterUsage` quota, requests per second, that every
+/// product's submitter in the Region shares.
+pub const QUOTA_REQUESTS_PER_SECOND: u32 = 10;
 
 /// Stop starting batches this long before the Lambda deadline (one batch with its
 /// bisection and unprocessed retry, and the writes, fit well inside it).
@@ -51,6 +56,9 @@ pub struct Config {
     pub mode: MeteringMode,
     /// `DEPLOYMENT_MODE`.
     pub deployment: DeploymentMode,
+    /// `METERING_REQUESTS_PER_SECOND` (1..=10, default 10): this stack's share of the
+    /// quota; its calls are spaced `1 s / share` apart.
+    pub requests_per_second: u32,
 }
 
 impl Config {
@@ -71,6 +79,15 @@ impl Config {
         let mode_text = env.required("METERING_MODE");
         let allowlist = env.list("TEST_ACCOUNT_ALLOWLIST");
         let deployment_text = env.required("DEPLOYMENT_MODE");
+        let requests_per_second =
+            env.parsed_or("METERING_REQUESTS_PER_SECOND", QUOTA_REQUESTS_PER_SECOND);
+        if !(1..=QUOTA_REQUESTS_PER_SECOND).contains(&requests_per_second) {
+            env.problem(format!(
+                "METERING_REQUESTS_PER_SECOND must be 1..={QUOTA_REQUESTS_PER_SECOND} (this \
+                 stack's share of the account's {QUOTA_REQUESTS_PER_SECOND} requests/s in the \
+                 Region), got {requests_per_second}"
+            ));
+        }
         let mode = if mode_text.is_empty() {
             MeteringMode::Live
         } else {
@@ -97,18 +114,27 @@ impl Config {
             zero_policy,
             mode,
             deployment,
+            requests_per_second,
         })
     }
 
     /// The use case's settings.
     pub fn settings(&self) -> SubmitSettings {
-        SubmitSettings::new(
+        let mut settings = SubmitSettings::new(
             self.product_code.clone(),
             self.mode.clone(),
             self.zero_policy,
             self.deployment,
-        )
+        );
+        settings.min_call_interval = call_interval(self.requests_per_second);
+        settings
     }
+}
+
+/// The spacing of calls for a share of `requests_per_second` (clamped to 1..=10).
+pub fn call_interval(requests_per_second: u32) -> std::time::Duration {
+    let share = requests_per_second.clamp(1, QUOTA_REQUESTS_PER_SECOND);
+    std::time::Duration::from_millis(1000 / u64::from(share))
 }
 
 /// The wall clock the submitter paces and backs off with. `awsmp_aws::SystemClock`
