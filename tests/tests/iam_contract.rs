@@ -171,6 +171,7 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
             PROFILE_TABLE,
         )) as Arc<dyn ProfileStore>),
         clock: Arc::new(SystemClock),
+        metrics: std::sync::Arc::new(awsmp_core::memory::RecordingMetrics::new()),
         config: Arc::new(config),
     };
     let mut request: ApiGatewayProxyRequest =

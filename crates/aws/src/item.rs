@@ -439,89 +439,6 @@ pub fn decode_cursor(operation: &'static str, cursor: &str) -> Result<DynamoItem
     Ok(key)
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-    use awsmp_core::items::allocations_attr;
-
-    #[test]
-    fn cursor_round_trips_and_rejects_garbage() {
-        let key = DynamoItem::from([
-            ("licenseArn".to_string(), s("arn:x")),
-            ("meteringPending".to_string(), s("2026-11-30T10")),
-            ("n".to_string(), n(5)),
-        ]);
-        let cursor = encode_cursor(&key).unwrap();
-        assert_eq!(decode_cursor("t", &cursor).unwrap(), key);
-        for bad in ["", "[]", "{}", r#"{"a": 1}"#, r#"{"a": {"B": "x"}}"#] {
-            let err = decode_cursor("t", bad).unwrap_err();
-            assert!(
-                err.to_string().contains("malformed pagination cursor"),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn attrs_round_trip_and_other_is_refused() {
-        let attr = Attr::M(BTreeMap::from([
-            (
-                "a".to_string(),
-                Attr::L(vec![Attr::N("1".into()), Attr::Null]),
-            ),
-            ("b".to_string(), Attr::Ss(vec!["x".into()])),
-            ("c".to_string(), Attr::Bool(true)),
-        ]));
-        assert_eq!(attr_from_dynamo(&attr_to_dynamo(&attr).unwrap()), attr);
-        assert!(attr_to_dynamo(&Attr::Other("B".into())).is_err());
-    }
-
-    #[test]
-    fn allocations_round_trip_through_the_stored_shape() {
-        let allocations = vec![
-            Allocation {
-                quantity: 3,
-                tags: vec![Tag {
-                    key: "team".into(),
-                    value: "a".into(),
-                }],
-            },
-            Allocation {
-                quantity: 2,
-                tags: vec![],
-            },
-        ];
-        let item = DynamoItem::from([(
-            "u".to_string(),
-            attr_to_dynamo(&allocations_attr(&allocations)).unwrap(),
-        )]);
-        let reader = Reader::new("t", &item, &[]);
-        assert_eq!(reader.opt_allocations("u").unwrap(), Some(allocations));
-        let bad = DynamoItem::from([("u".to_string(), AttributeValue::L(vec![s("x")]))]);
-        let err = Reader::new("t", &bad, &[])
-            .opt_allocations("u")
-            .unwrap_err();
-        assert!(err.to_string().contains("u[0] is not a map"), "{err}");
-    }
-
-    #[test]
-    fn update_expression_uses_placeholders_throughout() {
-        let mut update = Update::new();
-        update.set("version", n(2)).remove("meteringPending").add(
-            "registeredRegions",
-            AttributeValue::Ss(vec!["us-east-1".into()]),
-        );
-        update.stamp(parse_instant("2026-11-30T10:00:00Z").unwrap());
-        let expression = update.expression();
-        assert_eq!(
-            expression,
-            "SET #a0 = :v0, #a3 = if_not_exists(#a3, :v2), #a4 = :v3 REMOVE #a1 ADD #a2 :v1"
-        );
-        assert_eq!(update.names().unwrap()["#a0"], "version");
-    }
-}
-
 /// One page of the sweep of a table's sparse `metering_pending` index: a `Scan` of the
 /// index (it holds only pending items, so this never reads the table's history), keys
 /// and `meteringPending` projected, filtered to values other than the `live` buckets.
@@ -603,4 +520,87 @@ pub fn not_live_filter(live: &[awsmp_core::time::HourBucket]) -> Option<Expressi
     let filter = format!("NOT (#p IN ({}))", list.join(", "));
     let names = HashMap::from([("#p".to_string(), attr::METERING_PENDING.to_string())]);
     Some((filter, names, values))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use awsmp_core::items::allocations_attr;
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let key = DynamoItem::from([
+            ("licenseArn".to_string(), s("arn:x")),
+            ("meteringPending".to_string(), s("2026-11-30T10")),
+            ("n".to_string(), n(5)),
+        ]);
+        let cursor = encode_cursor(&key).unwrap();
+        assert_eq!(decode_cursor("t", &cursor).unwrap(), key);
+        for bad in ["", "[]", "{}", r#"{"a": 1}"#, r#"{"a": {"B": "x"}}"#] {
+            let err = decode_cursor("t", bad).unwrap_err();
+            assert!(
+                err.to_string().contains("malformed pagination cursor"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn attrs_round_trip_and_other_is_refused() {
+        let attr = Attr::M(BTreeMap::from([
+            (
+                "a".to_string(),
+                Attr::L(vec![Attr::N("1".into()), Attr::Null]),
+            ),
+            ("b".to_string(), Attr::Ss(vec!["x".into()])),
+            ("c".to_string(), Attr::Bool(true)),
+        ]));
+        assert_eq!(attr_from_dynamo(&attr_to_dynamo(&attr).unwrap()), attr);
+        assert!(attr_to_dynamo(&Attr::Other("B".into())).is_err());
+    }
+
+    #[test]
+    fn allocations_round_trip_through_the_stored_shape() {
+        let allocations = vec![
+            Allocation {
+                quantity: 3,
+                tags: vec![Tag {
+                    key: "team".into(),
+                    value: "a".into(),
+                }],
+            },
+            Allocation {
+                quantity: 2,
+                tags: vec![],
+            },
+        ];
+        let item = DynamoItem::from([(
+            "u".to_string(),
+            attr_to_dynamo(&allocations_attr(&allocations)).unwrap(),
+        )]);
+        let reader = Reader::new("t", &item, &[]);
+        assert_eq!(reader.opt_allocations("u").unwrap(), Some(allocations));
+        let bad = DynamoItem::from([("u".to_string(), AttributeValue::L(vec![s("x")]))]);
+        let err = Reader::new("t", &bad, &[])
+            .opt_allocations("u")
+            .unwrap_err();
+        assert!(err.to_string().contains("u[0] is not a map"), "{err}");
+    }
+
+    #[test]
+    fn update_expression_uses_placeholders_throughout() {
+        let mut update = Update::new();
+        update.set("version", n(2)).remove("meteringPending").add(
+            "registeredRegions",
+            AttributeValue::Ss(vec!["us-east-1".into()]),
+        );
+        update.stamp(parse_instant("2026-11-30T10:00:00Z").unwrap());
+        let expression = update.expression();
+        assert_eq!(
+            expression,
+            "SET #a0 = :v0, #a3 = if_not_exists(#a3, :v2), #a4 = :v3 REMOVE #a1 ADD #a2 :v1"
+        );
+        assert_eq!(update.names().unwrap()["#a0"], "version");
+    }
 }

@@ -681,6 +681,9 @@ pub mod metric {
     /// A run that could not do all it should (unreadable index, store failure,
     /// deadline with work left): dimension `Function` (alarm).
     pub const INCOMPLETE_RUN: &str = "IncompleteRun";
+    /// Registration form fields dropped because `ALLOWED_REGISTRATION_FIELDS` does not
+    /// list them (the buyer typed them; the profile does not keep them).
+    pub const REGISTRATION_FIELD_DROPPED: &str = "RegistrationFieldDropped";
     /// A seller-written item the pipeline cannot read (dimension `Table`).
     pub const MALFORMED_ITEM: &str = "MalformedItem";
 }

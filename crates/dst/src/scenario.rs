@@ -372,6 +372,7 @@ fn register_state(
         subscribers,
         profiles: Some(Arc::new(profiles.clone())),
         clock: Arc::new(clock.clone()),
+        metrics: std::sync::Arc::new(awsmp_core::memory::RecordingMetrics::new()),
     }
 }
 
@@ -618,7 +619,7 @@ pub fn run(sim: Sim) -> World {
         ]
         .into_iter()
         // Buyers registering while usage flows and l3's deprovisioning lands.
-        .chain([&l1, &l2, &l3].into_iter().enumerate().map(|(n, license)| {
+        .chain([&l1, &l2, l3].into_iter().enumerate().map(|(n, license)| {
             Task::new(format!("register#{}", n + 1), async move {
                 for _ in 0..stack.sim.below(80) {
                     yield_now().await;

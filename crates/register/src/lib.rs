@@ -21,7 +21,9 @@ use std::sync::Arc;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::http::{HeaderValue, Method};
 use awsmp_core::model::CustomerProfile;
-use awsmp_core::ports::{Clock, CustomerResolver, ProfileStore, SubscriberStore};
+use awsmp_core::ports::{
+    Clock, CustomerResolver, MetricsSink, ProfileStore, SubscriberStore, metric,
+};
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
 
@@ -43,6 +45,8 @@ pub struct RegisterState {
     pub profiles: Option<Arc<dyn ProfileStore>>,
     /// Time, for the audit stamps.
     pub clock: Arc<dyn Clock>,
+    /// Metrics (`RegistrationFieldDropped`).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 impl RegisterState {
@@ -64,6 +68,7 @@ impl RegisterState {
                 Arc::new(awsmp_aws::DynamoProfileStore::new(here, table)) as Arc<dyn ProfileStore>
             }),
             clock: Arc::new(awsmp_aws::SystemClock),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
             config: Arc::new(config),
         }
     }
@@ -250,6 +255,19 @@ async fn register(
         )
         .await
         .map_err(RegisterError::Store)?;
+    if form.dropped > 0 {
+        // The page asked for something the allowlist does not keep: the seller loses
+        // what the buyer typed until the two agree (metric, alarm-able).
+        tracing::warn!(
+            dropped_fields = form.dropped,
+            "registration fields not in ALLOWED_REGISTRATION_FIELDS were dropped"
+        );
+        state.metrics.count(
+            metric::REGISTRATION_FIELD_DROPPED,
+            &[],
+            u64::try_from(form.dropped).unwrap_or(u64::MAX),
+        );
+    }
     tracing::info!(
         license = %customer.license_arn,
         account = %customer.customer_aws_account_id,

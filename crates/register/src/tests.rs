@@ -30,6 +30,7 @@ struct Harness {
     resolver: MemoryCustomerResolver,
     subscribers: MemorySubscriberStore,
     profiles: MemoryProfileStore,
+    metrics: awsmp_core::memory::RecordingMetrics,
 }
 
 fn config(profile_table: Option<&str>) -> Config {
@@ -73,6 +74,7 @@ fn harness_with(config: Config) -> Harness {
     let subscribers = MemorySubscriberStore::new();
     let profiles = MemoryProfileStore::new();
     let clock = ManualClock::new(parse_usage_timestamp("2026-11-30T10:15:42Z").unwrap());
+    let metrics = awsmp_core::memory::RecordingMetrics::new();
     let state = RegisterState {
         profiles: config
             .customer_profile_table
@@ -82,12 +84,14 @@ fn harness_with(config: Config) -> Harness {
         resolver: Arc::new(resolver.clone()),
         subscribers: Arc::new(subscribers.clone()),
         clock: Arc::new(clock),
+        metrics: Arc::new(metrics.clone()),
     };
     Harness {
         state,
         resolver,
         subscribers,
         profiles,
+        metrics,
     }
 }
 
@@ -217,6 +221,60 @@ async fn zero_fields_still_writes_the_identity_row() {
     assert_eq!(response.status_code, 200);
     let profile = h.profiles.get(LICENSE, ACCOUNT).unwrap();
     assert!(profile.fields.is_empty());
+}
+
+#[tokio::test]
+async fn a_field_the_allowlist_lacks_is_dropped_and_counted() {
+    let h = harness();
+    let response = handle(
+        &h.state,
+        with_body("x-amzn-marketplace-token=tok-valid%2B%2F%3D&companyName=Acme&contactPhone=555"),
+    )
+    .await;
+    assert_eq!(response.status_code, 200);
+    let profile = h.profiles.get(LICENSE, ACCOUNT).unwrap();
+    assert_eq!(profile.fields.len(), 1, "{:?}", profile.fields);
+    assert_eq!(
+        h.metrics
+            .total(awsmp_core::ports::metric::REGISTRATION_FIELD_DROPPED),
+        1
+    );
+}
+
+/// One source of truth for the fields: what the default page (web/config.js) asks the
+/// buyer for is exactly what the template keeps by default.
+#[test]
+fn the_default_allowlist_keeps_every_field_the_default_page_asks_for() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let page = std::fs::read_to_string(root.join("web/config.js")).unwrap();
+    let fields_block = page
+        .split("fields: [")
+        .nth(1)
+        .unwrap()
+        .split("],")
+        .next()
+        .unwrap();
+    let mut asked: Vec<String> = fields_block
+        .split("name: \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next().map(str::to_string))
+        .collect();
+    let template =
+        awsmp_test_support::cfn::StackTemplate::load(&root.join("template-main.yaml"), &[])
+            .unwrap();
+    let mut kept: Vec<String> = template
+        .parameter("AllowedRegistrationFields")
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    asked.sort();
+    kept.sort();
+    assert!(!asked.is_empty());
+    assert_eq!(
+        asked, kept,
+        "web/config.js fields vs AllowedRegistrationFields default"
+    );
 }
 
 #[tokio::test]

@@ -150,6 +150,7 @@ async fn registration_page_in_headless_chromium() {
             Arc::new(DynamoProfileStore::new(west.clone(), PROFILE_TABLE)) as Arc<dyn ProfileStore>,
         ),
         clock: Arc::new(SystemClock),
+        metrics: std::sync::Arc::new(awsmp_core::memory::RecordingMetrics::new()),
         config: Arc::new(config),
     };
     let api = lambda_router(move |request| {

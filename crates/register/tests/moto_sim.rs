@@ -109,6 +109,7 @@ impl Env {
                 Arc::new(DynamoProfileStore::new(self.west(), t)) as Arc<dyn ProfileStore>
             }),
             clock: Arc::new(SystemClock),
+            metrics: std::sync::Arc::new(awsmp_core::memory::RecordingMetrics::new()),
             config: Arc::new(config),
         }
     }

@@ -128,7 +128,6 @@ impl LocalSystem {
             ("SubscribersTableName", subscribers_table.as_str()),
             ("SubscribersTableRegion", LOCAL_REGION),
             ("ResolveCustomerRegion", LOCAL_REGION),
-            ("AllowedRegistrationFields", "companyName,contactEmail"),
         ] {
             main_params.insert(k.to_string(), v.to_string());
         }
