@@ -624,7 +624,32 @@ ApiGatewayLoggingRole=existing" ;;
     fi
     # On an update the stack keeps its current value (sam deploy passes the previous one).
   fi
+  # The BatchMeterUsage quota (10 requests/s) is per account and Region, whatever the
+  # product: unless set, this stack's share is 10 / (the main stacks in the Region).
+  if ! kv_get "$(overrides_for "$MAIN_PARAMS" "$extra")" MeteringRequestsPerSecond >/dev/null; then
+    extra="$extra
+MeteringRequestsPerSecond=$(quota_share "$region")"
+  fi
   overrides_for "$MAIN_PARAMS" "$extra"
+}
+
+# quota_share REGION: 10 requests/s divided among this stack and the other awsmp main
+# stacks in REGION (at least 1). Warns that the others keep the share they were given.
+quota_share() {
+  local region=$1 names others=0 name share
+  names=$(aws_query cloudformation list-stacks --region "$region" \
+    --stack-status-filter CREATE_COMPLETE UPDATE_COMPLETE UPDATE_ROLLBACK_COMPLETE \
+    --query "StackSummaries[?starts_with(StackName, 'awsmp-main-')].StackName" --output text) ||
+    die 3 "cannot list the stacks in $region (to share the metering quota):" "$(aws_error)"
+  for name in $names; do
+    [ "$name" = "$(main_stack_name)" ] || others=$((others + 1))
+  done
+  share=$((10 / (others + 1)))
+  [ "$share" -ge 1 ] || share=1
+  if [ "$others" -gt 0 ]; then
+    warn "$others other awsmp main stack(s) in $region share the account's 10 BatchMeterUsage requests/s: this one gets MeteringRequestsPerSecond=$share; redeploy the others with --parameter MeteringRequestsPerSecond=$share so together they stay within the quota."
+  fi
+  printf '%s' "$share"
 }
 
 MAIN_OVERRIDES_BY_REGION=""

@@ -343,6 +343,30 @@ expect_exit 0
 expect_out "DeploymentMode=direct-submit"
 end
 
+begin "the metering quota is shared with the other main stacks in the Region"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy" "MeteringRequestsPerSecond=10"
+expect_call "aws cloudformation list-stacks --region us-west-2"
+stack us-west-2 awsmp-main-other1-prod UPDATE_COMPLETE
+stack us-west-2 awsmp-main-other2-prod UPDATE_COMPLETE
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy" "MeteringRequestsPerSecond=3"
+expect_err "2 other awsmp main stack(s) in us-west-2"
+expect_err "--parameter MeteringRequestsPerSecond=3"
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter MeteringRequestsPerSecond=5 --yes
+expect_exit 0
+expect_in_call "sam deploy" "MeteringRequestsPerSecond=5"
+expect_no_call "list-stacks"
+end
+
 begin "--parameter passes a template parameter; unknown or managed ones are refused"
 existing_events
 # shellcheck disable=SC2086
