@@ -14,14 +14,14 @@
 //! | `CustomerNotSubscribed`, subscribers table has no active row yet | stays `Pending` (retried next run until the window closes) | |
 //! | `CustomerNotSubscribed`, otherwise | `CustomerNotSubscribed` | `CustomerNotSubscribed` |
 //! | `UnprocessedRecords` twice (one retry after a jittered backoff) | stays `Pending` | `UsageRecordUnprocessed` |
-//! | validation exception isolated by bisection | `Error` + exception name | `BatchMeterUsageException{Exception}` |
+//! | validation exception isolated by bisection | `Error` + exception name | `BatchMeterUsageException{Exception}` (later records of a dimension refused with `InvalidUsageDimensionException` this run are sent alone, not bisected again) |
 //! | sub-batch at the bisection depth cap | stays `Pending` | `BisectDepthExceeded` |
 //! | throttling / internal error | stays `Pending`; jittered backoff; the run stops after repeated throttling | |
 //! | `DisabledApiException` | stays `Pending`; the run stops | `MeteringApiDisabled` |
 //! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
 //! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -54,6 +54,9 @@ pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
 pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
 /// Reason stored on a record that aged out while the Region refused metering.
 pub const REASON_METERING_DISABLED: &str = "DisabledApiException";
+/// The request-level exception of a dimension the product's catalog lacks: every
+/// record of that dimension fails the same way, whatever it is batched with.
+const INVALID_DIMENSION: &str = "InvalidUsageDimensionException";
 /// Reason prefix stored on an aggregated item that cannot be read (what is wrong follows).
 pub const REASON_MALFORMED_ITEM: &str = "MalformedItem";
 
@@ -320,6 +323,7 @@ pub async fn submit(
         budget,
         report: SubmitReport::default(),
         subscribers: HashMap::new(),
+        refused_dimensions: HashSet::new(),
         consecutive_throttles: 0,
     };
     let current = HourBucket::containing(now);
@@ -413,6 +417,9 @@ struct Run<'a> {
     report: SubmitReport,
     /// Per-run cache of subscribers rows by (license, account).
     subscribers: HashMap<(String, String), Option<Subscriber>>,
+    /// (product, dimension) pairs Marketplace refused this run with
+    /// `InvalidUsageDimensionException`: their records are sent alone.
+    refused_dimensions: HashSet<(String, String)>,
     consecutive_throttles: u32,
 }
 
@@ -616,9 +623,53 @@ impl Run<'_> {
         Ok(claimed)
     }
 
-    /// Sends the held records (bisecting rejections), retrying unprocessed ones once
-    /// after a jittered backoff; emits the call metrics.
+    /// Sends the held records. Records of a (product, dimension) Marketplace already
+    /// refused this run (`InvalidUsageDimensionException`, which fails the whole request)
+    /// go alone, after the others as one batch: a known-bad dimension costs one call per
+    /// record instead of a bisection of every batch it lands in. Stops at the first stop.
     async fn send_held(&self, held: &[Held<'_>]) -> BisectReport {
+        let (suspects, clean): (Vec<usize>, Vec<usize>) = (0..held.len()).partition(|i| {
+            held.get(*i).is_some_and(|h| {
+                self.refused_dimensions
+                    .contains(&self.dimension_of(h.record))
+            })
+        });
+        if suspects.is_empty() {
+            return self.send_group(held).await;
+        }
+        let mut report = BisectReport {
+            results: vec![RecordResult::NotAnswered; held.len()],
+            ..BisectReport::default()
+        };
+        let groups = std::iter::once(clean).chain(suspects.into_iter().map(|i| vec![i]));
+        for group in groups.filter(|g| !g.is_empty()) {
+            let members: Vec<Held<'_>> =
+                group.iter().filter_map(|i| held.get(*i).cloned()).collect();
+            let part = self.send_group(&members).await;
+            for (index, result) in group.iter().zip(part.results) {
+                if let Some(slot) = report.results.get_mut(*index) {
+                    *slot = result;
+                }
+            }
+            report.api_calls += part.api_calls;
+            report.validation_failures += part.validation_failures;
+            if part.stopped.is_some() {
+                report.stopped = part.stopped;
+                break;
+            }
+        }
+        report
+    }
+
+    /// The (product, dimension) a record is billed under.
+    fn dimension_of(&self, record: &AggregatedRecord) -> (String, String) {
+        let wire = self.metering_record(record);
+        (wire.product_code, wire.key.dimension)
+    }
+
+    /// Sends `held` as one batch (bisecting rejections), retrying unprocessed records
+    /// once after a jittered backoff; emits the call metrics.
+    async fn send_group(&self, held: &[Held<'_>]) -> BisectReport {
         if held.is_empty() {
             return BisectReport::default();
         }
@@ -685,6 +736,12 @@ impl Run<'_> {
                 }
                 _ => None,
             };
+            if let RecordResult::Isolated { exception, .. } = result
+                && exception == INVALID_DIMENSION
+            {
+                let refused = self.dimension_of(hold.record);
+                self.refused_dimensions.insert(refused);
+            }
             let outcome = next_state(result, stop, subscriber.as_ref(), hold.previously_sent);
             self.count(hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
@@ -1126,6 +1183,56 @@ mod tests {
         // Bisection stays within ceil(log2(25)) levels: at most 2n - 1 calls, paced.
         assert!(report.api_calls <= 49);
         assert_eq!(world.clock.sleeps().len() as u64, report.api_calls - 1);
+    }
+
+    #[tokio::test]
+    async fn a_dimension_refused_once_is_sent_alone_in_later_batches() {
+        let now = t(NOW);
+        let world = World::new(now);
+        // Four batches of 25, each holding one record of the undefined dimension.
+        let mut bad = Vec::new();
+        let mut keys = Vec::new();
+        for n in 0..4u32 {
+            let l = license(10 + n);
+            world.api.entitle(&l, ACCOUNT_A);
+            for d in 0..25 {
+                let dimension = if d == 12 {
+                    "undefined".to_string()
+                } else {
+                    format!("d{d:03}")
+                };
+                let key = group(&l, ACCOUNT_A, &dimension, "2026-11-30T09");
+                world.tables.insert_aggregated(pending(&key, 1), now);
+                if d == 12 {
+                    bad.push(key.clone());
+                }
+                keys.push(key);
+            }
+        }
+        world
+            .api
+            .reject_dimension("undefined", "InvalidUsageDimensionException");
+
+        let report = world.submit(now).await;
+
+        // Every record has its own verdict: the four bad ones Error, the rest billed.
+        assert_eq!((report.success, report.errors), (96, 4));
+        for key in &bad {
+            assert_eq!(status(&world, key), AggregatedStatus::Error);
+        }
+        // The first batch is bisected; each later one costs its clean 24 records in one
+        // call and the known-bad record alone in another.
+        let calls = world.api.calls();
+        let first_batch_calls = calls.len() - 3 * 2;
+        assert!(first_batch_calls <= 2 * 25 - 1, "{} calls", calls.len());
+        assert!(
+            calls[first_batch_calls..]
+                .iter()
+                .all(|c| c.len() == 24 || (c.len() == 1 && c[0].key.dimension == "undefined")),
+            "{:?}",
+            calls.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert_eq!(report.api_calls as usize, calls.len());
     }
 
     #[tokio::test]
