@@ -77,6 +77,7 @@ fn state() -> RegisterState {
         subscribers: Arc::new(MemorySubscriberStore::new()),
         profiles: Some(Arc::new(MemoryProfileStore::new()) as Arc<dyn ProfileStore>),
         clock: Arc::new(ManualClock::new(super::now())),
+        metrics: Arc::new(awsmp_core::memory::RecordingMetrics::new()),
     }
 }
 
