@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use super::faults::StoreOp;
 use super::page::paginate;
-use super::tables::{MemoryTables, StoredAggregate, TableKey, aggregated_key};
+use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, aggregated_key};
 use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
 use crate::items::{aggregated_item, check_commit};
 use crate::model::{
@@ -63,6 +63,21 @@ impl MemoryAggregatedStore {
     pub fn tables(&self) -> &MemoryTables {
         &self.tables
     }
+}
+
+/// A stored malformed item as an index page entry: its keys and what is wrong.
+fn malformed_entry(
+    key: &TableKey,
+    item: &StoredMalformed,
+) -> (TableKey, Result<AggregatedRecord, MalformedItem>) {
+    (
+        key.clone(),
+        Err(MalformedItem {
+            license_arn: key.0.clone(),
+            sort_key: key.1.clone(),
+            problem: item.problem.clone(),
+        }),
+    )
 }
 
 /// A page of readable-or-not items as the port returns it.
@@ -323,16 +338,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                 .malformed_aggregated
                 .iter()
                 .filter(|(_, m)| m.metering_pending.as_deref() == Some(hour_text.as_str()))
-                .map(|(key, m)| {
-                    (
-                        key.clone(),
-                        Err(MalformedItem {
-                            license_arn: key.0.clone(),
-                            sort_key: key.1.clone(),
-                            problem: m.problem.clone(),
-                        }),
-                    )
-                }),
+                .map(|(key, m)| malformed_entry(key, m)),
         );
         drop(state);
         items.sort_by(|a, b| a.0.cmp(&b.0));
@@ -416,16 +422,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             .collect();
         items.extend(state.malformed_aggregated.iter().filter_map(|(key, m)| {
             let pending = m.metering_pending.as_ref()?;
-            (!live.contains(pending)).then(|| {
-                (
-                    key.clone(),
-                    Err(MalformedItem {
-                        license_arn: key.0.clone(),
-                        sort_key: key.1.clone(),
-                        problem: m.problem.clone(),
-                    }),
-                )
-            })
+            (!live.contains(pending)).then(|| malformed_entry(key, m))
         }));
         drop(state);
         items.sort_by(|a, b| a.0.cmp(&b.0));
