@@ -132,9 +132,10 @@ add_cli_override() {
 }
 
 # kv_set LIST KEY VALUE: LIST (KEY=VALUE lines) with KEY set to VALUE, order kept.
+# VALUE reaches awk through the environment: -v would turn its backslashes into escapes.
 kv_set() {
-  printf '%s\n' "$1" | awk -v k="$2" -v v="$3" '
-    BEGIN { done = 0 }
+  printf '%s\n' "$1" | KV_VALUE=$3 awk -v k="$2" '
+    BEGIN { done = 0; v = ENVIRON["KV_VALUE"] }
     $0 == "" { next }
     { split($0, p, "="); if (p[1] == k) { print k "=" v; done = 1 } else print }
     END { if (!done) print k "=" v }'
@@ -223,7 +224,7 @@ while [ $# -gt 0 ]; do
       value=${2#*=}
       matches "$key" '^[A-Za-z0-9]+$' || die 2 "--parameter: '$key' is not a template parameter name."
       case "$value" in
-        *[[:space:]\"\']*) die 2 "--parameter $key: values may not contain spaces or quotes." ;;
+        *$'\n'* | *$'\t'*) die 2 "--parameter $key: a value may not hold a line break or tab." ;;
       esac
       case "$key" in
         StageName | ProductCode | SubscribersTableName | SubscribersTableRegion)
@@ -322,8 +323,134 @@ for template in $EVENTS_TEMPLATE $MAIN_TEMPLATE $SAMCONFIG; do
 done
 
 # ------------------------------------------------------------------ samconfig.toml
+# samconfig.toml is read with a real TOML parser (Python 3.11+ tomllib), and its
+# parameter_overrides with the grammar `sam deploy` itself applies, in both forms:
+#   parameter_overrides = ["Key=value", "Other=\"two words\""]     (a list, one pair each)
+#   parameter_overrides = "Key=\"value\" Other=\"two words\""      (what `sam deploy --guided` writes)
+# so deploy.sh and `sam deploy --config-env ENV` by hand read the same values. Anything
+# sam would read differently from how it looks (an unquoted value cut at a space, `Key=`
+# with nothing, which sam silently drops) is refused with the fix, never guessed at.
+SAMCONFIG_PY=$(
+  cat <<'PY'
+import re, sys
+
+def fail(message, *lines, code=2):
+    sys.stderr.write("deploy.sh: error: %s\n" % message)
+    for line in lines:
+        sys.stderr.write("  %s\n" % line)
+    sys.exit(code)
+
+try:
+    import tomllib
+except ImportError:
+    try:
+        import tomli as tomllib
+    except ImportError:
+        fail("deploy.sh reads samconfig.toml with Python 3.11+ (tomllib); this python3 is %d.%d." % sys.version_info[:2],
+             "Install Python 3.11 or later (Debian/Ubuntu: apt-get install -y python3), or pip install tomli.", code=3)
+
+# The --parameter-overrides grammar of the SAM CLI (samcli/cli/types.py,
+# CfnParameterOverridesType): ` Key=value` or ` Key="value"`, backslash escapes inside.
+PAIR = re.compile(r'(?: )([A-Za-z0-9"]+)=("(?:\\.|[^"\\]+)*"|(?:\\.|[^ "\\]+)+)')
+
+def sam_unquote(value):
+    if value and value[0] == value[-1] == '"':
+        value = value.strip('"')
+    return value.replace("\\ ", " ").replace('\\"', '"')
+
+def sam_parse(text):
+    """[(key, value)] as sam reads TEXT, and the parts of TEXT it ignores."""
+    text = " " + text.strip()
+    pairs, ignored, end = [], [], 0
+    for match in PAIR.finditer(text):
+        if text[end:match.start()].strip():
+            ignored.append(text[end:match.start()].strip())
+        pairs.append((sam_unquote(match.group(1)), sam_unquote(match.group(2))))
+        end = match.end()
+    if text[end:].strip():
+        ignored.append(text[end:].strip())
+    return pairs, ignored
+
+def sam_quote(key, value):
+    if value and not re.search(r'[\s"\\]', value):
+        return "%s=%s" % (key, value)
+    return '%s="%s"' % (key, value.replace('"', '\\"'))
+
+def load(path):
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        fail("%s is not valid TOML: %s" % (path, e), "Fix the file (https://toml.io), then re-run.")
+
+def check_pair(where, key, value):
+    if not re.fullmatch(r"[A-Za-z0-9]+", key):
+        fail("%s: '%s' is not a template parameter name." % (where, key))
+    if "\n" in value or "\t" in value or "\r" in value:
+        fail("%s: the value of %s holds a line break or tab, which deploy.sh cannot pass to sam." % (where, key))
+
+def overrides(path, env):
+    config = load(path)
+    section = config.get(env, {}).get("deploy", {}).get("parameters", {})
+    where = "%s [%s.deploy.parameters] parameter_overrides" % (path, env)
+    raw = section.get("parameter_overrides")
+    if raw is None:
+        return
+    if isinstance(raw, str):
+        entries = [raw]
+    elif isinstance(raw, list) and all(isinstance(e, str) for e in raw):
+        entries = raw
+    else:
+        fail("%s must be a string or a list of strings." % where)
+    for entry in entries:
+        pairs, ignored = sam_parse(entry)
+        if isinstance(raw, list) and len(pairs) > 1:
+            fail("%s: the entry '%s' holds %d pairs; give one KEY=VALUE per list entry." % (where, entry, len(pairs)))
+        if ignored or not pairs:
+            seen = " ".join(sam_quote(k, v) for k, v in pairs) or "nothing"
+            fail("%s: sam reads '%s' as %s and ignores '%s'." % (where, entry, seen, "' '".join(ignored) or entry),
+                 'Quote a value that has spaces (Key="two words"), write an empty value as Key="" and separate pairs by spaces.')
+        for key, value in pairs:
+            check_pair(where, key, value)
+            print("%s=%s" % (key, value))
+
+def has_env(path, env):
+    sys.exit(0 if isinstance(load(path).get(env), dict) else 1)
+
+def encode(where):
+    """KEY=VALUE lines on stdin -> sam --parameter-overrides arguments, one a line;
+    refuses a value sam would not read back unchanged."""
+    for line in sys.stdin.read().splitlines():
+        if not line:
+            continue
+        key, _, value = line.partition("=")
+        arg = sam_quote(key, value)
+        if sam_parse(arg) != ([(key, value)], []):
+            fail("%s: the value of %s (%r) cannot be passed through sam's --parameter-overrides unchanged." % (where, key, value),
+                 "sam drops a backslash before a space or quote, a trailing backslash and quotes that open or close the value; change the value.")
+        print(arg)
+
+command = sys.argv[1]
+if command == "overrides":
+    overrides(sys.argv[2], sys.argv[3])
+elif command == "has-env":
+    has_env(sys.argv[2], sys.argv[3])
+elif command == "encode":
+    encode(sys.argv[2])
+PY
+)
+samconfig_py() { python3 -c "$SAMCONFIG_PY" "$@"; }
+
+command -v python3 >/dev/null 2>&1 ||
+  die 3 "python3 is not on PATH; deploy.sh reads samconfig.toml with Python 3.11+ (tomllib)." \
+    "Install it (Debian/Ubuntu: apt-get install -y python3; macOS: brew install python), then re-run."
 # The environment: --config-env, else a section named after the stage, else default.
-samconfig_has_env() { grep -Eq "^\[$1\.[a-z_]+\.parameters\]" "$SAMCONFIG"; }
+samconfig_has_env() {
+  local rc=0
+  samconfig_py has-env "$SAMCONFIG" "$1" || rc=$?
+  [ "$rc" -le 1 ] || exit "$rc"
+  return "$rc"
+}
 if [ -n "$CONFIG_ENV" ]; then
   samconfig_has_env "$CONFIG_ENV" || die 2 "samconfig.toml has no [$CONFIG_ENV.*] sections (--config-env $CONFIG_ENV)."
 elif samconfig_has_env "$STAGE"; then
@@ -332,21 +459,13 @@ else
   CONFIG_ENV=default
 fi
 
-# samconfig_overrides ENV: the parameter_overrides list of [ENV.deploy.parameters], one
-# KEY=VALUE a line (TOML strings in a list, one or several a line).
-samconfig_overrides() {
-  awk -v section="[$1.deploy.parameters]" '
-    /^\[/ { inside = ($0 == section); collecting = 0; next }
-    inside && /^[ \t]*parameter_overrides[ \t]*=/ { collecting = 1 }
-    collecting {
-      line = $0
-      while (match(line, /"[^"]*"/)) {
-        print substr(line, RSTART + 1, RLENGTH - 2)
-        line = substr(line, RSTART + RLENGTH)
-      }
-      if ($0 ~ /\]/) collecting = 0
-    }' "$SAMCONFIG"
-}
+# The parameter_overrides of [default] and of the chosen environment, one KEY=VALUE a
+# line (read once, here, so a mistake in the file stops deploy.sh before anything runs).
+SAMCONFIG_DEFAULT_OVERRIDES=$(samconfig_py overrides "$SAMCONFIG" default)
+SAMCONFIG_ENV_OVERRIDES=""
+if [ "$CONFIG_ENV" != default ]; then
+  SAMCONFIG_ENV_OVERRIDES=$(samconfig_py overrides "$SAMCONFIG" "$CONFIG_ENV")
+fi
 
 # template_parameters FILE: the names under the template's top-level Parameters.
 template_parameters() {
@@ -359,7 +478,8 @@ EVENTS_PARAMS=$(template_parameters "$EVENTS_TEMPLATE")
 MAIN_PARAMS=$(template_parameters "$MAIN_TEMPLATE")
 
 # Every --parameter must belong to a template being deployed.
-for line in $CLI_OVERRIDES; do
+while IFS= read -r line; do
+  [ -n "$line" ] || continue
   key=${line%%=*}
   known=0
   if [ "$WANT_EVENTS" = 1 ] && printf '%s\n' "$EVENTS_PARAMS" | grep -qx "$key"; then known=1; fi
@@ -367,22 +487,20 @@ for line in $CLI_OVERRIDES; do
   [ "$known" = 1 ] || die 2 "'$key' is not a parameter of the template(s) '$COMMAND' deploys." \
     "Events parameters: $(printf '%s' "$EVENTS_PARAMS" | tr '\n' ' ')" \
     "Main parameters: $(printf '%s' "$MAIN_PARAMS" | tr '\n' ' ')"
-done
+done <<EOF
+$CLI_OVERRIDES
+EOF
 
 # overrides_for PARAM_NAMES EXTRA: samconfig default < samconfig env < command line <
 # EXTRA (deploy.sh's own), kept to the template's parameters.
 overrides_for() {
   local names=$1 extra=$2 merged="" line key value source
-  for source in "$(samconfig_overrides default)" "$( [ "$CONFIG_ENV" = default ] || samconfig_overrides "$CONFIG_ENV")" "$CLI_OVERRIDES" "$extra"; do
+  for source in "$SAMCONFIG_DEFAULT_OVERRIDES" "$SAMCONFIG_ENV_OVERRIDES" "$CLI_OVERRIDES" "$extra"; do
     while IFS= read -r line; do
       [ -n "$line" ] || continue
-      case "$line" in *=*) ;; *) die 2 "samconfig.toml parameter_overrides entry '$line' is not KEY=VALUE." ;; esac
       key=${line%%=*}
       value=${line#*=}
       printf '%s\n' "$names" | grep -qx "$key" || continue
-      case "$value" in
-        *[[:space:]\"\']*) die 2 "parameter $key='$value': values may not contain spaces or quotes." ;;
-      esac
       merged=$(kv_set "$merged" "$key" "$value")
     done <<EOF
 $source
@@ -391,16 +509,12 @@ EOF
   printf '%s\n' "$merged" | grep -v '^$' || true
 }
 
-# sam's --parameter-overrides form: an empty value must be written KEY="".
-sam_override_args() {
-  local line
-  while IFS= read -r line; do
-    [ -n "$line" ] || continue
-    if [ -z "${line#*=}" ]; then printf '%s""\n' "$line"; else printf '%s\n' "$line"; fi
-  done <<EOF
-$1
-EOF
-}
+# sam_override_args OVERRIDES: sam's --parameter-overrides arguments, one a line: KEY=VALUE,
+# or KEY="VALUE" (inner quotes escaped) for an empty value or one with spaces or quotes.
+# Stops deploy.sh (exit 2) on a value sam would not read back unchanged; check_overrides
+# runs it at top level so that happens before the plan, not inside a $(...).
+sam_override_args() { printf '%s\n' "$1" | samconfig_py encode "parameters"; }
+check_overrides() { sam_override_args "$1" >/dev/null; }
 
 # ------------------------------------------------------------------ preflight: tools
 command -v aws >/dev/null 2>&1 ||
@@ -562,6 +676,7 @@ check_topic_region() {
 EVENTS_OVERRIDES=""
 if [ "$WANT_EVENTS" = 1 ]; then
   EVENTS_OVERRIDES=$(overrides_for "$EVENTS_PARAMS" "StageName=$STAGE")
+  check_overrides "$EVENTS_OVERRIDES"
   check_topic_region "$EVENTS_OVERRIDES" "$EVENTS_REGION" "$EVENTS_STACK"
 fi
 
@@ -658,8 +773,8 @@ if [ "$WANT_MAIN" = 1 ]; then
     [ -n "$region" ] || continue
     overrides=$(main_overrides "$region" "$action")
     check_topic_region "$overrides" "$region" "$(main_stack_name)"
-    list=$(printf '%s' "$overrides" | tr '\n' ' ')
-    MAIN_OVERRIDES_BY_REGION="${MAIN_OVERRIDES_BY_REGION}${region} ${list}
+    check_overrides "$overrides"
+    MAIN_OVERRIDES_BY_REGION="${MAIN_OVERRIDES_BY_REGION}$(printf '%s\n' "$overrides" | sed "s/^/$region	/")
 "
   done <<EOF
 $MAIN_PLAN
@@ -681,9 +796,10 @@ sam_deploy_args() {
   sam_override_args "$5"
 }
 
-# region_overrides REGION: that Region's main-stack overrides, one KEY=VALUE a line.
+# region_overrides REGION: that Region's main-stack overrides, one KEY=VALUE a line
+# (MAIN_OVERRIDES_BY_REGION holds REGION<tab>KEY=VALUE lines).
 region_overrides() {
-  printf '%s' "$MAIN_OVERRIDES_BY_REGION" | awk -v r="$1" '$1 == r { for (i = 2; i <= NF; i++) print $i }'
+  printf '%s' "$MAIN_OVERRIDES_BY_REGION" | awk -F '\t' -v r="$1" '$1 == r { print substr($0, length(r) + 2) }'
 }
 
 describe_action() {
@@ -709,7 +825,7 @@ fi
 if [ "$WANT_EVENTS" = 1 ]; then
   say "  $step. events stack $EVENTS_STACK ($EVENTS_REGION): $(describe_action "$EVENTS_ACTION" "$EVENTS_STATUS")"
   say "       subscribers table $SUBSCRIBERS_TABLE (retained; never replaced or dropped)"
-  say "       parameters: $(printf '%s' "$EVENTS_OVERRIDES" | tr '\n' ' ')"
+  say "       parameters: $(sam_override_args "$EVENTS_OVERRIDES" | tr '\n' ' ')"
   step=$((step + 1))
 fi
 if [ "$WANT_MAIN" = 1 ]; then
@@ -718,7 +834,7 @@ if [ "$WANT_MAIN" = 1 ]; then
     say "  $step. main stack $(main_stack_name) ($region): $(describe_action "$action" "$status")"
     say "       reads subscribers table $SUBSCRIBERS_TABLE in $EVENTS_REGION"
     say "       tables awsmp-$PRODUCT_CODE-usage-$STAGE, awsmp-$PRODUCT_CODE-aggregated-usage-$STAGE, awsmp-$PRODUCT_CODE-customer-profile (retained)"
-    say "       parameters: $(region_overrides "$region" | tr '\n' ' ')"
+    say "       parameters: $(sam_override_args "$(region_overrides "$region")" | tr '\n' ' ')"
     if [ -n "$PAGE_DIR" ]; then
       say "       then upload the registration page from $PAGE_DIR (+ config.json) and invalidate CloudFront"
     else

@@ -27,6 +27,11 @@ mkdir -p "$SYSBIN"
 for tool in bash sh env cat grep sed awk tr mktemp rm mkdir dirname basename cut head tail sort uniq wc printf ls; do
   if path=$(type -P "$tool"); then ln -s "$path" "$SYSBIN/$tool"; fi
 done
+# deploy.sh reads samconfig.toml with python3; link the interpreter itself (a pyenv
+# shim would need this shell's environment).
+if PYTHON3=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null); then
+  ln -s "$PYTHON3" "$SYSBIN/python3"
+fi
 
 # ------------------------------------------------------------------ harness
 begin() {
@@ -34,6 +39,8 @@ begin() {
   CURRENT_FAILED=0
   STATE="$WORK/$PASSED-$FAILED-state"
   rm -rf "$STATE" "$WORK/fakebin" "$WORK/page"
+  DEPLOY_SH=""
+  DEPLOY_PATH=""
   mkdir -p "$STATE" "$WORK/fakebin"
   cp "$HERE"/fakes/* "$WORK/fakebin/"
   LOG="$STATE/calls.log"
@@ -58,11 +65,22 @@ end() {
 }
 
 # deploy ARGS...: runs deploy.sh with only the stand-ins and system tools on PATH, no
-# terminal on stdin, and nothing of this shell's environment.
+# terminal on stdin, and nothing of this shell's environment. DEPLOY_SH (default: the
+# checkout's) and DEPLOY_PATH (default: stand-ins + system tools) change what runs.
 deploy() {
-  env -i HOME="$WORK" PATH="$WORK/fakebin:$SYSBIN" FAKE_LOG="$LOG" FAKE_STATE="$STATE" \
-    bash "$ROOT/deploy.sh" "$@" </dev/null >"$WORK/out" 2>"$WORK/err"
+  env -i HOME="$WORK" PATH="${DEPLOY_PATH:-$WORK/fakebin:$SYSBIN}" FAKE_LOG="$LOG" FAKE_STATE="$STATE" \
+    bash "${DEPLOY_SH:-$ROOT/deploy.sh}" "$@" </dev/null >"$WORK/out" 2>"$WORK/err"
   RC=$?
+}
+
+# with_samconfig: a copy of the checkout's deploy.sh and templates in $WORK/checkout
+# whose samconfig.toml is this function's stdin; deploy then runs that copy.
+with_samconfig() {
+  rm -rf "$WORK/checkout"
+  mkdir -p "$WORK/checkout"
+  cp "$ROOT/deploy.sh" "$ROOT"/template-*.yaml "$WORK/checkout/"
+  cat >"$WORK/checkout/samconfig.toml"
+  DEPLOY_SH="$WORK/checkout/deploy.sh"
 }
 
 without_tool() { rm -f "$WORK/fakebin/$1"; }
@@ -215,6 +233,126 @@ deploy events --stage qa --dry-run
 expect_exit 0
 expect_out "config env:  default (samconfig.toml)"
 expect_out "LogRetentionInDays=90"
+end
+
+# ------------------------------------------------------------------ samconfig.toml forms
+begin "samconfig: the single string sam deploy --guided writes is read value for value"
+# What --guided writes: every value quoted, the whole list one TOML string. The old awk
+# reader turned LogRetentionInDays into '\' and dropped every pair after the first.
+with_samconfig <<'EOF'
+version = 0.1
+[prod.deploy.parameters]
+stack_name = "awsmp-main-abc123-prod"
+region = "us-west-2"
+confirm_changeset = true
+capabilities = "CAPABILITY_IAM"
+parameter_overrides = "LogRetentionInDays=\"30\" CreateDashboard=\"false\" AlertsTopicArn=\"\" DataTtlAttributeName=\"expires at\" WebAclArn=\"arn:aws:wafv2:x=y\" PagePriceClass=\"say \\\"hi\\\" there\""
+EOF
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 0
+for arg in "LogRetentionInDays=30" "CreateDashboard=false" 'AlertsTopicArn=""' 'DataTtlAttributeName="expires at"' \
+  "WebAclArn=arn:aws:wafv2:x=y" 'PagePriceClass="say \"hi\" there"' "ProductCode=abc123"; do
+  expect_in_call "sam deploy" "$arg"
+done
+expect_not_in_call "sam deploy" 'LogRetentionInDays=\'
+expect_out 'DataTtlAttributeName="expires at"'
+end
+
+begin "samconfig: the list form, with quoted values, '=' inside and empty values"
+with_samconfig <<'EOF'
+version = 0.1
+[default.deploy.parameters]
+parameter_overrides = ["LogRetentionInDays=90", "CreateDashboard=true"]
+[prod.deploy.parameters]
+parameter_overrides = [
+  "LogRetentionInDays=30",
+  "AlertsTopicArn=\"\"",
+  'DataTtlAttributeName="expires at"',
+  "WebAclArn=arn:aws:wafv2:x=y",
+  'PagePriceClass="say \"hi\" there"',
+]
+EOF
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+for arg in "LogRetentionInDays=30" "CreateDashboard=true" 'AlertsTopicArn=""' 'DataTtlAttributeName="expires at"' \
+  "WebAclArn=arn:aws:wafv2:x=y" 'PagePriceClass="say \"hi\" there"'; do
+  expect_in_call "sam deploy --template-file .aws-sam/build-main" "$arg"
+done
+# The events stack gets its own template's parameters only.
+expect_in_call "sam deploy --template-file .aws-sam/build-events" "LogRetentionInDays=30"
+expect_in_call "sam deploy --template-file .aws-sam/build-events" 'AlertsTopicArn=""'
+expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "DataTtlAttributeName="
+end
+
+begin "samconfig: a pair sam would cut or drop is refused with the fix"
+with_samconfig <<'EOF'
+[prod.deploy.parameters]
+parameter_overrides = ["DataTtlAttributeName=expires at"]
+EOF
+deploy events --stage prod --dry-run
+expect_exit 2
+expect_err "sam reads 'DataTtlAttributeName=expires at' as DataTtlAttributeName=expires and ignores 'at'"
+expect_err 'Quote a value that has spaces (Key="two words")'
+expect_no_call "aws "
+with_samconfig <<'EOF'
+[prod.deploy.parameters]
+parameter_overrides = "LogRetentionInDays=30 AlertsTopicArn="
+EOF
+deploy events --stage prod --dry-run
+expect_exit 2
+expect_err "ignores 'AlertsTopicArn='"
+expect_err 'write an empty value as Key=""'
+with_samconfig <<'EOF'
+[prod.deploy.parameters]
+parameter_overrides = ["LogRetentionInDays=30 CreateDashboard=true"]
+EOF
+deploy events --stage prod --dry-run
+expect_exit 2
+expect_err "holds 2 pairs; give one KEY=VALUE per list entry"
+with_samconfig <<'EOF'
+[prod.deploy.parameters]
+parameter_overrides = 30
+EOF
+deploy events --stage prod --dry-run
+expect_exit 2
+expect_err "must be a string or a list of strings"
+end
+
+begin "samconfig: a file that is not TOML stops deploy.sh before any AWS call"
+with_samconfig <<'EOF'
+[prod.deploy.parameters
+parameter_overrides = ["LogRetentionInDays=30"]
+EOF
+deploy events --stage prod --dry-run
+expect_exit 2
+expect_err "samconfig.toml is not valid TOML"
+expect_no_call "aws "
+end
+
+begin "--parameter values with spaces and quotes reach sam quoted; ones sam cannot carry are refused"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter 'DataTtlAttributeName=a "b" c' --yes
+expect_exit 0
+expect_in_call "sam deploy" 'DataTtlAttributeName="a \"b\" c"'
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter 'DataTtlAttributeName=ends\' --dry-run
+expect_exit 2
+expect_err "cannot be passed through sam's --parameter-overrides unchanged"
+end
+
+begin "no python3: deploy.sh says what it needs it for and how to get it"
+mkdir -p "$WORK/nopy"
+for tool in "$SYSBIN"/*; do
+  [ "$(basename "$tool")" = python3 ] || ln -sf "$(readlink "$tool")" "$WORK/nopy/$(basename "$tool")"
+done
+DEPLOY_PATH="$WORK/fakebin:$WORK/nopy"
+deploy events --stage prod --dry-run
+expect_exit 3
+expect_err "python3 is not on PATH; deploy.sh reads samconfig.toml with Python 3.11+ (tomllib)"
+expect_err "apt-get install -y python3"
 end
 
 # ------------------------------------------------------------------ redeploy
