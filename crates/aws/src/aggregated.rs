@@ -123,7 +123,7 @@ impl DynamoAggregatedStore {
 }
 
 /// An item of the index by its stored keys, with what is wrong with it.
-fn malformed_item(item: &DynamoItem, problem: String) -> MalformedItem {
+pub(crate) fn malformed_item(item: &DynamoItem, problem: String) -> MalformedItem {
     let key = |name: &str| {
         item.get(name)
             .and_then(|v| v.as_s().ok())

@@ -13,6 +13,7 @@
 //! | `CustomerResolver` | [`SdkCustomerResolver`] |
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
+//! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
 
 pub mod aggregated;
 pub mod calls;
@@ -21,6 +22,7 @@ pub mod item;
 pub mod local;
 pub mod metering;
 pub mod metrics;
+pub mod operator;
 pub mod runtime;
 pub mod sqs;
 pub mod subscribers;
@@ -31,6 +33,7 @@ pub use calls::{Authorization, CallLog, CallRecorder, RecordedCall};
 pub use local::{LocalEndpoints, route_to_local};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
+pub use operator::DynamoOperatorStore;
 pub use runtime::{
     SystemClock, WorkMessageError, init_tracing, load_sdk_config, load_sdk_config_in,
     parse_work_message,

@@ -58,24 +58,25 @@ impl DynamoUsageStore {
     }
 
     fn row_from_item(&self, item: DynamoItem) -> Result<RawUsageRow, PortError> {
-        let reader = Reader::new(
-            &self.table,
-            &item,
-            &[attr::LICENSE_ARN, attr::USAGE_SORT_KEY],
-        );
-        let license_arn = reader.s(attr::LICENSE_ARN)?;
-        let sort_key = reader.s(attr::USAGE_SORT_KEY)?;
-        let attrs = item
-            .iter()
-            .filter(|(k, _)| k.as_str() != attr::LICENSE_ARN && k.as_str() != attr::USAGE_SORT_KEY)
-            .map(|(k, v)| (k.clone(), attr_from_dynamo(v)))
-            .collect();
-        Ok(RawUsageRow {
-            license_arn,
-            sort_key,
-            attrs,
-        })
+        raw_row_from_item(&self.table, item)
     }
+}
+
+/// Reads a stored usage item (keys and every attribute as stored).
+pub(crate) fn raw_row_from_item(table: &str, item: DynamoItem) -> Result<RawUsageRow, PortError> {
+    let reader = Reader::new(table, &item, &[attr::LICENSE_ARN, attr::USAGE_SORT_KEY]);
+    let license_arn = reader.s(attr::LICENSE_ARN)?;
+    let sort_key = reader.s(attr::USAGE_SORT_KEY)?;
+    let attrs = item
+        .iter()
+        .filter(|(k, _)| k.as_str() != attr::LICENSE_ARN && k.as_str() != attr::USAGE_SORT_KEY)
+        .map(|(k, v)| (k.clone(), attr_from_dynamo(v)))
+        .collect();
+    Ok(RawUsageRow {
+        license_arn,
+        sort_key,
+        attrs,
+    })
 }
 
 #[async_trait]

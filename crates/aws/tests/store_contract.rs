@@ -6,10 +6,10 @@ mod common;
 
 use async_trait::async_trait;
 use awsmp_aws::item::raw_row_item;
-use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
+use awsmp_aws::{DynamoAggregatedStore, DynamoOperatorStore, DynamoUsageStore};
 use awsmp_core::memory::contract::{Backend, PAGE_SIZE};
 use awsmp_core::model::RawUsageRow;
-use awsmp_core::ports::{AggregatedStore, UsageStore};
+use awsmp_core::ports::{AggregatedStore, OperatorStore, UsageStore};
 use awsmp_test_support::MotoServer;
 use common::{AGGREGATED, USAGE, moto_with_tables};
 
@@ -19,6 +19,7 @@ struct MotoBackend {
     db: aws_sdk_dynamodb::Client,
     usage: DynamoUsageStore,
     aggregated: DynamoAggregatedStore,
+    operator: DynamoOperatorStore,
 }
 
 async fn moto() -> MotoBackend {
@@ -28,6 +29,7 @@ async fn moto() -> MotoBackend {
         usage: DynamoUsageStore::new(db.clone(), USAGE).with_page_limit(limit),
         aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED, USAGE)
             .with_page_limit(limit),
+        operator: DynamoOperatorStore::new(db.clone(), USAGE, AGGREGATED).with_page_limit(limit),
         db,
         _moto: moto,
     }
@@ -40,6 +42,9 @@ impl Backend for MotoBackend {
     }
     fn aggregated(&self) -> &dyn AggregatedStore {
         &self.aggregated
+    }
+    fn operator(&self) -> &dyn OperatorStore {
+        &self.operator
     }
     async fn insert_raw_row(&self, row: &RawUsageRow) {
         self.db

@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod operate;
 pub mod outcome;
 pub mod pipeline;
 pub mod ports;

@@ -27,8 +27,8 @@ use crate::model::{
 };
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimRequest, CommitOutcome, Cursor,
-    MAX_BATCH_WRITES, MAX_ROWS_PER_COMMIT, NewUsageRow, OutcomeWrite, Page, PortError, PutOutcome,
-    RowClaim, SubmissionUpdate, UsageStore,
+    MAX_BATCH_WRITES, MAX_ROWS_PER_COMMIT, NewUsageRow, OperatorStore, OutcomeWrite, Page,
+    PortError, PutOutcome, RowClaim, SubmissionUpdate, UsageStore,
 };
 use crate::time::{HourBucket, Instant, parse_usage_timestamp};
 
@@ -48,6 +48,8 @@ pub trait Backend: Send + Sync {
     fn usage(&self) -> &dyn UsageStore;
     /// The aggregated store, committing into the usage store's table.
     fn aggregated(&self) -> &dyn AggregatedStore;
+    /// The operator's view of the same two tables.
+    fn operator(&self) -> &dyn OperatorStore;
     /// Writes a usage-table item exactly as given (a seller's writer; no checks).
     async fn insert_raw_row(&self, row: &RawUsageRow);
     /// Whether it refuses a transaction whose items add up to more than 4 MB, as
@@ -61,6 +63,7 @@ pub struct MemoryBackend {
     tables: MemoryTables,
     usage: super::MemoryUsageStore,
     aggregated: super::MemoryAggregatedStore,
+    operator: super::MemoryOperatorStore,
 }
 
 impl MemoryBackend {
@@ -70,6 +73,7 @@ impl MemoryBackend {
         MemoryBackend {
             usage: tables.usage_store(),
             aggregated: tables.aggregated_store(),
+            operator: tables.operator_store(),
             tables,
         }
     }
@@ -88,6 +92,9 @@ impl Backend for MemoryBackend {
     }
     fn aggregated(&self) -> &dyn AggregatedStore {
         &self.aggregated
+    }
+    fn operator(&self) -> &dyn OperatorStore {
+        &self.operator
     }
     async fn insert_raw_row(&self, row: &RawUsageRow) {
         self.tables.insert_raw_row(row.clone());
@@ -115,6 +122,7 @@ macro_rules! store_contract_tests {
             a_commit_holds_at_most_100_items,
             an_item_over_400_kb_is_refused,
             a_transaction_over_4_mb_is_refused,
+            operator_reads_both_tables_and_replays_only_an_unchanged_error,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -1038,4 +1046,102 @@ pub async fn a_transaction_over_4_mb_is_refused(b: &dyn Backend) {
 #[cfg(test)]
 mod tests {
     crate::store_contract_tests!(crate::memory::contract::MemoryBackend::new());
+}
+
+/// The operator's pages cover each table once (by license: only that license's items),
+/// and a replay puts an `Error` record back in the pending index with its quantity
+/// pinned, only while it is still `Error` with the attempt count read.
+pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &dyn Backend) {
+    let (usage, agg, op) = (b.usage(), b.aggregated(), b.operator());
+    let now = t("2026-11-30T11:00:00Z");
+    let mut other = new_row("e-2", "2026-11-30T10:20:00Z", 1);
+    other.license_arn = format!("{LICENSE}0");
+    for row in [
+        new_row("e-1", "2026-11-30T10:10:00Z", 5),
+        other,
+        new_row("e-3", "2026-11-30T10:30:00Z", 2),
+    ] {
+        assert_eq!(usage.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+    }
+    let all = all_pages(|c| op.raw_rows_page(None, c)).await;
+    // Three rows and their three idempotency markers.
+    assert_eq!(all.len(), 6, "{all:?}");
+    let mine = all_pages(|c| op.raw_rows_page(Some(LICENSE), c)).await;
+    assert_eq!(mine.len(), 4);
+    assert!(mine.iter().all(|r| r.license_arn == LICENSE));
+
+    let key = group("2026-11-30T10");
+    let rows = usage.group_rows(&key).await.unwrap();
+    let refs: Vec<&RawUsageRow> = rows.iter().collect();
+    let create = commit(
+        record(key.clone(), 7, 1),
+        None,
+        &refs,
+        "2026-11-30T11:01:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    let held = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+    claim_read(agg, &key, 1, &held)
+        .await
+        .unwrap()
+        .expect("claimed");
+    let error = SubmissionUpdate {
+        status: AggregatedStatus::Error,
+        reason: Some("InvalidUsageDimensionException".into()),
+        metering_record_id: None,
+        possibly_sent: false,
+    };
+    let at = t("2026-11-30T11:06:00Z");
+    assert!(agg.record(&key, Some("c1"), &error, at).await.unwrap());
+
+    let records = all_pages(|c| op.records_page(Some(LICENSE), c)).await;
+    assert_eq!(records.len(), 1);
+    let failed = records[0].clone();
+    assert_eq!(failed.status, AggregatedStatus::Error);
+    assert!(
+        all_pages(|c| op.records_page(Some("arn:aws:license-manager::1:license:l-x"), c))
+            .await
+            .is_empty()
+    );
+    assert!(
+        agg.pending_page(key.hour, None)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    let mut stale = failed.clone();
+    stale.attempt_count += 1;
+    assert!(
+        !op.replay(&stale, at).await.unwrap(),
+        "attempt count changed"
+    );
+    assert!(op.replay(&failed, at).await.unwrap());
+    let replayed = agg.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            replayed.status,
+            replayed.status_reason.clone(),
+            replayed.sent_quantity,
+            replayed.quantity,
+            replayed.claim_id.clone()
+        ),
+        (AggregatedStatus::Pending, None, Some(7), 7, None)
+    );
+    let pending = all_pages(|c| agg.pending_page(key.hour, c)).await;
+    assert_eq!(pending.len(), 1, "back in the pending index");
+    assert!(
+        !replayed.accepts_folds(),
+        "a replayed record takes no late rows"
+    );
+    assert!(!op.replay(&failed, at).await.unwrap(), "no longer Error");
+    // The submitter can claim it as read.
+    let again = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:12:00Z");
+    let grant = agg
+        .claim(&replayed, &again)
+        .await
+        .unwrap()
+        .expect("claimable");
+    assert!(grant.previously_sent);
 }

@@ -19,6 +19,7 @@ mod faults;
 #[cfg(test)]
 mod fixtures;
 mod metering;
+mod operator;
 mod page;
 mod profiles;
 mod queue;
@@ -36,6 +37,7 @@ pub use crate::items::{
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
 pub use faults::StoreOp;
+pub use operator::MemoryOperatorStore;
 pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};
 pub use profiles::MemoryProfileStore;
 pub use queue::{DEFAULT_MAX_MESSAGE_BYTES, MemoryWorkQueue};

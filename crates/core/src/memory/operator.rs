@@ -1,0 +1,111 @@
+//! [`OperatorStore`] over [`MemoryTables`]: the operator's pages of both tables and its
+//! replay, with the same conditions as the DynamoDB adapter.
+
+use async_trait::async_trait;
+
+use super::page::paginate;
+use super::tables::{MemoryTables, aggregated_key};
+use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use crate::ports::{Cursor, MalformedItem, OperatorStore, Page, PortError};
+use crate::sync::lock;
+use crate::time::{Instant, format_instant};
+
+/// The operator's view of [`MemoryTables`].
+///
+/// - `raw_rows_page` / `records_page`: key-ordered pages of the tables' page size;
+///   unreadable aggregated items come in `malformed` on the first page.
+/// - `replay`: `Error` → `Pending` as [`OperatorStore::replay`] says, only while the
+///   record is `Error` with the attempt count read.
+#[derive(Debug, Clone)]
+pub struct MemoryOperatorStore {
+    pub(crate) tables: MemoryTables,
+}
+
+impl MemoryTables {
+    /// An operator-store handle on these tables.
+    pub fn operator_store(&self) -> MemoryOperatorStore {
+        MemoryOperatorStore {
+            tables: self.clone(),
+        }
+    }
+}
+
+fn of_license<'a>(license_arn: Option<&'a str>) -> impl Fn(&(String, String)) -> bool + 'a {
+    move |(pk, _)| license_arn.is_none_or(|l| l == pk)
+}
+
+#[async_trait]
+impl OperatorStore for MemoryOperatorStore {
+    async fn raw_rows_page(
+        &self,
+        license_arn: Option<&str>,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<RawUsageRow>, PortError> {
+        let rows: Vec<_> = lock(&self.tables.state)
+            .usage
+            .iter()
+            .filter(|(k, _)| of_license(license_arn)(k))
+            .map(|(k, row)| (k.clone(), row.clone()))
+            .collect();
+        paginate(
+            rows,
+            cursor,
+            self.tables.page_size,
+            "operator raw_rows_page",
+        )
+    }
+
+    async fn records_page(
+        &self,
+        license_arn: Option<&str>,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<AggregatedRecord>, PortError> {
+        let state = lock(&self.tables.state);
+        let records: Vec<_> = state
+            .aggregated
+            .iter()
+            .filter(|(k, _)| of_license(license_arn)(k))
+            .map(|(k, stored)| (k.clone(), stored.record.clone()))
+            .collect();
+        let first = cursor.is_none();
+        let mut page = paginate(
+            records,
+            cursor,
+            self.tables.page_size,
+            "operator records_page",
+        )?;
+        if first {
+            page.malformed = state
+                .malformed_aggregated
+                .iter()
+                .filter(|(k, _)| of_license(license_arn)(k))
+                .map(|((pk, sk), m)| MalformedItem {
+                    license_arn: pk.clone(),
+                    sort_key: sk.clone(),
+                    problem: m.problem.clone(),
+                })
+                .collect();
+        }
+        Ok(page)
+    }
+
+    async fn replay(&self, record: &AggregatedRecord, now: Instant) -> Result<bool, PortError> {
+        let mut state = lock(&self.tables.state);
+        let Some(stored) = state.aggregated.get_mut(&aggregated_key(&record.key)) else {
+            return Ok(false);
+        };
+        let current = &mut stored.record;
+        if current.status != AggregatedStatus::Error
+            || current.attempt_count != record.attempt_count
+        {
+            return Ok(false);
+        }
+        current.status = AggregatedStatus::Pending;
+        current.status_reason = None;
+        current.in_flight_until = None;
+        current.claim_id = None;
+        current.sent_quantity = Some(current.sent_quantity.unwrap_or(current.quantity));
+        stored.stamp.updated_at = format_instant(now);
+        Ok(true)
+    }
+}

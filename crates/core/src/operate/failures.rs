@@ -1,0 +1,181 @@
+//! `awsmp failures`: every raw row and aggregated record that ended unbilled, with its
+//! reason, the paired server-side exception and what to do.
+
+use serde::Serialize;
+
+use super::remedy::{FailureStatus, for_status, server_side_pair};
+use super::replay::check_replay;
+use super::rows::{RowState, row_account_dimension, row_hour, row_quantity, row_state};
+use crate::model::{AggregatedRecord, AggregatedStatus, RawStatus, RawUsageRow, ReasonCode};
+use crate::ports::MalformedItem;
+use crate::time::{HourBucket, Instant};
+
+/// One failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// `RejectedClientSide`, `AggregationExpired`, `Error`, `CustomerNotSubscribed`,
+    /// `SubmissionExpired`.
+    pub status: &'static str,
+    /// The stored reason (a client-side reason code, or the exception name).
+    pub reason: Option<String>,
+    /// The server-side exception: the pair of a client-side code, or the record's own.
+    pub server_side: Option<String>,
+    /// License.
+    pub license_arn: String,
+    /// The row's sort key, or the record's `<account>#<dimension>#<hour>`.
+    pub key: String,
+    /// Buyer account, when readable.
+    pub account: Option<String>,
+    /// Dimension, when readable.
+    pub dimension: Option<String>,
+    /// The usage hour, when readable.
+    pub hour: Option<HourBucket>,
+    /// The quantity, when readable.
+    pub quantity: Option<i64>,
+    /// What to do.
+    pub remedy: String,
+    /// Whether `awsmp replay` would send it again now.
+    pub replayable: bool,
+}
+
+/// Every failure of usage hours from `since` on (unreadable items always), records
+/// first (they are the money), each group in key order.
+pub fn failures(
+    rows: &[RawUsageRow],
+    records: &[AggregatedRecord],
+    unreadable: &[MalformedItem],
+    since: HourBucket,
+    now: Instant,
+) -> Vec<Failure> {
+    let mut out = Vec::new();
+    for record in records.iter().filter(|r| r.key.hour >= since) {
+        let status = match record.status {
+            s @ (AggregatedStatus::Error
+            | AggregatedStatus::CustomerNotSubscribed
+            | AggregatedStatus::SubmissionExpired) => s,
+            _ => continue,
+        };
+        let reason = record.status_reason.clone();
+        out.push(Failure {
+            status: status.as_str(),
+            server_side: match status {
+                AggregatedStatus::Error => reason.clone(),
+                AggregatedStatus::CustomerNotSubscribed => Some("CustomerNotSubscribed".into()),
+                _ => None,
+            },
+            remedy: for_status(FailureStatus::Record(status), reason.as_deref()),
+            reason,
+            license_arn: record.key.license_arn.clone(),
+            key: record.key.aggregated_sort_key(),
+            account: Some(record.key.customer_aws_account_id.clone()),
+            dimension: Some(record.key.dimension.clone()),
+            hour: Some(record.key.hour),
+            quantity: Some(record.quantity_to_send()),
+            replayable: check_replay(record, now).is_ok(),
+        });
+    }
+    for item in unreadable {
+        out.push(Failure {
+            status: AggregatedStatus::Error.as_str(),
+            reason: Some(item.problem.clone()),
+            server_side: None,
+            license_arn: item.license_arn.clone(),
+            key: item.sort_key.clone(),
+            account: None,
+            dimension: None,
+            hour: None,
+            quantity: None,
+            remedy: "the aggregated item cannot be read as a record: fix or delete it".into(),
+            replayable: false,
+        });
+    }
+    for row in rows {
+        let (status, reason) = match row_state(row) {
+            Some(RowState::Rejected(reason)) => (RawStatus::RejectedClientSide, reason),
+            Some(RowState::Expired) => (RawStatus::AggregationExpired, None),
+            _ => continue,
+        };
+        let hour = row_hour(row);
+        if hour.is_some_and(|h| h < since) {
+            continue;
+        }
+        let (account, dimension) = row_account_dimension(row);
+        out.push(Failure {
+            status: status.as_str(),
+            server_side: reason
+                .as_deref()
+                .and_then(|r| r.parse::<ReasonCode>().ok())
+                .and_then(server_side_pair)
+                .map(str::to_string),
+            remedy: for_status(FailureStatus::Raw(status), reason.as_deref()),
+            reason,
+            license_arn: row.license_arn.clone(),
+            key: row.sort_key.clone(),
+            account: account.map(str::to_string),
+            dimension: dimension.map(str::to_string),
+            hour,
+            quantity: row_quantity(row),
+            replayable: false,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::memory::reference_row;
+    use crate::model::{Attr, GroupKey, attr};
+    use crate::time::parse_usage_timestamp;
+
+    #[test]
+    fn names_both_codes_of_a_rejection_and_offers_replay_for_a_fixable_error() {
+        let lic = "arn:aws:license-manager::123456789012:license:l-1";
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let mut row = reference_row(lic, "111122223333", "api", "2026-11-30T10:15:00Z", 3);
+        row.attrs.remove(attr::METERING_PENDING);
+        for (k, v) in [
+            (attr::METERING_STATUS, "RejectedClientSide"),
+            (attr::METERING_STATUS_REASON, "TooManyTags"),
+        ] {
+            row.attrs.insert(k.into(), Attr::S(v.into()));
+        }
+        let record = AggregatedRecord {
+            key: GroupKey {
+                license_arn: lic.into(),
+                customer_aws_account_id: "111122223333".into(),
+                dimension: "Api".into(),
+                hour: "2026-11-30T11".parse().unwrap(),
+            },
+            product_code: "prod".into(),
+            quantity: 4,
+            allocations: None,
+            status: AggregatedStatus::Error,
+            status_reason: Some("InvalidUsageDimensionException".into()),
+            metering_record_id: None,
+            attempt_count: 1,
+            version: 2,
+            in_flight_until: None,
+            claim_id: None,
+            sent_quantity: Some(4),
+            folding: false,
+        };
+        let found = failures(
+            &[row],
+            &[record],
+            &[],
+            "2026-11-30T00".parse().unwrap(),
+            now,
+        );
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].status, "Error");
+        assert!(found[0].replayable);
+        assert!(found[0].remedy.contains("catalog"));
+        assert_eq!(found[1].reason.as_deref(), Some("TooManyTags"));
+        assert_eq!(found[1].server_side.as_deref(), Some("InvalidTagException"));
+        assert!(!found[1].replayable);
+        let later = failures(&[], &[], &[], "2026-11-30T12".parse().unwrap(), now);
+        assert!(later.is_empty());
+    }
+}

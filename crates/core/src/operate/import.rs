@@ -1,0 +1,83 @@
+//! `awsmp usage import`: a usage line is written only if the aggregator would count
+//! it; otherwise it gets the reason code the aggregator would give.
+
+use crate::guardrails::{GuardrailContext, validate_row};
+use crate::items::{IngestionWrite, ItemError};
+use crate::model::ReasonCode;
+use crate::ports::NewUsageRow;
+use crate::time::Instant;
+
+/// Why a usage line is not written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    /// The aggregator would reject it with this reason code.
+    #[error("{0}")]
+    Rejected(ReasonCode),
+    /// It cannot be written at all (empty event id, `#` in a key part).
+    #[error("{0}")]
+    Unwritable(String),
+}
+
+/// The write for `row` at `now`, or why the aggregator would not count it (checked
+/// exactly as it checks a stored row, against the stack's product code).
+pub fn check_row(
+    row: &NewUsageRow,
+    ctx: &GuardrailContext,
+    now: Instant,
+) -> Result<IngestionWrite, LineProblem> {
+    let write = IngestionWrite::new(row, now)
+        .map_err(|e: ItemError| LineProblem::Unwritable(e.to_string()))?;
+    validate_row(&write.row, ctx).map_err(LineProblem::Rejected)?;
+    Ok(write)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::{Allocation, Tag};
+    use crate::time::parse_usage_timestamp;
+
+    #[test]
+    fn gives_the_aggregators_reason_code_and_writes_nothing_for_a_bad_row() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let ctx = GuardrailContext::new(now, "prod");
+        let good = NewUsageRow {
+            license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
+            customer_aws_account_id: "111122223333".into(),
+            dimension: "api".into(),
+            timestamp: parse_usage_timestamp("2026-11-30T11:00:00Z").unwrap(),
+            quantity: 3,
+            allocations: None,
+            product_code: None,
+            event_id: "e-1".into(),
+        };
+        assert!(check_row(&good, &ctx, now).is_ok());
+        let mut tags = good.clone();
+        tags.allocations = Some(vec![Allocation {
+            quantity: 3,
+            tags: (0..6)
+                .map(|i| Tag {
+                    key: format!("k{i}"),
+                    value: "v".into(),
+                })
+                .collect(),
+        }]);
+        assert_eq!(
+            check_row(&tags, &ctx, now).unwrap_err(),
+            LineProblem::Rejected(ReasonCode::TooManyTags)
+        );
+        let mut old = good.clone();
+        old.timestamp = parse_usage_timestamp("2026-11-29T11:00:00Z").unwrap();
+        assert_eq!(
+            check_row(&old, &ctx, now).unwrap_err(),
+            LineProblem::Rejected(ReasonCode::TimestampOutOfWindow)
+        );
+        let mut hash = good;
+        hash.dimension = "a#b".into();
+        assert!(matches!(
+            check_row(&hash, &ctx, now),
+            Err(LineProblem::Unwritable(_))
+        ));
+    }
+}

@@ -1,0 +1,148 @@
+//! `awsmp replay`: when an `Error` record may be sent again. Only an `Error` record
+//! (nothing was billed), only inside Marketplace's 24 h window, only with the quantity
+//! it already holds (its `sentQuantity` stays, so no late row folds in), and only when a
+//! second send can succeed.
+
+use crate::model::{AggregatedRecord, AggregatedStatus};
+use crate::pipeline::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
+use crate::time::{Instant, bucket_expired};
+
+/// Why a record is not replayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayRefusal {
+    /// Only `Error` records are replayed; others are billed, final or still pending.
+    #[error("{key} is {status}, not Error: {why}")]
+    NotError {
+        /// The group.
+        key: String,
+        /// Its status.
+        status: AggregatedStatus,
+        /// What that status means here.
+        why: &'static str,
+    },
+    /// The hour left Marketplace's 24 h window: it can never be billed.
+    #[error(
+        "{key}: hour {hour} is outside Marketplace's 24 h window; it cannot be billed any more"
+    )]
+    WindowClosed {
+        /// The group.
+        key: String,
+        /// Its hour.
+        hour: String,
+    },
+    /// A second send fails the same way whatever is fixed outside the record.
+    #[error("{key}: {reason} cannot succeed when sent again as it is")]
+    CannotSucceed {
+        /// The group.
+        key: String,
+        /// The stored reason.
+        reason: String,
+    },
+    /// The record changed since it was read (another replay, or the pipeline).
+    #[error("{key} changed while replaying; nothing was written, read it again")]
+    Changed {
+        /// The group.
+        key: String,
+    },
+}
+
+/// Whether `record` may be replayed at `now`.
+pub fn check_replay(record: &AggregatedRecord, now: Instant) -> Result<(), ReplayRefusal> {
+    let key = record.key.to_string();
+    let why = match record.status {
+        AggregatedStatus::Error => "",
+        AggregatedStatus::Pending => "it is still pending and will be sent by the submitter",
+        AggregatedStatus::Success | AggregatedStatus::DuplicateRecord => {
+            "it is billed; sending it again would not bill more"
+        }
+        AggregatedStatus::CustomerNotSubscribed => {
+            "that answer is final (do not retry); see `awsmp inspect license`"
+        }
+        AggregatedStatus::SubmissionExpired => "its hour aged out unsent",
+        AggregatedStatus::DryRunSubmitted => "it was a dry run; deploy with METERING_MODE live",
+    };
+    if record.status != AggregatedStatus::Error {
+        return Err(ReplayRefusal::NotError {
+            key,
+            status: record.status,
+            why,
+        });
+    }
+    if bucket_expired(record.key.hour, now) {
+        return Err(ReplayRefusal::WindowClosed {
+            key,
+            hour: record.key.hour.to_string(),
+        });
+    }
+    let reason = record.status_reason.as_deref().unwrap_or_default();
+    if reason == REASON_REQUEST_TOO_LARGE || reason.starts_with(REASON_MALFORMED_ITEM) {
+        return Err(ReplayRefusal::CannotSucceed {
+            key,
+            reason: reason.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::GroupKey;
+    use crate::time::parse_usage_timestamp;
+
+    fn record(hour: &str, status: AggregatedStatus, reason: &str) -> AggregatedRecord {
+        AggregatedRecord {
+            key: GroupKey {
+                license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
+                customer_aws_account_id: "111122223333".into(),
+                dimension: "api".into(),
+                hour: hour.parse().unwrap(),
+            },
+            product_code: "prod".into(),
+            quantity: 4,
+            allocations: None,
+            status,
+            status_reason: Some(reason.into()),
+            metering_record_id: None,
+            attempt_count: 1,
+            version: 2,
+            in_flight_until: None,
+            claim_id: None,
+            sent_quantity: Some(4),
+            folding: false,
+        }
+    }
+
+    #[test]
+    fn replays_only_a_fixable_error_inside_the_window() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let fixable = record(
+            "2026-11-30T10",
+            AggregatedStatus::Error,
+            "InvalidUsageDimensionException",
+        );
+        assert_eq!(check_replay(&fixable, now), Ok(()));
+        let old = record(
+            "2026-11-29T12",
+            AggregatedStatus::Error,
+            "InvalidUsageDimensionException",
+        );
+        assert!(matches!(
+            check_replay(&old, now),
+            Err(ReplayRefusal::WindowClosed { .. })
+        ));
+        let billed = record("2026-11-30T10", AggregatedStatus::Success, "");
+        let refusal = check_replay(&billed, now).unwrap_err().to_string();
+        assert!(refusal.contains("billed"), "{refusal}");
+        let large = record(
+            "2026-11-30T10",
+            AggregatedStatus::Error,
+            REASON_REQUEST_TOO_LARGE,
+        );
+        assert!(matches!(
+            check_replay(&large, now),
+            Err(ReplayRefusal::CannotSucceed { .. })
+        ));
+    }
+}

@@ -1,0 +1,113 @@
+//! Where a stored raw row stands, read from its attributes the way the pipeline wrote
+//! them: pending, counted, rejected (with its reason) or expired, and its hour.
+
+use crate::items::ingestion_marker_event_id;
+use crate::model::{Attr, RawStatus, RawUsageRow, attr};
+use crate::time::{HourBucket, parse_usage_timestamp};
+
+/// A raw row's state as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowState {
+    /// Still awaiting aggregation (`meteringPending` present, not counted).
+    Pending,
+    /// Counted into its group's aggregated record.
+    Counted,
+    /// Rejected client-side; the stored reason code.
+    Rejected(Option<String>),
+    /// Aged out before it was aggregated.
+    Expired,
+}
+
+fn text<'a>(row: &'a RawUsageRow, name: &str) -> Option<&'a str> {
+    match row.attrs.get(name) {
+        Some(Attr::S(s)) | Some(Attr::N(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// The row's state, or `None` for an ingestion marker (`event#<id>`: not usage).
+pub fn row_state(row: &RawUsageRow) -> Option<RowState> {
+    if ingestion_marker_event_id(&row.sort_key).is_some() {
+        return None;
+    }
+    let status = text(row, attr::METERING_STATUS).and_then(|s| s.parse::<RawStatus>().ok());
+    Some(match status {
+        Some(RawStatus::Aggregated) => RowState::Counted,
+        Some(RawStatus::RejectedClientSide) => {
+            RowState::Rejected(text(row, attr::METERING_STATUS_REASON).map(str::to_string))
+        }
+        Some(RawStatus::AggregationExpired) => RowState::Expired,
+        // Counted by an earlier version's commit that left the row pending.
+        None if row.attrs.contains_key(attr::AGGREGATED_INTO) => RowState::Counted,
+        None => RowState::Pending,
+    })
+}
+
+/// The row's hour: its `meteringPending` bucket while pending, else its timestamp's
+/// hour; `None` when neither can be read (a malformed row).
+pub fn row_hour(row: &RawUsageRow) -> Option<HourBucket> {
+    text(row, attr::METERING_PENDING)
+        .and_then(|p| p.parse::<HourBucket>().ok())
+        .or_else(|| {
+            text(row, attr::TIMESTAMP)
+                .and_then(|t| parse_usage_timestamp(t).ok())
+                .map(HourBucket::containing)
+        })
+}
+
+/// The row's quantity when it is a whole number.
+pub fn row_quantity(row: &RawUsageRow) -> Option<i64> {
+    text(row, attr::QUANTITY).and_then(|q| q.parse().ok())
+}
+
+/// The row's `customerAWSAccountId` and `dimension` attributes, as stored.
+pub fn row_account_dimension(row: &RawUsageRow) -> (Option<&str>, Option<&str>) {
+    (
+        text(row, attr::CUSTOMER_ACCOUNT),
+        text(row, attr::DIMENSION),
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::memory::reference_row;
+
+    fn with(mut row: RawUsageRow, name: &str, value: &str) -> RawUsageRow {
+        row.attrs.insert(name.into(), Attr::S(value.into()));
+        row
+    }
+
+    #[test]
+    fn reads_each_state_and_hour_as_the_pipeline_writes_them() {
+        let lic = "arn:aws:license-manager::123456789012:license:l-1";
+        let pending = reference_row(lic, "111122223333", "api", "2026-11-30T10:15:00Z", 3);
+        assert_eq!(row_state(&pending), Some(RowState::Pending));
+        assert_eq!(row_hour(&pending), Some("2026-11-30T10".parse().unwrap()));
+        assert_eq!(row_quantity(&pending), Some(3));
+
+        let mut done = with(pending.clone(), attr::METERING_STATUS, "Aggregated");
+        done.attrs.remove(attr::METERING_PENDING);
+        assert_eq!(row_state(&done), Some(RowState::Counted));
+        assert_eq!(row_hour(&done), Some("2026-11-30T10".parse().unwrap()));
+
+        let rejected = with(
+            with(pending.clone(), attr::METERING_STATUS, "RejectedClientSide"),
+            attr::METERING_STATUS_REASON,
+            "TooManyTags",
+        );
+        assert_eq!(
+            row_state(&rejected),
+            Some(RowState::Rejected(Some("TooManyTags".into())))
+        );
+        let legacy = with(pending.clone(), attr::AGGREGATED_INTO, "x");
+        assert_eq!(row_state(&legacy), Some(RowState::Counted));
+
+        let bad = reference_row(lic, "111122223333", "api", "yesterday", 1);
+        assert_eq!(row_hour(&bad), None);
+        let mut marker = pending;
+        marker.sort_key = "event#e-1".into();
+        assert_eq!(row_state(&marker), None);
+    }
+}

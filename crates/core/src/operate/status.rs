@@ -1,0 +1,360 @@
+//! `awsmp status`: one Region's metering at a glance. Per hour, raw rows pending /
+//! counted / rejected / expired and records pending / billed / error / not subscribed
+//! / expired; the oldest pending usage against the 24 h window; and what needs
+//! attention first.
+
+use std::collections::BTreeMap;
+
+use chrono::Duration;
+use serde::Serialize;
+
+use super::rows::{RowState, row_hour, row_state};
+use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use crate::time::{HourBucket, Instant, WINDOW_HOURS};
+
+/// One hour's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HourCounts {
+    /// Raw rows awaiting aggregation.
+    pub rows_pending: u64,
+    /// Raw rows counted into a record.
+    pub rows_counted: u64,
+    /// Raw rows rejected client-side.
+    pub rows_rejected: u64,
+    /// Raw rows aged out unaggregated.
+    pub rows_expired: u64,
+    /// Aggregated records awaiting submission.
+    pub records_pending: u64,
+    /// Records billed (`Success`, or `DuplicateRecord`: billed by an earlier send).
+    pub records_billed: u64,
+    /// Quantity billed.
+    pub quantity_billed: i64,
+    /// Records that ended `Error`.
+    pub records_error: u64,
+    /// Records that ended `CustomerNotSubscribed`.
+    pub records_not_subscribed: u64,
+    /// Records that aged out unsent.
+    pub records_expired: u64,
+    /// Records a dry run would have sent.
+    pub records_dry_run: u64,
+}
+
+/// One queue's depth, as the status screen shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueDepth {
+    /// The queue's role (`work`, `cleanup`, ...).
+    pub name: String,
+    /// Messages visible or in flight.
+    pub depth: u64,
+    /// Messages in its dead-letter queue, when it has one.
+    pub dead_letters: Option<u64>,
+}
+
+/// How soon something must be looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Urgency {
+    /// Money is being lost or soon will be.
+    Urgent,
+    /// Something failed and may be fixable.
+    Warning,
+    /// Worth knowing.
+    Info,
+}
+
+/// One line of "what needs attention first".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attention {
+    /// How soon.
+    pub urgency: Urgency,
+    /// What, and what to do.
+    pub message: String,
+}
+
+/// One Region's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusReport {
+    /// When it was taken.
+    #[serde(serialize_with = "crate::operate::serialize_instant")]
+    pub now: Instant,
+    /// The first hour shown.
+    pub from: HourBucket,
+    /// Counts per hour, oldest first (only hours with something in them).
+    pub hours: BTreeMap<HourBucket, HourCounts>,
+    /// The oldest hour with pending usage (raw or aggregated).
+    pub oldest_pending: Option<HourBucket>,
+    /// Hours until that usage leaves Marketplace's 24 h window (negative: already out).
+    pub oldest_pending_hours_left: Option<i64>,
+    /// Raw rows whose hour cannot be read (malformed timestamps).
+    pub rows_unplaced: u64,
+    /// Aggregated items that cannot be read as records.
+    pub records_unreadable: u64,
+    /// Queue depths.
+    pub queues: Vec<QueueDepth>,
+    /// Subscribers in their final-usage window (deprovisioning).
+    pub deprovisioning: u64,
+    /// What needs attention, most urgent first.
+    pub attention: Vec<Attention>,
+}
+
+/// Everything the status screen is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// Raw rows (markers are skipped).
+    pub rows: &'a [RawUsageRow],
+    /// Aggregated records.
+    pub records: &'a [AggregatedRecord],
+    /// Aggregated items that could not be read.
+    pub records_unreadable: u64,
+    /// Queue depths.
+    pub queues: &'a [QueueDepth],
+    /// Subscribers deprovisioning.
+    pub deprovisioning: u64,
+}
+
+/// The status at `now` for hours from `hours` back (pending usage older than that is
+/// still counted: it is what matters most).
+pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusReport {
+    let from = HourBucket::containing(now).plus_hours(-i64::from(hours.saturating_sub(1)));
+    let mut by_hour: BTreeMap<HourBucket, HourCounts> = BTreeMap::new();
+    let mut rows_unplaced = 0;
+    let mut oldest_pending: Option<HourBucket> = None;
+    let mut note_pending = |hour: HourBucket| {
+        oldest_pending = Some(oldest_pending.map_or(hour, |o| o.min(hour)));
+    };
+    for row in inputs.rows {
+        let Some(state) = row_state(row) else {
+            continue;
+        };
+        let Some(hour) = row_hour(row) else {
+            rows_unplaced += 1;
+            continue;
+        };
+        if state == RowState::Pending {
+            note_pending(hour);
+        }
+        if hour < from && state != RowState::Pending {
+            continue;
+        }
+        let counts = by_hour.entry(hour).or_default();
+        match state {
+            RowState::Pending => counts.rows_pending += 1,
+            RowState::Counted => counts.rows_counted += 1,
+            RowState::Rejected(_) => counts.rows_rejected += 1,
+            RowState::Expired => counts.rows_expired += 1,
+        }
+    }
+    for record in inputs.records {
+        let hour = record.key.hour;
+        if record.status == AggregatedStatus::Pending {
+            note_pending(hour);
+        } else if hour < from {
+            continue;
+        }
+        let counts = by_hour.entry(hour).or_default();
+        match record.status {
+            AggregatedStatus::Pending => counts.records_pending += 1,
+            AggregatedStatus::Success | AggregatedStatus::DuplicateRecord => {
+                counts.records_billed += 1;
+                counts.quantity_billed += record.quantity_to_send();
+            }
+            AggregatedStatus::Error => counts.records_error += 1,
+            AggregatedStatus::CustomerNotSubscribed => counts.records_not_subscribed += 1,
+            AggregatedStatus::SubmissionExpired => counts.records_expired += 1,
+            AggregatedStatus::DryRunSubmitted => counts.records_dry_run += 1,
+        }
+    }
+    let hours_left = oldest_pending.map(|h| {
+        let closes = h.start() + Duration::hours(WINDOW_HOURS);
+        (closes - now).num_minutes().div_euclid(60)
+    });
+    let mut report = StatusReport {
+        now,
+        from,
+        hours: by_hour,
+        oldest_pending,
+        oldest_pending_hours_left: hours_left,
+        rows_unplaced,
+        records_unreadable: inputs.records_unreadable,
+        queues: inputs.queues.to_vec(),
+        deprovisioning: inputs.deprovisioning,
+        attention: Vec::new(),
+    };
+    report.attention = attention(&report);
+    report
+}
+
+fn attention(report: &StatusReport) -> Vec<Attention> {
+    let mut out = Vec::new();
+    let mut add = |urgency, message: String| out.push(Attention { urgency, message });
+    if let (Some(hour), Some(left)) = (report.oldest_pending, report.oldest_pending_hours_left) {
+        // Past the lock plus a few runs, pending usage means a stage is not keeping up.
+        if left < 20 {
+            add(
+                if left < 6 {
+                    Urgency::Urgent
+                } else {
+                    Urgency::Warning
+                },
+                format!(
+                    "usage of {hour} is still pending and leaves the 24 h window in {left} h: check the discoverer, aggregator and submitter (alarms, logs, DLQs)"
+                ),
+            );
+        }
+    }
+    for queue in &report.queues {
+        if let Some(dead) = queue.dead_letters.filter(|d| *d > 0) {
+            add(
+                Urgency::Urgent,
+                format!(
+                    "{dead} message(s) in the {} queue's DLQ: read one, fix the cause, then `awsmp dlq redrive {}`",
+                    queue.name, queue.name
+                ),
+            );
+        }
+    }
+    let total = |f: fn(&HourCounts) -> u64| report.hours.values().map(f).sum::<u64>();
+    let errors = total(|c| c.records_error);
+    if errors > 0 {
+        add(
+            Urgency::Warning,
+            format!(
+                "{errors} record(s) ended Error: `awsmp failures` says why; fix the cause, then `awsmp replay` inside the 24 h window"
+            ),
+        );
+    }
+    let rejected = total(|c| c.rows_rejected);
+    if rejected > 0 {
+        add(
+            Urgency::Warning,
+            format!(
+                "{rejected} usage row(s) rejected client-side: `awsmp failures` lists each with its reason code"
+            ),
+        );
+    }
+    let expired = total(|c| c.rows_expired + c.records_expired);
+    if expired > 0 {
+        add(
+            Urgency::Warning,
+            format!("{expired} row(s)/record(s) aged out unbilled: `awsmp failures`"),
+        );
+    }
+    if report.rows_unplaced > 0 || report.records_unreadable > 0 {
+        add(
+            Urgency::Warning,
+            format!(
+                "{} row(s) with an unreadable timestamp and {} unreadable aggregated item(s): `awsmp failures`",
+                report.rows_unplaced, report.records_unreadable
+            ),
+        );
+    }
+    let not_subscribed = total(|c| c.records_not_subscribed);
+    if not_subscribed > 0 {
+        add(
+            Urgency::Info,
+            format!(
+                "{not_subscribed} record(s) CustomerNotSubscribed (final, not retried): `awsmp inspect license ARN`"
+            ),
+        );
+    }
+    if report.deprovisioning > 0 {
+        add(
+            Urgency::Info,
+            format!(
+                "{} subscriber(s) deprovisioning: their final usage is sent first",
+                report.deprovisioning
+            ),
+        );
+    }
+    out.sort_by_key(|a| a.urgency);
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::memory::reference_row;
+    use crate::model::{Attr, GroupKey, attr};
+    use crate::time::parse_usage_timestamp;
+
+    const LIC: &str = "arn:aws:license-manager::123456789012:license:l-1";
+
+    fn record(hour: &str, status: AggregatedStatus, quantity: i64) -> AggregatedRecord {
+        AggregatedRecord {
+            key: GroupKey {
+                license_arn: LIC.into(),
+                customer_aws_account_id: "111122223333".into(),
+                dimension: "api".into(),
+                hour: hour.parse().unwrap(),
+            },
+            product_code: "prod".into(),
+            quantity,
+            allocations: None,
+            status,
+            status_reason: None,
+            metering_record_id: None,
+            attempt_count: 1,
+            version: 1,
+            in_flight_until: None,
+            claim_id: None,
+            sent_quantity: Some(quantity),
+            folding: false,
+        }
+    }
+
+    #[test]
+    fn counts_each_hour_and_puts_the_closing_window_first() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let mut counted = reference_row(LIC, "111122223333", "api", "2026-11-30T10:15:00Z", 3);
+        counted.attrs.remove(attr::METERING_PENDING);
+        counted
+            .attrs
+            .insert(attr::METERING_STATUS.into(), Attr::S("Aggregated".into()));
+        let old = reference_row(LIC, "111122223333", "api", "2026-11-29T14:00:00Z", 1);
+        let rows = [counted, old];
+        let records = [
+            record("2026-11-30T10", AggregatedStatus::Success, 3),
+            record("2026-11-30T11", AggregatedStatus::Error, 5),
+        ];
+        let queues = [QueueDepth {
+            name: "work".into(),
+            depth: 0,
+            dead_letters: Some(2),
+        }];
+        let report = status(
+            StatusInputs {
+                rows: &rows,
+                records: &records,
+                records_unreadable: 0,
+                queues: &queues,
+                deprovisioning: 0,
+            },
+            now,
+            6,
+        );
+        let ten = &report.hours[&"2026-11-30T10".parse().unwrap()];
+        assert_eq!(
+            (ten.rows_counted, ten.records_billed, ten.quantity_billed),
+            (1, 1, 3)
+        );
+        // The 22.5 h old pending row is shown though it is before the 6 hours asked.
+        let old_hour: HourBucket = "2026-11-29T14".parse().unwrap();
+        assert_eq!(report.hours[&old_hour].rows_pending, 1);
+        assert_eq!(report.oldest_pending, Some(old_hour));
+        assert_eq!(report.oldest_pending_hours_left, Some(1));
+        assert_eq!(report.attention[0].urgency, Urgency::Urgent);
+        assert!(
+            report.attention[0].message.contains("2026-11-29T14"),
+            "{:?}",
+            report.attention
+        );
+        assert!(report.attention.iter().any(|a| a.message.contains("DLQ")));
+        assert!(
+            report
+                .attention
+                .iter()
+                .any(|a| a.message.contains("1 record(s) ended Error"))
+        );
+    }
+}
