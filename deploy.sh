@@ -7,7 +7,9 @@
 #   ./deploy.sh --local [--serve]                                  the local stack (no AWS account)
 #
 # It checks everything it can before changing anything, prints the plan (what it will
-# create or update, where), and only then builds once and deploys. Existing stacks are
+# create or update, where), and only then builds once and deploys. With --review, each
+# stack's change set is created first, shown (resources added, modified, replaced,
+# removed) and executed only when you say so. Existing stacks are
 # updated in place; the data tables are retained and never replaced or dropped.
 # Written for bash 3.2+ (macOS) with `set -u`: no associative arrays, no mapfile.
 set -euo pipefail
@@ -75,7 +77,11 @@ Options:
   --page-dir DIR             registration page files to upload (default: web/ when present)
   --allow-unlisted-region    deploy to a Region missing from the BatchMeterUsage list (you checked it)
   --dry-run                  check everything and print the plan; change nothing
-  --yes                      do not ask for confirmation (required when not on a terminal)
+  --review                   create each stack's change set, show what it adds, modifies,
+                             REPLACES and REMOVES, and execute it only if you answer y
+                             (the answer is read from stdin, terminal or not)
+  --yes                      do not ask for confirmation (required when not on a terminal,
+                             unless --review)
   -h, --help                 this help
 
 Precedence of parameter values: template defaults < samconfig.toml [default] <
@@ -116,6 +122,7 @@ REGIONS=""
 CONFIG_ENV=""
 DRY_RUN=0
 ASSUME_YES=0
+REVIEW=0
 ALLOW_UNLISTED=0
 PAGE_DIR=""
 # Overrides from the command line, one KEY=VALUE a line.
@@ -251,6 +258,10 @@ while [ $# -gt 0 ]; do
       ASSUME_YES=1
       shift
       ;;
+    --review)
+      REVIEW=1
+      shift
+      ;;
     -h | --help)
       usage
       exit 0
@@ -262,6 +273,9 @@ done
 
 # ------------------------------------------------------------------ argument checks
 [ -n "$STAGE" ] || die 2 "--stage is required (e.g. --stage prod)."
+if [ "$REVIEW" = 1 ] && [ "$ASSUME_YES" = 1 ]; then
+  die 2 "--review asks before executing each change set and --yes says never ask: give one of them."
+fi
 matches "$STAGE" "$STAGE_PATTERN" ||
   die 2 "stage '$STAGE' is not valid: a lowercase letter, then up to 15 lowercase letters, digits or '-' (it names tables and stacks)."
 
@@ -330,7 +344,7 @@ done
 # so deploy.sh and `sam deploy --config-env ENV` by hand read the same values. Anything
 # sam would read differently from how it looks (an unquoted value cut at a space, `Key=`
 # with nothing, which sam silently drops) is refused with the fix, never guessed at.
-SAMCONFIG_PY=$(
+DEPLOY_PY=$(
   cat <<'PY'
 import re, sys
 
@@ -430,8 +444,60 @@ def encode(where):
                  "sam drops a backslash before a space or quote, a trailing backslash and quotes that open or close the value; change the value.")
         print(arg)
 
+def next_token():
+    import json
+    print(json.load(sys.stdin).get("NextToken") or "")
+
+def show_changes(stack, region, pages):
+    """The change set's resource changes (every page), one a line, replacements and
+    removals marked, then a count of each kind."""
+    import json
+    changes = []
+    for page in pages:
+        with open(page) as f:
+            changes += [c.get("ResourceChange", {}) for c in json.load(f).get("Changes", [])]
+    print("  change set for %s (%s): %d resource change(s)" % (stack, region, len(changes)))
+    width = max([len(c.get("LogicalResourceId", "")) for c in changes] + [8])
+    replaced = maybe = removed = 0
+    for c in changes:
+        action, replacement = c.get("Action", "?"), c.get("Replacement", "")
+        policy = c.get("PolicyAction", "")
+        note, mark = "", "  "
+        if action == "Remove":
+            removed += 1
+            mark, note = "!!", "REMOVED"
+        elif action == "Modify" and replacement == "True":
+            replaced += 1
+            mark, note = "!!", "REPLACED by a new resource"
+        elif action == "Modify" and replacement == "Conditional":
+            maybe += 1
+            mark, note = "! ", "MAY BE REPLACED (Replacement: Conditional)"
+        elif action == "Modify":
+            note = "in place"
+        if mark != "  ":
+            if policy in ("Retain", "ReplaceAndRetain"):
+                note += "; the old resource is retained"
+            elif policy in ("Delete", "ReplaceAndDelete"):
+                note += "; the old resource is deleted"
+            elif policy == "Snapshot" or policy == "ReplaceAndSnapshot":
+                note += "; the old resource is deleted after a snapshot"
+        print("   %s %-7s %-*s %-40s %s" % (mark, action, width, c.get("LogicalResourceId", "?"),
+                                           c.get("ResourceType", "?"), note))
+    counts = {}
+    for c in changes:
+        counts[c.get("Action", "?")] = counts.get(c.get("Action", "?"), 0) + 1
+    print("  %d to add, %d to modify (%d replaced, %d may be replaced), %d to remove" % (
+        counts.get("Add", 0), counts.get("Modify", 0), replaced, maybe, removed))
+    if replaced or maybe or removed:
+        print("  !! Replacing or removing a resource deletes it and what it holds (a table's rows,"
+              " a queue's messages) unless it is retained; read the lines marked !! before answering.")
+
 command = sys.argv[1]
-if command == "overrides":
+if command == "next-token":
+    next_token()
+elif command == "show-changes":
+    show_changes(sys.argv[2], sys.argv[3], sys.argv[4:])
+elif command == "overrides":
     overrides(sys.argv[2], sys.argv[3])
 elif command == "has-env":
     has_env(sys.argv[2], sys.argv[3])
@@ -439,7 +505,7 @@ elif command == "encode":
     encode(sys.argv[2])
 PY
 )
-samconfig_py() { python3 -c "$SAMCONFIG_PY" "$@"; }
+deploy_py() { python3 -c "$DEPLOY_PY" "$@"; }
 
 command -v python3 >/dev/null 2>&1 ||
   die 3 "python3 is not on PATH; deploy.sh reads samconfig.toml with Python 3.11+ (tomllib)." \
@@ -447,7 +513,7 @@ command -v python3 >/dev/null 2>&1 ||
 # The environment: --config-env, else a section named after the stage, else default.
 samconfig_has_env() {
   local rc=0
-  samconfig_py has-env "$SAMCONFIG" "$1" || rc=$?
+  deploy_py has-env "$SAMCONFIG" "$1" || rc=$?
   [ "$rc" -le 1 ] || exit "$rc"
   return "$rc"
 }
@@ -461,10 +527,10 @@ fi
 
 # The parameter_overrides of [default] and of the chosen environment, one KEY=VALUE a
 # line (read once, here, so a mistake in the file stops deploy.sh before anything runs).
-SAMCONFIG_DEFAULT_OVERRIDES=$(samconfig_py overrides "$SAMCONFIG" default)
+SAMCONFIG_DEFAULT_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" default)
 SAMCONFIG_ENV_OVERRIDES=""
 if [ "$CONFIG_ENV" != default ]; then
-  SAMCONFIG_ENV_OVERRIDES=$(samconfig_py overrides "$SAMCONFIG" "$CONFIG_ENV")
+  SAMCONFIG_ENV_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" "$CONFIG_ENV")
 fi
 
 # template_parameters FILE: the names under the template's top-level Parameters.
@@ -513,7 +579,7 @@ EOF
 # or KEY="VALUE" (inner quotes escaped) for an empty value or one with spaces or quotes.
 # Stops deploy.sh (exit 2) on a value sam would not read back unchanged; check_overrides
 # runs it at top level so that happens before the plan, not inside a $(...).
-sam_override_args() { printf '%s\n' "$1" | samconfig_py encode "parameters"; }
+sam_override_args() { printf '%s\n' "$1" | deploy_py encode "parameters"; }
 check_overrides() { sam_override_args "$1" >/dev/null; }
 
 # ------------------------------------------------------------------ preflight: tools
@@ -791,8 +857,10 @@ fi
 sam_deploy_args() {
   printf '%s\n' deploy --template-file "$1" --stack-name "$2" --region "$3" \
     --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV" \
-    --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset \
-    --tags "awsmp:stage=$STAGE" "awsmp:component=$4" --parameter-overrides
+    --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset
+  # --review: sam only creates the change set; deploy.sh shows it and executes it.
+  [ "$REVIEW" = 0 ] || printf '%s\n' --no-execute-changeset
+  printf '%s\n' --tags "awsmp:stage=$STAGE" "awsmp:component=$4" --parameter-overrides
   sam_override_args "$5"
 }
 
@@ -846,6 +914,9 @@ $MAIN_PLAN
 EOF
 fi
 say "  Every deployed stack gets termination protection. Tables are retained on delete."
+if [ "$REVIEW" = 1 ]; then
+  say "  --review: each stack's change set is created and shown; it is executed only if you answer y."
+fi
 
 if [ "$DRY_RUN" = 1 ]; then
   say ""
@@ -873,7 +944,8 @@ EOF
 fi
 
 # ------------------------------------------------------------------ confirmation
-if [ "$ASSUME_YES" != 1 ]; then
+# (--review asks before each change set instead.)
+if [ "$ASSUME_YES" != 1 ] && [ "$REVIEW" != 1 ]; then
   if [ -t 0 ]; then
     printf 'Proceed with this plan? [y/N] '
     read -r answer
@@ -902,15 +974,82 @@ if [ "$WANT_MAIN" = 1 ]; then
   run sam build --template-file "$MAIN_TEMPLATE" --build-dir .aws-sam/build-main --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV"
 fi
 
-# sam_deploy TEMPLATE STACK REGION COMPONENT OVERRIDES
+# ask QUESTION: 0 when the answer on deploy.sh's stdin is yes; no answer (end of input)
+# is no. It reads fd 3, a copy of that stdin: the loops over Regions read a here-document.
+exec 3<&0
+ask() {
+  local answer=""
+  printf '%s [y/N] ' "$1"
+  read -r answer <&3 || true
+  case "$answer" in
+    y | Y | yes | YES) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# show_change_set ARN STACK REGION: every page of describe-change-set, as a plan.
+show_change_set() {
+  local arn=$1 stack=$2 region=$3 token="" n=0 pages
+  pages=$(mktemp -d)
+  while :; do
+    n=$((n + 1))
+    if [ -z "$token" ]; then
+      aws_query cloudformation describe-change-set --change-set-name "$arn" --region "$region" --output json >"$pages/$(printf '%04d' "$n").json" ||
+        die 3 "cannot read change set $arn:" "$(aws_error)"
+    else
+      aws_query cloudformation describe-change-set --change-set-name "$arn" --region "$region" --output json --next-token "$token" >"$pages/$(printf '%04d' "$n").json" ||
+        die 3 "cannot read change set $arn:" "$(aws_error)"
+    fi
+    token=$(deploy_py next-token <"$pages/$(printf '%04d' "$n").json")
+    [ -n "$token" ] || break
+  done
+  deploy_py show-changes "$stack" "$region" "$pages"/*.json
+  rm -rf "$pages"
+}
+
+# review_and_execute STACK REGION ACTION SAM_OUTPUT: finds the change set sam created,
+# shows it, and executes it when the answer is yes; a no deletes it and stops here.
+review_and_execute() {
+  local stack=$1 region=$2 action=$3 output=$4 arn
+  if grep -q "No changes to deploy" "$output"; then
+    say "  $stack ($region) is up to date: no change set to review."
+    return 0
+  fi
+  arn=$(grep -Eo 'arn:aws[a-z-]*:cloudformation:[a-z0-9-]+:[0-9]{12}:changeSet/[A-Za-z0-9-]+/[A-Za-z0-9-]+' "$output" | tail -1 || true)
+  [ -n "$arn" ] || die 3 "sam deploy --no-execute-changeset printed no change set ARN for $stack in $region; nothing was executed." \
+    "See the change sets: aws cloudformation list-change-sets --stack-name $stack --region $region"
+  say ""
+  show_change_set "$arn" "$stack" "$region"
+  if ! ask "Execute this change set on $stack ($region)?"; then
+    run aws cloudformation delete-change-set --change-set-name "$arn" --region "$region"
+    say "Change set deleted; $stack in $region is unchanged, and nothing after it was deployed."
+    exit 0
+  fi
+  run aws cloudformation execute-change-set --change-set-name "$arn" --stack-name "$stack" --region "$region"
+  local waiter=stack-update-complete
+  [ "$action" = CREATE ] && waiter=stack-create-complete
+  run aws cloudformation wait "$waiter" --stack-name "$stack" --region "$region" ||
+    die 4 "the change set on $stack in $region did not complete ($waiter failed); nothing after it was deployed." \
+      "See why: aws cloudformation describe-stack-events --stack-name $stack --region $region"
+}
+
+# sam_deploy TEMPLATE STACK REGION COMPONENT OVERRIDES ACTION
 sam_deploy() {
-  local args=() line
+  local args=() line output
   while IFS= read -r line; do
     [ -n "$line" ] && args+=("$line")
   done <<EOF
 $(sam_deploy_args "$@")
 EOF
-  run sam "${args[@]}"
+  if [ "$REVIEW" = 1 ]; then
+    output=$(mktemp)
+    say "+ sam ${args[*]}"
+    sam "${args[@]}" | tee "$output"
+    review_and_execute "$2" "$3" "$6" "$output"
+    rm -f "$output"
+  else
+    run sam "${args[@]}"
+  fi
   run aws cloudformation update-termination-protection --enable-termination-protection \
     --stack-name "$2" --region "$3" >/dev/null
 }
@@ -918,7 +1057,7 @@ EOF
 if [ "$WANT_EVENTS" = 1 ]; then
   say ""
   say "== events stack $EVENTS_STACK ($EVENTS_REGION): $EVENTS_ACTION"
-  sam_deploy .aws-sam/build-events/template.yaml "$EVENTS_STACK" "$EVENTS_REGION" events "$EVENTS_OVERRIDES"
+  sam_deploy .aws-sam/build-events/template.yaml "$EVENTS_STACK" "$EVENTS_REGION" events "$EVENTS_OVERRIDES" "$EVENTS_ACTION"
   deployed_table=$(stack_output "$EVENTS_STACK" "$EVENTS_REGION" SubscribersTableName)
   if [ -n "$deployed_table" ] && [ "$deployed_table" != None ] && [ "$deployed_table" != "$SUBSCRIBERS_TABLE" ]; then
     die 4 "the events stack reports subscribers table $deployed_table, not $SUBSCRIBERS_TABLE as planned; no main stack was deployed."
@@ -950,7 +1089,7 @@ if [ "$WANT_MAIN" = 1 ]; then
     stack=$(main_stack_name)
     say ""
     say "== main stack $stack ($region): $action"
-    sam_deploy .aws-sam/build-main/template.yaml "$stack" "$region" main "$(region_overrides "$region")"
+    sam_deploy .aws-sam/build-main/template.yaml "$stack" "$region" main "$(region_overrides "$region")" "$action"
     if [ -n "$PAGE_DIR" ]; then
       upload_page "$region" "$stack"
     fi

@@ -21,10 +21,11 @@ FAILED=0
 CURRENT=""
 CURRENT_FAILED=0
 
-# Plain system tools deploy.sh (and the stand-ins) use; nothing else is on PATH.
+# Plain system tools deploy.sh and the stand-ins use (cp and mv: the stand-ins only);
+# nothing else is on PATH.
 SYSBIN="$WORK/sysbin"
 mkdir -p "$SYSBIN"
-for tool in bash sh env cat grep sed awk tr mktemp rm mkdir dirname basename cut head tail sort uniq wc printf ls; do
+for tool in bash sh env cat grep sed awk tr mktemp rm mkdir dirname basename cut head tail sort uniq wc printf ls tee cp mv; do
   if path=$(type -P "$tool"); then ln -s "$path" "$SYSBIN/$tool"; fi
 done
 # deploy.sh reads samconfig.toml with python3; link the interpreter itself (a pyenv
@@ -67,10 +68,18 @@ end() {
 # deploy ARGS...: runs deploy.sh with only the stand-ins and system tools on PATH, no
 # terminal on stdin, and nothing of this shell's environment. DEPLOY_SH (default: the
 # checkout's) and DEPLOY_PATH (default: stand-ins + system tools) change what runs.
+# answering LINES... ARGS: deploy with those lines as its stdin (the answers to --review).
 deploy() {
   env -i HOME="$WORK" PATH="${DEPLOY_PATH:-$WORK/fakebin:$SYSBIN}" FAKE_LOG="$LOG" FAKE_STATE="$STATE" \
-    bash "${DEPLOY_SH:-$ROOT/deploy.sh}" "$@" </dev/null >"$WORK/out" 2>"$WORK/err"
+    bash "${DEPLOY_SH:-$ROOT/deploy.sh}" "$@" <"${DEPLOY_STDIN:-/dev/null}" >"$WORK/out" 2>"$WORK/err"
   RC=$?
+}
+
+answering() {
+  local answers=$1
+  shift
+  printf '%s\n' "$answers" >"$WORK/stdin"
+  DEPLOY_STDIN="$WORK/stdin" deploy "$@"
 }
 
 # with_samconfig: a copy of the checkout's deploy.sh and templates in $WORK/checkout
@@ -209,6 +218,10 @@ expect_call "aws cloudformation update-termination-protection --enable-terminati
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod --region us-west-2"
 expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
 expect_out "Enter the Fulfillment URL in the AWS Marketplace Management Portal"
+# Without --review, sam executes the change set itself.
+expect_not_in_call "sam deploy" "--no-execute-changeset"
+expect_no_call "describe-change-set"
+expect_no_call "execute-change-set"
 # The dry run printed exactly the sam deploy commands the real run executed.
 grep -F "  sam deploy " "$WORK/first-dry-run.out" | sed 's/^  //; s/ *$//' >"$WORK/planned"
 grep -F "sam deploy " "$LOG" | sed 's/ *$//' >"$WORK/ran"
@@ -698,6 +711,114 @@ deploy all $MAIN_ARGS
 expect_exit 2
 expect_out "awsmp-metering deploy plan"
 expect_err "re-run with --yes"
+no_changes
+end
+
+# ------------------------------------------------------------------ --review
+# A change set with one change of each kind, over two pages.
+main_change_set() {
+  mkdir -p "$STATE/changes"
+  cat >"$STATE/changes/awsmp-main-abc123-prod.json" <<'EOF'
+{"Status": "CREATE_COMPLETE", "NextToken": "page2", "Changes": [
+ {"Type": "Resource", "ResourceChange": {"Action": "Add", "LogicalResourceId": "HeartbeatAlarm", "ResourceType": "AWS::CloudWatch::Alarm"}},
+ {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "UsageTable", "ResourceType": "AWS::DynamoDB::Table", "Replacement": "True", "PolicyAction": "ReplaceAndRetain"}},
+ {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "SubmitQueue", "ResourceType": "AWS::SQS::Queue", "Replacement": "Conditional"}},
+ {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "SubmitterFunction", "ResourceType": "AWS::Lambda::Function", "Replacement": "False"}}]}
+EOF
+  cat >"$STATE/changes/awsmp-main-abc123-prod.page2.json" <<'EOF'
+{"Status": "CREATE_COMPLETE", "Changes": [
+ {"Type": "Resource", "ResourceChange": {"Action": "Remove", "LogicalResourceId": "OldDashboard", "ResourceType": "AWS::CloudWatch::Dashboard", "PolicyAction": "Delete"}}]}
+EOF
+}
+
+begin "--review: the change set is shown, replacements and removals marked, and executed on yes"
+existing_events
+existing_main us-west-2
+main_change_set
+# shellcheck disable=SC2086
+answering y main $MAIN_ARGS --review
+expect_exit 0
+expect_out "--review: each stack's change set is created and shown"
+expect_in_call "sam deploy" "--no-execute-changeset"
+expect_out "change set for awsmp-main-abc123-prod (us-west-2): 5 resource change(s)"
+grep -Eq '^ +!! Modify +UsageTable +AWS::DynamoDB::Table +REPLACED .*the old resource is retained' "$WORK/out" || fail "UsageTable not marked REPLACED"
+grep -Eq '^ +! +Modify +SubmitQueue .*MAY BE REPLACED' "$WORK/out" || fail "SubmitQueue not marked as maybe replaced"
+grep -Eq '^ +!! Remove +OldDashboard .*REMOVED; the old resource is deleted' "$WORK/out" || fail "OldDashboard (second page) not marked REMOVED"
+grep -Eq '^ +Modify +SubmitterFunction .*in place' "$WORK/out" || fail "SubmitterFunction not shown as in place"
+grep -Eq '^ +Add +HeartbeatAlarm' "$WORK/out" || fail "HeartbeatAlarm not shown as added"
+expect_out "1 to add, 3 to modify (1 replaced, 1 may be replaced), 1 to remove"
+expect_out "Execute this change set on awsmp-main-abc123-prod (us-west-2)? [y/N]"
+expect_call "aws cloudformation describe-change-set --change-set-name arn:aws:cloudformation:us-west-2:123456789012:changeSet/samcli-deploy1700000000/awsmp-main-abc123-prod --region us-west-2 --output json --next-token page2"
+expect_order "describe-change-set" "execute-change-set"
+expect_call "aws cloudformation execute-change-set --change-set-name arn:aws:cloudformation:us-west-2:123456789012:changeSet/samcli-deploy1700000000/awsmp-main-abc123-prod --stack-name awsmp-main-abc123-prod --region us-west-2"
+expect_order "execute-change-set" "aws cloudformation wait stack-update-complete --stack-name awsmp-main-abc123-prod --region us-west-2"
+expect_order "aws cloudformation wait" "update-termination-protection"
+expect_no_call "delete-change-set"
+expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+end
+
+begin "--review: no (or no answer) deletes the change set and deploys nothing after it"
+# shellcheck disable=SC2086
+answering n all $MAIN_ARGS --review
+expect_exit 0
+expect_calls "sam deploy" 1
+expect_in_call "sam deploy" "--stack-name awsmp-events-prod"
+expect_call "aws cloudformation delete-change-set --change-set-name arn:aws:cloudformation:us-east-1:123456789012:changeSet/samcli-deploy1700000000/awsmp-events-prod --region us-east-1"
+expect_no_call "execute-change-set"
+expect_no_call "update-termination-protection"
+expect_out "Change set deleted; awsmp-events-prod in us-east-1 is unchanged, and nothing after it was deployed."
+expect_no_out "Done."
+[ ! -e "$STATE/stacks/us-east-1/awsmp-events-prod" ] || fail "the events stack was created"
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --review
+expect_exit 0
+expect_call "delete-change-set"
+expect_no_call "execute-change-set"
+end
+
+begin "--review: each stack is asked for in turn (yes to events, no to main)"
+# shellcheck disable=SC2086
+answering "y
+n" all $MAIN_ARGS --review
+expect_exit 0
+expect_call "aws cloudformation execute-change-set --change-set-name arn:aws:cloudformation:us-east-1:123456789012:changeSet/samcli-deploy1700000000/awsmp-events-prod"
+expect_call "aws cloudformation wait stack-create-complete --stack-name awsmp-events-prod --region us-east-1"
+expect_call "update-termination-protection --enable-termination-protection --stack-name awsmp-events-prod"
+expect_call "delete-change-set --change-set-name arn:aws:cloudformation:us-west-2:123456789012:changeSet/samcli-deploy1700000000/awsmp-main-abc123-prod"
+expect_no_call "update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod"
+[ "$(cat "$STATE/stacks/us-east-1/awsmp-events-prod/status" 2>/dev/null)" = CREATE_COMPLETE ] || fail "the events stack was not created"
+end
+
+begin "--review: a stack without changes is not asked about"
+existing_events
+mkdir -p "$STATE/no-changes"
+touch "$STATE/no-changes/awsmp-events-prod"
+deploy events --stage prod --review
+expect_exit 0
+expect_out "awsmp-events-prod (us-east-1) is up to date: no change set to review."
+expect_no_call "describe-change-set"
+expect_no_out "[y/N]"
+expect_out "Done."
+end
+
+begin "--review: a change set that fails to apply stops with where to look"
+existing_events
+touch "$STATE/wait-fails"
+answering y events --stage prod --review
+expect_exit 4
+expect_err "the change set on awsmp-events-prod in us-east-1 did not complete"
+expect_err "aws cloudformation describe-stack-events --stack-name awsmp-events-prod --region us-east-1"
+expect_err "UPDATE_ROLLBACK_COMPLETE"
+end
+
+begin "--review: refused with --yes; the dry run prints the change-set-only commands"
+deploy events --stage prod --review --yes
+expect_exit 2
+expect_err "--review asks before executing each change set and --yes says never ask"
+deploy events --stage prod --review --dry-run
+expect_exit 0
+expect_out "--no-execute-changeset"
 no_changes
 end
 
