@@ -20,6 +20,7 @@ pub mod operate;
 pub mod outcome;
 pub mod pipeline;
 pub mod ports;
+pub mod reconcile;
 pub mod stamp;
 mod sync;
 pub mod time;

@@ -1,0 +1,947 @@
+//! What we billed against what AWS recorded. Ours: the aggregated records whose
+//! status says Marketplace holds them (`Success`, or `DuplicateRecord`: already
+//! billed, first write wins). AWS's: the `Success` results CloudTrail recorded (per
+//! license, account, dimension and hour), or the SDDS Daily Usage rows (per account,
+//! product, dimension and UTC day). Every key where the two disagree is a
+//! [`Discrepancy`]: missing on AWS's side, extra on AWS's side, or a different
+//! quantity, with totals per kind.
+//!
+//! CloudTrail Event History shows a call about 15 minutes after it was made: a
+//! record we billed more recently than the trail can show is listed as not yet
+//! visible, never as missing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::NaiveDate;
+use serde::Serialize;
+
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use crate::time::{HourBucket, Instant};
+
+use super::quantity::Quantity;
+use super::sdds::AwsDailyUsage;
+use super::trail::{TrailEvent, TrailOutcome, TrailStatus};
+
+/// Largest difference treated as equal against SDDS: `usage_quantity` has 2 decimal
+/// places, so an exact total may be off by half a hundredth.
+pub const SDDS_ROUNDING: Quantity = Quantity::from_micros(5_000);
+
+/// One of our aggregated records, with when it was last written (the `updatedAt`
+/// audit stamp), which tells whether CloudTrail can show its call yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OurRecord {
+    /// The record.
+    pub record: AggregatedRecord,
+    /// When it was last written, if known.
+    pub recorded_at: Option<Instant>,
+}
+
+/// Whether a status means Marketplace holds the record (architecture: `Success`,
+/// and `DuplicateRecord`, already billed by an earlier call).
+pub fn is_billed(status: AggregatedStatus) -> bool {
+    matches!(
+        status,
+        AggregatedStatus::Success | AggregatedStatus::DuplicateRecord
+    )
+}
+
+/// The period a compared quantity covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Period {
+    /// A UTC hour (CloudTrail: one record per group and hour).
+    Hour(HourBucket),
+    /// A UTC day (SDDS Daily Usage).
+    Day(NaiveDate),
+}
+
+impl std::fmt::Display for Period {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Period::Hour(h) => write!(f, "{h}"),
+            Period::Day(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// What a compared quantity is of.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ReconcileKey {
+    /// Buyer AWS account.
+    pub account: String,
+    /// License (CloudTrail), or the licenses our records of the day carry (SDDS,
+    /// which has no license column), joined with `, `.
+    pub license: Option<String>,
+    /// Product code (SDDS; CloudTrail LicenseArn calls carry none).
+    pub product_code: Option<String>,
+    /// Dimension.
+    pub dimension: String,
+    /// Hour or day.
+    pub period: Period,
+}
+
+impl ReconcileKey {
+    fn of_group(key: &GroupKey) -> Self {
+        ReconcileKey {
+            account: key.customer_aws_account_id.clone(),
+            license: Some(key.license_arn.clone()),
+            product_code: None,
+            dimension: key.dimension.clone(),
+            period: Period::Hour(key.hour),
+        }
+    }
+}
+
+/// How the two sides disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum DiscrepancyKind {
+    /// We billed it; AWS's record has nothing.
+    MissingOnAws,
+    /// AWS's record has it; we did not bill it.
+    ExtraOnAws,
+    /// Both have it, with different quantities.
+    QuantityDiffers,
+}
+
+impl DiscrepancyKind {
+    /// Every kind, in report order.
+    pub const ALL: [DiscrepancyKind; 3] = [
+        DiscrepancyKind::MissingOnAws,
+        DiscrepancyKind::ExtraOnAws,
+        DiscrepancyKind::QuantityDiffers,
+    ];
+
+    /// A short human label.
+    pub fn label(self) -> &'static str {
+        match self {
+            DiscrepancyKind::MissingOnAws => "missing on AWS",
+            DiscrepancyKind::ExtraOnAws => "extra on AWS",
+            DiscrepancyKind::QuantityDiffers => "different quantity",
+        }
+    }
+}
+
+/// One key where we and AWS disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Discrepancy {
+    /// How.
+    pub kind: DiscrepancyKind,
+    /// Of what.
+    pub key: ReconcileKey,
+    /// What we billed (`None`: nothing).
+    pub ours: Option<Quantity>,
+    /// What AWS recorded (`None`: nothing).
+    pub aws: Option<Quantity>,
+    /// Our record's status, when we have a record (billed or not).
+    pub our_status: Option<AggregatedStatus>,
+    /// Our record's `meteringRecordId`.
+    pub our_record_id: Option<String>,
+    /// AWS's `meteringRecordId`s (CloudTrail) or `usage_feed_id`s (SDDS).
+    pub aws_ids: Vec<String>,
+    /// What it probably means and what to look at.
+    pub note: Option<String>,
+}
+
+/// Count and quantities of one kind of discrepancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct KindTotal {
+    /// How many keys.
+    pub count: usize,
+    /// Sum of our side.
+    pub ours: Quantity,
+    /// Sum of AWS's side.
+    pub aws: Quantity,
+}
+
+/// Which AWS record was compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum AwsSource {
+    /// CloudTrail Event History (`LookupEvents`).
+    CloudTrail,
+    /// The SDDS Daily Usage feed.
+    Sdds,
+}
+
+/// The outcome of one reconciliation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reconciliation {
+    /// Against what.
+    pub source: AwsSource,
+    /// Keys compared (either side has it).
+    pub compared: usize,
+    /// Keys where both agree.
+    pub agreed: usize,
+    /// Every disagreement, ordered by key.
+    pub discrepancies: Vec<Discrepancy>,
+    /// Keys we billed too recently for the AWS record to show yet (not counted as
+    /// discrepancies).
+    pub not_yet_visible: Vec<Discrepancy>,
+    /// Per kind of discrepancy.
+    pub totals: BTreeMap<DiscrepancyKind, KindTotal>,
+    /// Our total billed quantity in the window.
+    pub ours_total: Quantity,
+    /// AWS's total in the window.
+    pub aws_total: Quantity,
+}
+
+impl Reconciliation {
+    fn new(source: AwsSource) -> Self {
+        Reconciliation {
+            source,
+            compared: 0,
+            agreed: 0,
+            discrepancies: Vec::new(),
+            not_yet_visible: Vec::new(),
+            totals: DiscrepancyKind::ALL
+                .iter()
+                .map(|k| (*k, KindTotal::default()))
+                .collect(),
+            ours_total: Quantity::ZERO,
+            aws_total: Quantity::ZERO,
+        }
+    }
+
+    fn push(&mut self, d: Discrepancy) {
+        let total = self.totals.entry(d.kind).or_default();
+        total.count += 1;
+        total.ours = total.ours + d.ours.unwrap_or_default();
+        total.aws = total.aws + d.aws.unwrap_or_default();
+        self.discrepancies.push(d);
+    }
+
+    /// Whether both sides agree on every key.
+    pub fn is_clean(&self) -> bool {
+        self.discrepancies.is_empty()
+    }
+}
+
+/// The hours compared against CloudTrail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TrailWindow {
+    /// First hour compared.
+    pub from: HourBucket,
+    /// First hour not compared.
+    pub to: HourBucket,
+    /// Calls after this instant may not be in Event History yet.
+    pub visible_until: Instant,
+}
+
+impl TrailWindow {
+    fn contains(&self, hour: HourBucket) -> bool {
+        self.from <= hour && hour < self.to
+    }
+}
+
+#[derive(Default)]
+struct AwsBilled {
+    /// First Success per meteringRecordId (or per event for a result without one).
+    by_id: BTreeMap<String, (Instant, Quantity)>,
+    duplicates: BTreeSet<String>,
+}
+
+/// Compares our records with the `Success` results CloudTrail recorded, per license,
+/// account, dimension and hour of `window`. `trail` must hold every call from the
+/// window's first hour on (a record is sent after its hour starts).
+pub fn reconcile_with_trail(
+    ours: &[OurRecord],
+    trail: &[TrailEvent],
+    window: &TrailWindow,
+) -> Reconciliation {
+    let mut aws: BTreeMap<GroupKey, AwsBilled> = BTreeMap::new();
+    for event in trail {
+        for record in &event.records {
+            let Some(key) = record.submitted.group_key() else {
+                continue;
+            };
+            if !window.contains(key.hour) {
+                continue;
+            }
+            let TrailOutcome::Result {
+                status,
+                metering_record_id,
+            } = &record.outcome
+            else {
+                continue;
+            };
+            let id = metering_record_id
+                .clone()
+                .unwrap_or_else(|| format!("(no id, event {})", event.event_id));
+            let entry = aws.entry(key).or_default();
+            match status {
+                TrailStatus::Success => {
+                    let slot = entry
+                        .by_id
+                        .entry(id)
+                        .or_insert((event.event_time, record.submitted.quantity));
+                    if event.event_time < slot.0 {
+                        *slot = (event.event_time, record.submitted.quantity);
+                    }
+                }
+                TrailStatus::DuplicateRecord => {
+                    entry.duplicates.insert(id);
+                }
+                _ => {}
+            }
+        }
+    }
+    let ours: BTreeMap<&GroupKey, &OurRecord> = ours
+        .iter()
+        .filter(|o| window.contains(o.record.key.hour))
+        .map(|o| (&o.record.key, o))
+        .collect();
+
+    let mut result = Reconciliation::new(AwsSource::CloudTrail);
+    let keys: BTreeSet<&GroupKey> = ours
+        .keys()
+        .copied()
+        .chain(aws.iter().filter(|(_, b)| !b.by_id.is_empty()).map(|(k, _)| k))
+        .collect();
+    for key in keys {
+        let our = ours.get(key).copied();
+        let billed_by_us = our.filter(|o| is_billed(o.record.status));
+        let aws_entry = aws.get(key);
+        let aws_ids: Vec<String> = aws_entry
+            .map(|b| b.by_id.keys().cloned().collect())
+            .unwrap_or_default();
+        let aws_quantity: Option<Quantity> = aws_entry
+            .filter(|b| !b.by_id.is_empty())
+            .map(|b| b.by_id.values().map(|(_, q)| *q).sum());
+        if billed_by_us.is_none() && aws_quantity.is_none() {
+            continue; // neither side billed it (e.g. our Error, or CustomerNotSubscribed)
+        }
+        result.compared += 1;
+        let ours_quantity = billed_by_us.map(|o| Quantity::units(o.record.quantity_to_send()));
+        result.ours_total = result.ours_total + ours_quantity.unwrap_or_default();
+        result.aws_total = result.aws_total + aws_quantity.unwrap_or_default();
+        let mut d = Discrepancy {
+            kind: DiscrepancyKind::QuantityDiffers,
+            key: ReconcileKey::of_group(key),
+            ours: ours_quantity,
+            aws: aws_quantity,
+            our_status: our.map(|o| o.record.status),
+            our_record_id: our.and_then(|o| o.record.metering_record_id.clone()),
+            aws_ids,
+            note: None,
+        };
+        match (ours_quantity, aws_quantity) {
+            (Some(o), Some(a)) if o == a && d.aws_ids.len() <= 1 => {
+                result.agreed += 1;
+                continue;
+            }
+            (Some(o), Some(a)) => {
+                d.note = Some(if d.aws_ids.len() > 1 {
+                    format!(
+                        "AWS billed this hour {} times (record ids differ): was it also sent with ProductCode, or by another deployment?",
+                        d.aws_ids.len()
+                    )
+                } else if d.our_status == Some(AggregatedStatus::DuplicateRecord) {
+                    format!(
+                        "AWS kept the first write ({a}); we were answered DuplicateRecord for {o}: something billed this hour before us"
+                    )
+                } else {
+                    format!("our table says {o}, AWS billed {a}: was the record changed after it was sent?")
+                });
+            }
+            (Some(_), None) => {
+                let visible = billed_by_us
+                    .and_then(|o| o.recorded_at)
+                    .is_none_or(|at| at <= window.visible_until);
+                d.kind = DiscrepancyKind::MissingOnAws;
+                if !visible {
+                    d.note = Some(
+                        "billed minutes ago: Event History shows calls about 15 minutes late".into(),
+                    );
+                    result.not_yet_visible.push(d);
+                    // Neither agreed nor a discrepancy yet.
+                    continue;
+                }
+                let duplicates = aws_entry.map(|b| b.duplicates.len()).unwrap_or(0);
+                d.note = Some(if duplicates > 0 {
+                    "CloudTrail has only DuplicateRecord answers for it in the window: the billing call is older than the window".into()
+                } else {
+                    "no Success for it in CloudTrail: was it billed from another Region or account, or before the window?".into()
+                });
+            }
+            (None, Some(_)) => {
+                d.kind = DiscrepancyKind::ExtraOnAws;
+                d.note = Some(match d.our_status {
+                    Some(status) => format!(
+                        "AWS billed it but our table says {status}: an answer lost in transit? Do not replay it"
+                    ),
+                    None => "AWS billed it but our table has no record of it: another sender, or the record was deleted".into(),
+                });
+            }
+            (None, None) => continue,
+        }
+        result.push(d);
+    }
+    result
+}
+
+/// The days compared against SDDS (`to` excluded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DayWindow {
+    /// First day compared.
+    pub from: NaiveDate,
+    /// First day not compared.
+    pub to: NaiveDate,
+}
+
+impl DayWindow {
+    fn contains(&self, day: NaiveDate) -> bool {
+        self.from <= day && day < self.to
+    }
+}
+
+type DayKey = (String, String, String, NaiveDate);
+
+/// Compares our billed records, summed per (account, product, dimension, UTC day),
+/// with the joined SDDS Daily Usage rows of `window`, allowing for the feed's
+/// 2-decimal rounding ([`SDDS_ROUNDING`]).
+pub fn reconcile_with_sdds(
+    ours: &[OurRecord],
+    aws: &[AwsDailyUsage],
+    window: &DayWindow,
+) -> Reconciliation {
+    #[derive(Default)]
+    struct Ours {
+        quantity: Quantity,
+        licenses: BTreeSet<String>,
+    }
+    let mut our_days: BTreeMap<DayKey, Ours> = BTreeMap::new();
+    for o in ours {
+        let r = &o.record;
+        let day = r.key.hour.start().date_naive();
+        if !is_billed(r.status) || !window.contains(day) {
+            continue;
+        }
+        let entry = our_days
+            .entry((
+                r.key.customer_aws_account_id.clone(),
+                r.product_code.clone(),
+                r.key.dimension.clone(),
+                day,
+            ))
+            .or_default();
+        entry.quantity = entry.quantity + Quantity::units(r.quantity_to_send());
+        entry.licenses.insert(r.key.license_arn.clone());
+    }
+    let mut aws_days: BTreeMap<DayKey, (Quantity, Vec<String>)> = BTreeMap::new();
+    for u in aws.iter().filter(|u| window.contains(u.usage_date)) {
+        let entry = aws_days
+            .entry((
+                u.aws_account_id.clone(),
+                u.product_code.clone(),
+                u.dimension.clone(),
+                u.usage_date,
+            ))
+            .or_default();
+        entry.0 = entry.0 + u.quantity;
+        entry.1.push(u.usage_feed_id.clone());
+    }
+    let mut result = Reconciliation::new(AwsSource::Sdds);
+    let keys: BTreeSet<&DayKey> = our_days.keys().chain(aws_days.keys()).collect();
+    for key in keys {
+        result.compared += 1;
+        let our = our_days.get(key);
+        let theirs = aws_days.get(key);
+        let ours_quantity = our.map(|o| o.quantity);
+        let aws_quantity = theirs.map(|t| t.0);
+        result.ours_total = result.ours_total + ours_quantity.unwrap_or_default();
+        result.aws_total = result.aws_total + aws_quantity.unwrap_or_default();
+        let (account, product, dimension, day) = key;
+        let mut d = Discrepancy {
+            kind: DiscrepancyKind::QuantityDiffers,
+            key: ReconcileKey {
+                account: account.clone(),
+                license: our.map(|o| o.licenses.iter().cloned().collect::<Vec<_>>().join(", ")),
+                product_code: Some(product.clone()),
+                dimension: dimension.clone(),
+                period: Period::Day(*day),
+            },
+            ours: ours_quantity,
+            aws: aws_quantity,
+            our_status: None,
+            our_record_id: None,
+            aws_ids: theirs.map(|t| t.1.clone()).unwrap_or_default(),
+            note: None,
+        };
+        match (ours_quantity, aws_quantity) {
+            (Some(o), Some(a)) if (o - a).abs() <= SDDS_ROUNDING => {
+                result.agreed += 1;
+                continue;
+            }
+            (Some(o), Some(a)) => {
+                d.note = Some(format!(
+                    "we billed {o} that day, the feed says {a} (a later feed revision may still correct it)"
+                ));
+            }
+            (Some(_), None) => {
+                d.kind = DiscrepancyKind::MissingOnAws;
+                d.note = Some(
+                    "not in the feed: is the feed file complete up to this day (delivered daily at midnight UTC)?".into(),
+                );
+            }
+            (None, Some(_)) => {
+                d.kind = DiscrepancyKind::ExtraOnAws;
+                d.note = Some("in the feed, but we billed nothing for it that day".into());
+            }
+            (None, None) => continue,
+        }
+        result.push(d);
+    }
+    result
+}
+
+/// One record of a CloudTrail call next to our aggregated record (`awsmp trail`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrailRow {
+    /// When the call was made.
+    pub event_time: Instant,
+    /// `eventID`.
+    pub event_id: String,
+    /// The group, for records that name a license and an account.
+    pub key: Option<GroupKey>,
+    /// The record's timestamp.
+    pub timestamp: Instant,
+    /// The dimension.
+    pub dimension: String,
+    /// The quantity sent.
+    pub quantity: Quantity,
+    /// What Marketplace answered (status, `Unprocessed`, or the call's exception).
+    pub outcome: String,
+    /// AWS's `meteringRecordId`.
+    pub aws_record_id: Option<String>,
+    /// Our record's status.
+    pub our_status: Option<AggregatedStatus>,
+    /// Our record's quantity.
+    pub our_quantity: Option<i64>,
+    /// Our record's `meteringRecordId`.
+    pub our_record_id: Option<String>,
+    /// Whether this answer is consistent with our record.
+    pub consistent: bool,
+    /// Why not, or what it means.
+    pub note: String,
+}
+
+/// Joins every record of `events` (newest call first) to our record of its group.
+/// `ours` holds whatever records could be found for those groups.
+pub fn join_trail(events: &[TrailEvent], ours: &BTreeMap<GroupKey, AggregatedRecord>) -> Vec<TrailRow> {
+    let mut rows = Vec::new();
+    let mut ordered: Vec<&TrailEvent> = events.iter().collect();
+    ordered.sort_by(|a, b| b.event_time.cmp(&a.event_time).then(a.event_id.cmp(&b.event_id)));
+    for event in ordered {
+        for record in &event.records {
+            let key = record.submitted.group_key();
+            let our = key.as_ref().and_then(|k| ours.get(k));
+            let billed_by_us = our.is_some_and(|o| is_billed(o.status));
+            let same_quantity =
+                our.is_some_and(|o| Quantity::units(o.quantity_to_send()) == record.submitted.quantity);
+            let (consistent, note) = match (&record.outcome, our) {
+                (_, None) if key.is_none() => (
+                    false,
+                    "legacy CustomerIdentifier record: not one of this deployment's".to_string(),
+                ),
+                (_, None) => (false, "no record in our table for this group".to_string()),
+                (TrailOutcome::Result { status: TrailStatus::Success, .. }, Some(o)) => {
+                    if !billed_by_us {
+                        (false, format!("AWS billed it; our table says {}", o.status))
+                    } else if !same_quantity {
+                        (false, format!("AWS billed {}; our table says {}", record.submitted.quantity, o.quantity_to_send()))
+                    } else {
+                        (true, "billed".to_string())
+                    }
+                }
+                (TrailOutcome::Result { status: TrailStatus::DuplicateRecord, .. }, Some(o)) => {
+                    if billed_by_us {
+                        (true, "already billed".to_string())
+                    } else {
+                        (false, format!("AWS had it already; our table says {}", o.status))
+                    }
+                }
+                (TrailOutcome::Result { status: TrailStatus::CustomerNotSubscribed, .. }, Some(o)) => (
+                    o.status == AggregatedStatus::CustomerNotSubscribed,
+                    "not billed: the buyer is not subscribed".to_string(),
+                ),
+                (TrailOutcome::Result { status: TrailStatus::Other(s), .. }, Some(_)) => {
+                    (false, format!("unknown status {s}"))
+                }
+                (TrailOutcome::Unprocessed, Some(_)) => (true, "not billed: unprocessed, retried later".to_string()),
+                (TrailOutcome::CallFailed { code }, Some(_)) => (true, format!("not billed: the call failed with {code}")),
+                (TrailOutcome::NoResponseRecorded, Some(_)) => (
+                    false,
+                    "CloudTrail recorded no answer: whether it billed is unknown".to_string(),
+                ),
+            };
+            let aws_record_id = match &record.outcome {
+                TrailOutcome::Result { metering_record_id, .. } => metering_record_id.clone(),
+                _ => None,
+            };
+            rows.push(TrailRow {
+                event_time: event.event_time,
+                event_id: event.event_id.clone(),
+                key,
+                timestamp: record.submitted.timestamp,
+                dimension: record.submitted.dimension.clone(),
+                quantity: record.submitted.quantity,
+                outcome: record.outcome.label(),
+                aws_record_id,
+                our_status: our.map(|o| o.status),
+                our_quantity: our.map(|o| o.quantity_to_send()),
+                our_record_id: our.and_then(|o| o.metering_record_id.clone()),
+                consistent,
+                note,
+            });
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::reconcile::trail::parse_cloudtrail_event;
+
+    const LICENSE: &str =
+        "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
+    const LICENSE_2: &str =
+        "arn:aws:license-manager::123456789012:license:l-fedcba9876543210fedcba9876543210";
+    const ACCOUNT: &str = "111122223333";
+    const ACCOUNT_2: &str = "444455556666";
+    const PRODUCT: &str = "prodsim1234567890abcdef";
+
+    fn at(s: &str) -> Instant {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    }
+
+    fn hour(s: &str) -> HourBucket {
+        s.parse().unwrap()
+    }
+
+    fn key(license: &str, account: &str, dimension: &str, h: &str) -> GroupKey {
+        GroupKey {
+            license_arn: license.into(),
+            customer_aws_account_id: account.into(),
+            dimension: dimension.into(),
+            hour: hour(h),
+        }
+    }
+
+    fn ours(k: GroupKey, quantity: i64, status: AggregatedStatus, id: &str) -> OurRecord {
+        OurRecord {
+            record: AggregatedRecord {
+                key: k,
+                product_code: PRODUCT.into(),
+                quantity,
+                allocations: None,
+                status,
+                status_reason: None,
+                metering_record_id: (!id.is_empty()).then(|| id.to_string()),
+                attempt_count: 1,
+                version: 1,
+                in_flight_until: None,
+                claim_id: None,
+                sent_quantity: None,
+                folding: false,
+            },
+            recorded_at: Some(at("2026-03-15T13:05:00Z")),
+        }
+    }
+
+    /// A CloudTrail call at `time` answering each (key, quantity, status, id).
+    fn call(id: &str, time: &str, answers: &[(&GroupKey, i64, &str, &str)]) -> TrailEvent {
+        let record = |k: &GroupKey, q: i64| {
+            serde_json::json!({
+                "timestamp": k.hour.start().format("%b %-d, %Y %-I:%M:%S %p").to_string(),
+                "customerIdentifier": "",
+                "dimension": k.dimension, "quantity": q,
+                "customerAWSAccountId": k.customer_aws_account_id, "licenseArn": k.license_arn,
+            })
+        };
+        let results: Vec<serde_json::Value> = answers
+            .iter()
+            .map(|(k, q, status, rid)| {
+                let mut r = serde_json::json!({"usageRecord": record(k, *q), "status": status});
+                if !rid.is_empty() {
+                    r["meteringRecordId"] = serde_json::Value::from(*rid);
+                }
+                r
+            })
+            .collect();
+        let requested: Vec<serde_json::Value> =
+            answers.iter().map(|(k, q, _, _)| record(k, *q)).collect();
+        let json = serde_json::json!({
+            "eventID": id, "eventTime": time, "eventName": "BatchMeterUsage",
+            "eventSource": "metering-marketplace.amazonaws.com", "awsRegion": "us-east-1",
+            "requestParameters": {"usageRecords": requested},
+            "responseElements": {"results": results, "unprocessedRecords": []},
+        });
+        let event = parse_cloudtrail_event(&json.to_string()).unwrap();
+        assert!(event.problems.is_empty(), "{:?}", event.problems);
+        event
+    }
+
+    fn window() -> TrailWindow {
+        TrailWindow {
+            from: hour("2026-03-15T00"),
+            to: hour("2026-03-16T00"),
+            visible_until: at("2026-03-15T13:45:00Z"),
+        }
+    }
+
+    #[test]
+    fn every_kind_of_disagreement_with_cloudtrail_is_listed_with_totals() {
+        let agreed = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
+        let dup_agreed = key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T10");
+        let missing = key(LICENSE, ACCOUNT, "requests", "2026-03-15T11");
+        let extra_unknown = key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T11");
+        let extra_error = key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T11");
+        let differs = key(LICENSE, ACCOUNT, "requests", "2026-03-15T12");
+        let not_billed = key(LICENSE_2, ACCOUNT_2, "storage_gb", "2026-03-15T12");
+        let outside = key(LICENSE, ACCOUNT, "requests", "2026-03-14T23");
+        let recent = key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T12");
+        let mut recent_record = ours(recent.clone(), 4, AggregatedStatus::Success, "id-recent");
+        recent_record.recorded_at = Some(at("2026-03-15T13:50:00Z"));
+        let our_records = vec![
+            ours(agreed.clone(), 42, AggregatedStatus::Success, "id-agreed"),
+            ours(dup_agreed.clone(), 5, AggregatedStatus::DuplicateRecord, "id-dup"),
+            ours(missing.clone(), 7, AggregatedStatus::Success, "id-missing"),
+            ours(extra_error.clone(), 3, AggregatedStatus::Error, ""),
+            ours(differs.clone(), 10, AggregatedStatus::Success, "id-differs"),
+            ours(not_billed.clone(), 2, AggregatedStatus::CustomerNotSubscribed, ""),
+            ours(outside.clone(), 99, AggregatedStatus::Success, "id-outside"),
+            recent_record,
+        ];
+        let trail = vec![
+            call("e1", "2026-03-15T11:05:00Z", &[
+                (&agreed, 42, "Success", "id-agreed"),
+                (&dup_agreed, 5, "Success", "id-dup"),
+            ]),
+            // A lost answer re-sent: DuplicateRecord with the original id.
+            call("e2", "2026-03-15T11:20:00Z", &[(&dup_agreed, 5, "DuplicateRecord", "id-dup")]),
+            call("e3", "2026-03-15T12:05:00Z", &[
+                (&extra_unknown, 6, "Success", "id-x"),
+                (&extra_error, 3, "Success", "id-e"),
+                (&not_billed, 2, "CustomerNotSubscribed", ""),
+            ]),
+            call("e4", "2026-03-15T13:05:00Z", &[(&differs, 12, "Success", "id-differs")]),
+            call("e5", "2026-03-15T00:10:00Z", &[(&outside, 99, "Success", "id-outside")]),
+        ];
+
+        let r = reconcile_with_trail(&our_records, &trail, &window());
+
+        let got: Vec<(DiscrepancyKind, String, Option<String>, Option<String>)> = r
+            .discrepancies
+            .iter()
+            .map(|d| {
+                (
+                    d.kind,
+                    format!("{}|{}|{}", d.key.account, d.key.dimension, d.key.period),
+                    d.ours.map(|q| q.to_string()),
+                    d.aws.map(|q| q.to_string()),
+                )
+            })
+            .collect();
+        let s = |v: &str| Some(v.to_string());
+        let expected = vec![
+            (DiscrepancyKind::MissingOnAws, "111122223333|requests|2026-03-15T11".into(), s("7"), None),
+            (DiscrepancyKind::QuantityDiffers, "111122223333|requests|2026-03-15T12".into(), s("10"), s("12")),
+            (DiscrepancyKind::ExtraOnAws, "111122223333|storage_gb|2026-03-15T11".into(), None, s("3")),
+            (DiscrepancyKind::ExtraOnAws, "444455556666|requests|2026-03-15T11".into(), None, s("6")),
+        ];
+        assert_eq!(got, expected);
+        assert_eq!(r.agreed, 2, "the Success and the lost-answer DuplicateRecord");
+        assert_eq!(r.compared, 7, "not-yet-visible keys are compared too");
+        assert_eq!(r.not_yet_visible.len(), 1);
+        assert_eq!(r.not_yet_visible[0].key.dimension, "storage_gb");
+        let total = |k| r.totals[&k];
+        assert_eq!(total(DiscrepancyKind::MissingOnAws).count, 1);
+        assert_eq!(total(DiscrepancyKind::ExtraOnAws).count, 2);
+        assert_eq!(total(DiscrepancyKind::ExtraOnAws).aws, Quantity::units(9));
+        assert_eq!(total(DiscrepancyKind::QuantityDiffers).ours, Quantity::units(10));
+        let error_note = r.discrepancies[2].note.as_deref().unwrap();
+        assert!(error_note.contains("our table says Error"), "{error_note}");
+        assert!(!r.is_clean());
+    }
+
+    #[test]
+    fn the_same_hour_billed_twice_is_a_quantity_discrepancy() {
+        let k = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
+        let trail = vec![
+            call("e1", "2026-03-15T11:05:00Z", &[(&k, 5, "Success", "id-1")]),
+            call("e2", "2026-03-15T11:06:00Z", &[(&k, 5, "Success", "id-2")]),
+        ];
+        let r = reconcile_with_trail(
+            &[ours(k, 5, AggregatedStatus::Success, "id-1")],
+            &trail,
+            &window(),
+        );
+        assert_eq!(r.discrepancies.len(), 1);
+        let d = &r.discrepancies[0];
+        assert_eq!(d.kind, DiscrepancyKind::QuantityDiffers);
+        assert_eq!(d.aws, Some(Quantity::units(10)));
+        assert!(d.note.as_deref().unwrap().contains("2 times"));
+    }
+
+    #[test]
+    fn an_identical_retry_answered_success_is_one_billing() {
+        let k = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
+        let trail = vec![
+            call("e1", "2026-03-15T11:05:00Z", &[(&k, 5, "Success", "id-1")]),
+            call("e2", "2026-03-15T11:06:00Z", &[(&k, 5, "Success", "id-1")]),
+        ];
+        let r = reconcile_with_trail(
+            &[ours(k, 5, AggregatedStatus::Success, "id-1")],
+            &trail,
+            &window(),
+        );
+        assert!(r.is_clean(), "{:#?}", r.discrepancies);
+        assert_eq!(r.agreed, 1);
+    }
+
+    fn daily(account: &str, dimension: &str, day: &str, quantity: &str, id: &str) -> AwsDailyUsage {
+        AwsDailyUsage {
+            aws_account_id: account.into(),
+            product_code: PRODUCT.into(),
+            dimension: dimension.into(),
+            usage_date: NaiveDate::parse_from_str(day, "%Y-%m-%d").unwrap(),
+            quantity: Quantity::parse(quantity).unwrap(),
+            agreement_id: None,
+            usage_feed_id: id.into(),
+            line: 2,
+        }
+    }
+
+    #[test]
+    fn sdds_days_are_compared_per_account_product_dimension_and_day() {
+        let our_records = vec![
+            // Day 15, requests: 10 + 32 over two hours and two licenses = 42.
+            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-15T10"), 10, AggregatedStatus::Success, "a"),
+            ours(key(LICENSE_2, ACCOUNT, "requests", "2026-03-15T23"), 32, AggregatedStatus::DuplicateRecord, "b"),
+            // Not billed: not counted.
+            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-15T11"), 1000, AggregatedStatus::Error, ""),
+            // Day 15, storage: 7 vs the feed's 7.004 (rounding): agreed.
+            ours(key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T01"), 7, AggregatedStatus::Success, "c"),
+            // Day 16, requests: missing from the feed.
+            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-16T00"), 3, AggregatedStatus::Success, "d"),
+            // Day 15, other account: 5 vs 6.
+            ours(key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T05"), 5, AggregatedStatus::Success, "e"),
+            // Outside the window.
+            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-17T00"), 8, AggregatedStatus::Success, "f"),
+        ];
+        let feed = vec![
+            daily(ACCOUNT, "requests", "2026-03-15", "40", "uf-1"),
+            daily(ACCOUNT, "requests", "2026-03-15", "2", "uf-2"),
+            daily(ACCOUNT, "storage_gb", "2026-03-15", "7.004", "uf-3"),
+            daily(ACCOUNT_2, "requests", "2026-03-15", "6", "uf-4"),
+            daily(ACCOUNT_2, "storage_gb", "2026-03-16", "1.5", "uf-5"),
+            daily(ACCOUNT, "requests", "2026-03-17", "8", "uf-6"),
+        ];
+        let window = DayWindow {
+            from: NaiveDate::from_ymd_opt(2026, 3, 15).unwrap(),
+            to: NaiveDate::from_ymd_opt(2026, 3, 17).unwrap(),
+        };
+        let r = reconcile_with_sdds(&our_records, &feed, &window);
+        let got: Vec<(DiscrepancyKind, String, Option<String>, Option<String>)> = r
+            .discrepancies
+            .iter()
+            .map(|d| {
+                (
+                    d.kind,
+                    format!("{}|{}|{}", d.key.account, d.key.dimension, d.key.period),
+                    d.ours.map(|q| q.to_string()),
+                    d.aws.map(|q| q.to_string()),
+                )
+            })
+            .collect();
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            got,
+            vec![
+                (DiscrepancyKind::MissingOnAws, "111122223333|requests|2026-03-16".into(), s("3"), None),
+                (DiscrepancyKind::QuantityDiffers, "444455556666|requests|2026-03-15".into(), s("5"), s("6")),
+                (DiscrepancyKind::ExtraOnAws, "444455556666|storage_gb|2026-03-16".into(), None, s("1.5")),
+            ]
+        );
+        assert_eq!(r.agreed, 2);
+        assert_eq!(r.ours_total, Quantity::units(10 + 32 + 7 + 3 + 5));
+        let first_day = r
+            .discrepancies
+            .iter()
+            .find(|d| d.kind == DiscrepancyKind::QuantityDiffers)
+            .unwrap();
+        assert_eq!(first_day.key.license.as_deref(), Some(LICENSE_2));
+        assert_eq!(first_day.aws_ids, ["uf-4"]);
+    }
+
+    #[test]
+    fn trail_rows_join_each_answer_to_our_record() {
+        let billed = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
+        let changed = key(LICENSE, ACCOUNT, "requests", "2026-03-15T11");
+        let unknown = key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T11");
+        let mut table = BTreeMap::new();
+        table.insert(billed.clone(), ours(billed.clone(), 4, AggregatedStatus::Success, "id-1").record);
+        table.insert(changed.clone(), ours(changed.clone(), 9, AggregatedStatus::Success, "id-2").record);
+        let trail = vec![
+            call("e1", "2026-03-15T11:05:00Z", &[(&billed, 4, "Success", "id-1")]),
+            call("e2", "2026-03-15T12:05:00Z", &[
+                (&changed, 8, "Success", "id-2"),
+                (&unknown, 1, "Success", "id-3"),
+            ]),
+        ];
+        let rows = join_trail(&trail, &table);
+        let got: Vec<(&str, bool, &str)> = rows
+            .iter()
+            .map(|r| (r.event_id.as_str(), r.consistent, r.note.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("e2", false, "AWS billed 8; our table says 9"),
+                ("e2", false, "no record in our table for this group"),
+                ("e1", true, "billed"),
+            ]
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever we and AWS billed, every key lands in exactly one bucket (agreed,
+        /// a discrepancy, or not yet visible), and the totals add up.
+        #[test]
+        fn every_key_is_accounted_for_once(
+            cells in proptest::collection::vec((0u8..6, proptest::option::of(0i64..4), proptest::option::of(0i64..4)), 0..30),
+        ) {
+            let mut our_records = Vec::new();
+            let mut answers = Vec::new();
+            let mut keys = BTreeSet::new();
+            for (i, (slot, mine, theirs)) in cells.iter().enumerate() {
+                let k = key(LICENSE, ACCOUNT, &format!("d{slot}"), &format!("2026-03-15T{:02}", i % 24));
+                if !keys.insert(k.clone()) { continue; }
+                if let Some(q) = mine {
+                    our_records.push(ours(k.clone(), *q, AggregatedStatus::Success, "x"));
+                }
+                if let Some(q) = theirs {
+                    answers.push((k.clone(), *q));
+                }
+            }
+            let trail: Vec<TrailEvent> = answers
+                .iter()
+                .enumerate()
+                .map(|(i, (k, q))| call(&format!("e{i}"), "2026-03-15T12:00:00Z", &[(k, *q, "Success", &format!("id{i}"))]))
+                .collect();
+            let r = reconcile_with_trail(&our_records, &trail, &window());
+            let either = keys.iter().filter(|k| {
+                our_records.iter().any(|o| &o.record.key == *k) || answers.iter().any(|(a, _)| a == *k)
+            }).count();
+            proptest::prop_assert_eq!(r.compared, either);
+            proptest::prop_assert_eq!(r.agreed + r.discrepancies.len() + r.not_yet_visible.len(), either);
+            let counted: usize = r.totals.values().map(|t| t.count).sum();
+            proptest::prop_assert_eq!(counted, r.discrepancies.len());
+            let ours_sum: i64 = our_records.iter().map(|o| o.record.quantity).sum();
+            proptest::prop_assert_eq!(r.ours_total, Quantity::units(ours_sum));
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The CloudTrail Event History port: one page of `LookupEvents` for the
+//! Marketplace Metering calls between two instants, already parsed. Event History
+//! keeps 90 days per Region and shows a call about 15 minutes after it was made;
+//! [`EventHistoryWindow`] applies both. Never CloudTrail Lake.
+
+use async_trait::async_trait;
+use chrono::Duration;
+use serde::Serialize;
+
+use crate::time::Instant;
+
+use super::trail::{TrailEvent, TrailParseError, is_metering_source, parse_cloudtrail_event};
+
+/// Days of events Event History keeps per Region.
+pub const EVENT_HISTORY_DAYS: i64 = 90;
+/// How long after a call Event History is expected to show it (not guaranteed; AWS
+/// documents about 5 minutes for trails, about 15 for Event History).
+pub const EVENT_HISTORY_LAG_MINUTES: i64 = 15;
+/// Most events per `LookupEvents` page (the API's maximum).
+pub const MAX_RESULTS: i32 = 50;
+
+/// A failed `LookupEvents` call, worded for the operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrailError {
+    /// The caller may not call `cloudtrail:LookupEvents`.
+    #[error(
+        "CloudTrail refused LookupEvents ({0}): grant cloudtrail:LookupEvents in the metering Region to the profile you use"
+    )]
+    Denied(String),
+    /// Throttled (2 calls per second per account and Region) after the SDK's retries.
+    #[error("CloudTrail LookupEvents is throttled ({0}): wait a minute and run it again")]
+    Throttled(String),
+    /// The pagination token was refused (it must come with the same parameters).
+    #[error("CloudTrail refused the pagination token ({0}): run the command again")]
+    InvalidNextToken(String),
+    /// Anything else (network, Region, time range).
+    #[error("CloudTrail LookupEvents failed: {0}")]
+    Failed(String),
+}
+
+/// One `LookupEvents` event as the API returns it, before parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawTrailEvent {
+    /// `EventId`.
+    pub event_id: Option<String>,
+    /// `EventName`.
+    pub event_name: Option<String>,
+    /// `CloudTrailEvent`: the full record as a JSON string.
+    pub cloudtrail_event: Option<String>,
+}
+
+/// An event that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnreadableEvent {
+    /// `EventId`, if known.
+    pub event_id: Option<String>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// One parsed page.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrailPage {
+    /// The `BatchMeterUsage` calls on the page.
+    pub events: Vec<TrailEvent>,
+    /// Events that could not be read.
+    pub unreadable: Vec<UnreadableEvent>,
+    /// Events of other operations or sources (not metering), skipped.
+    pub skipped: usize,
+    /// The token for the next page; `None` on the last.
+    pub next_token: Option<String>,
+}
+
+impl TrailPage {
+    /// Parses a page of raw events: keeps `BatchMeterUsage` calls of the Marketplace
+    /// Metering source (either spelling), lists unreadable ones, counts the rest.
+    pub fn from_raw(raw: Vec<RawTrailEvent>, next_token: Option<String>) -> Self {
+        let mut page = TrailPage {
+            next_token,
+            ..TrailPage::default()
+        };
+        for event in raw {
+            let Some(json) = event.cloudtrail_event.as_deref() else {
+                page.unreadable.push(UnreadableEvent {
+                    event_id: event.event_id,
+                    problem: "the event carries no CloudTrailEvent record".into(),
+                });
+                continue;
+            };
+            match parse_cloudtrail_event(json) {
+                Ok(parsed) if is_metering_source(&parsed.event_source) => page.events.push(parsed),
+                Ok(_) | Err(TrailParseError::NotBatchMeterUsage { .. }) => page.skipped += 1,
+                Err(TrailParseError::Unreadable { event_id, problem }) => {
+                    page.unreadable.push(UnreadableEvent {
+                        event_id: event_id.or(event.event_id),
+                        problem,
+                    })
+                }
+            }
+        }
+        page
+    }
+}
+
+/// CloudTrail Event History, filtered to Marketplace Metering `BatchMeterUsage`
+/// calls in the metering Region.
+#[async_trait]
+pub trait TrailEvents: Send + Sync {
+    /// One page of events with `since <= eventTime <= until`, newest first.
+    /// `next_token` is the previous page's, with the same `since` and `until`.
+    async fn lookup(
+        &self,
+        since: Instant,
+        until: Instant,
+        next_token: Option<String>,
+    ) -> Result<TrailPage, TrailError>;
+}
+
+/// The span Event History can answer for: at most 90 days back, and complete only
+/// up to about 15 minutes ago.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EventHistoryWindow {
+    /// First instant asked for (after clamping to 90 days).
+    pub since: Instant,
+    /// Last instant asked for (never after now).
+    pub until: Instant,
+    /// Calls after this may not be visible yet.
+    pub visible_until: Instant,
+    /// The requested start was older than Event History keeps.
+    pub clamped: bool,
+}
+
+impl EventHistoryWindow {
+    /// The window for a request from `since` to `until` (defaults: 90 days ago, now).
+    pub fn new(since: Option<Instant>, until: Option<Instant>, now: Instant) -> Self {
+        let oldest = now - Duration::days(EVENT_HISTORY_DAYS);
+        let wanted = since.unwrap_or(oldest);
+        let until = until.map_or(now, |u| u.min(now));
+        EventHistoryWindow {
+            since: wanted.max(oldest),
+            until,
+            visible_until: until.min(now - Duration::minutes(EVENT_HISTORY_LAG_MINUTES)),
+            clamped: wanted < oldest,
+        }
+    }
+}
+
+/// Every page of a lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrailLog {
+    /// Every `BatchMeterUsage` call.
+    pub events: Vec<TrailEvent>,
+    /// Every event that could not be read.
+    pub unreadable: Vec<UnreadableEvent>,
+    /// Events skipped as not metering.
+    pub skipped: usize,
+    /// Pages read.
+    pub pages: usize,
+}
+
+/// Reads every page between `since` and `until`; `on_page` sees the running total
+/// of events after each page (for a progress bar).
+pub async fn read_trail(
+    trail: &dyn TrailEvents,
+    since: Instant,
+    until: Instant,
+    mut on_page: impl FnMut(usize) + Send,
+) -> Result<TrailLog, TrailError> {
+    let mut log = TrailLog::default();
+    let mut token = None;
+    loop {
+        let page = trail.lookup(since, until, token.take()).await?;
+        log.pages += 1;
+        log.events.extend(page.events);
+        log.unreadable.extend(page.unreadable);
+        log.skipped += page.skipped;
+        on_page(log.events.len());
+        match page.next_token {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    Ok(log)
+}
+
+#[cfg(any(test, feature = "test-util"))]
+pub use memory::MemoryTrail;
+
+#[cfg(any(test, feature = "test-util"))]
+mod memory {
+    //! An in-memory Event History: raw events with their times, paged newest first
+    //! like `LookupEvents`, the token being the offset (checked against the request
+    //! it belongs to).
+
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+
+    use super::{RawTrailEvent, TrailError, TrailEvents, TrailPage};
+    use crate::sync::lock;
+    use crate::time::Instant;
+
+    /// In-memory [`TrailEvents`]: a cheap `Clone` handle on shared events.
+    #[derive(Debug, Clone)]
+    pub struct MemoryTrail {
+        events: Arc<Mutex<Vec<(Instant, RawTrailEvent)>>>,
+        page_size: usize,
+    }
+
+    impl MemoryTrail {
+        /// Empty, with pages of `page_size` events (at least 1).
+        pub fn new(page_size: usize) -> Self {
+            MemoryTrail {
+                events: Arc::new(Mutex::new(Vec::new())),
+                page_size: page_size.max(1),
+            }
+        }
+
+        /// Adds an event recorded at `event_time` with its `CloudTrailEvent` JSON.
+        pub fn record(&self, event_time: Instant, event_id: &str, cloudtrail_event: &str) {
+            lock(&self.events).push((
+                event_time,
+                RawTrailEvent {
+                    event_id: Some(event_id.to_string()),
+                    event_name: Some("BatchMeterUsage".to_string()),
+                    cloudtrail_event: Some(cloudtrail_event.to_string()),
+                },
+            ));
+        }
+    }
+
+    #[async_trait]
+    impl TrailEvents for MemoryTrail {
+        async fn lookup(
+            &self,
+            since: Instant,
+            until: Instant,
+            next_token: Option<String>,
+        ) -> Result<TrailPage, TrailError> {
+            let mut matching: Vec<(Instant, RawTrailEvent)> = lock(&self.events)
+                .iter()
+                .filter(|(t, _)| since <= *t && *t <= until)
+                .cloned()
+                .collect();
+            matching.sort_by(|a, b| b.0.cmp(&a.0));
+            let request = format!("{}|{}", since.timestamp(), until.timestamp());
+            let offset = match next_token {
+                None => 0,
+                Some(token) => token
+                    .strip_prefix(&format!("{request}|"))
+                    .and_then(|o| o.parse::<usize>().ok())
+                    .ok_or_else(|| TrailError::InvalidNextToken(format!("token {token:?}")))?,
+            };
+            let end = (offset + self.page_size).min(matching.len());
+            let raw = matching
+                .get(offset..end)
+                .unwrap_or_default()
+                .iter()
+                .map(|(_, e)| e.clone())
+                .collect();
+            let next = (end < matching.len()).then(|| format!("{request}|{end}"));
+            Ok(TrailPage::from_raw(raw, next))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Instant {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    }
+
+    fn event(id: &str, time: &str, name: &str, source: &str) -> String {
+        serde_json::json!({
+            "eventID": id, "eventTime": time, "eventName": name, "eventSource": source,
+            "requestParameters": {"usageRecords": []},
+            "responseElements": {"results": [], "unprocessedRecords": []}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn the_window_keeps_90_days_and_the_15_minute_lag() {
+        let now = at("2026-06-30T12:00:00Z");
+        let w = EventHistoryWindow::new(Some(at("2026-01-01T00:00:00Z")), None, now);
+        assert!(w.clamped);
+        assert_eq!(w.since, at("2026-04-01T12:00:00Z"));
+        assert_eq!(w.until, now);
+        assert_eq!(w.visible_until, at("2026-06-30T11:45:00Z"));
+        let w = EventHistoryWindow::new(
+            Some(at("2026-06-01T00:00:00Z")),
+            Some(at("2026-06-02T00:00:00Z")),
+            now,
+        );
+        assert!(!w.clamped);
+        assert_eq!(w.visible_until, at("2026-06-02T00:00:00Z"));
+        let future = EventHistoryWindow::new(None, Some(at("2027-01-01T00:00:00Z")), now);
+        assert_eq!(future.until, now);
+    }
+
+    #[tokio::test]
+    async fn pages_newest_first_and_keeps_only_metering_calls() {
+        let trail = MemoryTrail::new(2);
+        for (i, minute) in [1, 2, 3, 4, 5].iter().enumerate() {
+            let time = format!("2026-03-15T12:0{minute}:00Z");
+            trail.record(
+                at(&time),
+                &format!("e{i}"),
+                &event(&format!("e{i}"), &time, "BatchMeterUsage", super::super::trail::EVENT_SOURCE),
+            );
+        }
+        let resolve_time = "2026-03-15T12:06:00Z";
+        trail.record(
+            at(resolve_time),
+            "r",
+            &event("r", resolve_time, "ResolveCustomer", super::super::trail::EVENT_SOURCE),
+        );
+        let model_time = "2026-03-15T12:07:00Z";
+        trail.record(
+            at(model_time),
+            "m",
+            &event("m", model_time, "BatchMeterUsage", super::super::trail::MODEL_EVENT_SOURCE),
+        );
+        trail.record(at("2026-03-15T12:08:00Z"), "bad", "{not json");
+        let mut progress = Vec::new();
+        let log = read_trail(
+            &trail,
+            at("2026-03-15T12:02:00Z"),
+            at("2026-03-15T13:00:00Z"),
+            |n| progress.push(n),
+        )
+        .await
+        .unwrap();
+        let ids: Vec<&str> = log.events.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, ["m", "e4", "e3", "e2", "e1"], "newest first, from 12:02 on");
+        assert_eq!(log.skipped, 1, "ResolveCustomer");
+        assert_eq!(log.unreadable.len(), 1);
+        assert_eq!(log.unreadable[0].event_id.as_deref(), Some("bad"));
+        assert_eq!(log.pages, 4);
+        assert_eq!(progress, [1, 2, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn a_token_from_another_request_is_refused() {
+        let trail = MemoryTrail::new(1);
+        for i in 0..3 {
+            let time = format!("2026-03-15T12:0{i}:00Z");
+            trail.record(at(&time), "e", &event("e", &time, "BatchMeterUsage", super::super::trail::EVENT_SOURCE));
+        }
+        let first = trail
+            .lookup(at("2026-03-15T00:00:00Z"), at("2026-03-16T00:00:00Z"), None)
+            .await
+            .unwrap();
+        let token = first.next_token.unwrap();
+        let other = trail
+            .lookup(at("2026-03-15T01:00:00Z"), at("2026-03-16T00:00:00Z"), Some(token))
+            .await;
+        assert!(matches!(other, Err(TrailError::InvalidNextToken(_))));
+    }
+}

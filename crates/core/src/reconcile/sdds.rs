@@ -1,0 +1,675 @@
+//! The Seller Delivery Data Feeds (SDDS) that say what AWS metered: the Daily Usage
+//! feed, joined through the Account feed (`end_user_account_id` is a per-seller
+//! salted hash; the Account feed maps it to the 12-digit `aws_account_id`) and the
+//! Product feed (`product_id` to `product_code`). Each file is RFC 4180 CSV, UTF-8,
+//! with a header row; columns are found by name (their order is unconfirmed).
+//!
+//! Rows are bi-temporal. As the facts and AWS's sample queries say: for each key
+//! (`usage_feed_id`, `account_id`, `product_id`) keep, within each `valid_from`, the
+//! row with the latest `update_date`, and drop it if that row is soft-deleted (a
+//! non-empty `delete_date`). Of what remains, the newest `valid_from` is the key's
+//! current version. Two rows with the same key, `valid_from` and `update_date`: the
+//! later line wins (each day is appended to the month's file).
+//!
+//! Every line that cannot be used is reported with its line number and why; parsing
+//! never stops at a bad line and never panics.
+
+use std::collections::BTreeMap;
+
+use chrono::{NaiveDate, NaiveDateTime, TimeZone, Utc};
+use serde::Serialize;
+
+use crate::time::Instant;
+
+use super::quantity::Quantity;
+
+/// A line of a feed file that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LineProblem {
+    /// Which feed (`daily usage`, `account`, `product`).
+    pub feed: &'static str,
+    /// 1-based line number in the file (the header is line 1).
+    pub line: u64,
+    /// What is wrong, naming the column.
+    pub problem: String,
+}
+
+impl std::fmt::Display for LineProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} feed line {}: {}", self.feed, self.line, self.problem)
+    }
+}
+
+/// One version of a keyed row, with its bi-temporal columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Versioned<T> {
+    /// The row's key (`usage_feed_id`, `account_id`, `product_id`).
+    pub key: String,
+    /// `valid_from`.
+    pub valid_from: Instant,
+    /// `update_date`.
+    pub update_date: Instant,
+    /// A non-empty `delete_date`: the version is soft-deleted.
+    pub deleted: bool,
+    /// Its line in the file.
+    pub line: u64,
+    /// The other columns.
+    pub value: T,
+}
+
+/// A parsed feed file: the readable rows and the problems.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ParsedFeed<T> {
+    /// Every readable row, every version.
+    pub rows: Vec<Versioned<T>>,
+    /// Every line that could not be read.
+    pub problems: Vec<LineProblem>,
+}
+
+/// A Daily Usage row's own columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UsageRow {
+    /// `usage_date`: the UTC day the usage is aggregated over.
+    pub usage_date: NaiveDate,
+    /// `product_id` (join to the Product feed).
+    pub product_id: String,
+    /// `agreement_id` (may be null).
+    pub agreement_id: Option<String>,
+    /// `offer_id` (may be null).
+    pub offer_id: Option<String>,
+    /// `end_user_account_id` (salted hash; join to the Account feed).
+    pub end_user_account_id: String,
+    /// `dimension_key`.
+    pub dimension_key: String,
+    /// `usage_quantity` (up to 2 decimal places).
+    pub usage_quantity: Quantity,
+    /// `region`.
+    pub region: Option<String>,
+}
+
+/// An Account feed row's own columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AccountRow {
+    /// `aws_account_id`, left-padded to 12 digits.
+    pub aws_account_id: String,
+    /// `encrypted_account_id` (the legacy `CustomerIdentifier`).
+    pub encrypted_account_id: Option<String>,
+}
+
+/// A Product feed row's own columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProductRow {
+    /// `product_code`.
+    pub product_code: String,
+}
+
+/// The Daily Usage feed's name in problems.
+pub const USAGE_FEED: &str = "daily usage";
+/// The Account feed's name in problems.
+pub const ACCOUNT_FEED: &str = "account";
+/// The Product feed's name in problems.
+pub const PRODUCT_FEED: &str = "product";
+
+/// Parses a feed timestamp: ISO 8601 UTC (`2026-03-16T00:00:00Z`, with or without
+/// `Z`, fractional seconds, or an offset), the space-separated form Athena shows
+/// (`2026-03-16 00:00:00`), or a bare date (midnight UTC).
+pub fn parse_feed_time(text: &str) -> Option<Instant> {
+    let text = text.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"] {
+        if let Ok(n) = NaiveDateTime::parse_from_str(text, format) {
+            return Some(Utc.from_utc_datetime(&n));
+        }
+    }
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|n| Utc.from_utc_datetime(&n))
+}
+
+/// Parses `usage_date`: a date (`2026-03-15`), or a timestamp whose date is taken.
+pub fn parse_usage_date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d")
+        .ok()
+        .or_else(|| parse_feed_time(text).map(|t| t.date_naive()))
+}
+
+/// Reads `aws_account_id`, which may have lost its leading zeros (loaded as a number):
+/// 1 to 12 digits, left-padded to 12.
+pub fn normalize_account_id(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty() && text.len() <= 12 && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| format!("{text:0>12}"))
+}
+
+/// One CSV record with its columns found by name.
+struct Line<'a> {
+    feed: &'static str,
+    line: u64,
+    record: &'a csv::StringRecord,
+    columns: &'a BTreeMap<&'static str, usize>,
+}
+
+impl Line<'_> {
+    fn get(&self, column: &str) -> &str {
+        self.columns
+            .get(column)
+            .and_then(|&i| self.record.get(i))
+            .unwrap_or("")
+    }
+
+    fn optional(&self, column: &str) -> Option<String> {
+        let v = self.get(column).trim();
+        (!v.is_empty()).then(|| v.to_string())
+    }
+
+    fn required(&self, column: &str) -> Result<String, LineProblem> {
+        self.optional(column)
+            .ok_or_else(|| self.problem(format!("{column} is empty")))
+    }
+
+    fn time(&self, column: &str) -> Result<Instant, LineProblem> {
+        let text = self.required(column)?;
+        parse_feed_time(&text).ok_or_else(|| {
+            self.problem(format!(
+                "{column} {text:?} is not an ISO 8601 UTC time (e.g. 2026-03-16T00:00:00Z)"
+            ))
+        })
+    }
+
+    fn problem(&self, problem: String) -> LineProblem {
+        LineProblem {
+            feed: self.feed,
+            line: self.line,
+            problem,
+        }
+    }
+
+    fn versioned<T>(&self, key_column: &str, value: T) -> Result<Versioned<T>, LineProblem> {
+        Ok(Versioned {
+            key: self.required(key_column)?,
+            valid_from: self.time("valid_from")?,
+            update_date: self.time("update_date")?,
+            deleted: self.optional("delete_date").is_some(),
+            line: self.line,
+            value,
+        })
+    }
+}
+
+/// Reads a CSV feed: finds `required` columns in the header, then hands every data
+/// line to `row`. A missing column or an unreadable header is one problem on line 1
+/// and no rows.
+fn parse_feed<T>(
+    feed: &'static str,
+    text: &str,
+    required: &[&'static str],
+    optional: &[&'static str],
+    row: impl Fn(&Line<'_>) -> Result<Versioned<T>, LineProblem>,
+) -> ParsedFeed<T> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut parsed = ParsedFeed {
+        rows: Vec::new(),
+        problems: Vec::new(),
+    };
+    let header_problem = |problem: String| LineProblem {
+        feed,
+        line: 1,
+        problem,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header = match reader.headers() {
+        Ok(h) if h.iter().any(|c| !c.trim().is_empty()) => h.clone(),
+        Ok(_) => {
+            parsed
+                .problems
+                .push(header_problem("empty file: no header row".into()));
+            return parsed;
+        }
+        Err(e) => {
+            parsed
+                .problems
+                .push(header_problem(format!("unreadable header row: {e}")));
+            return parsed;
+        }
+    };
+    let mut columns = BTreeMap::new();
+    for name in required.iter().chain(optional) {
+        if let Some(i) = header.iter().position(|c| c.trim() == *name) {
+            columns.insert(*name, i);
+        }
+    }
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|c| !columns.contains_key(c))
+        .collect();
+    if !missing.is_empty() {
+        parsed.problems.push(header_problem(format!(
+            "the header lacks column(s) {}: is this the {feed} feed?",
+            missing.join(", ")
+        )));
+        return parsed;
+    }
+    let width = header.len();
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line = reader.position().line();
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {
+                let line = record.position().map_or(line, |p| p.line());
+                if record.len() == 1 && record.get(0).is_some_and(|f| f.trim().is_empty()) {
+                    continue; // a blank line
+                }
+                if record.len() != width {
+                    parsed.problems.push(LineProblem {
+                        feed,
+                        line,
+                        problem: format!(
+                            "{} fields where the header has {width} (an unquoted comma or a cut-off line?)",
+                            record.len()
+                        ),
+                    });
+                    continue;
+                }
+                let view = Line {
+                    feed,
+                    line,
+                    record: &record,
+                    columns: &columns,
+                };
+                match row(&view) {
+                    Ok(v) => parsed.rows.push(v),
+                    Err(p) => parsed.problems.push(p),
+                }
+            }
+            Err(e) => {
+                let line = e.position().map_or(line, |p| p.line());
+                parsed.problems.push(LineProblem {
+                    feed,
+                    line,
+                    problem: format!("not valid CSV: {e}"),
+                });
+                if !matches!(e.kind(), csv::ErrorKind::Utf8 { .. }) {
+                    break; // the reader cannot resynchronise after an I/O-level error
+                }
+            }
+        }
+    }
+    parsed
+}
+
+/// Parses the Daily Usage feed CSV.
+pub fn parse_usage_feed(text: &str) -> ParsedFeed<UsageRow> {
+    parse_feed(
+        USAGE_FEED,
+        text,
+        &[
+            "valid_from",
+            "update_date",
+            "delete_date",
+            "usage_feed_id",
+            "usage_date",
+            "product_id",
+            "end_user_account_id",
+            "dimension_key",
+            "usage_quantity",
+        ],
+        &["agreement_id", "offer_id", "region", "insert_date"],
+        |line| {
+            let date_text = line.required("usage_date")?;
+            let usage_date = parse_usage_date(&date_text).ok_or_else(|| {
+                line.problem(format!("usage_date {date_text:?} is not a date YYYY-MM-DD"))
+            })?;
+            let quantity_text = line.required("usage_quantity")?;
+            let usage_quantity = Quantity::parse(&quantity_text)
+                .map_err(|e| line.problem(format!("usage_quantity: {e}")))?;
+            let value = UsageRow {
+                usage_date,
+                product_id: line.required("product_id")?,
+                agreement_id: line.optional("agreement_id"),
+                offer_id: line.optional("offer_id"),
+                end_user_account_id: line.required("end_user_account_id")?,
+                dimension_key: line.required("dimension_key")?,
+                usage_quantity,
+                region: line.optional("region"),
+            };
+            line.versioned("usage_feed_id", value)
+        },
+    )
+}
+
+/// Parses the Account feed CSV.
+pub fn parse_account_feed(text: &str) -> ParsedFeed<AccountRow> {
+    parse_feed(
+        ACCOUNT_FEED,
+        text,
+        &[
+            "valid_from",
+            "update_date",
+            "delete_date",
+            "account_id",
+            "aws_account_id",
+        ],
+        &["encrypted_account_id", "insert_date"],
+        |line| {
+            let raw = line.required("aws_account_id")?;
+            let aws_account_id = normalize_account_id(&raw).ok_or_else(|| {
+                line.problem(format!(
+                    "aws_account_id {raw:?} is not an AWS account id (up to 12 digits)"
+                ))
+            })?;
+            let value = AccountRow {
+                aws_account_id,
+                encrypted_account_id: line.optional("encrypted_account_id"),
+            };
+            line.versioned("account_id", value)
+        },
+    )
+}
+
+/// Parses the Product feed CSV.
+pub fn parse_product_feed(text: &str) -> ParsedFeed<ProductRow> {
+    parse_feed(
+        PRODUCT_FEED,
+        text,
+        &[
+            "valid_from",
+            "update_date",
+            "delete_date",
+            "product_id",
+            "product_code",
+        ],
+        &["title", "insert_date"],
+        |line| {
+            let value = ProductRow {
+                product_code: line.required("product_code")?,
+            };
+            line.versioned("product_id", value)
+        },
+    )
+}
+
+/// The current version of every key (see the module doc): within each
+/// (key, `valid_from`) the latest `update_date`, dropped if soft-deleted; then the
+/// newest `valid_from`.
+pub fn resolve<T: Clone>(rows: &[Versioned<T>]) -> BTreeMap<String, Versioned<T>> {
+    let mut latest_update: BTreeMap<(&str, Instant), &Versioned<T>> = BTreeMap::new();
+    for row in rows {
+        let slot = latest_update
+            .entry((row.key.as_str(), row.valid_from))
+            .or_insert(row);
+        if (row.update_date, row.line) >= (slot.update_date, slot.line) {
+            *slot = row;
+        }
+    }
+    let mut current: BTreeMap<String, Versioned<T>> = BTreeMap::new();
+    // Ordered by (key, valid_from): the last surviving version of a key is its newest.
+    for ((key, _), row) in latest_update {
+        if !row.deleted {
+            current.insert(key.to_string(), row.clone());
+        }
+    }
+    current
+}
+
+/// One day of usage of one account, product and dimension as AWS metered it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AwsDailyUsage {
+    /// The buyer's 12-digit AWS account (through the Account feed).
+    pub aws_account_id: String,
+    /// The product code (through the Product feed).
+    pub product_code: String,
+    /// `dimension_key`.
+    pub dimension: String,
+    /// `usage_date`.
+    pub usage_date: NaiveDate,
+    /// `usage_quantity`.
+    pub quantity: Quantity,
+    /// `agreement_id`, when present.
+    pub agreement_id: Option<String>,
+    /// `usage_feed_id`.
+    pub usage_feed_id: String,
+    /// The usage row's line.
+    pub line: u64,
+}
+
+/// The three feeds joined.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JoinedUsage {
+    /// Every current usage row that joined.
+    pub usage: Vec<AwsDailyUsage>,
+    /// Problems of all three files, and usage rows that did not join.
+    pub problems: Vec<LineProblem>,
+}
+
+/// Joins the current Daily Usage rows to the Account and Product feeds. A usage row
+/// whose account or product is not in its feed is reported, never dropped silently.
+pub fn join_feeds(
+    usage: &ParsedFeed<UsageRow>,
+    accounts: &ParsedFeed<AccountRow>,
+    products: &ParsedFeed<ProductRow>,
+) -> JoinedUsage {
+    let mut problems: Vec<LineProblem> = usage
+        .problems
+        .iter()
+        .chain(&accounts.problems)
+        .chain(&products.problems)
+        .cloned()
+        .collect();
+    let accounts = resolve(&accounts.rows);
+    let products = resolve(&products.rows);
+    let mut joined = Vec::new();
+    for row in resolve(&usage.rows).into_values() {
+        let problem = |text: String| LineProblem {
+            feed: USAGE_FEED,
+            line: row.line,
+            problem: text,
+        };
+        let Some(account) = accounts.get(&row.value.end_user_account_id) else {
+            problems.push(problem(format!(
+                "end_user_account_id {} is not in the account feed (give the account feed file that covers it)",
+                row.value.end_user_account_id
+            )));
+            continue;
+        };
+        let Some(product) = products.get(&row.value.product_id) else {
+            problems.push(problem(format!(
+                "product_id {} is not in the product feed (give the product feed file that covers it)",
+                row.value.product_id
+            )));
+            continue;
+        };
+        joined.push(AwsDailyUsage {
+            aws_account_id: account.value.aws_account_id.clone(),
+            product_code: product.value.product_code.clone(),
+            dimension: row.value.dimension_key.clone(),
+            usage_date: row.value.usage_date,
+            quantity: row.value.usage_quantity,
+            agreement_id: row.value.agreement_id.clone(),
+            usage_feed_id: row.key.clone(),
+            line: row.line,
+        });
+    }
+    problems.sort_by(|a, b| (a.feed, a.line).cmp(&(b.feed, b.line)));
+    JoinedUsage {
+        usage: joined,
+        problems,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    const USAGE: &str = include_str!("../../tests/fixtures/sdds/daily_usage.csv");
+    const ACCOUNTS: &str = include_str!("../../tests/fixtures/sdds/account.csv");
+    const PRODUCTS: &str = include_str!("../../tests/fixtures/sdds/product.csv");
+    const MALFORMED: &str = include_str!("../../tests/fixtures/sdds/daily_usage_malformed.csv");
+
+    fn date(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn resolves_bi_temporal_rows_as_the_facts_say() {
+        let usage = parse_usage_feed(USAGE);
+        assert!(usage.problems.is_empty(), "{:#?}", usage.problems);
+        let current = resolve(&usage.rows);
+        let quantity = |id: &str| current.get(id).map(|r| r.value.usage_quantity.to_string());
+        // (id, expected current quantity, why)
+        let cases: &[(&str, Option<&str>, &str)] = &[
+            ("uf-plain", Some("42"), "one version"),
+            ("uf-corrected", Some("45.5"), "a later update_date within the same valid_from wins"),
+            ("uf-revised", Some("12"), "the newest valid_from wins over an older one updated later"),
+            ("uf-deleted", None, "the latest row of its only valid_from is soft-deleted"),
+            ("uf-undeleted", Some("9"), "deleted, then re-inserted with a later update_date"),
+            ("uf-revision-deleted", Some("5"), "the newest valid_from is deleted: the older valid version stands"),
+            ("uf-tie", Some("8"), "same valid_from and update_date: the later line wins"),
+            ("uf-other-day", Some("3.25"), "another day, 2 decimals"),
+            ("uf-orphan-account", Some("1"), "resolves; fails the join"),
+        ];
+        for (id, expected, why) in cases {
+            assert_eq!(quantity(id).as_deref(), *expected, "{id}: {why}");
+        }
+        assert_eq!(current.len(), cases.iter().filter(|c| c.1.is_some()).count());
+    }
+
+    #[test]
+    fn joins_usage_to_accounts_and_products() {
+        let joined = join_feeds(
+            &parse_usage_feed(USAGE),
+            &parse_account_feed(ACCOUNTS),
+            &parse_product_feed(PRODUCTS),
+        );
+        let plain = joined
+            .usage
+            .iter()
+            .find(|u| u.usage_feed_id == "uf-plain")
+            .unwrap();
+        // The account was revised: its newest valid version.
+        assert_eq!(plain.aws_account_id, "111122223333");
+        let other = joined
+            .usage
+            .iter()
+            .find(|u| u.usage_feed_id == "uf-other-day")
+            .unwrap();
+        // Its aws_account_id lost the leading zero (loaded as a number): left-padded.
+        assert_eq!(other.aws_account_id, "044455556666");
+        assert_eq!(plain.product_code, "prodsim1234567890abcdef");
+        assert_eq!(plain.dimension, "requests");
+        assert_eq!(plain.usage_date, date("2026-03-15"));
+        assert_eq!(plain.agreement_id.as_deref(), Some("agmt-1111111111111111111111111"));
+        assert_eq!(joined.problems.len(), 1, "{:#?}", joined.problems);
+        assert_eq!(joined.problems[0].feed, USAGE_FEED);
+        assert!(joined.problems[0].problem.contains("acct-unknown"));
+    }
+
+    #[test]
+    fn every_malformed_line_is_reported_with_its_number() {
+        let parsed = parse_usage_feed(MALFORMED);
+        assert_eq!(parsed.rows.len(), 2, "the two good lines: {:#?}", parsed.rows);
+        let got: Vec<(u64, &str)> = parsed
+            .problems
+            .iter()
+            .map(|p| (p.line, p.problem.as_str()))
+            .collect();
+        let expected: &[(u64, &str)] = &[
+            (3, "usage_quantity"),
+            (4, "usage_date"),
+            (5, "fields where the header has"),
+            (6, "valid_from"),
+            (7, "dimension_key is empty"),
+            (8, "usage_quantity"),
+            (10, "update_date"),
+        ];
+        assert_eq!(got.len(), expected.len(), "{got:#?}");
+        for ((line, problem), (want_line, needle)) in got.iter().zip(expected) {
+            assert_eq!(line, want_line, "{problem}");
+            assert!(problem.contains(needle), "line {line}: {problem:?} lacks {needle:?}");
+        }
+    }
+
+    #[test]
+    fn a_quoted_field_may_span_lines_and_line_numbers_stay_right() {
+        let text = "valid_from,update_date,delete_date,usage_feed_id,usage_date,product_id,end_user_account_id,dimension_key,usage_quantity,charge_item_description\n\
+                    2026-03-16T00:00:00Z,2026-03-16T00:00:00Z,,uf-1,2026-03-15,prod-1,acct-1,requests,1,\"two\nlines\"\n\
+                    2026-03-16T00:00:00Z,2026-03-16T00:00:00Z,,uf-2,2026-03-15,prod-1,acct-1,requests,x,plain\n";
+        let parsed = parse_usage_feed(text);
+        assert_eq!(parsed.rows.len(), 1);
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(parsed.problems[0].line, 4, "{:?}", parsed.problems);
+    }
+
+    #[test]
+    fn a_wrong_file_is_one_problem_naming_the_missing_columns() {
+        let parsed = parse_usage_feed(ACCOUNTS);
+        assert!(parsed.rows.is_empty());
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(parsed.problems[0].line, 1);
+        assert!(parsed.problems[0].problem.contains("usage_feed_id"));
+        assert_eq!(parse_usage_feed("").problems[0].problem, "empty file: no header row");
+    }
+
+    #[test]
+    fn account_ids_are_left_padded_and_checked() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("123456789012", Some("123456789012")),
+            ("11122223333", Some("011122223333")),
+            ("1", Some("000000000001")),
+            ("1234567890123", None),
+            ("1.11122223333e10", None),
+            ("", None),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(normalize_account_id(raw).as_deref(), *expected, "{raw}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_file_makes_the_parsers_panic(text in "(?s).{0,400}") {
+            let _ = parse_usage_feed(&text);
+            let _ = parse_account_feed(&text);
+            let _ = parse_product_feed(&text);
+        }
+
+        #[test]
+        fn resolution_does_not_depend_on_line_order_when_versions_differ(
+            versions in proptest::collection::vec((0i64..4, 0i64..4, proptest::bool::ANY, 0i64..100), 1..12),
+            seed in proptest::num::u64::ANY,
+        ) {
+            // Distinct (valid_from, update_date) pairs: no ties, so order must not matter.
+            let mut seen = std::collections::BTreeSet::new();
+            let rows: Vec<Versioned<i64>> = versions
+                .into_iter()
+                .filter(|(v, u, _, _)| seen.insert((*v, *u)))
+                .enumerate()
+                .map(|(i, (v, u, deleted, value))| Versioned {
+                    key: "k".into(),
+                    valid_from: chrono::DateTime::from_timestamp(v * 86_400, 0).unwrap(),
+                    update_date: chrono::DateTime::from_timestamp(u * 86_400, 0).unwrap(),
+                    deleted,
+                    line: i as u64 + 2,
+                    value,
+                })
+                .collect();
+            let mut shuffled = rows.clone();
+            let n = shuffled.len();
+            for i in 0..n {
+                let j = ((seed.rotate_left(i as u32) ^ i as u64) % n as u64) as usize;
+                shuffled.swap(i, j);
+            }
+            let a = resolve(&rows).get("k").map(|r| r.value);
+            let b = resolve(&shuffled).get("k").map(|r| r.value);
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
+}
