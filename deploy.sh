@@ -68,7 +68,8 @@ Options:
   --stage STAGE              lowercase letter, then up to 15 lowercase letters, digits, '-'
   --product-code CODE        AWS Marketplace product code (lowercase letters and digits)
   --region REGION            a metering Region (repeat for several); BatchMeterUsage must be offered there
-  --config-env NAME          samconfig.toml environment (default: the stage's section if there is one, else default)
+  --config-env NAME          samconfig.toml environment (default: the stage's section if there is one, else default);
+                             the events stack uses NAME-events when samconfig.toml has it
   --deployment-mode MODE     full | direct-submit
   --metering-mode MODE       live | dry-run (dry-run needs --test-accounts)
   --test-accounts LIST       comma-separated 12-digit buyer accounts metered in dry-run mode
@@ -532,6 +533,14 @@ SAMCONFIG_ENV_OVERRIDES=""
 if [ "$CONFIG_ENV" != default ]; then
   SAMCONFIG_ENV_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" "$CONFIG_ENV")
 fi
+# The events stack has an environment of its own, <env>-events, when samconfig.toml has
+# one (so `sam deploy --config-env prod-events` works by hand); else it shares <env>'s.
+EVENTS_CONFIG_ENV=$CONFIG_ENV
+SAMCONFIG_EVENTS_OVERRIDES=$SAMCONFIG_ENV_OVERRIDES
+if samconfig_has_env "$CONFIG_ENV-events"; then
+  EVENTS_CONFIG_ENV="$CONFIG_ENV-events"
+  SAMCONFIG_EVENTS_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" "$EVENTS_CONFIG_ENV")
+fi
 
 # template_parameters FILE: the names under the template's top-level Parameters.
 template_parameters() {
@@ -557,11 +566,12 @@ done <<EOF
 $CLI_OVERRIDES
 EOF
 
-# overrides_for PARAM_NAMES EXTRA: samconfig default < samconfig env < command line <
-# EXTRA (deploy.sh's own), kept to the template's parameters.
+# overrides_for PARAM_NAMES EXTRA [ENV_OVERRIDES]: samconfig default < samconfig env
+# (ENV_OVERRIDES, default the main stack's) < command line < EXTRA (deploy.sh's own),
+# kept to the template's parameters.
 overrides_for() {
-  local names=$1 extra=$2 merged="" line key value source
-  for source in "$SAMCONFIG_DEFAULT_OVERRIDES" "$SAMCONFIG_ENV_OVERRIDES" "$CLI_OVERRIDES" "$extra"; do
+  local names=$1 extra=$2 env_overrides=${3-$SAMCONFIG_ENV_OVERRIDES} merged="" line key value source
+  for source in "$SAMCONFIG_DEFAULT_OVERRIDES" "$env_overrides" "$CLI_OVERRIDES" "$extra"; do
     while IFS= read -r line; do
       [ -n "$line" ] || continue
       key=${line%%=*}
@@ -741,7 +751,7 @@ check_topic_region() {
 
 EVENTS_OVERRIDES=""
 if [ "$WANT_EVENTS" = 1 ]; then
-  EVENTS_OVERRIDES=$(overrides_for "$EVENTS_PARAMS" "StageName=$STAGE")
+  EVENTS_OVERRIDES=$(overrides_for "$EVENTS_PARAMS" "StageName=$STAGE" "$SAMCONFIG_EVENTS_OVERRIDES")
   check_overrides "$EVENTS_OVERRIDES"
   check_topic_region "$EVENTS_OVERRIDES" "$EVENTS_REGION" "$EVENTS_STACK"
 fi
@@ -855,8 +865,10 @@ fi
 # sam_deploy_args TEMPLATE STACK REGION COMPONENT OVERRIDES: the `sam deploy` command
 # line, one argument a line (the dry run prints exactly what a real run executes).
 sam_deploy_args() {
+  local env=$CONFIG_ENV
+  [ "$4" != events ] || env=$EVENTS_CONFIG_ENV
   printf '%s\n' deploy --template-file "$1" --stack-name "$2" --region "$3" \
-    --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV" \
+    --config-file "$SAMCONFIG" --config-env "$env" \
     --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset
   # --review: sam only creates the change set; deploy.sh shows it and executes it.
   [ "$REVIEW" = 0 ] || printf '%s\n' --no-execute-changeset
@@ -881,6 +893,9 @@ say "awsmp-metering deploy plan"
 say "  account:     $ACCOUNT"
 say "  stage:       $STAGE"
 say "  config env:  $CONFIG_ENV ($SAMCONFIG)"
+if [ "$WANT_EVENTS" = 1 ] && [ "$EVENTS_CONFIG_ENV" != "$CONFIG_ENV" ]; then
+  say "  events env:  $EVENTS_CONFIG_ENV"
+fi
 step=1
 if [ "$WANT_EVENTS" = 1 ]; then
   say "  $step. sam build $EVENTS_TEMPLATE once -> .aws-sam/build-events"
@@ -922,7 +937,7 @@ if [ "$DRY_RUN" = 1 ]; then
   say ""
   say "Commands it would run:"
   if [ "$WANT_EVENTS" = 1 ]; then
-    say "  sam build --template-file $EVENTS_TEMPLATE --build-dir .aws-sam/build-events --config-file $SAMCONFIG --config-env $CONFIG_ENV"
+    say "  sam build --template-file $EVENTS_TEMPLATE --build-dir .aws-sam/build-events --config-file $SAMCONFIG --config-env $EVENTS_CONFIG_ENV"
   fi
   if [ "$WANT_MAIN" = 1 ]; then
     say "  sam build --template-file $MAIN_TEMPLATE --build-dir .aws-sam/build-main --config-file $SAMCONFIG --config-env $CONFIG_ENV"
@@ -968,7 +983,7 @@ run() {
 }
 
 if [ "$WANT_EVENTS" = 1 ]; then
-  run sam build --template-file "$EVENTS_TEMPLATE" --build-dir .aws-sam/build-events --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV"
+  run sam build --template-file "$EVENTS_TEMPLATE" --build-dir .aws-sam/build-events --config-file "$SAMCONFIG" --config-env "$EVENTS_CONFIG_ENV"
 fi
 if [ "$WANT_MAIN" = 1 ]; then
   run sam build --template-file "$MAIN_TEMPLATE" --build-dir .aws-sam/build-main --config-file "$SAMCONFIG" --config-env "$CONFIG_ENV"

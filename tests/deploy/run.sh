@@ -205,7 +205,7 @@ expect_calls "sam deploy" 2
 expect_order "sam build --template-file template-main.yaml" "sam deploy"
 expect_order "sam deploy --template-file .aws-sam/build-events" "sam deploy --template-file .aws-sam/build-main"
 for arg in "--template-file .aws-sam/build-events/template.yaml" "StageName=prod" "LogRetentionInDays=365" \
-  "--capabilities CAPABILITY_IAM" "--resolve-s3" "--no-fail-on-empty-changeset" "--config-env prod"; do
+  "--capabilities CAPABILITY_IAM" "--resolve-s3" "--no-fail-on-empty-changeset" "--config-env prod-events"; do
   expect_in_call "sam deploy --template-file .aws-sam/build-events" "$arg"
 done
 expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "ProductCode="
@@ -232,6 +232,9 @@ begin "events only, first deploy: us-east-1, the dev environment's settings, no 
 deploy events --stage dev --yes
 expect_exit 0
 expect_out "config env:  dev (samconfig.toml)"
+expect_out "events env:  dev-events"
+expect_in_call "sam build" "--config-env dev-events"
+expect_in_call "sam deploy" "--config-env dev-events"
 expect_calls "sam build" 1
 expect_call "sam build --template-file template-events.yaml"
 expect_calls "sam deploy" 1
@@ -246,6 +249,97 @@ deploy events --stage qa --dry-run
 expect_exit 0
 expect_out "config env:  default (samconfig.toml)"
 expect_out "LogRetentionInDays=90"
+end
+
+begin "samconfig.toml: every environment deploys by hand (sam deploy --config-env ENV)"
+# What `sam build/deploy --config-env ENV` needs with no other option: the template,
+# stack name, Region, capabilities, an artifact bucket and a value for every template
+# parameter without a default; and what keeps it the same as deploy.sh: the stack and
+# tag names deploy.sh uses, [default]'s overrides repeated, no parameter the template
+# lacks. [default] names no stack, so `sam deploy` without --config-env deploys nothing.
+RC=0
+python3 - "$ROOT" "$(sed -n '/^DEPLOY_PY=\$($/,/^PY$/p' "$ROOT/deploy.sh" | sed '1,2d;$d')" >"$WORK/out" 2>"$WORK/err" <<'EOF' || RC=$?
+import re, subprocess, sys, tomllib
+root, helper = sys.argv[1], sys.argv[2]
+config = tomllib.load(open(root + "/samconfig.toml", "rb"))
+problems = []
+
+def parameters(template):
+    """{name: has_default} of the template's top-level Parameters."""
+    text = open(root + "/" + template).read()
+    block = re.search(r"^Parameters:\n(.*?)(?=^\S)", text, re.S | re.M).group(1)
+    found = {}
+    for name, body in re.findall(r"^  ([A-Za-z0-9]+):\n((?:(?:    .*)?\n)*)", block, re.M):
+        found[name] = re.search(r"^    Default:", body, re.M) is not None
+    return found
+
+def overrides(env):
+    out = subprocess.run([sys.executable, "-c", helper, "overrides", root + "/samconfig.toml", env],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        problems.append("[%s] parameter_overrides: %s" % (env, out.stderr.strip()))
+        return {}
+    return dict(line.split("=", 1) for line in out.stdout.splitlines())
+
+default = overrides("default")
+if "stack_name" in config["default"].get("deploy", {}).get("parameters", {}):
+    problems.append("[default] names a stack: `sam deploy` without --config-env would deploy it")
+envs = [name for name, value in config.items() if isinstance(value, dict) and name != "default"]
+if not {"dev", "dev-events", "prod", "prod-events"} <= set(envs):
+    problems.append("environments %s lack one of dev, dev-events, prod, prod-events" % envs)
+for env in envs:
+    build = config[env].get("build", {}).get("parameters", {})
+    deploy = config[env].get("deploy", {}).get("parameters", {})
+    template = build.get("template_file")
+    want = "template-events.yaml" if env.endswith("-events") else "template-main.yaml"
+    if template != want:
+        problems.append("[%s.build.parameters] template_file is %r, not %r" % (env, template, want))
+        continue
+    if "template_file" in deploy:
+        problems.append("[%s.deploy.parameters] sets template_file: sam deploy would skip what sam build built" % env)
+    params = parameters(template)
+    values = overrides(env)
+    stage = env[: -len("-events")] if env.endswith("-events") else env
+    for key in ("stack_name", "region", "capabilities"):
+        if not deploy.get(key):
+            problems.append("[%s.deploy.parameters] lacks %s" % (env, key))
+    if "CAPABILITY_IAM" not in str(deploy.get("capabilities", "")):
+        problems.append("[%s] capabilities lack CAPABILITY_IAM (the templates create roles)" % env)
+    if deploy.get("resolve_s3") is not True and not deploy.get("s3_bucket"):
+        problems.append("[%s] has neither resolve_s3 = true nor s3_bucket: sam has nowhere to upload code" % env)
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-[0-9]", str(deploy.get("region", ""))):
+        problems.append("[%s] region %r is not a Region name" % (env, deploy.get("region")))
+    if env.endswith("-events") and deploy.get("region") != "us-east-1":
+        problems.append("[%s] region is %r: the events stack lives in us-east-1" % (env, deploy.get("region")))
+    for name, has_default in params.items():
+        if not has_default and name not in values:
+            problems.append("[%s] sets no value for %s, a parameter of %s without a default" % (env, name, template))
+    for name in values:
+        if name not in params:
+            problems.append("[%s] overrides %s, which %s does not declare" % (env, name, template))
+    for name, value in default.items():
+        if name in params and name not in values:
+            problems.append("[%s] does not repeat [default]'s %s=%s: sam by hand would not apply it" % (env, name, value))
+    if values.get("StageName") != stage:
+        problems.append("[%s] StageName is %r, not %r" % (env, values.get("StageName"), stage))
+    if env.endswith("-events"):
+        stack = "awsmp-events-%s" % stage
+    else:
+        stack = "awsmp-main-%s-%s" % (values.get("ProductCode"), stage)
+    if deploy.get("stack_name") != stack:
+        problems.append("[%s] stack_name is %r; deploy.sh names this stack %r" % (env, deploy.get("stack_name"), stack))
+    component = "events" if env.endswith("-events") else "main"
+    if deploy.get("tags") != "awsmp:stage=%s awsmp:component=%s" % (stage, component):
+        problems.append("[%s] tags are %r, not deploy.sh's" % (env, deploy.get("tags")))
+for problem in problems:
+    print(problem)
+print("%d environment(s) checked, %d problem(s)" % (len(envs), len(problems)))
+sys.exit(1 if problems else 0)
+EOF
+: >"$LOG"
+expect_exit 0
+expect_out "environment(s) checked, 0 problem(s)"
+[ "$CURRENT_FAILED" = 0 ] || sed 's/^/    /' "$WORK/out" "$WORK/err"
 end
 
 # ------------------------------------------------------------------ samconfig.toml forms
