@@ -3,17 +3,34 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
+use awsmp_aws::{
+    DynamoAggregatedStore, DynamoOperatorStore, DynamoSubscriberStore, DynamoUsageStore,
+};
 use awsmp_core::model::GroupKey;
+use awsmp_core::operate::license::ChainFilter;
+use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::HourBucket;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
-use crate::commands::{UsagePut, inspect, parse_tag, usage_put};
+use crate::commands::{CommandError, UsagePut, inspect, parse_tag, usage_put};
+use crate::deployment::{Deployment, DeploymentArgs};
+use crate::ops;
+use crate::output::{EXIT_ATTENTION, Format, Outcome, exit_code};
 
 /// awsmp: operate an awsmp-metering deployment, or run the whole system locally.
+///
+/// Name the deployment once (--stage and --product-code, or --stack; --region per
+/// metering Region) and every command finds its tables and queues in the stacks'
+/// outputs. Exit codes: 0 done, 1 could not run, 2 bad arguments, 3 something needs
+/// attention, 4 deployment not found.
 #[derive(Debug, Parser)]
-#[command(name = "awsmp", version, about)]
+#[command(name = "awsmp", version, about, long_about)]
 struct Args {
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(flatten)]
+    deployment: DeploymentArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -25,31 +42,57 @@ enum Command {
         #[command(subcommand)]
         command: LocalCommand,
     },
-    /// Usage rows.
+    /// Write usage rows.
     Usage {
         #[command(subcommand)]
         command: UsageCommand,
     },
-    /// Show what happened to one license, dimension and hour.
+    /// Per hour, what is pending, billed and failed; queues; what needs attention first.
+    ///
+    /// Example: awsmp status --stage prod --product-code abc123 --region us-east-1
+    Status {
+        /// Hours to show, ending with the current one (pending usage older than that is shown too).
+        #[arg(long, default_value_t = 24)]
+        hours: u32,
+    },
+    /// Every row and record that ended unbilled, with both codes and what to do.
+    ///
+    /// Example: awsmp failures --stage prod --product-code abc123 --since 2026-11-30T00
+    Failures {
+        /// First usage hour `YYYY-MM-DDTHH` (default: 48 hours ago).
+        #[arg(long)]
+        since: Option<String>,
+    },
+    /// What happened to a license, or to one group.
     Inspect {
-        /// Usage table name.
-        #[arg(long, env = "USAGE_TABLE")]
-        usage_table: String,
-        /// Aggregated-usage table name.
-        #[arg(long, env = "AGGREGATED_TABLE")]
-        aggregated_table: String,
-        /// License ARN.
+        #[command(subcommand)]
+        command: InspectCommand,
+    },
+    /// Send Error records again after their cause was fixed (inside the 24 h window,
+    /// with their stored quantity).
+    ///
+    /// Example: awsmp replay 'arn:aws:license-manager::123456789012:license:l-1|111122223333|api|2026-11-30T10'
+    Replay {
+        /// Groups as `awsmp failures` prints them: license|account|dimension|hour.
+        groups: Vec<String>,
+        /// Instead of groups: every Error record of usage hours from `YYYY-MM-DDTHH`.
+        #[arg(long, conflicts_with = "groups")]
+        failed_since: Option<String>,
+        /// Say what would be replayed; write nothing.
         #[arg(long)]
-        license: String,
-        /// Buyer AWS account id.
-        #[arg(long)]
-        account: String,
-        /// Dimension.
-        #[arg(long)]
-        dimension: String,
-        /// Hour bucket `YYYY-MM-DDTHH` (UTC).
-        #[arg(long)]
-        hour: String,
+        dry_run: bool,
+    },
+    /// Dead-letter queues.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Shell completions on stdout.
+    ///
+    /// Example: awsmp completions bash > /etc/bash_completion.d/awsmp
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -70,13 +113,64 @@ enum LocalCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum InspectCommand {
+    /// A license: its subscriber rows and, per account, dimension and hour, raw rows ->
+    /// aggregated record -> submission.
+    ///
+    /// Example: awsmp inspect license arn:aws:license-manager::123456789012:license:l-1 --hour 2026-11-30T10
+    License {
+        /// License ARN.
+        license: String,
+        /// Only this hour `YYYY-MM-DDTHH`.
+        #[arg(long)]
+        hour: Option<String>,
+        /// Only this dimension.
+        #[arg(long)]
+        dimension: Option<String>,
+    },
+    /// One group: every raw row and its aggregated record.
+    ///
+    /// Example: awsmp inspect group --license ARN --account 111122223333 --dimension api --hour 2026-11-30T10
+    Group {
+        /// License ARN.
+        #[arg(long)]
+        license: String,
+        /// Buyer AWS account id.
+        #[arg(long)]
+        account: String,
+        /// Dimension.
+        #[arg(long)]
+        dimension: String,
+        /// Hour bucket `YYYY-MM-DDTHH` (UTC).
+        #[arg(long)]
+        hour: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// Move messages from a queue's DLQ back to it (sent, then deleted: none lost).
+    ///
+    /// Example: awsmp dlq redrive work --count 10 --dry-run
+    Redrive {
+        /// The queue: work, cleanup, deprovision (from the stack outputs), or a queue URL.
+        queue: String,
+        /// At most this many messages.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// Count and show up to 10 messages; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum UsageCommand {
     /// Write one usage row; a retry with the same --event-id is a no-op, and writes in
     /// the same second never overwrite each other.
+    ///
+    /// Example: awsmp usage put --license ARN --account 111122223333 --dimension api --quantity 3 --event-id req-42
     Put {
-        /// Usage table name.
-        #[arg(long, env = "USAGE_TABLE")]
-        table: String,
         /// License ARN.
         #[arg(long)]
         license: String,
@@ -99,22 +193,124 @@ enum UsageCommand {
         #[arg(long = "tag")]
         tags: Vec<String>,
     },
+    /// Write usage from a CSV or JSON Lines file: every line checked first as the
+    /// aggregator would; resumable; a rerun writes nothing twice.
+    ///
+    /// Example: awsmp usage import usage.csv --product-code abc123 --stage prod
+    Import {
+        /// The file (`.csv` with a header line, or `.jsonl`).
+        file: PathBuf,
+        /// File format (default: from the extension).
+        #[arg(long, value_enum)]
+        format: Option<ops::import::FileFormat>,
+        /// Write the valid lines even when some are bad.
+        #[arg(long)]
+        write_valid: bool,
+        /// Ignore the progress kept from an earlier run; start at the first line.
+        #[arg(long)]
+        restart: bool,
+    },
 }
 
 /// Parses arguments and runs the command; errors print one line that says what to do.
 pub async fn run() -> ExitCode {
     let args = Args::parse();
     init_logs();
-    let result = match args.command {
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Human
+    };
+    match dispatch(args, format).await {
+        Ok(outcomes) => {
+            let mut attention = false;
+            for outcome in outcomes {
+                print!("{}", outcome.text);
+                if !outcome.text.ends_with('\n') {
+                    println!();
+                }
+                attention |= outcome.attention;
+            }
+            if attention {
+                ExitCode::from(EXIT_ATTENTION)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(error) => {
+            eprintln!("awsmp: {error}");
+            exit_code(&error)
+        }
+    }
+}
+
+fn hour_arg(flag: &str, text: &str) -> Result<HourBucket, CommandError> {
+    text.parse().map_err(|e| {
+        CommandError::Usage(format!(
+            "{flag}: {e} (write the hour as YYYY-MM-DDTHH, UTC)"
+        ))
+    })
+}
+
+/// One deployment's stores.
+struct Stores {
+    deployment: Deployment,
+    client: aws_sdk_dynamodb::Client,
+    sqs: aws_sdk_sqs::Client,
+    operator: DynamoOperatorStore,
+    subscribers: Option<DynamoSubscriberStore>,
+}
+
+async fn stores(args: &DeploymentArgs) -> Result<Vec<Stores>, CommandError> {
+    let mut out = Vec::new();
+    for deployment in args.resolve().await? {
+        let config = args.sdk_config(Some(&deployment.region)).await;
+        let client = aws_sdk_dynamodb::Client::new(&config);
+        let subscribers = match &deployment.subscribers {
+            Some((table, region)) => {
+                let config = args.sdk_config(Some(region)).await;
+                Some(DynamoSubscriberStore::new(
+                    aws_sdk_dynamodb::Client::new(&config),
+                    table.clone(),
+                ))
+            }
+            None => None,
+        };
+        out.push(Stores {
+            operator: DynamoOperatorStore::new(
+                client.clone(),
+                deployment.usage_table.clone(),
+                deployment.aggregated_table.clone(),
+            ),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            client,
+            subscribers,
+            deployment,
+        });
+    }
+    Ok(out)
+}
+
+async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandError> {
+    let now = chrono::Utc::now();
+    let deployment = &args.deployment;
+    match args.command {
         Command::Local {
             command: LocalCommand::Up { serve, speed, root },
         } => crate::local::up(root.as_deref(), serve, speed)
             .await
-            .map_err(|e| e.to_string()),
+            .map(|()| Vec::new())
+            .map_err(|e| CommandError::Io(e.to_string())),
+        Command::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Args::command(), "awsmp", &mut text);
+            Ok(vec![Outcome::ok(
+                String::from_utf8_lossy(&text).into_owned(),
+            )])
+        }
         Command::Usage {
             command:
                 UsageCommand::Put {
-                    table,
                     license,
                     account,
                     dimension,
@@ -123,7 +319,7 @@ pub async fn run() -> ExitCode {
                     event_id,
                     tags,
                 },
-        } => async {
+        } => {
             let tags = tags
                 .iter()
                 .map(|t| parse_tag(t))
@@ -137,44 +333,187 @@ pub async fn run() -> ExitCode {
                 event_id,
                 tags,
             };
-            let client = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
-            let store = DynamoUsageStore::new(client, table);
-            usage_put(&store, &put, chrono::Utc::now()).await
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
+                out.push(Outcome::ok(usage_put(&store, &put, now).await?));
+            }
+            Ok(out)
         }
-        .await
-        .map(|line| println!("{line}"))
-        .map_err(|e| e.to_string()),
+        Command::Usage {
+            command:
+                UsageCommand::Import {
+                    file,
+                    format: file_format,
+                    write_valid,
+                    restart,
+                },
+        } => {
+            let file_format = file_format
+                .or_else(|| ops::import::FileFormat::of(&file))
+                .ok_or_else(|| {
+                    CommandError::Usage(format!(
+                        "{}: name the format with --format csv|jsonl",
+                        file.display()
+                    ))
+                })?;
+            let product_code = deployment.product_code.clone().ok_or_else(|| {
+                CommandError::Usage(
+                    "--product-code is needed: rows are checked against the stack's product as the aggregator checks them".into(),
+                )
+            })?;
+            let options = ops::import::ImportOptions {
+                format: file_format,
+                product_code,
+                write_valid,
+                restart,
+            };
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
+                let report = ops::import::import(&store, &file, &options, now).await?;
+                let written = report.bad.is_empty() || write_valid;
+                out.push(ops::import::render(&report, written, format));
+            }
+            Ok(out)
+        }
+        Command::Status { hours } => {
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let queues = ops::queues::depths(&s.sqs, &s.deployment.queues).await?;
+                let deprovisioning = match &s.subscribers {
+                    Some(store) => store.deprovisioning().await?.len() as u64,
+                    None => 0,
+                };
+                let report =
+                    ops::status::read(&s.operator, &queues, deprovisioning, now, hours).await?;
+                let place = ops::status::Place {
+                    region: s.deployment.region.clone(),
+                    stack: s.deployment.stack.clone(),
+                };
+                out.push(ops::status::render(&place, &report, format));
+            }
+            Ok(out)
+        }
+        Command::Failures { since } => {
+            let since = match since {
+                Some(text) => hour_arg("--since", &text)?,
+                None => HourBucket::containing(now).plus_hours(-48),
+            };
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let found = ops::failures::read(&s.operator, since, now).await?;
+                out.push(ops::failures::render(&found, format));
+            }
+            Ok(out)
+        }
         Command::Inspect {
-            usage_table,
-            aggregated_table,
-            license,
-            account,
-            dimension,
-            hour,
-        } => async {
-            let hour: HourBucket = hour
-                .parse()
-                .map_err(|e| crate::commands::CommandError::Usage(format!("--hour: {e}")))?;
-            let client = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
-            let usage = DynamoUsageStore::new(client.clone(), usage_table.clone());
-            let aggregated = DynamoAggregatedStore::new(client, aggregated_table, usage_table);
+            command:
+                InspectCommand::License {
+                    license,
+                    hour,
+                    dimension,
+                },
+        } => {
+            let filter = ChainFilter {
+                hour: hour.map(|h| hour_arg("--hour", &h)).transpose()?,
+                dimension,
+            };
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let subscribers = s.subscribers.as_ref().map(|s| s as &dyn SubscriberStore);
+                let view =
+                    ops::inspect::license(&s.operator, subscribers, &license, &filter).await?;
+                out.push(ops::inspect::render_license(&view, format));
+            }
+            Ok(out)
+        }
+        Command::Inspect {
+            command:
+                InspectCommand::Group {
+                    license,
+                    account,
+                    dimension,
+                    hour,
+                },
+        } => {
             let key = GroupKey {
                 license_arn: license,
                 customer_aws_account_id: account,
                 dimension,
-                hour,
+                hour: hour_arg("--hour", &hour)?,
             };
-            inspect(&usage, &aggregated, &key).await
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let usage =
+                    DynamoUsageStore::new(s.client.clone(), s.deployment.usage_table.clone());
+                let aggregated = DynamoAggregatedStore::new(
+                    s.client,
+                    s.deployment.aggregated_table,
+                    s.deployment.usage_table,
+                );
+                out.push(Outcome::ok(inspect(&usage, &aggregated, &key).await?));
+            }
+            Ok(out)
         }
-        .await
-        .map(|text| print!("{text}"))
-        .map_err(|e| e.to_string()),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("awsmp: {message}");
-            ExitCode::FAILURE
+        Command::Replay {
+            groups,
+            failed_since,
+            dry_run,
+        } => {
+            let selection = match failed_since {
+                Some(text) => {
+                    ops::replay::Selection::FailedSince(hour_arg("--failed-since", &text)?)
+                }
+                None if groups.is_empty() => {
+                    return Err(CommandError::Usage(
+                        "name the groups to replay (as `awsmp failures` prints them) or pass --failed-since HOUR".into(),
+                    ));
+                }
+                None => ops::replay::Selection::Groups(
+                    groups
+                        .iter()
+                        .map(|g| ops::replay::parse_group(g))
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let aggregated = DynamoAggregatedStore::new(
+                    s.client.clone(),
+                    s.deployment.aggregated_table.clone(),
+                    s.deployment.usage_table.clone(),
+                );
+                let lines =
+                    ops::replay::replay(&aggregated, &s.operator, &selection, now, dry_run).await?;
+                out.push(ops::replay::render(&lines, format));
+            }
+            Ok(out)
+        }
+        Command::Dlq {
+            command:
+                DlqCommand::Redrive {
+                    queue,
+                    count,
+                    dry_run,
+                },
+        } => {
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let url = if queue.starts_with("http") {
+                    queue.clone()
+                } else {
+                    s.deployment.queues.get(&queue).cloned().ok_or_else(|| {
+                        CommandError::NotFound(format!(
+                            "no queue {queue:?} in the stack outputs (known: {}); pass its URL instead",
+                            s.deployment.queues.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ))
+                    })?
+                };
+                let report = ops::dlq::redrive(&s.sqs, &url, count, dry_run).await?;
+                out.push(ops::dlq::render(&report, &queue, dry_run, format));
+            }
+            Ok(out)
         }
     }
 }
@@ -190,4 +529,14 @@ fn init_logs() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .compact()
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_argument_tree_is_consistent() {
+        Args::command().debug_assert();
+    }
 }

@@ -16,6 +16,15 @@ pub enum CommandError {
     /// A store call failed.
     #[error(transparent)]
     Store(#[from] PortError),
+    /// An AWS call outside the stores failed (CloudFormation, SQS).
+    #[error("{0}")]
+    Aws(String),
+    /// The deployment, a table or a queue was not found.
+    #[error("{0}")]
+    NotFound(String),
+    /// A file could not be read or written.
+    #[error("{0}")]
+    Io(String),
 }
 
 /// Parses `key=value` VMT tags (`--tag team=a`).

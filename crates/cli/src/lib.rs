@@ -3,5 +3,8 @@
 
 pub mod cli;
 pub mod commands;
+pub mod deployment;
 pub mod local;
+pub mod ops;
+pub mod output;
 pub mod template;

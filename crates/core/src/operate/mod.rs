@@ -5,6 +5,7 @@
 
 pub mod failures;
 pub mod import;
+pub mod license;
 pub mod remedy;
 pub mod replay;
 pub mod rows;

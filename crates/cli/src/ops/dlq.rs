@@ -1,0 +1,152 @@
+//! `awsmp dlq redrive QUEUE`: moves messages from a queue's dead-letter queue back to
+//! it, each sent before it is deleted (a crash in between delivers it twice, which
+//! every handler tolerates; it never loses one). `--dry-run` counts and shows.
+
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
+
+use crate::commands::CommandError;
+use crate::ops::queues::depth;
+
+fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
+    CommandError::Aws(format!(
+        "{what}: {}",
+        aws_sdk_sqs::error::DisplayErrorContext(&e)
+    ))
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Redrive {
+    /// Messages in the DLQ before.
+    pub found: u64,
+    /// Messages moved.
+    pub moved: u64,
+    /// Bodies seen (dry run: up to the first 10).
+    pub samples: Vec<String>,
+}
+
+/// Moves up to `count` messages from `queue_url`'s DLQ back to it.
+pub async fn redrive(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    count: u64,
+    dry_run: bool,
+) -> Result<Redrive, CommandError> {
+    let (_, dlq) = depth(sqs, queue_url).await?;
+    let dlq = dlq.ok_or_else(|| {
+        CommandError::NotFound(format!(
+            "{queue_url} has no dead-letter queue (no RedrivePolicy)"
+        ))
+    })?;
+    let mut report = Redrive {
+        found: depth(sqs, &dlq).await?.0,
+        ..Redrive::default()
+    };
+    if dry_run {
+        let out = sqs
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .map_err(|e| aws_error("ReceiveMessage", e))?;
+        report.samples = out
+            .messages()
+            .iter()
+            .filter_map(|m| m.body().map(str::to_string))
+            .collect();
+        return Ok(report);
+    }
+    while report.moved < count {
+        let want = i32::try_from((count - report.moved).min(10)).unwrap_or(10);
+        let out = sqs
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(want)
+            .visibility_timeout(60)
+            .send()
+            .await
+            .map_err(|e| aws_error("ReceiveMessage", e))?;
+        let messages = out.messages();
+        if messages.is_empty() {
+            break;
+        }
+        let mut sends = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            sends.push(
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(m.body().unwrap_or_default())
+                    .build()
+                    .map_err(|e| CommandError::Aws(format!("SendMessageBatch entry: {e}")))?,
+            );
+        }
+        let sent = sqs
+            .send_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(sends))
+            .send()
+            .await
+            .map_err(|e| aws_error("SendMessageBatch", e))?;
+        // Only what was sent is deleted; a failed send stays in the DLQ.
+        let mut deletes = Vec::new();
+        for ok in sent.successful() {
+            let Some(m) = ok.id().parse::<usize>().ok().and_then(|i| messages.get(i)) else {
+                continue;
+            };
+            deletes.push(
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(ok.id())
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .build()
+                    .map_err(|e| CommandError::Aws(format!("DeleteMessageBatch entry: {e}")))?,
+            );
+        }
+        let moved = deletes.len() as u64;
+        if !deletes.is_empty() {
+            sqs.delete_message_batch()
+                .queue_url(&dlq)
+                .set_entries(Some(deletes))
+                .send()
+                .await
+                .map_err(|e| aws_error("DeleteMessageBatch", e))?;
+        }
+        report.moved += moved;
+        if let Some(failed) = sent.failed().first() {
+            return Err(CommandError::Aws(format!(
+                "moved {} message(s), then SendMessageBatch refused one: {} (the rest stay in the DLQ)",
+                report.moved,
+                failed.message().unwrap_or(failed.code())
+            )));
+        }
+    }
+    Ok(report)
+}
+
+/// Renders a redrive.
+pub fn render(
+    report: &Redrive,
+    queue: &str,
+    dry_run: bool,
+    format: crate::output::Format,
+) -> crate::output::Outcome {
+    let text = match format {
+        crate::output::Format::Json => crate::output::json(report),
+        crate::output::Format::Human if dry_run => {
+            let mut out = format!(
+                "{} message(s) in the {queue} queue's DLQ (dry run: nothing moved)\n",
+                report.found
+            );
+            for body in &report.samples {
+                out.push_str(&format!("  {body}\n"));
+            }
+            out
+        }
+        crate::output::Format::Human => format!(
+            "moved {} of {} message(s) from the {queue} queue's DLQ back to it\n",
+            report.moved, report.found
+        ),
+    };
+    crate::output::Outcome::ok(text)
+}

@@ -1,0 +1,76 @@
+//! `awsmp failures`: everything that ended unbilled since an hour, with both codes and
+//! the remedy.
+
+use awsmp_core::operate::failures::{Failure, failures};
+use awsmp_core::ports::OperatorStore;
+use awsmp_core::time::{HourBucket, Instant};
+
+use super::{all_records, all_rows};
+use crate::commands::CommandError;
+use crate::output::{Format, Outcome, cell, json, table};
+
+/// Reads both tables and lists the failures of usage hours from `since`.
+pub async fn read(
+    store: &dyn OperatorStore,
+    since: HourBucket,
+    now: Instant,
+) -> Result<Vec<Failure>, CommandError> {
+    let rows = all_rows(store, None).await?;
+    let (records, malformed) = all_records(store, None).await?;
+    Ok(failures(&rows, &records, &malformed, since, now))
+}
+
+/// Renders the list; attention when it is not empty.
+pub fn render(found: &[Failure], format: Format) -> Outcome {
+    let text = match format {
+        Format::Json => json(&found),
+        Format::Human if found.is_empty() => "no failures\n".to_string(),
+        Format::Human => {
+            let mut out = table(
+                &[
+                    "status",
+                    "reason",
+                    "server-side",
+                    "hour",
+                    "license",
+                    "key",
+                    "quantity",
+                    "replay",
+                ],
+                found.iter().map(|f| {
+                    vec![
+                        f.status.to_string(),
+                        cell(f.reason.as_deref()),
+                        cell(f.server_side.as_deref()),
+                        cell(f.hour),
+                        f.license_arn.clone(),
+                        f.key.clone(),
+                        cell(f.quantity),
+                        if f.replayable { "yes" } else { "no" }.to_string(),
+                    ]
+                }),
+            );
+            out.push_str("\n\nwhat to do:\n");
+            let mut seen = std::collections::BTreeSet::new();
+            for f in found {
+                let what = (f.status, f.reason.clone());
+                if seen.insert(what) {
+                    out.push_str(&format!(
+                        "  {} {}: {}\n",
+                        f.status,
+                        f.reason.as_deref().unwrap_or(""),
+                        f.remedy
+                    ));
+                }
+            }
+            if found.iter().any(|f| f.replayable) {
+                out.push_str("replay a fixed record: awsmp replay '<license>|<account>|<dimension>|<hour>' (or --failed-since HOUR)\n");
+            }
+            out
+        }
+    };
+    Outcome {
+        text,
+        attention: !found.is_empty(),
+    }
+}

@@ -1,0 +1,504 @@
+//! `awsmp usage import FILE`: usage from a CSV or JSON Lines file. Every line is checked
+//! first, exactly as the aggregator would check the row; a file with a bad line writes
+//! nothing unless `--write-valid` says so, and each bad line is reported with its line
+//! number and reason code. Each line's event id makes a rerun a no-op, and progress is
+//! kept beside the file (`FILE.awsmp-import`) so an interrupted import resumes where
+//! it stopped.
+//!
+//! CSV columns (header required, any order): `licenseArn`, `customerAWSAccountId`,
+//! `dimension`, `timestamp`, `quantity`, `eventId`, optional `productCode` and `tags`
+//! (`key=value;key=value`, for the whole quantity). JSON Lines: the same keys, plus
+//! optional `usageAllocations` (`[{"allocatedUsageQuantity": N, "tags": [{"key","value"}]}]`).
+
+use std::path::{Path, PathBuf};
+
+use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
+use awsmp_core::model::{Allocation, ReasonCode, Tag};
+use awsmp_core::operate::import::{LineProblem, check_row};
+use awsmp_core::operate::remedy::{for_reason, server_side_pair};
+use awsmp_core::ports::{NewUsageRow, PutOutcome, UsageStore};
+use awsmp_core::time::{Instant, parse_usage_timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::commands::CommandError;
+
+/// File format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FileFormat {
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+impl FileFormat {
+    /// The format a file name implies (`.csv`, `.jsonl`/`.ndjson`).
+    pub fn of(path: &Path) -> Option<FileFormat> {
+        match path.extension()?.to_str()? {
+            "csv" => Some(FileFormat::Csv),
+            "jsonl" | "ndjson" => Some(FileFormat::Jsonl),
+            _ => None,
+        }
+    }
+}
+
+/// A line that will not be written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadLine {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// The reason code the aggregator would give, when it is one.
+    pub reason: Option<String>,
+    /// The server-side exception paired with it, when there is one.
+    pub server_side: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    /// Usage lines in the file.
+    pub lines: usize,
+    /// Rows written now.
+    pub written: usize,
+    /// Lines whose event id was already written (a rerun).
+    pub already_written: usize,
+    /// Lines skipped because an earlier run of this import completed them.
+    pub resumed_past: usize,
+    /// Lines not written.
+    pub bad: Vec<BadLine>,
+}
+
+/// One parsed line, before the guardrails.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Line {
+    license_arn: Option<String>,
+    #[serde(rename = "customerAWSAccountId")]
+    customer_aws_account_id: Option<String>,
+    dimension: Option<String>,
+    timestamp: Option<String>,
+    quantity: Option<serde_json::Value>,
+    event_id: Option<String>,
+    product_code: Option<String>,
+    tags: Option<String>,
+    usage_allocations: Option<Vec<JsonAllocation>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonAllocation {
+    allocated_usage_quantity: serde_json::Value,
+    #[serde(default)]
+    tags: Vec<Tag>,
+}
+
+fn rejected(line: usize, code: ReasonCode) -> BadLine {
+    BadLine {
+        line,
+        reason: Some(code.to_string()),
+        server_side: server_side_pair(code).map(str::to_string),
+        message: for_reason(code).to_string(),
+    }
+}
+
+fn malformed(line: usize, message: String) -> BadLine {
+    BadLine {
+        line,
+        reason: None,
+        server_side: None,
+        message,
+    }
+}
+
+fn quantity_of(value: &serde_json::Value) -> Result<i64, ReasonCode> {
+    match value {
+        serde_json::Value::Number(n) => quantity_from_text(&n.to_string()),
+        serde_json::Value::String(s) => quantity_from_text(s.trim()),
+        _ => Err(ReasonCode::NonNumericQuantity),
+    }
+}
+
+fn tags_column(text: &str) -> Result<Vec<Tag>, String> {
+    text.split(';')
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| {
+            t.split_once('=')
+                .map(|(k, v)| Tag {
+                    key: k.trim().to_string(),
+                    value: v.trim().to_string(),
+                })
+                .ok_or_else(|| {
+                    format!("tags: {t:?} is not key=value (write tags as key=value;key=value)")
+                })
+        })
+        .collect()
+}
+
+/// The row of one parsed line, or why not.
+fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
+    let required = |value: Option<String>, name: &str| {
+        value
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| malformed(number, format!("{name} is missing")))
+    };
+    let license_arn = required(line.license_arn, "licenseArn")?;
+    let event_id = required(line.event_id, "eventId")?;
+    let timestamp_text = required(line.timestamp, "timestamp")?;
+    let timestamp = parse_usage_timestamp(timestamp_text.trim())
+        .map_err(|_| rejected(number, ReasonCode::MalformedTimestamp))?;
+    let quantity = match &line.quantity {
+        Some(v) => quantity_of(v).map_err(|code| rejected(number, code))?,
+        None => return Err(rejected(number, ReasonCode::NonNumericQuantity)),
+    };
+    let allocations = match (line.usage_allocations, line.tags) {
+        (Some(_), Some(_)) => {
+            return Err(malformed(
+                number,
+                "give either tags or usageAllocations, not both".into(),
+            ));
+        }
+        (Some(list), None) => Some(
+            list.into_iter()
+                .map(|a| {
+                    Ok(Allocation {
+                        quantity: quantity_of(&a.allocated_usage_quantity).map_err(|_| {
+                            rejected(number, ReasonCode::NegativeOrNonIntegerAllocation)
+                        })?,
+                        tags: a.tags,
+                    })
+                })
+                .collect::<Result<Vec<_>, BadLine>>()?,
+        ),
+        (None, Some(text)) if !text.trim().is_empty() => Some(vec![Allocation {
+            quantity,
+            tags: tags_column(&text).map_err(|m| malformed(number, m))?,
+        }]),
+        (None, _) => None,
+    };
+    Ok(NewUsageRow {
+        license_arn: license_arn.trim().to_string(),
+        customer_aws_account_id: line
+            .customer_aws_account_id
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        dimension: line.dimension.unwrap_or_default(),
+        timestamp,
+        quantity,
+        allocations,
+        product_code: line.product_code.filter(|p| !p.is_empty()),
+        event_id: event_id.trim().to_string(),
+    })
+}
+
+/// Parses a whole file: each usage line's number and row, or why it is bad.
+pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, BadLine>)> {
+    match format {
+        FileFormat::Jsonl => text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                let number = i + 1;
+                let row = serde_json::from_str::<Line>(l)
+                    .map_err(|e| malformed(number, format!("not a JSON object of usage: {e}")))
+                    .and_then(|line| to_row(number, line));
+                (number, row)
+            })
+            .collect(),
+        FileFormat::Csv => {
+            let mut reader = csv::ReaderBuilder::new()
+                .trim(csv::Trim::Headers)
+                .flexible(false)
+                .from_reader(text.as_bytes());
+            let headers = match reader.headers() {
+                Ok(h) => h.clone(),
+                Err(e) => return vec![(1, Err(malformed(1, format!("header line: {e}"))))],
+            };
+            reader
+                .records()
+                .map(|record| {
+                    let number = record
+                        .as_ref()
+                        .ok()
+                        .and_then(|r| r.position())
+                        .map_or(0, |p| p.line() as usize);
+                    let row = match record {
+                        Err(e) => {
+                            let number = e.position().map_or(0, |p| p.line() as usize);
+                            return (
+                                number,
+                                Err(malformed(number, format!("not a CSV line: {e}"))),
+                            );
+                        }
+                        Ok(record) => {
+                            let field = |name: &str| {
+                                headers
+                                    .iter()
+                                    .position(|h| h == name)
+                                    .and_then(|i| record.get(i))
+                                    .map(str::to_string)
+                            };
+                            let line = Line {
+                                license_arn: field("licenseArn"),
+                                customer_aws_account_id: field("customerAWSAccountId"),
+                                dimension: field("dimension"),
+                                timestamp: field("timestamp"),
+                                quantity: field("quantity").map(serde_json::Value::String),
+                                event_id: field("eventId"),
+                                product_code: field("productCode"),
+                                tags: field("tags"),
+                                usage_allocations: None,
+                            };
+                            to_row(number, line)
+                        }
+                    };
+                    (number, row)
+                })
+                .collect()
+        }
+    }
+}
+
+/// Progress kept beside the file, so a rerun resumes after the last completed line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Progress {
+    /// The file's size when it was imported (a changed file starts over).
+    size: u64,
+    /// Usage lines completed, in order.
+    done: usize,
+}
+
+/// Where the progress of importing `path` is kept.
+pub fn progress_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".awsmp-import");
+    PathBuf::from(name)
+}
+
+/// How to run an import.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    /// File format.
+    pub format: FileFormat,
+    /// The stack's product code (rows naming another are rejected, as the aggregator does).
+    pub product_code: String,
+    /// Write the valid lines even when some are bad.
+    pub write_valid: bool,
+    /// Ignore kept progress and start from the first line.
+    pub restart: bool,
+}
+
+/// Imports `path` into `store` at `now`.
+pub async fn import(
+    store: &dyn UsageStore,
+    path: &Path,
+    options: &ImportOptions,
+    now: Instant,
+) -> Result<ImportReport, CommandError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CommandError::Io(format!("cannot read {}: {e}", path.display())))?;
+    let size = text.len() as u64;
+    let ctx = GuardrailContext::new(now, options.product_code.clone());
+    let mut report = ImportReport::default();
+    let mut writes = Vec::new();
+    for (number, parsed) in parse(&text, options.format) {
+        report.lines += 1;
+        match parsed.and_then(|row| {
+            check_row(&row, &ctx, now)
+                .map(|_| row)
+                .map_err(|problem| match problem {
+                    LineProblem::Rejected(code) => rejected(number, code),
+                    LineProblem::Unwritable(m) => malformed(number, m),
+                })
+        }) {
+            Ok(row) => writes.push(row),
+            Err(bad) => report.bad.push(bad),
+        }
+    }
+    if !report.bad.is_empty() && !options.write_valid {
+        return Ok(report);
+    }
+    let progress_file = progress_path(path);
+    let start = match std::fs::read_to_string(&progress_file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Progress>(&t).ok())
+    {
+        Some(p) if !options.restart && p.size == size => p.done.min(writes.len()),
+        _ => 0,
+    };
+    report.resumed_past = start;
+    let bar = indicatif::ProgressBar::new(writes.len() as u64);
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_position(start as u64);
+    for (i, row) in writes.iter().enumerate().skip(start) {
+        match store.put_row(row, now).await? {
+            PutOutcome::Created => report.written += 1,
+            PutOutcome::AlreadyExists => report.already_written += 1,
+        }
+        bar.inc(1);
+        if (i + 1) % 100 == 0 || i + 1 == writes.len() {
+            let progress = Progress { size, done: i + 1 };
+            std::fs::write(
+                &progress_file,
+                serde_json::to_string(&progress).unwrap_or_default(),
+            )
+            .map_err(|e| {
+                CommandError::Io(format!(
+                    "cannot keep progress in {}: {e}",
+                    progress_file.display()
+                ))
+            })?;
+        }
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Renders an import report; attention when a line was bad.
+pub fn render(
+    report: &ImportReport,
+    written: bool,
+    format: crate::output::Format,
+) -> crate::output::Outcome {
+    let attention = !report.bad.is_empty();
+    let text = match format {
+        crate::output::Format::Json => crate::output::json(report),
+        crate::output::Format::Human => {
+            let mut out = String::new();
+            for bad in &report.bad {
+                out.push_str(&format!(
+                    "line {}: {}{}: {}\n",
+                    bad.line,
+                    bad.reason.as_deref().unwrap_or("malformed"),
+                    bad.server_side
+                        .as_deref()
+                        .map(|s| format!(" (server-side {s})"))
+                        .unwrap_or_default(),
+                    bad.message
+                ));
+            }
+            if attention && !written {
+                out.push_str(&format!(
+                    "{} of {} line(s) are bad: nothing was written. Fix them and run again, or pass --write-valid to write the others.\n",
+                    report.bad.len(),
+                    report.lines
+                ));
+            } else {
+                out.push_str(&format!(
+                    "{} line(s): {} written, {} already written (same event id){}{}\n",
+                    report.lines,
+                    report.written,
+                    report.already_written,
+                    if report.resumed_past > 0 {
+                        format!(", resumed after line {}", report.resumed_past)
+                    } else {
+                        String::new()
+                    },
+                    if attention {
+                        format!(", {} bad (not written)", report.bad.len())
+                    } else {
+                        String::new()
+                    },
+                ));
+            }
+            out
+        }
+    };
+    crate::output::Outcome { text, attention }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use awsmp_core::memory::MemoryTables;
+
+    const LIC: &str = "arn:aws:license-manager::123456789012:license:l-1";
+
+    fn options(write_valid: bool) -> ImportOptions {
+        ImportOptions {
+            format: FileFormat::Csv,
+            product_code: "prod".into(),
+            write_valid,
+            restart: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn reports_each_bad_line_with_its_reason_and_writes_nothing() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let dir = std::env::temp_dir().join(format!("awsmp-import-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("usage.csv");
+        std::fs::write(
+            &file,
+            format!(
+                "licenseArn,customerAWSAccountId,dimension,timestamp,quantity,eventId,tags\n\
+                 {LIC},111122223333,api,2026-11-30T11:00:00Z,3,e-1,\n\
+                 {LIC},111122223333,api,2026-11-30T11:00:00Z,2.5,e-2,\n\
+                 {LIC},111122223333,api,2026-11-30 11:00,1,e-3,\n\
+                 {LIC},111122223333,api,2026-11-30T11:00:00Z,1,e-4,a=1;b=2;c=3;d=4;e=5;f=6\n"
+            ),
+        )
+        .unwrap();
+        let tables = MemoryTables::new();
+        let store = tables.usage_store();
+        let report = import(&store, &file, &options(false), now).await.unwrap();
+        let reasons: Vec<_> = report
+            .bad
+            .iter()
+            .map(|b| (b.line, b.reason.clone().unwrap()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (3, "NonIntegerQuantity".to_string()),
+                (4, "MalformedTimestamp".to_string()),
+                (5, "TooManyTags".to_string())
+            ]
+        );
+        assert_eq!(
+            report.bad[2].server_side.as_deref(),
+            Some("InvalidTagException")
+        );
+        assert!(tables.raw_rows().is_empty(), "nothing half-written");
+
+        // With --write-valid the good line is written; a rerun writes nothing new.
+        let first = import(&store, &file, &options(true), now).await.unwrap();
+        assert_eq!(first.written, 1);
+        let mut restart = options(true);
+        restart.restart = true;
+        let again = import(&store, &file, &restart, now).await.unwrap();
+        assert_eq!((again.written, again.already_written), (0, 1));
+        // Without --restart it resumes past the completed line.
+        let resumed = import(&store, &file, &options(true), now).await.unwrap();
+        assert_eq!(
+            (
+                resumed.resumed_past,
+                resumed.written,
+                resumed.already_written
+            ),
+            (1, 0, 0)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_json_lines_with_allocations_and_says_what_is_malformed() {
+        let text = format!(
+            "{{\"licenseArn\":\"{LIC}\",\"customerAWSAccountId\":\"111122223333\",\"dimension\":\"api\",\"timestamp\":\"2026-11-30T11:00:00Z\",\"quantity\":4,\"eventId\":\"e-1\",\"usageAllocations\":[{{\"allocatedUsageQuantity\":4,\"tags\":[{{\"key\":\"team\",\"value\":\"a\"}}]}}]}}\n\nnot json\n"
+        );
+        let parsed = parse(&text, FileFormat::Jsonl);
+        assert_eq!(parsed.len(), 2);
+        let row = parsed[0].1.as_ref().unwrap();
+        assert_eq!(row.allocations.as_ref().unwrap()[0].tags[0].key, "team");
+        let bad = parsed[1].1.as_ref().unwrap_err();
+        assert_eq!(bad.line, 3);
+        assert!(bad.message.contains("not a JSON object"), "{}", bad.message);
+    }
+}

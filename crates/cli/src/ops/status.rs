@@ -1,0 +1,143 @@
+//! `awsmp status`: one screen per Region.
+
+use awsmp_core::operate::status::{QueueDepth, StatusInputs, StatusReport, Urgency, status};
+use awsmp_core::ports::OperatorStore;
+use awsmp_core::time::Instant;
+use serde::Serialize;
+
+use super::{all_records, all_rows};
+use crate::commands::CommandError;
+use crate::output::{Format, Outcome, json, table};
+
+/// Where the status was taken.
+#[derive(Debug, Clone, Serialize)]
+pub struct Place {
+    /// Metering Region.
+    pub region: String,
+    /// Main stack, when known.
+    pub stack: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RegionStatus<'a> {
+    #[serde(flatten)]
+    place: &'a Place,
+    #[serde(flatten)]
+    report: &'a StatusReport,
+}
+
+/// Reads the tables and computes the status at `now` over the last `hours` hours.
+pub async fn read(
+    store: &dyn OperatorStore,
+    queues: &[QueueDepth],
+    deprovisioning: u64,
+    now: Instant,
+    hours: u32,
+) -> Result<StatusReport, CommandError> {
+    let rows = all_rows(store, None).await?;
+    let (records, malformed) = all_records(store, None).await?;
+    Ok(status(
+        StatusInputs {
+            rows: &rows,
+            records: &records,
+            records_unreadable: malformed.len() as u64,
+            queues,
+            deprovisioning,
+        },
+        now,
+        hours,
+    ))
+}
+
+/// Renders one Region's status; attention when anything urgent or failing was found.
+pub fn render(place: &Place, report: &StatusReport, format: Format) -> Outcome {
+    let attention = report.attention.iter().any(|a| a.urgency != Urgency::Info);
+    let text = match format {
+        Format::Json => json(&RegionStatus { place, report }),
+        Format::Human => human(place, report),
+    };
+    Outcome { text, attention }
+}
+
+fn human(place: &Place, report: &StatusReport) -> String {
+    let mut out = format!(
+        "Region {}{} at {}\n",
+        place.region,
+        place
+            .stack
+            .as_deref()
+            .map(|s| format!(" (stack {s})"))
+            .unwrap_or_default(),
+        awsmp_core::time::format_instant(report.now)
+    );
+    if report.hours.is_empty() {
+        out.push_str(&format!("no usage since {}\n", report.from));
+    } else {
+        out.push_str(&table(
+            &[
+                "hour",
+                "rows pending",
+                "counted",
+                "rejected",
+                "expired",
+                "records pending",
+                "billed",
+                "quantity billed",
+                "error",
+                "not subscribed",
+                "expired unsent",
+            ],
+            report.hours.iter().map(|(hour, c)| {
+                vec![
+                    hour.to_string(),
+                    c.rows_pending.to_string(),
+                    c.rows_counted.to_string(),
+                    c.rows_rejected.to_string(),
+                    c.rows_expired.to_string(),
+                    c.records_pending.to_string(),
+                    c.records_billed.to_string(),
+                    c.quantity_billed.to_string(),
+                    c.records_error.to_string(),
+                    c.records_not_subscribed.to_string(),
+                    c.records_expired.to_string(),
+                ]
+            }),
+        ));
+        out.push('\n');
+    }
+    match (report.oldest_pending, report.oldest_pending_hours_left) {
+        (Some(hour), Some(left)) => out.push_str(&format!(
+            "oldest pending usage: {hour} ({left} h left in the 24 h window)\n"
+        )),
+        _ => out.push_str("nothing pending\n"),
+    }
+    if !report.queues.is_empty() {
+        let queues: Vec<String> = report
+            .queues
+            .iter()
+            .map(|q| match q.dead_letters {
+                Some(d) => format!("{} {} (DLQ {d})", q.name, q.depth),
+                None => format!("{} {}", q.name, q.depth),
+            })
+            .collect();
+        out.push_str(&format!("queues: {}\n", queues.join(", ")));
+    }
+    out.push_str(&format!(
+        "subscribers deprovisioning: {}\n",
+        report.deprovisioning
+    ));
+    if report.attention.is_empty() {
+        out.push_str("nothing needs attention\n");
+    } else {
+        out.push_str("needs attention:\n");
+        for a in &report.attention {
+            let label = match a.urgency {
+                Urgency::Urgent => "URGENT ",
+                Urgency::Warning => "warning",
+                Urgency::Info => "info   ",
+            };
+            out.push_str(&format!("  {label} {}\n", a.message));
+        }
+    }
+    out
+}

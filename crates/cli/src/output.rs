@@ -1,0 +1,116 @@
+//! How `awsmp` prints: human tables by default, `--json` for scripts, and exit codes
+//! that mean something.
+//!
+//! | exit code | meaning |
+//! |---|---|
+//! | 0 | done; nothing needs attention |
+//! | 1 | could not run: an AWS call failed, a file could not be read |
+//! | 2 | bad arguments |
+//! | 3 | done, and something needs attention (urgent status, failures listed, bad import lines, a replay refused) |
+//! | 4 | the deployment was not found (stack, table or queue) |
+
+use std::process::ExitCode;
+
+use comfy_table::{ContentArrangement, Table, presets};
+use serde::Serialize;
+
+use crate::commands::CommandError;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// Tables for people.
+    #[default]
+    Human,
+    /// One JSON document on stdout.
+    Json,
+}
+
+/// What a command produced: its text and whether something needs attention.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// What to print on stdout.
+    pub text: String,
+    /// Whether the exit code says "needs attention" (3).
+    pub attention: bool,
+}
+
+impl Outcome {
+    /// Printed text that needs no attention.
+    pub fn ok(text: String) -> Self {
+        Outcome {
+            text,
+            attention: false,
+        }
+    }
+}
+
+/// Exit code 3: ran, and something needs attention.
+pub const EXIT_ATTENTION: u8 = 3;
+
+/// The exit code of a failed command.
+pub fn exit_code(error: &CommandError) -> ExitCode {
+    ExitCode::from(match error {
+        CommandError::Usage(_) => 2,
+        CommandError::NotFound(_) => 4,
+        CommandError::Store(_) | CommandError::Aws(_) | CommandError::Io(_) => 1,
+    })
+}
+
+/// A table with `headers`, every row a list of cells, in a fixed ASCII style (stable
+/// for golden tests, readable in any terminal or log).
+pub fn table<I, R>(headers: &[&str], rows: I) -> String
+where
+    I: IntoIterator<Item = R>,
+    R: IntoIterator<Item = String>,
+{
+    let mut table = Table::new();
+    table
+        .load_preset(presets::ASCII_MARKDOWN)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(headers.iter().copied());
+    for row in rows {
+        table.add_row(row);
+    }
+    table.to_string()
+}
+
+/// `value` as pretty JSON (a serialization failure is impossible for our types; it
+/// is reported rather than hidden).
+pub fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value)
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize output: {e}\"}}"))
+}
+
+/// An optional value as a cell.
+pub fn cell<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// A progress spinner on stderr for long reads (hidden when stderr is not a terminal).
+pub fn spinner(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_a_stable_ascii_table() {
+        let text = table(
+            &["hour", "billed"],
+            [vec!["2026-11-30T10".to_string(), "3".to_string()]],
+        );
+        assert_eq!(
+            text,
+            "| hour          | billed |\n|---------------|--------|\n| 2026-11-30T10 | 3      |"
+        );
+    }
+}
