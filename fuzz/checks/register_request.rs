@@ -48,6 +48,7 @@ fn config() -> Config {
         ),
         ("ALLOWED_ORIGIN", ORIGIN),
         ("AWS_REGION", "us-west-2"),
+        ("STAGE", "fuzz"),
         (
             "CUSTOMER_PROFILE_TABLE",
             "awsmp-prod-abc123-customer-profile",

@@ -328,8 +328,9 @@ def main() -> int:
     for metric in [
         "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
+        "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem",
     ]:
-        check(f'SELECT SUM({metric}) FROM "AwsMarketplace/Metering"' in alarm_text, f"alarm on EMF metric {metric}")
+        check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
         for fid in function_ids:
             found = [
@@ -338,6 +339,31 @@ def main() -> int:
             ]
             ok = len(found) == 1 and scalar(found[0], "TreatMissingData", 6) == "breaching" and scalar(found[0], "ComparisonOperator", 6) == "LessThanThreshold"
             check(ok, f"{t.name}: did-not-run alarm for {fid} (Invocations < 1, missing data breaching)")
+
+    # ---- every EMF query and metric is this deployment's: ProductCode and Stage
+    # The handlers put both dimensions on every metric (crates/aws/src/metrics.rs); a
+    # query without them would add up every stage and product in the account.
+    scope = "WHERE ProductCode = '${ProductCode}' AND Stage = '${StageName}'"
+    for t in templates:
+        text = "\n".join(t.lines)
+        quoted_uses = len(re.findall(r'\\?"AwsMarketplace/Metering\\?"', text))
+        queries = re.findall(r'(SELECT [^\n]*?FROM \\?"AwsMarketplace/Metering\\?")([^"\n]*)', text)
+        check(
+            len(queries) == quoted_uses,
+            f"{t.name}: every quoted AwsMarketplace/Metering is a Metrics Insights query this check reads",
+            f"{quoted_uses} uses, {len(queries)} queries",
+        )
+        for select, rest in queries:
+            check(rest.strip() == scope, f"{t.name}: {select.split(' FROM')[0]} filtered by ProductCode and Stage", f"got {rest.strip()!r}")
+        for i, line in enumerate(t.lines):
+            if re.match(r"^\s+Expression:", line) and "${" in line:
+                check(": !Sub " in line, f"{t.name} line {i + 1}: an expression naming parameters is a !Sub")
+    for logical, body in main_t.of_type("AWS::CloudWatch::Alarm").items():
+        text = "\n".join(body)
+        for m in re.finditer(r"Namespace: AwsMarketplace/Metering\n((?:\s+.*\n?)*?)\s+(?:Stat|Period):", text):
+            dims = m.group(1)
+            ok = re.search(r"- Name: ProductCode\n\s+Value: !Ref ProductCode", dims) and re.search(r"- Name: Stage\n\s+Value: !Ref StageName", dims)
+            check(bool(ok), f"{logical}: metric in AwsMarketplace/Metering has dimensions ProductCode and Stage", dims.strip())
 
     # ---- samconfig.toml
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())

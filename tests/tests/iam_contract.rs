@@ -154,6 +154,7 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
                 "REGISTRATION_PAGE_URL" => "https://register.example.com/index.html",
                 "ALLOWED_ORIGIN" => "https://register.example.com",
                 "AWS_REGION" => MAIN_REGION,
+                "STAGE" => STAGE,
                 _ => return None,
             }
             .to_string(),

@@ -13,13 +13,17 @@ use lambda_runtime::{Diagnostic, LambdaEvent};
 use tracing::{error, info, warn};
 
 /// Every environment variable this function reads (its template sets exactly these).
-pub const ENV_VARS: &[&str] = &["USAGE_TABLE"];
+pub const ENV_VARS: &[&str] = &["USAGE_TABLE", "PRODUCT_CODE", "STAGE"];
 
 /// The cleanup function's configuration, read once at init.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `USAGE_TABLE`.
     pub usage_table: String,
+    /// `PRODUCT_CODE` and `STAGE`: the dimensions of every metric (nothing else reads them).
+    pub product_code: String,
+    /// `STAGE`.
+    pub stage: String,
 }
 
 impl Config {
@@ -33,6 +37,8 @@ impl Config {
         let mut env = EnvReader::new(lookup);
         let config = Config {
             usage_table: env.required("USAGE_TABLE"),
+            product_code: env.required("PRODUCT_CODE"),
+            stage: awsmp_aws::metrics::read_stage(&mut env),
         };
         env.finish(config)
     }
@@ -58,7 +64,10 @@ impl State {
                 aws_sdk_dynamodb::Client::new(&sdk),
                 config.usage_table.clone(),
             )),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                &config.product_code,
+                &config.stage,
+            )),
             clock: Arc::new(awsmp_aws::SystemClock),
         }
     }
@@ -142,12 +151,32 @@ mod tests {
         let asked = std::cell::RefCell::new(Vec::new());
         let config = Config::from_lookup(&|n| {
             asked.borrow_mut().push(n.to_string());
-            Some("awsmp-prod-usage-test".to_string())
+            Some(match n {
+                "STAGE" => "test".to_string(),
+                "PRODUCT_CODE" => "abc123".to_string(),
+                _ => "awsmp-prod-usage-test".to_string(),
+            })
         })
         .unwrap();
         assert_eq!(config.usage_table, "awsmp-prod-usage-test");
+        assert_eq!(
+            (config.product_code.as_str(), config.stage.as_str()),
+            ("abc123", "test")
+        );
         assert_eq!(asked.into_inner(), ENV_VARS);
         let err = Config::from_lookup(&|_| None).unwrap_err();
-        assert!(err.to_string().contains("USAGE_TABLE is not set"));
+        for name in ENV_VARS {
+            assert!(
+                err.to_string().contains(&format!("{name} is not set")),
+                "{err}"
+            );
+        }
+        let bad_stage =
+            Config::from_lookup(&|n| Some(if n == "STAGE" { "Prod" } else { "x" }.to_string()))
+                .unwrap_err();
+        assert!(
+            bad_stage.to_string().contains("STAGE=\"Prod\""),
+            "{bad_stage}"
+        );
     }
 }

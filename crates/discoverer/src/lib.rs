@@ -26,6 +26,7 @@ pub const ENV_VARS: &[&str] = &[
     "DEPROVISION_WORK_QUEUE_URL",
     "METERING_LOCK_HOURS",
     "FLUSH_MARGIN_MINUTES",
+    "STAGE",
 ];
 
 /// Stop starting new pages this long before the Lambda deadline.
@@ -53,6 +54,8 @@ pub struct Config {
     pub lock: MeteringLockHours,
     /// `FLUSH_MARGIN_MINUTES` (0..=60, default 6).
     pub flush_margin_minutes: i64,
+    /// `STAGE`: the stack's stage, a dimension of every metric beside the product.
+    pub stage: String,
 }
 
 impl Config {
@@ -76,6 +79,7 @@ impl Config {
                 "FLUSH_MARGIN_MINUTES",
                 awsmp_core::pipeline::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
             ),
+            stage: awsmp_aws::metrics::read_stage(&mut env),
         };
         if !FLUSH_MARGIN_RANGE.contains(&config.flush_margin_minutes) {
             env.problem(format!(
@@ -138,7 +142,10 @@ impl State {
                 sqs,
                 config.deprovision_queue_url.clone(),
             )),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                &config.product_code,
+                &config.stage,
+            )),
             clock: Arc::new(awsmp_aws::SystemClock),
         }
     }
@@ -219,6 +226,7 @@ mod tests {
             .chain([
                 ("METERING_LOCK_HOURS", "2".to_string()),
                 ("FLUSH_MARGIN_MINUTES", "15".to_string()),
+                ("STAGE", "prod".to_string()),
             ])
             .collect()
     }
@@ -268,6 +276,7 @@ mod tests {
             "USAGE_TABLE",
             "WORK_QUEUE_URL",
             "DEPROVISION_WORK_QUEUE_URL",
+            "STAGE",
         ] {
             assert!(text.contains(name), "{text}");
         }

@@ -359,6 +359,7 @@ fn register_state(
         ),
         ("ALLOWED_ORIGIN", PAGE_ORIGIN),
         ("AWS_REGION", REGION),
+        ("STAGE", "dst"),
     ];
     let config = awsmp_register::Config::from_lookup(&|name| {
         vars.iter()

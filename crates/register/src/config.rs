@@ -18,6 +18,7 @@ pub const ENV_VARS: &[&str] = &[
     "RESOLVE_CUSTOMER_REGION",
     "REGISTRATION_PAGE_URL",
     "ALLOWED_ORIGIN",
+    "STAGE",
 ];
 
 /// Variables the Lambda runtime itself sets (not the template) that this function reads.
@@ -55,6 +56,8 @@ pub struct Config {
     pub allowed_origin: String,
     /// `AWS_REGION`: the Region this function runs in, recorded in `registeredRegions`.
     pub region: String,
+    /// `STAGE`: the stack's stage, a dimension of every metric beside the product.
+    pub stage: String,
 }
 
 impl Config {
@@ -75,6 +78,7 @@ impl Config {
         let page = env.required("REGISTRATION_PAGE_URL");
         let origin = env.required("ALLOWED_ORIGIN");
         let region = env.required("AWS_REGION");
+        let stage = awsmp_aws::metrics::read_stage(&mut env);
 
         for problem in allowed_field_problems(&allowed_fields) {
             env.problem(problem);
@@ -118,6 +122,7 @@ impl Config {
             registration_page_url,
             allowed_origin,
             region,
+            stage,
         })
     }
 }
@@ -232,6 +237,7 @@ mod tests {
             ),
             ("ALLOWED_ORIGIN", "https://register.example.com".to_string()),
             ("AWS_REGION", "us-west-2".to_string()),
+            ("STAGE", "test".to_string()),
         ])
     }
 
@@ -307,6 +313,7 @@ mod tests {
             "SUBSCRIBERS_TABLE_REGION is not set",
             "RESOLVE_CUSTOMER_REGION is not set",
             "AWS_REGION is not set",
+            "STAGE is not set",
             "\"1bad\" is not a field name",
             "x-amzn-marketplace-token is the registration token",
             "\"licenseArn\" is a key or bookkeeping attribute",

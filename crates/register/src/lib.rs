@@ -68,7 +68,10 @@ impl RegisterState {
                 Arc::new(awsmp_aws::DynamoProfileStore::new(here, table)) as Arc<dyn ProfileStore>
             }),
             clock: Arc::new(awsmp_aws::SystemClock),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                &config.product_code,
+                &config.stage,
+            )),
             config: Arc::new(config),
         }
     }

@@ -49,6 +49,7 @@ fn config(profile_table: Option<&str>) -> Config {
         ),
         ("ALLOWED_ORIGIN", "https://register.example.com"),
         ("AWS_REGION", "us-west-2"),
+        ("STAGE", "test"),
     ];
     Config::from_lookup(&|k| {
         if k == "CUSTOMER_PROFILE_TABLE" {

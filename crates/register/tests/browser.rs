@@ -139,6 +139,7 @@ async fn registration_page_in_headless_chromium() {
             "REGISTRATION_PAGE_URL" => page_url.clone(),
             "ALLOWED_ORIGIN" => web_url.clone(),
             "AWS_REGION" => LAMBDA_REGION.to_string(),
+            "STAGE" => "test".to_string(),
             _ => return None,
         })
     })

@@ -92,6 +92,7 @@ impl Env {
                     "REGISTRATION_PAGE_URL" => "https://register.example.com/index.html",
                     "ALLOWED_ORIGIN" => "https://register.example.com",
                     "AWS_REGION" => LAMBDA_REGION,
+                    "STAGE" => "test",
                     _ => return None,
                 }
                 .to_string(),

@@ -29,6 +29,7 @@ pub const ENV_VARS: &[&str] = &[
     "TEST_ACCOUNT_ALLOWLIST",
     "DEPLOYMENT_MODE",
     "METERING_REQUESTS_PER_SECOND",
+    "STAGE",
 ];
 
 /// The account-and-Region `BatchMeterUsage` quota, requests per second, that every
@@ -59,6 +60,8 @@ pub struct Config {
     /// `METERING_REQUESTS_PER_SECOND` (1..=10, default 10): this stack's share of the
     /// quota; its calls are spaced `1 s / share` apart.
     pub requests_per_second: u32,
+    /// `STAGE`: the stack's stage, a dimension of every metric beside the product.
+    pub stage: String,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
         let deployment_text = env.required("DEPLOYMENT_MODE");
         let requests_per_second =
             env.parsed_or("METERING_REQUESTS_PER_SECOND", QUOTA_REQUESTS_PER_SECOND);
+        let stage = awsmp_aws::metrics::read_stage(&mut env);
         if !(1..=QUOTA_REQUESTS_PER_SECOND).contains(&requests_per_second) {
             env.problem(format!(
                 "METERING_REQUESTS_PER_SECOND must be 1..={QUOTA_REQUESTS_PER_SECOND} (this \
@@ -115,6 +119,7 @@ impl Config {
             mode,
             deployment,
             requests_per_second,
+            stage,
         })
     }
 
@@ -192,7 +197,10 @@ impl State {
             metering: Arc::new(awsmp_aws::SdkMeteringApi::new(awsmp_aws::metering_client(
                 &sdk,
             ))),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout()),
+            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                &config.product_code,
+                &config.stage,
+            )),
             clock: Arc::new(PacingClock),
         }
     }
@@ -286,6 +294,7 @@ mod tests {
             ),
             ("METERING_MODE", "live"),
             ("DEPLOYMENT_MODE", "full"),
+            ("STAGE", "test"),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_string()))
@@ -342,9 +351,11 @@ mod tests {
             ("ZERO_QUANTITY_POLICY", "sometimes"),
             ("METERING_MODE", "maybe"),
             ("AGGREGATED_TABLE", ""),
+            ("STAGE", "Prod"),
         ]);
         let err = Config::from_lookup(&|n| bad.get(n).cloned()).unwrap_err();
-        assert_eq!(err.problems.len(), 4, "{err}");
+        assert_eq!(err.problems.len(), 5, "{err}");
+        assert!(err.to_string().contains("STAGE=\"Prod\""), "{err}");
         let direct = env(&[("DEPLOYMENT_MODE", "direct-submit")]);
         let config = Config::from_lookup(&|n| direct.get(n).cloned()).unwrap();
         assert_eq!(config.deployment, DeploymentMode::DirectSubmit);
