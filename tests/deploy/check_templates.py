@@ -320,7 +320,7 @@ def main() -> int:
             continue
         names = sorted(set(ref.findall("\n".join(body))))
         check(not names, f"{logical}: names no full-mode-only resource unconditionally", f"names {names}")
-    for metric in ["UsageRecordRejected", "UsageAggregationExpired"]:
+    for metric in ["UsageRecordRejected", "UsageAggregationExpired", "LateUsageAfterSubmission"]:
         check(scalar(main_t.resources.get(metric + "Alarm", []), "Condition", 4) == "IsFullMode", f"{metric} alarm only in full mode")
 
     # ---- alarms
@@ -328,7 +328,7 @@ def main() -> int:
     for metric in [
         "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
-        "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem",
+        "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem", "LateUsageAfterSubmission",
     ]:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
@@ -364,6 +364,48 @@ def main() -> int:
             dims = m.group(1)
             ok = re.search(r"- Name: ProductCode\n\s+Value: !Ref ProductCode", dims) and re.search(r"- Name: Stage\n\s+Value: !Ref StageName", dims)
             check(bool(ok), f"{logical}: metric in AwsMarketplace/Metering has dimensions ProductCode and Stage", dims.strip())
+
+    # ---- every metric a template names is one the code emits (crates/core/src/ports.rs)
+    ports = (ROOT / "crates/core/src/ports.rs").read_text()
+    emitted = set(re.findall(r'pub const [A-Z_]+: &str = "([A-Za-z]+)";', ports.split("pub mod metric", 1)[1].split("\n}", 1)[0]))
+    for t in templates:
+        text = "\n".join(t.lines)
+        named = set(re.findall(r"SELECT SUM\((\w+)\)", text))
+        named |= {
+            scalar(body[i + 1 :], "MetricName", indent_of(line))
+            for body in t.resources.values()
+            for i, line in enumerate(body)
+            if re.match(r"^\s+Namespace: AwsMarketplace/Metering\s*$", line)
+        }
+        check(named <= emitted, f"{t.name}: every AwsMarketplace/Metering metric it names is emitted", f"unknown {sorted(named - emitted)}")
+
+    # ---- the heartbeat: records pending past their lock while nothing is submitted
+    heartbeat = main_t.resources.get("SubmissionHeartbeatAlarm", [])
+    text = "\n".join(heartbeat)
+    check(
+        "MetricName: PendingPastLock" in text and "MetricName: UsageRecordSubmitted" in text
+        and re.search(r"MetricName: PendingPastLock\n(?:.*\n)*?\s+Stat: Minimum", text) is not None
+        and "IF(due > 0 AND FILL(submitted, 0) == 0, 1, 0)" in text,
+        "heartbeat alarm: PendingPastLock found by every run of the hour while UsageRecordSubmitted is 0",
+    )
+    check(scalar(heartbeat, "Condition", 4) is None, "heartbeat alarm in both deployment modes")
+
+    # ---- log levels: a line without `level` (every EMF line) counts as INFO under JSON
+    # logs, so WARN and above would drop every metric and quiet every alarm.
+    for t in templates:
+        param = section(section(t.lines, "Parameters", 0) or [], "ApplicationLogLevel", 2) or []
+        allowed = (scalar(param, "AllowedValues", 4) or "").strip("[]").replace(" ", "").split(",")
+        check(
+            bool(param) and set(allowed) <= {"TRACE", "DEBUG", "INFO"} and scalar(param, "Default", 4) == "INFO",
+            f"{t.name}: ApplicationLogLevel offers only TRACE, DEBUG, INFO (default INFO)",
+            f"got {allowed}",
+        )
+        levels = [line.split(":", 1)[1].strip() for line in t.lines if re.match(r"^\s+ApplicationLogLevel:\s*\S", line)]
+        check(
+            bool(levels) and all(v in ("!Ref ApplicationLogLevel", "TRACE", "DEBUG", "INFO") for v in levels),
+            f"{t.name}: every function logs at ApplicationLogLevel (or TRACE/DEBUG/INFO)",
+            f"got {levels}",
+        )
 
     # ---- samconfig.toml
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())

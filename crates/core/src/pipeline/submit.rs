@@ -258,6 +258,10 @@ pub struct SubmitReport {
     pub malformed: usize,
     /// Why the deprovisioning-first pass could not run, if it could not.
     pub flush_error: Option<String>,
+    /// Records this run found pending past their lock and due for submission (in a
+    /// dry run, of allowlisted accounts only: the others are never sent). Emitted every
+    /// run as `PendingPastLock`, zero included, for the heartbeat alarm.
+    pub pending_past_lock: usize,
 }
 
 impl SubmitReport {
@@ -379,6 +383,13 @@ pub async fn submit(
         }
     }
     run.report.api_calls = paced.calls();
+    // Every run, zero included: the heartbeat alarm needs a data point per run to tell
+    // "nothing was due" from "records were due and none was billed".
+    ports.metrics.count(
+        metric::PENDING_PAST_LOCK,
+        &[],
+        u64::try_from(run.report.pending_past_lock).unwrap_or(u64::MAX),
+    );
     if !run.report.complete() {
         ports
             .metrics
@@ -441,6 +452,17 @@ impl Run<'_> {
         }
     }
 
+    /// Whether this run's mode sends `record` at all (a dry run only sends allowlisted
+    /// accounts' records).
+    fn meant_to_send(&self, record: &AggregatedRecord) -> bool {
+        match &self.settings.mode {
+            MeteringMode::Live => true,
+            MeteringMode::DryRun { allowlist } => {
+                allowlist.contains(&record.key.customer_aws_account_id)
+            }
+        }
+    }
+
     /// Every pending record of `bucket` selected by `take` and due under the zero policy.
     async fn pending(
         &mut self,
@@ -459,11 +481,13 @@ impl Run<'_> {
             for item in &page.malformed {
                 self.reject_malformed(item).await?;
             }
-            out.extend(
-                page.items
-                    .into_iter()
-                    .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy)),
-            );
+            let due: Vec<AggregatedRecord> = page
+                .items
+                .into_iter()
+                .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy))
+                .collect();
+            self.report.pending_past_lock += due.iter().filter(|r| self.meant_to_send(r)).count();
+            out.extend(due);
             match page.next {
                 Some(next) => cursor = Some(next),
                 None => return Ok(out),
@@ -1702,6 +1726,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_run_reports_the_records_pending_past_their_lock() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let past_lock = |w: &World| w.metrics.get(metric::PENDING_PAST_LOCK, &[]);
+        // GIVEN nothing pending: the run still reports, with zero (a heartbeat data point)
+        let report = world.submit(now).await;
+        assert_eq!(report.pending_past_lock, 0);
+        assert!(
+            world
+                .metrics
+                .snapshot()
+                .contains_key(&(metric::PENDING_PAST_LOCK.to_string(), vec![]))
+        );
+        // GIVEN two due records of a completed hour and one of the open hour (not due)
+        seed(&world, 2, "2026-11-30T09", 5);
+        seed(&world, 1, "2026-11-30T10", 5);
+        // WHEN Marketplace refuses the Region: the run finds both, bills neither
+        world
+            .api
+            .fail_next(MeteringError::Disabled("not in this Region".into()));
+        let report = world.submit(now).await;
+        assert_eq!((report.pending_past_lock, report.success), (2, 0));
+        assert_eq!(past_lock(&world), 2);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_SUBMITTED), 0);
+        // WHEN the next run bills them, and the one after finds nothing due
+        let report = world.submit(now).await;
+        assert_eq!((report.pending_past_lock, report.success), (2, 2));
+        let report = world.submit(now).await;
+        assert_eq!(report.pending_past_lock, 0);
+        // THEN the metric counted what each run found due
+        assert_eq!(past_lock(&world), 4);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_SUBMITTED), 2);
+    }
+
+    #[tokio::test]
     async fn dry_run_never_calls_marketplace() {
         let now = t(NOW);
         let world = World::new(now);
@@ -1724,6 +1783,8 @@ mod tests {
             ),
             (1, 1, 0)
         );
+        // Only the test account's record is meant to be sent: the other never is.
+        assert_eq!(report.pending_past_lock, 1);
         assert!(world.api.calls().is_empty());
         assert_eq!(
             status(&world, &test_account),
