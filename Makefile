@@ -1,9 +1,10 @@
 # awsmp-metering: one entry point for every check. `make test` is what CI runs
 # (.ci/run); each stage is its own target so a person can run just one.
 #
+#   make prereqs      says what this machine lacks for `make test` and how to get it
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
-#   make test         venv, then every test stage below, in order
+#   make test         prereqs, venv, then every test stage below, in order
 #   make bench        the performance figures (docs/performance.md), printed; not in `make test`
 #   make fuzz         every fuzz target for FUZZ_SECONDS each (not part of `make test`,
 #                     which replays the committed corpus instead); fuzz/README.md
@@ -21,11 +22,14 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 # crates/test-support finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
-.PHONY: test venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
+.PHONY: test prereqs venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
         browser-test local-demo fuzz fuzz-cmin bench
 
-test: venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
+test: prereqs venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
 	@echo "make test: all stages finished"
+
+prereqs:
+	@bash scripts/check-prereqs.sh --for test
 
 venv:
 	@scripts/ensure-venv.sh "$(VENV)" requirements-dev.txt

@@ -109,6 +109,9 @@ matches() { printf '%s' "$1" | grep -Eq "$2"; }
 if [ "${1:-}" = "--local" ]; then
   shift
   cd "$ROOT"
+  # Rust (the pinned toolchain), a linker, Python with venv: everything missing is
+  # listed with its install command, before any build starts.
+  bash "$ROOT/scripts/check-prereqs.sh" --for local || exit $?
   command -v cargo >/dev/null 2>&1 ||
     die 3 "cargo is not on PATH; the local stack is built from this workspace." \
       "Install Rust (https://rustup.rs); rust-toolchain.toml picks the version."
@@ -404,8 +407,7 @@ def check_pair(where, key, value):
     if "\n" in value or "\t" in value or "\r" in value:
         fail("%s: the value of %s holds a line break or tab, which deploy.sh cannot pass to sam." % (where, key))
 
-def overrides(path, env):
-    config = load(path)
+def overrides(config, path, env):
     section = config.get(env, {}).get("deploy", {}).get("parameters", {})
     where = "%s [%s.deploy.parameters] parameter_overrides" % (path, env)
     raw = section.get("parameter_overrides")
@@ -429,8 +431,26 @@ def overrides(path, env):
             check_pair(where, key, value)
             print("%s=%s" % (key, value))
 
-def has_env(path, env):
-    sys.exit(0 if isinstance(load(path).get(env), dict) else 1)
+def resolve(path, requested, stage):
+    """The environments deploy.sh uses and their parameter_overrides, in parts."""
+    config = load(path)
+    has = lambda env: isinstance(config.get(env), dict)
+    if requested:
+        if not has(requested):
+            fail("%s has no [%s.*] sections (--config-env %s)." % (path, requested, requested))
+        env = requested
+    else:
+        env = stage if has(stage) else "default"
+    events_env = env + "-events" if has(env + "-events") else env
+    print("--- config-env\n%s\n--- events-config-env\n%s" % (env, events_env))
+    print("--- default")
+    overrides(config, path, "default")
+    print("--- env")
+    if env != "default":
+        overrides(config, path, env)
+    print("--- events")
+    if events_env != "default":
+        overrides(config, path, events_env)
 
 def encode(where):
     """KEY=VALUE lines on stdin -> sam --parameter-overrides arguments, one a line;
@@ -494,14 +514,14 @@ def show_changes(stack, region, pages):
               " a queue's messages) unless it is retained; read the lines marked !! before answering.")
 
 command = sys.argv[1]
-if command == "next-token":
+if command == "resolve":
+    resolve(sys.argv[2], sys.argv[3], sys.argv[4])
+elif command == "next-token":
     next_token()
 elif command == "show-changes":
     show_changes(sys.argv[2], sys.argv[3], sys.argv[4:])
 elif command == "overrides":
-    overrides(sys.argv[2], sys.argv[3])
-elif command == "has-env":
-    has_env(sys.argv[2], sys.argv[3])
+    overrides(load(sys.argv[2]), sys.argv[2], sys.argv[3])
 elif command == "encode":
     encode(sys.argv[2])
 PY
@@ -511,36 +531,19 @@ deploy_py() { python3 -c "$DEPLOY_PY" "$@"; }
 command -v python3 >/dev/null 2>&1 ||
   die 3 "python3 is not on PATH; deploy.sh reads samconfig.toml with Python 3.11+ (tomllib)." \
     "Install it (Debian/Ubuntu: apt-get install -y python3; macOS: brew install python), then re-run."
-# The environment: --config-env, else a section named after the stage, else default.
-samconfig_has_env() {
-  local rc=0
-  deploy_py has-env "$SAMCONFIG" "$1" || rc=$?
-  [ "$rc" -le 1 ] || exit "$rc"
-  return "$rc"
-}
-if [ -n "$CONFIG_ENV" ]; then
-  samconfig_has_env "$CONFIG_ENV" || die 2 "samconfig.toml has no [$CONFIG_ENV.*] sections (--config-env $CONFIG_ENV)."
-elif samconfig_has_env "$STAGE"; then
-  CONFIG_ENV=$STAGE
-else
-  CONFIG_ENV=default
-fi
-
-# The parameter_overrides of [default] and of the chosen environment, one KEY=VALUE a
-# line (read once, here, so a mistake in the file stops deploy.sh before anything runs).
-SAMCONFIG_DEFAULT_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" default)
-SAMCONFIG_ENV_OVERRIDES=""
-if [ "$CONFIG_ENV" != default ]; then
-  SAMCONFIG_ENV_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" "$CONFIG_ENV")
-fi
-# The events stack has an environment of its own, <env>-events, when samconfig.toml has
-# one (so `sam deploy --config-env prod-events` works by hand); else it shares <env>'s.
-EVENTS_CONFIG_ENV=$CONFIG_ENV
-SAMCONFIG_EVENTS_OVERRIDES=$SAMCONFIG_ENV_OVERRIDES
-if samconfig_has_env "$CONFIG_ENV-events"; then
-  EVENTS_CONFIG_ENV="$CONFIG_ENV-events"
-  SAMCONFIG_EVENTS_OVERRIDES=$(deploy_py overrides "$SAMCONFIG" "$EVENTS_CONFIG_ENV")
-fi
+# One python3 run picks the environments and reads their parameter_overrides (so a
+# mistake in the file stops deploy.sh here, before anything runs):
+#   the main stack's: --config-env, else a section named after the stage, else default;
+#   the events stack's: <that>-events when samconfig.toml has it (so that
+#   `sam deploy --config-env prod-events` works by hand), else the same.
+SAMCONFIG_READ=$(deploy_py resolve "$SAMCONFIG" "$CONFIG_ENV" "$STAGE")
+# samconfig_part NAME: one part of that answer (the lines under "--- NAME").
+samconfig_part() { printf '%s\n' "$SAMCONFIG_READ" | awk -v p="--- $1" '/^--- / { inside = ($0 == p); next } inside'; }
+CONFIG_ENV=$(samconfig_part config-env)
+EVENTS_CONFIG_ENV=$(samconfig_part events-config-env)
+SAMCONFIG_DEFAULT_OVERRIDES=$(samconfig_part default)
+SAMCONFIG_ENV_OVERRIDES=$(samconfig_part env)
+SAMCONFIG_EVENTS_OVERRIDES=$(samconfig_part events)
 
 # template_parameters FILE: the names under the template's top-level Parameters.
 template_parameters() {
@@ -586,11 +589,29 @@ EOF
 }
 
 # sam_override_args OVERRIDES: sam's --parameter-overrides arguments, one a line: KEY=VALUE,
-# or KEY="VALUE" (inner quotes escaped) for an empty value or one with spaces or quotes.
-# Stops deploy.sh (exit 2) on a value sam would not read back unchanged; check_overrides
-# runs it at top level so that happens before the plan, not inside a $(...).
-sam_override_args() { printf '%s\n' "$1" | deploy_py encode "parameters"; }
-check_overrides() { sam_override_args "$1" >/dev/null; }
+# or KEY="VALUE" (inner quotes escaped) for an empty value or one with spaces, quotes or
+# backslashes (the same rule as sam_quote in DEPLOY_PY).
+sam_override_args() {
+  local line key value
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    key=${line%%=*}
+    value=${line#*=}
+    case "$value" in
+      "" | *[[:space:]\"\\]*) printf '%s="%s"\n' "$key" "${value//\"/\\\"}" ;;
+      *) printf '%s\n' "$line" ;;
+    esac
+  done <<EOF
+$1
+EOF
+}
+# check_overrides OVERRIDES: stops deploy.sh (exit 2) on a value sam would not read back
+# unchanged (only quotes and backslashes can do that); run at top level, before the plan.
+check_overrides() {
+  case "$1" in
+    *[\"\\]*) printf '%s\n' "$1" | deploy_py encode "parameters" >/dev/null ;;
+  esac
+}
 
 # ------------------------------------------------------------------ preflight: tools
 command -v aws >/dev/null 2>&1 ||

@@ -29,9 +29,28 @@ if ! command -v "$python" >/dev/null 2>&1; then
   exit 1
 fi
 
+# A venv without a working python or pip is rebuilt: `python3 -m venv` without Debian's
+# python3-venv fails half-way and leaves one without pip, which no install can fix.
+# Only a folder that is a venv (pyvenv.cfg) or empty is ever removed.
+if [[ -e "$venv" ]] && { [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; }; then
+  if [[ -f "$venv/pyvenv.cfg" ]] || [[ -d "$venv" && -z "$(ls -A "$venv")" ]]; then
+    echo "ensure-venv: $venv has no working python or pip (left by a failed python3 -m venv?); rebuilding it"
+    rm -rf "$venv"
+  else
+    echo "ensure-venv: $venv exists but is not a Python venv; move it away or choose another folder" >&2
+    exit 1
+  fi
+fi
+
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "ensure-venv: creating $venv"
-  "$python" -m venv "$venv"
+  if ! "$python" -m venv "$venv"; then
+    # Do not leave the half-made venv for the next run to trip over.
+    rm -rf "$venv"
+    echo "ensure-venv: '$python -m venv $venv' failed (see above). On Debian/Ubuntu the venv module is a" >&2
+    echo "  package of its own: apt-get install -y python3-venv (as root), then re-run." >&2
+    exit 1
+  fi
 fi
 # Keep the venv out of git wherever it lives (Python >= 3.13 does this by itself).
 [[ -f "$venv/.gitignore" ]] || echo '*' >"$venv/.gitignore"

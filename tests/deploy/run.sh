@@ -30,6 +30,9 @@ for tool in bash sh env cat grep sed awk tr mktemp rm mkdir dirname basename cut
 done
 # deploy.sh reads samconfig.toml with python3; link the interpreter itself (a pyenv
 # shim would need this shell's environment).
+# SYSBIN_NO_PYTHON is the same without it.
+SYSBIN_NO_PYTHON="$WORK/sysbin-no-python"
+cp -P -R "$SYSBIN" "$SYSBIN_NO_PYTHON"
 if PYTHON3=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null); then
   ln -s "$PYTHON3" "$SYSBIN/python3"
 fi
@@ -451,11 +454,7 @@ expect_err "cannot be passed through sam's --parameter-overrides unchanged"
 end
 
 begin "no python3: deploy.sh says what it needs it for and how to get it"
-mkdir -p "$WORK/nopy"
-for tool in "$SYSBIN"/*; do
-  [ "$(basename "$tool")" = python3 ] || ln -sf "$(readlink "$tool")" "$WORK/nopy/$(basename "$tool")"
-done
-DEPLOY_PATH="$WORK/fakebin:$WORK/nopy"
+DEPLOY_PATH="$WORK/fakebin:$SYSBIN_NO_PYTHON"
 deploy events --stage prod --dry-run
 expect_exit 3
 expect_err "python3 is not on PATH; deploy.sh reads samconfig.toml with Python 3.11+ (tomllib)"
@@ -936,19 +935,208 @@ expect_no_call "sam deploy"
 end
 
 # ------------------------------------------------------------------ the local stack
-begin "--local runs awsmp local up and passes its options through"
+# local_checkout [real]: a copy of deploy.sh with a scripts/check-prereqs.sh that
+# records its call and fails when $FAKE_STATE/prereqs-missing exists (or, with
+# "real", the checkout's own check).
+local_checkout() {
+  rm -rf "$WORK/checkout"
+  mkdir -p "$WORK/checkout/scripts"
+  cp "$ROOT/deploy.sh" "$ROOT/rust-toolchain.toml" "$WORK/checkout/"
+  if [ "${1:-}" = real ]; then
+    cp "$ROOT/scripts/check-prereqs.sh" "$WORK/checkout/scripts/"
+  else
+    cat >"$WORK/checkout/scripts/check-prereqs.sh" <<'EOF'
+printf 'check-prereqs %s\n' "$*" >>"$FAKE_LOG"
+if [ -e "$FAKE_STATE/prereqs-missing" ]; then
+  echo "check-prereqs: missing: Rust (rustup and cargo)" >&2
+  exit 3
+fi
+EOF
+  fi
+  DEPLOY_SH="$WORK/checkout/deploy.sh"
+}
+
+begin "--local checks the prerequisites, then runs awsmp local up with its options"
+local_checkout
 deploy --local --serve
 expect_exit 0
+expect_call "check-prereqs --for local"
+expect_order "check-prereqs" "cargo run"
 expect_call "cargo run --release -p awsmp-cli --bin awsmp -- local up --serve"
 expect_no_call "aws "
 expect_no_call "sam "
 end
 
-begin "--local without cargo says how to get it"
+begin "--local stops on a missing prerequisite before building"
+local_checkout
+touch "$STATE/prereqs-missing"
+deploy --local
+expect_exit 3
+expect_err "missing: Rust (rustup and cargo)"
+expect_no_call "cargo "
+end
+
+begin "--local without Rust says how to get it"
+local_checkout real
 without_tool cargo
 deploy --local
 expect_exit 3
-expect_err "cargo is not on PATH"
+expect_err "check-prereqs: missing: Rust (rustup and cargo)"
+expect_err "https://sh.rustup.rs"
+expect_no_call "cargo "
+end
+
+# ------------------------------------------------------------------ prerequisites
+# scripts/check-prereqs.sh on a PATH of stand-ins: prq_tool NAME writes one, the
+# defaults are a machine with everything (as root); prereqs ARGS runs the check.
+PINNED=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$ROOT/rust-toolchain.toml")
+prq_tool() {
+  printf '#!/bin/bash\n%s\n' "$2" >"$WORK/prq/$1"
+  chmod +x "$WORK/prq/$1"
+}
+prq_machine() {
+  rm -rf "$WORK/prq"
+  mkdir -p "$WORK/prq"
+  prq_tool rustup "[ \"\$1 \$2\" = 'toolchain list' ] && printf '%s\n' stable-x86_64-unknown-linux-gnu '$PINNED-x86_64-unknown-linux-gnu (active)'"
+  prq_tool cargo "exit 0"
+  prq_tool rustc "echo 'rustc $PINNED (fake)'"
+  prq_tool cc "exit 0"
+  prq_tool make "exit 0"
+  prq_tool node "echo 20"
+  prq_tool npm "exit 0"
+  prq_tool apt-get "exit 0"
+  prq_tool id "echo 0"
+  prq_tool chromium "exit 0"
+  if [ -n "${PYTHON3:-}" ]; then ln -s "$PYTHON3" "$WORK/prq/python3"; fi
+  PRQ_PYTHON=python3
+}
+prereqs() {
+  : >"$LOG"
+  env -i HOME="$WORK" PATH="$WORK/prq:$SYSBIN_NO_PYTHON" AWSMP_CHROMIUM="$WORK/prq/chromium" PYTHON="$PRQ_PYTHON" \
+    bash "$ROOT/scripts/check-prereqs.sh" "$@" </dev/null >"$WORK/out" 2>"$WORK/err"
+  RC=$?
+}
+
+begin "prerequisites: a machine with everything passes"
+prq_machine
+prereqs
+expect_exit 0
+expect_out "check-prereqs: everything make test needs is here"
+prereqs --for local
+expect_exit 0
+expect_out "everything ./deploy.sh --local needs is here"
+end
+
+begin "prerequisites: no Rust at all, or rustup without the pinned toolchain"
+prq_machine
+rm "$WORK/prq/rustup" "$WORK/prq/cargo" "$WORK/prq/rustc"
+prereqs --for local
+expect_exit 3
+expect_err "missing: Rust (rustup and cargo)"
+expect_err "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh"
+expect_err "rustup toolchain install $PINNED --profile minimal --component rustfmt,clippy"
+expect_err "1 prerequisite(s) of ./deploy.sh --local missing"
+prq_machine
+prq_tool rustup "[ \"\$1 \$2\" = 'toolchain list' ] && echo stable-x86_64-unknown-linux-gnu"
+prereqs
+expect_exit 3
+expect_err "missing: Rust toolchain $PINNED (pinned in rust-toolchain.toml)"
+expect_err "get it:     rustup toolchain install $PINNED"
+prq_machine
+rm "$WORK/prq/rustup"
+prq_tool rustc "echo 'rustc 1.63.0 (debian)'"
+prereqs --for local
+expect_exit 3
+expect_err "missing: rustup (cargo 1.63.0 is not rustup's, and rust-toolchain.toml pins $PINNED)"
+end
+
+begin "prerequisites: no linker, an old Python, a Python without venv (python3-venv)"
+prq_machine
+rm "$WORK/prq/cc"
+prereqs --for local
+expect_exit 3
+expect_err "missing: a C compiler and linker (cc)"
+expect_err "get it:     apt-get install -y build-essential"
+prq_machine
+prq_tool oldpython 'case "$2" in *print*) echo 3.9 ;; *) exit 1 ;; esac'
+PRQ_PYTHON="$WORK/prq/oldpython"
+prereqs --for local
+expect_exit 3
+expect_err "missing: Python 3.11+ ($WORK/prq/oldpython is 3.9)"
+prq_machine
+prq_tool nopip "case \"\$2\" in *ensurepip*) echo 'No module named ensurepip' >&2; exit 1 ;; *) exec '$PYTHON3' \"\$@\" ;; esac"
+PRQ_PYTHON="$WORK/prq/nopip"
+prereqs --for local
+expect_exit 3
+expect_err "missing: Python's venv with ensurepip (Debian/Ubuntu package python3-venv)"
+expect_err "apt-get install -y python3-venv"
+prq_machine
+rm "$WORK/prq/python3"
+prereqs --for local
+expect_exit 3
+expect_err "missing: Python 3.11+ (python3)"
+expect_err "apt-get install -y python3 python3-venv"
+end
+
+begin "prerequisites: make test also needs Node and npm, and Chromium or root to install it"
+prq_machine
+rm "$WORK/prq/node" "$WORK/prq/chromium"
+prq_tool id "echo 1000"
+prereqs
+expect_exit 3
+expect_err "missing: Node.js 18+ and npm"
+expect_err "get it:     as root: apt-get install -y nodejs npm"
+expect_err "missing: Chromium at $WORK/prq/chromium (make test installs it with apt-get, which needs root; you are not root and there is no sudo)"
+expect_err "as root: apt-get install -y chromium fonts-liberation"
+expect_err "2 prerequisite(s) of make test missing"
+# With sudo, make test installs Chromium itself; the commands say sudo.
+prq_tool sudo "exit 0"
+prereqs
+expect_exit 3
+expect_err "get it:     sudo apt-get install -y nodejs npm"
+expect_err "1 prerequisite(s) of make test missing"
+prq_tool node "echo 16"
+prereqs
+expect_exit 3
+expect_err "missing: Node.js 18+ (node is"
+# None of that is needed locally.
+prereqs --for local
+expect_exit 0
+end
+
+# ------------------------------------------------------------------ the venv
+begin "ensure-venv rebuilds a venv left without pip, and cleans up after a failed python3 -m venv"
+: >"$LOG"
+printf '# nothing to install\n' >"$WORK/requirements.txt"
+RC=0
+# What a failed `python3 -m venv` (no python3-venv) leaves: a venv without pip.
+python3 -m venv --without-pip "$WORK/venv" && [ ! -e "$WORK/venv/bin/pip" ] || fail "could not make a venv without pip"
+bash "$ROOT/scripts/ensure-venv.sh" "$WORK/venv" "$WORK/requirements.txt" >"$WORK/out" 2>"$WORK/err" || RC=$?
+expect_exit 0
+expect_out "has no working python or pip (left by a failed python3 -m venv?); rebuilding it"
+"$WORK/venv/bin/python" -m pip --version >/dev/null 2>&1 || fail "the rebuilt venv has no pip"
+[ -f "$WORK/venv/.requirements.sha256" ] || fail "no stamp after the rebuild"
+# A second run has nothing to do.
+bash "$ROOT/scripts/ensure-venv.sh" "$WORK/venv" "$WORK/requirements.txt" >"$WORK/out" 2>"$WORK/err" || RC=$?
+expect_exit 0
+[ ! -s "$WORK/out" ] || fail "a ready venv was touched again: $(cat "$WORK/out")"
+# python3 -m venv failing (as on Debian without python3-venv): the install command, no half venv.
+printf '#!/bin/bash\nmkdir -p "$3/bin"; touch "$3/pyvenv.cfg"\necho "The virtual environment was not created successfully because ensurepip is not available." >&2\nexit 1\n' >"$WORK/badpython"
+chmod +x "$WORK/badpython"
+RC=0
+PYTHON="$WORK/badpython" bash "$ROOT/scripts/ensure-venv.sh" "$WORK/venv2" "$WORK/requirements.txt" >"$WORK/out" 2>"$WORK/err" || RC=$?
+expect_exit 1
+expect_err "ensurepip is not available"
+expect_err "apt-get install -y python3-venv"
+[ ! -e "$WORK/venv2" ] || fail "the half-made venv was left behind"
+# A folder that is not a venv is never removed.
+mkdir -p "$WORK/notavenv"
+touch "$WORK/notavenv/precious"
+RC=0
+bash "$ROOT/scripts/ensure-venv.sh" "$WORK/notavenv" "$WORK/requirements.txt" >"$WORK/out" 2>"$WORK/err" || RC=$?
+expect_exit 1
+expect_err "exists but is not a Python venv"
+[ -e "$WORK/notavenv/precious" ] || fail "a folder that is not a venv was removed"
 end
 
 # ------------------------------------------------------------------ templates
