@@ -356,11 +356,18 @@ pub fn reconcile_with_trail(
                     continue;
                 }
                 let duplicates = aws_entry.map(|b| b.duplicates.len()).unwrap_or(0);
-                d.note = Some(if duplicates > 0 {
+                let mut note: String = if duplicates > 0 {
                     "CloudTrail has only DuplicateRecord answers for it in the window: the billing call is older than the window".into()
                 } else {
                     "no Success for it in CloudTrail: was it billed from another Region or account, or before the window?".into()
-                });
+                };
+                let unknown_age = billed_by_us.is_some_and(|o| o.recorded_at.is_none());
+                if unknown_age && key.hour.start() + chrono::Duration::hours(25) > window.visible_until {
+                    note.push_str(
+                        " (if it was sent in the last 15 minutes, Event History may not show it yet: run again later)",
+                    );
+                }
+                d.note = Some(note);
             }
             (None, Some(_)) => {
                 d.kind = DiscrepancyKind::ExtraOnAws;

@@ -5,13 +5,14 @@
 use std::fmt;
 use std::ops::{Add, Sub};
 
-use serde::{Deserialize, Serialize};
+use serde::{Serialize, Serializer};
 
 /// Millionths per unit: `QuantityAsDecimal` allows 6 decimal places.
 const SCALE: i64 = 1_000_000;
 
-/// A quantity in millionths of a unit (exact up to 6 decimal places).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// A quantity in millionths of a unit (exact up to 6 decimal places). Serialized as
+/// its exact decimal text (`"12.5"`), never as a float.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Quantity(i64);
 
 /// Text that is not a decimal quantity.
@@ -80,6 +81,12 @@ impl Quantity {
             .and_then(|w| w.checked_add(fraction))
             .ok_or_else(bad)?;
         Ok(Quantity(if negative { -value } else { value }))
+    }
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
     }
 }
 
