@@ -9,6 +9,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tracing::{info, warn};
 
 use crate::clock::{ClockSetting, SimClock};
+use crate::cloudtrail::{Caller, EventHistory, is_lookup_events};
 use crate::config::{IdenticalRetryStatus, SimConfig};
 use crate::error::{AdminError, ApiError, ApiErrorKind};
 use crate::lifecycle::{LifecycleChange, parse_event};
@@ -193,6 +194,8 @@ pub struct Engine {
     faults: VecDeque<PendingFault>,
     stats: Stats,
     ids: RecordIdGenerator,
+    trail: EventHistory,
+    trail_ids: RecordIdGenerator,
 }
 
 fn non_empty(value: &str, field: &str) -> Result<(), AdminError> {
@@ -224,6 +227,8 @@ impl Engine {
             faults: VecDeque::new(),
             stats: Stats::default(),
             ids: RecordIdGenerator::new(),
+            trail: EventHistory::default(),
+            trail_ids: RecordIdGenerator::new(),
             startup: config,
         };
         for product in engine.startup.products.clone() {
@@ -509,6 +514,17 @@ impl Engine {
         self.stats.clone()
     }
 
+    /// Sets how long after a call its CloudTrail event becomes visible to
+    /// `LookupEvents` (sim time; real Event History: about 15 minutes).
+    pub fn set_cloudtrail_lag(&mut self, lag: TimeDelta) {
+        self.trail.set_lag(lag);
+    }
+
+    /// CloudTrail events recorded so far (visible or not).
+    pub fn cloudtrail_event_count(&self) -> usize {
+        self.trail.len()
+    }
+
     // ---- the wire ------------------------------------------------------------
 
     /// Serves one wire call: `target` is the `X-Amz-Target` header, `real_now` the
@@ -519,10 +535,56 @@ impl Engine {
         body: RequestBody<'_>,
         real_now: Instant,
     ) -> CallOutcome {
+        self.call_from(target, body, real_now, &Caller::default())
+    }
+
+    /// [`Engine::call`] by `caller` (the SigV4 credential's Region and key): its
+    /// `BatchMeterUsage` calls are recorded in CloudTrail in that Region, and its
+    /// CloudTrail `LookupEvents` calls see that Region's events.
+    pub fn call_from(
+        &mut self,
+        target: Option<&str>,
+        body: RequestBody<'_>,
+        real_now: Instant,
+        caller: &Caller,
+    ) -> CallOutcome {
+        if is_lookup_events(target) {
+            let result = match body {
+                RequestBody::Complete(bytes) => {
+                    self.trail.lookup_events(bytes, caller, self.clock.now())
+                }
+                RequestBody::TooLarge => Err(ApiError::new(
+                    ApiErrorKind::Validation,
+                    "LookupEvents request body too large",
+                )),
+            };
+            return CallOutcome {
+                result,
+                latency: self.latency,
+                drop_connection: false,
+            };
+        }
         let mut drop_connection = false;
         let result = match Operation::from_target(target) {
             Ok(operation) => {
                 let result = self.call_operation(operation, body, real_now);
+                if operation == Operation::BatchMeterUsage {
+                    let request = match body {
+                        RequestBody::Complete(bytes) => {
+                            serde_json::from_slice::<serde_json::Value>(bytes).ok()
+                        }
+                        RequestBody::TooLarge => None,
+                    };
+                    let (event_id, request_id) = (self.trail_ids.next_id(), self.trail_ids.next_id());
+                    self.trail.record_batch_meter_usage(
+                        self.clock.now(),
+                        caller,
+                        event_id,
+                        request_id,
+                        request.as_ref(),
+                        &result,
+                    );
+                }
                 match self.take_fault(operation, FaultPhase::LoseAnswer) {
                     Some(FaultKind::LoseResponse { mode }) => {
                         self.stats.lost_responses += 1;

@@ -36,6 +36,16 @@ pub enum ApiErrorKind {
     InvalidToken,
     /// `ResolveCustomer` got a token issued 4 h or more ago (sim clock).
     ExpiredToken,
+    /// CloudTrail `LookupEvents`: `MaxResults` outside 1..50.
+    InvalidMaxResults,
+    /// CloudTrail `LookupEvents`: more than one lookup attribute, or an unknown key.
+    InvalidLookupAttributes,
+    /// CloudTrail `LookupEvents`: `StartTime` after `EndTime`, or not a time.
+    InvalidTimeRange,
+    /// CloudTrail `LookupEvents`: a `NextToken` not issued for these parameters.
+    InvalidNextToken,
+    /// CloudTrail `LookupEvents`: an `EventCategory` other than `insight`.
+    InvalidEventCategory,
 }
 
 impl ApiErrorKind {
@@ -56,6 +66,11 @@ impl ApiErrorKind {
             Self::DisabledApi => "DisabledApiException",
             Self::InvalidToken => "InvalidTokenException",
             Self::ExpiredToken => "ExpiredTokenException",
+            Self::InvalidMaxResults => "InvalidMaxResultsException",
+            Self::InvalidLookupAttributes => "InvalidLookupAttributesException",
+            Self::InvalidTimeRange => "InvalidTimeRangeException",
+            Self::InvalidNextToken => "InvalidNextTokenException",
+            Self::InvalidEventCategory => "InvalidEventCategoryException",
         }
     }
 

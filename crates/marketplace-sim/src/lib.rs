@@ -2,11 +2,13 @@
 //! JSON 1.1 wire protocol (`BatchMeterUsage`, `ResolveCustomer`) with the real
 //! semantics (first-write-wins dedup, entitlements, request-level exceptions, the
 //! timestamp window, the 10/s quota), fault injection, a drivable clock, and a
-//! read-only ledger of what was billed. Start it embedded with
+//! read-only ledger of what was billed, and CloudTrail `LookupEvents` for the calls
+//! it received. Start it embedded with
 //! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
 
 pub mod cli;
 pub mod clock;
+pub mod cloudtrail;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -19,6 +21,7 @@ pub mod validate;
 pub mod wire;
 
 pub use clock::ClockSetting;
+pub use cloudtrail::Caller;
 pub use config::{IdenticalRetryStatus, SimConfig};
 pub use error::{AdminError, ApiError, ApiErrorKind, SimError};
 pub use model::{

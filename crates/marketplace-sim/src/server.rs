@@ -1,4 +1,5 @@
-//! HTTP: `POST /` speaks the Marketplace Metering JSON 1.1 protocol; `/admin/...`
+//! HTTP: `POST /` speaks the Marketplace Metering JSON 1.1 protocol (and CloudTrail's
+//! `LookupEvents`, told apart by `X-Amz-Target`); `/admin/...`
 //! is the simulator's JSON admin API. SigV4 signatures are not verified.
 
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::ClockSetting;
+use crate::cloudtrail::Caller;
 use crate::engine::{READ_CAP_BYTES, RequestBody};
 use crate::error::{AdminError, ApiError};
 use crate::model::{EntitlementKey, EntitlementSeed, FaultSpec, ProductSeed, TokenSeed};
@@ -82,13 +84,22 @@ async fn wire(
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let caller = Caller::from_authorization(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    );
     let outcome = match &body {
-        Ok(bytes) => {
-            handle.with(|e| e.call(target.as_deref(), RequestBody::Complete(bytes), real_now))
-        }
-        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
-            handle.with(|e| e.call(target.as_deref(), RequestBody::TooLarge, real_now))
-        }
+        Ok(bytes) => handle.with(|e| {
+            e.call_from(
+                target.as_deref(),
+                RequestBody::Complete(bytes),
+                real_now,
+                &caller,
+            )
+        }),
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => handle
+            .with(|e| e.call_from(target.as_deref(), RequestBody::TooLarge, real_now, &caller)),
         // The client went away mid-body: nothing was processed and nobody reads this.
         Err(rejection) => return (rejection.status(), rejection.body_text()).into_response(),
     };

@@ -149,6 +149,16 @@ impl SimHandle {
     pub fn stats(&self) -> Stats {
         self.with(|e| e.stats())
     }
+
+    /// Sets how long after a call its CloudTrail event becomes visible (sim time).
+    pub fn set_cloudtrail_lag(&self, lag: chrono::TimeDelta) {
+        self.with(|e| e.set_cloudtrail_lag(lag));
+    }
+
+    /// CloudTrail events recorded so far (visible or not).
+    pub fn cloudtrail_event_count(&self) -> usize {
+        self.with(|e| e.cloudtrail_event_count())
+    }
 }
 
 /// Starts simulators.
