@@ -407,6 +407,60 @@ def main() -> int:
             f"got {levels}",
         )
 
+    # ---- the registration page's security headers: a strict CSP that still allows
+    # exactly what web/ loads, no framing, HSTS
+    policy = main_t.resources.get("PageResponseHeadersPolicy", [])
+    check(scalar(policy, "Type", 4) == "AWS::CloudFront::ResponseHeadersPolicy", "page has its own response headers policy")
+    distribution = "\n".join(main_t.resources.get("PageDistribution", []))
+    check("ResponseHeadersPolicyId: !Ref PageResponseHeadersPolicy" in distribution, "page distribution serves the policy's headers")
+    csp_line = scalar(section(policy, "ContentSecurityPolicy", 10) or [], "ContentSecurityPolicy", 12) or ""
+    csp_line = csp_line.removeprefix("!Sub ").strip('"')
+    directives = {
+        parts[0]: parts[1:]
+        for parts in (d.split() for d in csp_line.split(";"))
+        if parts
+    }
+    check(directives.get("default-src") == ["'none'"], "CSP default-src 'none'", f"got {directives.get('default-src')}")
+    check(directives.get("frame-ancestors") == ["'none'"], "CSP frame-ancestors 'none'", f"got {directives.get('frame-ancestors')}")
+    for name in ("base-uri", "form-action"):
+        check(directives.get(name) == ["'none'"], f"CSP {name} 'none'", f"got {directives.get(name)}")
+    unsafe = {"'unsafe-inline'", "'unsafe-eval'", "*", "data:", "blob:", "http:", "https:"}
+    for name in ("script-src", "style-src", "connect-src"):
+        got = directives.get(name, [])
+        check(bool(got) and not (set(got) & unsafe), f"CSP {name} names sources, nothing unsafe or open", f"got {got}")
+    web = ROOT / "web"
+    html = (web / "index.html").read_text()
+    app = (web / "app.js").read_text()
+    loaded = re.findall(r'<script[^>]*\ssrc="([^"]+)"', html) + re.findall(r'<link[^>]*\shref="([^"]+)"', html)
+    check(bool(loaded) and all("//" not in src and ":" not in src for src in loaded),
+          "web/index.html loads only its own files (covered by 'self')", f"got {loaded}")
+    check("'self'" in directives.get("script-src", []) and "'self'" in directives.get("style-src", []), "CSP script-src and style-src allow the page's own files")
+    check(not re.search(r"<script(?![^>]*\ssrc=)[^>]*>", html) and "<style" not in html and " style=" not in html,
+          "web/index.html has no inline script or style (the CSP refuses them)")
+    code = re.sub(r"^\s*//.*$", "", app, flags=re.M)  # comments may name what the code avoids
+    check(not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|eval\(|new Function|setAttribute\(\s*[\"']style", code),
+          "web/app.js renders with DOM APIs only (no HTML strings, eval or style attributes)")
+    fetched = re.findall(r"fetch\(\s*([^,)]+)", app)
+    check(sorted(f.strip() for f in fetched) == ['"config.json"', "config.registerEndpoint"],
+          "web/app.js fetches config.json and the register endpoint only", f"got {fetched}")
+    check("'self'" in directives.get("connect-src", []), "CSP connect-src allows config.json ('self')")
+    check("https://*.execute-api.${AWS::Region}.${AWS::URLSuffix}" in directives.get("connect-src", []),
+          "CSP connect-src allows the register API (the RegisterUrl output deploy.sh writes into config.json)")
+    headers = "\n".join(policy)
+    check(re.search(r"FrameOption: DENY", headers) is not None, "page X-Frame-Options DENY")
+    hsts = section(policy, "StrictTransportSecurity", 10) or []
+    max_age = scalar(hsts, "AccessControlMaxAgeSec", 12) or "0"
+    check(int(max_age) >= 31536000 and scalar(hsts, "Override", 12) == "true", "page HSTS for at least a year", f"got {max_age}")
+
+    # ---- one body-size limit: WAF's common rule set blocks bodies over 8 KB
+    # (SizeRestrictions_BODY); the register function must refuse the same size itself
+    form = (ROOT / "crates/register/src/form.rs").read_text()
+    m = re.search(r"pub const MAX_BODY_BYTES: usize = ([0-9* ]+);", form)
+    limit = eval(m.group(1)) if m else None  # digits and * only
+    acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))
+    if "AWSManagedRulesCommonRuleSet" in acl and "SizeRestrictions_BODY" not in acl.replace("# Blocks request bodies over 8 KB (SizeRestrictions_BODY)", ""):
+        check(limit == 8192, "register accepts the bodies WAF's common rule set lets through (8 KB)", f"MAX_BODY_BYTES = {limit}")
+
     # ---- samconfig.toml
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())
     all_params = set(params) | set(keys(section(events.lines, "Parameters", 0) or [], 2))

@@ -25,8 +25,12 @@ pub const MAX_FIELD_NAME_CHARS: usize = 64;
 pub const MAX_VALUE_CHARS: usize = 1000;
 /// Longest registration token, in bytes (real tokens are a few hundred).
 pub const MAX_TOKEN_BYTES: usize = 4096;
-/// Largest decoded body, in bytes.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest decoded body, in bytes: 8 KB, the size above which AWS WAF's common rule
+/// set (`SizeRestrictions_BODY`, in the stack's WebACL) blocks a request before it
+/// reaches the function. The function refuses the same bodies itself (HTTP 413), so
+/// the limit is one with or without that WebACL (the local stack, a seller's own ACL).
+/// A registration is far smaller: a token of a few hundred bytes and a few fields.
+pub const MAX_BODY_BYTES: usize = 8 * 1024;
 
 /// A Marketplace registration token. Deliberately neither `Display` nor a revealing
 /// `Debug`, so it cannot end up in a log line by accident.
