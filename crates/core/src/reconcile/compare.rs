@@ -549,7 +549,18 @@ pub fn join_trail(events: &[TrailEvent], ours: &BTreeMap<GroupKey, AggregatedRec
                     false,
                     "legacy CustomerIdentifier record: not one of this deployment's".to_string(),
                 ),
-                (_, None) => (false, "no record in our table for this group".to_string()),
+                (
+                    TrailOutcome::Result {
+                        status: TrailStatus::Success | TrailStatus::DuplicateRecord,
+                        ..
+                    }
+                    | TrailOutcome::NoResponseRecorded,
+                    None,
+                ) => (false, "no record in our table for this group".to_string()),
+                (outcome, None) => (
+                    true,
+                    format!("not billed ({}); no record in our table", outcome.label()),
+                ),
                 (TrailOutcome::Result { status: TrailStatus::Success, .. }, Some(o)) => {
                     if !billed_by_us {
                         (false, format!("AWS billed it; our table says {}", o.status))
