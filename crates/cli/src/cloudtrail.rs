@@ -1,0 +1,108 @@
+//! The CloudTrail Event History adapter: [`TrailEvents`] over `aws-sdk-cloudtrail`
+//! `LookupEvents`, in the metering Region (Event History is regional), 50 events a
+//! page. Never CloudTrail Lake.
+//!
+//! The lookup filters on `EventName = BatchMeterUsage`, not on `EventSource`: the
+//! seller guide says the source is `metering-marketplace.amazonaws.com`, the Smithy
+//! model says `marketplacemetering.amazonaws.com`, and `LookupAttributes` takes only
+//! one item. Events of either source are kept (checked in the core, per event).
+
+use async_trait::async_trait;
+use aws_sdk_cloudtrail::Client;
+use aws_sdk_cloudtrail::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_cloudtrail::primitives::DateTime;
+use aws_sdk_cloudtrail::types::{LookupAttribute, LookupAttributeKey};
+use awsmp_core::reconcile::{
+    EVENT_NAME, MAX_RESULTS, RawTrailEvent, TrailError, TrailEvents, TrailPage,
+};
+use awsmp_core::time::Instant;
+
+/// [`TrailEvents`] over the CloudTrail SDK client of one Region.
+#[derive(Debug, Clone)]
+pub struct SdkTrailEvents {
+    client: Client,
+}
+
+impl SdkTrailEvents {
+    /// Wraps a client already configured for the metering Region.
+    pub fn new(client: Client) -> Self {
+        SdkTrailEvents { client }
+    }
+
+    /// A client for `region` from a loaded SDK config (credentials, profile and
+    /// endpoint overrides such as `AWS_ENDPOINT_URL_CLOUDTRAIL` come from it).
+    pub fn in_region(config: &aws_config::SdkConfig, region: &str) -> Self {
+        let conf = aws_sdk_cloudtrail::config::Builder::from(config)
+            .region(aws_sdk_cloudtrail::config::Region::new(region.to_string()))
+            .build();
+        SdkTrailEvents::new(Client::from_conf(conf))
+    }
+}
+
+fn map_error<E>(err: SdkError<E>) -> TrailError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let code = err.code().map(str::to_string);
+    let message = err.message().map(str::to_string);
+    let text = match (&code, &message) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c.clone(),
+        _ => DisplayErrorContext(&err).to_string(),
+    };
+    match code.as_deref() {
+        Some(
+            "AccessDeniedException"
+            | "UnrecognizedClientException"
+            | "OperationNotPermittedException"
+            | "InvalidClientTokenId"
+            | "ExpiredTokenException",
+        ) => TrailError::Denied(text),
+        Some("ThrottlingException" | "Throttling" | "TooManyRequestsException") => {
+            TrailError::Throttled(text)
+        }
+        Some("InvalidNextTokenException") => TrailError::InvalidNextToken(text),
+        _ => TrailError::Failed(text),
+    }
+}
+
+#[async_trait]
+impl TrailEvents for SdkTrailEvents {
+    #[tracing::instrument(skip(self, next_token))]
+    async fn lookup(
+        &self,
+        since: Instant,
+        until: Instant,
+        next_token: Option<String>,
+    ) -> Result<TrailPage, TrailError> {
+        let attribute = LookupAttribute::builder()
+            .attribute_key(LookupAttributeKey::EventName)
+            .attribute_value(EVENT_NAME)
+            .build()
+            .map_err(|e| TrailError::Failed(e.to_string()))?;
+        let out = self
+            .client
+            .lookup_events()
+            .lookup_attributes(attribute)
+            .start_time(DateTime::from_secs(since.timestamp()))
+            .end_time(DateTime::from_secs(until.timestamp()))
+            .max_results(MAX_RESULTS)
+            .set_next_token(next_token)
+            .send()
+            .await
+            .map_err(map_error)?;
+        let raw = out
+            .events()
+            .iter()
+            .map(|e| RawTrailEvent {
+                event_id: e.event_id().map(str::to_string),
+                event_name: e.event_name().map(str::to_string),
+                cloudtrail_event: e.cloud_trail_event().map(str::to_string),
+            })
+            .collect();
+        Ok(TrailPage::from_raw(
+            raw,
+            out.next_token().map(str::to_string).filter(|t| !t.is_empty()),
+        ))
+    }
+}

@@ -1,0 +1,360 @@
+//! `awsmp reconcile`: what we billed against what AWS recorded, for one month.
+//! Against CloudTrail Event History (per license, account, dimension and hour; the
+//! last 90 days only), or against the SDDS Daily Usage feed joined through the
+//! Account and Product feeds (per account, product, dimension and UTC day; local
+//! files). Lists every discrepancy with totals per kind.
+
+use awsmp_core::ports::{MalformedItem, OperatorStore};
+use awsmp_core::reconcile::sdds::{parse_account_feed, parse_product_feed, parse_usage_feed};
+use awsmp_core::reconcile::{
+    DayWindow, DiscrepancyKind, EventHistoryWindow, LineProblem, OurRecord, Reconciliation,
+    TrailEvents, TrailWindow, join_feeds, reconcile_with_sdds, reconcile_with_trail,
+};
+use awsmp_core::time::{HourBucket, Instant, format_instant};
+use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
+use serde::Serialize;
+
+use crate::trail::{
+    Report, ReportError, problem_lines, read_window, short_license, table, window_lines,
+};
+
+/// The three SDDS files, as text (read from disk or S3 by the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SddsFiles {
+    /// The Daily Usage feed (`data.csv` of the month).
+    pub daily_usage: String,
+    /// The Account feed.
+    pub account: String,
+    /// The Product feed.
+    pub product: String,
+}
+
+impl SddsFiles {
+    /// Reads the three files; an unreadable one is an error naming it.
+    pub fn read(
+        daily_usage: &std::path::Path,
+        account: &std::path::Path,
+        product: &std::path::Path,
+    ) -> Result<Self, ReportError> {
+        let read = |path: &std::path::Path, what: &str| {
+            std::fs::read_to_string(path).map_err(|e| {
+                ReportError::Io(format!(
+                    "cannot read the {what} feed file {}: {e}",
+                    path.display()
+                ))
+            })
+        };
+        Ok(SddsFiles {
+            daily_usage: read(daily_usage, "daily usage")?,
+            account: read(account, "account")?,
+            product: read(product, "product")?,
+        })
+    }
+}
+
+/// What AWS's side of the reconciliation is.
+pub enum AwsRecords<'a> {
+    /// CloudTrail Event History in the metering Region.
+    CloudTrail(&'a dyn TrailEvents),
+    /// The SDDS feeds.
+    Sdds(&'a SddsFiles),
+}
+
+/// What `awsmp reconcile` compares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReconcileArgs {
+    /// The month `YYYY-MM` (default: the current UTC month).
+    pub month: Option<String>,
+    /// Only this license's records (ours; AWS's records of other licenses are then
+    /// left out too).
+    pub license: Option<String>,
+    /// The metering Region (printed).
+    pub region: String,
+    /// One JSON document instead of tables.
+    pub json: bool,
+}
+
+/// Our aggregated records, every page of the operator store (of one license when
+/// given), with the items that could not be read as records. The store keeps no
+/// write time in the record, so `recorded_at` is unknown.
+pub async fn load_our_records(
+    store: &dyn OperatorStore,
+    license: Option<&str>,
+) -> Result<(Vec<OurRecord>, Vec<MalformedItem>), ReportError> {
+    let mut records = Vec::new();
+    let mut malformed = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.records_page(license, cursor.take()).await?;
+        records.extend(page.items.into_iter().map(|record| OurRecord {
+            record,
+            recorded_at: None,
+        }));
+        malformed.extend(page.malformed);
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok((records, malformed))
+}
+
+/// The first instant of `month` (`YYYY-MM`) and of the month after.
+pub fn month_bounds(month: &str) -> Result<(Instant, Instant), ReportError> {
+    let bad = || ReportError::Usage(format!("--month {month:?}: expected YYYY-MM, e.g. 2026-03"));
+    let (y, m) = month.split_once('-').ok_or_else(bad)?;
+    if y.len() != 4 || m.len() != 2 {
+        return Err(bad());
+    }
+    let year: i32 = y.parse().map_err(|_| bad())?;
+    let month_no: u32 = m.parse().map_err(|_| bad())?;
+    let start = NaiveDate::from_ymd_opt(year, month_no, 1).ok_or_else(bad)?;
+    let next = if month_no == 12 {
+        NaiveDate::from_ymd_opt(year + 1, 1, 1)
+    } else {
+        NaiveDate::from_ymd_opt(year, month_no + 1, 1)
+    }
+    .ok_or_else(bad)?;
+    let at = |d: NaiveDate| {
+        d.and_hms_opt(0, 0, 0)
+            .map(|n| Utc.from_utc_datetime(&n))
+            .ok_or_else(bad)
+    };
+    Ok((at(start)?, at(next)?))
+}
+
+#[derive(Serialize)]
+struct ReconcileJson<'a> {
+    region: &'a str,
+    month: String,
+    compared_from: String,
+    compared_to: String,
+    trail_window: Option<EventHistoryWindow>,
+    reconciliation: &'a Reconciliation,
+    problems: Vec<String>,
+}
+
+/// `awsmp reconcile`: compares `ours` (from [`load_our_records`]) with AWS's records
+/// of the month.
+///
+/// CloudTrail: the hours of the month that Event History still covers (90 days),
+/// the calls read up to 24 hours past the month (late submissions), records sent in
+/// the last 15 minutes listed as not yet visible. SDDS: the days of the month up to
+/// yesterday (the feed is delivered at midnight UTC for the day before). Every
+/// discrepancy, unreadable event, malformed feed line or unreadable item of ours
+/// sets [`Report::attention`].
+pub async fn reconcile_report(
+    aws: AwsRecords<'_>,
+    ours: &[OurRecord],
+    our_malformed: &[MalformedItem],
+    args: &ReconcileArgs,
+    now: Instant,
+) -> Result<Report, ReportError> {
+    let month = args
+        .month
+        .clone()
+        .unwrap_or_else(|| format!("{:04}-{:02}", now.year(), now.month()));
+    let (month_start, month_end) = month_bounds(&month)?;
+    if month_start > now {
+        return Err(ReportError::Usage(format!(
+            "--month {month} has not started yet"
+        )));
+    }
+    let ours: Vec<OurRecord> = match &args.license {
+        Some(l) => ours
+            .iter()
+            .filter(|o| &o.record.key.license_arn == l)
+            .cloned()
+            .collect(),
+        None => ours.to_vec(),
+    };
+    let mut problems: Vec<String> = our_malformed
+        .iter()
+        .map(|m| {
+            format!(
+                "our aggregated item {} {}: {}",
+                m.license_arn, m.sort_key, m.problem
+            )
+        })
+        .collect();
+    let (reconciliation, from, to, trail_window) = match aws {
+        AwsRecords::CloudTrail(trail) => {
+            let history = EventHistoryWindow::new(
+                Some(month_start),
+                Some(month_end + Duration::hours(24)),
+                now,
+            );
+            let mut log = read_window(trail, &history, "reconcile").await?;
+            if let Some(l) = &args.license {
+                for e in &mut log.events {
+                    e.records
+                        .retain(|r| r.submitted.license_arn.as_deref() == Some(l.as_str()));
+                }
+            }
+            problems.extend(problem_lines(&log));
+            // The first whole hour Event History still covers.
+            let covered = HourBucket::containing(history.since);
+            let from = if covered.start() < history.since {
+                covered.plus_hours(1)
+            } else {
+                covered
+            }
+            .max(HourBucket::containing(month_start));
+            let to = HourBucket::containing(month_end).min(HourBucket::containing(now).plus_hours(1));
+            let window = TrailWindow {
+                from,
+                to,
+                visible_until: history.visible_until,
+            };
+            (
+                reconcile_with_trail(&ours, &log.events, &window),
+                from.to_string(),
+                to.to_string(),
+                Some(history),
+            )
+        }
+        AwsRecords::Sdds(files) => {
+            let usage = parse_usage_feed(&files.daily_usage);
+            let accounts = parse_account_feed(&files.account);
+            let products = parse_product_feed(&files.product);
+            let joined = join_feeds(&usage, &accounts, &products);
+            problems.extend(joined.problems.iter().map(LineProblem::to_string));
+            let today = now.date_naive();
+            let window = DayWindow {
+                from: month_start.date_naive(),
+                to: month_end.date_naive().min(today),
+            };
+            (
+                reconcile_with_sdds(&ours, &joined.usage, &window),
+                window.from.to_string(),
+                window.to.to_string(),
+                None,
+            )
+        }
+    };
+    let attention = !reconciliation.is_clean() || !problems.is_empty();
+    if args.json {
+        let doc = ReconcileJson {
+            region: &args.region,
+            month: month.clone(),
+            compared_from: from,
+            compared_to: to,
+            trail_window,
+            reconciliation: &reconciliation,
+            problems,
+        };
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| ReportError::Io(format!("cannot encode the report as JSON: {e}")))?;
+        return Ok(Report {
+            text: text + "\n",
+            attention,
+        });
+    }
+    let mut out = String::new();
+    match &trail_window {
+        Some(w) => out.push_str(&window_lines(&args.region, w)),
+        None => out.push_str("SDDS Daily Usage feed (joined through the Account and Product feeds)\n"),
+    }
+    out.push_str(&format!(
+        "Month {month}: compared {from} to {to} (excluded); {} keys, {} agree\n",
+        reconciliation.compared, reconciliation.agreed
+    ));
+    out.push_str(&format!(
+        "Billed by us: {}; recorded by AWS: {}\n",
+        reconciliation.ours_total, reconciliation.aws_total
+    ));
+    out.push_str(&table(
+        &["discrepancy", "keys", "ours", "AWS"],
+        DiscrepancyKind::ALL
+            .iter()
+            .map(|k| {
+                let t = reconciliation.totals.get(k).copied().unwrap_or_default();
+                vec![
+                    k.label().to_string(),
+                    t.count.to_string(),
+                    t.ours.to_string(),
+                    t.aws.to_string(),
+                ]
+            })
+            .collect(),
+    ));
+    out.push('\n');
+    let rows = |list: &[awsmp_core::reconcile::Discrepancy]| -> Vec<Vec<String>> {
+        list.iter()
+            .map(|d| {
+                vec![
+                    d.kind.label().to_string(),
+                    d.key.account.clone(),
+                    d.key
+                        .license
+                        .as_deref()
+                        .map(|l| l.split(", ").map(short_license).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_else(|| "-".into()),
+                    d.key.dimension.clone(),
+                    d.key.period.to_string(),
+                    d.ours.map_or_else(|| "-".into(), |q| q.to_string()),
+                    d.aws.map_or_else(|| "-".into(), |q| q.to_string()),
+                    d.our_status.map_or_else(|| "-".into(), |s| s.to_string()),
+                    d.note.clone().unwrap_or_default(),
+                ]
+            })
+            .collect()
+    };
+    let headers = [
+        "discrepancy",
+        "account",
+        "license",
+        "dimension",
+        "period",
+        "ours",
+        "AWS",
+        "our status",
+        "note",
+    ];
+    if reconciliation.discrepancies.is_empty() {
+        out.push_str("No discrepancies.\n");
+    } else {
+        out.push_str(&table(&headers, rows(&reconciliation.discrepancies)));
+        out.push('\n');
+    }
+    if !reconciliation.not_yet_visible.is_empty() {
+        out.push_str("Billed too recently for Event History to show (run again in 15 minutes):\n");
+        out.push_str(&table(&headers, rows(&reconciliation.not_yet_visible)));
+        out.push('\n');
+    }
+    if !problems.is_empty() {
+        out.push_str("Could not read:\n");
+        for p in &problems {
+            out.push_str(&format!("  {p}\n"));
+        }
+    }
+    if let Some(w) = &trail_window
+        && w.since > month_start
+    {
+        out.push_str(&format!(
+            "Hours before {} are not compared: Event History keeps 90 days; reconcile them against the SDDS feed.\n",
+            format_instant(w.since)
+        ));
+    }
+    Ok(Report {
+        text: out,
+        attention,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_are_checked_and_bounded() {
+        let (s, e) = month_bounds("2026-12").unwrap();
+        assert_eq!(format_instant(s), "2026-12-01T00:00:00Z");
+        assert_eq!(format_instant(e), "2027-01-01T00:00:00Z");
+        for bad in ["2026-13", "2026-1", "26-01", "march", "2026-00", ""] {
+            let err = month_bounds(bad).unwrap_err().to_string();
+            assert!(err.contains("expected YYYY-MM"), "{bad}: {err}");
+        }
+    }
+}
