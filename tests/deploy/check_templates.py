@@ -461,6 +461,26 @@ def main() -> int:
     if "AWSManagedRulesCommonRuleSet" in acl and "SizeRestrictions_BODY" not in acl.replace("# Blocks request bodies over 8 KB (SizeRestrictions_BODY)", ""):
         check(limit == 8192, "register accepts the bodies WAF's common rule set lets through (8 KB)", f"MAX_BODY_BYTES = {limit}")
 
+    # ---- every queue refuses requests without TLS (a Deny in a queue policy naming it)
+    for t in templates:
+        denied: set[str] = set()
+        for body in t.of_type("AWS::SQS::QueuePolicy").values():
+            text = "\n".join(body)
+            for statement in text.split("          - Sid: ")[1:]:
+                if "Effect: Deny" in statement and 'aws:SecureTransport: "false"' in statement:
+                    denied |= set(re.findall(r"- !GetAtt (\w+)\.Arn", statement))
+        for logical in t.of_type("AWS::SQS::Queue"):
+            check(logical in denied, f"{t.name} {logical}: a queue policy denies requests without TLS")
+
+    # ---- the tables can use a customer-managed KMS key (the profile table holds PII)
+    for logical in ("UsageTable", "AggregatedUsageTable", "CustomerProfileTable"):
+        sse = section(section(main_t.resources.get(logical, []), "Properties", 4) or [], "SSESpecification", 6) or []
+        check(
+            scalar(sse, "KMSMasterKeyId", 8) == "!If [HasTablesKms, !Ref TablesKmsKeyArn, !Ref \"AWS::NoValue\"]"
+            and scalar(sse, "SSEType", 8) == "!If [HasTablesKms, KMS, !Ref \"AWS::NoValue\"]",
+            f"{logical}: encrypted with TablesKmsKeyArn when given",
+        )
+
     # ---- samconfig.toml
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())
     all_params = set(params) | set(keys(section(events.lines, "Parameters", 0) or [], 2))
