@@ -115,7 +115,9 @@ if [ "${1:-}" = "--local" ]; then
   command -v cargo >/dev/null 2>&1 ||
     die 3 "cargo is not on PATH; the local stack is built from this workspace." \
       "Install Rust (https://rustup.rs); rust-toolchain.toml picks the version."
-  exec cargo run --release -p awsmp-cli --bin awsmp -- local up "$@"
+  # The debug profile, as `make test` builds: one compile serves both, and the release
+  # profile's full LTO is for the Lambda artifacts (sam build), not for this machine.
+  exec cargo run -p awsmp-cli --bin awsmp -- local up "$@"
 fi
 
 # ------------------------------------------------------------------ arguments

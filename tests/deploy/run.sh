@@ -962,7 +962,9 @@ deploy --local --serve
 expect_exit 0
 expect_call "check-prereqs --for local"
 expect_order "check-prereqs" "cargo run"
-expect_call "cargo run --release -p awsmp-cli --bin awsmp -- local up --serve"
+# The debug build make test uses, not the Lambda artifacts' release profile (full LTO).
+expect_call "cargo run -p awsmp-cli --bin awsmp -- local up --serve"
+expect_not_in_call "cargo run" "--release"
 expect_no_call "aws "
 expect_no_call "sam "
 end
