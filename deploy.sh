@@ -370,8 +370,10 @@ except ImportError:
              "Install Python 3.11 or later (Debian/Ubuntu: apt-get install -y python3), or pip install tomli.", code=3)
 
 # The --parameter-overrides grammar of the SAM CLI (samcli/cli/types.py,
-# CfnParameterOverridesType): ` Key=value` or ` Key="value"`, backslash escapes inside.
+# CfnParameterOverridesType): ` Key=value` or ` Key="value"`, backslash escapes inside;
+# or, when the text has any, only `ParameterKey=Key,ParameterValue=value` pairs.
 PAIR = re.compile(r'(?: )([A-Za-z0-9"]+)=("(?:\\.|[^"\\]+)*"|(?:\\.|[^ "\\]+)+)')
+LONG_PAIR = re.compile(r'(?:ParameterKey=([A-Za-z0-9"]+),ParameterValue=("(?:\\.|[^"\\]+)*"|(?:\\.|[^ ,"\\]+)+))')
 
 def sam_unquote(value):
     if value and value[0] == value[-1] == '"':
@@ -382,7 +384,8 @@ def sam_parse(text):
     """[(key, value)] as sam reads TEXT, and the parts of TEXT it ignores."""
     text = " " + text.strip()
     pairs, ignored, end = [], [], 0
-    for match in PAIR.finditer(text):
+    pattern = LONG_PAIR if LONG_PAIR.search(text) else PAIR
+    for match in pattern.finditer(text):
         if text[end:match.start()].strip():
             ignored.append(text[end:match.start()].strip())
         pairs.append((sam_unquote(match.group(1)), sam_unquote(match.group(2))))
@@ -556,6 +559,25 @@ template_parameters() {
 
 EVENTS_PARAMS=$(template_parameters "$EVENTS_TEMPLATE")
 MAIN_PARAMS=$(template_parameters "$MAIN_TEMPLATE")
+
+# A samconfig.toml override that neither template declares is ignored, here as by sam:
+# say so, it is most likely a typo.
+warn_unknown_overrides() {
+  local env=$1 line key
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    key=${line%%=*}
+    printf '%s\n%s\n' "$EVENTS_PARAMS" "$MAIN_PARAMS" | grep -qx "$key" ||
+      warn "samconfig.toml [$env.deploy.parameters] sets $key, which neither template declares; it is ignored."
+  done <<EOF
+$2
+EOF
+}
+warn_unknown_overrides default "$SAMCONFIG_DEFAULT_OVERRIDES"
+[ "$CONFIG_ENV" = default ] || warn_unknown_overrides "$CONFIG_ENV" "$SAMCONFIG_ENV_OVERRIDES"
+if [ "$WANT_EVENTS" = 1 ] && [ "$EVENTS_CONFIG_ENV" != "$CONFIG_ENV" ]; then
+  warn_unknown_overrides "$EVENTS_CONFIG_ENV" "$SAMCONFIG_EVENTS_OVERRIDES"
+fi
 
 # Every --parameter must belong to a template being deployed.
 while IFS= read -r line; do

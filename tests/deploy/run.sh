@@ -396,6 +396,26 @@ expect_in_call "sam deploy --template-file .aws-sam/build-events" 'AlertsTopicAr
 expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "DataTtlAttributeName="
 end
 
+begin "samconfig: sam's ParameterKey=,ParameterValue= form, and a name no template declares"
+with_samconfig <<'EOF'
+[prod.deploy.parameters]
+parameter_overrides = "ParameterKey=LogRetentionInDays,ParameterValue=30 ParameterKey=DataTtlAttributeName,ParameterValue=\"expires at\" ParameterKey=LogRetentionDays,ParameterValue=7"
+EOF
+deploy events --stage prod --dry-run
+expect_exit 0
+expect_out "parameters: LogRetentionInDays=30"
+expect_err "samconfig.toml [prod.deploy.parameters] sets LogRetentionDays, which neither template declares; it is ignored."
+# A main-stack parameter is no typo: kept out of the events stack without a word.
+grep -qF "DataTtlAttributeName" "$WORK/err" && fail "warned about DataTtlAttributeName, a main-stack parameter"
+expect_no_out "DataTtlAttributeName"
+expect_no_out "ParameterKey"
+existing_events
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --dry-run
+expect_exit 0
+expect_out 'DataTtlAttributeName="expires at"'
+end
+
 begin "samconfig: a pair sam would cut or drop is refused with the fix"
 with_samconfig <<'EOF'
 [prod.deploy.parameters]
