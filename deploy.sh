@@ -86,8 +86,10 @@ Options:
   -h, --help                 this help
 
 Precedence of parameter values: template defaults < samconfig.toml [default] <
-samconfig.toml [<config-env>] < command-line options. On an update, parameters given
-nowhere keep the stack's current values.
+samconfig.toml [<config-env>] (for the events stack [<config-env>-events], if there is
+one) < command-line options. On an update, parameters given nowhere keep the stack's
+current values. samconfig.toml's parameter_overrides may be a list or the one string
+`sam deploy --guided` writes; the same file deploys by hand (see its comments).
 EOF
 }
 

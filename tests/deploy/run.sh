@@ -5,8 +5,11 @@
 # cargo, cargo-lambda, zig: they record their arguments and answer from a state folder)
 # and links to the plain system tools it uses, so a real AWS CLI or SAM on this machine
 # is never reached. Each test checks the plan deploy.sh prints, the commands it ran (in
-# order), its exit code and its error message. Then tests/deploy/check_templates.py
-# checks the templates against ARCHITECTURE.md.
+# order), its exit code and its error message. samconfig.toml is checked against what
+# `sam deploy --config-env ENV` needs by hand; scripts/check-prereqs.sh runs on a PATH
+# of stand-ins (a machine lacking one tool at a time), and scripts/ensure-venv.sh
+# repairs a real venv left without pip. Then tests/deploy/check_templates.py checks
+# the templates against ARCHITECTURE.md.
 #
 #   bash tests/deploy/run.sh        exits non-zero on any failure; ends with "N passed, M failed"
 set -uo pipefail
