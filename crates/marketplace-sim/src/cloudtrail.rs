@@ -204,7 +204,6 @@ impl EventHistory {
     /// Records one `BatchMeterUsage` call: `request` as received (if it was JSON),
     /// and what the service did (the answer, or the exception), before any injected
     /// loss of the answer (CloudTrail records what the service did).
-    #[allow(clippy::too_many_arguments)]
     pub fn record_batch_meter_usage(
         &mut self,
         now: DateTime<Utc>,
@@ -386,7 +385,7 @@ impl EventHistory {
                 .collect()
         };
         // Newest first; ties in order of arrival, newest first.
-        matching.sort_by(|a, b| (b.event_time, b.seq).cmp(&(a.event_time, a.seq)));
+        matching.sort_by_key(|e| std::cmp::Reverse((e.event_time, e.seq)));
         let position = |e: &Recorded| (e.event_time.timestamp_millis(), e.seq);
         let remaining: Vec<&Recorded> = matching
             .into_iter()
