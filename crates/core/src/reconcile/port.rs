@@ -242,7 +242,7 @@ mod memory {
                 .filter(|(t, _)| since <= *t && *t <= until)
                 .cloned()
                 .collect();
-            matching.sort_by(|a, b| b.0.cmp(&a.0));
+            matching.sort_by_key(|e| std::cmp::Reverse(e.0));
             let request = format!("{}|{}", since.timestamp(), until.timestamp());
             let offset = match next_token {
                 None => 0,
