@@ -64,6 +64,10 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
         params
             .entry("ProductCode".into())
             .or_insert_with(|| "prod1234".into());
+        // StageName has no default either (the metrics' Stage dimension comes from it).
+        params
+            .entry("StageName".into())
+            .or_insert_with(|| "test".into());
         let conditions = template
             .evaluate_conditions(&Defaults(params.clone(), BTreeMap::new()))
             .unwrap();
