@@ -6,6 +6,11 @@
 //! seller guide says the source is `metering-marketplace.amazonaws.com`, the Smithy
 //! model says `marketplacemetering.amazonaws.com`, and `LookupAttributes` takes only
 //! one item. Events of either source are kept (checked in the core, per event).
+//!
+//! `LookupEvents` allows two calls per second per account and Region: the adapter
+//! spaces its calls [`MIN_CALL_INTERVAL`] apart, and the SDK retries a throttled one.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_cloudtrail::Client;
@@ -17,16 +22,33 @@ use awsmp_core::reconcile::{
 };
 use awsmp_core::time::Instant;
 
+/// The least time between two `LookupEvents` calls of one adapter (the API allows
+/// two per second per account and Region).
+pub const MIN_CALL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// [`TrailEvents`] over the CloudTrail SDK client of one Region.
 #[derive(Debug, Clone)]
 pub struct SdkTrailEvents {
     client: Client,
+    last_call: Arc<tokio::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl SdkTrailEvents {
     /// Wraps a client already configured for the metering Region.
     pub fn new(client: Client) -> Self {
-        SdkTrailEvents { client }
+        SdkTrailEvents {
+            client,
+            last_call: Arc::new(tokio::sync::Mutex::new(None)),
+        }
+    }
+
+    /// Waits until [`MIN_CALL_INTERVAL`] has passed since the previous call.
+    async fn pace(&self) {
+        let mut last = self.last_call.lock().await;
+        if let Some(at) = *last {
+            tokio::time::sleep_until(at + MIN_CALL_INTERVAL).await;
+        }
+        *last = Some(tokio::time::Instant::now());
     }
 
     /// A client for `region` from a loaded SDK config (credentials, profile and
@@ -34,6 +56,7 @@ impl SdkTrailEvents {
     pub fn in_region(config: &aws_config::SdkConfig, region: &str) -> Self {
         let conf = aws_sdk_cloudtrail::config::Builder::from(config)
             .region(aws_sdk_cloudtrail::config::Region::new(region.to_string()))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(5))
             .build();
         SdkTrailEvents::new(Client::from_conf(conf))
     }
@@ -80,6 +103,7 @@ impl TrailEvents for SdkTrailEvents {
             .attribute_value(EVENT_NAME)
             .build()
             .map_err(|e| TrailError::Failed(e.to_string()))?;
+        self.pace().await;
         let out = self
             .client
             .lookup_events()

@@ -15,7 +15,9 @@ use awsmp_cli::trail::{TrailArgs, trail_report};
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
 use awsmp_core::ports::{MeteringApi, MeteringRecord, RecordVerdict};
-use awsmp_core::reconcile::{EVENT_SOURCE, TrailOutcome, TrailStatus, parse_cloudtrail_event, read_trail};
+use awsmp_core::reconcile::{
+    EVENT_SOURCE, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event, read_trail,
+};
 use awsmp_core::time::{HourBucket, Instant};
 use awsmp_marketplace_sim::{ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig};
 use awsmp_test_support::SimServer;
@@ -273,6 +275,16 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
         .unwrap();
     assert_eq!(log.events.len(), 3);
     assert!(log.unreadable.is_empty());
+
+    // Two calls per second at most: the adapter spaces its pages.
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        adapter
+            .lookup(start_time() - Duration::hours(1), start_time(), None)
+            .await
+            .unwrap();
+    }
+    assert!(started.elapsed() >= awsmp_cli::cloudtrail::MIN_CALL_INTERVAL * 2);
 }
 
 #[tokio::test]
