@@ -122,7 +122,12 @@ def main() -> int:
     check(len(expected) == 7, "ARCHITECTURE.md lists readers for the seven functions", f"found {sorted(expected)}")
     seen: dict[str, str] = {}
     for t in templates:
-        check("Globals" not in t.top_level(), f"{t.name}: no Globals (each function's environment is its own)")
+        global_fn = section(section(t.lines, "Globals", 0) or [], "Function", 2) or []
+        check(section(global_fn, "Environment", 4) is None, f"{t.name}: no Environment in Globals (each function's is its own)")
+        for key, value in [("Runtime", "provided.al2023"), ("Handler", "bootstrap"), ("Architectures", "[arm64]")]:
+            check(scalar(global_fn, key, 4) == value, f"{t.name}: Globals.Function.{key} {value}", f"got {scalar(global_fn, key, 4)}")
+        global_logging = section(global_fn, "LoggingConfig", 4) or []
+        check(scalar(global_logging, "LogFormat", 6) == "JSON", f"{t.name}: Globals.Function.LoggingConfig.LogFormat JSON")
         for logical, body in t.of_type("AWS::Serverless::Function").items():
             binary = scalar(body, "Binary", 8)
             where = f"{t.name} {logical}"
@@ -146,11 +151,13 @@ def main() -> int:
                 ("CodeUri", "./"),
                 ("Architectures", "[arm64]"),
             ]:
-                actual = scalar(props, key, 6)
+                # The function's own value, else the one it gets from Globals.
+                actual = scalar(props, key, 6) or scalar(global_fn, key, 4)
                 check(actual == value, f"{where}: {key} {value}", f"got {actual}")
             check(scalar(body, "BuildMethod", 6) == "rust-cargolambda", f"{where}: BuildMethod rust-cargolambda")
             logging = section(props, "LoggingConfig", 6) or []
-            check(scalar(logging, "LogFormat", 8) == "JSON", f"{where}: LoggingConfig.LogFormat JSON")
+            log_format = scalar(logging, "LogFormat", 8) or scalar(global_logging, "LogFormat", 6)
+            check(log_format == "JSON", f"{where}: LoggingConfig.LogFormat JSON", f"got {log_format}")
             check(scalar(logging, "LogGroup", 8) is not None, f"{where}: logs to its own log group (retention, KMS)")
             check(scalar(props, "Role", 6) is not None, f"{where}: has its own least-privilege role")
     check(set(seen) == set(expected), "every function in ARCHITECTURE.md is deployed", f"deployed {sorted(seen)}")
@@ -480,6 +487,25 @@ def main() -> int:
             and scalar(sse, "SSEType", 8) == "!If [HasTablesKms, KMS, !Ref \"AWS::NoValue\"]",
             f"{logical}: encrypted with TablesKmsKeyArn when given",
         )
+
+    # ---- console conventions: every parameter grouped and labelled once; SAR metadata
+    for t in templates:
+        params_t = keys(section(t.lines, "Parameters", 0) or [], 2)
+        interface = section(section(t.lines, "Metadata", 0) or [], "AWS::CloudFormation::Interface", 2) or []
+        grouped = [line.strip()[2:] for line in (section(interface, "ParameterGroups", 4) or []) if re.match(r"^ {10}- [A-Za-z]+$", line)]
+        labelled = keys(section(interface, "ParameterLabels", 4) or [], 6)
+        check(sorted(grouped) == sorted(params_t), f"{t.name}: every parameter in exactly one parameter group",
+              f"missing {sorted(set(params_t) - set(grouped))}, extra or repeated {sorted(p for p in grouped if grouped.count(p) > 1 or p not in params_t)}")
+        check(sorted(labelled) == sorted(params_t), f"{t.name}: every parameter labelled", f"missing {sorted(set(params_t) - set(labelled))}")
+        sar = section(section(t.lines, "Metadata", 0) or [], "AWS::ServerlessRepo::Application", 2) or []
+        for key in ("Name", "Description", "Author", "SpdxLicenseId", "SemanticVersion", "ReadmeUrl", "SourceCodeUrl"):
+            check(bool(scalar(sar, key, 4)), f"{t.name}: Serverless Application Repository {key}")
+        readme = scalar(sar, "ReadmeUrl", 4)
+        check(bool(readme) and (ROOT / readme).is_file(), f"{t.name}: SAR ReadmeUrl {readme} exists")
+        cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+        package = cargo.get("workspace", {}).get("package", {})
+        check(scalar(sar, "SpdxLicenseId", 4) == package.get("license"), f"{t.name}: SAR license is the workspace's", f"{package.get('license')}")
+        check(scalar(sar, "SemanticVersion", 4) == package.get("version"), f"{t.name}: SAR version is the workspace's", f"{package.get('version')}")
 
     # ---- samconfig.toml
     config = tomllib.loads((ROOT / "samconfig.toml").read_text())
