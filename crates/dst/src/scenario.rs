@@ -19,6 +19,7 @@ use awsmp_core::memory::{
     ManualClock, MemoryCustomerResolver, MemoryMeteringApi, MemoryProfileStore,
     MemorySubscriberStore, MemoryTables, RecordingMetrics, reference_row,
 };
+use awsmp_core::operate::replay;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
@@ -655,9 +656,11 @@ pub fn run(sim: Sim) -> World {
             row_at(&sim, license, dimension, hour, 2500 + n)
         })
         .collect();
+    let operator = tables.operator_store();
     let later: Vec<Task<'_>> = {
         let stack = &stack;
         let tables = &tables;
+        let operator = &operator;
         let later_rows = &later_rows;
         let mut tasks = vec![
             Task::new("writer#2", async move {
@@ -674,6 +677,23 @@ pub fn run(sim: Sim) -> World {
             Task::new("aggregator#3", async move { stack.consume(true).await }),
             Task::new("aggregator#4", async move { stack.consume(true).await }),
             Task::new("cleanup#2", async move { stack.consume(false).await }),
+            // The seller reads `awsmp failures`, maybe defines the refused dimension in
+            // the catalog, and replays the Error records while the pipeline runs.
+            Task::new("operator", async move {
+                for _ in 0..stack.sim.below(60) {
+                    yield_now().await;
+                }
+                if stack.sim.below(2) == 0 {
+                    stack.metering.inner.accept_dimension(POISON);
+                }
+                let selection = replay::Selection::FailedSince(h_old);
+                let now = stack.clock.now();
+                // Its answer may be lost; the operator then runs it again.
+                for _ in 0..(1 + stack.sim.below(2)) {
+                    let _ =
+                        replay::replay(&stack.aggregated, operator, &selection, now, false).await;
+                }
+            }),
         ];
         for name in ["submitter#3", "submitter#4"] {
             tasks.push(Task::new(name, async move {

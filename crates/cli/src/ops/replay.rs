@@ -1,37 +1,13 @@
 //! `awsmp replay`: sends `Error` records again after their cause was fixed, only
 //! inside the 24 h window and only with their stored quantity; every refusal says why.
 
-use awsmp_core::model::{AggregatedStatus, GroupKey};
-use awsmp_core::operate::replay::{ReplayRefusal, check_replay};
+use awsmp_core::model::GroupKey;
+pub use awsmp_core::operate::replay::{ReplayLine, Selection};
 use awsmp_core::ports::{AggregatedStore, OperatorStore};
-use awsmp_core::time::{HourBucket, Instant};
-use serde::Serialize;
+use awsmp_core::time::Instant;
 
-use super::all_records;
 use crate::commands::CommandError;
-use crate::output::{Format, Outcome, json, table};
-
-/// Which records to replay.
-#[derive(Debug, Clone)]
-pub enum Selection {
-    /// These groups (`license|account|dimension|hour`).
-    Groups(Vec<GroupKey>),
-    /// Every `Error` record of usage hours from this one.
-    FailedSince(HourBucket),
-}
-
-/// What happened to one record.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReplayLine {
-    /// The group.
-    pub group: String,
-    /// `replayed`, `would replay` (dry run) or `refused`.
-    pub result: &'static str,
-    /// The quantity it will be sent with.
-    pub quantity: Option<i64>,
-    /// Why it was refused.
-    pub why: Option<String>,
-}
+use crate::output::{Format, Outcome, json, spinner, table};
 
 /// Parses `license|account|dimension|hour` (as `awsmp failures` prints it).
 pub fn parse_group(text: &str) -> Result<GroupKey, CommandError> {
@@ -60,73 +36,10 @@ pub async fn replay(
     now: Instant,
     dry_run: bool,
 ) -> Result<Vec<ReplayLine>, CommandError> {
-    let records = match selection {
-        Selection::Groups(keys) => {
-            let mut found = Vec::new();
-            for key in keys {
-                match aggregated.get(key).await? {
-                    Some(record) => found.push(Ok(record)),
-                    None => found.push(Err(key.clone())),
-                }
-            }
-            found
-        }
-        Selection::FailedSince(since) => all_records(operator, None)
-            .await?
-            .0
-            .into_iter()
-            .filter(|r| r.status == AggregatedStatus::Error && r.key.hour >= *since)
-            .map(Ok)
-            .collect(),
-    };
-    let mut lines = Vec::new();
-    for found in records {
-        let record = match found {
-            Ok(record) => record,
-            Err(key) => {
-                lines.push(ReplayLine {
-                    group: key.to_string(),
-                    result: "refused",
-                    quantity: None,
-                    why: Some("no aggregated record for this group (check the key with `awsmp inspect license`)".into()),
-                });
-                continue;
-            }
-        };
-        let group = record.key.to_string();
-        let quantity = Some(record.quantity_to_send());
-        let refused = |why: String| ReplayLine {
-            group: group.clone(),
-            result: "refused",
-            quantity,
-            why: Some(why),
-        };
-        if let Err(refusal) = check_replay(&record, now) {
-            lines.push(refused(refusal.to_string()));
-            continue;
-        }
-        if dry_run {
-            lines.push(ReplayLine {
-                group,
-                result: "would replay",
-                quantity,
-                why: None,
-            });
-            continue;
-        }
-        if operator.replay(&record, now).await? {
-            lines.push(ReplayLine {
-                group,
-                result: "replayed",
-                quantity,
-                why: None,
-            });
-        } else {
-            lines.push(refused(
-                ReplayRefusal::Changed { key: group.clone() }.to_string(),
-            ));
-        }
-    }
+    let bar = spinner("replaying");
+    let lines =
+        awsmp_core::operate::replay::replay(aggregated, operator, selection, now, dry_run).await?;
+    bar.finish_and_clear();
     Ok(lines)
 }
 

@@ -80,6 +80,11 @@ impl MemoryMeteringApi {
             .insert(dimension.to_string(), exception.to_string());
     }
 
+    /// Accepts `dimension` again (the seller defined it in the catalog).
+    pub fn accept_dimension(&self, dimension: &str) {
+        lock(&self.state).rejected_dimensions.remove(dimension);
+    }
+
     /// Makes the next call fail with `error` (queued, one-shot).
     pub fn fail_next(&self, error: MeteringError) {
         lock(&self.state).next_errors.push_back(error);

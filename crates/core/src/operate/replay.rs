@@ -3,9 +3,12 @@
 //! it already holds (its `sentQuantity` stays, so no late row folds in), and only when a
 //! second send can succeed.
 
-use crate::model::{AggregatedRecord, AggregatedStatus};
+use serde::Serialize;
+
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey};
 use crate::pipeline::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
-use crate::time::{Instant, bucket_expired};
+use crate::ports::{AggregatedStore, OperatorStore, PortError};
+use crate::time::{HourBucket, Instant, bucket_expired};
 
 /// Why a record is not replayed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +85,100 @@ pub fn check_replay(record: &AggregatedRecord, now: Instant) -> Result<(), Repla
         });
     }
     Ok(())
+}
+
+/// Which records to replay.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// These groups.
+    Groups(Vec<GroupKey>),
+    /// Every `Error` record of usage hours from this one.
+    FailedSince(HourBucket),
+}
+
+/// What happened to one record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplayLine {
+    /// The group (`license|account|dimension|hour`).
+    pub group: String,
+    /// `replayed`, `would replay` (dry run) or `refused`.
+    pub result: &'static str,
+    /// The quantity it is sent with.
+    pub quantity: Option<i64>,
+    /// Why it was refused.
+    pub why: Option<String>,
+}
+
+/// Replays the selection at `now` (with `dry_run`, only says what it would do): each
+/// record is read, checked ([`check_replay`]) and put back under the condition that it
+/// is still as read ([`OperatorStore::replay`]).
+pub async fn replay(
+    aggregated: &dyn AggregatedStore,
+    operator: &dyn OperatorStore,
+    selection: &Selection,
+    now: Instant,
+    dry_run: bool,
+) -> Result<Vec<ReplayLine>, PortError> {
+    let mut found: Vec<Result<AggregatedRecord, GroupKey>> = Vec::new();
+    match selection {
+        Selection::Groups(keys) => {
+            for key in keys {
+                found.push(aggregated.get(key).await?.ok_or_else(|| key.clone()));
+            }
+        }
+        Selection::FailedSince(since) => {
+            let mut cursor = None;
+            loop {
+                let page = operator.records_page(None, cursor).await?;
+                found.extend(
+                    page.items
+                        .into_iter()
+                        .filter(|r| r.status == AggregatedStatus::Error && r.key.hour >= *since)
+                        .map(Ok),
+                );
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    for record in found {
+        let record = match record {
+            Ok(record) => record,
+            Err(key) => {
+                lines.push(ReplayLine {
+                    group: key.to_string(),
+                    result: "refused",
+                    quantity: None,
+                    why: Some(
+                        "no aggregated record for this group (check the key with `awsmp inspect license`)"
+                            .into(),
+                    ),
+                });
+                continue;
+            }
+        };
+        let group = record.key.to_string();
+        let quantity = Some(record.quantity_to_send());
+        let line = |result, why: Option<String>| ReplayLine {
+            group: group.clone(),
+            result,
+            quantity,
+            why,
+        };
+        lines.push(match check_replay(&record, now) {
+            Err(refusal) => line("refused", Some(refusal.to_string())),
+            Ok(()) if dry_run => line("would replay", None),
+            Ok(()) if operator.replay(&record, now).await? => line("replayed", None),
+            Ok(()) => line(
+                "refused",
+                Some(ReplayRefusal::Changed { key: group.clone() }.to_string()),
+            ),
+        });
+    }
+    Ok(lines)
 }
 
 #[cfg(test)]
