@@ -119,6 +119,11 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         "{}",
         shown.text
     );
+    assert!(
+        shown.text.contains("limits: busiest hour 2026-11-30T08: 2 records, 0.0% of the 660000 per hour"),
+        "{}",
+        shown.text
+    );
     let json: serde_json::Value =
         serde_json::from_str(&ops::status::render(&place, &report, Format::Json).text).unwrap();
     assert_eq!(json["region"], "us-east-1");

@@ -126,6 +126,23 @@ fn human(place: &Place, report: &StatusReport) -> String {
         "subscribers deprovisioning: {}\n",
         report.deprovisioning
     ));
+    let limits = &report.limits;
+    if let Some((hour, rows)) = limits.busiest_ingest_hour {
+        out.push_str(&format!(
+            "limits: busiest ingest hour {hour}: {rows} rows, {}.{}% of the {} rows/s one metering_pending key takes\n",
+            limits.ingest_per_mille / 10,
+            limits.ingest_per_mille % 10,
+            awsmp_core::operate::status::PENDING_KEY_ROWS_PER_SECOND
+        ));
+    }
+    if let Some((hour, records)) = limits.busiest_records_hour {
+        out.push_str(&format!(
+            "limits: busiest hour {hour}: {records} records, {}.{}% of the {} per hour the submitter sends at 10 requests/s\n",
+            limits.records_per_mille / 10,
+            limits.records_per_mille % 10,
+            awsmp_core::operate::status::SUBMITTER_RECORDS_PER_HOUR
+        ));
+    }
     if report.attention.is_empty() {
         out.push_str("nothing needs attention\n");
     } else {

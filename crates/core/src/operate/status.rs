@@ -71,6 +71,26 @@ pub struct Attention {
     pub message: String,
 }
 
+/// Raw rows per second one hour's `metering_pending` key takes (one partition's
+/// 1,000 WCU/s at <= 1 KB a row; docs/performance.md, "Scale on paper").
+pub const PENDING_KEY_ROWS_PER_SECOND: u64 = 1_000;
+/// Records per hour one submitter sends at the full quota (10 requests/s x 25 records,
+/// one 240 s run every 5 minutes: 220 s x 250 x 12).
+pub const SUBMITTER_RECORDS_PER_HOUR: u64 = 660_000;
+
+/// How close the busiest hour of the window came to each documented limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// The hour with the most raw rows, and how many.
+    pub busiest_ingest_hour: Option<(HourBucket, u64)>,
+    /// Its rows as thousandths of what one `metering_pending` key takes in an hour.
+    pub ingest_per_mille: u64,
+    /// The hour with the most aggregated records, and how many.
+    pub busiest_records_hour: Option<(HourBucket, u64)>,
+    /// Its records as thousandths of what the submitter sends in an hour at the quota.
+    pub records_per_mille: u64,
+}
+
 /// One Region's status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
@@ -93,6 +113,8 @@ pub struct StatusReport {
     pub queues: Vec<QueueDepth>,
     /// Subscribers in their final-usage window (deprovisioning).
     pub deprovisioning: u64,
+    /// How close the busiest hour came to the documented limits.
+    pub limits: Limits,
     /// What needs attention, most urgent first.
     pub attention: Vec<Attention>,
 }
@@ -178,10 +200,44 @@ pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusRepor
         records_unreadable: inputs.records_unreadable,
         queues: inputs.queues.to_vec(),
         deprovisioning: inputs.deprovisioning,
+        limits: Limits {
+            busiest_ingest_hour: None,
+            ingest_per_mille: 0,
+            busiest_records_hour: None,
+            records_per_mille: 0,
+        },
         attention: Vec::new(),
     };
+    report.limits = limits(&report.hours);
     report.attention = attention(&report);
     report
+}
+
+fn limits(hours: &BTreeMap<HourBucket, HourCounts>) -> Limits {
+    let busiest = |count: fn(&HourCounts) -> u64| {
+        hours
+            .iter()
+            .map(|(h, c)| (*h, count(c)))
+            .filter(|(_, n)| *n > 0)
+            .max_by_key(|(h, n)| (*n, std::cmp::Reverse(*h)))
+    };
+    let ingest = busiest(|c| c.rows_pending + c.rows_counted + c.rows_rejected + c.rows_expired);
+    let records = busiest(|c| {
+        c.records_pending
+            + c.records_billed
+            + c.records_error
+            + c.records_not_subscribed
+            + c.records_expired
+            + c.records_dry_run
+    });
+    let per_mille = |n: u64, of: u64| n.saturating_mul(1000) / of;
+    Limits {
+        ingest_per_mille: ingest
+            .map_or(0, |(_, n)| per_mille(n, PENDING_KEY_ROWS_PER_SECOND * 3600)),
+        busiest_ingest_hour: ingest,
+        records_per_mille: records.map_or(0, |(_, n)| per_mille(n, SUBMITTER_RECORDS_PER_HOUR)),
+        busiest_records_hour: records,
+    }
 }
 
 fn attention(report: &StatusReport) -> Vec<Attention> {
@@ -254,6 +310,19 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
             Urgency::Info,
             format!(
                 "{not_subscribed} record(s) CustomerNotSubscribed (final, not retried): `awsmp inspect license ARN`"
+            ),
+        );
+    }
+    let limits = &report.limits;
+    if limits.ingest_per_mille >= 500 || limits.records_per_mille >= 500 {
+        add(
+            Urgency::Warning,
+            format!(
+                "the busiest hour used {}.{}% of one hour's metering_pending key and {}.{}% of the submitter's hourly quota: see docs/performance.md, \"Scale on paper\" (direct-submit, batching, a quota increase)",
+                limits.ingest_per_mille / 10,
+                limits.ingest_per_mille % 10,
+                limits.records_per_mille / 10,
+                limits.records_per_mille % 10
             ),
         );
     }
@@ -350,6 +419,11 @@ mod tests {
             report.attention
         );
         assert!(report.attention.iter().any(|a| a.message.contains("DLQ")));
+        assert_eq!(
+            report.limits.busiest_records_hour,
+            Some(("2026-11-30T10".parse().unwrap(), 1))
+        );
+        assert_eq!(report.limits.records_per_mille, 0);
         assert!(
             report
                 .attention
