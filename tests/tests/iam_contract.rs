@@ -481,6 +481,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                     request: Authorization {
                         action: action.to_string(),
                         resource: queue.clone(),
+                        attributes: Vec::new(),
                     },
                     because: "its SQS event source mapping".to_string(),
                 });
@@ -492,6 +493,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                     request: Authorization {
                         action: action.to_string(),
                         resource: format!("{group}:log-stream:2026/11/30/[$LATEST]0123abcd"),
+                        attributes: Vec::new(),
                     },
                     because: "Lambda writing its LoggingConfig.LogGroup".to_string(),
                 });
@@ -507,7 +509,11 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                 .push(&need.because);
         }
         for (request, because) in &requests {
-            let decision = wiring.policy.evaluate(&request.action, &request.resource);
+            let decision = wiring.policy.evaluate_with(
+                &request.action,
+                &request.resource,
+                &request.attributes,
+            );
             summary.push_str(&format!(
                 "  {function:<20} {:<34} {:<100} {}\n",
                 request.action,

@@ -95,6 +95,11 @@ pub struct Authorization {
     pub action: String,
     /// The resource ARN, or `*` for actions without resource-level permissions.
     pub resource: String,
+    /// The `dynamodb:Attributes` condition key of a single `UpdateItem`: its key
+    /// attributes and every attribute its expressions name (through
+    /// `ExpressionAttributeNames`, which the adapters use for every name), sorted. Empty
+    /// for every other request.
+    pub attributes: Vec<String>,
 }
 
 impl Authorization {
@@ -102,6 +107,7 @@ impl Authorization {
         Authorization {
             action: action.into(),
             resource: resource.into(),
+            attributes: Vec::new(),
         }
     }
 }
@@ -262,10 +268,29 @@ impl RecordedCall {
                 {
                     resource = format!("{resource}/index/{index}");
                 }
-                Ok(vec![Authorization::new(
-                    format!("dynamodb:{operation}"),
-                    resource,
-                )])
+                let mut request = Authorization::new(format!("dynamodb:{operation}"), resource);
+                if operation == "UpdateItem" {
+                    let names = |field: &str| -> Vec<String> {
+                        self.body
+                            .get(field)
+                            .and_then(Value::as_object)
+                            .map(|m| match field {
+                                "Key" => m.keys().cloned().collect(),
+                                _ => m
+                                    .values()
+                                    .filter_map(Value::as_str)
+                                    .map(str::to_string)
+                                    .collect(),
+                            })
+                            .unwrap_or_default()
+                    };
+                    let mut attributes = names("Key");
+                    attributes.extend(names("ExpressionAttributeNames"));
+                    attributes.sort();
+                    attributes.dedup();
+                    request.attributes = attributes;
+                }
+                Ok(vec![request])
             }
         }
     }

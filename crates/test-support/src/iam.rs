@@ -10,7 +10,10 @@
 //! resources case-sensitively, both with the `*` and `?` wildcards. A statement with a
 //! `Condition` cannot be decided without the request context: an `Allow` with one
 //! never allows here and a `Deny` with one always denies (the strict reading), so a
-//! grant that depends on a condition is reported as missing rather than assumed.
+//! grant that depends on a condition is reported as missing rather than assumed. The
+//! one condition decided is an `Allow`'s `ForAllValues:StringEquals` on
+//! `dynamodb:Attributes` alone, against the attributes the request names
+//! ([`Policy::evaluate_with`]): it allows when every one is listed.
 //!
 //! What the evaluator cannot read is an error, never an assumption: SAM policy
 //! templates (`Policies` on a function), `ManagedPolicyArns`, a permissions boundary.
@@ -44,8 +47,11 @@ pub struct Statement {
     pub resources: Vec<String>,
     /// Whether `resources` is a `NotResource`.
     pub not_resource: bool,
-    /// Whether it has a `Condition`.
+    /// Whether it has a `Condition` this evaluator cannot decide.
     pub conditional: bool,
+    /// The attributes of a `ForAllValues:StringEquals` `dynamodb:Attributes` condition,
+    /// when that is the statement's only condition.
+    pub allowed_attributes: Option<Vec<String>>,
 }
 
 /// Whether `text` matches the IAM `pattern` (`*` = any run, `?` = any one character).
@@ -148,6 +154,23 @@ impl Statement {
                 "statement {sid}: a Principal has no place in an identity policy"
             ));
         }
+        let allowed_attributes = value
+            .get("Condition")
+            .and_then(Value::as_mapping)
+            .filter(|c| c.len() == 1)
+            .and_then(|c| c.get("ForAllValues:StringEquals"))
+            .and_then(Value::as_mapping)
+            .filter(|c| c.len() == 1)
+            .and_then(|c| c.get("dynamodb:Attributes"))
+            .and_then(Value::as_sequence)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|_| effect == Effect::Allow);
         Ok(Statement {
             sid,
             effect,
@@ -155,7 +178,8 @@ impl Statement {
             not_action,
             resources,
             not_resource,
-            conditional: value.get("Condition").is_some(),
+            conditional: value.get("Condition").is_some() && allowed_attributes.is_none(),
+            allowed_attributes,
         })
     }
 }
@@ -217,8 +241,15 @@ impl Policy {
         })
     }
 
-    /// IAM's decision for `action` on `resource`.
+    /// IAM's decision for `action` on `resource`, for a request naming no attributes.
     pub fn evaluate(&self, action: &str, resource: &str) -> Decision {
+        self.evaluate_with(action, resource, &[])
+    }
+
+    /// IAM's decision for `action` on `resource` for a request whose
+    /// `dynamodb:Attributes` are `attributes` (empty: the request names none, and a
+    /// statement conditioned on them does not allow it).
+    pub fn evaluate_with(&self, action: &str, resource: &str, attributes: &[String]) -> Decision {
         if let Some(deny) = self
             .statements
             .iter()
@@ -233,14 +264,24 @@ impl Policy {
             .iter()
             .filter(|s| s.effect == Effect::Allow && s.applies(action, resource))
             .collect();
+        let decided = |s: &Statement| match &s.allowed_attributes {
+            None => !s.conditional,
+            Some(allowed) => {
+                !attributes.is_empty() && attributes.iter().all(|a| allowed.contains(a))
+            }
+        };
         let by: Vec<String> = applying
             .iter()
-            .filter(|s| !s.conditional)
+            .filter(|s| decided(s))
             .map(|s| s.sid.clone())
             .collect();
         if by.is_empty() {
             Decision::ImplicitDeny {
-                conditional: applying.iter().map(|s| s.sid.clone()).collect(),
+                conditional: applying
+                    .iter()
+                    .filter(|s| s.conditional || s.allowed_attributes.is_some())
+                    .map(|s| s.sid.clone())
+                    .collect(),
             }
         } else {
             Decision::Allowed { by }
@@ -586,6 +627,38 @@ Statement:
             }
         );
         assert_eq!(p.grants().len(), 2);
+    }
+
+    #[test]
+    fn an_attributes_condition_allows_only_the_attributes_it_lists() {
+        let p = policy(
+            r#"
+Statement:
+  - Sid: FewAttributes
+    Effect: Allow
+    Action: dynamodb:UpdateItem
+    Resource: t
+    Condition:
+      ForAllValues:StringEquals:
+        dynamodb:Attributes: [pk, sk, a]
+"#,
+        );
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(matches!(
+            p.evaluate_with("dynamodb:UpdateItem", "t", &names(&["pk", "sk", "a"])),
+            Decision::Allowed { .. }
+        ));
+        // One attribute more, or no attributes known: not allowed.
+        assert_eq!(
+            p.evaluate_with("dynamodb:UpdateItem", "t", &names(&["pk", "sk", "a", "b"])),
+            Decision::ImplicitDeny {
+                conditional: vec!["FewAttributes".into()]
+            }
+        );
+        assert!(matches!(
+            p.evaluate("dynamodb:UpdateItem", "t"),
+            Decision::ImplicitDeny { .. }
+        ));
     }
 
     #[test]
