@@ -126,7 +126,9 @@ impl TrailEvents for SdkTrailEvents {
             .collect();
         Ok(TrailPage::from_raw(
             raw,
-            out.next_token().map(str::to_string).filter(|t| !t.is_empty()),
+            out.next_token()
+                .map(str::to_string)
+                .filter(|t| !t.is_empty()),
         ))
     }
 }

@@ -200,7 +200,8 @@ pub async fn reconcile_report(
                 covered
             }
             .max(HourBucket::containing(month_start));
-            let to = HourBucket::containing(month_end).min(HourBucket::containing(now).plus_hours(1));
+            let to =
+                HourBucket::containing(month_end).min(HourBucket::containing(now).plus_hours(1));
             let window = TrailWindow {
                 from,
                 to,
@@ -253,7 +254,9 @@ pub async fn reconcile_report(
     let mut out = String::new();
     match &trail_window {
         Some(w) => out.push_str(&window_lines(&args.region, w)),
-        None => out.push_str("SDDS Daily Usage feed (joined through the Account and Product feeds)\n"),
+        None => {
+            out.push_str("SDDS Daily Usage feed (joined through the Account and Product feeds)\n")
+        }
     }
     out.push_str(&format!(
         "Month {month}: compared {from} to {to} (excluded); {} keys, {} agree\n",
@@ -288,7 +291,12 @@ pub async fn reconcile_report(
                     d.key
                         .license
                         .as_deref()
-                        .map(|l| l.split(", ").map(short_license).collect::<Vec<_>>().join(", "))
+                        .map(|l| {
+                            l.split(", ")
+                                .map(short_license)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
                         .unwrap_or_else(|| "-".into()),
                     d.key.dimension.clone(),
                     d.key.period.to_string(),

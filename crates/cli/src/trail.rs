@@ -275,7 +275,11 @@ pub async fn trail_report(
                         (Some(s), Some(q)) => format!("{s} {q}"),
                         _ => "-".into(),
                     },
-                    if r.consistent { "ok".into() } else { "CHECK".into() },
+                    if r.consistent {
+                        "ok".into()
+                    } else {
+                        "CHECK".into()
+                    },
                     r.note.clone(),
                 ]
             })

@@ -19,7 +19,9 @@ use awsmp_core::reconcile::{
     EVENT_SOURCE, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event, read_trail,
 };
 use awsmp_core::time::{HourBucket, Instant};
-use awsmp_marketplace_sim::{ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig};
+use awsmp_marketplace_sim::{
+    ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig,
+};
 use awsmp_test_support::SimServer;
 use chrono::{DateTime, Duration, Utc};
 use ct::error::ProvideErrorMetadata;
@@ -119,9 +121,10 @@ async fn bill(server: &SimServer) -> (MemoryTables, Vec<GroupKey>) {
             RecordVerdict::Success { metering_record_id } => {
                 (AggregatedStatus::Success, Some(metering_record_id.clone()))
             }
-            RecordVerdict::DuplicateRecord { metering_record_id } => {
-                (AggregatedStatus::DuplicateRecord, metering_record_id.clone())
-            }
+            RecordVerdict::DuplicateRecord { metering_record_id } => (
+                AggregatedStatus::DuplicateRecord,
+                metering_record_id.clone(),
+            ),
             other => panic!("unexpected verdict {other:?}"),
         };
         tables.insert_aggregated(
@@ -152,12 +155,19 @@ async fn bill(server: &SimServer) -> (MemoryTables, Vec<GroupKey>) {
     store(&c, 7, &first[2]);
     server.handle().advance_clock(60);
     // A lost answer re-sent: DuplicateRecord with the original id.
-    let again = api.batch_meter_usage(&[metering(&b, 5), metering(&d, 3)]).await.unwrap();
+    let again = api
+        .batch_meter_usage(&[metering(&b, 5), metering(&d, 3)])
+        .await
+        .unwrap();
     store(&b, 5, &again[0]);
     store(&d, 3, &again[1]);
     server.handle().advance_clock(60);
     let refused = group(LICENSE, ACCOUNT, "Requests", "2026-03-15T11");
-    assert!(api.batch_meter_usage(&[metering(&refused, 1)]).await.is_err());
+    assert!(
+        api.batch_meter_usage(&[metering(&refused, 1)])
+            .await
+            .is_err()
+    );
     (tables, vec![a, b, c, d])
 }
 
@@ -183,11 +193,18 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
     assert_eq!(pages.len(), 2);
     let events: Vec<_> = pages.iter().flat_map(|p| p.events().to_vec()).collect();
     assert_eq!(events.len(), 3);
-    let times: Vec<i64> = events.iter().map(|e| e.event_time().unwrap().secs()).collect();
+    let times: Vec<i64> = events
+        .iter()
+        .map(|e| e.event_time().unwrap().secs())
+        .collect();
     assert_eq!(
         times,
-        [start_time() + Duration::minutes(2), start_time() + Duration::minutes(1), start_time()]
-            .map(|t| t.timestamp())
+        [
+            start_time() + Duration::minutes(2),
+            start_time() + Duration::minutes(1),
+            start_time()
+        ]
+        .map(|t| t.timestamp())
     );
     for e in &events {
         assert_eq!(e.event_name(), Some("BatchMeterUsage"));
@@ -199,31 +216,49 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
         .map(|e| parse_cloudtrail_event(e.cloud_trail_event().unwrap()).unwrap())
         .collect();
     assert!(parsed.iter().all(|p| p.problems.is_empty()), "{parsed:#?}");
-    assert_eq!(parsed[0].error.as_ref().unwrap().code, "InvalidUsageDimensionException");
-    assert_eq!(parsed[0].records[0].outcome.label(), "InvalidUsageDimensionException");
+    assert_eq!(
+        parsed[0].error.as_ref().unwrap().code,
+        "InvalidUsageDimensionException"
+    );
+    assert_eq!(
+        parsed[0].records[0].outcome.label(),
+        "InvalidUsageDimensionException"
+    );
     assert_eq!(parsed[1].records[0].outcome.label(), "DuplicateRecord");
     let first = &parsed[2];
     assert_eq!(first.region.as_deref(), Some("us-east-1"));
-    assert_eq!(first.product_code, None, "LicenseArn calls send no ProductCode");
+    assert_eq!(
+        first.product_code, None,
+        "LicenseArn calls send no ProductCode"
+    );
     assert_eq!(first.records.len(), 3);
     let record = &first.records[0];
     assert_eq!(record.submitted.license_arn.as_deref(), Some(LICENSE));
-    assert_eq!(record.submitted.customer_aws_account_id.as_deref(), Some(ACCOUNT));
+    assert_eq!(
+        record.submitted.customer_aws_account_id.as_deref(),
+        Some(ACCOUNT)
+    );
     assert_eq!(record.submitted.timestamp, at("2026-03-15T11:00:00Z"));
     assert!(matches!(
         &record.outcome,
-        TrailOutcome::Result { status: TrailStatus::Success, metering_record_id: Some(_) }
+        TrailOutcome::Result {
+            status: TrailStatus::Success,
+            metering_record_id: Some(_)
+        }
     ));
     let raw: serde_json::Value =
         serde_json::from_str(events[2].cloud_trail_event().unwrap()).unwrap();
     assert_eq!(
-        raw["requestParameters"]["usageRecords"][0]["timestamp"],
-        "Mar 15, 2026 11:00:00 AM",
+        raw["requestParameters"]["usageRecords"][0]["timestamp"], "Mar 15, 2026 11:00:00 AM",
         "CloudTrail writes record timestamps as text"
     );
     // The simulator's ledger and the trail agree on the record id.
     let ledger = server.handle().ledger();
-    let TrailOutcome::Result { metering_record_id: Some(id), .. } = &record.outcome else {
+    let TrailOutcome::Result {
+        metering_record_id: Some(id),
+        ..
+    } = &record.outcome
+    else {
         unreachable!()
     };
     assert!(ledger.records.iter().any(|r| &r.metering_record_id == id));
@@ -231,7 +266,9 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
     // Time filters: only the calls from one minute after the first.
     let later = client
         .lookup_events()
-        .start_time(SdkDateTime::from_secs((start_time() + Duration::seconds(30)).timestamp()))
+        .start_time(SdkDateTime::from_secs(
+            (start_time() + Duration::seconds(30)).timestamp(),
+        ))
         .send()
         .await
         .unwrap();
@@ -239,7 +276,9 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
     let window = client
         .lookup_events()
         .start_time(SdkDateTime::from_secs(start_time().timestamp()))
-        .end_time(SdkDateTime::from_secs((start_time() + Duration::seconds(90)).timestamp()))
+        .end_time(SdkDateTime::from_secs(
+            (start_time() + Duration::seconds(90)).timestamp(),
+        ))
         .send()
         .await
         .unwrap();
@@ -270,9 +309,14 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
 
     // Our adapter reads all of it.
     let adapter = SdkTrailEvents::new(client.clone());
-    let log = read_trail(&adapter, start_time() - Duration::hours(1), start_time() + Duration::hours(1), |_| {})
-        .await
-        .unwrap();
+    let log = read_trail(
+        &adapter,
+        start_time() - Duration::hours(1),
+        start_time() + Duration::hours(1),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(log.events.len(), 3);
     assert!(log.unreadable.is_empty());
 
@@ -294,8 +338,18 @@ async fn lookup_events_refuses_what_cloudtrail_refuses() {
     let client = trail_client(&server, "us-east-1");
     let code = |e: &dyn ProvideErrorMetadata| e.code().map(str::to_string);
 
-    let err = client.lookup_events().max_results(51).send().await.unwrap_err();
-    assert!(err.as_service_error().unwrap().is_invalid_max_results_exception(), "{err:?}");
+    let err = client
+        .lookup_events()
+        .max_results(51)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        err.as_service_error()
+            .unwrap()
+            .is_invalid_max_results_exception(),
+        "{err:?}"
+    );
 
     let err = client
         .lookup_events()
@@ -304,16 +358,26 @@ async fn lookup_events_refuses_what_cloudtrail_refuses() {
         .send()
         .await
         .unwrap_err();
-    assert!(err.as_service_error().unwrap().is_invalid_lookup_attributes_exception());
+    assert!(
+        err.as_service_error()
+            .unwrap()
+            .is_invalid_lookup_attributes_exception()
+    );
 
     let err = client
         .lookup_events()
         .start_time(SdkDateTime::from_secs(start_time().timestamp()))
-        .end_time(SdkDateTime::from_secs((start_time() - Duration::hours(1)).timestamp()))
+        .end_time(SdkDateTime::from_secs(
+            (start_time() - Duration::hours(1)).timestamp(),
+        ))
         .send()
         .await
         .unwrap_err();
-    assert!(err.as_service_error().unwrap().is_invalid_time_range_exception());
+    assert!(
+        err.as_service_error()
+            .unwrap()
+            .is_invalid_time_range_exception()
+    );
 
     // A token is bound to the parameters it came with.
     let first = client.lookup_events().max_results(1).send().await.unwrap();
@@ -327,14 +391,32 @@ async fn lookup_events_refuses_what_cloudtrail_refuses() {
         .await
         .unwrap_err();
     let service = err.as_service_error().unwrap();
-    assert!(service.is_invalid_next_token_exception(), "{:?}", code(service));
-    let second = client.lookup_events().max_results(1).next_token(token).send().await.unwrap();
+    assert!(
+        service.is_invalid_next_token_exception(),
+        "{:?}",
+        code(service)
+    );
+    let second = client
+        .lookup_events()
+        .max_results(1)
+        .next_token(token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(second.events().len(), 1);
     assert_ne!(second.events()[0].event_id(), first.events()[0].event_id());
 
     // Event History keeps 90 days: a call older than that is gone.
     server.handle().advance_clock(91 * 24 * 3600);
-    assert!(client.lookup_events().send().await.unwrap().events().is_empty());
+    assert!(
+        client
+            .lookup_events()
+            .send()
+            .await
+            .unwrap()
+            .events()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -357,8 +439,17 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
     // THEN every answer agrees with our records (the refused call billed nothing)
     let lines: Vec<&str> = shown.text.lines().collect();
     assert!(!shown.attention, "{}", shown.text);
-    assert_eq!(lines.iter().filter(|l| l.contains("| ok ")).count(), 6, "{}", shown.text);
-    assert!(shown.text.contains("InvalidUsageDimensionException"), "{}", shown.text);
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("| ok ")).count(),
+        6,
+        "{}",
+        shown.text
+    );
+    assert!(
+        shown.text.contains("InvalidUsageDimensionException"),
+        "{}",
+        shown.text
+    );
 
     let args = ReconcileArgs {
         month: Some("2026-03".into()),
@@ -366,15 +457,29 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
         json: true,
         ..ReconcileArgs::default()
     };
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None).await.unwrap();
-    assert_eq!(ours.len(), 4);
-    let clean = reconcile_report(AwsRecords::CloudTrail(&trail), &ours, &malformed, &args, now)
+    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
         .await
         .unwrap();
+    assert_eq!(ours.len(), 4);
+    let clean = reconcile_report(
+        AwsRecords::CloudTrail(&trail),
+        &ours,
+        &malformed,
+        &args,
+        now,
+    )
+    .await
+    .unwrap();
     assert!(!clean.attention, "{}", clean.text);
     let doc: serde_json::Value = serde_json::from_str(&clean.text).unwrap();
     assert_eq!(doc["reconciliation"]["agreed"], 4);
-    assert_eq!(doc["reconciliation"]["discrepancies"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        doc["reconciliation"]["discrepancies"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
 
     // WHEN our table is tampered: one quantity changed, one record we claim billed
     // that never was, one billed record gone from our table
@@ -394,12 +499,23 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
     invented.key = group(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T09");
     invented.metering_record_id = Some("never-sent".into());
     tables.insert_aggregated(invented, now);
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None).await.unwrap();
-    let without_c: Vec<_> = ours.into_iter().filter(|o| o.record.key != keys[2]).collect();
-
-    let tampered = reconcile_report(AwsRecords::CloudTrail(&trail), &without_c, &malformed, &args, now)
+    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
         .await
         .unwrap();
+    let without_c: Vec<_> = ours
+        .into_iter()
+        .filter(|o| o.record.key != keys[2])
+        .collect();
+
+    let tampered = reconcile_report(
+        AwsRecords::CloudTrail(&trail),
+        &without_c,
+        &malformed,
+        &args,
+        now,
+    )
+    .await
+    .unwrap();
     // THEN each shows up as its kind, with totals
     assert!(tampered.attention);
     let doc: serde_json::Value = serde_json::from_str(&tampered.text).unwrap();
@@ -419,8 +535,16 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
     assert_eq!(
         kinds,
         [
-            ("QuantityDiffers".to_string(), "requests".to_string(), "\"40\"/\"42\"".to_string()),
-            ("MissingOnAws".into(), "storage_gb".into(), "\"3\"/null".into()),
+            (
+                "QuantityDiffers".to_string(),
+                "requests".to_string(),
+                "\"40\"/\"42\"".to_string()
+            ),
+            (
+                "MissingOnAws".into(),
+                "storage_gb".into(),
+                "\"3\"/null".into()
+            ),
             ("ExtraOnAws".into(), "requests".into(), "null/\"7\"".into()),
         ]
     );
@@ -434,19 +558,31 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
         AwsRecords::CloudTrail(&trail),
         &without_c,
         &malformed,
-        &ReconcileArgs { json: false, ..args.clone() },
+        &ReconcileArgs {
+            json: false,
+            ..args.clone()
+        },
         now,
     )
     .await
     .unwrap();
-    for needle in ["different quantity", "missing on AWS", "extra on AWS", "l-0123456789abcdef0123456789abcdef"] {
+    for needle in [
+        "different quantity",
+        "missing on AWS",
+        "extra on AWS",
+        "l-0123456789abcdef0123456789abcdef",
+    ] {
         assert!(human.text.contains(needle), "{needle}: {}", human.text);
     }
     let shown = trail_report(&trail, &tables.aggregated_store(), &trail_args, now)
         .await
         .unwrap();
     assert!(shown.attention);
-    assert!(shown.text.contains("AWS billed 42; our table says 40"), "{}", shown.text);
+    assert!(
+        shown.text.contains("AWS billed 42; our table says 40"),
+        "{}",
+        shown.text
+    );
 }
 
 #[tokio::test]
@@ -454,9 +590,13 @@ async fn a_call_made_minutes_ago_is_not_yet_visible_and_not_called_missing() {
     let server = sim().await;
     let (tables, _) = bill(&server).await;
     // Event History is about 15 minutes behind: the simulator too, when asked.
-    server.handle().set_cloudtrail_lag(chrono::TimeDelta::minutes(15));
+    server
+        .handle()
+        .set_cloudtrail_lag(chrono::TimeDelta::minutes(15));
     let trail = SdkTrailEvents::in_region(&server.sdk_config(), "us-east-1");
-    let (mut ours, malformed) = load_our_records(&tables.operator_store(), None).await.unwrap();
+    let (mut ours, malformed) = load_our_records(&tables.operator_store(), None)
+        .await
+        .unwrap();
     let now = start_time() + Duration::minutes(5);
     for o in &mut ours {
         o.recorded_at = Some(start_time());
@@ -467,10 +607,30 @@ async fn a_call_made_minutes_ago_is_not_yet_visible_and_not_called_missing() {
         json: true,
         ..ReconcileArgs::default()
     };
-    let report = reconcile_report(AwsRecords::CloudTrail(&trail), &ours, &malformed, &args, now)
-        .await
-        .unwrap();
+    let report = reconcile_report(
+        AwsRecords::CloudTrail(&trail),
+        &ours,
+        &malformed,
+        &args,
+        now,
+    )
+    .await
+    .unwrap();
     let doc: serde_json::Value = serde_json::from_str(&report.text).unwrap();
-    assert_eq!(doc["reconciliation"]["discrepancies"].as_array().unwrap().len(), 0, "{}", report.text);
-    assert_eq!(doc["reconciliation"]["not_yet_visible"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        doc["reconciliation"]["discrepancies"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0,
+        "{}",
+        report.text
+    );
+    assert_eq!(
+        doc["reconciliation"]["not_yet_visible"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
 }

@@ -7,7 +7,9 @@
 
 use std::path::PathBuf;
 
-use awsmp_cli::reconcile::{AwsRecords, ReconcileArgs, SddsFiles, load_our_records, reconcile_report};
+use awsmp_cli::reconcile::{
+    AwsRecords, ReconcileArgs, SddsFiles, load_our_records, reconcile_report,
+};
 use awsmp_cli::trail::ReportError;
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
@@ -20,14 +22,23 @@ const LICENSE_2: &str =
     "arn:aws:license-manager::123456789012:license:l-fedcba9876543210fedcba9876543210";
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/sdds").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../core/tests/fixtures/sdds")
+        .join(name)
 }
 
 fn now() -> Instant {
     "2026-03-20T08:00:00Z".parse().unwrap()
 }
 
-fn billed(tables: &MemoryTables, license: &str, account: &str, dimension: &str, hour: &str, quantity: i64) {
+fn billed(
+    tables: &MemoryTables,
+    license: &str,
+    account: &str,
+    dimension: &str,
+    hour: &str,
+    quantity: i64,
+) {
     tables.insert_aggregated(
         AggregatedRecord {
             key: GroupKey {
@@ -74,7 +85,9 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
         &fixture("product.csv"),
     )
     .unwrap();
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None).await.unwrap();
+    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
+        .await
+        .unwrap();
     let args = ReconcileArgs {
         month: Some("2026-03".into()),
         region: "us-east-1".into(),
@@ -118,23 +131,49 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
     assert_eq!(r["agreed"], 5);
     assert_eq!(r["totals"]["QuantityDiffers"]["count"], 2);
     assert_eq!(r["totals"]["QuantityDiffers"]["aws"], "48.75");
-    assert_eq!(doc["compared_to"], "2026-03-20", "up to yesterday: today is not delivered yet");
-    let problems: Vec<&str> = doc["problems"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    assert_eq!(
+        doc["compared_to"], "2026-03-20",
+        "up to yesterday: today is not delivered yet"
+    );
+    let problems: Vec<&str> = doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
     assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].starts_with("daily usage feed line 17: end_user_account_id acct-unknown"), "{problems:?}");
+    assert!(
+        problems[0].starts_with("daily usage feed line 17: end_user_account_id acct-unknown"),
+        "{problems:?}"
+    );
 
     let human = reconcile_report(
         AwsRecords::Sdds(&files),
         &ours,
         &malformed,
-        &ReconcileArgs { json: false, ..args },
+        &ReconcileArgs {
+            json: false,
+            ..args
+        },
         now(),
     )
     .await
     .unwrap();
-    assert!(human.text.contains("SDDS Daily Usage feed"), "{}", human.text);
-    assert!(human.text.contains("daily usage feed line 17"), "{}", human.text);
-    assert!(human.text.contains("| different quantity | 2 "), "{}", human.text);
+    assert!(
+        human.text.contains("SDDS Daily Usage feed"),
+        "{}",
+        human.text
+    );
+    assert!(
+        human.text.contains("daily usage feed line 17"),
+        "{}",
+        human.text
+    );
+    assert!(
+        human.text.contains("| different quantity | 2 "),
+        "{}",
+        human.text
+    );
 }
 
 #[tokio::test]

@@ -52,7 +52,8 @@ pub const ATTRIBUTE_KEYS: [&str; 8] = [
 /// Whether `target` names `LookupEvents` (either spelling).
 pub fn is_lookup_events(target: Option<&str>) -> bool {
     target.is_some_and(|t| {
-        t == LOOKUP_EVENTS_TARGET || t.strip_prefix(BOTOCORE_TARGET_PREFIX) == Some(LOOKUP_EVENTS_TARGET)
+        t == LOOKUP_EVENTS_TARGET
+            || t.strip_prefix(BOTOCORE_TARGET_PREFIX) == Some(LOOKUP_EVENTS_TARGET)
     })
 }
 
@@ -300,7 +301,10 @@ impl EventHistory {
                 if !ATTRIBUTE_KEYS.contains(&key.as_str()) {
                     return Err(invalid(
                         ApiErrorKind::InvalidLookupAttributes,
-                        format!("AttributeKey {key:?} is not one of {}", ATTRIBUTE_KEYS.join(", ")),
+                        format!(
+                            "AttributeKey {key:?} is not one of {}",
+                            ATTRIBUTE_KEYS.join(", ")
+                        ),
                     ));
                 }
                 let value = a.attribute_value.clone().unwrap_or_default();
@@ -317,7 +321,10 @@ impl EventHistory {
             match n {
                 None => Ok(None),
                 Some(n) => epoch_seconds_to_datetime(n).map(Some).ok_or_else(|| {
-                    invalid(ApiErrorKind::InvalidTimeRange, format!("{name} {n} is not a valid time"))
+                    invalid(
+                        ApiErrorKind::InvalidTimeRange,
+                        format!("{name} {n} is not a valid time"),
+                    )
                 }),
             }
         };
@@ -449,7 +456,10 @@ mod tests {
             }
         );
         assert_eq!(Caller::from_authorization(None), Caller::default());
-        assert_eq!(Caller::from_authorization(Some("Bearer x")), Caller::default());
+        assert_eq!(
+            Caller::from_authorization(Some("Bearer x")),
+            Caller::default()
+        );
     }
 
     #[test]
@@ -477,7 +487,9 @@ mod tests {
             "com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101.LookupEvents"
         )));
         assert!(!is_lookup_events(Some("CloudTrail_20131101.LookupEventz")));
-        assert!(!is_lookup_events(Some("AWSMPMeteringService.BatchMeterUsage")));
+        assert!(!is_lookup_events(Some(
+            "AWSMPMeteringService.BatchMeterUsage"
+        )));
         assert!(!is_lookup_events(None));
     }
 }

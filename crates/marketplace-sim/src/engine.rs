@@ -575,7 +575,8 @@ impl Engine {
                         }
                         RequestBody::TooLarge => None,
                     };
-                    let (event_id, request_id) = (self.trail_ids.next_id(), self.trail_ids.next_id());
+                    let (event_id, request_id) =
+                        (self.trail_ids.next_id(), self.trail_ids.next_id());
                     self.trail.record_batch_meter_usage(
                         self.clock.now(),
                         caller,

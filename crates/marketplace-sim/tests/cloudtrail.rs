@@ -45,12 +45,18 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
     // and one refused by an injected throttle
     sim.handle()
         .inject_fault(FaultSpec {
-            kind: FaultKind::LoseResponse { mode: LossMode::Http500 },
+            kind: FaultKind::LoseResponse {
+                mode: LossMode::Http500,
+            },
             count: 1,
             operation: FaultTarget::BatchMeterUsage,
         })
         .unwrap();
-    assert!(meter(&client, vec![record(10, "requests", 4)]).await.is_err());
+    assert!(
+        meter(&client, vec![record(10, "requests", 4)])
+            .await
+            .is_err()
+    );
     sim.handle().advance_clock(60);
     sim.handle()
         .inject_fault(FaultSpec {
@@ -59,9 +65,12 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
             operation: FaultTarget::BatchMeterUsage,
         })
         .unwrap();
-    meter(&client, vec![record(70, "requests", 1), record(70, "storage_gb", 2)])
-        .await
-        .unwrap();
+    meter(
+        &client,
+        vec![record(70, "requests", 1), record(70, "storage_gb", 2)],
+    )
+    .await
+    .unwrap();
     sim.handle().advance_clock(60);
     sim.handle()
         .inject_fault(FaultSpec {
@@ -70,7 +79,11 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
             operation: FaultTarget::BatchMeterUsage,
         })
         .unwrap();
-    assert!(meter(&client, vec![record(10, "storage_gb", 9)]).await.is_err());
+    assert!(
+        meter(&client, vec![record(10, "storage_gb", 9)])
+            .await
+            .is_err()
+    );
 
     // WHEN Event History is read
     let (status, page) = lookup(&sim.endpoint_url(), json!({})).await;
@@ -82,10 +95,19 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
     let throttled = records(&events[0]);
     assert_eq!(throttled["errorCode"], "ThrottlingException");
     assert_eq!(throttled["responseElements"], Value::Null);
-    assert_eq!(throttled["requestParameters"]["usageRecords"][0]["quantity"], 9);
+    assert_eq!(
+        throttled["requestParameters"]["usageRecords"][0]["quantity"],
+        9
+    );
     // the unprocessed record in unprocessedRecords, the other in results
     let partial = records(&events[1]);
-    assert_eq!(partial["responseElements"]["results"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        partial["responseElements"]["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     assert_eq!(
         partial["responseElements"]["unprocessedRecords"][0]["dimension"],
         "storage_gb"
@@ -111,7 +133,9 @@ async fn events_appear_after_the_event_history_lag() {
     let sim = start(config()).await;
     let client = client(&sim).await;
     sim.handle().set_cloudtrail_lag(TimeDelta::minutes(15));
-    meter(&client, vec![record(10, "requests", 1)]).await.unwrap();
+    meter(&client, vec![record(10, "requests", 1)])
+        .await
+        .unwrap();
     assert_eq!(sim.handle().cloudtrail_event_count(), 1);
 
     let (_, page) = lookup(&sim.endpoint_url(), json!({})).await;
@@ -130,9 +154,15 @@ async fn bad_lookups_get_cloudtrail_exceptions() {
             json!({"LookupAttributes": [{"AttributeKey": "Colour", "AttributeValue": "x"}]}),
             "InvalidLookupAttributesException",
         ),
-        (json!({"StartTime": 2000, "EndTime": 1000}), "InvalidTimeRangeException"),
+        (
+            json!({"StartTime": 2000, "EndTime": 1000}),
+            "InvalidTimeRangeException",
+        ),
         (json!({"NextToken": "made-up"}), "InvalidNextTokenException"),
-        (json!({"EventCategory": "data"}), "InvalidEventCategoryException"),
+        (
+            json!({"EventCategory": "data"}),
+            "InvalidEventCategoryException",
+        ),
         (json!({"MaxResults": "ten"}), "SerializationException"),
     ];
     for (body, expected) in cases {

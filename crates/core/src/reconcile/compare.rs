@@ -294,7 +294,11 @@ pub fn reconcile_with_trail(
     let keys: BTreeSet<&GroupKey> = ours
         .keys()
         .copied()
-        .chain(aws.iter().filter(|(_, b)| !b.by_id.is_empty()).map(|(k, _)| k))
+        .chain(
+            aws.iter()
+                .filter(|(_, b)| !b.by_id.is_empty())
+                .map(|(k, _)| k),
+        )
         .collect();
     for key in keys {
         let our = ours.get(key).copied();
@@ -339,7 +343,9 @@ pub fn reconcile_with_trail(
                         "AWS kept the first write ({a}); we were answered DuplicateRecord for {o}: something billed this hour before us"
                     )
                 } else {
-                    format!("our table says {o}, AWS billed {a}: was the record changed after it was sent?")
+                    format!(
+                        "our table says {o}, AWS billed {a}: was the record changed after it was sent?"
+                    )
                 });
             }
             (Some(_), None) => {
@@ -349,7 +355,8 @@ pub fn reconcile_with_trail(
                 d.kind = DiscrepancyKind::MissingOnAws;
                 if !visible {
                     d.note = Some(
-                        "billed minutes ago: Event History shows calls about 15 minutes late".into(),
+                        "billed minutes ago: Event History shows calls about 15 minutes late"
+                            .into(),
                     );
                     result.not_yet_visible.push(d);
                     // Neither agreed nor a discrepancy yet.
@@ -362,7 +369,9 @@ pub fn reconcile_with_trail(
                     "no Success for it in CloudTrail: was it billed from another Region or account, or before the window?".into()
                 };
                 let unknown_age = billed_by_us.is_some_and(|o| o.recorded_at.is_none());
-                if unknown_age && key.hour.start() + chrono::Duration::hours(25) > window.visible_until {
+                if unknown_age
+                    && key.hour.start() + chrono::Duration::hours(25) > window.visible_until
+                {
                     note.push_str(
                         " (if it was sent in the last 15 minutes, Event History may not show it yet: run again later)",
                     );
@@ -533,17 +542,25 @@ pub struct TrailRow {
 
 /// Joins every record of `events` (newest call first) to our record of its group.
 /// `ours` holds whatever records could be found for those groups.
-pub fn join_trail(events: &[TrailEvent], ours: &BTreeMap<GroupKey, AggregatedRecord>) -> Vec<TrailRow> {
+pub fn join_trail(
+    events: &[TrailEvent],
+    ours: &BTreeMap<GroupKey, AggregatedRecord>,
+) -> Vec<TrailRow> {
     let mut rows = Vec::new();
     let mut ordered: Vec<&TrailEvent> = events.iter().collect();
-    ordered.sort_by(|a, b| b.event_time.cmp(&a.event_time).then(a.event_id.cmp(&b.event_id)));
+    ordered.sort_by(|a, b| {
+        b.event_time
+            .cmp(&a.event_time)
+            .then(a.event_id.cmp(&b.event_id))
+    });
     for event in ordered {
         for record in &event.records {
             let key = record.submitted.group_key();
             let our = key.as_ref().and_then(|k| ours.get(k));
             let billed_by_us = our.is_some_and(|o| is_billed(o.status));
-            let same_quantity =
-                our.is_some_and(|o| Quantity::units(o.quantity_to_send()) == record.submitted.quantity);
+            let same_quantity = our.is_some_and(|o| {
+                Quantity::units(o.quantity_to_send()) == record.submitted.quantity
+            });
             let (consistent, note) = match (&record.outcome, our) {
                 (_, None) if key.is_none() => (
                     false,
@@ -561,38 +578,76 @@ pub fn join_trail(events: &[TrailEvent], ours: &BTreeMap<GroupKey, AggregatedRec
                     true,
                     format!("not billed ({}); no record in our table", outcome.label()),
                 ),
-                (TrailOutcome::Result { status: TrailStatus::Success, .. }, Some(o)) => {
+                (
+                    TrailOutcome::Result {
+                        status: TrailStatus::Success,
+                        ..
+                    },
+                    Some(o),
+                ) => {
                     if !billed_by_us {
                         (false, format!("AWS billed it; our table says {}", o.status))
                     } else if !same_quantity {
-                        (false, format!("AWS billed {}; our table says {}", record.submitted.quantity, o.quantity_to_send()))
+                        (
+                            false,
+                            format!(
+                                "AWS billed {}; our table says {}",
+                                record.submitted.quantity,
+                                o.quantity_to_send()
+                            ),
+                        )
                     } else {
                         (true, "billed".to_string())
                     }
                 }
-                (TrailOutcome::Result { status: TrailStatus::DuplicateRecord, .. }, Some(o)) => {
+                (
+                    TrailOutcome::Result {
+                        status: TrailStatus::DuplicateRecord,
+                        ..
+                    },
+                    Some(o),
+                ) => {
                     if billed_by_us {
                         (true, "already billed".to_string())
                     } else {
-                        (false, format!("AWS had it already; our table says {}", o.status))
+                        (
+                            false,
+                            format!("AWS had it already; our table says {}", o.status),
+                        )
                     }
                 }
-                (TrailOutcome::Result { status: TrailStatus::CustomerNotSubscribed, .. }, Some(o)) => (
+                (
+                    TrailOutcome::Result {
+                        status: TrailStatus::CustomerNotSubscribed,
+                        ..
+                    },
+                    Some(o),
+                ) => (
                     o.status == AggregatedStatus::CustomerNotSubscribed,
                     "not billed: the buyer is not subscribed".to_string(),
                 ),
-                (TrailOutcome::Result { status: TrailStatus::Other(s), .. }, Some(_)) => {
-                    (false, format!("unknown status {s}"))
+                (
+                    TrailOutcome::Result {
+                        status: TrailStatus::Other(s),
+                        ..
+                    },
+                    Some(_),
+                ) => (false, format!("unknown status {s}")),
+                (TrailOutcome::Unprocessed, Some(_)) => {
+                    (true, "not billed: unprocessed, retried later".to_string())
                 }
-                (TrailOutcome::Unprocessed, Some(_)) => (true, "not billed: unprocessed, retried later".to_string()),
-                (TrailOutcome::CallFailed { code }, Some(_)) => (true, format!("not billed: the call failed with {code}")),
+                (TrailOutcome::CallFailed { code }, Some(_)) => {
+                    (true, format!("not billed: the call failed with {code}"))
+                }
                 (TrailOutcome::NoResponseRecorded, Some(_)) => (
                     false,
                     "CloudTrail recorded no answer: whether it billed is unknown".to_string(),
                 ),
             };
             let aws_record_id = match &record.outcome {
-                TrailOutcome::Result { metering_record_id, .. } => metering_record_id.clone(),
+                TrailOutcome::Result {
+                    metering_record_id, ..
+                } => metering_record_id.clone(),
                 _ => None,
             };
             rows.push(TrailRow {
@@ -725,28 +780,58 @@ mod tests {
         recent_record.recorded_at = Some(at("2026-03-15T13:50:00Z"));
         let our_records = vec![
             ours(agreed.clone(), 42, AggregatedStatus::Success, "id-agreed"),
-            ours(dup_agreed.clone(), 5, AggregatedStatus::DuplicateRecord, "id-dup"),
+            ours(
+                dup_agreed.clone(),
+                5,
+                AggregatedStatus::DuplicateRecord,
+                "id-dup",
+            ),
             ours(missing.clone(), 7, AggregatedStatus::Success, "id-missing"),
             ours(extra_error.clone(), 3, AggregatedStatus::Error, ""),
             ours(differs.clone(), 10, AggregatedStatus::Success, "id-differs"),
-            ours(not_billed.clone(), 2, AggregatedStatus::CustomerNotSubscribed, ""),
+            ours(
+                not_billed.clone(),
+                2,
+                AggregatedStatus::CustomerNotSubscribed,
+                "",
+            ),
             ours(outside.clone(), 99, AggregatedStatus::Success, "id-outside"),
             recent_record,
         ];
         let trail = vec![
-            call("e1", "2026-03-15T11:05:00Z", &[
-                (&agreed, 42, "Success", "id-agreed"),
-                (&dup_agreed, 5, "Success", "id-dup"),
-            ]),
+            call(
+                "e1",
+                "2026-03-15T11:05:00Z",
+                &[
+                    (&agreed, 42, "Success", "id-agreed"),
+                    (&dup_agreed, 5, "Success", "id-dup"),
+                ],
+            ),
             // A lost answer re-sent: DuplicateRecord with the original id.
-            call("e2", "2026-03-15T11:20:00Z", &[(&dup_agreed, 5, "DuplicateRecord", "id-dup")]),
-            call("e3", "2026-03-15T12:05:00Z", &[
-                (&extra_unknown, 6, "Success", "id-x"),
-                (&extra_error, 3, "Success", "id-e"),
-                (&not_billed, 2, "CustomerNotSubscribed", ""),
-            ]),
-            call("e4", "2026-03-15T13:05:00Z", &[(&differs, 12, "Success", "id-differs")]),
-            call("e5", "2026-03-15T00:10:00Z", &[(&outside, 99, "Success", "id-outside")]),
+            call(
+                "e2",
+                "2026-03-15T11:20:00Z",
+                &[(&dup_agreed, 5, "DuplicateRecord", "id-dup")],
+            ),
+            call(
+                "e3",
+                "2026-03-15T12:05:00Z",
+                &[
+                    (&extra_unknown, 6, "Success", "id-x"),
+                    (&extra_error, 3, "Success", "id-e"),
+                    (&not_billed, 2, "CustomerNotSubscribed", ""),
+                ],
+            ),
+            call(
+                "e4",
+                "2026-03-15T13:05:00Z",
+                &[(&differs, 12, "Success", "id-differs")],
+            ),
+            call(
+                "e5",
+                "2026-03-15T00:10:00Z",
+                &[(&outside, 99, "Success", "id-outside")],
+            ),
         ];
 
         let r = reconcile_with_trail(&our_records, &trail, &window());
@@ -765,13 +850,36 @@ mod tests {
             .collect();
         let s = |v: &str| Some(v.to_string());
         let expected = vec![
-            (DiscrepancyKind::MissingOnAws, "111122223333|requests|2026-03-15T11".into(), s("7"), None),
-            (DiscrepancyKind::QuantityDiffers, "111122223333|requests|2026-03-15T12".into(), s("10"), s("12")),
-            (DiscrepancyKind::ExtraOnAws, "111122223333|storage_gb|2026-03-15T11".into(), None, s("3")),
-            (DiscrepancyKind::ExtraOnAws, "444455556666|requests|2026-03-15T11".into(), None, s("6")),
+            (
+                DiscrepancyKind::MissingOnAws,
+                "111122223333|requests|2026-03-15T11".into(),
+                s("7"),
+                None,
+            ),
+            (
+                DiscrepancyKind::QuantityDiffers,
+                "111122223333|requests|2026-03-15T12".into(),
+                s("10"),
+                s("12"),
+            ),
+            (
+                DiscrepancyKind::ExtraOnAws,
+                "111122223333|storage_gb|2026-03-15T11".into(),
+                None,
+                s("3"),
+            ),
+            (
+                DiscrepancyKind::ExtraOnAws,
+                "444455556666|requests|2026-03-15T11".into(),
+                None,
+                s("6"),
+            ),
         ];
         assert_eq!(got, expected);
-        assert_eq!(r.agreed, 2, "the Success and the lost-answer DuplicateRecord");
+        assert_eq!(
+            r.agreed, 2,
+            "the Success and the lost-answer DuplicateRecord"
+        );
         assert_eq!(r.compared, 7, "not-yet-visible keys are compared too");
         assert_eq!(r.not_yet_visible.len(), 1);
         assert_eq!(r.not_yet_visible[0].key.dimension, "storage_gb");
@@ -779,7 +887,10 @@ mod tests {
         assert_eq!(total(DiscrepancyKind::MissingOnAws).count, 1);
         assert_eq!(total(DiscrepancyKind::ExtraOnAws).count, 2);
         assert_eq!(total(DiscrepancyKind::ExtraOnAws).aws, Quantity::units(9));
-        assert_eq!(total(DiscrepancyKind::QuantityDiffers).ours, Quantity::units(10));
+        assert_eq!(
+            total(DiscrepancyKind::QuantityDiffers).ours,
+            Quantity::units(10)
+        );
         let error_note = r.discrepancies[2].note.as_deref().unwrap();
         assert!(error_note.contains("our table says Error"), "{error_note}");
         assert!(!r.is_clean());
@@ -837,18 +948,53 @@ mod tests {
     fn sdds_days_are_compared_per_account_product_dimension_and_day() {
         let our_records = vec![
             // Day 15, requests: 10 + 32 over two hours and two licenses = 42.
-            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-15T10"), 10, AggregatedStatus::Success, "a"),
-            ours(key(LICENSE_2, ACCOUNT, "requests", "2026-03-15T23"), 32, AggregatedStatus::DuplicateRecord, "b"),
+            ours(
+                key(LICENSE, ACCOUNT, "requests", "2026-03-15T10"),
+                10,
+                AggregatedStatus::Success,
+                "a",
+            ),
+            ours(
+                key(LICENSE_2, ACCOUNT, "requests", "2026-03-15T23"),
+                32,
+                AggregatedStatus::DuplicateRecord,
+                "b",
+            ),
             // Not billed: not counted.
-            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-15T11"), 1000, AggregatedStatus::Error, ""),
+            ours(
+                key(LICENSE, ACCOUNT, "requests", "2026-03-15T11"),
+                1000,
+                AggregatedStatus::Error,
+                "",
+            ),
             // Day 15, storage: 7 vs the feed's 7.004 (rounding): agreed.
-            ours(key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T01"), 7, AggregatedStatus::Success, "c"),
+            ours(
+                key(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T01"),
+                7,
+                AggregatedStatus::Success,
+                "c",
+            ),
             // Day 16, requests: missing from the feed.
-            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-16T00"), 3, AggregatedStatus::Success, "d"),
+            ours(
+                key(LICENSE, ACCOUNT, "requests", "2026-03-16T00"),
+                3,
+                AggregatedStatus::Success,
+                "d",
+            ),
             // Day 15, other account: 5 vs 6.
-            ours(key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T05"), 5, AggregatedStatus::Success, "e"),
+            ours(
+                key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T05"),
+                5,
+                AggregatedStatus::Success,
+                "e",
+            ),
             // Outside the window.
-            ours(key(LICENSE, ACCOUNT, "requests", "2026-03-17T00"), 8, AggregatedStatus::Success, "f"),
+            ours(
+                key(LICENSE, ACCOUNT, "requests", "2026-03-17T00"),
+                8,
+                AggregatedStatus::Success,
+                "f",
+            ),
         ];
         let feed = vec![
             daily(ACCOUNT, "requests", "2026-03-15", "40", "uf-1"),
@@ -879,9 +1025,24 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (DiscrepancyKind::MissingOnAws, "111122223333|requests|2026-03-16".into(), s("3"), None),
-                (DiscrepancyKind::QuantityDiffers, "444455556666|requests|2026-03-15".into(), s("5"), s("6")),
-                (DiscrepancyKind::ExtraOnAws, "444455556666|storage_gb|2026-03-16".into(), None, s("1.5")),
+                (
+                    DiscrepancyKind::MissingOnAws,
+                    "111122223333|requests|2026-03-16".into(),
+                    s("3"),
+                    None
+                ),
+                (
+                    DiscrepancyKind::QuantityDiffers,
+                    "444455556666|requests|2026-03-15".into(),
+                    s("5"),
+                    s("6")
+                ),
+                (
+                    DiscrepancyKind::ExtraOnAws,
+                    "444455556666|storage_gb|2026-03-16".into(),
+                    None,
+                    s("1.5")
+                ),
             ]
         );
         assert_eq!(r.agreed, 2);
@@ -901,14 +1062,28 @@ mod tests {
         let changed = key(LICENSE, ACCOUNT, "requests", "2026-03-15T11");
         let unknown = key(LICENSE_2, ACCOUNT_2, "requests", "2026-03-15T11");
         let mut table = BTreeMap::new();
-        table.insert(billed.clone(), ours(billed.clone(), 4, AggregatedStatus::Success, "id-1").record);
-        table.insert(changed.clone(), ours(changed.clone(), 9, AggregatedStatus::Success, "id-2").record);
+        table.insert(
+            billed.clone(),
+            ours(billed.clone(), 4, AggregatedStatus::Success, "id-1").record,
+        );
+        table.insert(
+            changed.clone(),
+            ours(changed.clone(), 9, AggregatedStatus::Success, "id-2").record,
+        );
         let trail = vec![
-            call("e1", "2026-03-15T11:05:00Z", &[(&billed, 4, "Success", "id-1")]),
-            call("e2", "2026-03-15T12:05:00Z", &[
-                (&changed, 8, "Success", "id-2"),
-                (&unknown, 1, "Success", "id-3"),
-            ]),
+            call(
+                "e1",
+                "2026-03-15T11:05:00Z",
+                &[(&billed, 4, "Success", "id-1")],
+            ),
+            call(
+                "e2",
+                "2026-03-15T12:05:00Z",
+                &[
+                    (&changed, 8, "Success", "id-2"),
+                    (&unknown, 1, "Success", "id-3"),
+                ],
+            ),
         ];
         let rows = join_trail(&trail, &table);
         let got: Vec<(&str, bool, &str)> = rows

@@ -12,15 +12,15 @@ pub mod sdds;
 pub mod trail;
 
 pub use compare::{
-    AwsSource, DayWindow, Discrepancy, DiscrepancyKind, KindTotal, OurRecord, Period,
-    ReconcileKey, Reconciliation, TrailRow, TrailWindow, is_billed, join_trail,
-    reconcile_with_sdds, reconcile_with_trail,
+    AwsSource, DayWindow, Discrepancy, DiscrepancyKind, KindTotal, OurRecord, Period, ReconcileKey,
+    Reconciliation, TrailRow, TrailWindow, is_billed, join_trail, reconcile_with_sdds,
+    reconcile_with_trail,
 };
 #[cfg(any(test, feature = "test-util"))]
 pub use port::MemoryTrail;
 pub use port::{
-    EVENT_HISTORY_DAYS, EVENT_HISTORY_LAG_MINUTES, EventHistoryWindow, MAX_RESULTS,
-    RawTrailEvent, TrailError, TrailEvents, TrailLog, TrailPage, UnreadableEvent, read_trail,
+    EVENT_HISTORY_DAYS, EVENT_HISTORY_LAG_MINUTES, EventHistoryWindow, MAX_RESULTS, RawTrailEvent,
+    TrailError, TrailEvents, TrailLog, TrailPage, UnreadableEvent, read_trail,
 };
 pub use quantity::Quantity;
 pub use sdds::{AwsDailyUsage, JoinedUsage, LineProblem, join_feeds};

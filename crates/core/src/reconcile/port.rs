@@ -311,20 +311,35 @@ mod tests {
             trail.record(
                 at(&time),
                 &format!("e{i}"),
-                &event(&format!("e{i}"), &time, "BatchMeterUsage", super::super::trail::EVENT_SOURCE),
+                &event(
+                    &format!("e{i}"),
+                    &time,
+                    "BatchMeterUsage",
+                    super::super::trail::EVENT_SOURCE,
+                ),
             );
         }
         let resolve_time = "2026-03-15T12:06:00Z";
         trail.record(
             at(resolve_time),
             "r",
-            &event("r", resolve_time, "ResolveCustomer", super::super::trail::EVENT_SOURCE),
+            &event(
+                "r",
+                resolve_time,
+                "ResolveCustomer",
+                super::super::trail::EVENT_SOURCE,
+            ),
         );
         let model_time = "2026-03-15T12:07:00Z";
         trail.record(
             at(model_time),
             "m",
-            &event("m", model_time, "BatchMeterUsage", super::super::trail::MODEL_EVENT_SOURCE),
+            &event(
+                "m",
+                model_time,
+                "BatchMeterUsage",
+                super::super::trail::MODEL_EVENT_SOURCE,
+            ),
         );
         trail.record(at("2026-03-15T12:08:00Z"), "bad", "{not json");
         let mut progress = Vec::new();
@@ -337,7 +352,11 @@ mod tests {
         .await
         .unwrap();
         let ids: Vec<&str> = log.events.iter().map(|e| e.event_id.as_str()).collect();
-        assert_eq!(ids, ["m", "e4", "e3", "e2", "e1"], "newest first, from 12:02 on");
+        assert_eq!(
+            ids,
+            ["m", "e4", "e3", "e2", "e1"],
+            "newest first, from 12:02 on"
+        );
         assert_eq!(log.skipped, 1, "ResolveCustomer");
         assert_eq!(log.unreadable.len(), 1);
         assert_eq!(log.unreadable[0].event_id.as_deref(), Some("bad"));
@@ -350,7 +369,16 @@ mod tests {
         let trail = MemoryTrail::new(1);
         for i in 0..3 {
             let time = format!("2026-03-15T12:0{i}:00Z");
-            trail.record(at(&time), "e", &event("e", &time, "BatchMeterUsage", super::super::trail::EVENT_SOURCE));
+            trail.record(
+                at(&time),
+                "e",
+                &event(
+                    "e",
+                    &time,
+                    "BatchMeterUsage",
+                    super::super::trail::EVENT_SOURCE,
+                ),
+            );
         }
         let first = trail
             .lookup(at("2026-03-15T00:00:00Z"), at("2026-03-16T00:00:00Z"), None)
@@ -358,7 +386,11 @@ mod tests {
             .unwrap();
         let token = first.next_token.unwrap();
         let other = trail
-            .lookup(at("2026-03-15T01:00:00Z"), at("2026-03-16T00:00:00Z"), Some(token))
+            .lookup(
+                at("2026-03-15T01:00:00Z"),
+                at("2026-03-16T00:00:00Z"),
+                Some(token),
+            )
             .await;
         assert!(matches!(other, Err(TrailError::InvalidNextToken(_))));
     }

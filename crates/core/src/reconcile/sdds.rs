@@ -527,19 +527,46 @@ mod tests {
         // (id, expected current quantity, why)
         let cases: &[(&str, Option<&str>, &str)] = &[
             ("uf-plain", Some("42"), "one version"),
-            ("uf-corrected", Some("45.5"), "a later update_date within the same valid_from wins"),
-            ("uf-revised", Some("12"), "the newest valid_from wins over an older one updated later"),
-            ("uf-deleted", None, "the latest row of its only valid_from is soft-deleted"),
-            ("uf-undeleted", Some("9"), "deleted, then re-inserted with a later update_date"),
-            ("uf-revision-deleted", Some("5"), "the newest valid_from is deleted: the older valid version stands"),
-            ("uf-tie", Some("8"), "same valid_from and update_date: the later line wins"),
+            (
+                "uf-corrected",
+                Some("45.5"),
+                "a later update_date within the same valid_from wins",
+            ),
+            (
+                "uf-revised",
+                Some("12"),
+                "the newest valid_from wins over an older one updated later",
+            ),
+            (
+                "uf-deleted",
+                None,
+                "the latest row of its only valid_from is soft-deleted",
+            ),
+            (
+                "uf-undeleted",
+                Some("9"),
+                "deleted, then re-inserted with a later update_date",
+            ),
+            (
+                "uf-revision-deleted",
+                Some("5"),
+                "the newest valid_from is deleted: the older valid version stands",
+            ),
+            (
+                "uf-tie",
+                Some("8"),
+                "same valid_from and update_date: the later line wins",
+            ),
             ("uf-other-day", Some("3.25"), "another day, 2 decimals"),
             ("uf-orphan-account", Some("1"), "resolves; fails the join"),
         ];
         for (id, expected, why) in cases {
             assert_eq!(quantity(id).as_deref(), *expected, "{id}: {why}");
         }
-        assert_eq!(current.len(), cases.iter().filter(|c| c.1.is_some()).count());
+        assert_eq!(
+            current.len(),
+            cases.iter().filter(|c| c.1.is_some()).count()
+        );
     }
 
     #[test]
@@ -566,7 +593,10 @@ mod tests {
         assert_eq!(plain.product_code, "prodsim1234567890abcdef");
         assert_eq!(plain.dimension, "requests");
         assert_eq!(plain.usage_date, date("2026-03-15"));
-        assert_eq!(plain.agreement_id.as_deref(), Some("agmt-1111111111111111111111111"));
+        assert_eq!(
+            plain.agreement_id.as_deref(),
+            Some("agmt-1111111111111111111111111")
+        );
         assert_eq!(joined.problems.len(), 1, "{:#?}", joined.problems);
         assert_eq!(joined.problems[0].feed, USAGE_FEED);
         assert!(joined.problems[0].problem.contains("acct-unknown"));
@@ -575,7 +605,12 @@ mod tests {
     #[test]
     fn every_malformed_line_is_reported_with_its_number() {
         let parsed = parse_usage_feed(MALFORMED);
-        assert_eq!(parsed.rows.len(), 2, "the two good lines: {:#?}", parsed.rows);
+        assert_eq!(
+            parsed.rows.len(),
+            2,
+            "the two good lines: {:#?}",
+            parsed.rows
+        );
         let got: Vec<(u64, &str)> = parsed
             .problems
             .iter()
@@ -593,7 +628,10 @@ mod tests {
         assert_eq!(got.len(), expected.len(), "{got:#?}");
         for ((line, problem), (want_line, needle)) in got.iter().zip(expected) {
             assert_eq!(line, want_line, "{problem}");
-            assert!(problem.contains(needle), "line {line}: {problem:?} lacks {needle:?}");
+            assert!(
+                problem.contains(needle),
+                "line {line}: {problem:?} lacks {needle:?}"
+            );
         }
     }
 
@@ -615,7 +653,10 @@ mod tests {
         assert_eq!(parsed.problems.len(), 1);
         assert_eq!(parsed.problems[0].line, 1);
         assert!(parsed.problems[0].problem.contains("usage_feed_id"));
-        assert_eq!(parse_usage_feed("").problems[0].problem, "empty file: no header row");
+        assert_eq!(
+            parse_usage_feed("").problems[0].problem,
+            "empty file: no header row"
+        );
     }
 
     #[test]

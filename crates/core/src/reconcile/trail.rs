@@ -227,7 +227,13 @@ pub fn parse_record_timestamp(value: &Value) -> Option<Instant> {
             let normal: String = s
                 .trim()
                 .chars()
-                .map(|c| if c == '\u{202f}' || c == '\u{a0}' { ' ' } else { c })
+                .map(|c| {
+                    if c == '\u{202f}' || c == '\u{a0}' {
+                        ' '
+                    } else {
+                        c
+                    }
+                })
                 .collect();
             NaiveDateTime::parse_from_str(&normal, "%b %d, %Y %I:%M:%S %p")
                 .map(|n| Utc.from_utc_datetime(&n))
@@ -283,8 +289,8 @@ fn read_record(value: &Value, path: &str) -> Result<SubmittedRecord, String> {
         }
         (None, None) => Quantity::ZERO,
     };
-    let account =
-        string_at(object, "customerAWSAccountId").or_else(|| string_at(object, "customerAwsAccountId"));
+    let account = string_at(object, "customerAWSAccountId")
+        .or_else(|| string_at(object, "customerAwsAccountId"));
     Ok(SubmittedRecord {
         customer_aws_account_id: account.filter(|a| !a.is_empty()),
         license_arn: string_at(object, "licenseArn").filter(|l| !l.is_empty()),
@@ -320,10 +326,12 @@ pub fn parse_cloudtrail_event(json: &str) -> Result<TrailEvent, TrailParseError>
         event_id: None,
         problem: format!("not JSON: {e}"),
     })?;
-    let top = value.as_object().ok_or_else(|| TrailParseError::Unreadable {
-        event_id: None,
-        problem: "not a JSON object".into(),
-    })?;
+    let top = value
+        .as_object()
+        .ok_or_else(|| TrailParseError::Unreadable {
+            event_id: None,
+            problem: "not a JSON object".into(),
+        })?;
     let event_id = string_at(top, "eventID").ok_or_else(|| TrailParseError::Unreadable {
         event_id: None,
         problem: "no eventID".into(),
@@ -332,7 +340,8 @@ pub fn parse_cloudtrail_event(json: &str) -> Result<TrailEvent, TrailParseError>
         event_id: Some(event_id.clone()),
         problem,
     };
-    let event_name = string_at(top, "eventName").ok_or_else(|| unreadable("no eventName".into()))?;
+    let event_name =
+        string_at(top, "eventName").ok_or_else(|| unreadable("no eventName".into()))?;
     if event_name != EVENT_NAME {
         return Err(TrailParseError::NotBatchMeterUsage {
             event_id,
@@ -405,8 +414,12 @@ pub fn parse_cloudtrail_event(json: &str) -> Result<TrailEvent, TrailParseError>
                     Err(problem) => problems.push(problem),
                 }
             }
-            let unprocessed =
-                array_at(response, "unprocessedRecords", "responseElements", &mut problems);
+            let unprocessed = array_at(
+                response,
+                "unprocessedRecords",
+                "responseElements",
+                &mut problems,
+            );
             for (i, record) in unprocessed.iter().enumerate() {
                 match read_record(record, &format!("responseElements.unprocessedRecords[{i}]")) {
                     Ok(submitted) => records.push(TrailRecord {
@@ -488,10 +501,17 @@ mod tests {
         assert!(event.problems.is_empty(), "{:?}", event.problems);
         assert_eq!(event.records.len(), 1);
         let record = &event.records[0];
-        assert_eq!(record.submitted.customer_identifier.as_deref(), Some("customer1"));
+        assert_eq!(
+            record.submitted.customer_identifier.as_deref(),
+            Some("customer1")
+        );
         assert_eq!(record.submitted.timestamp, at("2018-04-19T16:32:50Z"));
         assert_eq!(record.submitted.quantity, Quantity::units(1));
-        assert_eq!(record.submitted.group_key(), None, "legacy: no license, no account");
+        assert_eq!(
+            record.submitted.group_key(),
+            None,
+            "legacy: no license, no account"
+        );
         assert_eq!(
             record.outcome,
             TrailOutcome::Result {
@@ -510,17 +530,28 @@ mod tests {
         let labels: Vec<String> = event.records.iter().map(|r| r.outcome.label()).collect();
         assert_eq!(
             labels,
-            ["Success", "DuplicateRecord", "CustomerNotSubscribed", "Unprocessed"]
+            [
+                "Success",
+                "DuplicateRecord",
+                "CustomerNotSubscribed",
+                "Unprocessed"
+            ]
         );
         let first = &event.records[0].submitted;
-        assert_eq!(first.customer_aws_account_id.as_deref(), Some("111122223333"));
+        assert_eq!(
+            first.customer_aws_account_id.as_deref(),
+            Some("111122223333")
+        );
         assert_eq!(
             first.group_key().unwrap().to_string(),
             "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef|111122223333|requests|2026-03-15T11"
         );
         assert_eq!(first.quantity, Quantity::units(42));
         // quantityAsDecimal is read exactly.
-        assert_eq!(event.records[1].submitted.quantity, Quantity::parse("2.5").unwrap());
+        assert_eq!(
+            event.records[1].submitted.quantity,
+            Quantity::parse("2.5").unwrap()
+        );
         assert_eq!(
             event.records.iter().filter(|r| r.outcome.billed()).count(),
             1,
@@ -541,8 +572,13 @@ mod tests {
             })
         );
         assert_eq!(event.records.len(), 2);
-        assert!(event.records.iter().all(|r| !r.outcome.billed()
-            && r.outcome.label() == "InvalidUsageDimensionException"));
+        assert!(
+            event
+                .records
+                .iter()
+                .all(|r| !r.outcome.billed()
+                    && r.outcome.label() == "InvalidUsageDimensionException")
+        );
     }
 
     #[test]
@@ -556,9 +592,17 @@ mod tests {
             "responseElements.results[4].usageRecord.quantity: -3",
             "responseElements.results[5].status: missing",
         ];
-        assert_eq!(event.problems.len(), expected.len(), "{:#?}", event.problems);
+        assert_eq!(
+            event.problems.len(),
+            expected.len(),
+            "{:#?}",
+            event.problems
+        );
         for (problem, start) in event.problems.iter().zip(expected) {
-            assert!(problem.starts_with(start), "{problem:?} should start with {start:?}");
+            assert!(
+                problem.starts_with(start),
+                "{problem:?} should start with {start:?}"
+            );
         }
     }
 
@@ -568,7 +612,10 @@ mod tests {
             ("not json", "not JSON"),
             ("[1,2]", "not a JSON object"),
             (r#"{"eventName":"BatchMeterUsage"}"#, "no eventID"),
-            (r#"{"eventID":"e1","eventName":"BatchMeterUsage"}"#, "eventTime"),
+            (
+                r#"{"eventID":"e1","eventName":"BatchMeterUsage"}"#,
+                "eventTime",
+            ),
             (
                 r#"{"eventID":"e1","eventName":"BatchMeterUsage","eventTime":"yesterday"}"#,
                 "eventTime",
@@ -588,22 +635,33 @@ mod tests {
     #[test]
     fn record_timestamps_in_every_form_cloudtrail_may_write() {
         let cases: &[(Value, Option<&str>)] = &[
-            (Value::from("Apr 19, 2018 4:32:50 PM"), Some("2018-04-19T16:32:50Z")),
-            (Value::from("Apr 9, 2018 12:00:00 AM"), Some("2018-04-09T00:00:00Z")),
-            (Value::from("Dec 31, 2026 12:59:59 PM"), Some("2026-12-31T12:59:59Z")),
-            (Value::from("Apr 19, 2018 4:32:50\u{202f}PM"), Some("2018-04-19T16:32:50Z")),
-            (Value::from("2026-03-15T11:00:00Z"), Some("2026-03-15T11:00:00Z")),
+            (
+                Value::from("Apr 19, 2018 4:32:50 PM"),
+                Some("2018-04-19T16:32:50Z"),
+            ),
+            (
+                Value::from("Apr 9, 2018 12:00:00 AM"),
+                Some("2018-04-09T00:00:00Z"),
+            ),
+            (
+                Value::from("Dec 31, 2026 12:59:59 PM"),
+                Some("2026-12-31T12:59:59Z"),
+            ),
+            (
+                Value::from("Apr 19, 2018 4:32:50\u{202f}PM"),
+                Some("2018-04-19T16:32:50Z"),
+            ),
+            (
+                Value::from("2026-03-15T11:00:00Z"),
+                Some("2026-03-15T11:00:00Z"),
+            ),
             (Value::from(1_773_572_400_i64), Some("2026-03-15T11:00:00Z")),
             (Value::from("Apr 19, 2018 16:32:50 PM"), None),
             (Value::from("19/04/2018"), None),
             (Value::Null, None),
         ];
         for (value, expected) in cases {
-            assert_eq!(
-                parse_record_timestamp(value),
-                expected.map(at),
-                "{value}"
-            );
+            assert_eq!(parse_record_timestamp(value), expected.map(at), "{value}");
         }
     }
 
