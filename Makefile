@@ -5,7 +5,8 @@
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
 #   make test         prereqs, venv, then every test stage below, in order
-#   make bench        the performance figures (docs/performance.md), printed; not in `make test`
+#   make bench        the performance figures (docs/performance.md): pipeline, then Lambda
+#                     artifact sizes and init times; printed; not in `make test`
 #   make fuzz         every fuzz target for FUZZ_SECONDS each (not part of `make test`,
 #                     which replays the committed corpus instead); fuzz/README.md
 #
@@ -95,8 +96,11 @@ local-demo: venv
 	fi
 
 # Performance figures (prints numbers, asserts nothing; goals and limits beside each).
+# The pipeline's figures, then each Lambda artifact's size and init time (the second
+# part builds every Lambda with the release profile's LTO: about half an hour here).
 bench: venv
 	cargo bench -p awsmp-e2e --bench pipeline_figures
+	bash scripts/lambda-artifacts.sh
 
 # Coverage-guided fuzzing (cargo-fuzz + libFuzzer), one target at a time, each for
 # FUZZ_SECONDS; new inputs land in fuzz/corpus/<target>/, crashes in fuzz/artifacts/.

@@ -156,6 +156,23 @@ impl Template {
             .unwrap_or_default()
     }
 
+    /// Every output: its name, `Value` and `Condition` (if any).
+    pub fn outputs(&self) -> Vec<(String, &Value, Option<String>)> {
+        get(&self.root, "Outputs")
+            .and_then(Value::as_mapping)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, o)| {
+                        let condition = get(o, "Condition")
+                            .and_then(Value::as_str)
+                            .map(str::to_string);
+                        Some((k.as_str()?.to_string(), get(o, "Value")?, condition))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A resource's `Properties`.
     pub fn properties(&self, logical_id: &str) -> Option<&Value> {
         get(&self.root, "Resources")

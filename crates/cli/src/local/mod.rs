@@ -63,6 +63,7 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
     let summary = demo::run(&mut system).await?;
     println!("{summary}");
     if serve {
+        print_commands(&system);
         println!("serving; Ctrl-C stops everything (virtual clock x{speed})");
         let tick = std::time::Duration::from_secs(1);
         let step = chrono::Duration::seconds(i64::from(speed.max(1)));
@@ -98,6 +99,30 @@ fn print_endpoints(system: &system::LocalSystem) {
         "point your app at it: AWS_ENDPOINT_URL={} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
         system.moto.endpoint()
     );
+}
+
+/// The operator commands to try against the running local stack.
+fn print_commands(system: &system::LocalSystem) {
+    let env = format!(
+        "AWS_ENDPOINT_URL={} AWS_REGION={} AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
+        system.moto.endpoint(),
+        resources::LOCAL_REGION
+    );
+    let target = format!(
+        "--stage {} --product-code {}",
+        system::LOCAL_STAGE,
+        system::LOCAL_PRODUCT_CODE
+    );
+    println!("try the operator commands against it (in another terminal):");
+    for command in [
+        "status",
+        "failures",
+        "inspect license <licenseArn from the status or failures output>",
+        "replay --failed-since <YYYY-MM-DDTHH> --dry-run",
+        "dlq redrive work --dry-run",
+    ] {
+        println!("  {env} awsmp {target} {command}");
+    }
 }
 
 /// Creates the project's Python venv (moto) on first use, so a fresh machine needs no

@@ -142,6 +142,49 @@ impl LocalStack {
         Ok(env)
     }
 
+    /// The template's outputs as this local stack resolves them (outputs naming
+    /// resources the local stack does not run, like the page's CloudFront
+    /// distribution, are left out).
+    pub fn outputs(&self) -> BTreeMap<String, String> {
+        self.template
+            .outputs()
+            .into_iter()
+            .filter(|(_, _, condition)| self.exists(condition.as_deref()))
+            .filter_map(|(name, value, _)| Some((name, self.template.resolve(value, self).ok()?)))
+            .collect()
+    }
+
+    /// Records this stack and its resolved outputs in the emulator's CloudFormation, so
+    /// `awsmp --stage local ...` finds the local deployment as it finds a real one.
+    pub async fn register_outputs(
+        &self,
+        cloudformation: &aws_sdk_cloudformation::Client,
+    ) -> Result<(), LocalError> {
+        let outputs: serde_json::Map<String, serde_json::Value> = self
+            .outputs()
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::json!({ "Value": v })))
+            .collect();
+        let body = serde_json::json!({
+            "Resources": {"LocalStack": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+            "Outputs": outputs,
+        });
+        cloudformation
+            .create_stack()
+            .stack_name(&self.stack_name)
+            .template_body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| {
+                LocalError::Aws(format!(
+                    "CreateStack {}: {}",
+                    self.stack_name,
+                    aws_sdk_cloudformation::error::DisplayErrorContext(&e)
+                ))
+            })?;
+        Ok(())
+    }
+
     /// The URL of a queue by logical id.
     pub fn queue_url(&self, logical_id: &str) -> Result<&str, LocalError> {
         self.queues

@@ -140,6 +140,12 @@ impl LocalSystem {
         )
         .await?;
 
+        // `awsmp --stage local --product-code awsmplocaldemo ...` finds these as it finds
+        // a real deployment: through the stacks' outputs.
+        let cloudformation = aws_sdk_cloudformation::Client::new(&moto.sdk_config());
+        events.register_outputs(&cloudformation).await?;
+        main.register_outputs(&cloudformation).await?;
+
         let mut overrides = BTreeMap::new();
         overrides.insert(
             "REGISTRATION_PAGE_URL".to_string(),
