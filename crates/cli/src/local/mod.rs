@@ -62,6 +62,7 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
     print_endpoints(&system);
     let summary = demo::run(&mut system).await?;
     println!("{summary}");
+    println!("{}", operator_status(&system).await?);
     if serve {
         print_commands(&system);
         println!("serving; Ctrl-C stops everything (virtual clock x{speed})");
@@ -99,6 +100,47 @@ fn print_endpoints(system: &system::LocalSystem) {
         "point your app at it: AWS_ENDPOINT_URL={} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
         system.moto.endpoint()
     );
+}
+
+/// `awsmp status` as it sees the local stack: found through the stacks' outputs, as a
+/// real deployment is.
+async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalError> {
+    let config = system.moto.sdk_config();
+    let args = crate::deployment::DeploymentArgs {
+        stage: Some(system::LOCAL_STAGE.into()),
+        product_code: Some(system::LOCAL_PRODUCT_CODE.into()),
+        regions: vec![resources::LOCAL_REGION.into()],
+        ..crate::deployment::DeploymentArgs::default()
+    };
+    let failed = |e: crate::commands::CommandError| LocalError::Check(format!("awsmp status: {e}"));
+    let events = crate::deployment::stack_outputs(&config, &system.events.stack_name)
+        .await
+        .map_err(failed)?;
+    let deployment = args
+        .resolve_in(&config, resources::LOCAL_REGION, events.as_ref())
+        .await
+        .map_err(failed)?;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let store = awsmp_aws::DynamoOperatorStore::new(
+        client,
+        &deployment.usage_table,
+        &deployment.aggregated_table,
+    );
+    let queues = crate::ops::queues::depths(&system.sqs, &deployment.queues)
+        .await
+        .map_err(failed)?;
+    let report = crate::ops::status::read(&store, &queues, 0, system.now, 6)
+        .await
+        .map_err(failed)?;
+    let place = crate::ops::status::Place {
+        region: deployment.region,
+        stack: deployment.stack,
+    };
+    let shown = crate::ops::status::render(&place, &report, crate::output::Format::Human);
+    Ok(format!(
+        "awsmp {} status, as the operator sees the local stack:\n{}",
+        "--stage local --product-code awsmplocaldemo", shown.text
+    ))
 }
 
 /// The operator commands to try against the running local stack.
