@@ -82,6 +82,42 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// CloudTrail Event History of the BatchMeterUsage calls (about 15 minutes behind,
+    /// at most 90 days), each record joined to our aggregated record.
+    ///
+    /// Example: awsmp trail --stage prod --product-code abc123 --since 2026-11-30T00:00:00Z
+    Trail {
+        /// First call time `YYYY-MM-DDTHH:MM:SSZ` (default: 24 hours ago).
+        #[arg(long)]
+        since: Option<String>,
+        /// Last call time (default: now).
+        #[arg(long)]
+        until: Option<String>,
+        /// Only this license's records.
+        #[arg(long)]
+        license: Option<String>,
+    },
+    /// What we billed against AWS's records: CloudTrail (last 90 days), or the Seller
+    /// Delivery Data Feed's daily usage with its account and product feeds.
+    ///
+    /// Example: awsmp reconcile --month 2026-11 --sdds-usage data.csv --sdds-accounts account.csv --sdds-products product.csv
+    Reconcile {
+        /// The month `YYYY-MM` (default: this month, UTC).
+        #[arg(long)]
+        month: Option<String>,
+        /// Only this license.
+        #[arg(long)]
+        license: Option<String>,
+        /// SDDS daily usage feed (CSV); with --sdds-accounts and --sdds-products.
+        #[arg(long, requires_all = ["sdds_accounts", "sdds_products"])]
+        sdds_usage: Option<PathBuf>,
+        /// SDDS account feed (CSV).
+        #[arg(long)]
+        sdds_accounts: Option<PathBuf>,
+        /// SDDS product feed (CSV).
+        #[arg(long)]
+        sdds_products: Option<PathBuf>,
+    },
     /// Dead-letter queues.
     Dlq {
         #[command(subcommand)]
@@ -241,6 +277,33 @@ pub async fn run() -> ExitCode {
             eprintln!("awsmp: {error}");
             exit_code(&error)
         }
+    }
+}
+
+fn instant_arg(flag: &str, text: &str) -> Result<awsmp_core::time::Instant, CommandError> {
+    awsmp_core::time::parse_usage_timestamp(text).map_err(|e| {
+        CommandError::Usage(format!(
+            "{flag}: {e} (write it as YYYY-MM-DDTHH:MM:SSZ, UTC)"
+        ))
+    })
+}
+
+impl From<crate::trail::ReportError> for CommandError {
+    fn from(e: crate::trail::ReportError) -> Self {
+        use crate::trail::ReportError;
+        match e {
+            ReportError::Usage(m) => CommandError::Usage(m),
+            ReportError::Trail(t) => CommandError::Aws(t.to_string()),
+            ReportError::Store(p) => CommandError::Store(p),
+            ReportError::Io(m) => CommandError::Io(m),
+        }
+    }
+}
+
+fn report(r: crate::trail::Report) -> Outcome {
+    Outcome {
+        text: r.text,
+        attention: r.attention,
     }
 }
 
@@ -487,6 +550,75 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 let lines =
                     ops::replay::replay(&aggregated, &s.operator, &selection, now, dry_run).await?;
                 out.push(ops::replay::render(&lines, format));
+            }
+            Ok(out)
+        }
+        Command::Trail {
+            since,
+            until,
+            license,
+        } => {
+            let since = since.map(|t| instant_arg("--since", &t)).transpose()?;
+            let until = until.map(|t| instant_arg("--until", &t)).transpose()?;
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let config = deployment.sdk_config(Some(&s.deployment.region)).await;
+                let trail =
+                    crate::cloudtrail::SdkTrailEvents::in_region(&config, &s.deployment.region);
+                let aggregated = DynamoAggregatedStore::new(
+                    s.client.clone(),
+                    s.deployment.aggregated_table.clone(),
+                    s.deployment.usage_table.clone(),
+                );
+                let args = crate::trail::TrailArgs {
+                    since,
+                    until,
+                    license: license.clone(),
+                    region: s.deployment.region.clone(),
+                    json: format == Format::Json,
+                };
+                out.push(report(
+                    crate::trail::trail_report(&trail, &aggregated, &args, now).await?,
+                ));
+            }
+            Ok(out)
+        }
+        Command::Reconcile {
+            month,
+            license,
+            sdds_usage,
+            sdds_accounts,
+            sdds_products,
+        } => {
+            let sdds = match (sdds_usage, sdds_accounts, sdds_products) {
+                (Some(u), Some(a), Some(p)) => Some(crate::reconcile::SddsFiles::read(&u, &a, &p)?),
+                (None, None, None) => None,
+                _ => {
+                    return Err(CommandError::Usage(
+                        "give all three SDDS feeds: --sdds-usage, --sdds-accounts and --sdds-products".into(),
+                    ));
+                }
+            };
+            let mut out = Vec::new();
+            for s in stores(deployment).await? {
+                let config = deployment.sdk_config(Some(&s.deployment.region)).await;
+                let trail =
+                    crate::cloudtrail::SdkTrailEvents::in_region(&config, &s.deployment.region);
+                let (ours, malformed) =
+                    crate::reconcile::load_our_records(&s.operator, license.as_deref()).await?;
+                let aws = match &sdds {
+                    Some(files) => crate::reconcile::AwsRecords::Sdds(files),
+                    None => crate::reconcile::AwsRecords::CloudTrail(&trail),
+                };
+                let args = crate::reconcile::ReconcileArgs {
+                    month: month.clone(),
+                    license: license.clone(),
+                    region: s.deployment.region.clone(),
+                    json: format == Format::Json,
+                };
+                out.push(report(
+                    crate::reconcile::reconcile_report(aws, &ours, &malformed, &args, now).await?,
+                ));
             }
             Ok(out)
         }
