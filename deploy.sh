@@ -976,6 +976,9 @@ $MAIN_PLAN
 EOF
 fi
 say "  Every deployed stack gets termination protection. Tables are retained on delete."
+say "  Before real billing: review every resource this creates (templates, IAM grants, tables,"
+say "  queues, alarms), put it through your own change process, and test the whole flow on a"
+say "  test listing (docs/operate.md); a successful deploy does not make it production-ready."
 if [ "$REVIEW" = 1 ]; then
   say "  --review: each stack's change set is created and shown; it is executed only if you answer y."
 fi
