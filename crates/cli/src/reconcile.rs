@@ -279,7 +279,7 @@ pub async fn reconcile_report(
                     t.aws.to_string(),
                 ]
             })
-            .collect(),
+            .collect::<Vec<Vec<String>>>(),
     ));
     out.push('\n');
     let rows = |list: &[awsmp_core::reconcile::Discrepancy]| -> Vec<Vec<String>> {

@@ -12,8 +12,9 @@ use awsmp_core::reconcile::{
 };
 use awsmp_core::time::{Instant, format_instant};
 use chrono::Duration;
-use comfy_table::{ContentArrangement, Table, presets};
 use serde::Serialize;
+
+pub(crate) use crate::output::table;
 
 /// Hours `awsmp trail` looks back without `--since`.
 pub const DEFAULT_TRAIL_HOURS: i64 = 24;
@@ -60,20 +61,13 @@ pub struct TrailArgs {
     pub json: bool,
 }
 
-/// A spinner on stderr while pages are read (drawn only on a terminal).
-pub(crate) fn page_progress(what: &'static str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_message(format!("{what}: reading CloudTrail Event History"));
-    bar
-}
-
 /// Reads the trail for `window`, with a spinner counting events.
 pub(crate) async fn read_window(
     trail: &dyn TrailEvents,
     window: &EventHistoryWindow,
     what: &'static str,
 ) -> Result<TrailLog, TrailError> {
-    let bar = page_progress(what);
+    let bar = crate::output::spinner(&format!("{what}: reading CloudTrail Event History"));
     let log = read_trail(trail, window.since, window.until, |n| {
         bar.set_message(format!("{what}: {n} BatchMeterUsage calls read"));
         bar.tick();
@@ -81,19 +75,6 @@ pub(crate) async fn read_window(
     .await;
     bar.finish_and_clear();
     log
-}
-
-/// A table in the CLI's fixed ASCII style.
-pub(crate) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
-    let mut table = Table::new();
-    table
-        .load_preset(presets::ASCII_MARKDOWN)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(headers.iter().copied());
-    for row in rows {
-        table.add_row(row);
-    }
-    table.to_string()
 }
 
 /// `arn:...:license:l-0123…` shortened to its id for tables (JSON keeps it whole).
@@ -251,7 +232,7 @@ pub async fn trail_report(
             .unwrap_or_default()
     ));
     if !rows.is_empty() {
-        let cells = rows
+        let cells: Vec<Vec<String>> = rows
             .iter()
             .map(|r| {
                 let (license, account, hour) = match &r.key {

@@ -163,6 +163,37 @@ impl fmt::Display for GroupKey {
     }
 }
 
+/// A group written as [`GroupKey`]'s `Display` does (`license|account|dimension|hour`)
+/// that cannot be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("group {text:?}: {problem} (write it as license|account|dimension|YYYY-MM-DDTHH)")]
+pub struct MalformedGroupKey {
+    /// The text given.
+    pub text: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl FromStr for GroupKey {
+    type Err = MalformedGroupKey;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |problem: String| MalformedGroupKey {
+            text: text.to_string(),
+            problem,
+        };
+        let parts: Vec<&str> = text.split('|').collect();
+        let [license, account, dimension, hour] = parts.as_slice() else {
+            return Err(bad(format!("{} parts, expected 4", parts.len())));
+        };
+        Ok(GroupKey {
+            license_arn: license.to_string(),
+            customer_aws_account_id: account.to_string(),
+            dimension: dimension.to_string(),
+            hour: hour.parse().map_err(|e| bad(format!("{e}")))?,
+        })
+    }
+}
+
 /// One VMT tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Tag {

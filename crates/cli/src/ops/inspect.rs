@@ -51,7 +51,7 @@ impl From<&Subscriber> for SubscriberView {
             deprovisioning_expiry: s
                 .deprovisioning_expiry
                 .map(awsmp_core::time::format_instant),
-            registered_regions: s.registered_regions.iter().cloned().collect(),
+            registered_regions: s.registered_regions.to_vec(),
         }
     }
 }

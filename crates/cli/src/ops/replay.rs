@@ -11,21 +11,10 @@ use crate::output::{Format, Outcome, json, spinner, table};
 
 /// Parses `license|account|dimension|hour` (as `awsmp failures` prints it).
 pub fn parse_group(text: &str) -> Result<GroupKey, CommandError> {
-    let parts: Vec<&str> = text.split('|').collect();
-    let [license, account, dimension, hour] = parts.as_slice() else {
-        return Err(CommandError::Usage(format!(
-            "group {text:?}: expected license|account|dimension|hour, as `awsmp failures` prints it"
-        )));
-    };
-    let hour = hour
-        .parse()
-        .map_err(|e| CommandError::Usage(format!("group {text:?}: {e}")))?;
-    Ok(GroupKey {
-        license_arn: license.to_string(),
-        customer_aws_account_id: account.to_string(),
-        dimension: dimension.to_string(),
-        hour,
-    })
+    text.parse()
+        .map_err(|e: awsmp_core::model::MalformedGroupKey| {
+            CommandError::Usage(format!("{e}, as `awsmp failures` prints it"))
+        })
 }
 
 /// Replays the selection (or, with `dry_run`, says what it would do).

@@ -1043,10 +1043,6 @@ pub async fn a_transaction_over_4_mb_is_refused(b: &dyn Backend) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    crate::store_contract_tests!(crate::memory::contract::MemoryBackend::new());
-}
 
 /// The operator's pages cover each table once (by license: only that license's items),
 /// and a replay puts an `Error` record back in the pending index with its quantity
@@ -1144,4 +1140,9 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         .unwrap()
         .expect("claimable");
     assert!(grant.previously_sent);
+}
+
+#[cfg(test)]
+mod tests {
+    crate::store_contract_tests!(crate::memory::contract::MemoryBackend::new());
 }

@@ -126,7 +126,7 @@ pub fn failures(
 mod tests {
     use super::*;
     use crate::memory::reference_row;
-    use crate::model::{Attr, GroupKey, attr};
+    use crate::model::{Attr, attr};
     use crate::time::parse_usage_timestamp;
 
     #[test]
@@ -141,26 +141,14 @@ mod tests {
         ] {
             row.attrs.insert(k.into(), Attr::S(v.into()));
         }
-        let record = AggregatedRecord {
-            key: GroupKey {
-                license_arn: lic.into(),
-                customer_aws_account_id: "111122223333".into(),
-                dimension: "Api".into(),
-                hour: "2026-11-30T11".parse().unwrap(),
-            },
-            product_code: "prod".into(),
-            quantity: 4,
-            allocations: None,
-            status: AggregatedStatus::Error,
-            status_reason: Some("InvalidUsageDimensionException".into()),
-            metering_record_id: None,
-            attempt_count: 1,
-            version: 2,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: Some(4),
-            folding: false,
-        };
+        let mut record = crate::operate::test_record(
+            "Api",
+            "2026-11-30T11",
+            AggregatedStatus::Error,
+            4,
+            Some("InvalidUsageDimensionException"),
+        );
+        record.version = 2;
         let found = failures(
             &[row],
             &[record],

@@ -127,7 +127,7 @@ pub fn chains(
 mod tests {
     use super::*;
     use crate::memory::reference_row;
-    use crate::model::{AggregatedStatus, Attr, GroupKey, attr};
+    use crate::model::{AggregatedStatus, Attr, attr};
 
     #[test]
     fn joins_each_groups_rows_to_its_record_and_filters() {
@@ -138,26 +138,9 @@ mod tests {
             .attrs
             .insert(attr::METERING_STATUS.into(), Attr::S("Aggregated".into()));
         let pending = reference_row(lic, "111122223333", "gb", "2026-11-30T11:15:00Z", 1);
-        let record = AggregatedRecord {
-            key: GroupKey {
-                license_arn: lic.into(),
-                customer_aws_account_id: "111122223333".into(),
-                dimension: "api".into(),
-                hour: "2026-11-30T10".parse().unwrap(),
-            },
-            product_code: "prod".into(),
-            quantity: 3,
-            allocations: None,
-            status: AggregatedStatus::Success,
-            status_reason: None,
-            metering_record_id: Some("mr-1".into()),
-            attempt_count: 1,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: Some(3),
-            folding: false,
-        };
+        let mut record =
+            crate::operate::test_record("api", "2026-11-30T10", AggregatedStatus::Success, 3, None);
+        record.metering_record_id = Some("mr-1".into());
         let all = chains(
             &[counted.clone(), pending.clone()],
             &[record.clone()],

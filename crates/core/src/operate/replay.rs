@@ -185,30 +185,10 @@ pub async fn replay(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::model::GroupKey;
     use crate::time::parse_usage_timestamp;
 
     fn record(hour: &str, status: AggregatedStatus, reason: &str) -> AggregatedRecord {
-        AggregatedRecord {
-            key: GroupKey {
-                license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
-                customer_aws_account_id: "111122223333".into(),
-                dimension: "api".into(),
-                hour: hour.parse().unwrap(),
-            },
-            product_code: "prod".into(),
-            quantity: 4,
-            allocations: None,
-            status,
-            status_reason: Some(reason.into()),
-            metering_record_id: None,
-            attempt_count: 1,
-            version: 2,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: Some(4),
-            folding: false,
-        }
+        crate::operate::test_record("api", hour, status, 4, Some(reason))
     }
 
     #[test]

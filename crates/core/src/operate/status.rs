@@ -344,32 +344,13 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
 mod tests {
     use super::*;
     use crate::memory::reference_row;
-    use crate::model::{Attr, GroupKey, attr};
+    use crate::model::{Attr, attr};
     use crate::time::parse_usage_timestamp;
 
     const LIC: &str = "arn:aws:license-manager::123456789012:license:l-1";
 
     fn record(hour: &str, status: AggregatedStatus, quantity: i64) -> AggregatedRecord {
-        AggregatedRecord {
-            key: GroupKey {
-                license_arn: LIC.into(),
-                customer_aws_account_id: "111122223333".into(),
-                dimension: "api".into(),
-                hour: hour.parse().unwrap(),
-            },
-            product_code: "prod".into(),
-            quantity,
-            allocations: None,
-            status,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 1,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: Some(quantity),
-            folding: false,
-        }
+        crate::operate::test_record("api", hour, status, quantity, None)
     }
 
     #[test]
