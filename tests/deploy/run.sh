@@ -1179,6 +1179,26 @@ else
 fi
 end
 
+# ------------------------------------------------------------------ Lambda artifacts
+begin "sam build's root build (no -p) resolves only what a Lambda needs: no SSO, no test ports, no server"
+if command -v cargo >/dev/null 2>&1; then
+  # `cargo lambda build --bin NAME` at CodeUri ./ unifies features over the default
+  # members; the operator CLI's aws-config SSO must not ride along into every Lambda.
+  (cd "$ROOT" && cargo tree -e features,normal,build -i aws-config) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_no_out 'aws-config feature "sso"'
+  expect_no_out 'aws-config feature "credentials-process"'
+  (cd "$ROOT" && cargo tree -e features,normal,build -i awsmp-core) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_no_out 'awsmp-core feature "test-util"'
+  (cd "$ROOT" && cargo tree -e features,normal,build -i hyper) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_no_out 'hyper feature "server"'
+else
+  fail "cargo is needed for this check"
+fi
+end
+
 echo
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
