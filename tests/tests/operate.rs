@@ -120,7 +120,9 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         shown.text
     );
     assert!(
-        shown.text.contains("limits: busiest hour 2026-11-30T08: 2 records, 0.0% of the 660000 per hour"),
+        shown
+            .text
+            .contains("limits: busiest hour 2026-11-30T08: 2 records, 0.0% of the 660000 per hour"),
         "{}",
         shown.text
     );

@@ -1043,7 +1043,6 @@ pub async fn a_transaction_over_4_mb_is_refused(b: &dyn Backend) {
     }
 }
 
-
 /// The operator's pages cover each table once (by license: only that license's items),
 /// and a replay puts an `Error` record back in the pending index with its quantity
 /// pinned, only while it is still `Error` with the attempt count read.

@@ -37,8 +37,8 @@ pub use crate::items::{
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
 pub use faults::StoreOp;
-pub use operator::MemoryOperatorStore;
 pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};
+pub use operator::MemoryOperatorStore;
 pub use profiles::MemoryProfileStore;
 pub use queue::{DEFAULT_MAX_MESSAGE_BYTES, MemoryWorkQueue};
 pub use resolver::MemoryCustomerResolver;
