@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_config::{Region, SdkConfig};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
@@ -45,7 +45,7 @@ pub(crate) fn local_sdk_config(region: Option<&str>) -> Option<SdkConfig> {
 /// service to `endpoints.aws`, with static local credentials.
 pub fn sdk_config_for(endpoints: &LocalEndpoints, region: &str) -> SdkConfig {
     SdkConfig::builder()
-        .behavior_version(BehaviorVersion::latest())
+        .behavior_version(crate::runtime::behavior_version())
         .region(Region::new(region.to_string()))
         .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
             "local",

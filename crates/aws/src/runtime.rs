@@ -10,6 +10,13 @@ use awsmp_core::time::Instant;
 use chrono::{DateTime, Utc};
 use tracing_subscriber::EnvFilter;
 
+/// The SDK behaviour every client of ours runs with, pinned so that an SDK upgrade
+/// cannot change retries or timeouts unseen (`latest()` moves with the SDK); raise it
+/// deliberately, reading the new version's notes.
+pub fn behavior_version() -> BehaviorVersion {
+    BehaviorVersion::v2026_01_12()
+}
+
 /// The SDK config, loaded once per process. Endpoints come from the SDK's own
 /// variables (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`,
 /// `AWS_ENDPOINT_URL_MARKETPLACE_METERING`); handlers never read them.
@@ -17,7 +24,7 @@ pub async fn load_sdk_config() -> SdkConfig {
     if let Some(local) = crate::local::local_sdk_config(None) {
         return local;
     }
-    aws_config::load_defaults(BehaviorVersion::latest()).await
+    aws_config::load_defaults(behavior_version()).await
 }
 
 /// Like [`load_sdk_config`] for another Region (the subscribers table lives in
@@ -26,7 +33,7 @@ pub async fn load_sdk_config_in(region: &str) -> SdkConfig {
     if let Some(local) = crate::local::local_sdk_config(Some(region)) {
         return local;
     }
-    aws_config::defaults(BehaviorVersion::latest())
+    aws_config::defaults(behavior_version())
         .region(Region::new(region.to_string()))
         .load()
         .await
