@@ -35,8 +35,8 @@ pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use operator::DynamoOperatorStore;
 pub use runtime::{
-    SystemClock, WorkMessageError, behavior_version, init_tracing, load_sdk_config, load_sdk_config_in,
-    parse_work_message,
+    SystemClock, WorkMessageError, behavior_version, init_tracing, load_sdk_config,
+    load_sdk_config_in, parse_work_message,
 };
 pub use sqs::SqsWorkQueue;
 pub use subscribers::{DynamoProfileStore, DynamoSubscriberStore};
