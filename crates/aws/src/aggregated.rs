@@ -14,7 +14,9 @@ use awsmp_core::ports::{
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
-use crate::error::{describe, failed, is_conditional_check_failed, is_transient, port_error};
+use crate::error::{
+    applied, describe, failed, is_conditional_check_failed, is_transient, port_error,
+};
 use crate::item::{
     DynamoItem, Reader, Update, decode_cursor, encode_cursor, instant, n, not_live_filter, s,
     stamp_attrs, to_dynamo_item,
@@ -149,6 +151,19 @@ fn version_condition(update: &mut Update, expected: u64) -> String {
     }
 }
 
+/// The condition "stored attempt count is `expected`", where 0 also accepts a record
+/// with no `attemptCount` (never claimed, or written by a seller in direct-submit mode).
+pub(crate) fn attempts_condition(update: &mut Update, expected: u32) -> String {
+    let attempts = update.name(attr::ATTEMPT_COUNT);
+    if expected == 0 {
+        let zero = update.value(n(0));
+        format!("(attribute_not_exists({attempts}) OR {attempts} = {zero})")
+    } else {
+        let value = update.value(n(expected));
+        format!("{attempts} = {value}")
+    }
+}
+
 /// "Not held by an unexpired claim at `now`".
 fn not_in_flight_condition(update: &mut Update, now: Instant) -> String {
     let in_flight = update.name(attr::IN_FLIGHT_UNTIL);
@@ -230,12 +245,7 @@ impl DynamoAggregatedStore {
             .set_clause(format!("{sent} = if_not_exists({sent}, {quantity})"))
             .stamp(claim.now);
         let version = version_condition(&mut update, expected.version);
-        let read_attempts = if expected.attempt_count == 0 {
-            format!("(attribute_not_exists({attempts}) OR {attempts} = {zero})")
-        } else {
-            let value = update.value(n(expected.attempt_count));
-            format!("{attempts} = {value}")
-        };
+        let read_attempts = attempts_condition(&mut update, expected.attempt_count);
         let claim_name = update.name(attr::CLAIM_ID);
         let read_claim = match &expected.claim_id {
             Some(id) => {
@@ -668,11 +678,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             .set_expression_attribute_values(expr.values())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem aggregated reject_malformed", e)),
-        }
+        applied("UpdateItem aggregated reject_malformed", result)
     }
 
     #[instrument(skip(self, live), fields(table = %self.table))]

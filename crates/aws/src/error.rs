@@ -38,6 +38,23 @@ where
     error_code(err) == Some("ConditionalCheckFailedException")
 }
 
+/// A conditional write's answer: `Ok(true)` applied, `Ok(false)` its condition failed
+/// (the item changed, or is not in the state required), any other failure as a port
+/// error of `operation`.
+pub(crate) fn applied<T, E>(
+    operation: &'static str,
+    result: Result<T, SdkError<E, HttpResponse>>,
+) -> Result<bool, PortError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(e) if is_conditional_check_failed(&e) => Ok(false),
+        Err(e) => Err(port_error(operation, e)),
+    }
+}
+
 /// Whether a failure is worth retrying: throttling, a 5xx, or no answer at all.
 pub(crate) fn is_transient<E>(err: &SdkError<E, HttpResponse>) -> bool
 where

@@ -8,9 +8,9 @@ use awsmp_core::ports::{Cursor, OperatorStore, Page, PortError};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
-use crate::aggregated::{malformed_item, record_from_item};
-use crate::error::{is_conditional_check_failed, port_error};
-use crate::item::{DynamoItem, Update, decode_cursor, encode_cursor, n, s};
+use crate::aggregated::{attempts_condition, malformed_item, record_from_item};
+use crate::error::{applied, port_error};
+use crate::item::{DynamoItem, Update, decode_cursor, encode_cursor, s};
 use crate::usage::raw_row_from_item;
 
 /// Both metering tables of one main stack, as the operator reads them.
@@ -154,14 +154,7 @@ impl OperatorStore for DynamoOperatorStore {
             .stamp(now);
         let status = update.name(attr::METERING_STATUS);
         let error = update.value(s(AggregatedStatus::Error.as_str()));
-        let attempts = update.name(attr::ATTEMPT_COUNT);
-        let read_attempts = if record.attempt_count == 0 {
-            let zero = update.value(n(0));
-            format!("(attribute_not_exists({attempts}) OR {attempts} = {zero})")
-        } else {
-            let value = update.value(n(record.attempt_count));
-            format!("{attempts} = {value}")
-        };
+        let read_attempts = attempts_condition(&mut update, record.attempt_count);
         let result = self
             .client
             .update_item()
@@ -177,10 +170,6 @@ impl OperatorStore for DynamoOperatorStore {
             .set_expression_attribute_values(update.values())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem replay", e)),
-        }
+        applied("UpdateItem replay", result)
     }
 }

@@ -10,7 +10,7 @@ use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
-use crate::error::{failed, is_conditional_check_failed, port_error};
+use crate::error::{applied, failed, port_error};
 use crate::item::{DynamoItem, Reader, Update, instant, n, s};
 
 /// Subscribers-table attribute names beyond the shared ones in [`attr`].
@@ -267,11 +267,7 @@ impl SubscriberStore for DynamoSubscriberStore {
             .set_expression_attribute_values(update.values())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem subscribers lifecycle", e)),
-        }
+        applied("UpdateItem subscribers lifecycle", result)
     }
 
     #[instrument(skip(self), fields(table = %self.table))]

@@ -13,7 +13,7 @@ use awsmp_core::ports::{
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
-use crate::error::{failed, is_conditional_check_failed, port_error};
+use crate::error::{applied, failed, port_error};
 use crate::item::{
     DynamoItem, Reader, Update, attr_from_dynamo, decode_cursor, encode_cursor, raw_row_item, s,
 };
@@ -217,11 +217,7 @@ impl UsageStore for DynamoUsageStore {
             .set_expression_attribute_values(update.values())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem usage finalize", e)),
-        }
+        applied("UpdateItem usage finalize", result)
     }
 
     #[instrument(skip(self, live), fields(table = %self.table))]
@@ -268,11 +264,7 @@ impl UsageStore for DynamoUsageStore {
             .set_expression_attribute_values(update.values())
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if is_conditional_check_failed(&e) => Ok(false),
-            Err(e) => Err(port_error("UpdateItem usage repair_pending", e)),
-        }
+        applied("UpdateItem usage repair_pending", result)
     }
 
     #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, event_id = %row.event_id))]
