@@ -1,25 +1,27 @@
-//! Mapping SDK failures to [`PortError`]: throttling, 5xx and transport failures are
-//! transient (the caller or SQS redelivery retries); everything else is reported.
+//! Mapping SDK failures to [`PortError`]: what the SDK's own retry classifiers retry
+//! (throttling, transient and server errors, lost connections) is transient (the caller
+//! or SQS redelivery retries); everything else is reported.
 
+use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_smithy_types::retry::{ErrorKind, ProvideErrorKind};
 use awsmp_core::ports::PortError;
 
-/// Error codes that mean "try again later" on DynamoDB and SQS.
-const TRANSIENT_CODES: &[&str] = &[
-    "ThrottlingException",
-    "Throttling",
-    "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "TooManyRequestsException",
+/// HTTP statuses the SDK's `HttpStatusCodeClassifier` retries (its list is private).
+const TRANSIENT_STATUS_CODES: &[u16] = &[500, 502, 503, 504];
+
+/// Codes we retry that the SDK's lists leave out. `TransactionConflictException`:
+/// DynamoDB refused a write racing another transaction on the same item, and it goes
+/// through once that one ends (the SDK leaves such retries to the caller). The others
+/// name a service fault; they come with a 5xx status (retried on that alone), and are
+/// kept for an endpoint that reports one under another status.
+const ALSO_TRANSIENT_CODES: &[&str] = &[
+    "TransactionConflictException",
     "InternalServerError",
     "InternalFailure",
     "InternalError",
     "ServiceUnavailable",
-    "TransactionInProgressException",
-    "TransactionConflictException",
 ];
 
 /// The service's error code, if the failure came from the service.
@@ -46,7 +48,7 @@ pub(crate) fn applied<T, E>(
     result: Result<T, SdkError<E, HttpResponse>>,
 ) -> Result<bool, PortError>
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
+    E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
 {
     match result {
         Ok(_) => Ok(true),
@@ -55,30 +57,58 @@ where
     }
 }
 
-/// Whether a failure is worth retrying: throttling, a 5xx, or no answer at all.
-pub(crate) fn is_transient<E>(err: &SdkError<E, HttpResponse>) -> bool
+/// How the SDK's default retry classifiers would class a failure, `None` when they
+/// would not retry it: the error code on the SDK's throttling or transient lists (or on
+/// [`ALSO_TRANSIENT_CODES`]), an error modelled as retryable, a 500/502/503/504, and a
+/// transport failure as the `TransientErrorClassifier` sees it (a timeout, an
+/// unreadable response, a connection that failed on I/O or timed out, or a connector
+/// error carrying its own kind; a refused request, such as a bad endpoint, is not).
+pub(crate) fn retry_kind<E>(err: &SdkError<E, HttpResponse>) -> Option<ErrorKind>
 where
-    E: ProvideErrorMetadata,
+    E: ProvideErrorMetadata + ProvideErrorKind,
 {
     match err {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => {
-            true
+        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Some(ErrorKind::TransientError),
+        SdkError::DispatchFailure(failure) => {
+            if failure.is_timeout() || failure.is_io() {
+                Some(ErrorKind::TransientError)
+            } else {
+                failure.as_other()
+            }
         }
         SdkError::ServiceError(service) => {
-            service.raw().status().is_server_error()
-                || service
-                    .err()
-                    .code()
-                    .is_some_and(|code| TRANSIENT_CODES.contains(&code))
+            let error = service.err();
+            let code = ProvideErrorMetadata::code(error);
+            if code.is_some_and(|c| THROTTLING_ERRORS.contains(&c)) {
+                Some(ErrorKind::ThrottlingError)
+            } else if code.is_some_and(|c| TRANSIENT_ERRORS.contains(&c)) {
+                Some(ErrorKind::TransientError)
+            } else if let Some(kind) = error.retryable_error_kind() {
+                Some(kind)
+            } else if TRANSIENT_STATUS_CODES.contains(&service.raw().status().as_u16())
+                || code.is_some_and(|c| ALSO_TRANSIENT_CODES.contains(&c))
+            {
+                Some(ErrorKind::TransientError)
+            } else {
+                None
+            }
         }
-        _ => false,
+        _ => None,
     }
+}
+
+/// Whether a failure is worth retrying (see [`retry_kind`]).
+pub(crate) fn is_transient<E>(err: &SdkError<E, HttpResponse>) -> bool
+where
+    E: ProvideErrorMetadata + ProvideErrorKind,
+{
+    retry_kind(err).is_some()
 }
 
 /// Maps an SDK failure of `operation` to a [`PortError`], keeping the whole message chain.
 pub(crate) fn port_error<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> PortError
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
+    E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
 {
     let transient = is_transient(&err);
     let message = describe(&err);
