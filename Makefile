@@ -23,14 +23,39 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 # crates/test-support finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
-.PHONY: test prereqs venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
+.PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
         browser-test local-demo fuzz fuzz-cmin bench
 
-test: prereqs venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
+test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
 	@echo "make test: all stages finished"
 
 prereqs:
 	@bash scripts/check-prereqs.sh --for test
+
+# Every dependency a Cargo.toml declares is used (cargo-shear reads each crate's sources,
+# its dev-dependencies and the [workspace.dependencies] no member uses). Installed at a
+# pinned version on first use: about four CPU-minutes (seven on two busy cores), as for
+# cargo-machete, which misses unused dev-dependencies and workspace entries. 1.14.0's
+# locked rust-analyzer parser needs a newer rustc than rust-toolchain.toml pins.
+# A dependency used where it cannot look goes in that crate's
+# [package.metadata.cargo-shear] `ignored`, with a comment saying why.
+CARGO_SHEAR_VERSION := 1.13.0
+unused-deps:
+	@if ! cargo install --list | grep -qxF "cargo-shear v$(CARGO_SHEAR_VERSION):"; then \
+	  echo "+ cargo install cargo-shear --version $(CARGO_SHEAR_VERSION) --locked"; \
+	  cargo install cargo-shear --version $(CARGO_SHEAR_VERSION) --locked; \
+	fi
+	@echo "+ cargo shear"
+	@if ! out=$$(cargo shear --format=github 2>&1); then \
+	  found=$$(printf '%s\n' "$$out" | sed -nE 's/^::(error|warning) file=([^,]*),line=([0-9]+),[^:]*::(.*)$$/  \2:\3: \4/p'); \
+	  if [ -n "$$found" ]; then \
+	    echo "unused-deps: declared but not used (remove each, or run cargo shear --fix):"; \
+	    printf '%s\n' "$$found"; \
+	  else \
+	    printf '%s\n' "$$out"; echo "unused-deps: cargo shear failed"; \
+	  fi; \
+	  exit 1; \
+	fi
 
 venv:
 	@scripts/ensure-venv.sh "$(VENV)" requirements-dev.txt
