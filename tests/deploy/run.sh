@@ -1199,6 +1199,23 @@ else
 fi
 end
 
+begin "sam build's root build resolves no tokio process or signal support for the Lambdas"
+if command -v cargo >/dev/null 2>&1; then
+  # Each crate names the tokio features it uses; only the simulator, the operator CLI
+  # and tests spawn processes or wait for signals, and none of them is a default member.
+  # `net` stays: hyper-util's client (`client-legacy`, the SDK's HTTP client and
+  # lambda_runtime's Runtime API client) turns it on, and every Lambda talks TCP. So do
+  # `fs` (aws-smithy-types' `rt-tokio`, ByteStream from a file) and `io-util` (h2).
+  (cd "$ROOT" && cargo tree -e features,normal,build -i tokio) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_out 'tokio feature "rt-multi-thread"'
+  expect_no_out 'tokio feature "process"'
+  expect_no_out 'tokio feature "signal"'
+else
+  fail "cargo is needed for this check"
+fi
+end
+
 echo
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]
