@@ -12,6 +12,7 @@ pub mod cloudtrail;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod handle;
 pub mod lifecycle;
 pub mod model;
 pub mod server;
@@ -24,10 +25,11 @@ pub use clock::ClockSetting;
 pub use cloudtrail::Caller;
 pub use config::{IdenticalRetryStatus, SimConfig};
 pub use error::{AdminError, ApiError, ApiErrorKind, SimError};
+pub use handle::SimHandle;
 pub use model::{
     Allocation, AllocationTag, BilledRecord, Conflict, Entitlement, EntitlementKey,
     EntitlementSeed, EntitlementState, FaultKind, FaultPhase, FaultSpec, FaultTarget,
     LedgerSnapshot, LifecycleOutcome, LossMode, ProductSeed, RejectedRequest, Stats, TokenSeed,
 };
-pub use sim::{RunningSim, SimHandle, Simulator};
+pub use sim::{RunningSim, Simulator};
 pub use throttle::ThrottleConfig;

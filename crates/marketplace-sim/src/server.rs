@@ -19,8 +19,8 @@ use crate::clock::ClockSetting;
 use crate::cloudtrail::Caller;
 use crate::engine::{READ_CAP_BYTES, RequestBody};
 use crate::error::{AdminError, ApiError};
+use crate::handle::SimHandle;
 use crate::model::{EntitlementKey, EntitlementSeed, FaultSpec, ProductSeed, TokenSeed};
-use crate::sim::SimHandle;
 use crate::throttle::ThrottleConfig;
 use crate::wire::{CONTENT_TYPE, WireError};
 
