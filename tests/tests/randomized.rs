@@ -12,7 +12,7 @@ use awsmp_e2e::license;
 use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget};
 use common::*;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 const DIMENSIONS: [&str; 3] = ["requests", "storage", "users"];
 
