@@ -149,3 +149,154 @@ pub(crate) fn corrupt(table: &str, message: impl Into<String>) -> PortError {
         message: message.into(),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_smithy_types::body::SdkBody;
+
+    /// A service error with any code and modelled retry kind (the SDK's own operation
+    /// errors model none for the calls we make).
+    #[derive(Debug)]
+    struct Scripted {
+        meta: ErrorMetadata,
+        kind: Option<ErrorKind>,
+    }
+
+    impl std::fmt::Display for Scripted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "scripted {:?}", self.meta.code())
+        }
+    }
+
+    impl std::error::Error for Scripted {}
+
+    impl ProvideErrorMetadata for Scripted {
+        fn meta(&self) -> &ErrorMetadata {
+            &self.meta
+        }
+    }
+
+    impl ProvideErrorKind for Scripted {
+        fn retryable_error_kind(&self) -> Option<ErrorKind> {
+            self.kind
+        }
+
+        fn code(&self) -> Option<&str> {
+            self.meta.code()
+        }
+    }
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(status.try_into().unwrap(), SdkBody::empty())
+    }
+
+    fn service(status: u16, code: Option<&str>, kind: Option<ErrorKind>) -> SdkError<Scripted> {
+        let mut meta = ErrorMetadata::builder().message("scripted");
+        if let Some(code) = code {
+            meta = meta.code(code);
+        }
+        let err = Scripted {
+            meta: meta.build(),
+            kind,
+        };
+        SdkError::service_error(err, response(status))
+    }
+
+    #[test]
+    fn the_sdks_code_lists_are_retried_with_their_kind() {
+        for code in THROTTLING_ERRORS {
+            let kind = retry_kind(&service(400, Some(code), None));
+            assert_eq!(kind, Some(ErrorKind::ThrottlingError), "{code}");
+        }
+        for code in TRANSIENT_ERRORS {
+            let kind = retry_kind(&service(400, Some(code), None));
+            assert_eq!(kind, Some(ErrorKind::TransientError), "{code}");
+        }
+        // What the old hand list missed.
+        for code in ["RequestTimeout", "ThrottledException", "SlowDown"] {
+            assert!(is_transient(&service(400, Some(code), None)), "{code}");
+        }
+    }
+
+    #[test]
+    fn every_code_retried_before_still_is() {
+        for code in [
+            "ThrottlingException",
+            "Throttling",
+            "ProvisionedThroughputExceededException",
+            "RequestLimitExceeded",
+            "RequestThrottled",
+            "RequestThrottledException",
+            "TooManyRequestsException",
+            "InternalServerError",
+            "InternalFailure",
+            "InternalError",
+            "ServiceUnavailable",
+            "TransactionInProgressException",
+            "TransactionConflictException",
+        ] {
+            assert!(is_transient(&service(400, Some(code), None)), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_modelled_retry_kind_is_kept() {
+        for kind in [
+            ErrorKind::ThrottlingError,
+            ErrorKind::TransientError,
+            ErrorKind::ServerError,
+            ErrorKind::ClientError,
+        ] {
+            let err = service(400, Some("SomethingModelled"), Some(kind));
+            assert_eq!(retry_kind(&err), Some(kind));
+        }
+    }
+
+    #[test]
+    fn the_sdks_statuses_are_transient_and_no_others() {
+        for status in [500, 502, 503, 504] {
+            assert!(is_transient(&service(status, None, None)), "{status}");
+        }
+        for status in [400, 403, 404, 413, 418, 429, 501, 505] {
+            assert!(!is_transient(&service(status, None, None)), "{status}");
+        }
+    }
+
+    #[test]
+    fn final_answers_are_reported() {
+        for code in [
+            "ValidationException",
+            "AccessDeniedException",
+            "ConditionalCheckFailedException",
+            "TransactionCanceledException",
+            "ResourceNotFoundException",
+        ] {
+            let err = port_error("Op", service(400, Some(code), None));
+            let PortError::Failed { operation, message } = err else {
+                panic!("{code}: {err:?}");
+            };
+            assert_eq!(operation, "Op");
+            assert_eq!(message, format!("{code}: scripted"));
+        }
+    }
+
+    #[test]
+    fn no_answer_is_transient_and_an_unsent_request_is_not() {
+        let timeout: SdkError<Scripted> = SdkError::timeout_error("attempt timed out");
+        assert!(matches!(
+            port_error("Op", timeout),
+            PortError::Transient { .. }
+        ));
+        let unreadable: SdkError<Scripted> =
+            SdkError::response_error("body cut short", response(200));
+        assert_eq!(retry_kind(&unreadable), Some(ErrorKind::TransientError));
+        let unbuilt: SdkError<Scripted> = SdkError::construction_failure("missing field");
+        assert!(matches!(
+            port_error("Op", unbuilt),
+            PortError::Failed { .. }
+        ));
+    }
+}
