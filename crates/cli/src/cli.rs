@@ -98,7 +98,10 @@ enum Command {
         license: Option<String>,
     },
     /// What we billed against AWS's records: CloudTrail (last 90 days), or the Seller
-    /// Delivery Data Feed's daily usage with its account and product feeds.
+    /// Delivery Data Feed's daily usage with its account and product feeds, from the
+    /// feed's S3 bucket or local files.
+    ///
+    /// Example: awsmp reconcile --month 2026-11 --sdds-bucket my-marketplace-feeds
     ///
     /// Example: awsmp reconcile --month 2026-11 --sdds-usage data.csv --sdds-accounts account.csv --sdds-products product.csv
     Reconcile {
@@ -108,6 +111,14 @@ enum Command {
         /// Only this license.
         #[arg(long)]
         license: Option<String>,
+        /// The data feed bucket: the three feeds' files of the month are found in it
+        /// (`<Feed>_V<n>/year=YYYY/month=MM/data.csv`). Needs s3:ListBucket and
+        /// s3:GetObject (and kms:Decrypt on the bucket's key).
+        #[arg(long, conflicts_with_all = ["sdds_usage", "sdds_accounts", "sdds_products"])]
+        sdds_bucket: Option<String>,
+        /// The folder in the bucket the feeds are under (the data feed configuration's prefix).
+        #[arg(long, requires = "sdds_bucket")]
+        sdds_prefix: Option<String>,
         /// SDDS daily usage feed (CSV); with --sdds-accounts and --sdds-products.
         #[arg(long, requires_all = ["sdds_accounts", "sdds_products"])]
         sdds_usage: Option<PathBuf>,
@@ -296,6 +307,15 @@ impl From<crate::trail::ReportError> for CommandError {
             ReportError::Trail(t) => CommandError::Aws(t.to_string()),
             ReportError::Store(p) => CommandError::Store(p),
             ReportError::Io(m) => CommandError::Io(m),
+            ReportError::Sdds(e) => {
+                use crate::reconcile::s3::SddsS3Error;
+                match e {
+                    SddsS3Error::NoBucket { .. }
+                    | SddsS3Error::NoFeed { .. }
+                    | SddsS3Error::NoMonthFile { .. } => CommandError::NotFound(e.to_string()),
+                    _ => CommandError::Aws(e.to_string()),
+                }
+            }
         }
     }
 }
@@ -586,13 +606,32 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
         Command::Reconcile {
             month,
             license,
+            sdds_bucket,
+            sdds_prefix,
             sdds_usage,
             sdds_accounts,
             sdds_products,
         } => {
+            let all = stores(deployment).await?;
             let sdds = match (sdds_usage, sdds_accounts, sdds_products) {
                 (Some(u), Some(a), Some(p)) => Some(crate::reconcile::SddsFiles::read(&u, &a, &p)?),
-                (None, None, None) => None,
+                (None, None, None) => match &sdds_bucket {
+                    Some(bucket) => {
+                        let region = all.first().map(|s| s.deployment.region.clone());
+                        let config = deployment.sdk_config(region.as_deref()).await;
+                        Some(
+                            crate::reconcile::read_sdds_bucket(
+                                &config,
+                                bucket,
+                                sdds_prefix.as_deref(),
+                                month.as_deref(),
+                                now,
+                            )
+                            .await?,
+                        )
+                    }
+                    None => None,
+                },
                 _ => {
                     return Err(CommandError::Usage(
                         "give all three SDDS feeds: --sdds-usage, --sdds-accounts and --sdds-products".into(),
@@ -600,7 +639,7 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 }
             };
             let mut out = Vec::new();
-            for s in stores(deployment).await? {
+            for s in all {
                 let config = deployment.sdk_config(Some(&s.deployment.region)).await;
                 let trail =
                     crate::cloudtrail::SdkTrailEvents::in_region(&config, &s.deployment.region);

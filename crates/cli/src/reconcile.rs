@@ -2,13 +2,19 @@
 //! Against CloudTrail Event History (per license, account, dimension and hour; the
 //! last 90 days only), or against the SDDS Daily Usage feed joined through the
 //! Account and Product feeds (per account, product, dimension and UTC day; local
-//! files). Lists every discrepancy with totals per kind.
+//! files, or the feed's S3 bucket: [`s3`]). Lists every discrepancy with totals per
+//! kind.
+
+pub mod s3;
 
 use awsmp_core::ports::{MalformedItem, OperatorStore};
-use awsmp_core::reconcile::sdds::{parse_account_feed, parse_product_feed, parse_usage_feed};
+use awsmp_core::reconcile::sdds::{
+    ParsedFeed, parse_account_feed, parse_product_feed, parse_usage_feed,
+};
 use awsmp_core::reconcile::{
-    DayWindow, DiscrepancyKind, EventHistoryWindow, LineProblem, OurRecord, Reconciliation,
-    TrailEvents, TrailWindow, join_feeds, reconcile_with_sdds, reconcile_with_trail,
+    DayWindow, DiscrepancyKind, EventHistoryWindow, FeedFile, LineProblem, OurRecord,
+    Reconciliation, TrailEvents, TrailWindow, join_feeds, reconcile_with_sdds,
+    reconcile_with_trail,
 };
 use awsmp_core::time::{HourBucket, Instant, format_instant};
 use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
@@ -18,15 +24,18 @@ use crate::trail::{
     Report, ReportError, problem_lines, read_window, short_license, table, window_lines,
 };
 
-/// The three SDDS files, as text (read from disk or S3 by the caller).
+/// The three SDDS feeds' files, as text, each feed's oldest first (read from disk,
+/// one file each, or from the bucket by [`s3::SddsBucket::read_month`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SddsFiles {
-    /// The Daily Usage feed (`data.csv` of the month).
-    pub daily_usage: String,
+    /// The Daily Usage feed (`data.csv` of the month, and of the months after).
+    pub daily_usage: Vec<FeedFile>,
     /// The Account feed.
-    pub account: String,
+    pub account: Vec<FeedFile>,
     /// The Product feed.
-    pub product: String,
+    pub product: Vec<FeedFile>,
+    /// Where they came from (`local files`, `s3://bucket/prefix/`).
+    pub source: String,
 }
 
 impl SddsFiles {
@@ -36,20 +45,68 @@ impl SddsFiles {
         account: &std::path::Path,
         product: &std::path::Path,
     ) -> Result<Self, ReportError> {
+        // One file per feed: problems need not name it.
         let read = |path: &std::path::Path, what: &str| {
-            std::fs::read_to_string(path).map_err(|e| {
-                ReportError::Io(format!(
-                    "cannot read the {what} feed file {}: {e}",
-                    path.display()
-                ))
-            })
+            std::fs::read_to_string(path)
+                .map(|text| {
+                    vec![FeedFile {
+                        name: String::new(),
+                        text,
+                    }]
+                })
+                .map_err(|e| {
+                    ReportError::Io(format!(
+                        "cannot read the {what} feed file {}: {e}",
+                        path.display()
+                    ))
+                })
         };
         Ok(SddsFiles {
             daily_usage: read(daily_usage, "daily usage")?,
             account: read(account, "account")?,
             product: read(product, "product")?,
+            source: "local files".into(),
         })
     }
+
+    /// Every file read, by name (empty for local files).
+    pub fn names(&self) -> Vec<String> {
+        self.daily_usage
+            .iter()
+            .chain(&self.account)
+            .chain(&self.product)
+            .map(|f| f.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+}
+
+/// The feeds of `month` (`YYYY-MM`, default the current UTC month) from the data
+/// feed bucket (see [`s3`]), with a spinner naming each file as it is read.
+pub async fn read_sdds_bucket(
+    config: &aws_config::SdkConfig,
+    bucket: &str,
+    prefix: Option<&str>,
+    month: Option<&str>,
+    now: Instant,
+) -> Result<SddsFiles, ReportError> {
+    let month = month
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{:04}-{:02}", now.year(), now.month()));
+    let (start, _) = month_bounds(&month)?;
+    let bar = crate::output::spinner(&format!("listing s3://{bucket}"));
+    let opened = s3::SddsBucket::open(config, bucket, prefix).await;
+    let files = match opened {
+        Ok(b) => {
+            b.read_month((start.year(), start.month()), &|key| {
+                bar.set_message(format!("reading s3://{bucket}/{key}"))
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    bar.finish_and_clear();
+    Ok(files?)
 }
 
 /// What AWS's side of the reconciliation is.
@@ -130,6 +187,10 @@ struct ReconcileJson<'a> {
     compared_from: String,
     compared_to: String,
     trail_window: Option<EventHistoryWindow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sdds_source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sdds_files: Option<Vec<String>>,
     reconciliation: &'a Reconciliation,
     problems: Vec<String>,
 }
@@ -177,6 +238,8 @@ pub async fn reconcile_report(
             )
         })
         .collect();
+    let mut sdds_source = None;
+    let mut sdds_files = None;
     let (reconciliation, from, to, trail_window) = match aws {
         AwsRecords::CloudTrail(trail) => {
             let history = EventHistoryWindow::new(
@@ -215,9 +278,11 @@ pub async fn reconcile_report(
             )
         }
         AwsRecords::Sdds(files) => {
-            let usage = parse_usage_feed(&files.daily_usage);
-            let accounts = parse_account_feed(&files.account);
-            let products = parse_product_feed(&files.product);
+            let usage = ParsedFeed::from_files(&files.daily_usage, parse_usage_feed);
+            let accounts = ParsedFeed::from_files(&files.account, parse_account_feed);
+            let products = ParsedFeed::from_files(&files.product, parse_product_feed);
+            sdds_source = Some(files.source.clone());
+            sdds_files = Some(files.names());
             let joined = join_feeds(&usage, &accounts, &products);
             problems.extend(joined.problems.iter().map(LineProblem::to_string));
             let today = now.date_naive();
@@ -241,6 +306,8 @@ pub async fn reconcile_report(
             compared_from: from,
             compared_to: to,
             trail_window,
+            sdds_source,
+            sdds_files,
             reconciliation: &reconciliation,
             problems,
         };
@@ -255,7 +322,13 @@ pub async fn reconcile_report(
     match &trail_window {
         Some(w) => out.push_str(&window_lines(&args.region, w)),
         None => {
-            out.push_str("SDDS Daily Usage feed (joined through the Account and Product feeds)\n")
+            out.push_str(&format!(
+                "SDDS Daily Usage feed (joined through the Account and Product feeds), from {}\n",
+                sdds_source.as_deref().unwrap_or("local files")
+            ));
+            for name in sdds_files.iter().flatten() {
+                out.push_str(&format!("  read {name}\n"));
+            }
         }
     }
     out.push_str(&format!(

@@ -34,6 +34,10 @@ pub enum ReportError {
     /// A feed file could not be read (exit code 1).
     #[error("{0}")]
     Io(String),
+    /// The data feed bucket could not be read (exit code 4 when something is not
+    /// there, else 1).
+    #[error(transparent)]
+    Sdds(#[from] crate::reconcile::s3::SddsS3Error),
 }
 
 /// What a report produced: its text, and whether something needs attention

@@ -220,3 +220,285 @@ fn a_missing_feed_file_says_which() {
     assert!(matches!(err, ReportError::Io(_)));
     assert!(err.to_string().contains("account feed file"), "{err}");
 }
+
+// ---- The same feeds read from the data feed bucket (moto's S3, the real client) ----
+
+use awsmp_cli::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
+use awsmp_test_support::MotoServer;
+
+const BUCKET: &str = "seller-data-feeds";
+const PREFIX: &str = "marketplace";
+
+fn text(name: &str) -> String {
+    std::fs::read_to_string(fixture(name)).unwrap()
+}
+
+async fn put(client: &aws_sdk_s3::Client, key: &str, body: String) {
+    client
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(body.into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A bucket laid out as AWS Marketplace writes it, `usage` as March's Daily Usage
+/// file, with what must not be read beside it: February's file (usage of March in it
+/// would be an extra record), an unversioned older folder, a header-only current
+/// product file (the history is in the 2010 backfill), and other feeds' folders.
+async fn bucket_with(moto: &MotoServer, usage: &str) -> aws_sdk_s3::Client {
+    let client = s3_client(&moto.sdk_config(), None);
+    client.create_bucket().bucket(BUCKET).send().await.unwrap();
+    let key = |feed: &str, y: u32, m: u32, file: &str| {
+        format!("{PREFIX}/{feed}/year={y}/month={m:02}/{file}")
+    };
+    put(
+        &client,
+        &key("DailyUsageFeed_V1", 2026, 3, "data.csv"),
+        text(usage),
+    )
+    .await;
+    let header = text("daily_usage.csv").lines().next().unwrap().to_string();
+    put(
+        &client,
+        &key("DailyUsageFeed_V1", 2026, 2, "data.csv"),
+        format!(
+            "{header}\n2026-03-16T00:00:00Z,2026-03-16T00:00:00Z,2026-03-16T00:00:00Z,,uf-feb,2026-03-15,prod-1,,acct-1,acct-1,us-east-1,other,Units,99,USD,0.10,rec-1,offer-1,0.100000,x\n"
+        ),
+    )
+    .await;
+    put(
+        &client,
+        &key("DailyUsageFeed", 2026, 3, "data.csv"),
+        "not,the,current,version\n".into(),
+    )
+    .await;
+    put(
+        &client,
+        &key("AccountFeed_V1", 2026, 1, "data.csv"),
+        text("account.csv"),
+    )
+    .await;
+    put(
+        &client,
+        &key("ProductFeed_V1", 2010, 1, "data.csv"),
+        text("product.csv"),
+    )
+    .await;
+    let product_header = text("product.csv").lines().next().unwrap().to_string();
+    put(
+        &client,
+        &key("ProductFeed_V1", 2026, 3, "data.csv"),
+        format!("{product_header}\n"),
+    )
+    .await;
+    for m in 1..=6 {
+        put(
+            &client,
+            &key("OfferFeed_V1", 2026, m, "data.csv"),
+            "offer_id\n".into(),
+        )
+        .await;
+    }
+    client
+}
+
+async fn ours_of(tables: &MemoryTables) -> Vec<awsmp_core::reconcile::OurRecord> {
+    load_our_records(&tables.operator_store(), None)
+        .await
+        .unwrap()
+        .0
+}
+
+async fn reconciled(files: &SddsFiles, tables: &MemoryTables) -> serde_json::Value {
+    let args = ReconcileArgs {
+        month: Some("2026-03".into()),
+        region: "us-east-1".into(),
+        json: true,
+        ..ReconcileArgs::default()
+    };
+    let report = reconcile_report(
+        AwsRecords::Sdds(files),
+        &ours_of(tables).await,
+        &[],
+        &args,
+        now(),
+    )
+    .await
+    .unwrap();
+    serde_json::from_str(&report.text).unwrap()
+}
+
+/// The problems without the file names, which only the bucket's files carry.
+fn problem_lines(doc: &serde_json::Value) -> Vec<String> {
+    doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let p = p.as_str().unwrap();
+            match p.split_once(".csv line ") {
+                Some((feed, rest)) => format!(
+                    "{} line {rest}",
+                    feed.split(" feed ").next().unwrap().to_string() + " feed"
+                ),
+                None => p.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// GIVEN the fixture feeds in moto's S3 laid out as the data feed writes them (and
+/// every listing paged two keys at a time), WHEN read for March through the real S3
+/// client, THEN exactly the right files are read, and the reconciliation equals the
+/// one of the same files given as local paths: discrepancies, totals and problems.
+#[tokio::test]
+async fn the_bucket_gives_the_same_discrepancies_as_the_local_files() {
+    let moto = MotoServer::start().await.unwrap();
+    for (usage, problems) in [("daily_usage.csv", 1), ("daily_usage_malformed.csv", 7)] {
+        let client = bucket_with(&moto, usage).await;
+        let tables = MemoryTables::new();
+        billed(
+            &tables,
+            LICENSE,
+            "111122223333",
+            "requests",
+            "2026-03-15T10",
+            40,
+        );
+        billed(
+            &tables,
+            LICENSE,
+            "111122223333",
+            "storage_gb",
+            "2026-03-15T03",
+            45,
+        );
+        billed(
+            &tables,
+            LICENSE_2,
+            "044455556666",
+            "requests",
+            "2026-03-16T05",
+            3,
+        );
+
+        let bucket = SddsBucket::open(&moto.sdk_config(), BUCKET, Some(PREFIX))
+            .await
+            .unwrap()
+            .with_page_size(2);
+        let read = std::sync::Mutex::new(Vec::new());
+        let from_s3 = bucket
+            .read_month((2026, 3), &|key| read.lock().unwrap().push(key.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(
+            read.into_inner().unwrap(),
+            [
+                "marketplace/DailyUsageFeed_V1/year=2026/month=03/data.csv",
+                "marketplace/AccountFeed_V1/year=2026/month=01/data.csv",
+                "marketplace/ProductFeed_V1/year=2010/month=01/data.csv",
+                "marketplace/ProductFeed_V1/year=2026/month=03/data.csv",
+            ]
+        );
+        let local = SddsFiles::read(
+            &fixture(usage),
+            &fixture("account.csv"),
+            &fixture("product.csv"),
+        )
+        .unwrap();
+        let s3_doc = reconciled(&from_s3, &tables).await;
+        let local_doc = reconciled(&local, &tables).await;
+        assert_eq!(
+            s3_doc["reconciliation"], local_doc["reconciliation"],
+            "{usage}"
+        );
+        assert!(
+            !s3_doc["reconciliation"]["discrepancies"]
+                .as_array()
+                .unwrap()
+                .is_empty(),
+            "{usage}: the fixtures disagree with our records somewhere"
+        );
+        assert_eq!(problem_lines(&s3_doc), problem_lines(&local_doc), "{usage}");
+        assert_eq!(problem_lines(&s3_doc).len(), problems, "{usage}");
+        assert!(
+            s3_doc["problems"][0]
+                .as_str()
+                .unwrap()
+                .contains("marketplace/DailyUsageFeed_V1/year=2026/month=03/data.csv line "),
+            "{}",
+            s3_doc["problems"]
+        );
+        assert_eq!(s3_doc["sdds_source"], "s3://seller-data-feeds/marketplace/");
+        assert_eq!(local_doc["sdds_source"], "local files");
+
+        // Empty the bucket for the next round (moto keeps it across rounds).
+        let listed = client
+            .list_objects_v2()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .unwrap();
+        for object in listed.contents() {
+            client
+                .delete_object()
+                .bucket(BUCKET)
+                .key(object.key().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        client.delete_bucket().bucket(BUCKET).send().await.unwrap();
+    }
+}
+
+/// A missing bucket, a month the feed has no file for, and a prefix with no feeds
+/// each say what to do.
+#[tokio::test]
+async fn a_missing_bucket_month_or_feed_says_what_to_do() {
+    let moto = MotoServer::start().await.unwrap();
+    let config = moto.sdk_config();
+    let missing = SddsBucket::open(&config, "no-such-feeds", None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing,
+        SddsS3Error::NoBucket {
+            bucket: "no-such-feeds".into()
+        }
+    );
+    assert!(missing.to_string().contains("--sdds-bucket"), "{missing}");
+
+    bucket_with(&moto, "daily_usage.csv").await;
+    let bucket = SddsBucket::open(&config, BUCKET, Some("marketplace/"))
+        .await
+        .unwrap();
+    let april = bucket.read_month((2026, 4), &|_| ()).await.unwrap_err();
+    assert!(
+        matches!(&april, SddsS3Error::NoMonthFile { month, .. } if month == "2026-04"),
+        "{april:?}"
+    );
+    assert!(
+        april
+            .to_string()
+            .contains("no DailyUsageFeed file for 2026-04 under s3://seller-data-feeds/marketplace/DailyUsageFeed_V1/"),
+        "{april}"
+    );
+
+    let wrong_prefix = SddsBucket::open(&config, BUCKET, None).await.unwrap();
+    let error = wrong_prefix
+        .read_month((2026, 3), &|_| ())
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains(
+            "no DailyUsageFeed feed under s3://seller-data-feeds/ (folders there: marketplace)"
+        ),
+        "{error}"
+    );
+    let error = ReportError::from(error);
+    assert!(matches!(error, ReportError::Sdds(_)));
+}

@@ -23,7 +23,7 @@ pub use port::{
     TrailError, TrailEvents, TrailLog, TrailPage, UnreadableEvent, read_trail,
 };
 pub use quantity::Quantity;
-pub use sdds::{AwsDailyUsage, JoinedUsage, LineProblem, join_feeds};
+pub use sdds::{AwsDailyUsage, FeedFile, JoinedUsage, LineProblem, join_feeds};
 pub use trail::{
     EVENT_NAME, EVENT_SOURCE, MODEL_EVENT_SOURCE, TrailEvent, TrailOutcome, TrailRecord,
     TrailStatus, parse_cloudtrail_event,

@@ -28,6 +28,9 @@ use super::quantity::Quantity;
 pub struct LineProblem {
     /// Which feed (`daily usage`, `account`, `product`).
     pub feed: &'static str,
+    /// The file the line is in, when the feed was read from several (an S3 key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// 1-based line number in the file (the header is line 1).
     pub line: u64,
     /// What is wrong, naming the column.
@@ -36,7 +39,14 @@ pub struct LineProblem {
 
 impl std::fmt::Display for LineProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} feed line {}: {}", self.feed, self.line, self.problem)
+        match &self.file {
+            Some(file) => write!(
+                f,
+                "{} feed {file} line {}: {}",
+                self.feed, self.line, self.problem
+            ),
+            None => write!(f, "{} feed line {}: {}", self.feed, self.line, self.problem),
+        }
     }
 }
 
@@ -51,6 +61,8 @@ pub struct Versioned<T> {
     pub update_date: Instant,
     /// A non-empty `delete_date`: the version is soft-deleted.
     pub deleted: bool,
+    /// Which file of the feed it is in (0 for a single file; see [`ParsedFeed::files`]).
+    pub file: usize,
     /// Its line in the file.
     pub line: u64,
     /// The other columns.
@@ -64,6 +76,50 @@ pub struct ParsedFeed<T> {
     pub rows: Vec<Versioned<T>>,
     /// Every line that could not be read.
     pub problems: Vec<LineProblem>,
+    /// The files read, in the order the feed wrote them (empty for one unnamed file).
+    pub files: Vec<String>,
+}
+
+/// One file of a feed: its name (an S3 key or a path) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedFile {
+    /// Where it was read from, for problems (empty: problems name no file).
+    pub name: String,
+    /// The CSV text.
+    pub text: String,
+}
+
+impl<T> ParsedFeed<T> {
+    /// Parses several files of one feed (e.g. a month's file and the months after),
+    /// oldest first: a version in a later file wins a tie with one in an earlier
+    /// file, as a later line wins within a file. Every problem names its file.
+    pub fn from_files(files: &[FeedFile], parse: impl Fn(&str) -> ParsedFeed<T>) -> Self {
+        let mut out = ParsedFeed {
+            rows: Vec::new(),
+            problems: Vec::new(),
+            files: Vec::new(),
+        };
+        for (index, file) in files.iter().enumerate() {
+            let parsed = parse(&file.text);
+            out.rows.extend(parsed.rows.into_iter().map(|mut r| {
+                r.file = index;
+                r
+            }));
+            let name = (!file.name.is_empty()).then(|| file.name.clone());
+            out.problems
+                .extend(parsed.problems.into_iter().map(|mut p| {
+                    p.file = name.clone();
+                    p
+                }));
+            out.files.push(file.name.clone());
+        }
+        out
+    }
+
+    /// The name of file `index`, when the feed was read from named files.
+    pub fn file_name(&self, index: usize) -> Option<String> {
+        self.files.get(index).filter(|n| !n.is_empty()).cloned()
+    }
 }
 
 /// A Daily Usage row's own columns.
@@ -182,6 +238,7 @@ impl Line<'_> {
     fn problem(&self, problem: String) -> LineProblem {
         LineProblem {
             feed: self.feed,
+            file: None,
             line: self.line,
             problem,
         }
@@ -193,6 +250,7 @@ impl Line<'_> {
             valid_from: self.time("valid_from")?,
             update_date: self.time("update_date")?,
             deleted: self.optional("delete_date").is_some(),
+            file: 0,
             line: self.line,
             value,
         })
@@ -213,9 +271,11 @@ fn parse_feed<T>(
     let mut parsed = ParsedFeed {
         rows: Vec::new(),
         problems: Vec::new(),
+        files: Vec::new(),
     };
     let header_problem = |problem: String| LineProblem {
         feed,
+        file: None,
         line: 1,
         problem,
     };
@@ -270,6 +330,7 @@ fn parse_feed<T>(
                 if record.len() != width {
                     parsed.problems.push(LineProblem {
                         feed,
+                        file: None,
                         line,
                         problem: format!(
                             "{} fields where the header has {width} (an unquoted comma or a cut-off line?)",
@@ -293,6 +354,7 @@ fn parse_feed<T>(
                 let line = e.position().map_or(line, |p| p.line());
                 parsed.problems.push(LineProblem {
                     feed,
+                    file: None,
                     line,
                     problem: format!("not valid CSV: {e}"),
                 });
@@ -405,7 +467,7 @@ pub fn resolve<T: Clone>(rows: &[Versioned<T>]) -> BTreeMap<String, Versioned<T>
         let slot = latest_update
             .entry((row.key.as_str(), row.valid_from))
             .or_insert(row);
-        if (row.update_date, row.line) >= (slot.update_date, slot.line) {
+        if (row.update_date, row.file, row.line) >= (slot.update_date, slot.file, slot.line) {
             *slot = row;
         }
     }
@@ -469,6 +531,7 @@ pub fn join_feeds(
     for row in resolve(&usage.rows).into_values() {
         let problem = |text: String| LineProblem {
             feed: USAGE_FEED,
+            file: usage.file_name(row.file),
             line: row.line,
             problem: text,
         };
@@ -497,7 +560,7 @@ pub fn join_feeds(
             line: row.line,
         });
     }
-    problems.sort_by(|a, b| (a.feed, a.line).cmp(&(b.feed, b.line)));
+    problems.sort_by(|a, b| (a.feed, &a.file, a.line).cmp(&(b.feed, &b.file, b.line)));
     JoinedUsage {
         usage: joined,
         problems,
@@ -660,6 +723,51 @@ mod tests {
     }
 
     #[test]
+    fn several_files_of_a_feed_are_read_in_order_and_problems_name_their_file() {
+        let header = "valid_from,update_date,delete_date,usage_feed_id,usage_date,product_id,end_user_account_id,dimension_key,usage_quantity\n";
+        let row = |q: &str| {
+            format!(
+                "2026-03-16T00:00:00Z,2026-03-16T00:00:00Z,,uf-1,2026-03-15,prod-1,acct-1,requests,{q}\n"
+            )
+        };
+        let files = [
+            FeedFile {
+                name: "DailyUsageFeed_V1/year=2026/month=03/data.csv".into(),
+                text: format!("{header}{}{}", row("1"), row("x")),
+            },
+            FeedFile {
+                name: "DailyUsageFeed_V1/year=2026/month=04/data.csv".into(),
+                text: format!("{header}{}", row("2")),
+            },
+        ];
+        let parsed = ParsedFeed::from_files(&files, parse_usage_feed);
+        // Same key, valid_from and update_date: the later file wins, as a later line would.
+        let current = resolve(&parsed.rows);
+        assert_eq!(current["uf-1"].value.usage_quantity.to_string(), "2");
+        assert_eq!(current["uf-1"].file, 1);
+        assert_eq!(parsed.problems.len(), 1);
+        assert_eq!(
+            parsed.problems[0].to_string().split(':').next().unwrap(),
+            "daily usage feed DailyUsageFeed_V1/year=2026/month=03/data.csv line 3"
+        );
+        let joined = join_feeds(
+            &parsed,
+            &parse_account_feed(ACCOUNTS),
+            &ParsedFeed::<ProductRow> {
+                rows: Vec::new(),
+                problems: Vec::new(),
+                files: Vec::new(),
+            },
+        );
+        let unjoined = joined
+            .problems
+            .iter()
+            .find(|p| p.problem.contains("product_id"))
+            .unwrap();
+        assert_eq!(unjoined.file.as_deref(), Some(files[1].name.as_str()));
+    }
+
+    #[test]
     fn account_ids_are_left_padded_and_checked() {
         let cases: &[(&str, Option<&str>)] = &[
             ("123456789012", Some("123456789012")),
@@ -698,6 +806,7 @@ mod tests {
                     valid_from: chrono::DateTime::from_timestamp(v * 86_400, 0).unwrap(),
                     update_date: chrono::DateTime::from_timestamp(u * 86_400, 0).unwrap(),
                     deleted,
+                    file: 0,
                     line: i as u64 + 2,
                     value,
                 })
