@@ -3,9 +3,12 @@
 
 use std::fmt::Write as _;
 
-use awsmp_core::model::{Allocation, Attr, GroupKey, Tag, attr};
-use awsmp_core::ports::{AggregatedStore, NewUsageRow, PortError, PutOutcome, UsageStore};
+use std::sync::Arc;
+
+use awsmp_core::model::{Attr, GroupKey, Tag, attr};
+use awsmp_core::ports::{AggregatedStore, PortError, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
+use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 
 /// A command failure, worded for the operator.
 #[derive(Debug, thiserror::Error)]
@@ -60,52 +63,42 @@ pub struct UsagePut {
 }
 
 impl UsagePut {
-    /// The row to ingest at `now`.
-    pub fn to_row(&self, now: Instant) -> Result<NewUsageRow, CommandError> {
-        let timestamp = match &self.timestamp {
-            Some(t) => parse_usage_timestamp(t).map_err(|e| CommandError::Usage(e.to_string()))?,
-            None => now,
-        };
-        if self.event_id.trim().is_empty() || self.event_id.contains('#') {
-            return Err(CommandError::Usage(
-                "--event-id must be a non-empty id without '#' (use your own event's id)".into(),
-            ));
+    /// The usage these arguments describe (its instant: `--timestamp`, else the moment
+    /// it is recorded).
+    pub fn to_usage(&self) -> Result<Usage, CommandError> {
+        let mut usage = Usage::new(
+            &self.license_arn,
+            &self.account,
+            &self.dimension,
+            self.quantity,
+            &self.event_id,
+        );
+        if let Some(text) = &self.timestamp {
+            usage = usage
+                .at(parse_usage_timestamp(text).map_err(|e| CommandError::Usage(e.to_string()))?);
         }
-        if !(0..=i64::from(i32::MAX)).contains(&self.quantity) {
-            return Err(CommandError::Usage(format!(
-                "--quantity {} is outside 0..=2147483647",
-                self.quantity
-            )));
-        }
-        Ok(NewUsageRow {
-            license_arn: self.license_arn.clone(),
-            customer_aws_account_id: self.account.clone(),
-            dimension: self.dimension.clone(),
-            timestamp,
-            quantity: self.quantity,
-            allocations: (!self.tags.is_empty()).then(|| {
-                vec![Allocation {
-                    quantity: self.quantity,
-                    tags: self.tags.clone(),
-                }]
-            }),
-            product_code: None,
-            event_id: self.event_id.clone(),
-        })
+        Ok(self
+            .tags
+            .iter()
+            .fold(usage, |usage, tag| usage.tag(&tag.key, &tag.value)))
     }
 }
 
-/// Writes one usage row; tells whether it was new. The event id alone decides: a
-/// retry with the same `--event-id` writes nothing, even when its timestamp (by
-/// default "now") differs from the first attempt's.
-pub async fn usage_put(
-    store: &dyn UsageStore,
-    put: &UsagePut,
-    now: Instant,
-) -> Result<String, CommandError> {
-    let row = put.to_row(now)?;
-    Ok(match store.put_row(&row, now).await? {
-        PutOutcome::Created => format!(
+/// Writes one usage row through [`awsmp_usage::Meter`], as a seller's service would:
+/// checked first as the aggregator checks it (a row it would reject is refused with
+/// its reason code, nothing written), then written idempotently. The event id alone
+/// decides: a retry with the same `--event-id` writes nothing, even when its timestamp
+/// (by default "now") differs from the first attempt's.
+pub async fn usage_put<S>(store: &S, put: &UsagePut, now: Instant) -> Result<String, CommandError>
+where
+    S: UsageStore + Clone + 'static,
+{
+    let usage = put.to_usage()?;
+    // The row names no product code, so the check needs none.
+    let meter = Meter::with_store(Arc::new(store.clone()), "");
+    let row = usage.to_row(now);
+    Ok(match meter.record_at(&usage, now).await {
+        Ok(Recorded::Written) => format!(
             "written: {} {} {} quantity {} (hour {})",
             row.license_arn,
             row.dimension,
@@ -113,10 +106,12 @@ pub async fn usage_put(
             row.quantity,
             HourBucket::containing(row.timestamp)
         ),
-        PutOutcome::AlreadyExists => format!(
+        Ok(Recorded::AlreadyWritten) => format!(
             "already written (event id {}): nothing changed",
             row.event_id
         ),
+        Err(UsageError::Store(e)) => return Err(CommandError::Store(e)),
+        Err(refused) => return Err(CommandError::Usage(refused.to_string())),
     })
 }
 
@@ -188,33 +183,34 @@ mod tests {
 
     #[test]
     fn builds_a_tagged_row_with_the_event_id() {
-        let row = put().to_row(chrono::Utc::now()).unwrap();
+        let row = put().to_usage().unwrap().to_row(chrono::Utc::now());
         assert_eq!(row.event_id, "evt-1");
         assert_eq!(row.allocations.unwrap()[0].quantity, 5);
     }
 
-    #[test]
-    fn refuses_bad_arguments_with_what_to_do() {
+    #[tokio::test]
+    async fn refuses_bad_arguments_with_what_to_do_and_writes_nothing() {
+        let tables = awsmp_core::memory::MemoryTables::new();
+        let store = tables.usage_store();
+        let now = parse_usage_timestamp("2026-11-30T10:20:00Z").unwrap();
+        let refused = |put: UsagePut| {
+            let store = store.clone();
+            async move { usage_put(&store, &put, now).await.unwrap_err().to_string() }
+        };
         let mut bad = put();
         bad.event_id = "a#b".into();
-        assert!(
-            bad.to_row(chrono::Utc::now())
-                .unwrap_err()
-                .to_string()
-                .contains("--event-id")
-        );
+        assert!(refused(bad).await.contains("event id"));
         let mut bad = put();
         bad.quantity = -1;
-        assert!(bad.to_row(chrono::Utc::now()).is_err());
+        assert!(refused(bad).await.contains("NegativeQuantity"));
         let mut bad = put();
         bad.timestamp = Some("2026-11-30 10:15".into());
-        assert!(
-            bad.to_row(chrono::Utc::now())
-                .unwrap_err()
-                .to_string()
-                .contains("UTC")
-        );
+        assert!(refused(bad).await.contains("UTC"));
+        let mut bad = put();
+        bad.timestamp = Some("2026-11-29T09:00:00Z".into());
+        assert!(refused(bad).await.contains("TimestampOutOfWindow"));
         assert!(parse_tag("nokey").is_err());
+        assert!(tables.raw_rows().is_empty());
     }
 
     #[tokio::test]

@@ -1,0 +1,61 @@
+//! `Meter` against a real usage table on the moto emulator, through the real SDK
+//! client: a retry writes nothing twice, a row the aggregator would reject is never
+//! written, and what is written is a row the pipeline counts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use awsmp_aws::DynamoUsageStore;
+use awsmp_core::guardrails::{GuardrailContext, validate_row};
+use awsmp_core::model::{GroupKey, ReasonCode};
+use awsmp_core::ports::UsageStore;
+use awsmp_core::time::HourBucket;
+use awsmp_test_support::MotoServer;
+use awsmp_test_support::tables::create_usage_table;
+use awsmp_usage::{Meter, Recorded, Usage, UsageError};
+use chrono::{Duration, Utc};
+
+const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
+const TABLE: &str = "awsmp-prod-usage-test";
+
+#[tokio::test]
+async fn records_once_per_event_id_and_only_what_the_aggregator_counts() {
+    let moto = MotoServer::start().await.expect("moto (run `make venv`)");
+    let db = moto.dynamodb();
+    create_usage_table(&db, TABLE).await.unwrap();
+    let meter = Meter::new(&moto.sdk_config(), TABLE, "prodcode");
+
+    let at = Utc::now() - Duration::minutes(5);
+    let usage = Usage::new(LICENSE, "111122223333", "api_calls", 7, "req-1")
+        .at(at)
+        .tag("team", "search");
+    assert_eq!(meter.record(&usage).await.unwrap(), Recorded::Written);
+    // The retry after a lost response: same event id, nothing written.
+    assert_eq!(meter.record(&usage).await.unwrap(), Recorded::AlreadyWritten);
+
+    let future = Usage::new(LICENSE, "111122223333", "api_calls", 1, "req-2")
+        .at(Utc::now() + Duration::hours(2));
+    match meter.record(&future).await.unwrap_err() {
+        UsageError::Rejected { reason, hint } => {
+            assert_eq!(reason, ReasonCode::TimestampInFuture);
+            assert!(hint.contains("UTC"), "{hint}");
+        }
+        other => panic!("expected a rejection, got {other}"),
+    }
+    let missing = Meter::new(&moto.sdk_config(), "no-such-table", "prodcode");
+    let err = missing.record(&usage).await.unwrap_err();
+    assert!(matches!(err, UsageError::Store(_)), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+
+    // Exactly one row, and it is one the aggregator counts as written.
+    let store = DynamoUsageStore::new(db, TABLE);
+    let key = GroupKey {
+        license_arn: LICENSE.into(),
+        customer_aws_account_id: "111122223333".into(),
+        dimension: "api_calls".into(),
+        hour: HourBucket::containing(at),
+    };
+    let rows = store.group_rows(&key).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let valid = validate_row(&rows[0], &GuardrailContext::new(Utc::now(), "prodcode")).unwrap();
+    assert_eq!(valid.quantity, 7);
+    assert_eq!(valid.allocations.unwrap()[0].tags[0].value, "search");
+}
