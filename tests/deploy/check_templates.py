@@ -488,6 +488,56 @@ def main() -> int:
             f"{logical}: encrypted with TablesKmsKeyArn when given",
         )
 
+    # ---- retention: the pipeline owns the TTL attribute (expiresAt, written only on
+    # final items); TTL is on only when DataRetentionDays > 0, and the floor refused
+    # below is the one the functions refuse (awsmp_core::retention::MIN_RETENTION_DAYS)
+    model = (ROOT / "crates/core/src/model.rs").read_text()
+    m = re.search(r'pub const EXPIRES_AT: &str = "([A-Za-z_]+)";', model)
+    ttl_attr = m.group(1) if m else None
+    retention_rs = (ROOT / "crates/core/src/retention.rs").read_text()
+    m = re.search(r"pub const MIN_RETENTION_DAYS: u32 = ([0-9]+);", retention_rs)
+    floor = int(m.group(1)) if m else None
+    m = re.search(r"pub const MAX_RETENTION_DAYS: u32 = ([0-9]+);", retention_rs)
+    ceiling = m.group(1) if m else None
+    main_params = section(main_t.lines, "Parameters", 0) or []
+    check("DataTtlAttributeName" not in "\n".join(main_t.lines), "template-main.yaml: no seller-named TTL attribute (DataTtlAttributeName)")
+    days = section(main_params, "DataRetentionDays", 2) or []
+    check(
+        scalar(days, "Type", 4) == "Number" and scalar(days, "Default", 4) == "0"
+        and scalar(days, "MinValue", 4) == "0" and scalar(days, "MaxValue", 4) == ceiling,
+        "DataRetentionDays: Number, default 0 (keep everything), 0..MAX_RETENTION_DAYS",
+        f"got Type {scalar(days, 'Type', 4)} Default {scalar(days, 'Default', 4)} Max {scalar(days, 'MaxValue', 4)} (core {ceiling})",
+    )
+    rule = "\n".join(section(section(main_t.lines, "Rules", 0) or [], "DataRetentionFloor", 2) or [])
+    below = re.search(r"!Not \[!Contains \[\[([^\]]*)\], !Ref DataRetentionDays\]\]", rule)
+    refused = [v.strip().strip('"') for v in below.group(1).split(",")] if below else []
+    check(
+        floor is not None and refused == [str(d) for d in range(1, floor)],
+        f"Rule DataRetentionFloor refuses 1..{floor} - 1 (below MIN_RETENTION_DAYS)",
+        f"refuses {refused}",
+    )
+    conditions = section(main_t.lines, "Conditions", 0) or []
+    check(
+        scalar(conditions, "HasDataRetention", 2) == '!Not [!Equals [!Ref DataRetentionDays, "0"]]',
+        "Condition HasDataRetention: DataRetentionDays other than 0",
+        f"got {scalar(conditions, 'HasDataRetention', 2)}",
+    )
+    for logical in ("UsageTable", "AggregatedUsageTable"):
+        ttl = "\n".join(section(section(main_t.resources.get(logical, []), "Properties", 4) or [], "TimeToLiveSpecification", 6) or [])
+        check(
+            re.search(rf"- HasDataRetention\n\s+- AttributeName: {ttl_attr}\n\s+Enabled: true\n\s+- !Ref \"AWS::NoValue\"", ttl) is not None,
+            f"{logical}: TTL on {ttl_attr} only when DataRetentionDays > 0",
+            ttl,
+        )
+    finalizers = {"discoverer", "aggregator", "cleanup", "submitter"}
+    for t in templates:
+        for logical, body in t.of_type("AWS::Serverless::Function").items():
+            variables = section(section(body, "Properties", 4) or [], "Variables", 8) or []
+            value = scalar(variables, "DATA_RETENTION_DAYS", 10)
+            binary = scalar(body, "Binary", 8)
+            want = "!Ref DataRetentionDays" if binary in finalizers else None
+            check(value == want, f"{t.name} {logical}: DATA_RETENTION_DAYS {want or 'not set'} (it finalizes items: {binary in finalizers})", f"got {value}")
+
     # ---- console conventions: every parameter grouped and labelled once; SAR metadata
     for t in templates:
         params_t = keys(section(t.lines, "Parameters", 0) or [], 2)

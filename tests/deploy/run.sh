@@ -360,18 +360,18 @@ stack_name = "awsmp-main-abc123-prod"
 region = "us-west-2"
 confirm_changeset = true
 capabilities = "CAPABILITY_IAM"
-parameter_overrides = "LogRetentionInDays=\"30\" CreateDashboard=\"false\" AlertsTopicArn=\"\" DataTtlAttributeName=\"expires at\" WebAclArn=\"arn:aws:wafv2:x=y\" PagePriceClass=\"say \\\"hi\\\" there\""
+parameter_overrides = "LogRetentionInDays=\"30\" CreateDashboard=\"false\" AlertsTopicArn=\"\" TablesKmsKeyArn=\"expires at\" WebAclArn=\"arn:aws:wafv2:x=y\" PagePriceClass=\"say \\\"hi\\\" there\""
 EOF
 existing_events
 # shellcheck disable=SC2086
 deploy main $MAIN_ARGS --yes
 expect_exit 0
-for arg in "LogRetentionInDays=30" "CreateDashboard=false" 'AlertsTopicArn=""' 'DataTtlAttributeName="expires at"' \
+for arg in "LogRetentionInDays=30" "CreateDashboard=false" 'AlertsTopicArn=""' 'TablesKmsKeyArn="expires at"' \
   "WebAclArn=arn:aws:wafv2:x=y" 'PagePriceClass="say \"hi\" there"' "ProductCode=abc123"; do
   expect_in_call "sam deploy" "$arg"
 done
 expect_not_in_call "sam deploy" 'LogRetentionInDays=\'
-expect_out 'DataTtlAttributeName="expires at"'
+expect_out 'TablesKmsKeyArn="expires at"'
 end
 
 begin "samconfig: the list form, with quoted values, '=' inside and empty values"
@@ -383,51 +383,51 @@ parameter_overrides = ["LogRetentionInDays=90", "CreateDashboard=true"]
 parameter_overrides = [
   "LogRetentionInDays=30",
   "AlertsTopicArn=\"\"",
-  'DataTtlAttributeName="expires at"',
+  'TablesKmsKeyArn="expires at"',
   "WebAclArn=arn:aws:wafv2:x=y",
   'PagePriceClass="say \"hi\" there"',
 ]
 EOF
 deploy all $MAIN_ARGS --yes
 expect_exit 0
-for arg in "LogRetentionInDays=30" "CreateDashboard=true" 'AlertsTopicArn=""' 'DataTtlAttributeName="expires at"' \
+for arg in "LogRetentionInDays=30" "CreateDashboard=true" 'AlertsTopicArn=""' 'TablesKmsKeyArn="expires at"' \
   "WebAclArn=arn:aws:wafv2:x=y" 'PagePriceClass="say \"hi\" there"'; do
   expect_in_call "sam deploy --template-file .aws-sam/build-main" "$arg"
 done
 # The events stack gets its own template's parameters only.
 expect_in_call "sam deploy --template-file .aws-sam/build-events" "LogRetentionInDays=30"
 expect_in_call "sam deploy --template-file .aws-sam/build-events" 'AlertsTopicArn=""'
-expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "DataTtlAttributeName="
+expect_not_in_call "sam deploy --template-file .aws-sam/build-events" "TablesKmsKeyArn="
 end
 
 begin "samconfig: sam's ParameterKey=,ParameterValue= form, and a name no template declares"
 with_samconfig <<'EOF'
 [prod.deploy.parameters]
-parameter_overrides = "ParameterKey=LogRetentionInDays,ParameterValue=30 ParameterKey=DataTtlAttributeName,ParameterValue=\"expires at\" ParameterKey=LogRetentionDays,ParameterValue=7"
+parameter_overrides = "ParameterKey=LogRetentionInDays,ParameterValue=30 ParameterKey=TablesKmsKeyArn,ParameterValue=\"expires at\" ParameterKey=LogRetentionDays,ParameterValue=7"
 EOF
 deploy events --stage prod --dry-run
 expect_exit 0
 expect_out "parameters: LogRetentionInDays=30"
 expect_err "samconfig.toml [prod.deploy.parameters] sets LogRetentionDays, which neither template declares; it is ignored."
 # A main-stack parameter is no typo: kept out of the events stack without a word.
-grep -qF "DataTtlAttributeName" "$WORK/err" && fail "warned about DataTtlAttributeName, a main-stack parameter"
-expect_no_out "DataTtlAttributeName"
+grep -qF "TablesKmsKeyArn" "$WORK/err" && fail "warned about TablesKmsKeyArn, a main-stack parameter"
+expect_no_out "TablesKmsKeyArn"
 expect_no_out "ParameterKey"
 existing_events
 # shellcheck disable=SC2086
 deploy main $MAIN_ARGS --dry-run
 expect_exit 0
-expect_out 'DataTtlAttributeName="expires at"'
+expect_out 'TablesKmsKeyArn="expires at"'
 end
 
 begin "samconfig: a pair sam would cut or drop is refused with the fix"
 with_samconfig <<'EOF'
 [prod.deploy.parameters]
-parameter_overrides = ["DataTtlAttributeName=expires at"]
+parameter_overrides = ["TablesKmsKeyArn=expires at"]
 EOF
 deploy events --stage prod --dry-run
 expect_exit 2
-expect_err "sam reads 'DataTtlAttributeName=expires at' as DataTtlAttributeName=expires and ignores 'at'"
+expect_err "sam reads 'TablesKmsKeyArn=expires at' as TablesKmsKeyArn=expires and ignores 'at'"
 expect_err 'Quote a value that has spaces (Key="two words")'
 expect_no_call "aws "
 with_samconfig <<'EOF'
@@ -468,11 +468,11 @@ end
 begin "--parameter values with spaces and quotes reach sam quoted; ones sam cannot carry are refused"
 existing_events
 # shellcheck disable=SC2086
-deploy main $MAIN_ARGS --parameter 'DataTtlAttributeName=a "b" c' --yes
+deploy main $MAIN_ARGS --parameter 'TablesKmsKeyArn=a "b" c' --yes
 expect_exit 0
-expect_in_call "sam deploy" 'DataTtlAttributeName="a \"b\" c"'
+expect_in_call "sam deploy" 'TablesKmsKeyArn="a \"b\" c"'
 # shellcheck disable=SC2086
-deploy main $MAIN_ARGS --parameter 'DataTtlAttributeName=ends\' --dry-run
+deploy main $MAIN_ARGS --parameter 'TablesKmsKeyArn=ends\' --dry-run
 expect_exit 2
 expect_err "cannot be passed through sam's --parameter-overrides unchanged"
 end

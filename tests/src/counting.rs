@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use awsmp_core::model::{
-    AggregatedRecord, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber,
-};
+use awsmp_core::model::{AggregatedRecord, GroupKey, RawUsageRow, Subscriber};
 use awsmp_core::ports::{
     AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, NewUsageRow, OutcomeWrite, Page, PendingRawRef, PortError, PutOutcome, RowClaim,
@@ -119,13 +117,12 @@ impl<S: UsageStore> UsageStore for CountingUsage<S> {
         license_arn: &str,
         sort_key: &str,
         claim: RowClaim<'_>,
-        status: RawStatus,
-        reason: Option<ReasonCode>,
+        outcome: awsmp_core::ports::RowFinal,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.counts.add("usage.finalize", 1);
         self.inner
-            .finalize_row(license_arn, sort_key, claim, status, reason, now)
+            .finalize_row(license_arn, sort_key, claim, outcome, now)
             .await
     }
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
@@ -209,11 +206,14 @@ impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
         &self,
         item: &MalformedItem,
         reason: &str,
+        expires_at: Option<Instant>,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.counts.add("aggregated.reject_malformed", 1);
         self.counts.wait().await;
-        self.inner.reject_malformed(item, reason, now).await
+        self.inner
+            .reject_malformed(item, reason, expires_at, now)
+            .await
     }
     async fn stray_pending_page(
         &self,

@@ -25,6 +25,7 @@ use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus, attr};
 use awsmp_core::pipeline::discover::{DiscoverReport, DiscoverSettings};
 use awsmp_core::pipeline::submit::{DeploymentMode, MeteringMode, SubmitReport, SubmitSettings};
 use awsmp_core::ports::{AggregatedStore, SubscriberStore, UsageStore};
+use awsmp_core::retention::Retention;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
@@ -254,6 +255,8 @@ impl Stack {
         let mut discover_settings =
             DiscoverSettings::new(options.product_code.clone(), options.lock);
         discover_settings.flush_margin = chrono::Duration::minutes(10);
+        // Every final write on DynamoDB carries expiresAt; pending ones never do.
+        discover_settings.retention = Retention::MIN;
         let c = clients("discoverer");
         let discoverer = awsmp_discoverer::State {
             settings: Arc::new(discover_settings),
@@ -270,6 +273,7 @@ impl Stack {
                 product_code: options.product_code.clone(),
                 lock: options.lock,
                 zero_policy: options.zero_policy,
+                retention: Retention::MIN,
             }),
             usage: usage(&c),
             aggregated: aggregated(&c),
@@ -281,15 +285,19 @@ impl Stack {
             usage: usage(&c),
             metrics: Arc::new(metrics.clone()),
             clock: Arc::new(clock.clone()),
+            retention: Retention::MIN,
         };
         let c = clients("submitter");
         let submitter = awsmp_submitter::State {
-            settings: Arc::new(SubmitSettings::new(
-                options.product_code.clone(),
-                options.mode.clone(),
-                options.zero_policy,
-                DeploymentMode::Full,
-            )),
+            settings: Arc::new(SubmitSettings {
+                retention: Retention::MIN,
+                ..SubmitSettings::new(
+                    options.product_code.clone(),
+                    options.mode.clone(),
+                    options.zero_policy,
+                    DeploymentMode::Full,
+                )
+            }),
             aggregated: aggregated(&c),
             subscribers: subscribers_on(c.subscribers_dynamodb.clone()),
             metering: Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone())),

@@ -12,6 +12,7 @@ use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggre
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkMessage, WorkQueue};
+use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use tracing::{error, info, warn};
@@ -24,6 +25,7 @@ pub const ENV_VARS: &[&str] = &[
     "CLEANUP_QUEUE_URL",
     "METERING_LOCK_HOURS",
     "ZERO_QUANTITY_POLICY",
+    "DATA_RETENTION_DAYS",
 ];
 
 /// The aggregator's configuration, read once at init.
@@ -41,6 +43,9 @@ pub struct Config {
     pub lock: MeteringLockHours,
     /// `ZERO_QUANTITY_POLICY` (default `defer`).
     pub zero_policy: ZeroQuantityPolicy,
+    /// `DATA_RETENTION_DAYS` (0 = keep everything, the default; else at least
+    /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item this function makes final.
+    pub retention: Retention,
 }
 
 impl Config {
@@ -59,6 +64,7 @@ impl Config {
             cleanup_queue_url: env.required("CLEANUP_QUEUE_URL"),
             lock: env.parsed_or("METERING_LOCK_HOURS", MeteringLockHours::DEFAULT),
             zero_policy: env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default()),
+            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
         };
         env.finish(config)
     }
@@ -69,6 +75,7 @@ impl Config {
             product_code: self.product_code.clone(),
             lock: self.lock,
             zero_policy: self.zero_policy,
+            retention: self.retention,
         }
     }
 }

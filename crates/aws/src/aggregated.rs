@@ -232,7 +232,9 @@ impl DynamoAggregatedStore {
         let mut update = Update::new();
         update
             .set(attr::IN_FLIGHT_UNTIL, instant(claim.until))
-            .set(attr::CLAIM_ID, s(&claim.id));
+            .set(attr::CLAIM_ID, s(&claim.id))
+            // Pending: a seller's direct-submit row may carry one; never keep it.
+            .expiry(None);
         let attempts = update.name(attr::ATTEMPT_COUNT);
         let zero = update.value(n(0));
         let one = update.value(n(1));
@@ -292,13 +294,17 @@ impl DynamoAggregatedStore {
                     attr::METERING_STATUS_REASON,
                     update.reason.as_deref().map(s),
                 )
+                .expiry(update.expires_at)
                 .remove(attr::METERING_PENDING);
             // An absent record id keeps a stored one.
             if let Some(id) = &update.metering_record_id {
                 expr.set(attr::METERING_RECORD_ID, s(id));
             }
-        } else if !update.possibly_sent {
-            expr.remove(attr::SENT_QUANTITY);
+        } else {
+            expr.expiry(None);
+            if !update.possibly_sent {
+                expr.remove(attr::SENT_QUANTITY);
+            }
         }
         expr.stamp(now);
         let pending = expr.name(attr::METERING_PENDING);
@@ -513,6 +519,7 @@ impl AggregatedStore for DynamoAggregatedStore {
                 .set(attr::AGGREGATED_INTO, claim.clone())
                 .set(attr::METERING_STATUS, s(RawStatus::Aggregated.as_str()))
                 .remove(attr::METERING_STATUS_REASON)
+                .expiry(commit.rows_expire_at)
                 .stamp(commit.now);
             let pending = update.name(attr::METERING_PENDING);
             let claimed = update.name(attr::AGGREGATED_INTO);
@@ -658,11 +665,13 @@ impl AggregatedStore for DynamoAggregatedStore {
         &self,
         item: &MalformedItem,
         reason: &str,
+        expires_at: Option<Instant>,
         now: Instant,
     ) -> Result<bool, PortError> {
         let mut expr = Update::new();
         expr.set(attr::METERING_STATUS, s(AggregatedStatus::Error.as_str()))
             .set(attr::METERING_STATUS_REASON, s(reason))
+            .expiry(expires_at)
             .remove(attr::METERING_PENDING)
             .stamp(now);
         let pending = expr.name(attr::METERING_PENDING);

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_core::items::expiry_attr;
 use awsmp_core::model::{Allocation, Attr, RawUsageRow, Tag, attr};
 use awsmp_core::ports::{Cursor, Item, PortError};
 use awsmp_core::stamp::AuditStamp;
@@ -28,6 +29,23 @@ pub fn n(value: impl ToString) -> AttributeValue {
 /// An instant as stored: ISO-8601 whole seconds with `Z`.
 pub fn instant(value: Instant) -> AttributeValue {
     AttributeValue::S(format_instant(value))
+}
+
+/// `expiresAt` (the tables' TTL attribute) as the domain shapes it
+/// ([`awsmp_core::items::expiry_attr`]: epoch seconds, a number).
+pub fn expiry(at: Instant) -> AttributeValue {
+    match expiry_attr(at) {
+        Attr::N(text) => AttributeValue::N(text),
+        other => attr_to_dynamo(&other).unwrap_or_else(|_| n(at.timestamp())),
+    }
+}
+
+impl Update {
+    /// The final write's `expiresAt`: set to `expires_at`, or removed when `None` (a
+    /// write that leaves or puts an item pending passes `None`).
+    pub fn expiry(&mut self, expires_at: Option<Instant>) -> &mut Self {
+        self.set_or_remove(attr::EXPIRES_AT, expires_at.map(expiry))
+    }
 }
 
 /// One attribute, loosely typed, as the domain's [`Attr`].

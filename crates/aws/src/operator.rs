@@ -146,7 +146,9 @@ impl OperatorStore for DynamoOperatorStore {
             .set(attr::METERING_PENDING, s(record.key.hour.to_string()))
             .remove(attr::METERING_STATUS_REASON)
             .remove(attr::IN_FLIGHT_UNTIL)
-            .remove(attr::CLAIM_ID);
+            .remove(attr::CLAIM_ID)
+            // Pending again: DynamoDB must not delete it before it is billed.
+            .expiry(None);
         let sent = update.name(attr::SENT_QUANTITY);
         let quantity = update.name(attr::QUANTITY);
         update

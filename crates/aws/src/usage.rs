@@ -5,10 +5,10 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use awsmp_core::items::IngestionWrite;
-use awsmp_core::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use awsmp_core::model::{GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{
-    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
-    UsageStore,
+    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, RowFinal,
+    StrayPending, UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
@@ -186,14 +186,17 @@ impl UsageStore for DynamoUsageStore {
         license_arn: &str,
         sort_key: &str,
         claim: RowClaim<'_>,
-        status: RawStatus,
-        reason: Option<ReasonCode>,
+        outcome: RowFinal,
         now: Instant,
     ) -> Result<bool, PortError> {
         let mut update = Update::new();
         update
-            .set(attr::METERING_STATUS, s(status.as_str()))
-            .set_or_remove(attr::METERING_STATUS_REASON, reason.map(|r| s(r.as_str())))
+            .set(attr::METERING_STATUS, s(outcome.status.as_str()))
+            .set_or_remove(
+                attr::METERING_STATUS_REASON,
+                outcome.reason.map(|r| s(r.as_str())),
+            )
+            .expiry(outcome.expires_at)
             .remove(attr::METERING_PENDING)
             .stamp(now);
         let pending = update.name(attr::METERING_PENDING);
@@ -249,6 +252,7 @@ impl UsageStore for DynamoUsageStore {
         let mut update = Update::new();
         update
             .set(attr::METERING_PENDING, s(hour.to_string()))
+            .expiry(None)
             .stamp(now);
         let pending = update.name(attr::METERING_PENDING);
         let was = update.value(s(from));

@@ -112,6 +112,7 @@ fn commit(
         record,
         expected_version: expected,
         claimed_rows: rows.iter().map(|r| (*r).clone()).collect(),
+        rows_expire_at: None,
         now: t(now),
     }
 }
@@ -254,8 +255,7 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
             &r3.0,
             &r3.1,
             awsmp_core::ports::RowClaim::Uncounted,
-            awsmp_core::model::RawStatus::AggregationExpired,
-            None,
+            RowFinal::new(awsmp_core::model::RawStatus::AggregationExpired, None),
             t("2026-11-30T11:01:00Z"),
         )
         .await
@@ -833,13 +833,13 @@ async fn malformed_seller_rows_are_listed_apart_and_closed_by_their_stored_keys(
     for item in &page.malformed {
         assert!(
             w.aggregated
-                .reject_malformed(item, "MalformedItem: x", t("2026-11-30T11:01:00Z"))
+                .reject_malformed(item, "MalformedItem: x", None, t("2026-11-30T11:01:00Z"))
                 .await
                 .unwrap()
         );
         assert!(
             !w.aggregated
-                .reject_malformed(item, "MalformedItem: x", t("2026-11-30T11:01:00Z"))
+                .reject_malformed(item, "MalformedItem: x", None, t("2026-11-30T11:01:00Z"))
                 .await
                 .unwrap()
         );

@@ -5,11 +5,13 @@
 mod common;
 
 use async_trait::async_trait;
-use awsmp_aws::item::raw_row_item;
+use awsmp_aws::item::{attr_from_dynamo, expiry, raw_row_item, s};
 use awsmp_aws::{DynamoAggregatedStore, DynamoOperatorStore, DynamoUsageStore};
+use awsmp_core::items::expiry_of;
 use awsmp_core::memory::contract::{Backend, PAGE_SIZE};
-use awsmp_core::model::RawUsageRow;
+use awsmp_core::model::{GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{AggregatedStore, OperatorStore, UsageStore};
+use awsmp_core::time::Instant;
 use awsmp_test_support::MotoServer;
 use common::{AGGREGATED, USAGE, moto_with_tables};
 
@@ -51,6 +53,34 @@ impl Backend for MotoBackend {
             .put_item()
             .table_name(USAGE)
             .set_item(Some(raw_row_item(row).unwrap()))
+            .send()
+            .await
+            .unwrap();
+    }
+    async fn record_expiry(&self, key: &GroupKey) -> Option<Instant> {
+        let item = self
+            .db
+            .get_item()
+            .table_name(AGGREGATED)
+            .consistent_read(true)
+            .key(attr::LICENSE_ARN, s(&key.license_arn))
+            .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
+            .send()
+            .await
+            .unwrap()
+            .item?;
+        let value = attr_from_dynamo(item.get(attr::EXPIRES_AT)?);
+        Some(expiry_of(&value).expect("expiresAt is epoch seconds"))
+    }
+    async fn set_record_expiry(&self, key: &GroupKey, at: Instant) {
+        self.db
+            .update_item()
+            .table_name(AGGREGATED)
+            .key(attr::LICENSE_ARN, s(&key.license_arn))
+            .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
+            .update_expression("SET #e = :e")
+            .expression_attribute_names("#e", attr::EXPIRES_AT)
+            .expression_attribute_values(":e", expiry(at))
             .send()
             .await
             .unwrap();

@@ -215,8 +215,7 @@ async fn group_rows_reads_exactly_one_group_in_any_status() {
             LICENSE,
             &sort_key_b,
             RowClaim::Uncounted,
-            RawStatus::Aggregated,
-            None,
+            RowFinal::new(RawStatus::Aggregated, None),
             now,
         )
         .await
@@ -255,8 +254,10 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
             LICENSE,
             &sort_key,
             RowClaim::Uncounted,
-            RawStatus::RejectedClientSide,
-            Some(ReasonCode::MalformedTimestamp),
+            RowFinal::new(
+                RawStatus::RejectedClientSide,
+                Some(ReasonCode::MalformedTimestamp),
+            ),
             t("2026-11-30T12:00:00Z"),
         )
         .await
@@ -288,8 +289,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
             LICENSE,
             &sort_key,
             RowClaim::Uncounted,
-            RawStatus::Aggregated,
-            None,
+            RowFinal::new(RawStatus::Aggregated, None),
             t("2026-11-30T13:00:00Z"),
         )
         .await
@@ -306,8 +306,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
                 LICENSE,
                 "missing",
                 RowClaim::Uncounted,
-                RawStatus::Aggregated,
-                None,
+                RowFinal::new(RawStatus::Aggregated, None),
                 t("2026-11-30T13:00:00Z")
             )
             .await

@@ -9,11 +9,17 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use awsmp_core::config::{ConfigError, EnvReader};
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
 use awsmp_core::ports::{Clock, MetricsSink, UsageStore, WorkMessage};
+use awsmp_core::retention::Retention;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use tracing::{error, info, warn};
 
 /// Every environment variable this function reads (its template sets exactly these).
-pub const ENV_VARS: &[&str] = &["USAGE_TABLE", "PRODUCT_CODE", "STAGE"];
+pub const ENV_VARS: &[&str] = &[
+    "USAGE_TABLE",
+    "PRODUCT_CODE",
+    "STAGE",
+    "DATA_RETENTION_DAYS",
+];
 
 /// The cleanup function's configuration, read once at init.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +30,9 @@ pub struct Config {
     pub product_code: String,
     /// `STAGE`.
     pub stage: String,
+    /// `DATA_RETENTION_DAYS` (0 = keep everything, the default; else at least
+    /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item this function makes final.
+    pub retention: Retention,
 }
 
 impl Config {
@@ -39,6 +48,7 @@ impl Config {
             usage_table: env.required("USAGE_TABLE"),
             product_code: env.required("PRODUCT_CODE"),
             stage: awsmp_aws::metrics::read_stage(&mut env),
+            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
         };
         env.finish(config)
     }
@@ -53,6 +63,8 @@ pub struct State {
     pub metrics: Arc<dyn MetricsSink>,
     /// Clock ("now" of each message, backoff sleeps).
     pub clock: Arc<dyn Clock>,
+    /// `DATA_RETENTION_DAYS`: the `expiresAt` of the rows it finalizes.
+    pub retention: Retention,
 }
 
 impl State {
@@ -69,6 +81,7 @@ impl State {
                 &config.stage,
             )),
             clock: Arc::new(awsmp_aws::SystemClock),
+            retention: config.retention,
         }
     }
 }
@@ -125,7 +138,7 @@ async fn handle_message(state: &State, body: Option<&str>) -> Result<(), String>
         metrics: state.metrics.as_ref(),
         clock: state.clock.as_ref(),
     };
-    match cleanup(&message, state.clock.now(), ports).await {
+    match cleanup(&message, state.clock.now(), state.retention, ports).await {
         Ok(report) => {
             info!(
                 aggregated = report.aggregated,

@@ -249,6 +249,7 @@ pub fn plan_commits(
                 .iter()
                 .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
                 .collect(),
+            rows_expire_at: None,
             now,
         });
         current = Some(record);
@@ -264,6 +265,7 @@ pub fn plan_commits(
             },
             expected_version: Some(record.version),
             claimed_rows: Vec::new(),
+            rows_expire_at: None,
             now,
         });
     }
@@ -283,6 +285,15 @@ pub struct AggregationPlan {
 }
 
 impl AggregationPlan {
+    /// The plan with `expires_at` on the rows each commit counts (the commit makes them
+    /// final; see [`crate::retention`]).
+    pub fn with_row_expiry(mut self, expires_at: Option<Instant>) -> Self {
+        for commit in &mut self.commits {
+            commit.rows_expire_at = expires_at;
+        }
+        self
+    }
+
     /// The record as it will be once every commit is applied, if any commit exists.
     pub fn final_record(&self) -> Option<&AggregatedRecord> {
         self.commits.last().map(|c| &c.record)

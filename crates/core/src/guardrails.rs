@@ -29,6 +29,7 @@
 //! | 17 | `InvalidTag` | a key longer than 100 or a value longer than 256 characters, a character outside the API pattern `^[a-zA-Z0-9+ -=._:\/@]+$` (` -=` is the range space..`=`), or the same key twice in one allocation | `InvalidTagException` |
 //! | 18 | `TooManyTags` | an allocation has more than 5 tags | `InvalidTagException` |
 //! | 19 | `AllocationSumMismatch` | the row's allocation quantities do not sum to its quantity | `InvalidUsageAllocationsException` |
+//! | 20 | `ReservedAttribute` | the row carries `expiresAt` (any type), the tables' TTL attribute, which only the pipeline writes on final items ([`crate::retention`]): DynamoDB could delete the row before it is counted | none: our table's TTL |
 //!
 //! Group-level checks ([`validate_group`]) run on a group's per-row-valid rows plus the
 //! group's existing aggregated record, if any (late rows fold into it). Rows are taken
@@ -198,6 +199,9 @@ pub fn validate_row(
         None | Some(Attr::Null) => None,
         Some(value) => Some(allocations_from_attr(value, quantity)?),
     };
+    if row.attrs.contains_key(attr::EXPIRES_AT) {
+        return Err(ReasonCode::ReservedAttribute);
+    }
     Ok(ValidUsageRow {
         license_arn: row.license_arn.clone(),
         sort_key: row.sort_key.clone(),
@@ -1475,6 +1479,17 @@ mod tests {
                 "zero row with non-zero allocations",
                 with_allocs(row_at("requests", TS, "0"), vec![alloc_attr("1", vec![])]),
                 Err(ReasonCode::AllocationSumMismatch),
+            ),
+            // 20 ReservedAttribute: whatever its type, the seller's TTL could delete it
+            (
+                "expiresAt set by the writer",
+                with(good(), attr::EXPIRES_AT, Some(Attr::N("1893456000".into()))),
+                Err(ReasonCode::ReservedAttribute),
+            ),
+            (
+                "expiresAt of another type",
+                with(good(), attr::EXPIRES_AT, Some(Attr::S("soon".into()))),
+                Err(ReasonCode::ReservedAttribute),
             ),
         ];
         let mut failing_codes = std::collections::BTreeSet::new();

@@ -220,9 +220,37 @@ impl IngestionWrite {
     }
 }
 
+/// The TTL attribute's value for an item DynamoDB may delete from `at` on: epoch
+/// seconds, a number (what DynamoDB's TTL reads; any other type is never deleted).
+pub fn expiry_attr(at: Instant) -> Attr {
+    Attr::N(at.timestamp().to_string())
+}
+
+/// The instant an [`attr::EXPIRES_AT`] value stands for, if it is one [`expiry_attr`]
+/// writes.
+pub fn expiry_of(value: &Attr) -> Option<Instant> {
+    match value {
+        Attr::N(text) => text
+            .parse::<i64>()
+            .ok()
+            .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0)),
+        _ => None,
+    }
+}
+
+/// Sets (or, with `None`, removes) a final item's [`attr::EXPIRES_AT`] in its attributes.
+pub fn set_expiry(attrs: &mut BTreeMap<String, Attr>, expires_at: Option<Instant>) {
+    match expires_at {
+        Some(at) => attrs.insert(attr::EXPIRES_AT.to_string(), expiry_attr(at)),
+        None => attrs.remove(attr::EXPIRES_AT),
+    };
+}
+
 /// The attributes of an aggregated record that may be absent (an update removes each
-/// one [`aggregated_item`] leaves out).
+/// one [`aggregated_item`] leaves out). [`attr::EXPIRES_AT`] is one: [`aggregated_item`]
+/// is the pending shape (a create or a fold), which never carries it.
 pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
+    attr::EXPIRES_AT,
     attr::USAGE_ALLOCATIONS,
     attr::PRODUCT_CODE,
     attr::METERING_STATUS_REASON,

@@ -21,6 +21,7 @@ pub mod outcome;
 pub mod pipeline;
 pub mod ports;
 pub mod reconcile;
+pub mod retention;
 pub mod stamp;
 mod sync;
 pub mod time;

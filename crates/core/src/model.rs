@@ -112,6 +112,13 @@ pub mod attr {
     pub const AGGREGATION_IN_PROGRESS: &str = "aggregationInProgress";
     /// On an aggregated row: number of raw rows counted into it.
     pub const RAW_ROW_COUNT: &str = "rawRowCount";
+    /// TTL attribute of the usage and aggregated-usage tables (epoch seconds, N): when
+    /// DynamoDB may delete the item. Reserved to the pipeline: written only by the write
+    /// that makes an item final (`DataRetentionDays` after it), removed by every write
+    /// that leaves or puts an item pending, refused on a seller's row
+    /// ([`ReasonCode::ReservedAttribute`](super::ReasonCode::ReservedAttribute)); see
+    /// [`crate::retention`].
+    pub const EXPIRES_AT: &str = "expiresAt";
     /// Audit: write-once creation instant.
     pub const CREATED_AT: &str = "createdAt";
     /// Audit: last write instant.
@@ -375,6 +382,9 @@ pub enum ReasonCode {
     /// `meteringPending` is not an hour bucket (e.g. `"true"`, as other samples write)
     /// and the row's timestamp cannot place it in a live hour.
     MalformedMeteringPending,
+    /// The row carries `expiresAt`, the tables' TTL attribute, which only the pipeline
+    /// writes (on final items): DynamoDB could delete the row before it is counted.
+    ReservedAttribute,
 }
 
 string_enum!(ReasonCode {
@@ -401,7 +411,8 @@ string_enum!(ReasonCode {
     ProductCodeMismatch,
     HourAlreadySubmitted,
     RecordTooLarge,
-    MalformedMeteringPending
+    MalformedMeteringPending,
+    ReservedAttribute
 });
 
 /// The one aggregated record per group: what the submitter sends.

@@ -114,6 +114,35 @@ pub enum RowClaim<'a> {
     Uncounted,
 }
 
+/// What the write that makes a raw row final sets: its terminal status, the reason, and
+/// when DynamoDB may delete it (`expiresAt`; `None`: never, and a stale value is
+/// removed). Build it with [`RowFinal::new`] and [`RowFinal::expiring`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowFinal {
+    /// The terminal status.
+    pub status: RawStatus,
+    /// The reason code (`RejectedClientSide`), if any.
+    pub reason: Option<ReasonCode>,
+    /// `expiresAt`, from the stack's retention ([`crate::retention::Retention::expiry`]).
+    pub expires_at: Option<Instant>,
+}
+
+impl RowFinal {
+    /// `status` with `reason`, never expiring.
+    pub fn new(status: RawStatus, reason: Option<ReasonCode>) -> Self {
+        RowFinal {
+            status,
+            reason,
+            expires_at: None,
+        }
+    }
+
+    /// The same final write, deleted by DynamoDB from `expires_at` on.
+    pub fn expiring(self, expires_at: Option<Instant>) -> Self {
+        RowFinal { expires_at, ..self }
+    }
+}
+
 /// A new usage row to ingest (the `awsmp usage` commands and the Rust ingestion API).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewUsageRow {
@@ -166,18 +195,19 @@ pub trait UsageStore: Send + Sync {
         sort_key: &str,
     ) -> Result<Option<RawUsageRow>, PortError>;
 
-    /// Gives a row its terminal status and removes `meteringPending`, only if it is still
-    /// pending and its counting claim is as `claim` says: `Counted(record sort key)`
-    /// requires `aggregatedInto` to be exactly that (only a counted row becomes
-    /// `Aggregated`); `Uncounted` requires no `aggregatedInto` (a counted row is never
-    /// rejected or expired). `Ok(false)` when the condition fails (idempotent).
+    /// Gives a row its terminal status (`meteringStatus`, `meteringStatusReason`, removed
+    /// when `None`) and its `expiresAt` (removed when `None`), and removes
+    /// `meteringPending`, only if it is still pending and its counting claim is as
+    /// `claim` says: `Counted(record sort key)` requires `aggregatedInto` to be exactly
+    /// that (only a counted row becomes `Aggregated`); `Uncounted` requires no
+    /// `aggregatedInto` (a counted row is never rejected or expired). `Ok(false)` when
+    /// the condition fails (idempotent).
     async fn finalize_row(
         &self,
         license_arn: &str,
         sort_key: &str,
         claim: RowClaim<'_>,
-        status: RawStatus,
-        reason: Option<ReasonCode>,
+        outcome: RowFinal,
         now: Instant,
     ) -> Result<bool, PortError>;
 
@@ -194,7 +224,8 @@ pub trait UsageStore: Send + Sync {
     ) -> Result<Page<StrayPending>, PortError>;
 
     /// Sets `meteringPending` to `hour` on a row whose index value was `from` (a
-    /// non-bucket marker such as `"true"`), only if it still is. `Ok(false)` otherwise.
+    /// non-bucket marker such as `"true"`), only if it still is, and removes
+    /// `expiresAt` (the row is pending). `Ok(false)` otherwise.
     async fn repair_pending(
         &self,
         license_arn: &str,
@@ -218,6 +249,9 @@ pub struct AggregationCommit {
     /// Raw rows (license, sort key) to claim; each must still be pending and unclaimed.
     /// At most [`MAX_ROWS_PER_COMMIT`].
     pub claimed_rows: Vec<(String, String)>,
+    /// `expiresAt` of the claimed rows, which the commit makes final (`None`: removed).
+    /// Never the record's: it stays pending, and the commit removes any it carries.
+    pub rows_expire_at: Option<Instant>,
     /// Commit instant (audit stamps).
     pub now: Instant,
 }
@@ -248,6 +282,10 @@ pub struct SubmissionUpdate {
     /// ambiguous outcome now or earlier): `sentQuantity` is kept, so no more folds and
     /// only identical re-sends; `false` removes it (nothing was billed, folds resume).
     pub possibly_sent: bool,
+    /// For a terminal status: `expiresAt`, when DynamoDB may delete the record
+    /// ([`crate::retention::Retention::record_expiry`]); `None` removes it. A `Pending`
+    /// update always removes it.
+    pub expires_at: Option<Instant>,
 }
 
 impl SubmissionUpdate {
@@ -262,7 +300,13 @@ impl SubmissionUpdate {
             reason,
             metering_record_id,
             possibly_sent: false,
+            expires_at: None,
         }
+    }
+
+    /// The same update, with `expiresAt` (kept only on a terminal status).
+    pub fn expiring(self, expires_at: Option<Instant>) -> Self {
+        SubmissionUpdate { expires_at, ..self }
     }
 
     /// Stays pending and releases the claim; `possibly_sent` as on the field.
@@ -392,7 +436,8 @@ pub trait AggregatedStore: Send + Sync {
     /// Claims pending records for sending, in one request where the store can (DynamoDB:
     /// one `TransactWriteItems`, retried without the items whose condition failed).
     /// Each claim sets `inFlightUntil = claim.until`, `claimId = claim.id`,
-    /// `sentQuantity = quantity` if absent, and bumps the attempt count, only if the
+    /// `sentQuantity = quantity` if absent, removes `expiresAt` (a pending record never
+    /// carries it), and bumps the attempt count, only if the
     /// record is pending, not mid-fold (`aggregationInProgress`), not held by an
     /// unexpired claim at `claim.now`, and still exactly as read ([`ClaimExpectation`]:
     /// no fold, claim or outcome since), so what the read says about earlier sends is
@@ -415,7 +460,8 @@ pub trait AggregatedStore: Send + Sync {
     }
 
     /// Records submission outcomes and releases their claims, in one request where the
-    /// store can. Terminal statuses remove `meteringPending`. Each applies only while
+    /// store can. Terminal statuses remove `meteringPending` and set `expiresAt` as the
+    /// update says (removed when `None`); `Pending` removes `expiresAt`. Each applies only while
     /// the record is still pending and, with a claim id, only while that claim holds
     /// it; without one (age-out, a record that cannot be sent), only while no unexpired
     /// claim holds it at `now`. One answer per write, in order: whether it applied. At
@@ -444,12 +490,14 @@ pub trait AggregatedStore: Send + Sync {
     }
 
     /// Gives a malformed item of the pending index (see [`Page::malformed`]) the final
-    /// status `Error` with `reason`, by its stored keys, only while it still carries
-    /// `meteringPending`. `Ok(false)` otherwise.
+    /// status `Error` with `reason` and `expiresAt` = `expires_at` (removed when `None`),
+    /// by its stored keys, only while it still carries `meteringPending`. `Ok(false)`
+    /// otherwise.
     async fn reject_malformed(
         &self,
         item: &MalformedItem,
         reason: &str,
+        expires_at: Option<Instant>,
         now: Instant,
     ) -> Result<bool, PortError>;
 
@@ -494,9 +542,9 @@ pub trait OperatorStore: Send + Sync {
     ) -> Result<Page<AggregatedRecord>, PortError>;
 
     /// `awsmp replay`: puts an `Error` record back in the submitter's queue with the
-    /// quantity it holds (`Pending`, `meteringPending` = its hour, reason removed,
-    /// `sentQuantity` kept or set to its quantity so no late row folds in), only while it
-    /// is still `Error` with the attempt count read. `Ok(false)` when it changed.
+    /// quantity it holds (`Pending`, `meteringPending` = its hour, reason and `expiresAt`
+    /// removed, `sentQuantity` kept or set to its quantity so no late row folds in), only
+    /// while it is still `Error` with the attempt count read. `Ok(false)` when it changed.
     async fn replay(&self, record: &AggregatedRecord, now: Instant) -> Result<bool, PortError>;
 }
 

@@ -12,6 +12,7 @@ use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSett
 use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::pipeline::now_from_event;
 use awsmp_core::ports::{Clock, MetricsSink, SubscriberStore, UsageStore, WorkQueue};
+use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use tracing::{error, info};
@@ -27,6 +28,7 @@ pub const ENV_VARS: &[&str] = &[
     "METERING_LOCK_HOURS",
     "FLUSH_MARGIN_MINUTES",
     "STAGE",
+    "DATA_RETENTION_DAYS",
 ];
 
 /// Stop starting new pages this long before the Lambda deadline.
@@ -56,6 +58,9 @@ pub struct Config {
     pub flush_margin_minutes: i64,
     /// `STAGE`: the stack's stage, a dimension of every metric beside the product.
     pub stage: String,
+    /// `DATA_RETENTION_DAYS` (0 = keep everything, the default; else at least
+    /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item this function makes final.
+    pub retention: Retention,
 }
 
 impl Config {
@@ -80,6 +85,7 @@ impl Config {
                 awsmp_core::pipeline::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
             ),
             stage: awsmp_aws::metrics::read_stage(&mut env),
+            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
         };
         if !FLUSH_MARGIN_RANGE.contains(&config.flush_margin_minutes) {
             env.problem(format!(
@@ -94,6 +100,7 @@ impl Config {
     pub fn settings(&self) -> DiscoverSettings {
         let mut settings = DiscoverSettings::new(self.product_code.clone(), self.lock);
         settings.flush_margin = chrono::Duration::minutes(self.flush_margin_minutes);
+        settings.retention = self.retention;
         settings
     }
 }

@@ -13,9 +13,7 @@ use async_trait::async_trait;
 use awsmp_core::memory::{
     ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryUsageStore,
 };
-use awsmp_core::model::{
-    AggregatedRecord, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber,
-};
+use awsmp_core::model::{AggregatedRecord, GroupKey, RawUsageRow, Subscriber};
 use awsmp_core::ports::{
     AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, Clock, CommitOutcome, Cursor,
     MalformedItem, MeteringApi, MeteringError, MeteringRecord, NewUsageRow, OutcomeWrite, Page,
@@ -101,13 +99,12 @@ impl UsageStore for FaultyUsage {
         license_arn: &str,
         sort_key: &str,
         claim: RowClaim<'_>,
-        status: RawStatus,
-        reason: Option<ReasonCode>,
+        outcome: awsmp_core::ports::RowFinal,
         now: Instant,
     ) -> Result<bool, PortError> {
         let call = self
             .inner
-            .finalize_row(license_arn, sort_key, claim, status, reason, now);
+            .finalize_row(license_arn, sort_key, claim, outcome, now);
         guarded(&self.sim, "usage.finalize_row", true, call).await
     }
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
@@ -211,9 +208,10 @@ impl AggregatedStore for FaultyAggregated {
         &self,
         item: &MalformedItem,
         reason: &str,
+        expires_at: Option<Instant>,
         now: Instant,
     ) -> Result<bool, PortError> {
-        let call = self.inner.reject_malformed(item, reason, now);
+        let call = self.inner.reject_malformed(item, reason, expires_at, now);
         guarded(&self.sim, "aggregated.reject_malformed", true, call).await
     }
     async fn stray_pending_page(

@@ -28,6 +28,7 @@ use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
 };
 use awsmp_core::ports::{Clock, ResolvedCustomer};
+use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
@@ -103,13 +104,21 @@ struct Stack {
     deprovisioned: Mutex<Option<(String, Instant)>>,
 }
 
+/// Every stage's `DATA_RETENTION_DAYS` in the simulation: the floor, so every final
+/// write under faults must carry its `expiresAt` and no pending one ever may
+/// ([`crate::invariant`]).
+pub const RETENTION: Retention = Retention::MIN;
+
 fn at(text: &str) -> Instant {
     time::parse_usage_timestamp(text).unwrap_or_default()
 }
 
 impl Stack {
     fn discover_settings(&self) -> DiscoverSettings {
-        DiscoverSettings::new(PRODUCT, self.lock)
+        DiscoverSettings {
+            retention: RETENTION,
+            ..DiscoverSettings::new(PRODUCT, self.lock)
+        }
     }
 
     fn aggregate_settings(&self) -> AggregateSettings {
@@ -117,16 +126,20 @@ impl Stack {
             product_code: PRODUCT.to_string(),
             lock: self.lock,
             zero_policy: ZeroQuantityPolicy::Defer,
+            retention: RETENTION,
         }
     }
 
     fn submit_settings(&self) -> SubmitSettings {
-        SubmitSettings::new(
-            PRODUCT,
-            MeteringMode::Live,
-            ZeroQuantityPolicy::Defer,
-            DeploymentMode::Full,
-        )
+        SubmitSettings {
+            retention: RETENTION,
+            ..SubmitSettings::new(
+                PRODUCT,
+                MeteringMode::Live,
+                ZeroQuantityPolicy::Defer,
+                DeploymentMode::Full,
+            )
+        }
     }
 
     /// The event time of a scheduled run: now, or (a retried schedule) minutes ago.
@@ -209,7 +222,7 @@ impl Stack {
             metrics: &self.metrics,
             clock: &self.clock,
         };
-        match cleanup(&message, self.clock.now(), ports).await {
+        match cleanup(&message, self.clock.now(), RETENTION, ports).await {
             Ok(_) => self.cleanup_queue.ack(id),
             Err(_) => self.cleanup_queue.nack(id),
         }

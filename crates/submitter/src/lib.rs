@@ -15,6 +15,7 @@ use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
 };
 use awsmp_core::ports::{AggregatedStore, Clock, MeteringApi, MetricsSink, SubscriberStore};
+use awsmp_core::retention::Retention;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use tracing::{error, info};
 
@@ -30,6 +31,7 @@ pub const ENV_VARS: &[&str] = &[
     "DEPLOYMENT_MODE",
     "METERING_REQUESTS_PER_SECOND",
     "STAGE",
+    "DATA_RETENTION_DAYS",
 ];
 
 /// The account-and-Region `BatchMeterUsage` quota, requests per second, that every
@@ -62,6 +64,9 @@ pub struct Config {
     pub requests_per_second: u32,
     /// `STAGE`: the stack's stage, a dimension of every metric beside the product.
     pub stage: String,
+    /// `DATA_RETENTION_DAYS` (0 = keep everything, the default; else at least
+    /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item this function makes final.
+    pub retention: Retention,
 }
 
 impl Config {
@@ -85,6 +90,7 @@ impl Config {
         let requests_per_second =
             env.parsed_or("METERING_REQUESTS_PER_SECOND", QUOTA_REQUESTS_PER_SECOND);
         let stage = awsmp_aws::metrics::read_stage(&mut env);
+        let retention = env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER);
         if !(1..=QUOTA_REQUESTS_PER_SECOND).contains(&requests_per_second) {
             env.problem(format!(
                 "METERING_REQUESTS_PER_SECOND must be 1..={QUOTA_REQUESTS_PER_SECOND} (this \
@@ -120,6 +126,7 @@ impl Config {
             deployment,
             requests_per_second,
             stage,
+            retention,
         })
     }
 
@@ -132,6 +139,7 @@ impl Config {
             self.deployment,
         );
         settings.min_call_interval = call_interval(self.requests_per_second);
+        settings.retention = self.retention;
         settings
     }
 }

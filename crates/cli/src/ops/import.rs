@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
-use awsmp_core::model::{Allocation, ReasonCode, Tag};
+use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
 use awsmp_core::operate::import::{LineProblem, check_row};
 use awsmp_core::operate::remedy::{for_reason, server_side_pair};
 use awsmp_core::ports::{NewUsageRow, PutOutcome, UsageStore};
@@ -84,6 +84,8 @@ struct Line {
     product_code: Option<String>,
     tags: Option<String>,
     usage_allocations: Option<Vec<JsonAllocation>>,
+    /// The tables' TTL attribute, reserved to the pipeline: a line naming it is refused.
+    expires_at: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -143,6 +145,9 @@ fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
             .filter(|v| !v.trim().is_empty())
             .ok_or_else(|| malformed(number, format!("{name} is missing")))
     };
+    if line.expires_at.is_some() {
+        return Err(rejected(number, ReasonCode::ReservedAttribute));
+    }
     let license_arn = required(line.license_arn, "licenseArn")?;
     let event_id = required(line.event_id, "eventId")?;
     let timestamp_text = required(line.timestamp, "timestamp")?;
@@ -251,6 +256,7 @@ pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, 
                                 product_code: field("productCode"),
                                 tags: field("tags"),
                                 usage_allocations: None,
+                                expires_at: field(attr::EXPIRES_AT).map(serde_json::Value::String),
                             };
                             to_row(number, line)
                         }
@@ -426,6 +432,27 @@ mod tests {
             product_code: "prod".into(),
             write_valid,
             restart: false,
+        }
+    }
+
+    #[test]
+    fn a_line_naming_the_reserved_ttl_attribute_is_refused() {
+        let jsonl = format!(
+            "{{\"licenseArn\":\"{LIC}\",\"customerAWSAccountId\":\"111122223333\",\"dimension\":\"api\",\"timestamp\":\"2026-11-30T11:00:00Z\",\"quantity\":3,\"eventId\":\"e-1\",\"expiresAt\":1893456000}}\n"
+        );
+        let csv = format!(
+            "licenseArn,customerAWSAccountId,dimension,timestamp,quantity,eventId,expiresAt\n\
+             {LIC},111122223333,api,2026-11-30T11:00:00Z,3,e-1,1893456000\n"
+        );
+        for (text, format) in [(jsonl, FileFormat::Jsonl), (csv, FileFormat::Csv)] {
+            let parsed = parse(&text, format);
+            let bad = parsed[0].1.as_ref().unwrap_err();
+            assert_eq!(
+                bad.reason.as_deref(),
+                Some("ReservedAttribute"),
+                "{format:?}"
+            );
+            assert!(bad.message.contains("expiresAt"), "{}", bad.message);
         }
     }
 

@@ -8,7 +8,7 @@ use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, aggregated_key};
 use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
-use crate::items::{aggregated_item, check_commit};
+use crate::items::{aggregated_item, check_commit, set_expiry};
 use crate::model::{
     AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawStatus, RawUsageRow, attr,
 };
@@ -29,7 +29,8 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   condition is [`CommitOutcome::Conflict`] and changes nothing. On success the record
 ///   is stored as given and each claimed row is counted and finalized at once:
 ///   `aggregatedInto` = the record's sort key, `meteringStatus` = `Aggregated`, no
-///   `meteringPending` (it leaves the index), a new `updatedAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
+///   `meteringPending` (it leaves the index), `expiresAt` = `rows_expire_at` (removed
+///   when `None`), a new `updatedAt`; the record is stored without `expiresAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
 ///   twice, is an error (DynamoDB refuses such a transaction). More than
 ///   [`MAX_BATCH_WRITES`] claims or outcomes in one call is an error too.
 /// - `claim_all`, each request on its own: pending, exactly as read (version, attempt
@@ -40,8 +41,9 @@ use crate::time::{HourBucket, Instant, format_instant};
 /// - `record_all`, each write on its own: only while pending and, with a claim id, only under that claim (without
 ///   one, only while no unexpired claim holds it); releases the claim; a terminal
 ///   status also sets the reason and the record id (an absent record id keeps a stored
-///   one) and leaves the pending index. `Pending` releases the claim and drops
-///   `sentQuantity` unless the update says a send may have billed.
+///   one) and `expiresAt` and leaves the pending index. `Pending` releases the claim,
+///   removes `expiresAt` and drops `sentQuantity` unless the update says a send may
+///   have billed. A claim removes `expiresAt` too (pending).
 /// - `commit` folds only into a record no claim ever held (`accepts_folds`).
 /// - `pending_page`: `Pending` records of `hour`, ordered by (license, sort key), paged.
 /// - DynamoDB's limits ([`crate::item_size`]): an item over 400 KB after the write, or
@@ -115,8 +117,8 @@ pub async fn claim_read(
 }
 
 /// A raw row counted into the record whose sort key is `claim`, and finalized in the
-/// same write: `aggregatedInto`, `Aggregated`, out of the pending index.
-fn count_row(row: &mut RawUsageRow, claim: &Attr, stamp: &AuditStamp) {
+/// same write: `aggregatedInto`, `Aggregated`, out of the pending index, `expiresAt`.
+fn count_row(row: &mut RawUsageRow, claim: &Attr, stamp: &AuditStamp, expires_at: Option<Instant>) {
     row.attrs
         .insert(attr::AGGREGATED_INTO.to_string(), claim.clone());
     row.attrs.insert(
@@ -125,6 +127,7 @@ fn count_row(row: &mut RawUsageRow, claim: &Attr, stamp: &AuditStamp) {
     );
     row.attrs.remove(attr::METERING_STATUS_REASON);
     row.attrs.remove(attr::METERING_PENDING);
+    set_expiry(&mut row.attrs, expires_at);
     stamp.apply(&mut row.attrs);
 }
 
@@ -157,9 +160,11 @@ fn claim_one(
         created_at: stored.stamp.created_at.clone(),
         updated_at: format_instant(claim.now),
     };
-    record_size(&next, &stamp, 0)?;
+    record_size(&next, &stamp, 0, None)?;
     stored.record = next;
     stored.stamp = stamp;
+    // Pending: a seller's direct-submit row may carry one; the claim removes it.
+    stored.expires_at = None;
     Ok(Some(request.grant()))
 }
 
@@ -184,6 +189,11 @@ fn record_one(
     let mut next = record.clone();
     next.in_flight_until = None;
     next.claim_id = None;
+    let expires_at = update
+        .status
+        .is_terminal()
+        .then_some(update.expires_at)
+        .flatten();
     if update.status.is_terminal() {
         next.status = update.status;
         next.status_reason = update.reason.clone();
@@ -197,9 +207,10 @@ fn record_one(
         created_at: stored.stamp.created_at.clone(),
         updated_at: format_instant(now),
     };
-    record_size(&next, &stamp, 0)?;
+    record_size(&next, &stamp, 0, expires_at)?;
     stored.record = next;
     stored.stamp = stamp;
+    stored.expires_at = expires_at;
     Ok(true)
 }
 
@@ -207,8 +218,10 @@ fn record_size(
     record: &AggregatedRecord,
     stamp: &AuditStamp,
     raw_rows: usize,
+    expires_at: Option<Instant>,
 ) -> Result<usize, PortError> {
     let mut item = aggregated_item(record);
+    set_expiry(&mut item, expires_at);
     item.insert(
         attr::RAW_ROW_COUNT.to_string(),
         Attr::N(raw_rows.to_string()),
@@ -260,6 +273,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             &commit.record,
             &record_stamp,
             commit.claimed_rows.len(),
+            None,
         )?);
         for (license_arn, sort_key) in &commit.claimed_rows {
             let key = (license_arn.clone(), sort_key.clone());
@@ -272,7 +286,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                     sort_key: sort_key.clone(),
                     attrs: BTreeMap::new(),
                 });
-            count_row(&mut row, &claim, &stamp);
+            count_row(&mut row, &claim, &stamp, commit.rows_expire_at);
             let bytes = raw_row_size(&row);
             check_item(format_args!("{license_arn}/{sort_key}"), bytes)
                 .map_err(|e| e.port_error("commit"))?;
@@ -303,14 +317,16 @@ impl AggregatedStore for MemoryAggregatedStore {
 
         for key in &commit.claimed_rows {
             if let Some(row) = state.usage.get_mut(key) {
-                count_row(row, &claim, &stamp);
+                count_row(row, &claim, &stamp, commit.rows_expire_at);
             }
         }
+        // The record stays pending: no expiry (a fold removes any it carried).
         state.aggregated.insert(
             record_key,
             StoredAggregate {
                 record: commit.record.clone(),
                 stamp: record_stamp,
+                expires_at: None,
             },
         );
         Ok(CommitOutcome::Committed)
@@ -384,6 +400,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         &self,
         item: &MalformedItem,
         reason: &str,
+        expires_at: Option<Instant>,
         _now: Instant,
     ) -> Result<bool, PortError> {
         self.tables
@@ -398,6 +415,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             return Ok(false);
         }
         stored.status = Some((AggregatedStatus::Error, reason.to_string()));
+        stored.expires_at = expires_at;
         Ok(true)
     }
 
@@ -444,7 +462,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         let mut state = lock(&self.tables.state);
         let key = aggregated_key(&record.key);
         let stamp = AuditStamp::at(now);
-        record_size(record, &stamp, 0)?;
+        record_size(record, &stamp, 0, None)?;
         if state.aggregated.contains_key(&key) {
             return Ok(PutOutcome::AlreadyExists);
         }
@@ -453,6 +471,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             StoredAggregate {
                 record: record.clone(),
                 stamp,
+                expires_at: None,
             },
         );
         Ok(PutOutcome::Created)

@@ -28,7 +28,7 @@ use crate::model::{
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimRequest, CommitOutcome, Cursor,
     MAX_BATCH_WRITES, MAX_ROWS_PER_COMMIT, NewUsageRow, OperatorStore, OutcomeWrite, Page,
-    PortError, PutOutcome, RowClaim, SubmissionUpdate, UsageStore,
+    PortError, PutOutcome, RowClaim, RowFinal, SubmissionUpdate, UsageStore,
 };
 use crate::time::{HourBucket, Instant, parse_usage_timestamp};
 
@@ -52,6 +52,10 @@ pub trait Backend: Send + Sync {
     fn operator(&self) -> &dyn OperatorStore;
     /// Writes a usage-table item exactly as given (a seller's writer; no checks).
     async fn insert_raw_row(&self, row: &RawUsageRow);
+    /// The stored `expiresAt` of an aggregated record (read raw, not through the port).
+    async fn record_expiry(&self, key: &GroupKey) -> Option<Instant>;
+    /// Sets an aggregated record's `expiresAt` as a seller's writer could.
+    async fn set_record_expiry(&self, key: &GroupKey, at: Instant);
     /// Whether it refuses a transaction whose items add up to more than 4 MB, as
     /// DynamoDB does. moto 5.2 checks the 100-item count but not the size.
     fn enforces_transaction_bytes(&self) -> bool;
@@ -99,6 +103,12 @@ impl Backend for MemoryBackend {
     async fn insert_raw_row(&self, row: &RawUsageRow) {
         self.tables.insert_raw_row(row.clone());
     }
+    async fn record_expiry(&self, key: &GroupKey) -> Option<Instant> {
+        self.tables.aggregated_expiry(key)
+    }
+    async fn set_record_expiry(&self, key: &GroupKey, at: Instant) {
+        self.tables.set_aggregated_expiry(key, Some(at));
+    }
     fn enforces_transaction_bytes(&self) -> bool {
         true
     }
@@ -123,6 +133,7 @@ macro_rules! store_contract_tests {
             an_item_over_400_kb_is_refused,
             a_transaction_over_4_mb_is_refused,
             operator_reads_both_tables_and_replays_only_an_unchanged_error,
+            expires_at_only_on_final_writes_and_removed_by_pending_ones,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -202,6 +213,7 @@ fn commit(
         record: rec,
         expected_version: expected,
         claimed_rows: keys(rows),
+        rows_expire_at: None,
         now: t(now),
     }
 }
@@ -394,9 +406,11 @@ pub async fn commit_is_all_or_nothing_when_a_row_condition_fails(b: &dyn Backend
                 LICENSE,
                 &finalized.sort_key,
                 RowClaim::Uncounted,
-                RawStatus::RejectedClientSide,
-                Some(ReasonCode::NegativeQuantity),
-                t("2026-11-30T10:30:00Z"),
+                RowFinal::new(
+                    RawStatus::RejectedClientSide,
+                    Some(ReasonCode::NegativeQuantity)
+                ),
+                t("2026-11-30T10:30:00Z")
             )
             .await
             .unwrap()
@@ -468,6 +482,7 @@ pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend)
         reason: Some("Timeout".into()),
         metering_record_id: None,
         possibly_sent: true,
+        expires_at: None,
     };
     assert!(
         agg.record(&key, Some("c1"), &ambiguous, t("2026-11-30T11:07:00Z"))
@@ -552,6 +567,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         reason: None,
         metering_record_id: Some("mr-1".into()),
         possibly_sent: false,
+        expires_at: None,
     };
     let now = t("2026-11-30T11:06:00Z");
     assert!(
@@ -584,6 +600,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         reason: Some("Throttled".into()),
         metering_record_id: None,
         possibly_sent: false,
+        expires_at: None,
     };
     assert!(
         agg.record(&key, Some("c2"), &unsent, t("2026-11-30T11:12:00Z"))
@@ -834,8 +851,7 @@ async fn finalize(b: &dyn Backend, sort_key: &str, claim: RowClaim<'_>) -> bool 
             LICENSE,
             sort_key,
             claim,
-            RawStatus::Aggregated,
-            None,
+            RowFinal::new(RawStatus::Aggregated, None),
             t("2026-11-30T11:30:00Z"),
         )
         .await
@@ -907,6 +923,7 @@ pub async fn pending_pages_cover_every_pending_item_once(b: &dyn Backend) {
         reason: None,
         metering_record_id: Some("mr-0".into()),
         possibly_sent: false,
+        expires_at: None,
     };
     assert!(
         agg.record(&done, None, &terminal, t("2026-11-30T12:01:00Z"))
@@ -1085,6 +1102,7 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         reason: Some("InvalidUsageDimensionException".into()),
         metering_record_id: None,
         possibly_sent: false,
+        expires_at: None,
     };
     let at = t("2026-11-30T11:06:00Z");
     assert!(agg.record(&key, Some("c1"), &error, at).await.unwrap());
@@ -1139,6 +1157,179 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         .unwrap()
         .expect("claimable");
     assert!(grant.previously_sent);
+}
+
+/// `expiresAt` (the tables' TTL attribute, epoch seconds) is written only by a final
+/// write, exactly as the write says: a finalized row, the rows a commit counts, a
+/// record's terminal outcome, a malformed item closed `Error`. Every write that leaves
+/// or puts an item pending removes it: the commit's record, a claim, a release, the
+/// replay of an `Error` record, a row re-filed under its hour.
+pub async fn expires_at_only_on_final_writes_and_removed_by_pending_ones(b: &dyn Backend) {
+    let (usage, agg, op) = (b.usage(), b.aggregated(), b.operator());
+    let at = t("2026-12-03T11:00:00Z");
+    let expiry = |row: &RawUsageRow| row.attrs.get(attr::EXPIRES_AT).cloned();
+    let read =
+        |sort_key: String| async move { usage.get_row(LICENSE, &sort_key).await.unwrap().unwrap() };
+
+    // A finalized row carries the expiry given, as epoch seconds; `None` removes one.
+    let rejected = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let final_row = RowFinal::new(RawStatus::RejectedClientSide, Some(ReasonCode::TooManyTags));
+    assert!(
+        usage
+            .finalize_row(
+                LICENSE,
+                &rejected.sort_key,
+                RowClaim::Uncounted,
+                final_row.expiring(Some(at)),
+                t("2026-11-30T11:00:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        expiry(&read(rejected.sort_key.clone()).await),
+        Some(Attr::N(at.timestamp().to_string()))
+    );
+    let mut stale = seed(b, "2026-11-30T10:01:00Z", 1).await;
+    stale
+        .attrs
+        .insert(attr::EXPIRES_AT.into(), Attr::N("1".into()));
+    b.insert_raw_row(&stale).await;
+    assert!(
+        usage
+            .finalize_row(
+                LICENSE,
+                &stale.sort_key,
+                RowClaim::Uncounted,
+                RowFinal::new(RawStatus::AggregationExpired, None),
+                t("2026-11-30T11:00:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        expiry(&read(stale.sort_key.clone()).await),
+        None,
+        "retention off"
+    );
+
+    // A row re-filed under its hour is pending: a seller's expiresAt goes.
+    let mut marked = seed(b, "2026-11-30T10:02:00Z", 1).await;
+    marked
+        .attrs
+        .insert(attr::METERING_PENDING.into(), Attr::S("true".into()));
+    marked
+        .attrs
+        .insert(attr::EXPIRES_AT.into(), Attr::N("1".into()));
+    b.insert_raw_row(&marked).await;
+    assert!(
+        usage
+            .repair_pending(
+                LICENSE,
+                &marked.sort_key,
+                "true",
+                hour("2026-11-30T10"),
+                t("2026-11-30T11:00:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(expiry(&read(marked.sort_key.clone()).await), None);
+
+    // The commit: its counted rows are final (the expiry given), its record pending.
+    let key = group("2026-11-30T10");
+    let counted = seed(b, "2026-11-30T10:03:00Z", 4).await;
+    let mut c = commit(
+        record(key.clone(), 4, 1),
+        None,
+        &[&counted],
+        "2026-11-30T11:00:00Z",
+    );
+    c.rows_expire_at = Some(at);
+    assert_eq!(agg.commit(&c).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(
+        expiry(&read(counted.sort_key.clone()).await),
+        Some(Attr::N(at.timestamp().to_string()))
+    );
+    assert_eq!(
+        b.record_expiry(&key).await,
+        None,
+        "the record stays pending"
+    );
+
+    // A seller's expiresAt on a pending record: a fold, a claim and a release remove it.
+    b.set_record_expiry(&key, t("2026-11-30T12:00:00Z")).await;
+    let late = seed(b, "2026-11-30T10:04:00Z", 1).await;
+    let fold = commit(
+        record(key.clone(), 5, 2),
+        Some(1),
+        &[&late],
+        "2026-11-30T11:01:00Z",
+    );
+    assert_eq!(agg.commit(&fold).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(b.record_expiry(&key).await, None, "a fold");
+    b.set_record_expiry(&key, t("2026-11-30T12:00:00Z")).await;
+    let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+    assert!(
+        agg.claim(&read_record(agg, &key).await, &first)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(b.record_expiry(&key).await, None, "a claim");
+    let release = SubmissionUpdate::release(false).expiring(Some(at));
+    assert!(
+        agg.record(&key, Some("c1"), &release, t("2026-11-30T11:06:00Z"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(b.record_expiry(&key).await, None, "a release never expires");
+
+    // A terminal outcome carries the expiry given; the replay back to Pending removes it.
+    let second = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:12:00Z");
+    assert!(
+        agg.claim(&read_record(agg, &key).await, &second)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let error = SubmissionUpdate::new(
+        AggregatedStatus::Error,
+        Some("InvalidUsageDimensionException".into()),
+        None,
+    )
+    .expiring(Some(at));
+    assert!(
+        agg.record(&key, Some("c2"), &error, t("2026-11-30T11:08:00Z"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(b.record_expiry(&key).await, Some(at));
+    assert!(
+        op.replay(&read_record(agg, &key).await, t("2026-11-30T11:09:00Z"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        b.record_expiry(&key).await,
+        None,
+        "pending again after the replay"
+    );
+    let third = claim("c3", "2026-11-30T11:10:00Z", "2026-11-30T11:15:00Z");
+    assert!(
+        agg.claim(&read_record(agg, &key).await, &third)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let billed = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()))
+        .expiring(Some(at));
+    assert!(
+        agg.record(&key, Some("c3"), &billed, t("2026-11-30T11:11:00Z"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(b.record_expiry(&key).await, Some(at));
 }
 
 #[cfg(test)]

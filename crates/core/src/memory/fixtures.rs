@@ -69,6 +69,7 @@ pub(crate) fn commit(
             .iter()
             .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
             .collect(),
+        rows_expire_at: None,
         now: t(now),
     }
 }

@@ -14,8 +14,8 @@ use crate::time::{Instant, format_instant};
 ///
 /// - `raw_rows_page` / `records_page`: key-ordered pages of the tables' page size;
 ///   unreadable aggregated items come in `malformed` on the first page.
-/// - `replay`: `Error` → `Pending` as [`OperatorStore::replay`] says, only while the
-///   record is `Error` with the attempt count read.
+/// - `replay`: `Error` → `Pending` as [`OperatorStore::replay`] says (its `expiresAt`
+///   removed), only while the record is `Error` with the attempt count read.
 #[derive(Debug, Clone)]
 pub struct MemoryOperatorStore {
     pub(crate) tables: MemoryTables,
@@ -105,6 +105,8 @@ impl OperatorStore for MemoryOperatorStore {
         current.in_flight_until = None;
         current.claim_id = None;
         current.sent_quantity = Some(current.sent_quantity.unwrap_or(current.quantity));
+        // Pending again: DynamoDB must not delete it before it is billed.
+        stored.expires_at = None;
         stored.stamp.updated_at = format_instant(now);
         Ok(true)
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::aggregated::MemoryAggregatedStore;
 use super::faults::{Faults, StoreOp};
 use super::usage::MemoryUsageStore;
-use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow};
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow, attr};
 use crate::ports::PortError;
 use crate::stamp::AuditStamp;
 use crate::sync::lock;
@@ -20,11 +20,13 @@ pub const DEFAULT_PAGE_SIZE: usize = 3;
 /// Table key `(partition key, sort key)`.
 pub(crate) type TableKey = (String, String);
 
-/// An aggregated record with its audit stamps.
+/// An aggregated record with its audit stamps and its `expiresAt` (set only by the
+/// write that makes it final).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredAggregate {
     pub(crate) record: AggregatedRecord,
     pub(crate) stamp: AuditStamp,
+    pub(crate) expires_at: Option<Instant>,
 }
 
 /// An aggregated-table item a seller wrote that cannot be read as a record (kept by
@@ -37,6 +39,8 @@ pub(crate) struct StoredMalformed {
     pub(crate) problem: String,
     /// `meteringStatus` / `meteringStatusReason` once finalized.
     pub(crate) status: Option<(AggregatedStatus, String)>,
+    /// `expiresAt` once finalized.
+    pub(crate) expires_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -129,8 +133,66 @@ impl MemoryTables {
             StoredAggregate {
                 record,
                 stamp: AuditStamp::at(now),
+                expires_at: None,
             },
         );
+    }
+
+    /// Sets (or removes) a stored aggregated record's `expiresAt` as given, as a seller's
+    /// writer could (a direct-submit row that sets it, say).
+    pub fn set_aggregated_expiry(&self, key: &GroupKey, expires_at: Option<Instant>) {
+        if let Some(stored) = lock(&self.state).aggregated.get_mut(&aggregated_key(key)) {
+            stored.expires_at = expires_at;
+        }
+    }
+
+    /// The `expiresAt` of an aggregated record, if it carries one.
+    pub fn aggregated_expiry(&self, key: &GroupKey) -> Option<Instant> {
+        lock(&self.state)
+            .aggregated
+            .get(&aggregated_key(key))
+            .and_then(|stored| stored.expires_at)
+    }
+
+    /// The `expiresAt` of a malformed aggregated item, once it has one.
+    pub fn malformed_aggregated_expiry(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Option<Instant> {
+        lock(&self.state)
+            .malformed_aggregated
+            .get(&(license_arn.to_string(), sort_key.to_string()))
+            .and_then(|m| m.expires_at)
+    }
+
+    /// Every item of either table that is not final yet carries `expiresAt` (DynamoDB
+    /// could delete usage before it is counted or billed), by table and keys. The
+    /// pipeline keeps this empty; a seller's row is here until the pipeline finalizes it
+    /// (`ReservedAttribute`).
+    pub fn pending_items_with_expiry(&self) -> Vec<String> {
+        let state = lock(&self.state);
+        let raw = state
+            .usage
+            .values()
+            .filter(|row| {
+                row.attrs.contains_key(attr::METERING_PENDING)
+                    && row.attrs.contains_key(attr::EXPIRES_AT)
+            })
+            .map(|row| format!("usage {}/{}", row.license_arn, row.sort_key));
+        let records = state
+            .aggregated
+            .iter()
+            .filter(|(_, stored)| {
+                !stored.record.status.is_terminal() && stored.expires_at.is_some()
+            })
+            .map(|((pk, sk), _)| format!("aggregated {pk}/{sk}"));
+        let malformed = state
+            .malformed_aggregated
+            .iter()
+            .filter(|(_, m)| m.metering_pending.is_some() && m.expires_at.is_some())
+            .map(|((pk, sk), _)| format!("aggregated (malformed) {pk}/{sk}"));
+        raw.chain(records).chain(malformed).collect()
     }
 
     /// Writes an aggregated-table item the pipeline cannot read as a record (a seller's
@@ -149,6 +211,7 @@ impl MemoryTables {
                 metering_pending: Some(metering_pending.to_string()),
                 problem: problem.to_string(),
                 status: None,
+                expires_at: None,
             },
         );
     }

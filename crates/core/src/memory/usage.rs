@@ -8,11 +8,11 @@ use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, TableKey};
 use crate::item_size::{check_item, raw_row_size};
-use crate::items::IngestionWrite;
-use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
+use crate::items::{IngestionWrite, set_expiry};
+use crate::model::{Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
-    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, StrayPending,
-    UsageStore,
+    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, RowFinal,
+    StrayPending, UsageStore,
 };
 use crate::stamp::AuditStamp;
 use crate::sync::lock;
@@ -55,7 +55,8 @@ pub fn reference_row(
 ///   value keeps a row out of the sparse index, as in DynamoDB), ordered by
 ///   (license, sort key), paged by the tables' page size.
 /// - `finalize_row`: sets `meteringStatus` (and `meteringStatusReason`, removed when
-///   `None`), removes `meteringPending`, stamps `updatedAt`, only if the row exists,
+///   `None`) and `expiresAt` (removed when `None`), removes `meteringPending`, stamps
+///   `updatedAt`, only if the row exists,
 ///   still has `meteringPending` and its `aggregatedInto` is as the `RowClaim` says;
 ///   `Ok(false)` otherwise.
 /// - `put_row`: writes the [`IngestionWrite`] (row and event marker) together, or
@@ -145,11 +146,15 @@ impl UsageStore for MemoryUsageStore {
         license_arn: &str,
         sort_key: &str,
         claim: RowClaim<'_>,
-        status: RawStatus,
-        reason: Option<ReasonCode>,
+        outcome: RowFinal,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.tables.faults.check(StoreOp::UsageFinalizeRow)?;
+        let RowFinal {
+            status,
+            reason,
+            expires_at,
+        } = outcome;
         let mut state = lock(&self.tables.state);
         let key = (license_arn.to_string(), sort_key.to_string());
         let Some(row) = state.usage.get_mut(&key) else {
@@ -182,6 +187,7 @@ impl UsageStore for MemoryUsageStore {
                 updated.attrs.remove(attr::METERING_STATUS_REASON);
             }
         }
+        set_expiry(&mut updated.attrs, expires_at);
         AuditStamp::at(now).apply(&mut updated.attrs);
         check_row(&updated, "finalize_row")?;
         *row = updated;
@@ -260,6 +266,8 @@ impl UsageStore for MemoryUsageStore {
             attr::METERING_PENDING.to_string(),
             Attr::S(hour.to_string()),
         );
+        // Pending again: no expiry (a seller's row that set one is refused later).
+        updated.attrs.remove(attr::EXPIRES_AT);
         AuditStamp::at(now).apply(&mut updated.attrs);
         check_row(&updated, "repair_pending")?;
         *row = updated;
@@ -272,7 +280,7 @@ impl UsageStore for MemoryUsageStore {
 mod tests {
     use super::*;
     use crate::memory::fixtures::*;
-    use crate::model::{Allocation, Tag};
+    use crate::model::{Allocation, RawStatus, ReasonCode, Tag};
     #[tokio::test]
     async fn put_row_writes_dynamodb_shapes_and_is_idempotent_on_the_event_id() {
         let store = MemoryUsageStore::new();
@@ -471,8 +479,7 @@ mod tests {
                 LICENSE,
                 "111122223333#requests#2026-11-30T10:00:00",
                 RowClaim::Uncounted,
-                RawStatus::Aggregated,
-                None,
+                RowFinal::new(RawStatus::Aggregated, None),
                 t("2026-11-30T12:00:00Z"),
             )
             .await
@@ -496,8 +503,10 @@ mod tests {
                 LICENSE,
                 &row.sort_key,
                 RowClaim::Uncounted,
-                RawStatus::RejectedClientSide,
-                Some(ReasonCode::MalformedTimestamp),
+                RowFinal::new(
+                    RawStatus::RejectedClientSide,
+                    Some(ReasonCode::MalformedTimestamp),
+                ),
                 t("2026-11-30T12:00:00Z"),
             )
             .await
@@ -523,8 +532,7 @@ mod tests {
                 LICENSE,
                 &row.sort_key,
                 RowClaim::Uncounted,
-                RawStatus::Aggregated,
-                None,
+                RowFinal::new(RawStatus::Aggregated, None),
                 t("2026-11-30T13:00:00Z"),
             )
             .await
@@ -538,8 +546,7 @@ mod tests {
                     LICENSE,
                     "nope",
                     RowClaim::Uncounted,
-                    RawStatus::Aggregated,
-                    None,
+                    RowFinal::new(RawStatus::Aggregated, None),
                     t("2026-11-30T13:00:00Z")
                 )
                 .await

@@ -35,7 +35,8 @@ pub fn server_side_pair(code: ReasonCode) -> Option<&'static str> {
         | SortKeyMismatch
         | HourAlreadySubmitted
         | RecordTooLarge
-        | MalformedMeteringPending => return None,
+        | MalformedMeteringPending
+        | ReservedAttribute => return None,
     })
 }
 
@@ -91,6 +92,9 @@ pub fn for_reason(code: ReasonCode) -> &'static str {
         }
         MalformedMeteringPending => {
             "write meteringPending as the row's hour bucket YYYY-MM-DDTHH (or leave it to awsmp usage put / import)"
+        }
+        ReservedAttribute => {
+            "expiresAt is the tables' TTL attribute and only the pipeline sets it (DataRetentionDays, once an item is final): write the usage again without it, with a new event id, inside the 24 h window"
         }
     }
 }

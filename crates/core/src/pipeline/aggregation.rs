@@ -16,8 +16,9 @@ use crate::pipeline::discover::is_pending;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{
-    AggregatedStore, Clock, CommitOutcome, RowClaim, UsageStore, WorkMessage, WorkQueue,
+    AggregatedStore, Clock, CommitOutcome, RowClaim, RowFinal, UsageStore, WorkMessage, WorkQueue,
 };
+use crate::retention::Retention;
 use crate::time::{Instant, MeteringLockHours, bucket_expired, bucket_unlocked};
 
 /// Commits tried (each after a fresh read) before the message is failed for SQS to
@@ -50,6 +51,8 @@ pub struct AggregateSettings {
     pub lock: MeteringLockHours,
     /// `ZERO_QUANTITY_POLICY`.
     pub zero_policy: ZeroQuantityPolicy,
+    /// `DATA_RETENTION_DAYS`: the `expiresAt` of the rows this stage finalizes.
+    pub retention: Retention,
 }
 
 /// What one message did.
@@ -136,14 +139,19 @@ pub async fn aggregate_group(
                 group: group.clone(),
             });
         }
+        // Each commit finalizes the rows it counts: they get the retention's expiry.
         let plan = plan_aggregation(group, &candidates, existing.as_ref(), &ctx)
-            .map_err(|e| fold_error(group, e))?;
+            .map_err(|e| fold_error(group, e))?
+            .with_row_expiry(settings.retention.expiry(now));
         report.other_group = plan.other_group.len();
 
         let skip_zero = settings.zero_policy == ZeroQuantityPolicy::Skip
             && existing.is_none()
             && plan.final_record().is_some_and(|r| r.quantity == 0);
         if skip_zero {
+            // Final in this write: `Aggregated`, with the retention's expiry.
+            let final_row =
+                RowFinal::new(RawStatus::Aggregated, None).expiring(settings.retention.expiry(now));
             for commit in &plan.commits {
                 for (license, sort_key) in &commit.claimed_rows {
                     let changed = retry_transient(ports.clock, policy, || {
@@ -151,8 +159,7 @@ pub async fn aggregate_group(
                             license,
                             sort_key,
                             RowClaim::Uncounted,
-                            RawStatus::Aggregated,
-                            None,
+                            final_row,
                             now,
                         )
                     })
@@ -786,9 +793,12 @@ mod tests {
             &self,
             item: &MalformedItem,
             reason: &str,
+            expires_at: Option<Instant>,
             now: Instant,
         ) -> Result<bool, PortError> {
-            self.inner.reject_malformed(item, reason, now).await
+            self.inner
+                .reject_malformed(item, reason, expires_at, now)
+                .await
         }
         async fn stray_pending_page(
             &self,

@@ -12,7 +12,8 @@ use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
 use crate::pipeline::discover::is_pending;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
-use crate::ports::{Clock, MetricsSink, RowClaim, UsageStore, WorkMessage, metric};
+use crate::ports::{Clock, MetricsSink, RowClaim, RowFinal, UsageStore, WorkMessage, metric};
+use crate::retention::Retention;
 use crate::time::Instant;
 
 /// The ports cleanup uses.
@@ -52,7 +53,8 @@ impl CleanupReport {
     }
 }
 
-/// Applies one `WorkMessage::Cleanup` at `now`. Transient store errors are retried with
+/// Applies one `WorkMessage::Cleanup` at `now`; every row it finalizes gets
+/// `retention`'s `expiresAt` in the same write. Transient store errors are retried with
 /// jittered backoff; anything left failing fails the message (SQS redelivers it and
 /// the rows already finalized are skipped).
 ///
@@ -62,6 +64,7 @@ impl CleanupReport {
 pub async fn cleanup(
     message: &WorkMessage,
     now: Instant,
+    retention: Retention,
     ports: CleanupPorts<'_>,
 ) -> Result<CleanupReport, PipelineError> {
     let WorkMessage::Cleanup {
@@ -86,6 +89,7 @@ pub async fn cleanup(
         group,
         rows,
         now,
+        retention,
         ports,
         policy,
         report: CleanupReport::default(),
@@ -120,6 +124,7 @@ struct Cleanup<'a> {
     group: &'a GroupKey,
     rows: HashMap<String, RawUsageRow>,
     now: Instant,
+    retention: Retention,
     ports: CleanupPorts<'a>,
     policy: RetryPolicy,
     report: CleanupReport,
@@ -181,9 +186,13 @@ impl Cleanup<'_> {
             }
         };
         let changed = retry_transient(self.ports.clock, self.policy, || {
-            self.ports
-                .usage
-                .finalize_row(license, sort_key, claim, status, reason, self.now)
+            self.ports.usage.finalize_row(
+                license,
+                sort_key,
+                claim,
+                RowFinal::new(status, reason).expiring(self.retention.expiry(self.now)),
+                self.now,
+            )
         })
         .await?;
         if !changed {
@@ -255,7 +264,9 @@ mod tests {
             ],
         };
 
-        let report = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+        let report = cleanup(&message, now, world.retention, world.cleanup_ports())
+            .await
+            .unwrap();
 
         assert_eq!(world.status(&l, &counted).as_deref(), Some("Aggregated"));
         assert_eq!(world.status(&l, &not_counted), None);
@@ -285,7 +296,9 @@ mod tests {
         );
 
         // Redelivery: nothing changes, nothing is counted twice.
-        let again = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+        let again = cleanup(&message, now, world.retention, world.cleanup_ports())
+            .await
+            .unwrap();
         assert_eq!(
             (again.aggregated, again.rejected, again.already_final),
             (0, 0, 3)
@@ -314,7 +327,9 @@ mod tests {
             aggregated: vec![sk.clone()],
             rejected: vec![],
         };
-        let report = cleanup(&message, now, world.cleanup_ports()).await.unwrap();
+        let report = cleanup(&message, now, world.retention, world.cleanup_ports())
+            .await
+            .unwrap();
         assert_eq!(report.aggregated, 1);
         assert_eq!(world.clock.sleeps().len(), 2);
 
@@ -330,7 +345,7 @@ mod tests {
             aggregated: vec![sk2.clone()],
             rejected: vec![],
         };
-        let failed = cleanup(&message, now, world.cleanup_ports()).await;
+        let failed = cleanup(&message, now, world.retention, world.cleanup_ports()).await;
         assert!(
             matches!(
                 failed,
@@ -348,7 +363,7 @@ mod tests {
             group: group(&license(1), ACCOUNT_A, "requests", "2026-11-30T09"),
             flush: false,
         };
-        let result = cleanup(&message, t(NOW), world.cleanup_ports()).await;
+        let result = cleanup(&message, t(NOW), world.retention, world.cleanup_ports()).await;
         assert!(matches!(
             result,
             Err(PipelineError::WrongMessageKind {

@@ -15,9 +15,10 @@ use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscript
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::ports::{
-    Clock, MetricsSink, PendingRawRef, RowClaim, SubscriberStore, UsageStore, WorkMessage,
-    WorkQueue, metric,
+    Clock, MetricsSink, PendingRawRef, RowClaim, RowFinal, SubscriberStore, UsageStore,
+    WorkMessage, WorkQueue, metric,
 };
+use crate::retention::Retention;
 use crate::time::{self, HourBucket, Instant, MeteringLockHours};
 
 /// Default minutes before `deprovisioningExpiry` by which the open hour is flushed: one
@@ -66,16 +67,19 @@ pub struct DiscoverSettings {
     pub flush_margin: Duration,
     /// Time between discoverer runs (see [`DISCOVERY_PERIOD_MINUTES`]).
     pub discovery_period: Duration,
+    /// `DATA_RETENTION_DAYS`: the `expiresAt` of the rows it rejects or ages out.
+    pub retention: Retention,
 }
 
 impl DiscoverSettings {
-    /// Settings with the default flush margin and age-out lookback.
+    /// Settings with the default flush margin and age-out lookback, keeping every item.
     pub fn new(product_code: impl Into<String>, lock: MeteringLockHours) -> Self {
         DiscoverSettings {
             product_code: product_code.into(),
             lock,
             flush_margin: Duration::minutes(DEFAULT_FLUSH_MARGIN_MINUTES),
             discovery_period: Duration::minutes(DISCOVERY_PERIOD_MINUTES),
+            retention: Retention::FOREVER,
         }
     }
 }
@@ -395,8 +399,8 @@ impl Run<'_> {
                 &row.license_arn,
                 &row.sort_key,
                 RowClaim::Uncounted,
-                RawStatus::RejectedClientSide,
-                Some(reason),
+                RowFinal::new(RawStatus::RejectedClientSide, Some(reason))
+                    .expiring(self.settings.retention.expiry(self.now)),
                 self.now,
             )
             .await?;
@@ -515,8 +519,7 @@ impl Run<'_> {
                 &row.license_arn,
                 &row.sort_key,
                 claim,
-                status,
-                None,
+                RowFinal::new(status, None).expiring(self.settings.retention.expiry(self.now)),
                 self.now,
             )
             .await?;

@@ -42,6 +42,7 @@ use crate::ports::{
     MeteringRecord, MetricsSink, OutcomeWrite, RecordVerdict, SubmissionUpdate, SubscriberStore,
     metric,
 };
+use crate::retention::Retention;
 use crate::time::{self, HourBucket, Instant};
 
 /// Reason stored on a record that could not be sent because it exceeds 1 MB alone.
@@ -179,10 +180,12 @@ pub struct SubmitSettings {
     pub max_throttled_batches: u32,
     /// Jittered backoff between retries (unprocessed records, throttling).
     pub backoff: Backoff,
+    /// `DATA_RETENTION_DAYS`: the `expiresAt` of every record this run makes final.
+    pub retention: Retention,
 }
 
 impl SubmitSettings {
-    /// Settings with the production defaults.
+    /// Settings with the production defaults (retention off: every item is kept).
     pub fn new(
         product_code: impl Into<String>,
         mode: MeteringMode,
@@ -199,6 +202,7 @@ impl SubmitSettings {
             claim_lease: chrono::Duration::minutes(15),
             max_throttled_batches: 3,
             backoff: Backoff::METERING,
+            retention: Retention::FOREVER,
         }
     }
 
@@ -845,15 +849,40 @@ impl Run<'_> {
     ) -> Result<bool, RunError> {
         let policy = RetryPolicy::STORE;
         let wall = self.ports.clock.now();
+        let update = self.expiring(key, update, wall);
         Ok(retry_transient(self.ports.clock, policy, || {
-            self.ports.aggregated.record(key, claim_id, update, wall)
+            self.ports.aggregated.record(key, claim_id, &update, wall)
         })
         .await?)
+    }
+
+    /// `update` with the `expiresAt` its status gets when written at `wall`: none while
+    /// pending, the retention from `wall` for a final status (from the replay window's
+    /// close for `Error`; [`Retention::record_expiry`]). Every outcome write goes
+    /// through here, so no final write is without it and no pending one carries it.
+    fn expiring(
+        &self,
+        key: &GroupKey,
+        update: &SubmissionUpdate,
+        wall: Instant,
+    ) -> SubmissionUpdate {
+        let expires_at = self
+            .settings
+            .retention
+            .record_expiry(key.hour, update.status, wall);
+        update.clone().expiring(expires_at)
     }
 
     /// Writes outcomes, [`MAX_BATCH_WRITES`] per store request.
     async fn write_outcomes(&self, writes: &[OutcomeWrite]) -> Result<(), RunError> {
         let wall = self.ports.clock.now();
+        let writes: Vec<OutcomeWrite> = writes
+            .iter()
+            .map(|w| OutcomeWrite {
+                update: self.expiring(&w.key, &w.update, wall),
+                ..w.clone()
+            })
+            .collect();
         for chunk in writes.chunks(MAX_BATCH_WRITES) {
             retry_transient(self.ports.clock, RetryPolicy::STORE, || {
                 self.ports.aggregated.record_all(chunk, wall)
@@ -868,10 +897,14 @@ impl Run<'_> {
     async fn reject_malformed(&mut self, item: &MalformedItem) -> Result<(), RunError> {
         let reason = format!("{REASON_MALFORMED_ITEM}: {}", item.problem);
         let policy = RetryPolicy::STORE;
+        let expires_at = self
+            .settings
+            .retention
+            .unreadable_record_expiry(self.ports.clock.now());
         let changed = retry_transient(self.ports.clock, policy, || {
             self.ports
                 .aggregated
-                .reject_malformed(item, &reason, self.now)
+                .reject_malformed(item, &reason, expires_at, self.now)
         })
         .await?;
         if changed {

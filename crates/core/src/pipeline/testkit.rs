@@ -28,6 +28,7 @@ use crate::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
 };
 use crate::ports::{Clock, Cursor, Page, PendingRawRef, PortError, UsageStore, WorkMessage};
+use crate::retention::Retention;
 use crate::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 
 pub const PRODUCT: &str = "prod-abc123";
@@ -70,6 +71,10 @@ pub struct World {
     pub api: MemoryMeteringApi,
     pub lock: MeteringLockHours,
     pub zero_policy: ZeroQuantityPolicy,
+    /// Every stage's `DATA_RETENTION_DAYS`: the floor by default, so every pipeline test
+    /// runs with expiries on and checks that no pending item ever carries one
+    /// ([`World::assert_no_pending_expiry`], after each stage helper).
+    pub retention: Retention,
 }
 
 impl World {
@@ -88,7 +93,40 @@ impl World {
             api: MemoryMeteringApi::new(),
             lock: MeteringLockHours::DEFAULT,
             zero_policy: ZeroQuantityPolicy::Defer,
+            retention: Retention::MIN,
         }
+    }
+
+    /// The property every stage keeps: no item that is not final carries `expiresAt`
+    /// (DynamoDB would delete usage before it is counted or billed). A seller's row may
+    /// arrive with one (it is refused `ReservedAttribute`): until the pipeline's final
+    /// write it is the seller's, so raw rows the pipeline never wrote (no `updatedAt`)
+    /// are left out.
+    pub fn assert_no_pending_expiry(&self) {
+        let carrying: Vec<String> = self
+            .tables
+            .pending_items_with_expiry()
+            .into_iter()
+            .filter(|item| {
+                !item.starts_with("usage ")
+                    || self.tables.raw_rows().iter().any(|row| {
+                        *item == format!("usage {}/{}", row.license_arn, row.sort_key)
+                            && row.attrs.contains_key(attr::UPDATED_AT)
+                    })
+            })
+            .collect();
+        assert!(
+            carrying.is_empty(),
+            "pending items carry expiresAt: {carrying:?}"
+        );
+    }
+
+    /// A raw row's `expiresAt`, if it carries one.
+    pub fn row_expiry(&self, license_arn: &str, sort_key: &str) -> Option<Instant> {
+        self.row(license_arn, sort_key)
+            .attrs
+            .get(attr::EXPIRES_AT)
+            .and_then(crate::items::expiry_of)
     }
 
     /// Writes a pending row in the reference writer's shape.
@@ -162,7 +200,10 @@ impl World {
     }
 
     pub fn discover_settings(&self) -> DiscoverSettings {
-        DiscoverSettings::new(PRODUCT, self.lock)
+        DiscoverSettings {
+            retention: self.retention,
+            ..DiscoverSettings::new(PRODUCT, self.lock)
+        }
     }
 
     pub fn discover_ports(&self) -> DiscoverPorts<'_> {
@@ -177,14 +218,16 @@ impl World {
     }
 
     pub async fn discover(&self, now: Instant) -> DiscoverReport {
-        discover(
+        let report = discover(
             now,
             &self.discover_settings(),
             self.discover_ports(),
             Budget::UNLIMITED,
         )
         .await
-        .unwrap()
+        .unwrap();
+        self.assert_no_pending_expiry();
+        report
     }
 
     pub fn aggregate_settings(&self) -> AggregateSettings {
@@ -192,6 +235,7 @@ impl World {
             product_code: PRODUCT.to_string(),
             lock: self.lock,
             zero_policy: self.zero_policy,
+            retention: self.retention,
         }
     }
 
@@ -209,13 +253,15 @@ impl World {
         message: &WorkMessage,
         now: Instant,
     ) -> Result<AggregateReport, PipelineError> {
-        aggregate_group(
+        let report = aggregate_group(
             message,
             now,
             &self.aggregate_settings(),
             self.aggregate_ports(),
         )
-        .await
+        .await;
+        self.assert_no_pending_expiry();
+        report
     }
 
     /// Drains both work queues (deprovisioning first) through the aggregator; failed
@@ -246,9 +292,12 @@ impl World {
     pub async fn cleanup_all(&self, now: Instant) -> CleanupReport {
         let mut total = CleanupReport::default();
         for message in self.cleanup_queue.drain() {
-            let report = cleanup(&message, now, self.cleanup_ports()).await.unwrap();
+            let report = cleanup(&message, now, self.retention, self.cleanup_ports())
+                .await
+                .unwrap();
             total = crate::pipeline::cleanup::merge_reports([&total, &report]);
         }
+        self.assert_no_pending_expiry();
         total
     }
 
@@ -261,12 +310,15 @@ impl World {
     }
 
     pub fn submit_settings(&self) -> SubmitSettings {
-        SubmitSettings::new(
-            PRODUCT,
-            MeteringMode::Live,
-            self.zero_policy,
-            DeploymentMode::Full,
-        )
+        SubmitSettings {
+            retention: self.retention,
+            ..SubmitSettings::new(
+                PRODUCT,
+                MeteringMode::Live,
+                self.zero_policy,
+                DeploymentMode::Full,
+            )
+        }
     }
 
     pub fn submit_ports(&self) -> SubmitPorts<'_> {
@@ -284,14 +336,16 @@ impl World {
         if now > self.clock.now() {
             self.clock.set(now);
         }
-        submit(
+        let report = submit(
             now,
             &self.submit_settings(),
             self.submit_ports(),
             Budget::UNLIMITED,
         )
         .await
-        .unwrap()
+        .unwrap();
+        self.assert_no_pending_expiry();
+        report
     }
 
     /// Every raw row's status (None while pending).
@@ -345,12 +399,11 @@ impl UsageStore for SlowUsage {
         license_arn: &str,
         sort_key: &str,
         claim: crate::ports::RowClaim<'_>,
-        status: crate::model::RawStatus,
-        reason: Option<crate::model::ReasonCode>,
+        outcome: crate::ports::RowFinal,
         now: Instant,
     ) -> Result<bool, PortError> {
         self.inner
-            .finalize_row(license_arn, sort_key, claim, status, reason, now)
+            .finalize_row(license_arn, sort_key, claim, outcome, now)
             .await
     }
     async fn put_row(
