@@ -9,7 +9,7 @@ use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::memory::claim_read;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PutOutcome,
+    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PutOutcome, RowFinal,
     SubmissionUpdate, UsageStore,
 };
 use common::*;

@@ -7,7 +7,7 @@ mod common;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::model::{Allocation, Attr, RawStatus, ReasonCode, Tag};
-use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, UsageStore};
+use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, RowFinal, UsageStore};
 use common::*;
 
 fn new_row(dimension: &str, timestamp: &str, event_id: &str, quantity: i64) -> NewUsageRow {
