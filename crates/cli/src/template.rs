@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// A template that cannot be read or wired.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ pub enum TemplateError {
         /// Path given.
         path: String,
         /// Cause.
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     /// A resource or property is not shaped as expected.
     #[error("template {0}")]
@@ -136,7 +136,7 @@ impl Template {
 
     /// Parses template text.
     pub fn parse(text: &str) -> Result<Self, TemplateError> {
-        let root: Value = serde_yaml::from_str(text).map_err(|source| TemplateError::Yaml {
+        let root: Value = serde_norway::from_str(text).map_err(|source| TemplateError::Yaml {
             path: "<text>".into(),
             source,
         })?;
@@ -618,7 +618,7 @@ Resources:
     #[test]
     fn unknown_references_are_reported_by_name() {
         let t = Template::parse("Resources: {}").unwrap();
-        let v: Value = serde_yaml::from_str("!Ref Missing").unwrap();
+        let v: Value = serde_norway::from_str("!Ref Missing").unwrap();
         let err = t.resolve(&v, &Fixed).unwrap_err();
         assert!(err.to_string().contains("!Ref Missing"));
     }

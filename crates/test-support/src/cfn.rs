@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 
 use crate::error::TestSupportError;
 
@@ -47,7 +47,7 @@ impl StackTemplate {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
         })?;
-        let doc: Value = serde_yaml::from_str(&text).map_err(|e| TestSupportError::Template {
+        let doc: Value = serde_norway::from_str(&text).map_err(|e| TestSupportError::Template {
             path: path.to_path_buf(),
             message: format!("not valid YAML: {e}"),
         })?;

@@ -18,7 +18,7 @@
 //! What the evaluator cannot read is an error, never an assumption: SAM policy
 //! templates (`Policies` on a function), `ManagedPolicyArns`, a permissions boundary.
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::cfn::StackTemplate;
 use crate::error::TestSupportError;
@@ -528,7 +528,7 @@ mod tests {
     use super::*;
 
     fn policy(yaml: &str) -> Policy {
-        Policy::from_document(&serde_yaml::from_str(yaml).unwrap()).unwrap()
+        Policy::from_document(&serde_norway::from_str(yaml).unwrap()).unwrap()
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use aws_sdk_dynamodb::Client;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::error::TestSupportError;
 use crate::tables::{IndexProjection, IndexSpec, KeyAttr, TableSpec, create_table};
@@ -203,7 +203,7 @@ pub fn tables_in_template(
         path: path.to_path_buf(),
         message: format!("cannot read: {e}"),
     })?;
-    let doc: Value = serde_yaml::from_str(&text).map_err(|e| TestSupportError::Template {
+    let doc: Value = serde_norway::from_str(&text).map_err(|e| TestSupportError::Template {
         path: path.to_path_buf(),
         message: format!("not valid YAML: {e}"),
     })?;
@@ -341,7 +341,7 @@ pub fn event_rule_detail_types(
     };
     let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
     let doc: Value =
-        serde_yaml::from_str(&text).map_err(|e| error(format!("not valid YAML: {e}")))?;
+        serde_norway::from_str(&text).map_err(|e| error(format!("not valid YAML: {e}")))?;
     let resource = doc
         .get("Resources")
         .and_then(|r| r.get(logical_id))

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use awsmp_test_support::{TemplateOptions, create_tables_from_template};
-use serde_yaml::Value;
+use serde_norway::Value;
 
 use crate::local::LocalError;
 use crate::template::{Resolver, Template};
