@@ -1,7 +1,8 @@
 //! Finding a deployment: the operator names a stage and product (or a stack), and the
 //! table names, queue URLs and the subscribers table come from the stacks' outputs, as
 //! `deploy.sh` reads them. Explicit `--usage-table` etc. still win. Each metering
-//! Region is its own main stack, so a command runs once per `--region`.
+//! Region is its own main stack, so a command runs once per `--region`, or in every
+//! Region where the main stack exists (`--all-regions`).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,47 @@ use crate::commands::CommandError;
 
 /// The Region the events stack (and the subscribers table) lives in.
 pub const EVENTS_REGION: &str = "us-east-1";
+
+/// The Regions `--all-regions` probes for the main stack: the commercial Regions (the
+/// `aws` partition), where AWS Marketplace Metering is offered, as of 2026. The SDKs
+/// expose no list of Regions (EC2 `DescribeRegions` would need another SDK and
+/// `ec2:DescribeRegions`), so this is the one place to add a new Region; until then
+/// `--region` names it.
+pub const METERING_REGIONS: &[&str] = &[
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "af-south-1",
+    "ap-east-1",
+    "ap-east-2",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-northeast-3",
+    "ap-south-1",
+    "ap-south-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-7",
+    "ca-central-1",
+    "ca-west-1",
+    "eu-central-1",
+    "eu-central-2",
+    "eu-north-1",
+    "eu-south-1",
+    "eu-south-2",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "il-central-1",
+    "me-central-1",
+    "me-south-1",
+    "mx-central-1",
+    "sa-east-1",
+];
 
 /// Which deployment a command talks to.
 #[derive(Debug, Clone, Default, Args)]
@@ -28,6 +70,10 @@ pub struct DeploymentArgs {
     /// Metering Region (repeatable: one main stack each); default: the profile's Region.
     #[arg(long = "region", global = true)]
     pub regions: Vec<String>,
+    /// Every Region where the main stack exists (each metering Region is probed with
+    /// DescribeStacks, in parallel).
+    #[arg(long, global = true, conflicts_with = "regions")]
+    pub all_regions: bool,
     /// Named AWS profile (SSO and credential_process work).
     #[arg(long, env = "AWS_PROFILE", global = true)]
     pub profile: Option<String>,
@@ -97,7 +143,9 @@ impl DeploymentArgs {
 
     /// Every deployment the arguments name, one per Region.
     pub async fn resolve(&self) -> Result<Vec<Deployment>, CommandError> {
-        let regions = if self.regions.is_empty() {
+        let regions = if self.all_regions {
+            self.find_regions(METERING_REGIONS).await?
+        } else if self.regions.is_empty() {
             let region = self
                 .sdk_config(None)
                 .await
@@ -125,6 +173,78 @@ impl DeploymentArgs {
             out.push(self.resolve_in(&config, &region, events.as_ref()).await?);
         }
         Ok(out)
+    }
+
+    /// The Regions among `candidates` where the main stack exists: DescribeStacks in
+    /// each at once (a spinner meanwhile). A Region the account has not enabled, or
+    /// where the stack does not exist, is skipped; other failures are warned about
+    /// and skipped, and only finding no Region at all is an error.
+    pub async fn find_regions(&self, candidates: &[&str]) -> Result<Vec<String>, CommandError> {
+        let mut configs = Vec::new();
+        for region in candidates {
+            configs.push((region.to_string(), self.sdk_config(Some(region)).await));
+        }
+        self.find_regions_with(configs).await
+    }
+
+    /// [`DeploymentArgs::find_regions`] with the SDK config of each candidate Region
+    /// given (in the order results are listed).
+    pub async fn find_regions_with(
+        &self,
+        candidates: Vec<(String, SdkConfig)>,
+    ) -> Result<Vec<String>, CommandError> {
+        let order: Vec<String> = candidates.iter().map(|(r, _)| r.clone()).collect();
+        let stack = self.main_stack().ok_or_else(|| {
+            CommandError::Usage(
+                "--all-regions finds the main stack by name: pass --stage S --product-code P, or --stack NAME".into(),
+            )
+        })?;
+        let bar = crate::output::spinner(&format!(
+            "looking for {stack} in {} Regions",
+            candidates.len()
+        ));
+        let mut probes = tokio::task::JoinSet::new();
+        for (region, config) in candidates {
+            let stack = stack.clone();
+            probes.spawn(async move {
+                let found = probe(&config, &stack).await;
+                (region, found)
+            });
+        }
+        let mut found = Vec::new();
+        let mut failed = Vec::new();
+        while let Some(joined) = probes.join_next().await {
+            let Ok((region, answer)) = joined else {
+                continue;
+            };
+            match answer {
+                Probe::Found => found.push(region),
+                Probe::Absent | Probe::NotEnabled => {}
+                Probe::Failed(why) => failed.push(format!("{region}: {why}")),
+            }
+        }
+        bar.finish_and_clear();
+        found.sort_by_key(|r| order.iter().position(|c| c == r));
+        failed.sort();
+        for f in &failed {
+            tracing::warn!("--all-regions skipped {f}");
+        }
+        if found.is_empty() {
+            return Err(CommandError::NotFound(format!(
+                "no stack {stack} in any of the {} Regions probed{}: check --stage/--product-code (deploy with ./deploy.sh), or name the Region with --region",
+                order.len(),
+                if failed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} could not be asked: {})",
+                        failed.len(),
+                        failed.join("; ")
+                    )
+                }
+            )));
+        }
+        Ok(found)
     }
 
     /// The deployment in `region`, reading the main stack's outputs with `config`.
@@ -179,6 +299,35 @@ impl DeploymentArgs {
             subscribers: subscribers_table.map(|t| (t, subscribers_region)),
             queues,
         })
+    }
+}
+
+/// What DescribeStacks said in one Region.
+enum Probe {
+    Found,
+    Absent,
+    /// An opt-in Region this account has not enabled (its STS/CloudFormation
+    /// endpoints refuse the credentials).
+    NotEnabled,
+    Failed(String),
+}
+
+async fn probe(config: &SdkConfig, stack: &str) -> Probe {
+    use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+    let client = aws_sdk_cloudformation::Client::new(config);
+    match client.describe_stacks().stack_name(stack).send().await {
+        Ok(out) if !out.stacks().is_empty() => Probe::Found,
+        Ok(_) => Probe::Absent,
+        Err(e) => {
+            let text = aws_sdk_cloudformation::error::DisplayErrorContext(&e).to_string();
+            match e.code() {
+                _ if text.contains("does not exist") => Probe::Absent,
+                Some("InvalidClientTokenId" | "UnrecognizedClientException" | "OptInRequired") => {
+                    Probe::NotEnabled
+                }
+                _ => Probe::Failed(e.message().map_or(text.clone(), str::to_string)),
+            }
+        }
     }
 }
 
