@@ -55,6 +55,7 @@ pub fn check(data: &[u8]) {
             product_code: PRODUCT.into(),
             lock: MeteringLockHours::DEFAULT,
             zero_policy: ZeroQuantityPolicy::Defer,
+            retention: awsmp_core::retention::Retention::FOREVER,
         }),
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
@@ -69,6 +70,7 @@ pub fn check(data: &[u8]) {
         usage: Arc::new(tables.usage_store()),
         metrics: Arc::new(RecordingMetrics::default()),
         clock,
+        retention: awsmp_core::retention::Retention::FOREVER,
     };
     let response = super::block_on(awsmp_cleanup::handler(&cleanup, batch(body)))
         .expect("a batch whose message has an id is answered");
