@@ -168,7 +168,7 @@ pub fn series(
         kind.quantity += failure.quantity.unwrap_or(0);
     }
     let mut rejections: Vec<Rejection> = kinds.into_values().collect();
-    rejections.sort_by(|a, b| b.count.cmp(&a.count));
+    rejections.sort_by_key(|r| std::cmp::Reverse(r.count));
 
     let earliest = counts.hours.keys().next().copied().unwrap_or(from);
     let latest = counts.hours.keys().next_back().copied().unwrap_or(to);

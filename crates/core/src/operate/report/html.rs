@@ -549,8 +549,11 @@ fn billed_figure(id: &str, region: &str, series: &Series, axis: &[HourBucket]) -
     figure(id, caption, svg, legend(&layers), table)
 }
 
+/// A column of a status-mix chart and table: its name, colour and count.
+type Column = (&'static str, usize, fn(&HourCounts) -> u64);
+
 /// Status columns of the records chart and table.
-const RECORD_STATUSES: [(&str, usize, fn(&HourCounts) -> u64); 6] = [
+const RECORD_STATUSES: [Column; 6] = [
     ("billed", GREEN, |c| c.records_billed),
     ("pending", BLUE_SKY, |c| c.records_pending),
     ("Error", VERMILLION, |c| c.records_error),
@@ -562,7 +565,7 @@ const RECORD_STATUSES: [(&str, usize, fn(&HourCounts) -> u64); 6] = [
 ];
 
 /// State columns of the raw rows chart and table.
-const ROW_STATES: [(&str, usize, fn(&HourCounts) -> u64); 4] = [
+const ROW_STATES: [Column; 4] = [
     ("counted", GREEN, |c| c.rows_counted),
     ("pending", BLUE_SKY, |c| c.rows_pending),
     ("RejectedClientSide", VERMILLION, |c| c.rows_rejected),
@@ -574,7 +577,7 @@ fn mix_figure(
     caption: &str,
     region: &str,
     unit: &str,
-    columns: &[(&str, usize, fn(&HourCounts) -> u64)],
+    columns: &[Column],
     series: &Series,
     axis: &[HourBucket],
 ) -> String {
