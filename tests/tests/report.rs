@@ -101,11 +101,13 @@ fn assert_balanced(html: &str) {
     assert!(open.is_empty(), "unclosed: {open:?}");
 }
 
-fn chromium() -> Option<PathBuf> {
+/// The Chromium to run (`AWSMP_CHROMIUM`, else `/usr/bin/chromium`), or the path that
+/// is missing.
+fn chromium() -> Result<PathBuf, PathBuf> {
     let path = std::env::var_os("AWSMP_CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    path.exists().then_some(path)
+    if path.exists() { Ok(path) } else { Err(path) }
 }
 
 /// Runs headless Chromium on `page` with `action` flags; returns (stdout, stderr).
@@ -300,16 +302,21 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     );
 
     // AND headless Chromium renders it with nothing refused by the page's policy.
-    let Some(chromium) = chromium() else {
-        assert!(
-            std::env::var_os("AWSMP_REQUIRE_CHROMIUM").is_none(),
-            "AWSMP_REQUIRE_CHROMIUM is set but /usr/bin/chromium is missing: run scripts/ensure-chromium.sh"
-        );
-        eprintln!(
-            "report: SKIPPED the Chromium screenshot: no /usr/bin/chromium (set AWSMP_CHROMIUM, or run `make report-test`, which installs it); the page is at {}",
-            path.display()
-        );
-        return;
+    let chromium = match chromium() {
+        Ok(path) => path,
+        Err(missing) => {
+            assert!(
+                std::env::var_os("AWSMP_REQUIRE_CHROMIUM").is_none(),
+                "AWSMP_REQUIRE_CHROMIUM is set but {} is missing: run scripts/ensure-chromium.sh",
+                missing.display()
+            );
+            eprintln!(
+                "report: SKIPPED the Chromium screenshot: {} is missing (set AWSMP_CHROMIUM, or run `make report-test`, which installs Chromium); the page is at {}",
+                missing.display(),
+                path.display()
+            );
+            return;
+        }
     };
     let (dom, log) = headless(&chromium, &["--dump-dom"], &path);
     assert_eq!(
@@ -338,5 +345,4 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     assert!(bytes.len() > 20_000, "a page with charts, not a blank one");
     println!("report: screenshot {}", png.display());
-    eprintln!("report: screenshot {}", png.display());
 }
