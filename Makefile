@@ -24,9 +24,9 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 export AWSMP_VENV := $(VENV)
 
 .PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
-        browser-test local-demo fuzz fuzz-cmin bench
+        browser-test report-test local-demo fuzz fuzz-cmin bench
 
-test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test local-demo
+test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo
 	@echo "make test: all stages finished"
 
 prereqs:
@@ -111,6 +111,14 @@ browser-test:
 	else \
 	  echo "browser-test: skipped (web/test/run.sh not written yet)"; \
 	fi
+
+# `awsmp report --html` on the pipeline's output (moto + the simulator), opened in
+# headless Chromium; the page and its screenshot stay in test-artifacts/report/. The
+# test also runs in unit-and-integration, where it skips the browser if Chromium is not
+# installed yet; here Chromium is installed first and the browser half cannot be skipped.
+report-test: venv chromium
+	AWSMP_REQUIRE_CHROMIUM=1 cargo test -p awsmp-e2e --test report -- --nocapture
+	@echo "report-test: page and screenshot in test-artifacts/report/"
 
 # Hook: the whole lifecycle on the local stack (./deploy.sh --local).
 local-demo: venv

@@ -55,6 +55,22 @@ enum Command {
         #[arg(long, default_value_t = 24)]
         hours: u32,
     },
+    /// One self-contained HTML page with charts: billed quantity per hour and dimension,
+    /// status mix per hour, rejections and failures by reason (--json: the series).
+    ///
+    /// The page loads nothing and runs no script (open it from disk, mail it, archive it);
+    /// each chart has its numbers in a table beneath it.
+    ///
+    /// Example: awsmp report --stage prod --product-code abc123 --region us-east-1 --html billing.html --hours 48
+    Report {
+        /// Write the page here (replaced whole). With --json the series is printed too.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+        /// Hours to chart (1 to 744), ending with the current one (pending usage older than
+        /// that is shown too).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=744))]
+        hours: u32,
+    },
     /// Every row and record that ended unbilled, with both codes and what to do.
     ///
     /// Example: awsmp failures --stage prod --product-code abc123 --since 2026-11-30T00
@@ -477,6 +493,33 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 out.push(ops::status::render(&place, &report, format));
             }
             Ok(out)
+        }
+        Command::Report { html, hours } => {
+            if html.is_none() && format != Format::Json {
+                return Err(CommandError::Usage(
+                    "name the page to write with --html FILE (or pass --json for the series)"
+                        .into(),
+                ));
+            }
+            let mut regions = Vec::new();
+            for s in stores(deployment).await? {
+                regions.push(awsmp_core::operate::report::RegionReport {
+                    series: ops::report::read(&s.operator, now, hours).await?,
+                    region: s.deployment.region,
+                    stack: s.deployment.stack,
+                });
+            }
+            let page = awsmp_core::operate::report::ReportPage {
+                product_code: deployment.product_code.clone(),
+                stage: deployment.stage.clone(),
+                generated: now,
+                hours,
+                regions,
+            };
+            let written = html
+                .map(|path| ops::report::write_html(&page, &path))
+                .transpose()?;
+            Ok(vec![ops::report::render(&page, written.as_deref(), format)])
         }
         Command::Failures { since } => {
             let since = match since {

@@ -7,6 +7,7 @@ pub mod import;
 pub mod inspect;
 pub mod queues;
 pub mod replay;
+pub mod report;
 pub mod status;
 
 use awsmp_core::model::{AggregatedRecord, RawUsageRow};

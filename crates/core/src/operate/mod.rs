@@ -1,13 +1,14 @@
 //! The operator's use cases (`awsmp`): pure views over what the tables hold (status,
-//! failures, one license's chain), when a record may be replayed, what a usage line
-//! needs before it is written, and what each failure means. The CLI reads the tables
-//! through [`crate::ports::OperatorStore`] and renders these.
+//! failures, one license's chain, the HTML report), when a record may be replayed, what
+//! a usage line needs before it is written, and what each failure means. The CLI reads
+//! the tables through [`crate::ports::OperatorStore`] and renders these.
 
 pub mod failures;
 pub mod import;
 pub mod license;
 pub mod remedy;
 pub mod replay;
+pub mod report;
 pub mod rows;
 pub mod status;
 

@@ -1,0 +1,143 @@
+//! `awsmp report`: the billed quantity, status mix and failures of each Region as one
+//! self-contained HTML page (`--html FILE`), or their series as JSON (`--json`).
+
+use std::path::{Path, PathBuf};
+
+use awsmp_core::operate::report::{ReportPage, Series, html, series};
+use awsmp_core::ports::OperatorStore;
+use awsmp_core::time::Instant;
+use serde::Serialize;
+
+use super::{all_records, all_rows};
+use crate::commands::CommandError;
+use crate::output::{Format, Outcome, json};
+
+/// Reads both tables (as `status` and `failures` read them) and computes one Region's
+/// series at `now` over the last `hours` hours.
+pub async fn read(
+    store: &dyn OperatorStore,
+    now: Instant,
+    hours: u32,
+) -> Result<Series, CommandError> {
+    let rows = all_rows(store, None).await?;
+    let (records, malformed) = all_records(store, None).await?;
+    Ok(series(&rows, &records, &malformed, now, hours))
+}
+
+/// Writes the page to `path` (replacing it whole: a reader never sees half a page) and
+/// returns the path as it can be opened.
+pub fn write_html(page: &ReportPage, path: &Path) -> Result<PathBuf, CommandError> {
+    let partial = path.with_file_name(format!(
+        ".{}.partial",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "report.html".into())
+    ));
+    let failed = |e: std::io::Error| {
+        CommandError::Io(format!(
+            "cannot write the report to {}: {e} (does its directory exist and is it writable?)",
+            path.display()
+        ))
+    };
+    std::fs::write(&partial, html::render(page)).map_err(failed)?;
+    std::fs::rename(&partial, path).map_err(failed)?;
+    Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+#[derive(Serialize)]
+struct Written<'a> {
+    /// Where the page was written, when it was.
+    html: Option<String>,
+    #[serde(flatten)]
+    page: &'a ReportPage,
+}
+
+/// What `awsmp report` prints: where the page went (human), or the series (JSON).
+pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outcome {
+    let text = match format {
+        Format::Json => json(&Written {
+            html: written.map(|p| p.display().to_string()),
+            page,
+        }),
+        Format::Human => {
+            let mut out = String::new();
+            if let Some(path) = written {
+                out.push_str(&format!("wrote {}\n", path.display()));
+                out.push_str(&format!("  {}\n", html::title(page)));
+            }
+            for region in &page.regions {
+                let s = &region.series;
+                let failed: u64 = s.rejections.iter().map(|r| r.count).sum();
+                out.push_str(&format!(
+                    "  {}: quantity billed {} in {} hour(s) over {} dimension(s); {} rejected or failed\n",
+                    region.region,
+                    s.quantity_billed(),
+                    s.billed.len(),
+                    s.dimensions.len(),
+                    failed
+                ));
+            }
+            if let Some(path) = written {
+                out.push_str(&format!("open it: file://{}\n", path.display()));
+            }
+            out
+        }
+    };
+    Outcome::ok(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use awsmp_core::memory::MemoryTables;
+    use awsmp_core::operate::report::RegionReport;
+    use awsmp_core::time::parse_usage_timestamp;
+
+    #[tokio::test]
+    async fn writes_the_page_and_says_where() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let tables = MemoryTables::default();
+        let s = read(&tables.operator_store(), now, 24).await.unwrap();
+        let page = ReportPage {
+            product_code: Some("abc123".into()),
+            stage: Some("prod".into()),
+            generated: now,
+            hours: 24,
+            regions: vec![RegionReport {
+                region: "us-east-1".into(),
+                stack: None,
+                series: s,
+            }],
+        };
+        let dir = std::env::temp_dir().join(format!("awsmp-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = write_html(&page, &dir.join("r.html")).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("<!DOCTYPE html>"));
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no partial file left"
+        );
+        let shown = render(&page, Some(&path), Format::Human);
+        assert!(
+            shown
+                .text
+                .starts_with(&format!("wrote {}\n", path.display()))
+        );
+        assert!(shown.text.contains("us-east-1: quantity billed 0"));
+        assert!(!shown.attention);
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&page, None, Format::Json).text).unwrap();
+        assert_eq!(json["html"], serde_json::Value::Null);
+        assert_eq!(json["regions"][0]["region"], "us-east-1");
+        assert_eq!(json["regions"][0]["from"], "2026-11-29T13");
+        let missing = write_html(&page, &dir.join("no/such/dir/r.html")).unwrap_err();
+        assert!(
+            missing.to_string().contains("does its directory exist"),
+            "{missing}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
