@@ -10,7 +10,15 @@ use awsmp_usage::{Meter, Recorded, Usage};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [table, product, license, account, dimension, quantity, event_id] = args.as_slice()
+    let [
+        table,
+        product,
+        license,
+        account,
+        dimension,
+        quantity,
+        event_id,
+    ] = args.as_slice()
     else {
         eprintln!(
             "usage: record_usage TABLE PRODUCT_CODE LICENSE_ARN ACCOUNT DIMENSION QUANTITY EVENT_ID"

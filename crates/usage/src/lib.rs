@@ -132,7 +132,9 @@ impl Usage {
                 })
                 .collect(),
         };
-        self.allocations.get_or_insert_with(Vec::new).push(allocation);
+        self.allocations
+            .get_or_insert_with(Vec::new)
+            .push(allocation);
         self
     }
 
@@ -270,14 +272,17 @@ mod tests {
         let meter = Meter::with_store(Arc::new(tables.usage_store()), "prod");
         let now = t("2026-11-30T12:30:00Z");
         let usage = Usage::new(LICENSE, "111122223333", "api", 3, "req-1").tag("team", "a");
-        assert_eq!(meter.record_at(&usage, now).await.unwrap(), Recorded::Written);
+        assert_eq!(
+            meter.record_at(&usage, now).await.unwrap(),
+            Recorded::Written
+        );
         let later = t("2026-11-30T12:31:07Z");
         assert_eq!(
             meter.record_at(&usage, later).await.unwrap(),
             Recorded::AlreadyWritten
         );
-        let stale = Usage::new(LICENSE, "111122223333", "api", 3, "req-2")
-            .at(t("2026-11-29T10:00:00Z"));
+        let stale =
+            Usage::new(LICENSE, "111122223333", "api", 3, "req-2").at(t("2026-11-29T10:00:00Z"));
         let err = meter.record_at(&stale, now).await.unwrap_err();
         assert!(
             matches!(

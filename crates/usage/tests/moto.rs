@@ -29,7 +29,10 @@ async fn records_once_per_event_id_and_only_what_the_aggregator_counts() {
         .tag("team", "search");
     assert_eq!(meter.record(&usage).await.unwrap(), Recorded::Written);
     // The retry after a lost response: same event id, nothing written.
-    assert_eq!(meter.record(&usage).await.unwrap(), Recorded::AlreadyWritten);
+    assert_eq!(
+        meter.record(&usage).await.unwrap(),
+        Recorded::AlreadyWritten
+    );
 
     let future = Usage::new(LICENSE, "111122223333", "api_calls", 1, "req-2")
         .at(Utc::now() + Duration::hours(2));
