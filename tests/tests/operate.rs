@@ -422,3 +422,75 @@ async fn finds_the_deployment_from_its_outputs_and_redrives_a_dlq() {
     let after = ops::queues::depths(&sqs, &found.queues).await.unwrap();
     assert_eq!((after[0].depth, after[0].dead_letters), (2, Some(0)));
 }
+
+/// `--all-regions`: the main stack is looked for in every metering Region at once
+/// (moto's CloudFormation is regional, as AWS's is), found where it exists, and
+/// finding it nowhere says what to do.
+#[tokio::test]
+async fn all_regions_finds_every_region_with_the_main_stack() {
+    let stack = stack(NOW).await;
+    let body = serde_json::json!({
+        "Resources": {"Marker": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {
+            "UsageTableName": {"Value": USAGE_TABLE},
+            "AggregatedUsageTableName": {"Value": AGGREGATED_TABLE},
+        },
+    });
+    for region in ["eu-west-1", "us-east-1"] {
+        aws_sdk_cloudformation::Client::new(&stack.moto.sdk_config_in(region))
+            .create_stack()
+            .stack_name("awsmp-main-prod-e2e-test")
+            .template_body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+    }
+    let configs = || {
+        awsmp_cli::deployment::METERING_REGIONS
+            .iter()
+            .map(|r| (r.to_string(), stack.moto.sdk_config_in(r)))
+            .collect::<Vec<_>>()
+    };
+    let args = DeploymentArgs {
+        stage: Some("test".into()),
+        product_code: Some("prod-e2e".into()),
+        all_regions: true,
+        ..DeploymentArgs::default()
+    };
+    // Listed in METERING_REGIONS' order, whichever answered first.
+    assert_eq!(
+        args.find_regions_with(configs()).await.unwrap(),
+        ["us-east-1", "eu-west-1"]
+    );
+    let found = args
+        .resolve_in(&stack.moto.sdk_config_in("eu-west-1"), "eu-west-1", None)
+        .await
+        .unwrap();
+    assert_eq!(found.usage_table, USAGE_TABLE);
+
+    let elsewhere = DeploymentArgs {
+        stage: Some("nowhere".into()),
+        ..args.clone()
+    };
+    let error = elsewhere.find_regions_with(configs()).await.unwrap_err();
+    assert!(matches!(
+        error,
+        awsmp_cli::commands::CommandError::NotFound(_)
+    ));
+    assert!(
+        error.to_string().contains(&format!(
+            "no stack awsmp-main-prod-e2e-nowhere in any of the {} Regions probed",
+            awsmp_cli::deployment::METERING_REGIONS.len()
+        )),
+        "{error}"
+    );
+    let unnamed = DeploymentArgs {
+        all_regions: true,
+        ..DeploymentArgs::default()
+    };
+    let error = unnamed.find_regions_with(configs()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("--stage S --product-code P"),
+        "{error}"
+    );
+}

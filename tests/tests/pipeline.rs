@@ -209,6 +209,13 @@ async fn every_reason_code_is_rejected_and_never_billed() {
     let mut i = good(&l, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
     i.insert(attr::PRODUCT_CODE.into(), s("prod-other"));
     items.push(put(i, ReasonCode::ProductCodeMismatch));
+    // The pipeline's own retention attribute, written by the seller.
+    let mut i = good(&l, ACCOUNT_A, "requests", "2026-11-30T09:26:00Z", 1);
+    i.insert(
+        attr::EXPIRES_AT.into(),
+        aws_sdk_dynamodb::types::AttributeValue::N("4102444800".into()),
+    );
+    items.push(put(i, ReasonCode::ReservedAttribute));
     // Group checks, each in a group of its own.
     let values: Vec<String> = (0..2501).map(|v| format!("t{v}")).collect();
     let many: Vec<(i64, Vec<(&str, &str)>)> = values

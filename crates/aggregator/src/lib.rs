@@ -230,6 +230,7 @@ mod tests {
             .chain([
                 ("METERING_LOCK_HOURS", "4".to_string()),
                 ("ZERO_QUANTITY_POLICY", "skip".to_string()),
+                ("DATA_RETENTION_DAYS", "7".to_string()),
             ])
             .collect();
         let asked = std::cell::RefCell::new(Vec::new());
@@ -240,6 +241,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.zero_policy, ZeroQuantityPolicy::Skip);
         assert_eq!(config.lock.hours(), 4);
+        assert_ne!(config.retention, awsmp_core::retention::Retention::FOREVER);
         let mut asked = asked.into_inner();
         asked.sort();
         let mut declared: Vec<String> = ENV_VARS.iter().map(|s| s.to_string()).collect();

@@ -167,6 +167,7 @@ mod tests {
             Some(match n {
                 "STAGE" => "test".to_string(),
                 "PRODUCT_CODE" => "abc123".to_string(),
+                "DATA_RETENTION_DAYS" => "7".to_string(),
                 _ => "awsmp-prod-usage-test".to_string(),
             })
         })
@@ -177,8 +178,10 @@ mod tests {
             ("abc123", "test")
         );
         assert_eq!(asked.into_inner(), ENV_VARS);
+        assert_ne!(config.retention, Retention::FOREVER);
         let err = Config::from_lookup(&|_| None).unwrap_err();
-        for name in ENV_VARS {
+        // DATA_RETENTION_DAYS is optional (keep everything when unset).
+        for name in ENV_VARS.iter().filter(|n| **n != "DATA_RETENTION_DAYS") {
             assert!(
                 err.to_string().contains(&format!("{name} is not set")),
                 "{err}"

@@ -234,6 +234,7 @@ mod tests {
                 ("METERING_LOCK_HOURS", "2".to_string()),
                 ("FLUSH_MARGIN_MINUTES", "15".to_string()),
                 ("STAGE", "prod".to_string()),
+                ("DATA_RETENTION_DAYS", "7".to_string()),
             ])
             .collect()
     }
@@ -264,8 +265,10 @@ mod tests {
         let mut env = full_env();
         env.remove("METERING_LOCK_HOURS");
         env.remove("FLUSH_MARGIN_MINUTES");
+        env.remove("DATA_RETENTION_DAYS");
         let config = Config::from_lookup(&|n| env.get(n).cloned()).unwrap();
         assert_eq!(config.lock, MeteringLockHours::DEFAULT);
+        assert_eq!(config.retention, awsmp_core::retention::Retention::FOREVER);
         assert_eq!(config.flush_margin_minutes, 6);
     }
 
