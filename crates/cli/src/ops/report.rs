@@ -53,7 +53,15 @@ struct Written<'a> {
 }
 
 /// What `awsmp report` prints: where the page went (human), or the series (JSON).
+/// Rejected or failed usage in the window needs attention (exit code 3), as it does
+/// for `awsmp failures`: the page is written either way.
 pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outcome {
+    let failed: u64 = page
+        .regions
+        .iter()
+        .flat_map(|r| r.series.rejections.iter())
+        .map(|r| r.count)
+        .sum();
     let text = match format {
         Format::Json => json(&Written {
             html: written.map(|p| p.display().to_string()),
@@ -80,10 +88,16 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
             if let Some(path) = written {
                 out.push_str(&format!("open it: file://{}\n", path.display()));
             }
+            if failed > 0 {
+                out.push_str("needs attention: `awsmp failures` lists each with what to do\n");
+            }
             out
         }
     };
-    Outcome::ok(text)
+    Outcome {
+        text,
+        attention: failed > 0,
+    }
 }
 
 #[cfg(test)]
@@ -127,7 +141,27 @@ mod tests {
                 .starts_with(&format!("wrote {}\n", path.display()))
         );
         assert!(shown.text.contains("us-east-1: quantity billed 0"));
-        assert!(!shown.attention);
+        assert!(!shown.attention, "nothing failed: exit code 0");
+        let mut failing = page.clone();
+        failing.regions[0]
+            .series
+            .rejections
+            .push(awsmp_core::operate::report::Rejection {
+                status: "RejectedClientSide",
+                reason: Some("NegativeQuantity".into()),
+                server_side: Some("ValidationException".into()),
+                count: 2,
+                quantity: -6,
+            });
+        for format in [Format::Human, Format::Json] {
+            let shown = render(&failing, Some(&path), format);
+            assert!(shown.attention, "a failure in the window: exit code 3");
+        }
+        assert!(
+            render(&failing, Some(&path), Format::Human)
+                .text
+                .contains("needs attention: `awsmp failures`")
+        );
         let json: serde_json::Value =
             serde_json::from_str(&render(&page, None, Format::Json).text).unwrap();
         assert_eq!(json["html"], serde_json::Value::Null);
