@@ -2,12 +2,12 @@
 //! conversions, typed reads that fail as [`PortError::Corrupt`] naming the attribute,
 //! update-expression building with placeholders, and pagination cursors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::items::expiry_attr;
 use awsmp_core::model::{Allocation, Attr, RawUsageRow, Tag, attr};
-use awsmp_core::ports::{Cursor, Item, PortError};
+use awsmp_core::ports::{Cursor, PortError};
 use awsmp_core::stamp::AuditStamp;
 use awsmp_core::time::{Instant, format_instant, parse_instant};
 
@@ -93,13 +93,6 @@ pub fn attr_to_dynamo(value: &Attr) -> Result<AttributeValue, PortError> {
             ));
         }
     })
-}
-
-/// A whole item as the domain's loosely typed [`Item`] (for `inspect`-style tools).
-pub fn item_from_dynamo(item: &DynamoItem) -> Item {
-    item.iter()
-        .map(|(k, v)| (k.clone(), attr_from_dynamo(v)))
-        .collect::<BTreeMap<_, _>>()
 }
 
 /// A domain item (its attributes, keys included) as a DynamoDB item.
@@ -365,7 +358,6 @@ impl Update {
     }
 
     /// The shared audit stamp: `createdAt` written once, `updatedAt` every time
-    /// (the fragment of [`AuditStamp::UPDATE_FRAGMENT`], with placeholders).
     pub fn stamp(&mut self, now: Instant) -> &mut Self {
         let stamp = AuditStamp::at(now);
         self.set_if_absent(attr::CREATED_AT, s(stamp.created_at));
@@ -545,6 +537,7 @@ pub fn not_live_filter(live: &[awsmp_core::time::HourBucket]) -> Option<Expressi
 mod tests {
     use super::*;
     use awsmp_core::items::allocations_attr;
+    use std::collections::BTreeMap;
 
     #[test]
     fn cursor_round_trips_and_rejects_garbage() {

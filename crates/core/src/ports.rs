@@ -2,14 +2,13 @@
 //! one it needs (`&dyn UsageStore`); `crate::memory` has an in-memory implementation
 //! of each for tests, and the `awsmp-aws` crate implements them with the AWS SDK.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AggregatedRecord, AggregatedStatus, Allocation, Attr, CustomerProfile, GroupKey, RawStatus,
+    AggregatedRecord, AggregatedStatus, Allocation, CustomerProfile, GroupKey, RawStatus,
     RawUsageRow, ReasonCode, Subscriber,
 };
 use crate::time::{HourBucket, Instant};
@@ -783,6 +782,3 @@ pub trait Clock: Send + Sync {
     /// Waits (backoff, pacing). A test clock advances instead of sleeping.
     async fn sleep(&self, duration: Duration);
 }
-
-/// Loosely typed item, for tools that show what is stored (the CLI's `inspect`).
-pub type Item = BTreeMap<String, Attr>;

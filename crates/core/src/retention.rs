@@ -226,6 +226,13 @@ mod tests {
             Some(at("2026-12-01T09:00:00Z") + days),
             "replayable until its window closes"
         );
+        // The refused row is the poisoned record's: counted into it (and final from
+        // the commit on), while the record expires from its replay window's close.
+        assert_eq!(
+            world.row(&l, &refused).attrs.get(attr::AGGREGATED_INTO),
+            Some(&Attr::S(error.aggregated_sort_key()))
+        );
+        assert_eq!(world.row_expiry(&l, &refused), Some(aggregated + days));
         assert_eq!(
             world.record(&never_sent.key).unwrap().status,
             AggregatedStatus::SubmissionExpired

@@ -33,14 +33,10 @@ impl AuditStamp {
             Attr::S(self.updated_at.clone()),
         );
     }
-
-    /// The DynamoDB update-expression fragment that applies the stamp, for adapters:
-    /// `createdAt = if_not_exists(createdAt, :createdAt), updatedAt = :updatedAt`.
-    pub const UPDATE_FRAGMENT: &'static str =
-        "createdAt = if_not_exists(createdAt, :createdAt), updatedAt = :updatedAt";
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::time::parse_usage_timestamp;

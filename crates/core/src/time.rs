@@ -250,6 +250,7 @@ pub fn at_oldest_edge(bucket: HourBucket, now: Instant) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
