@@ -294,7 +294,9 @@ fn stays_pending(metric: Option<MetricEvent>, action: RunAction) -> Outcome {
 }
 
 /// Exponential backoff with full jitter: retry `n` waits a uniformly random time in
-/// `[0, min(cap, base * 2^(n-1)))`. Jitter spreads concurrent retries apart.
+/// `[0, min(cap, base * 2^(n-1)))`. Jitter spreads concurrent retries apart. The one
+/// backoff: `BatchMeterUsage` retries ([`Backoff::METERING`]) and store retries
+/// ([`crate::pipeline::retry::RetryPolicy`]) both wait with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Ceiling of the first retry's wait.

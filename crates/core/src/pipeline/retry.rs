@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
+use crate::outcome::Backoff;
 use crate::ports::{Clock, PortError};
 
 /// How often and how patiently to retry.
@@ -15,10 +16,8 @@ use crate::ports::{Clock, PortError};
 pub struct RetryPolicy {
     /// Total attempts (1 = no retry).
     pub attempts: u32,
-    /// Backoff ceiling of the first retry; doubles per retry.
-    pub base: Duration,
-    /// Largest backoff ceiling.
-    pub cap: Duration,
+    /// The wait between attempts (the one full-jitter backoff, [`Backoff`]).
+    pub backoff: Backoff,
 }
 
 impl RetryPolicy {
@@ -26,18 +25,16 @@ impl RetryPolicy {
     /// fails and SQS redelivers it later (the longer backoff).
     pub const STORE: RetryPolicy = RetryPolicy {
         attempts: 4,
-        base: Duration::from_millis(50),
-        cap: Duration::from_secs(2),
+        backoff: Backoff {
+            base: Duration::from_millis(50),
+            cap: Duration::from_secs(2),
+        },
     };
 
     /// The backoff before retry number `retry` (1-based): uniformly random in
-    /// `[0, min(cap, base * 2^(retry-1))]` ("full jitter").
+    /// `[0, min(cap, base * 2^(retry-1)))` ("full jitter", [`Backoff::delay`]).
     pub fn delay(&self, retry: u32) -> Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
-            .min(self.cap);
-        ceiling.mul_f64(jitter_fraction())
+        self.backoff.delay(retry, random_u64())
     }
 }
 
@@ -83,14 +80,6 @@ mod seeded {
     }
 }
 
-/// A uniformly distributed number in `[0, 1)`, from the standard library's randomly
-/// keyed hasher (core takes no RNG dependency; jitter needs spread, not secrecy).
-pub fn jitter_fraction() -> f64 {
-    let bits = random_u64();
-    // 53 random bits make an exactly representable f64 in [0, 1).
-    (bits >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// Runs `op`, retrying [`PortError::Transient`] failures per `policy`; other errors
 /// and the last transient one are returned.
 pub async fn retry_transient<T, F, Fut>(
@@ -125,27 +114,22 @@ mod tests {
     fn delays_stay_under_a_doubling_capped_ceiling_and_spread() {
         let policy = RetryPolicy {
             attempts: 10,
-            base: Duration::from_millis(100),
-            cap: Duration::from_millis(500),
+            backoff: Backoff {
+                base: Duration::from_millis(100),
+                cap: Duration::from_millis(500),
+            },
         };
         let mut seen = std::collections::BTreeSet::new();
         for retry in 1..=8u32 {
             for _ in 0..50 {
                 let delay = policy.delay(retry);
-                let ceiling = Duration::from_millis(100 * (1 << (retry - 1))).min(policy.cap);
+                let ceiling =
+                    Duration::from_millis(100 * (1 << (retry - 1))).min(policy.backoff.cap);
                 assert!(delay <= ceiling, "retry {retry}: {delay:?} > {ceiling:?}");
                 seen.insert(delay.as_micros());
             }
         }
         // Jitter: 400 draws are not a handful of fixed values.
         assert!(seen.len() > 100, "only {} distinct delays", seen.len());
-    }
-
-    #[test]
-    fn jitter_is_in_the_unit_interval() {
-        for _ in 0..1000 {
-            let j = jitter_fraction();
-            assert!((0.0..1.0).contains(&j));
-        }
     }
 }
