@@ -17,9 +17,9 @@ use tracing::instrument;
 use crate::error::{
     applied, describe, failed, is_conditional_check_failed, is_transient, port_error,
 };
+use crate::item::page::one_page;
 use crate::item::{
-    DynamoItem, Reader, Update, decode_cursor, encode_cursor, instant, n, not_live_filter, s,
-    stamp_attrs, to_dynamo_item,
+    DynamoItem, Reader, Update, instant, n, not_live_filter, s, stamp_attrs, to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -107,20 +107,19 @@ impl DynamoAggregatedStore {
     /// One page of index items as records, the unusable ones listed apart.
     fn record_page(
         &self,
-        items: &[DynamoItem],
-        last_key: Option<&DynamoItem>,
-    ) -> Result<Page<AggregatedRecord>, PortError> {
+        (items, next): (Vec<DynamoItem>, Option<Cursor>),
+    ) -> Page<AggregatedRecord> {
         let mut page = Page {
-            next: last_key.map(encode_cursor).transpose()?,
+            next,
             ..Page::default()
         };
-        for item in items {
+        for item in &items {
             match self.pending_record(item) {
                 Ok(record) => page.items.push(record),
                 Err(problem) => page.malformed.push(malformed_item(item, problem)),
             }
         }
-        Ok(page)
+        page
     }
 }
 
@@ -605,24 +604,25 @@ impl AggregatedStore for DynamoAggregatedStore {
         hour: HourBucket,
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
-        let start = cursor
-            .as_deref()
-            .map(|c| decode_cursor("aggregated pending_page", c))
-            .transpose()?;
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(attr::METERING_PENDING_INDEX)
-            .key_condition_expression("#p = :hour")
-            .expression_attribute_names("#p", attr::METERING_PENDING)
-            .expression_attribute_values(":hour", s(hour.to_string()))
-            .set_limit(self.page_limit)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| port_error("Query aggregated metering_pending", e))?;
-        self.record_page(out.items(), out.last_evaluated_key())
+        let page = one_page(
+            "aggregated pending_page",
+            "Query aggregated metering_pending",
+            cursor,
+            |start| {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(attr::METERING_PENDING_INDEX)
+                    .key_condition_expression("#p = :hour")
+                    .expression_attribute_names("#p", attr::METERING_PENDING)
+                    .expression_attribute_values(":hour", s(hour.to_string()))
+                    .set_limit(self.page_limit)
+                    .set_exclusive_start_key(start)
+                    .send()
+            },
+        )
+        .await?;
+        Ok(self.record_page(page))
     }
 
     #[instrument(skip(self, requests), fields(table = %self.table, records = requests.len()))]
@@ -696,28 +696,26 @@ impl AggregatedStore for DynamoAggregatedStore {
         live: &[HourBucket],
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
-        let start = cursor
-            .as_deref()
-            .map(|c| decode_cursor("aggregated stray_pending_page", c))
-            .transpose()?;
         let mut request = self
             .client
             .scan()
             .table_name(&self.table)
             .index_name(attr::METERING_PENDING_INDEX)
-            .set_limit(self.page_limit)
-            .set_exclusive_start_key(start);
+            .set_limit(self.page_limit);
         if let Some((filter, names, values)) = not_live_filter(live) {
             request = request
                 .filter_expression(filter)
                 .set_expression_attribute_names(Some(names))
                 .set_expression_attribute_values(Some(values));
         }
-        let out = request
-            .send()
-            .await
-            .map_err(|e| port_error("Scan aggregated metering_pending", e))?;
-        self.record_page(out.items(), out.last_evaluated_key())
+        let page = one_page(
+            "aggregated stray_pending_page",
+            "Scan aggregated metering_pending",
+            cursor,
+            |start| request.set_exclusive_start_key(start).send(),
+        )
+        .await?;
+        Ok(self.record_page(page))
     }
 
     #[instrument(skip(self, record), fields(table = %self.table, group = %record.key))]

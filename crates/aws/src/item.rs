@@ -13,6 +13,8 @@ use awsmp_core::time::{Instant, format_instant, parse_instant};
 
 use crate::error::{corrupt, failed};
 
+pub mod page;
+
 /// A DynamoDB item as the SDK returns it.
 pub type DynamoItem = HashMap<String, AttributeValue>;
 
@@ -462,10 +464,6 @@ pub async fn stray_pending_page(
     cursor: Option<Cursor>,
     limit: Option<i32>,
 ) -> Result<awsmp_core::ports::Page<awsmp_core::ports::StrayPending>, PortError> {
-    let start = cursor
-        .as_deref()
-        .map(|c| decode_cursor("stray_pending_page", c))
-        .transpose()?;
     let mut request = client
         .scan()
         .table_name(table)
@@ -474,20 +472,21 @@ pub async fn stray_pending_page(
         .expression_attribute_names("#pk", attr::LICENSE_ARN)
         .expression_attribute_names("#sk", sort_key_attr)
         .expression_attribute_names("#p", attr::METERING_PENDING)
-        .set_limit(limit)
-        .set_exclusive_start_key(start);
+        .set_limit(limit);
     if let Some((filter, _, values)) = not_live_filter(live) {
         request = request
             .filter_expression(filter)
             .set_expression_attribute_values(Some(values));
     }
-    let out = request
-        .send()
-        .await
-        .map_err(|e| crate::error::port_error("Scan metering_pending", e))?;
+    let (items, next) = page::one_page(
+        "stray_pending_page",
+        "Scan metering_pending",
+        cursor,
+        |start| request.set_exclusive_start_key(start).send(),
+    )
+    .await?;
     let text = |item: &DynamoItem, name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-    let items = out
-        .items()
+    let items = items
         .iter()
         .filter_map(|item| {
             Some(awsmp_core::ports::StrayPending {
@@ -500,7 +499,7 @@ pub async fn stray_pending_page(
     Ok(awsmp_core::ports::Page {
         items,
         malformed: Vec::new(),
-        next: out.last_evaluated_key().map(encode_cursor).transpose()?,
+        next,
     })
 }
 

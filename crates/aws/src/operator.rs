@@ -9,8 +9,9 @@ use awsmp_core::time::Instant;
 use tracing::instrument;
 
 use crate::aggregated::{attempts_condition, malformed_item, record_from_item};
-use crate::error::{applied, port_error};
-use crate::item::{DynamoItem, Update, decode_cursor, encode_cursor, s};
+use crate::error::applied;
+use crate::item::page::one_page;
+use crate::item::{DynamoItem, Update, s};
 use crate::usage::raw_row_from_item;
 
 /// Both metering tables of one main stack, as the operator reads them.
@@ -53,40 +54,33 @@ impl DynamoOperatorStore {
         cursor: Option<Cursor>,
         operation: &'static str,
     ) -> Result<(Vec<DynamoItem>, Option<Cursor>), PortError> {
-        let start = cursor
-            .as_deref()
-            .map(|c| decode_cursor(operation, c))
-            .transpose()?;
-        let (items, last) = match license_arn {
+        match license_arn {
             Some(license) => {
-                let out = self
-                    .client
-                    .query()
-                    .table_name(table)
-                    .key_condition_expression("#l = :l")
-                    .expression_attribute_names("#l", attr::LICENSE_ARN)
-                    .expression_attribute_values(":l", s(license))
-                    .set_limit(self.page_limit)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|e| port_error(operation, e))?;
-                (out.items.unwrap_or_default(), out.last_evaluated_key)
+                one_page(operation, operation, cursor, |start| {
+                    self.client
+                        .query()
+                        .table_name(table)
+                        .key_condition_expression("#l = :l")
+                        .expression_attribute_names("#l", attr::LICENSE_ARN)
+                        .expression_attribute_values(":l", s(license))
+                        .set_limit(self.page_limit)
+                        .set_exclusive_start_key(start)
+                        .send()
+                })
+                .await
             }
             None => {
-                let out = self
-                    .client
-                    .scan()
-                    .table_name(table)
-                    .set_limit(self.page_limit)
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|e| port_error(operation, e))?;
-                (out.items.unwrap_or_default(), out.last_evaluated_key)
+                one_page(operation, operation, cursor, |start| {
+                    self.client
+                        .scan()
+                        .table_name(table)
+                        .set_limit(self.page_limit)
+                        .set_exclusive_start_key(start)
+                        .send()
+                })
+                .await
             }
-        };
-        Ok((items, last.as_ref().map(encode_cursor).transpose()?))
+        }
     }
 }
 

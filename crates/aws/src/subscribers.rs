@@ -11,6 +11,7 @@ use awsmp_core::time::Instant;
 use tracing::instrument;
 
 use crate::error::{applied, failed, port_error};
+use crate::item::page::all_pages;
 use crate::item::{DynamoItem, Reader, Update, instant, n, s};
 
 /// Subscribers-table attribute names beyond the shared ones in [`attr`].
@@ -97,11 +98,8 @@ impl DynamoSubscriberStore {
         key_value: &str,
         consistent: bool,
     ) -> Result<Vec<DynamoItem>, PortError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
+        all_pages(operation, |start| {
+            self.client
                 .query()
                 .table_name(&self.table)
                 .set_index_name(index.map(str::to_string))
@@ -112,14 +110,8 @@ impl DynamoSubscriberStore {
                 .expression_attribute_values(":k", s(key_value))
                 .set_exclusive_start_key(start)
                 .send()
-                .await
-                .map_err(|e| port_error(operation, e))?;
-            start = out.last_evaluated_key.clone();
-            items.extend(out.items.unwrap_or_default());
-            if start.is_none() {
-                return Ok(items);
-            }
-        }
+        })
+        .await
     }
 }
 

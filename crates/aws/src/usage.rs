@@ -14,9 +14,8 @@ use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
 use crate::error::{applied, failed, port_error};
-use crate::item::{
-    DynamoItem, Reader, Update, attr_from_dynamo, decode_cursor, encode_cursor, raw_row_item, s,
-};
+use crate::item::page::{all_pages, one_page};
+use crate::item::{DynamoItem, Reader, Update, attr_from_dynamo, raw_row_item, s};
 
 /// The raw usage table (`awsmp-<productCode>-usage-<stage>`).
 ///
@@ -87,25 +86,25 @@ impl UsageStore for DynamoUsageStore {
         hour: HourBucket,
         cursor: Option<Cursor>,
     ) -> Result<Page<PendingRawRef>, PortError> {
-        let start = cursor
-            .as_deref()
-            .map(|c| decode_cursor("usage pending_page", c))
-            .transpose()?;
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(attr::METERING_PENDING_INDEX)
-            .key_condition_expression("#p = :hour")
-            .expression_attribute_names("#p", attr::METERING_PENDING)
-            .expression_attribute_values(":hour", s(hour.to_string()))
-            .set_limit(self.page_limit)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| port_error("Query usage metering_pending", e))?;
-        let items = out
-            .items()
+        let (items, next) = one_page(
+            "usage pending_page",
+            "Query usage metering_pending",
+            cursor,
+            |start| {
+                self.client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(attr::METERING_PENDING_INDEX)
+                    .key_condition_expression("#p = :hour")
+                    .expression_attribute_names("#p", attr::METERING_PENDING)
+                    .expression_attribute_values(":hour", s(hour.to_string()))
+                    .set_limit(self.page_limit)
+                    .set_exclusive_start_key(start)
+                    .send()
+            },
+        )
+        .await?;
+        let items = items
             .iter()
             .map(|item| {
                 let reader = Reader::new(
@@ -124,7 +123,6 @@ impl UsageStore for DynamoUsageStore {
                 })
             })
             .collect::<Result<Vec<_>, PortError>>()?;
-        let next = out.last_evaluated_key().map(encode_cursor).transpose()?;
         Ok(Page {
             items,
             malformed: Vec::new(),
@@ -134,11 +132,8 @@ impl UsageStore for DynamoUsageStore {
 
     #[instrument(skip(self), fields(table = %self.table, group = %key))]
     async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
-        let mut rows = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
+        all_pages("Query usage group", |start| {
+            self.client
                 .query()
                 .table_name(&self.table)
                 .consistent_read(true)
@@ -149,16 +144,11 @@ impl UsageStore for DynamoUsageStore {
                 .expression_attribute_values(":prefix", s(key.usage_sort_key_prefix()))
                 .set_exclusive_start_key(start)
                 .send()
-                .await
-                .map_err(|e| port_error("Query usage group", e))?;
-            start = out.last_evaluated_key.clone();
-            for item in out.items.unwrap_or_default() {
-                rows.push(self.row_from_item(item)?);
-            }
-            if start.is_none() {
-                return Ok(rows);
-            }
-        }
+        })
+        .await?
+        .into_iter()
+        .map(|item| self.row_from_item(item))
+        .collect()
     }
 
     #[instrument(skip(self), fields(table = %self.table))]
