@@ -243,8 +243,9 @@ enum UsageCommand {
         /// Dimension (as defined in your listing, case-sensitive).
         #[arg(long)]
         dimension: String,
-        /// Quantity (0..=2147483647).
-        #[arg(long)]
+        /// Quantity (0..=2147483647). A negative one is parsed, so that it is refused
+        /// with its reason code (`NegativeQuantity`) as the aggregator would refuse it.
+        #[arg(long, allow_negative_numbers = true)]
         quantity: i64,
         /// UTC timestamp `YYYY-MM-DDTHH:MM:SS[Z]` (default: now).
         #[arg(long)]
@@ -435,7 +436,7 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
             let mut out = Vec::new();
             for s in stores(deployment).await? {
                 let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
-                out.push(Outcome::ok(usage_put(&store, &put, now).await?));
+                out.push(usage_put(&store, &put, now).await?.render(format));
             }
             Ok(out)
         }
@@ -578,7 +579,7 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                     s.deployment.aggregated_table,
                     s.deployment.usage_table,
                 );
-                out.push(Outcome::ok(inspect(&usage, &aggregated, &key).await?));
+                out.push(inspect(&usage, &aggregated, &key).await?.render(format));
             }
             Ok(out)
         }

@@ -71,7 +71,10 @@ where
     let text = match (&code, &message) {
         (Some(c), Some(m)) => format!("{c}: {m}"),
         (Some(c), None) => c.clone(),
-        _ => DisplayErrorContext(&err).to_string(),
+        _ => match not_cloudtrail(&err) {
+            Some(answer) => answer,
+            None => DisplayErrorContext(&err).to_string(),
+        },
     };
     match code.as_deref() {
         Some(
@@ -87,6 +90,26 @@ where
         Some("InvalidNextTokenException") => TrailError::InvalidNextToken(text),
         _ => TrailError::Failed(text),
     }
+}
+
+/// An answer that is not CloudTrail's (no error code, a body that is not JSON: a web
+/// page, another emulator), said in one line with what to check, instead of the
+/// deserializer's dump.
+fn not_cloudtrail<E>(err: &SdkError<E>) -> Option<String> {
+    let raw = err.raw_response()?;
+    let kind = raw
+        .headers()
+        .get("content-type")
+        .unwrap_or("no content type");
+    if kind.contains("json") {
+        return None;
+    }
+    Some(format!(
+        "the endpoint did not answer as CloudTrail (HTTP {}, {kind}): check AWS_ENDPOINT_URL_CLOUDTRAIL \
+         or AWS_ENDPOINT_URL (on the local stack, point AWS_ENDPOINT_URL_CLOUDTRAIL at the Marketplace \
+         simulator's URL, which `awsmp local up --serve` prints)",
+        raw.status().as_u16()
+    ))
 }
 
 #[async_trait]

@@ -10,6 +10,8 @@ use awsmp_core::ports::{AggregatedStore, PortError, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 
+use crate::output::{Format, Outcome, json};
+
 /// A command failure, worded for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -84,12 +86,57 @@ impl UsagePut {
     }
 }
 
+/// What `awsmp usage put` did with one row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PutResult {
+    /// `written`, or `already_written` (the event id was written before: nothing
+    /// changed).
+    pub result: &'static str,
+    /// The row's license.
+    pub license_arn: String,
+    /// The buyer account.
+    pub account: String,
+    /// The dimension.
+    pub dimension: String,
+    /// The usage instant written (UTC).
+    pub timestamp: String,
+    /// The hour it is billed in (`YYYY-MM-DDTHH`).
+    pub hour: String,
+    /// The quantity.
+    pub quantity: i64,
+    /// The caller's event id.
+    pub event_id: String,
+}
+
+impl PutResult {
+    /// One line (human) or one JSON document.
+    pub fn render(&self, format: Format) -> Outcome {
+        Outcome::ok(match format {
+            Format::Json => json(self),
+            Format::Human if self.result == WRITTEN => format!(
+                "written: {} {} {} quantity {} (hour {})",
+                self.license_arn, self.dimension, self.timestamp, self.quantity, self.hour
+            ),
+            Format::Human => format!(
+                "already written (event id {}): nothing changed",
+                self.event_id
+            ),
+        })
+    }
+}
+
+const WRITTEN: &str = "written";
+
 /// Writes one usage row through [`awsmp_usage::Meter`], as a seller's service would:
 /// checked first as the aggregator checks it (a row it would reject is refused with
 /// its reason code, nothing written), then written idempotently. The event id alone
 /// decides: a retry with the same `--event-id` writes nothing, even when its timestamp
 /// (by default "now") differs from the first attempt's.
-pub async fn usage_put<S>(store: &S, put: &UsagePut, now: Instant) -> Result<String, CommandError>
+pub async fn usage_put<S>(
+    store: &S,
+    put: &UsagePut,
+    now: Instant,
+) -> Result<PutResult, CommandError>
 where
     S: UsageStore + Clone + 'static,
 {
@@ -97,71 +144,142 @@ where
     // The row names no product code, so the check needs none.
     let meter = Meter::with_store(Arc::new(store.clone()), "");
     let row = usage.to_row(now);
-    Ok(match meter.record_at(&usage, now).await {
-        Ok(Recorded::Written) => format!(
-            "written: {} {} {} quantity {} (hour {})",
-            row.license_arn,
-            row.dimension,
-            awsmp_core::time::format_instant(row.timestamp),
-            row.quantity,
-            HourBucket::containing(row.timestamp)
-        ),
-        Ok(Recorded::AlreadyWritten) => format!(
-            "already written (event id {}): nothing changed",
-            row.event_id
-        ),
+    let result = match meter.record_at(&usage, now).await {
+        Ok(Recorded::Written) => WRITTEN,
+        Ok(Recorded::AlreadyWritten) => "already_written",
         Err(UsageError::Store(e)) => return Err(CommandError::Store(e)),
         Err(refused) => return Err(CommandError::Usage(refused.to_string())),
+    };
+    Ok(PutResult {
+        result,
+        license_arn: row.license_arn.clone(),
+        account: row.customer_aws_account_id.clone(),
+        dimension: row.dimension.clone(),
+        timestamp: awsmp_core::time::format_instant(row.timestamp),
+        hour: HourBucket::containing(row.timestamp).to_string(),
+        quantity: row.quantity,
+        event_id: row.event_id,
     })
 }
 
-fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> String {
+fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> Option<String> {
     match attrs.get(name) {
-        Some(Attr::S(s)) | Some(Attr::N(s)) => s.clone(),
-        Some(other) => format!("{other:?}"),
-        None => "-".into(),
+        Some(Attr::S(s)) | Some(Attr::N(s)) => Some(s.clone()),
+        Some(other) => Some(format!("{other:?}")),
+        None => None,
     }
 }
 
-/// Shows every raw row of a group and its aggregated record.
+/// One raw row as `inspect group` shows it (the stored attributes as text).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RawRowView {
+    /// The row's sort key (`account#dimension#timestamp[#eventId]`).
+    pub sort_key: String,
+    /// `quantity` as stored.
+    pub quantity: Option<String>,
+    /// `meteringStatus`, absent while pending.
+    pub status: Option<String>,
+    /// `meteringStatusReason` (a client-side reason code).
+    pub reason: Option<String>,
+    /// `meteringPending` (the hour bucket), present while the row is pending.
+    pub pending: Option<String>,
+}
+
+/// The aggregated record as `inspect group` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecordView {
+    /// The hour's total.
+    pub quantity: i64,
+    /// Its status.
+    pub status: String,
+    /// `meteringStatusReason`.
+    pub reason: Option<String>,
+    /// Marketplace's id for a billed record.
+    pub metering_record_id: Option<String>,
+    /// Send attempts so far.
+    pub attempts: u32,
+}
+
+/// One group's raw rows and its aggregated record (`awsmp inspect group`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupView {
+    /// `license|account|dimension|hour`.
+    pub group: String,
+    /// Every raw row of the group.
+    pub rows: Vec<RawRowView>,
+    /// The aggregated record; `null` before the hour is aggregated.
+    pub record: Option<RecordView>,
+}
+
+impl GroupView {
+    /// Lines for people, or one JSON document.
+    pub fn render(&self, format: Format) -> Outcome {
+        if format == Format::Json {
+            return Outcome::ok(json(self));
+        }
+        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        let mut out = String::new();
+        let _ = writeln!(out, "group {}", self.group);
+        let _ = writeln!(out, "raw rows ({}):", self.rows.len());
+        for row in &self.rows {
+            let _ = writeln!(
+                out,
+                "  {}  quantity={}  status={}  reason={}  pending={}",
+                row.sort_key,
+                dash(&row.quantity),
+                dash(&row.status),
+                dash(&row.reason),
+                dash(&row.pending),
+            );
+        }
+        match &self.record {
+            None => {
+                let _ = writeln!(out, "aggregated: none yet (the hour is not aggregated)");
+            }
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    "aggregated: quantity={} status={} reason={} meteringRecordId={} attempts={}",
+                    r.quantity,
+                    r.status,
+                    dash(&r.reason),
+                    dash(&r.metering_record_id),
+                    r.attempts
+                );
+            }
+        }
+        Outcome::ok(out)
+    }
+}
+
+/// Reads every raw row of a group and its aggregated record.
 pub async fn inspect(
     usage: &dyn UsageStore,
     aggregated: &dyn AggregatedStore,
     key: &GroupKey,
-) -> Result<String, CommandError> {
+) -> Result<GroupView, CommandError> {
     let rows = usage.group_rows(key).await?;
     let record = aggregated.get(key).await?;
-    let mut out = String::new();
-    let _ = writeln!(out, "group {key}");
-    let _ = writeln!(out, "raw rows ({}):", rows.len());
-    for row in &rows {
-        let _ = writeln!(
-            out,
-            "  {}  quantity={}  status={}  reason={}  pending={}",
-            row.sort_key,
-            show(&row.attrs, attr::QUANTITY),
-            show(&row.attrs, attr::METERING_STATUS),
-            show(&row.attrs, attr::METERING_STATUS_REASON),
-            show(&row.attrs, attr::METERING_PENDING),
-        );
-    }
-    match record {
-        None => {
-            let _ = writeln!(out, "aggregated: none yet (the hour is not aggregated)");
-        }
-        Some(r) => {
-            let _ = writeln!(
-                out,
-                "aggregated: quantity={} status={} reason={} meteringRecordId={} attempts={}",
-                r.quantity,
-                r.status,
-                r.status_reason.as_deref().unwrap_or("-"),
-                r.metering_record_id.as_deref().unwrap_or("-"),
-                r.attempt_count
-            );
-        }
-    }
-    Ok(out)
+    Ok(GroupView {
+        group: key.to_string(),
+        rows: rows
+            .iter()
+            .map(|row| RawRowView {
+                sort_key: row.sort_key.clone(),
+                quantity: show(&row.attrs, attr::QUANTITY),
+                status: show(&row.attrs, attr::METERING_STATUS),
+                reason: show(&row.attrs, attr::METERING_STATUS_REASON),
+                pending: show(&row.attrs, attr::METERING_PENDING),
+            })
+            .collect(),
+        record: record.map(|r| RecordView {
+            quantity: r.quantity,
+            status: r.status.to_string(),
+            reason: r.status_reason.clone(),
+            metering_record_id: r.metering_record_id.clone(),
+            attempts: r.attempt_count,
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -223,8 +341,11 @@ mod tests {
         let retry = parse_usage_timestamp("2026-11-30T10:15:43Z").unwrap();
 
         let first = usage_put(&store, &put, first_try).await.unwrap();
+        let first = first.render(Format::Human).text;
         assert!(first.starts_with("written:"), "{first}");
         let again = usage_put(&store, &put, retry).await.unwrap();
+        assert_eq!(again.result, "already_written");
+        let again = again.render(Format::Human).text;
         assert!(
             again.contains("already written (event id evt-1)"),
             "{again}"
@@ -243,9 +364,10 @@ mod tests {
             Some(&Attr::S("2026-11-30T10:15:42Z".into()))
         );
         // `inspect` reads the group: it shows the one row, not the event's marker.
-        let shown = inspect(&store, &tables.aggregated_store(), &group)
+        let view = inspect(&store, &tables.aggregated_store(), &group)
             .await
             .unwrap();
+        let shown = view.render(Format::Human).text;
         assert!(shown.contains("raw rows (1):"), "{shown}");
         assert!(!shown.contains("event#"), "{shown}");
     }

@@ -6,7 +6,7 @@
 //! | 0 | done; nothing needs attention |
 //! | 1 | could not run: an AWS call failed, a file could not be read |
 //! | 2 | bad arguments |
-//! | 3 | done, and something needs attention (urgent status, failures listed or in a report, bad import lines, a replay refused) |
+//! | 3 | done, and something needs attention (an urgent item or a warning in status, failures listed or in a report, a disagreement in trail or reconcile, bad import lines, a replay refused) |
 //! | 4 | the deployment was not found (stack, table or queue) |
 
 use std::process::ExitCode;

@@ -280,7 +280,7 @@ pub async fn trail_report(
                 "AWS answer",
                 "meteringRecordId",
                 "ours",
-                "",
+                "agrees",
                 "note",
             ],
             cells,

@@ -50,11 +50,7 @@ use awsmp_core::time::HourBucket;
 pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), LocalError> {
     let root = system::find_root(root)?;
     ensure_venv(&root)?;
-    // The story spans about three virtual hours and must stay behind the real clock
-    // (handlers without a triggering event time, like the SQS ones, read the real
-    // clock), so it starts four hours ago, five minutes into that hour.
-    let start = HourBucket::containing(chrono::Utc::now()).start() - chrono::Duration::hours(4)
-        + chrono::Duration::minutes(5);
+    let start = demo_start(chrono::Utc::now());
     println!(
         "starting the local stack (moto, Marketplace simulator, both stacks from the templates)..."
     );
@@ -83,6 +79,14 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
         println!("stopped");
     }
     Ok(())
+}
+
+/// Where the demo's virtual clock starts when the real clock reads `now`. The story
+/// spans about three virtual hours and must stay behind the real clock (handlers
+/// without a triggering event time, like the SQS ones, read the real clock), so it
+/// starts four hours before `now`'s hour, five minutes into that hour.
+pub fn demo_start(now: awsmp_core::time::Instant) -> awsmp_core::time::Instant {
+    HourBucket::containing(now).start() - chrono::Duration::hours(4) + chrono::Duration::minutes(5)
 }
 
 fn print_endpoints(system: &system::LocalSystem) {
@@ -162,8 +166,17 @@ fn print_commands(system: &system::LocalSystem) {
         "inspect license <licenseArn from the status or failures output>",
         "replay --failed-since <YYYY-MM-DDTHH> --dry-run",
         "dlq redrive work --dry-run",
+        "report --html report.html",
     ] {
         println!("  {env} awsmp {target} {command}");
+    }
+    // CloudTrail Event History of the simulated calls is served by the simulator.
+    let trail_env = format!(
+        "{env} AWS_ENDPOINT_URL_CLOUDTRAIL={}",
+        system.sim.endpoint_url()
+    );
+    for command in ["trail", "reconcile"] {
+        println!("  {trail_env} awsmp {target} {command}");
     }
 }
 
