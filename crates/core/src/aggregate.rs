@@ -131,7 +131,7 @@ pub fn fold(
                 found: Box::new(record.key.clone()),
             });
         }
-        if record.status != AggregatedStatus::Pending {
+        if !record.is_pending() {
             return Err(FoldError::NotPending {
                 key: key.clone(),
                 status: record.status,
@@ -315,7 +315,7 @@ pub fn plan_aggregation(
     ctx: &GuardrailContext,
 ) -> Result<AggregationPlan, FoldError> {
     if let Some(until) = existing
-        .filter(|r| r.status == AggregatedStatus::Pending)
+        .filter(|r| r.is_pending())
         .and_then(|r| r.in_flight_until)
         .filter(|u| *u > ctx.now)
     {
@@ -409,7 +409,7 @@ impl FromStr for ZeroQuantityPolicy {
 pub fn submission_due(record: &AggregatedRecord, now: Instant, policy: ZeroQuantityPolicy) -> bool {
     let hour = record.key.hour;
     // Mid-fold (`aggregationInProgress`) the record does not yet hold its whole group.
-    if record.status != AggregatedStatus::Pending || record.folding || bucket_expired(hour, now) {
+    if !record.is_pending() || record.folding || bucket_expired(hour, now) {
         return false;
     }
     if record.quantity != 0 {

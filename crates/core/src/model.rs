@@ -54,6 +54,14 @@ pub struct RawUsageRow {
     pub attrs: BTreeMap<String, Attr>,
 }
 
+impl RawUsageRow {
+    /// Whether the row still awaits the pipeline: it carries `meteringPending` (every
+    /// final write removes it).
+    pub fn is_pending(&self) -> bool {
+        self.attrs.contains_key(attr::METERING_PENDING)
+    }
+}
+
 /// Attribute names shared by the tables (the reference implementation's names).
 pub mod attr {
     /// Partition key of usage, aggregated-usage, subscribers and customer-profile tables.
@@ -452,12 +460,15 @@ pub struct AggregatedRecord {
 }
 
 impl AggregatedRecord {
+    /// Whether the record is still `Pending` (not yet final).
+    pub fn is_pending(&self) -> bool {
+        self.status == AggregatedStatus::Pending
+    }
+
     /// Whether late rows may still be folded in: pending, never (possibly) sent, and not
     /// held or once held by a submitter claim.
     pub fn accepts_folds(&self) -> bool {
-        self.status == AggregatedStatus::Pending
-            && self.sent_quantity.is_none()
-            && self.in_flight_until.is_none()
+        self.is_pending() && self.sent_quantity.is_none() && self.in_flight_until.is_none()
     }
 
     /// The quantity to put on the wire: the one already (possibly) billed, if any.

@@ -142,7 +142,7 @@ fn claim_one(
     };
     let record = &mut stored.record;
     let expected = &request.expected;
-    if record.status != AggregatedStatus::Pending
+    if !record.is_pending()
         || record.version != expected.version
         || record.attempt_count != expected.attempt_count
         || record.claim_id != expected.claim_id
@@ -183,7 +183,7 @@ fn record_one(
         Some(id) => record.claim_id.as_deref() == Some(id.as_str()),
         None => !in_flight_at(record, now),
     };
-    if record.status != AggregatedStatus::Pending || !holder_ok {
+    if !record.is_pending() || !holder_ok {
         return Ok(false);
     }
     let mut next = record.clone();
@@ -307,8 +307,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         }
         let rows_ok = commit.claimed_rows.iter().all(|key| {
             state.usage.get(key).is_some_and(|row| {
-                row.attrs.contains_key(attr::METERING_PENDING)
-                    && !row.attrs.contains_key(attr::AGGREGATED_INTO)
+                row.is_pending() && !row.attrs.contains_key(attr::AGGREGATED_INTO)
             })
         });
         if !rows_ok {
@@ -344,9 +343,7 @@ impl AggregatedStore for MemoryAggregatedStore {
         let mut items: Vec<(TableKey, Result<AggregatedRecord, MalformedItem>)> = state
             .aggregated
             .iter()
-            .filter(|(_, stored)| {
-                stored.record.status == AggregatedStatus::Pending && stored.record.key.hour == hour
-            })
+            .filter(|(_, stored)| stored.record.is_pending() && stored.record.key.hour == hour)
             .map(|(key, stored)| (key.clone(), Ok(stored.record.clone())))
             .collect();
         items.extend(
@@ -433,8 +430,7 @@ impl AggregatedStore for MemoryAggregatedStore {
             .aggregated
             .iter()
             .filter(|(_, stored)| {
-                stored.record.status == AggregatedStatus::Pending
-                    && !live.contains(&stored.record.key.hour.to_string())
+                stored.record.is_pending() && !live.contains(&stored.record.key.hour.to_string())
             })
             .map(|(key, stored)| (key.clone(), Ok(stored.record.clone())))
             .collect();

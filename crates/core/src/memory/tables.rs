@@ -175,10 +175,7 @@ impl MemoryTables {
         let raw = state
             .usage
             .values()
-            .filter(|row| {
-                row.attrs.contains_key(attr::METERING_PENDING)
-                    && row.attrs.contains_key(attr::EXPIRES_AT)
-            })
+            .filter(|row| row.is_pending() && row.attrs.contains_key(attr::EXPIRES_AT))
             .map(|row| format!("usage {}/{}", row.license_arn, row.sort_key));
         let records = state
             .aggregated

@@ -165,7 +165,7 @@ impl UsageStore for MemoryUsageStore {
             (RowClaim::Counted(_), _) => false,
             (RowClaim::Uncounted, found) => found.is_none(),
         };
-        if !claim_ok || !row.attrs.contains_key(attr::METERING_PENDING) {
+        if !claim_ok || !row.is_pending() {
             return Ok(false);
         }
         // Applied to a copy first: DynamoDB refuses an update that would make the item

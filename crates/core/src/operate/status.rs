@@ -168,7 +168,7 @@ pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusRepor
     }
     for record in inputs.records {
         let hour = record.key.hour;
-        if record.status == AggregatedStatus::Pending {
+        if record.is_pending() {
             note_pending(hour);
         } else if hour < from {
             continue;

@@ -11,8 +11,7 @@ use tracing::{debug, info, warn};
 
 use crate::aggregate::{FoldError, ZeroQuantityPolicy, plan_aggregation};
 use crate::guardrails::GuardrailContext;
-use crate::model::{AggregatedStatus, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
-use crate::pipeline::discover::is_pending;
+use crate::model::{GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{
@@ -130,9 +129,7 @@ pub async fn aggregate_group(
         // A live claim may still end "not sent" and reopen the record to folds: wait
         // for it (SQS retries the message). A lapsed claim or a possibly-billed send
         // makes the record's quantity final: the rows become late usage below.
-        if let Some(record) = existing
-            .as_ref()
-            .filter(|r| r.status == AggregatedStatus::Pending)
+        if let Some(record) = existing.as_ref().filter(|r| r.is_pending())
             && record.in_flight_until.is_some_and(|until| until > now)
         {
             return Err(PipelineError::RecordInFlight {
@@ -228,7 +225,7 @@ pub async fn aggregate_group(
 fn split_rows(rows: Vec<RawUsageRow>) -> (Vec<RawUsageRow>, Vec<String>) {
     let mut candidates = Vec::new();
     let mut recovered = Vec::new();
-    for row in rows.into_iter().filter(is_pending) {
+    for row in rows.into_iter().filter(RawUsageRow::is_pending) {
         if row.attrs.contains_key(attr::AGGREGATED_INTO) {
             recovered.push(row.sort_key);
         } else {
@@ -301,7 +298,7 @@ mod tests {
 
     use super::*;
     use crate::memory::{MemoryAggregatedStore, StoreOp, claim_read, reference_row};
-    use crate::model::{AggregatedRecord, Allocation, Attr, Tag};
+    use crate::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, Tag};
     use crate::pipeline::testkit::*;
     use crate::ports::{
         AggregationCommit, ClaimGrant, ClaimRequest, Cursor, MalformedItem, OutcomeWrite, Page,

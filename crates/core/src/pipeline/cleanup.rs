@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use tracing::{info, warn};
 
 use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, attr};
-use crate::pipeline::discover::is_pending;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{Clock, MetricsSink, RowClaim, RowFinal, UsageStore, WorkMessage, metric};
@@ -153,7 +152,7 @@ impl Cleanup<'_> {
             self.report.missing += 1;
             return Ok(());
         };
-        if !is_pending(&row) {
+        if !row.is_pending() {
             self.report.already_final += 1;
             return Ok(());
         }

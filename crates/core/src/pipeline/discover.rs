@@ -371,7 +371,7 @@ impl Run<'_> {
         else {
             return Ok(None);
         };
-        if !is_pending(&row) {
+        if !row.is_pending() {
             return Ok(None);
         }
         match guardrails::validate_row(
@@ -448,7 +448,7 @@ impl Run<'_> {
                 else {
                     continue;
                 };
-                if !is_pending(&row) {
+                if !row.is_pending() {
                     continue;
                 }
                 match stray.metering_pending.parse::<HourBucket>() {
@@ -542,11 +542,6 @@ impl Run<'_> {
         }
         Ok(())
     }
-}
-
-/// Whether a raw row still awaits the pipeline (terminal rows have no `meteringPending`).
-pub(crate) fn is_pending(row: &RawUsageRow) -> bool {
-    row.attrs.contains_key(attr::METERING_PENDING)
 }
 
 /// The hour a usage sort key names, when it starts `<account>#<dimension>#<YYYY-MM-DDTHH>`
