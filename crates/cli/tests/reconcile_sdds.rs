@@ -502,3 +502,96 @@ async fn a_missing_bucket_month_or_feed_says_what_to_do() {
     let error = ReportError::from(error);
     assert!(matches!(error, ReportError::Sdds(_)));
 }
+
+// ---- What the operator sees when IAM or KMS refuses (moto enforces neither) ----
+
+/// A proxy in front of moto's S3 that answers every `GetObject` as S3 does when the
+/// caller lacks a permission: 403 with an `AccessDenied` error document carrying
+/// `message`. Everything else is forwarded, so the listing works as on AWS.
+async fn denying_get_object(moto: &MotoServer, message: &'static str) -> String {
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::Response;
+
+    let upstream = moto.endpoint().to_string();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let upstream = upstream.clone();
+        let http = http.clone();
+        async move {
+            let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or("").to_string();
+            let object = path.trim_start_matches('/').contains('/');
+            if request.method() == axum::http::Method::GET && object && !query.contains("list-type") {
+                return Response::builder()
+                    .status(403)
+                    .header("content-type", "application/xml")
+                    .body(Body::from(format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>{message}</Message><RequestId>denied-1</RequestId></Error>"
+                    )))
+                    .unwrap();
+            }
+            let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).unwrap();
+            let mut forward = http.request(method, format!("{upstream}{path}?{query}"));
+            for (name, value) in request.headers() {
+                if name != "host" {
+                    forward = forward.header(name.as_str(), value.as_bytes());
+                }
+            }
+            let body = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap();
+            let answer = forward.body(body.to_vec()).send().await.unwrap();
+            let mut response = Response::builder().status(answer.status().as_u16());
+            for (name, value) in answer.headers() {
+                response = response.header(name.as_str(), value.as_bytes());
+            }
+            response.body(Body::from(answer.bytes().await.unwrap())).unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// The bucket lists, but reading a feed file is refused: by S3 (no s3:GetObject) or
+/// by KMS (no kms:Decrypt on the feed's key). Through the real client and the real
+/// error document, each error names the permission to grant and the resource.
+#[tokio::test]
+async fn a_refused_read_names_the_permission_to_grant() {
+    let moto = MotoServer::start().await.unwrap();
+    bucket_with(&moto, "daily_usage.csv").await;
+    let cases = [
+        (
+            "Access Denied",
+            "grant s3:GetObject on arn:aws:s3:::seller-data-feeds/*",
+        ),
+        (
+            "User: arn:aws:iam::123456789012:user/operator is not authorized to perform: kms:Decrypt on the resource associated with this ciphertext because the resource does not exist in this Region, no resource-based policies allow access, or a resource-based policy explicitly denies access",
+            "grant kms:Decrypt on that key",
+        ),
+    ];
+    for (message, needle) in cases {
+        let proxy = denying_get_object(&moto, message).await;
+        let config = moto
+            .sdk_config()
+            .into_builder()
+            .endpoint_url(&proxy)
+            .build();
+        let bucket = SddsBucket::open(&config, BUCKET, Some(PREFIX))
+            .await
+            .expect("listing is allowed");
+        let refused = bucket.read_month((2026, 3), &|_| ()).await.unwrap_err();
+        assert!(
+            matches!(refused, SddsS3Error::AccessDenied { .. }),
+            "{refused:?}"
+        );
+        let text = refused.to_string();
+        assert!(text.contains(needle), "{text}");
+        assert!(
+            text.contains("DailyUsageFeed_V1/year=2026/month=03/data.csv"),
+            "names the object: {text}"
+        );
+        let error = ReportError::from(refused);
+        assert!(matches!(error, ReportError::Sdds(_)));
+    }
+}
