@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_core::model::subscriber_attr as sa;
 use awsmp_core::model::{CustomerProfile, Subscriber, SubscriptionStatus, attr};
 use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
 use awsmp_core::time::Instant;
@@ -13,34 +14,6 @@ use tracing::instrument;
 use crate::error::{applied, failed, port_error};
 use crate::item::page::all_pages;
 use crate::item::{DynamoItem, Reader, Update, instant, n, s};
-
-/// Subscribers-table attribute names beyond the shared ones in [`attr`].
-pub mod subscriber_attr {
-    /// Agreement id (HASH of the `agreement` index).
-    pub const AGREEMENT_ID: &str = "agreementId";
-    /// `active` | `inactive`.
-    pub const AGREEMENT_STATUS: &str = "agreementStatus";
-    /// `active` | `deprovisioning` | `inactive`.
-    pub const SUBSCRIPTION_STATUS: &str = "subscriptionStatus";
-    /// End of the final-usage window (RANGE of the `deprovisioning` index).
-    pub const DEPROVISIONING_EXPIRY: &str = "deprovisioningExpiry";
-    /// String Set of Regions the buyer registered in.
-    pub const REGISTERED_REGIONS: &str = "registeredRegions";
-    /// Ordering guard of `agreementStatus`.
-    pub const AGREEMENT_EVENT_AT: &str = "agreementEventAt";
-    /// Ordering guard of `subscriptionStatus`.
-    pub const SUBSCRIPTION_EVENT_AT: &str = "subscriptionEventAt";
-    /// Sparse-index marker: `"deprovisioning"` only while deprovisioning.
-    pub const DEPROVISIONING_INDEX: &str = "deprovisioningIndex";
-    /// The marker's one value.
-    pub const DEPROVISIONING_MARKER: &str = "deprovisioning";
-    /// Index by agreement (KEYS_ONLY).
-    pub const AGREEMENT_INDEX_NAME: &str = "agreement";
-    /// Sparse index of rows in their final-usage window (ALL).
-    pub const DEPROVISIONING_INDEX_NAME: &str = "deprovisioning";
-}
-
-use subscriber_attr as sa;
 
 /// The subscribers table (`awsmp-subscribers-<stage>`).
 ///

@@ -135,6 +135,32 @@ pub mod attr {
     pub const METERING_PENDING_INDEX: &str = "metering_pending";
 }
 
+/// Subscribers-table attribute names beyond the shared ones in [`attr`].
+pub mod subscriber_attr {
+    /// Agreement id (HASH of the `agreement` index).
+    pub const AGREEMENT_ID: &str = "agreementId";
+    /// `active` | `inactive`.
+    pub const AGREEMENT_STATUS: &str = "agreementStatus";
+    /// `active` | `deprovisioning` | `inactive`.
+    pub const SUBSCRIPTION_STATUS: &str = "subscriptionStatus";
+    /// End of the final-usage window (RANGE of the `deprovisioning` index).
+    pub const DEPROVISIONING_EXPIRY: &str = "deprovisioningExpiry";
+    /// String Set of Regions the buyer registered in.
+    pub const REGISTERED_REGIONS: &str = "registeredRegions";
+    /// Ordering guard of `agreementStatus`.
+    pub const AGREEMENT_EVENT_AT: &str = "agreementEventAt";
+    /// Ordering guard of `subscriptionStatus`.
+    pub const SUBSCRIPTION_EVENT_AT: &str = "subscriptionEventAt";
+    /// Sparse-index marker: `"deprovisioning"` only while deprovisioning.
+    pub const DEPROVISIONING_INDEX: &str = "deprovisioningIndex";
+    /// The marker's one value.
+    pub const DEPROVISIONING_MARKER: &str = "deprovisioning";
+    /// Index by agreement (KEYS_ONLY).
+    pub const AGREEMENT_INDEX_NAME: &str = "agreement";
+    /// Sparse index of rows in their final-usage window (ALL).
+    pub const DEPROVISIONING_INDEX_NAME: &str = "deprovisioning";
+}
+
 /// The unit of metering: one `BatchMeterUsage` record per group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GroupKey {
