@@ -162,6 +162,8 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum LocalCommand {
     /// Start everything, run the scripted buyer lifecycle, print what was billed.
+    ///
+    /// Example: awsmp local up --serve --speed 60 (./deploy.sh --local passes its options here)
     Up {
         /// Keep running after the demo and print the endpoints; Ctrl-C stops it all.
         #[arg(long)]
