@@ -18,7 +18,7 @@ use awsmp_core::lifecycle::{
 use awsmp_core::memory::{ManualClock, MemorySubscriberStore};
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
-use awsmp_subscription::{Config, SubscriptionState, handler};
+use awsmp_subscription::{Config, State, handler};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// The license of the AWS examples (`arn:` prepended, as the parser normalises it).
@@ -134,7 +134,7 @@ fn check_handler(body: &str) {
     row.subscription_event_at = row.agreement_event_at;
     row.version = 1;
     store.insert(row, now);
-    let state = SubscriptionState {
+    let state = State {
         config: Arc::new(Config {
             subscribers_table: "awsmp-subscribers-fuzz".into(),
         }),

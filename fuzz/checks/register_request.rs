@@ -21,7 +21,7 @@ use awsmp_core::memory::{
     ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore,
 };
 use awsmp_core::ports::{ProfileStore, ResolvedCustomer};
-use awsmp_register::{Config, RegisterState, handle};
+use awsmp_register::{Config, State, handle};
 
 use super::input::Reader;
 use super::register_form::content_type;
@@ -62,7 +62,7 @@ fn config() -> Config {
     .expect("the fixed register configuration is valid")
 }
 
-fn state() -> RegisterState {
+fn state() -> State {
     let resolver = MemoryCustomerResolver::new();
     resolver.insert(
         TOKEN,
@@ -72,7 +72,7 @@ fn state() -> RegisterState {
             product_code: PRODUCT.into(),
         }),
     );
-    RegisterState {
+    State {
         config: Arc::new(config()),
         resolver: Arc::new(resolver),
         subscribers: Arc::new(MemorySubscriberStore::new()),

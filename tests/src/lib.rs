@@ -304,7 +304,7 @@ impl Stack {
             metrics: Arc::new(metrics.clone()),
             // Real time at millisecond resolution: pacing must hold against the
             // simulator's real-time quota.
-            clock: Arc::new(awsmp_submitter::PacingClock),
+            clock: Arc::new(awsmp_aws::SystemClock),
         };
         Ok(Stack {
             now: Mutex::new(options.now),

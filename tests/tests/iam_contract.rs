@@ -104,7 +104,7 @@ fn percent_encode(text: &str) -> String {
 /// Plays the subscription function on its own recorded clients.
 async fn deliver_events(stack: &Stack, events: Vec<String>) {
     let clients = stack.clients("subscription");
-    let state = awsmp_subscription::SubscriptionState {
+    let state = awsmp_subscription::State {
         config: Arc::new(awsmp_subscription::Config {
             subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
         }),
@@ -161,7 +161,7 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
         )
     })
     .unwrap();
-    let state = awsmp_register::RegisterState {
+    let state = awsmp_register::State {
         subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
             clients.subscribers_dynamodb,
             awsmp_e2e::SUBSCRIBERS_TABLE,
@@ -242,7 +242,7 @@ impl SubscriberStore for RacedOnce {
 /// concurrent lifecycle write.
 async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::CleanupReport {
     let clients = stack.clients("deprovision-cleanup");
-    let state = awsmp_deprovision_cleanup::CleanupState {
+    let state = awsmp_deprovision_cleanup::State {
         config: Arc::new(awsmp_deprovision_cleanup::Config {
             subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
         }),

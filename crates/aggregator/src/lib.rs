@@ -5,16 +5,20 @@
 
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_config::SdkConfig;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_aws::WorkMessageError;
+use awsmp_aws::lambda::{
+    BatchError, ConfigError, EnvReader, MessageFailure, message_now, process_env, sqs_batch,
+};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::config::{ConfigError, EnvReader};
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::error::PipelineError;
-use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkMessage, WorkQueue};
+use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
-use lambda_runtime::{Diagnostic, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use tracing::{error, info, warn};
 
 /// Every environment variable this function reads (its template sets exactly these).
@@ -51,7 +55,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment; every problem is reported at once.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads the variables through `lookup` (tests pass a map).
@@ -96,10 +100,9 @@ pub struct State {
 }
 
 impl State {
-    /// Builds the AWS clients once for `config`.
-    pub async fn connect(config: &Config) -> Self {
-        let sdk = awsmp_aws::load_sdk_config().await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    /// Builds the AWS clients once, on `sdk`, for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         State {
             settings: Arc::new(config.settings()),
             usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
@@ -112,30 +115,10 @@ impl State {
                 config.usage_table.clone(),
             )),
             cleanup_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
-                aws_sdk_sqs::Client::new(&sdk),
+                aws_sdk_sqs::Client::new(sdk),
                 config.cleanup_queue_url.clone(),
             )),
             clock: Arc::new(awsmp_aws::SystemClock),
-        }
-    }
-}
-
-/// Why a whole invocation failed (SQS redelivers the whole batch).
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// A message without an id cannot be reported alone, so the batch fails.
-    #[error("SQS message #{position} has no messageId; failing the batch so nothing is lost")]
-    MissingMessageId {
-        /// Its position in the batch.
-        position: usize,
-    },
-}
-
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        Diagnostic {
-            error_type: "MissingMessageId".to_string(),
-            error_message: e.to_string(),
         }
     }
 }
@@ -145,75 +128,78 @@ impl From<HandlerError> for Diagnostic {
 /// stops the function mid-fold.
 pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 
+/// Why one message was not handled now (reported by id; SQS redelivers it).
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// Too little time was left before the invocation deadline to start it.
+    #[error("deadline near; message left for redelivery")]
+    DeadlineNear,
+    /// The SQS record has no body.
+    #[error("empty message body")]
+    MissingBody,
+    /// The body is not a work message.
+    #[error("malformed work message: {0}")]
+    Malformed(#[from] WorkMessageError),
+    /// The use case failed (store failure, record in flight, contention, refused
+    /// cleanup).
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+impl MessageFailure for MessageError {
+    fn log(&self, message_id: &str) {
+        match self {
+            MessageError::DeadlineNear => {
+                warn!(message_id, "deadline near; message left for redelivery");
+            }
+            MessageError::Pipeline(PipelineError::RecordInFlight { .. }) => {
+                info!(message_id, error = %self, "record in flight; SQS will redeliver the message later");
+            }
+            MessageError::MissingBody | MessageError::Malformed(_) | MessageError::Pipeline(_) => {
+                error!(message_id, error = %self, "work message failed; SQS will redeliver it");
+            }
+        }
+    }
+}
+
 /// Handles one SQS batch. Each failed message (malformed body, store failure, record
 /// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
 /// the others are deleted. Messages not started before the deadline margin are
-/// reported as failures too (redelivered, never lost).
+/// reported as failures too (redelivered, never lost). A record without a message id
+/// fails the whole batch before any message is handled ([`sqs_batch`]).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, HandlerError> {
-    let mut response = SqsBatchResponse::default();
-    let mut ids = Vec::with_capacity(event.payload.records.len());
-    for (position, message) in event.payload.records.iter().enumerate() {
-        match message.message_id.clone() {
-            Some(id) => ids.push(id),
-            None => return Err(HandlerError::MissingMessageId { position }),
-        }
-    }
+) -> Result<SqsBatchResponse, BatchError> {
     let budget = Budget::from_deadline_millis(
         event.context.deadline,
         chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
     );
-    for (message, id) in event.payload.records.iter().zip(ids) {
+    sqs_batch(&event.payload, |_, body| async move {
         if budget.exhausted(state.clock.as_ref()) {
-            warn!(message_id = %id, "deadline near; message left for redelivery");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-            continue;
+            return Err(MessageError::DeadlineNear);
         }
-        if let Err(reason) = handle_message(state, message.body.as_deref()).await {
-            warn!(message_id = %id, %reason, "work message failed; SQS will redeliver it");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    Ok(response)
+        handle_message(state, body).await
+    })
+    .await
 }
 
-async fn handle_message(state: &State, body: Option<&str>) -> Result<(), String> {
-    let body = body.ok_or_else(|| "empty message body".to_string())?;
-    let message: WorkMessage = serde_json::from_str(body).map_err(|e| {
-        error!(error = %e, "malformed work message");
-        format!("malformed work message: {e}")
-    })?;
-    let now = state.clock.now();
+async fn handle_message(state: &State, body: Option<&str>) -> Result<(), MessageError> {
+    let message = awsmp_aws::parse_work_message(body.ok_or(MessageError::MissingBody)?)?;
+    let now = message_now(state.clock.as_ref());
     let ports = AggregatePorts {
         usage: state.usage.as_ref(),
         aggregated: state.aggregated.as_ref(),
         cleanup_queue: state.cleanup_queue.as_ref(),
         clock: state.clock.as_ref(),
     };
-    match aggregate_group(&message, now, &state.settings, ports).await {
-        Ok(report) => {
-            info!(
-                counted = report.counted,
-                rejected = report.rejected,
-                "message done"
-            );
-            Ok(())
-        }
-        Err(e @ PipelineError::RecordInFlight { .. }) => {
-            info!(error = %e, "record in flight; retry later");
-            Err(e.to_string())
-        }
-        Err(e) => {
-            error!(error = %e, "aggregation failed");
-            Err(e.to_string())
-        }
-    }
+    let report = aggregate_group(&message, now, &state.settings, ports).await?;
+    info!(
+        counted = report.counted,
+        rejected = report.rejected,
+        "message done"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,30 +14,40 @@
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
+//!
+//! Beside the adapters, what every Lambda's `main.rs` and `lib.rs` share: [`sdk`] (the
+//! pinned behaviour version, one config per Region), [`logging`] (JSON tracing),
+//! [`message`] (reading work messages), [`clock`] (the real clock), [`local`] (the local
+//! stack's SDK config) and [`lambda`] (config from the environment, the SQS
+//! partial-batch loop, the scheduled run's "now", the `Diagnostic` of every error).
 
 pub mod aggregated;
 pub mod calls;
+pub mod clock;
 mod error;
 pub mod item;
+pub mod lambda;
 pub mod local;
+pub mod logging;
+pub mod message;
 pub mod metering;
 pub mod metrics;
 pub mod operator;
-pub mod runtime;
+pub mod sdk;
 pub mod sqs;
 pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
 pub use calls::{Authorization, CallLog, CallRecorder, RecordedCall};
-pub use local::{LocalEndpoints, route_to_local};
+pub use clock::SystemClock;
+pub use local::LocalEndpoints;
+pub use logging::init_tracing;
+pub use message::{WorkMessageError, parse_work_message};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use operator::DynamoOperatorStore;
-pub use runtime::{
-    SystemClock, WorkMessageError, behavior_version, init_tracing, load_sdk_config,
-    load_sdk_config_in, parse_work_message,
-};
+pub use sdk::{behavior_version, in_region};
 pub use sqs::SqsWorkQueue;
 pub use subscribers::{DynamoProfileStore, DynamoSubscriberStore};
 pub use usage::DynamoUsageStore;

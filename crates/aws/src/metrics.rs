@@ -17,7 +17,7 @@
 use std::io::Write;
 use std::sync::Mutex;
 
-use awsmp_core::config::EnvReader;
+use crate::lambda::EnvReader;
 use awsmp_core::ports::{MetricsSink, metric};
 use serde_json::{Map, Value, json};
 
@@ -72,17 +72,9 @@ impl std::fmt::Debug for EmfMetrics {
 }
 
 impl EmfMetrics {
-    /// EMF lines on the process's stdout (Lambda ships them to CloudWatch); in a
-    /// process routed to the local stack with a metrics log, to that file instead.
+    /// EMF lines on the process's stdout (Lambda ships them to CloudWatch).
     pub fn stdout(product_code: &str, stage: &str) -> Self {
-        match crate::local::local_metrics_writer() {
-            Some(file) => EmfMetrics {
-                out: Mutex::new(file),
-                product_code: product_code.to_string(),
-                stage: stage.to_string(),
-            },
-            None => Self::to_writer(std::io::stdout(), product_code, stage),
-        }
+        Self::to_writer(std::io::stdout(), product_code, stage)
     }
 
     /// EMF lines on `writer`.

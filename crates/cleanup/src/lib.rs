@@ -5,13 +5,18 @@
 
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use awsmp_core::config::{ConfigError, EnvReader};
+use aws_config::SdkConfig;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_aws::WorkMessageError;
+use awsmp_aws::lambda::{
+    BatchError, ConfigError, EnvReader, MessageFailure, message_now, process_env, sqs_batch,
+};
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
-use awsmp_core::ports::{Clock, MetricsSink, UsageStore, WorkMessage};
+use awsmp_core::pipeline::error::PipelineError;
+use awsmp_core::ports::{Clock, MetricsSink, UsageStore};
 use awsmp_core::retention::Retention;
-use lambda_runtime::{Diagnostic, LambdaEvent};
-use tracing::{error, info, warn};
+use lambda_runtime::LambdaEvent;
+use tracing::{error, info};
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -38,7 +43,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads the variables through `lookup` (tests pass a map).
@@ -68,12 +73,11 @@ pub struct State {
 }
 
 impl State {
-    /// Builds the AWS clients once for `config`.
-    pub async fn connect(config: &Config) -> Self {
-        let sdk = awsmp_aws::load_sdk_config().await;
+    /// Builds the AWS clients once, on `sdk`, for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
         State {
             usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
-                aws_sdk_dynamodb::Client::new(&sdk),
+                aws_sdk_dynamodb::Client::new(sdk),
                 config.usage_table.clone(),
             )),
             metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
@@ -86,72 +90,51 @@ impl State {
     }
 }
 
-/// Why a whole invocation failed (SQS redelivers the whole batch).
+/// Why one message was not handled now (reported by id; SQS redelivers it).
 #[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// A message without an id cannot be reported alone, so the batch fails.
-    #[error("SQS message #{position} has no messageId; failing the batch so nothing is lost")]
-    MissingMessageId {
-        /// Its position in the batch.
-        position: usize,
-    },
+pub enum MessageError {
+    /// The SQS record has no body.
+    #[error("empty message body")]
+    MissingBody,
+    /// The body is not a work message.
+    #[error("malformed work message: {0}")]
+    Malformed(#[from] WorkMessageError),
+    /// The use case failed (wrong kind of message, store failure after retries).
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
 }
 
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        Diagnostic {
-            error_type: "MissingMessageId".to_string(),
-            error_message: e.to_string(),
-        }
+impl MessageFailure for MessageError {
+    fn log(&self, message_id: &str) {
+        error!(message_id, error = %self, "cleanup message failed; SQS will redeliver it");
     }
 }
 
 /// Handles one SQS batch; failed messages (malformed, wrong kind, store failure after
-/// retries) are reported by id for redelivery.
+/// retries) are reported by id for redelivery. A record without a message id fails the
+/// whole batch before any message is handled ([`sqs_batch`]).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, HandlerError> {
-    let mut response = SqsBatchResponse::default();
-    for (position, message) in event.payload.records.iter().enumerate() {
-        let Some(id) = message.message_id.clone() else {
-            return Err(HandlerError::MissingMessageId { position });
-        };
-        if let Err(reason) = handle_message(state, message.body.as_deref()).await {
-            warn!(message_id = %id, %reason, "cleanup message failed; SQS will redeliver it");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    Ok(response)
+) -> Result<SqsBatchResponse, BatchError> {
+    sqs_batch(&event.payload, |_, body| handle_message(state, body)).await
 }
 
-async fn handle_message(state: &State, body: Option<&str>) -> Result<(), String> {
-    let body = body.ok_or_else(|| "empty message body".to_string())?;
-    let message: WorkMessage = serde_json::from_str(body).map_err(|e| {
-        error!(error = %e, "malformed cleanup message");
-        format!("malformed work message: {e}")
-    })?;
+async fn handle_message(state: &State, body: Option<&str>) -> Result<(), MessageError> {
+    let message = awsmp_aws::parse_work_message(body.ok_or(MessageError::MissingBody)?)?;
     let ports = CleanupPorts {
         usage: state.usage.as_ref(),
         metrics: state.metrics.as_ref(),
         clock: state.clock.as_ref(),
     };
-    match cleanup(&message, state.clock.now(), state.retention, ports).await {
-        Ok(report) => {
-            info!(
-                aggregated = report.aggregated,
-                rejected = report.rejected,
-                "cleanup done"
-            );
-            Ok(())
-        }
-        Err(e) => {
-            error!(error = %e, "cleanup failed");
-            Err(e.to_string())
-        }
-    }
+    let now = message_now(state.clock.as_ref());
+    let report = cleanup(&message, now, state.retention, ports).await?;
+    info!(
+        aggregated = report.aggregated,
+        rejected = report.rejected,
+        "cleanup done"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

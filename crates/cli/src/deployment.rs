@@ -131,7 +131,7 @@ impl DeploymentArgs {
     /// The SDK config for `region` with the chosen profile (endpoints from the SDK's
     /// own `AWS_ENDPOINT_URL*` variables, e.g. for the local stack).
     pub async fn sdk_config(&self, region: Option<&str>) -> SdkConfig {
-        let mut loader = aws_config::defaults(awsmp_aws::runtime::behavior_version());
+        let mut loader = aws_config::defaults(awsmp_aws::behavior_version());
         if let Some(profile) = &self.profile {
             loader = loader.profile_name(profile);
         }

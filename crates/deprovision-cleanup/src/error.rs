@@ -1,6 +1,7 @@
 //! Failures of a deprovision-cleanup run, mapped to Lambda diagnostics so the
 //! function's error metric (and its alarm) sees them; the next run retries.
 
+use awsmp_aws::lambda::{FunctionError, diagnostic};
 use awsmp_core::ports::PortError;
 use lambda_runtime::Diagnostic;
 
@@ -40,15 +41,17 @@ pub enum CleanupError {
     },
 }
 
-impl From<CleanupError> for Diagnostic {
-    fn from(error: CleanupError) -> Diagnostic {
-        let error_type = match &error {
+impl FunctionError for CleanupError {
+    fn error_type(&self) -> &'static str {
+        match self {
             CleanupError::Index(_) => "DeprovisioningIndexUnavailable",
             CleanupError::RowsFailed { .. } => "DeprovisionCleanupIncomplete",
-        };
-        Diagnostic {
-            error_type: error_type.to_string(),
-            error_message: error.to_string(),
         }
+    }
+}
+
+impl From<CleanupError> for Diagnostic {
+    fn from(error: CleanupError) -> Diagnostic {
+        diagnostic(&error)
     }
 }

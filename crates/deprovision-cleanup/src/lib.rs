@@ -10,13 +10,13 @@ pub mod error;
 
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_aws::lambda::{ConfigError, EnvReader, process_env, scheduled_now};
 use awsmp_core::lifecycle::expire_deprovisioning;
 use awsmp_core::model::Subscriber;
 use awsmp_core::ports::{Clock, SubscriberStore};
 use awsmp_core::time::{Instant, format_instant};
-use chrono::Timelike;
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
@@ -38,7 +38,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads through `lookup` (tests pass a map).
@@ -51,7 +51,7 @@ impl Config {
 
 /// The handler's dependencies, built once per process.
 #[derive(Clone)]
-pub struct CleanupState {
+pub struct State {
     /// Settings.
     pub config: Arc<Config>,
     /// The subscribers table.
@@ -60,17 +60,16 @@ pub struct CleanupState {
     pub clock: Arc<dyn Clock>,
 }
 
-impl CleanupState {
-    /// Builds the state as Lambda runs it: one SDK config load, the DynamoDB adapter.
-    pub async fn connect(config: Config) -> Self {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
-        CleanupState {
+impl State {
+    /// Builds the AWS clients once, on `sdk`, for `config`: the DynamoDB adapter.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        State {
             subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                dynamodb,
+                aws_sdk_dynamodb::Client::new(sdk),
                 &config.subscribers_table,
             )),
             clock: Arc::new(awsmp_aws::SystemClock),
-            config: Arc::new(config),
+            config: Arc::new(config.clone()),
         }
     }
 }
@@ -93,22 +92,17 @@ pub struct CleanupReport {
 
 /// The Lambda entry point for the scheduled event.
 pub async fn handler(
-    state: &CleanupState,
+    state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<CleanupReport, CleanupError> {
-    let now = event
-        .payload
-        .time
-        .and_then(|t| t.with_nanosecond(0))
-        .unwrap_or_else(|| state.clock.now());
-    run(state, now).await
+    run(state, scheduled_now(&event.payload, state.clock.as_ref())).await
 }
 
 /// Closes every deprovisioning row whose window ended at or before `now`.
 ///
 /// A failing row does not stop the others; the run then fails with every failure
 /// listed (the next run retries them, since they are still in the index).
-pub async fn run(state: &CleanupState, now: Instant) -> Result<CleanupReport, CleanupError> {
+pub async fn run(state: &State, now: Instant) -> Result<CleanupReport, CleanupError> {
     let rows = state
         .subscribers
         .deprovisioning()
@@ -151,11 +145,7 @@ enum RowResult {
     ChangedMeanwhile,
 }
 
-async fn close_row(
-    state: &CleanupState,
-    row: Subscriber,
-    now: Instant,
-) -> Result<RowResult, RowFailure> {
+async fn close_row(state: &State, row: Subscriber, now: Instant) -> Result<RowResult, RowFailure> {
     let license = row.license_arn.clone();
     let account = row.customer_aws_account_id.clone();
     let failure = |message: String| RowFailure {

@@ -48,8 +48,8 @@ fn row(license: &str, status: SubscriptionStatus, expiry: Option<&str>) -> Subsc
     row
 }
 
-fn state_with(store: Arc<dyn SubscriberStore>, clock_at: &str) -> CleanupState {
-    CleanupState {
+fn state_with(store: Arc<dyn SubscriberStore>, clock_at: &str) -> State {
+    State {
         config: Arc::new(Config {
             subscribers_table: "awsmp-subscribers-test".into(),
         }),

@@ -13,7 +13,7 @@ use awsmp_core::lifecycle::{MarketplaceEvent, Transition, apply};
 use awsmp_core::model::SubscriptionStatus;
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::{Instant, parse_usage_timestamp};
-use awsmp_deprovision_cleanup::{CleanupState, Config, handler};
+use awsmp_deprovision_cleanup::{Config, State, handler};
 use awsmp_test_support::{MotoServer, create_subscribers_table};
 use lambda_runtime::LambdaEvent;
 
@@ -98,7 +98,7 @@ async fn closes_expired_rows_through_the_index_on_moto() {
     seed(&store, "arn:aws:license-manager::1:license:l-active", None).await;
     assert_eq!(store.deprovisioning().await.unwrap().len(), 3);
 
-    let state = CleanupState {
+    let state = State {
         config: Arc::new(Config {
             subscribers_table: TABLE.into(),
         }),

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_aws::lambda::{
+    ConfigError, EnvReader, FunctionError, diagnostic, process_env, scheduled_now,
+};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use awsmp_core::pipeline::error::PipelineError;
-use awsmp_core::pipeline::now_from_event;
 use awsmp_core::ports::{Clock, MetricsSink, SubscriberStore, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
@@ -45,7 +47,7 @@ pub struct Config {
     /// `SUBSCRIBERS_TABLE`.
     pub subscribers_table: String,
     /// `SUBSCRIBERS_TABLE_REGION` (the subscribers table lives in us-east-1).
-    pub subscribers_region: String,
+    pub subscribers_table_region: String,
     /// `USAGE_TABLE`.
     pub usage_table: String,
     /// `WORK_QUEUE_URL`.
@@ -66,7 +68,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment; every problem is reported at once.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads the variables through `lookup` (tests pass a map).
@@ -75,7 +77,7 @@ impl Config {
         let config = Config {
             product_code: env.required("PRODUCT_CODE"),
             subscribers_table: env.required("SUBSCRIBERS_TABLE"),
-            subscribers_region: env.required("SUBSCRIBERS_TABLE_REGION"),
+            subscribers_table_region: env.required("SUBSCRIBERS_TABLE_REGION"),
             usage_table: env.required("USAGE_TABLE"),
             work_queue_url: env.required("WORK_QUEUE_URL"),
             deprovision_queue_url: env.required("DEPROVISION_WORK_QUEUE_URL"),
@@ -125,12 +127,12 @@ pub struct State {
 }
 
 impl State {
-    /// Builds the AWS clients once (one SDK config load per Region) for `config`.
-    pub async fn connect(config: &Config) -> Self {
-        let sdk = awsmp_aws::load_sdk_config().await;
-        let subscribers_sdk = awsmp_aws::load_sdk_config_in(&config.subscribers_region).await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
+    /// Builds the AWS clients once, on `sdk` (the subscribers table's in its own
+    /// Region), for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        let subscribers_sdk = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let sqs = aws_sdk_sqs::Client::new(sdk);
         State {
             settings: Arc::new(config.settings()),
             usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
@@ -171,18 +173,20 @@ pub enum HandlerError {
     Incomplete(String),
 }
 
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        let error_type = match &e {
+impl FunctionError for HandlerError {
+    fn error_type(&self) -> &'static str {
+        match self {
             HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
             HandlerError::Pipeline(PipelineError::QueueRejected { .. }) => "QueueError",
             HandlerError::Pipeline(_) => "PipelineError",
             HandlerError::Incomplete(_) => "IncompleteRun",
-        };
-        Diagnostic {
-            error_type: error_type.to_string(),
-            error_message: e.to_string(),
         }
+    }
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        diagnostic(&e)
     }
 }
 
@@ -192,7 +196,7 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<DiscoverReport, HandlerError> {
-    let now = now_from_event(event.payload.time, state.clock.as_ref());
+    let now = scheduled_now(&event.payload, state.clock.as_ref());
     let budget = Budget::from_deadline_millis(
         event.context.deadline,
         chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),

@@ -95,9 +95,9 @@ struct Stack {
     deprovision: SimQueue,
     cleanup_queue: SimQueue,
     lock: MeteringLockHours,
-    subscription: awsmp_subscription::SubscriptionState,
-    deprovision_cleanup: awsmp_deprovision_cleanup::CleanupState,
-    register: awsmp_register::RegisterState,
+    subscription: awsmp_subscription::State,
+    deprovision_cleanup: awsmp_deprovision_cleanup::State,
+    register: awsmp_register::State,
     registrations: Mutex<Vec<(String, u16)>>,
     /// The License Deprovisioned event of the run (redelivered while settling, as SQS
     /// redelivers a message whose handler died).
@@ -348,7 +348,7 @@ fn register_state(
     subscribers: Arc<FaultySubscribers>,
     profiles: &MemoryProfileStore,
     clock: &ManualClock,
-) -> awsmp_register::RegisterState {
+) -> awsmp_register::State {
     let resolver = MemoryCustomerResolver::new();
     for license in licenses {
         resolver.insert(
@@ -380,7 +380,7 @@ fn register_state(
             .find(|(n, _)| *n == name)
             .map(|(_, v)| (*v).to_string())
     });
-    awsmp_register::RegisterState {
+    awsmp_register::State {
         // The settings above are valid; a change that breaks them fails every schedule.
         config: Arc::new(config.unwrap_or_else(|e| panic!("register config: {e}"))),
         resolver: Arc::new(resolver),
@@ -490,14 +490,14 @@ pub fn run(sim: Sim) -> World {
         deprovision: SimQueue::new("deprovision", sim.clone()),
         cleanup_queue: SimQueue::new("cleanup", sim.clone()),
         lock,
-        subscription: awsmp_subscription::SubscriptionState {
+        subscription: awsmp_subscription::State {
             config: Arc::new(awsmp_subscription::Config {
                 subscribers_table: "subscribers".into(),
             }),
             subscribers: subscription_store.clone(),
             clock: Arc::new(clock.clone()),
         },
-        deprovision_cleanup: awsmp_deprovision_cleanup::CleanupState {
+        deprovision_cleanup: awsmp_deprovision_cleanup::State {
             config: Arc::new(awsmp_deprovision_cleanup::Config {
                 subscribers_table: "subscribers".into(),
             }),

@@ -3,7 +3,7 @@
 //! exception to failing init: the spec wants an unset or empty value answered per
 //! request with HTTP 500 "Registration store not configured", so it stays optional here.
 
-use awsmp_core::config::{ConfigError, EnvReader};
+use awsmp_aws::lambda::{ConfigError, EnvReader, process_env};
 use url::Url;
 
 use crate::form::{MAX_ALLOWED_FIELDS, MAX_FIELD_NAME_CHARS, TOKEN_FIELD};
@@ -63,7 +63,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads through `lookup` (tests pass a map).

@@ -18,6 +18,7 @@ pub mod response;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::http::{HeaderValue, Method};
 use awsmp_core::model::CustomerProfile;
@@ -33,7 +34,7 @@ use form::{RegistrationForm, parse_form};
 
 /// The handler's dependencies, built once per process and shared by every invocation.
 #[derive(Clone)]
-pub struct RegisterState {
+pub struct State {
     /// Settings.
     pub config: Arc<Config>,
     /// `ResolveCustomer` (in `RESOLVE_CUSTOMER_REGION`).
@@ -49,14 +50,15 @@ pub struct RegisterState {
     pub metrics: Arc<dyn MetricsSink>,
 }
 
-impl RegisterState {
-    /// Builds the state as Lambda runs it: the in-Region profile table, the subscribers
-    /// table in its own Region, `ResolveCustomer` in its configured Region.
-    pub async fn connect(config: Config) -> Self {
-        let here = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
-        let subscribers = awsmp_aws::load_sdk_config_in(&config.subscribers_table_region).await;
-        let resolve = awsmp_aws::load_sdk_config_in(&config.resolve_customer_region).await;
-        RegisterState {
+impl State {
+    /// Builds the AWS clients once, on `sdk`, for `config`: the in-Region profile table,
+    /// the subscribers table in its own Region, `ResolveCustomer` in its configured
+    /// Region.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        let here = aws_sdk_dynamodb::Client::new(sdk);
+        let subscribers = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
+        let resolve = awsmp_aws::in_region(sdk, &config.resolve_customer_region);
+        State {
             subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
                 aws_sdk_dynamodb::Client::new(&subscribers),
                 &config.subscribers_table,
@@ -72,7 +74,7 @@ impl RegisterState {
                 &config.product_code,
                 &config.stage,
             )),
-            config: Arc::new(config),
+            config: Arc::new(config.clone()),
         }
     }
 }
@@ -102,17 +104,14 @@ fn route_of(request: &ApiGatewayProxyRequest) -> Result<Route, RegisterError> {
 
 /// The Lambda entry point: every outcome is an HTTP answer, so it never fails.
 pub async fn handler(
-    state: &RegisterState,
+    state: &State,
     event: LambdaEvent<ApiGatewayProxyRequest>,
 ) -> Result<ApiGatewayProxyResponse, Infallible> {
     Ok(handle(state, event.payload).await)
 }
 
 /// Answers one proxy request.
-pub async fn handle(
-    state: &RegisterState,
-    request: ApiGatewayProxyRequest,
-) -> ApiGatewayProxyResponse {
+pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
     let origin = &state.config.allowed_origin;
     let route = match route_of(&request) {
         Ok(route) => route,
@@ -164,7 +163,7 @@ fn header<'a>(request: &'a ApiGatewayProxyRequest, name: &str) -> Option<&'a str
 }
 
 async fn read_form(
-    state: &RegisterState,
+    state: &State,
     request: &ApiGatewayProxyRequest,
 ) -> Result<RegistrationForm, RegisterError> {
     Ok(parse_form(
@@ -177,10 +176,7 @@ async fn read_form(
 }
 
 /// Marketplace's form POST: pass the token to the page in the URL fragment.
-async fn fulfillment(
-    state: &RegisterState,
-    request: &ApiGatewayProxyRequest,
-) -> ApiGatewayProxyResponse {
+async fn fulfillment(state: &State, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
     let fragment = match read_form(state, request).await {
         Ok(RegistrationForm {
             token: Some(token), ..
@@ -219,7 +215,7 @@ fn check_origin(config: &Config, request: &ApiGatewayProxyRequest) -> Result<(),
 
 /// The page's post: resolve the token, then write the profile and the subscriber row.
 async fn register(
-    state: &RegisterState,
+    state: &State,
     request: &ApiGatewayProxyRequest,
 ) -> Result<ApiGatewayProxyResponse, RegisterError> {
     let config = &state.config;

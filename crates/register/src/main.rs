@@ -1,12 +1,13 @@
 //! Bootstrap of the `register` Lambda: configuration, SDK clients, runtime loop.
 
-use awsmp_register::{Config, RegisterState, handler};
+use awsmp_register::{Config, State, handler};
 use lambda_runtime::{Error, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     awsmp_aws::init_tracing();
     let config = Config::from_env()?;
-    let state = RegisterState::connect(config).await;
+    let sdk = aws_config::load_defaults(awsmp_aws::behavior_version()).await;
+    let state = State::connect(&sdk, &config);
     lambda_runtime::run(service_fn(|event| handler(&state, event))).await
 }

@@ -26,7 +26,7 @@ const PRODUCT: &str = "prod-abc123";
 const TOKEN: &str = "tok-valid+/=";
 
 struct Harness {
-    state: RegisterState,
+    state: State,
     resolver: MemoryCustomerResolver,
     subscribers: MemorySubscriberStore,
     profiles: MemoryProfileStore,
@@ -76,7 +76,7 @@ fn harness_with(config: Config) -> Harness {
     let profiles = MemoryProfileStore::new();
     let clock = ManualClock::new(parse_usage_timestamp("2026-11-30T10:15:42Z").unwrap());
     let metrics = awsmp_core::memory::RecordingMetrics::new();
-    let state = RegisterState {
+    let state = State {
         profiles: config
             .customer_profile_table
             .as_ref()

@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_apigw_local::{LOOPBACK_ANY_PORT, lambda_router, serve_on, serve_static};
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
-use awsmp_register::{Config, RegisterState, handle};
+use awsmp_register::{Config, State, handle};
 use awsmp_test_support::marketplace_sim::{SimConfig, TokenSeed};
 use awsmp_test_support::{
     MotoServer, SimServer, create_profile_table, create_subscribers_table, workspace_root,
@@ -144,7 +144,7 @@ async fn registration_page_in_headless_chromium() {
         })
     })
     .unwrap();
-    let state = RegisterState {
+    let state = State {
         subscribers: Arc::new(DynamoSubscriberStore::new(east.clone(), SUBSCRIBERS_TABLE)),
         resolver: Arc::new(SdkCustomerResolver::new(sim.metering_client())),
         profiles: Some(

@@ -14,7 +14,7 @@ use aws_lambda_events::http::HeaderValue;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
-use awsmp_register::{Config, RegisterState, handle};
+use awsmp_register::{Config, State, handle};
 use awsmp_test_support::marketplace_sim::{
     FaultKind, FaultSpec, FaultTarget, SimConfig, TokenSeed,
 };
@@ -79,7 +79,7 @@ impl Env {
     }
 
     /// The state `main` builds, on moto and the simulator.
-    fn state(&self, profile_table: Option<&str>) -> RegisterState {
+    fn state(&self, profile_table: Option<&str>) -> State {
         let config = Config::from_lookup(&|k| {
             Some(
                 match k {
@@ -100,7 +100,7 @@ impl Env {
         })
         .unwrap();
         let metering = self.sim.metering_client();
-        RegisterState {
+        State {
             subscribers: Arc::new(DynamoSubscriberStore::new(
                 self.east(),
                 &config.subscribers_table,

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_aws::lambda::{
+    ConfigError, EnvReader, FunctionError, diagnostic, process_env, scheduled_now,
+};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::config::{ConfigError, EnvReader};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::error::PipelineError;
-use awsmp_core::pipeline::now_from_event;
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
 };
@@ -50,7 +52,7 @@ pub struct Config {
     /// `SUBSCRIBERS_TABLE`.
     pub subscribers_table: String,
     /// `SUBSCRIBERS_TABLE_REGION`.
-    pub subscribers_region: String,
+    pub subscribers_table_region: String,
     /// `AGGREGATED_TABLE`.
     pub aggregated_table: String,
     /// `ZERO_QUANTITY_POLICY` (default `defer`).
@@ -73,7 +75,7 @@ impl Config {
     /// Reads the process environment; every problem is reported at once, including a
     /// live run with a test allowlist and a dry run without one.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads the variables through `lookup` (tests pass a map).
@@ -81,7 +83,7 @@ impl Config {
         let mut env = EnvReader::new(lookup);
         let product_code = env.required("PRODUCT_CODE");
         let subscribers_table = env.required("SUBSCRIBERS_TABLE");
-        let subscribers_region = env.required("SUBSCRIBERS_TABLE_REGION");
+        let subscribers_table_region = env.required("SUBSCRIBERS_TABLE_REGION");
         let aggregated_table = env.required("AGGREGATED_TABLE");
         let zero_policy = env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default());
         let mode_text = env.required("METERING_MODE");
@@ -119,7 +121,7 @@ impl Config {
         env.finish(Config {
             product_code,
             subscribers_table,
-            subscribers_region,
+            subscribers_table_region,
             aggregated_table,
             zero_policy,
             mode,
@@ -150,24 +152,6 @@ pub fn call_interval(requests_per_second: u32) -> std::time::Duration {
     std::time::Duration::from_millis(1000 / u64::from(share))
 }
 
-/// The wall clock the submitter paces and backs off with. `awsmp_aws::SystemClock`
-/// reads whole seconds (instants have whole-second meaning in the domain), but spacing
-/// calls 100 ms apart needs to see the milliseconds between them; stored instants are
-/// still formatted to the second.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PacingClock;
-
-#[async_trait::async_trait]
-impl Clock for PacingClock {
-    fn now(&self) -> awsmp_core::time::Instant {
-        chrono::Utc::now()
-    }
-
-    async fn sleep(&self, duration: std::time::Duration) {
-        tokio::time::sleep(duration).await;
-    }
-}
-
 /// Handler state: settings plus the ports, cheap to clone.
 #[derive(Clone)]
 pub struct State {
@@ -181,20 +165,21 @@ pub struct State {
     pub metering: Arc<dyn MeteringApi>,
     /// Metrics sink.
     pub metrics: Arc<dyn MetricsSink>,
-    /// Clock (pacing, backoff, deadline; fallback "now"): [`PacingClock`] in Lambda.
+    /// Clock (pacing, backoff, deadline; fallback "now"): [`awsmp_aws::SystemClock`]
+    /// in Lambda, whose milliseconds the 100 ms pacing needs.
     pub clock: Arc<dyn Clock>,
 }
 
 impl State {
-    /// Builds the AWS clients once (one SDK config load per Region) for `config`.
-    pub async fn connect(config: &Config) -> Self {
-        let sdk = awsmp_aws::load_sdk_config().await;
-        let subscribers_sdk = awsmp_aws::load_sdk_config_in(&config.subscribers_region).await;
+    /// Builds the AWS clients once, on `sdk` (the subscribers table's in its own
+    /// Region), for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        let subscribers_sdk = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
         State {
             settings: Arc::new(config.settings()),
             // The submitter never commits aggregations, so it names no usage table.
             aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
-                aws_sdk_dynamodb::Client::new(&sdk),
+                aws_sdk_dynamodb::Client::new(sdk),
                 config.aggregated_table.clone(),
                 String::new(),
             )),
@@ -203,13 +188,13 @@ impl State {
                 config.subscribers_table.clone(),
             )),
             metering: Arc::new(awsmp_aws::SdkMeteringApi::new(awsmp_aws::metering_client(
-                &sdk,
+                sdk,
             ))),
             metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
                 &config.product_code,
                 &config.stage,
             )),
-            clock: Arc::new(PacingClock),
+            clock: Arc::new(awsmp_aws::SystemClock),
         }
     }
 }
@@ -227,17 +212,19 @@ pub enum HandlerError {
     Incomplete(String),
 }
 
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        let error_type = match &e {
+impl FunctionError for HandlerError {
+    fn error_type(&self) -> &'static str {
+        match self {
             HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
             HandlerError::Pipeline(_) => "PipelineError",
             HandlerError::Incomplete(_) => "IncompleteRun",
-        };
-        Diagnostic {
-            error_type: error_type.to_string(),
-            error_message: e.to_string(),
         }
+    }
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Self {
+        diagnostic(&e)
     }
 }
 
@@ -246,7 +233,7 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<SubmitReport, HandlerError> {
-    let now = now_from_event(event.payload.time, state.clock.as_ref());
+    let now = scheduled_now(&event.payload, state.clock.as_ref());
     let budget = Budget::from_deadline_millis(
         event.context.deadline,
         chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
@@ -280,16 +267,6 @@ pub async fn handler(
 mod tests {
     use super::*;
     use std::collections::HashMap;
-
-    #[tokio::test]
-    async fn the_pacing_clock_sees_milliseconds() {
-        let clock = PacingClock;
-        let before = clock.now();
-        clock.sleep(std::time::Duration::from_millis(30)).await;
-        let elapsed = clock.now() - before;
-        assert!(elapsed >= chrono::Duration::milliseconds(30), "{elapsed}");
-        assert!(elapsed < chrono::Duration::seconds(1), "{elapsed}");
-    }
 
     fn env(pairs: &[(&'static str, &str)]) -> HashMap<&'static str, String> {
         let mut base: HashMap<&'static str, String> = [

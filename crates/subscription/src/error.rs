@@ -1,10 +1,10 @@
-//! Failures of the subscription function: per message ([`MessageError`], reported as
-//! a batch item failure so SQS redelivers and eventually dead-letters the message) and
-//! per batch ([`SubscriptionError`], returned to the runtime).
+//! Failures of one message of the subscription function ([`MessageError`], reported as
+//! a batch item failure so SQS redelivers and eventually dead-letters the message); a
+//! batch fails as a whole only as `awsmp_aws::lambda::BatchError` says.
 
+use awsmp_aws::lambda::MessageFailure;
 use awsmp_core::lifecycle::EventParseError;
 use awsmp_core::ports::PortError;
-use lambda_runtime::Diagnostic;
 
 /// Why one message was not handled (it is retried by SQS, then dead-lettered).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,9 +48,11 @@ impl MessageError {
             MessageError::Contention { .. } => "WriteContention",
         }
     }
+}
 
+impl MessageFailure for MessageError {
     /// Logs the failure once, at the level its cause deserves.
-    pub fn log(&self, message_id: &str) {
+    fn log(&self, message_id: &str) {
         match self {
             MessageError::MissingBody | MessageError::Malformed(_) => tracing::error!(
                 message_id,
@@ -70,29 +72,6 @@ impl MessageError {
                 error = %self,
                 "event not applied: reported as a batch item failure for redelivery"
             ),
-        }
-    }
-}
-
-/// A failure of the whole batch.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubscriptionError {
-    /// A record without `messageId` cannot be reported individually, so the batch fails.
-    #[error("SQS record {index} has no messageId; the whole batch is retried")]
-    MessageWithoutId {
-        /// Position of the record in the batch.
-        index: usize,
-    },
-}
-
-impl From<SubscriptionError> for Diagnostic {
-    fn from(error: SubscriptionError) -> Diagnostic {
-        let error_type = match error {
-            SubscriptionError::MessageWithoutId { .. } => "SqsMessageWithoutId",
-        };
-        Diagnostic {
-            error_type: error_type.to_string(),
-            error_message: error.to_string(),
         }
     }
 }

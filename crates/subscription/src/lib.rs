@@ -14,14 +14,15 @@ pub mod error;
 
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use awsmp_core::config::{ConfigError, EnvReader};
+use aws_config::SdkConfig;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, message_now, process_env, sqs_batch};
 use awsmp_core::lifecycle::{EventTarget, MarketplaceEvent, Transition, apply};
 use awsmp_core::model::Subscriber;
 use awsmp_core::ports::{Clock, SubscriberStore};
 use lambda_runtime::LambdaEvent;
 
-pub use error::{MessageError, SubscriptionError};
+pub use error::MessageError;
 
 /// Every variable the template sets for this function.
 pub const ENV_VARS: &[&str] = &["SUBSCRIBERS_TABLE"];
@@ -39,7 +40,7 @@ pub struct Config {
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        Self::from_lookup(&process_env)
     }
 
     /// Reads through `lookup` (tests pass a map).
@@ -52,7 +53,7 @@ impl Config {
 
 /// The handler's dependencies, built once per process.
 #[derive(Clone)]
-pub struct SubscriptionState {
+pub struct State {
     /// Settings.
     pub config: Arc<Config>,
     /// The subscribers table.
@@ -61,17 +62,16 @@ pub struct SubscriptionState {
     pub clock: Arc<dyn Clock>,
 }
 
-impl SubscriptionState {
-    /// Builds the state as Lambda runs it: one SDK config load, the DynamoDB adapter.
-    pub async fn connect(config: Config) -> Self {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&awsmp_aws::load_sdk_config().await);
-        SubscriptionState {
+impl State {
+    /// Builds the AWS clients once, on `sdk`, for `config`: the DynamoDB adapter.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        State {
             subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                dynamodb,
+                aws_sdk_dynamodb::Client::new(sdk),
                 &config.subscribers_table,
             )),
             clock: Arc::new(awsmp_aws::SystemClock),
-            config: Arc::new(config),
+            config: Arc::new(config.clone()),
         }
     }
 }
@@ -94,41 +94,22 @@ pub enum MessageOutcome {
 /// The Lambda entry point: one SQS batch in, the ids of the messages to retry out.
 ///
 /// Fails as a whole only when a record has no `messageId` (it could not be reported
-/// individually); that check happens before any message is handled.
+/// individually); that check happens before any message is handled ([`sqs_batch`]).
 pub async fn handler(
-    state: &SubscriptionState,
+    state: &State,
     event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, SubscriptionError> {
-    let records = event.payload.records;
-    if let Some(index) = records
-        .iter()
-        .position(|r| r.message_id.as_deref().is_none_or(str::is_empty))
-    {
-        return Err(SubscriptionError::MessageWithoutId { index });
-    }
-    let mut failures = Vec::new();
-    for record in records {
-        let message_id = record.message_id.unwrap_or_default();
-        match handle_message(state, &message_id, record.body.as_deref()).await {
-            Ok(outcome) => {
-                tracing::debug!(message_id = %message_id, ?outcome, "message handled");
-            }
-            Err(e) => {
-                e.log(&message_id);
-                let mut failure = BatchItemFailure::default();
-                failure.item_identifier = message_id;
-                failures.push(failure);
-            }
-        }
-    }
-    let mut response = SqsBatchResponse::default();
-    response.batch_item_failures = failures;
-    Ok(response)
+) -> Result<SqsBatchResponse, BatchError> {
+    sqs_batch(&event.payload, |message_id, body| async move {
+        let outcome = handle_message(state, message_id, body).await?;
+        tracing::debug!(message_id, ?outcome, "message handled");
+        Ok::<(), MessageError>(())
+    })
+    .await
 }
 
 /// Handles one message body (an EventBridge event as JSON).
 pub async fn handle_message(
-    state: &SubscriptionState,
+    state: &State,
     message_id: &str,
     body: Option<&str>,
 ) -> Result<MessageOutcome, MessageError> {
@@ -157,7 +138,7 @@ pub async fn handle_message(
 }
 
 async fn apply_to_agreement(
-    state: &SubscriptionState,
+    state: &State,
     message_id: &str,
     event: &MarketplaceEvent,
     agreement_id: &str,
@@ -212,7 +193,7 @@ async fn apply_to_agreement(
 /// Applies `event` to one row, starting from `current` (as read), and writes the result
 /// at the version read; on a version conflict re-reads and re-applies.
 async fn apply_to_row(
-    state: &SubscriptionState,
+    state: &State,
     message_id: &str,
     event: &MarketplaceEvent,
     license_arn: &str,
@@ -222,7 +203,7 @@ async fn apply_to_row(
     for attempt in 1..=MAX_WRITE_ATTEMPTS {
         match apply(current.as_ref(), event) {
             Transition::Write { row, reason } => {
-                let now = state.clock.now();
+                let now = message_now(state.clock.as_ref());
                 if state.subscribers.put_lifecycle(&row, now).await? {
                     tracing::info!(
                         message_id,

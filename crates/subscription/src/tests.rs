@@ -64,8 +64,8 @@ fn batch(messages: &[(&str, Option<String>)]) -> LambdaEvent<SqsEvent> {
     LambdaEvent::new(event, lambda_runtime::Context::default())
 }
 
-fn state_with(store: Arc<dyn SubscriberStore>) -> SubscriptionState {
-    SubscriptionState {
+fn state_with(store: Arc<dyn SubscriberStore>) -> State {
+    State {
         config: Arc::new(Config {
             subscribers_table: "awsmp-subscribers-test".into(),
         }),
@@ -74,14 +74,14 @@ fn state_with(store: Arc<dyn SubscriberStore>) -> SubscriptionState {
     }
 }
 
-fn harness() -> (SubscriptionState, MemorySubscriberStore) {
+fn harness() -> (State, MemorySubscriberStore) {
     let store = MemorySubscriberStore::new();
     (state_with(Arc::new(store.clone())), store)
 }
 
 /// Sends each (fixture, time) as its own one-message batch, in order; returns the
 /// failed message ids.
-async fn deliver(state: &SubscriptionState, events: &[(&str, &str)]) -> Vec<String> {
+async fn deliver(state: &State, events: &[(&str, &str)]) -> Vec<String> {
     let mut failed = Vec::new();
     for (i, (name, time)) in events.iter().enumerate() {
         let id = format!("m{i}");
@@ -526,7 +526,7 @@ async fn a_record_without_message_id_fails_the_batch_before_any_write() {
     ]);
     event.payload.records[1].message_id = None;
     let error = handler(&state, event).await.unwrap_err();
-    assert_eq!(error, SubscriptionError::MessageWithoutId { index: 1 });
+    assert_eq!(error, BatchError::MessageWithoutId { index: 1 });
     let diagnostic = lambda_runtime::Diagnostic::from(error);
     assert_eq!(diagnostic.error_type, "SqsMessageWithoutId");
     assert!(store.rows().is_empty());

@@ -5,16 +5,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_aws::{DynamoSubscriberStore, SystemClock};
+use awsmp_aws::DynamoSubscriberStore;
 use awsmp_core::lifecycle::expire_deprovisioning;
 use awsmp_core::model::{AgreementStatus, SubscriptionStatus};
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::parse_usage_timestamp;
-use awsmp_subscription::{Config, SubscriptionState, handler};
+use awsmp_subscription::{Config, State, handler};
 use awsmp_test_support::{MotoServer, create_subscribers_table};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
@@ -78,7 +77,7 @@ fn batch(messages: &[(String, String)]) -> LambdaEvent<SqsEvent> {
 }
 
 struct Env {
-    _moto: MotoServer,
+    moto: MotoServer,
     client: aws_sdk_dynamodb::Client,
 }
 
@@ -86,24 +85,17 @@ impl Env {
     async fn start() -> Env {
         let moto = MotoServer::start().await.unwrap_or_else(|e| panic!("{e}"));
         let client = moto.dynamodb();
-        Env {
-            _moto: moto,
-            client,
-        }
+        Env { moto, client }
     }
 
     /// A fresh subscribers table (one per case) and the state `main` builds on it.
-    async fn state(&self, table: &str) -> (SubscriptionState, DynamoSubscriberStore) {
+    async fn state(&self, table: &str) -> (State, DynamoSubscriberStore) {
         create_subscribers_table(&self.client, table).await.unwrap();
         let store = DynamoSubscriberStore::new(self.client.clone(), table);
-        let state = SubscriptionState {
-            config: Arc::new(Config {
-                subscribers_table: table.to_string(),
-            }),
-            subscribers: Arc::new(store.clone()),
-            clock: Arc::new(SystemClock),
+        let config = Config {
+            subscribers_table: table.to_string(),
         };
-        (state, store)
+        (State::connect(&self.moto.sdk_config(), &config), store)
     }
 
     /// Every item's attribute names and values.
@@ -123,7 +115,7 @@ impl Env {
     }
 }
 
-async fn send(state: &SubscriptionState, id: &str, body: String) -> SqsBatchResponse {
+async fn send(state: &State, id: &str, body: String) -> SqsBatchResponse {
     handler(state, batch(&[(id.to_string(), body)]))
         .await
         .unwrap()

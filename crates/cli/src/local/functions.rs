@@ -1,12 +1,16 @@
 //! Wires each template function to its handler crate: the environment the template
 //! sets (resolved against the local resources) becomes the handler's config, and
-//! the handler's own `connect` builds its clients, as its `main.rs` does in Lambda.
+//! the handler's own `State::connect` builds its clients on the local stack's SDK
+//! config, as its `main.rs` does in Lambda on the one it loads. Metrics go to the local
+//! stack's metrics log instead of stdout.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
@@ -33,9 +37,9 @@ pub struct WiredFunction {
 
 /// The handler state of each function.
 enum Handler {
-    Subscription(awsmp_subscription::SubscriptionState),
-    DeprovisionCleanup(awsmp_deprovision_cleanup::CleanupState),
-    Register(awsmp_register::RegisterState),
+    Subscription(awsmp_subscription::State),
+    DeprovisionCleanup(awsmp_deprovision_cleanup::State),
+    Register(awsmp_register::State),
     Discoverer(awsmp_discoverer::State),
     Aggregator(awsmp_aggregator::State),
     Cleanup(awsmp_cleanup::State),
@@ -45,6 +49,24 @@ enum Handler {
 struct Local {
     name: String,
     handler: Handler,
+}
+
+/// EMF metrics appended to the local stack's metrics log, one JSON line each.
+fn metrics_to(
+    log: &Path,
+    product_code: &str,
+    stage: &str,
+) -> Result<Arc<awsmp_aws::EmfMetrics>, LocalError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| LocalError::Setup(format!("metrics log {}: {e}", log.display())))?;
+    Ok(Arc::new(awsmp_aws::EmfMetrics::to_writer(
+        file,
+        product_code,
+        stage,
+    )))
 }
 
 fn failed(name: &str, e: impl std::fmt::Display) -> LocalError {
@@ -122,11 +144,14 @@ impl LocalFunction for Local {
     }
 }
 
-/// Builds every function of `stacks` whose condition holds. `overrides` replace
-/// template values that only make sense in AWS (the page URL and CORS origin).
-pub async fn wire_functions(
+/// Builds every function of `stacks` whose condition holds, its clients on `sdk`, its
+/// metrics appended to `metrics_log`. `overrides` replace template values that only
+/// make sense in AWS (the page URL and CORS origin).
+pub fn wire_functions(
     stacks: &[&LocalStack],
     overrides: &BTreeMap<String, String>,
+    sdk: &SdkConfig,
+    metrics_log: &Path,
 ) -> Result<Vec<WiredFunction>, LocalError> {
     let mut out = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
@@ -138,53 +163,55 @@ pub async fn wire_functions(
             // Lambda's own runtime variable (the register function records its Region).
             env.insert("AWS_REGION".into(), LOCAL_REGION.into());
             let lookup = move |k: &str| env.get(k).cloned();
-            let config_error = |e: awsmp_core::config::ConfigError| {
+            let config_error = |e: awsmp_aws::lambda::ConfigError| {
                 LocalError::Wiring(format!("{}: {e}", spec.binary))
             };
             let handler = match spec.binary.as_str() {
-                "subscription" => Handler::Subscription(
-                    awsmp_subscription::SubscriptionState::connect(
-                        awsmp_subscription::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "deprovision-cleanup" => Handler::DeprovisionCleanup(
-                    awsmp_deprovision_cleanup::CleanupState::connect(
-                        awsmp_deprovision_cleanup::Config::from_lookup(&lookup)
-                            .map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "register" => Handler::Register(
-                    awsmp_register::RegisterState::connect(
-                        awsmp_register::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "discoverer" => Handler::Discoverer(
-                    awsmp_discoverer::State::connect(
-                        &awsmp_discoverer::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "aggregator" => Handler::Aggregator(
-                    awsmp_aggregator::State::connect(
-                        &awsmp_aggregator::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "cleanup" => Handler::Cleanup(
-                    awsmp_cleanup::State::connect(
-                        &awsmp_cleanup::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
-                "submitter" => Handler::Submitter(
-                    awsmp_submitter::State::connect(
-                        &awsmp_submitter::Config::from_lookup(&lookup).map_err(config_error)?,
-                    )
-                    .await,
-                ),
+                "subscription" => {
+                    let config =
+                        awsmp_subscription::Config::from_lookup(&lookup).map_err(config_error)?;
+                    Handler::Subscription(awsmp_subscription::State::connect(sdk, &config))
+                }
+                "deprovision-cleanup" => {
+                    let config = awsmp_deprovision_cleanup::Config::from_lookup(&lookup)
+                        .map_err(config_error)?;
+                    Handler::DeprovisionCleanup(awsmp_deprovision_cleanup::State::connect(
+                        sdk, &config,
+                    ))
+                }
+                "register" => {
+                    let config =
+                        awsmp_register::Config::from_lookup(&lookup).map_err(config_error)?;
+                    let mut state = awsmp_register::State::connect(sdk, &config);
+                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    Handler::Register(state)
+                }
+                "discoverer" => {
+                    let config =
+                        awsmp_discoverer::Config::from_lookup(&lookup).map_err(config_error)?;
+                    let mut state = awsmp_discoverer::State::connect(sdk, &config);
+                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    Handler::Discoverer(state)
+                }
+                "aggregator" => {
+                    let config =
+                        awsmp_aggregator::Config::from_lookup(&lookup).map_err(config_error)?;
+                    Handler::Aggregator(awsmp_aggregator::State::connect(sdk, &config))
+                }
+                "cleanup" => {
+                    let config =
+                        awsmp_cleanup::Config::from_lookup(&lookup).map_err(config_error)?;
+                    let mut state = awsmp_cleanup::State::connect(sdk, &config);
+                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    Handler::Cleanup(state)
+                }
+                "submitter" => {
+                    let config =
+                        awsmp_submitter::Config::from_lookup(&lookup).map_err(config_error)?;
+                    let mut state = awsmp_submitter::State::connect(sdk, &config);
+                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    Handler::Submitter(state)
+                }
                 other => {
                     return Err(LocalError::Wiring(format!(
                         "{} declares binary {other:?}, which no crate provides",

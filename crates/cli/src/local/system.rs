@@ -155,13 +155,14 @@ impl LocalSystem {
         let metrics_log =
             std::env::temp_dir().join(format!("awsmp-local-metrics-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&metrics_log);
-        awsmp_aws::route_to_local(awsmp_aws::LocalEndpoints {
+        // Every function's clients on the emulator and the simulator, as a Lambda's on
+        // the config its `main.rs` loads.
+        let sdk = awsmp_aws::LocalEndpoints {
             aws: moto.endpoint().to_string(),
             metering: sim.endpoint_url(),
-            metrics_log: Some(metrics_log.clone()),
-        })
-        .map_err(|_| LocalError::Setup("this process already runs another local stack".into()))?;
-        let functions = wire_functions(&[&events, &main], &overrides).await?;
+        }
+        .sdk_config(LOCAL_REGION);
+        let functions = wire_functions(&[&events, &main], &overrides, &sdk, &metrics_log)?;
 
         let register = functions
             .iter()

@@ -1,43 +1,7 @@
-//! Process-level helpers every Lambda's `main` uses: the SDK config, JSON tracing, the
-//! system clock, and reading work messages.
+//! JSON tracing for Lambda, with the filter that keeps tokens and request bodies out
+//! of the logs whatever level is asked for.
 
-use std::time::Duration;
-
-use async_trait::async_trait;
-use aws_config::{BehaviorVersion, Region, SdkConfig};
-use awsmp_core::ports::{Clock, WorkMessage};
-use awsmp_core::time::Instant;
-use chrono::{DateTime, Utc};
 use tracing_subscriber::EnvFilter;
-
-/// The SDK behaviour every client of ours runs with, pinned so that an SDK upgrade
-/// cannot change retries or timeouts unseen (`latest()` moves with the SDK); raise it
-/// deliberately, reading the new version's notes.
-pub fn behavior_version() -> BehaviorVersion {
-    BehaviorVersion::v2026_01_12()
-}
-
-/// The SDK config, loaded once per process. Endpoints come from the SDK's own
-/// variables (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`,
-/// `AWS_ENDPOINT_URL_MARKETPLACE_METERING`); handlers never read them.
-pub async fn load_sdk_config() -> SdkConfig {
-    if let Some(local) = crate::local::local_sdk_config(None) {
-        return local;
-    }
-    aws_config::load_defaults(behavior_version()).await
-}
-
-/// Like [`load_sdk_config`] for another Region (the subscribers table lives in
-/// us-east-1; `ResolveCustomer` may be called in its own Region).
-pub async fn load_sdk_config_in(region: &str) -> SdkConfig {
-    if let Some(local) = crate::local::local_sdk_config(Some(region)) {
-        return local;
-    }
-    aws_config::defaults(behavior_version())
-        .region(Region::new(region.to_string()))
-        .load()
-        .await
-}
 
 /// JSON logs for Lambda (`LogFormat: JSON`), no ANSI colours, filtered by
 /// [`tracing_filter`] over `RUST_LOG` and Lambda's `AWS_LAMBDA_LOG_LEVEL`. Calling it
@@ -107,74 +71,10 @@ fn lambda_level(level: &str) -> &'static str {
     }
 }
 
-/// The real clock: whole-second UTC now, `tokio::time::sleep`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-#[async_trait]
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        let now = Utc::now();
-        // Instants have whole-second meaning everywhere in the domain.
-        DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now)
-    }
-
-    async fn sleep(&self, duration: Duration) {
-        tokio::time::sleep(duration).await;
-    }
-}
-
-/// An SQS body that is not a [`WorkMessage`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("message body is not a work message ({reason}); body starts with {excerpt:?}")]
-pub struct WorkMessageError {
-    /// What serde found wrong.
-    pub reason: String,
-    /// The first characters of the body.
-    pub excerpt: String,
-}
-
-/// Reads an SQS body written by [`crate::SqsWorkQueue`].
-pub fn parse_work_message(body: &str) -> Result<WorkMessage, WorkMessageError> {
-    serde_json::from_str(body).map_err(|e| WorkMessageError {
-        reason: e.to_string(),
-        excerpt: body.chars().take(120).collect(),
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use awsmp_core::model::{GroupKey, ReasonCode};
-
-    #[test]
-    fn work_messages_round_trip_and_garbage_is_explained() {
-        let group = GroupKey {
-            license_arn: "arn:aws:license-manager::1:license:l-1".into(),
-            customer_aws_account_id: "111122223333".into(),
-            dimension: "requests".into(),
-            hour: "2026-11-30T10".parse().unwrap(),
-        };
-        let messages = [
-            WorkMessage::Aggregate {
-                group: group.clone(),
-                flush: true,
-            },
-            WorkMessage::Cleanup {
-                group,
-                aggregated: vec!["a".into()],
-                rejected: vec![("b".into(), ReasonCode::MalformedTimestamp)],
-            },
-        ];
-        for message in messages {
-            let body = serde_json::to_string(&message).unwrap();
-            assert_eq!(parse_work_message(&body).unwrap(), message);
-        }
-        let err = parse_work_message(r#"{"kind":"explode"}"#).unwrap_err();
-        assert!(err.to_string().contains("explode"), "{err}");
-        assert!(parse_work_message("").is_err());
-    }
 
     #[test]
     fn every_cap_is_a_valid_directive() {
@@ -262,10 +162,5 @@ mod tests {
         assert_eq!(lambda_level("DEBUG"), "debug");
         assert_eq!(lambda_level("fatal"), "error");
         assert_eq!(lambda_level("bogus"), "info");
-    }
-
-    #[test]
-    fn system_clock_has_whole_seconds() {
-        assert_eq!(SystemClock.now().timestamp_subsec_nanos(), 0);
     }
 }
