@@ -1,14 +1,18 @@
-//! A CloudFormation template with its intrinsic functions resolved for one set of
-//! parameter values, as CloudFormation would deploy it: `Ref` (parameters, pseudo
-//! parameters, `AWS::NoValue`, resources), `Fn::Sub` (with `${Res}` and
-//! `${Res.Attr}`), `Fn::GetAtt`, `Fn::Join`, `Fn::Select`, `Fn::Split`, `Fn::If` over
-//! the template's `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
-//! `Condition`), in short (`!Sub`) and long (`Fn::Sub:`) forms. Resource names and
-//! ARNs are those CloudFormation gives: tables and queues by their `TableName` /
-//! `QueueName`, log groups by `LogGroupName`. Anything it cannot resolve is an error
-//! naming the value, never a guess; the one exception is `GetAtt` of an attribute no
-//! IAM policy here names (a distribution's domain name, ...), which resolves to a
-//! visible stand-in `<Resource.Attribute>` that matches no ARN.
+//! The workspace's one CloudFormation/SAM template reader: a template with its
+//! intrinsic functions resolved for one set of parameter values, as CloudFormation
+//! would deploy it: `Ref` (parameters, pseudo parameters, `AWS::NoValue`, resources),
+//! `Fn::Sub` (with `${Res}` and `${Res.Attr}`), `Fn::GetAtt`, `Fn::Join`,
+//! `Fn::Select`, `Fn::Split`, `Fn::If` over the template's `Conditions`
+//! (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`, `Condition`), in short (`!Sub`) and
+//! long (`Fn::Sub:`) forms. Resource names and ARNs are those CloudFormation gives:
+//! tables and queues by their `TableName` / `QueueName`, log groups by
+//! `LogGroupName`; or, once resources are bound ([`StackTemplate::bound`], the local
+//! stack), exactly what was bound and nothing else. Anything it cannot resolve is an
+//! error naming the value, never a guess; the one exception is `GetAtt` of an
+//! attribute no IAM policy here names (a distribution's domain name, ...), which
+//! resolves to a visible stand-in `<Resource.Attribute>` that matches no ARN.
+//! The table reader ([`crate::template`]), the IAM checks ([`crate::iam`]) and the
+//! local stack's function wiring ([`crate::functions`]) all read through it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +30,15 @@ pub struct StackTemplate {
     path: PathBuf,
     doc: Value,
     parameters: BTreeMap<String, String>,
+    /// `Some` once resources are bound: only these exist, resolving as bound.
+    bound: Option<BTreeMap<String, Bound>>,
+}
+
+/// What a bound resource resolves to.
+#[derive(Debug, Clone, Default)]
+struct Bound {
+    reference: String,
+    attributes: BTreeMap<String, String>,
 }
 
 fn scalar_text(value: &Value) -> Option<String> {
@@ -43,6 +56,19 @@ impl StackTemplate {
     /// `AWS::Partition` aws, ...), then `parameters` (which may also set pseudo
     /// parameters, e.g. `("AWS::Region", "eu-west-1")`).
     pub fn load(path: &Path, parameters: &[(&str, &str)]) -> Result<Self, TestSupportError> {
+        Self::load_with(
+            path,
+            parameters
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string())),
+        )
+    }
+
+    /// [`StackTemplate::load`] with owned parameter values.
+    pub fn load_with(
+        path: &Path,
+        parameters: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, TestSupportError> {
         let text = std::fs::read_to_string(path).map_err(|e| TestSupportError::Template {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
@@ -70,14 +96,41 @@ impl StackTemplate {
                 }
             }
         }
-        for (k, v) in parameters {
-            values.insert((*k).to_string(), (*v).to_string());
-        }
+        values.extend(parameters);
         Ok(StackTemplate {
             path: path.to_path_buf(),
             doc,
             parameters: values,
+            bound: None,
         })
+    }
+
+    /// From now on only bound resources exist ([`StackTemplate::bind`]): a `Ref` or
+    /// `GetAtt` of any other is an error, whatever its `Condition` (the local stack,
+    /// whose resources are the tables and queues it created).
+    pub fn bound(mut self) -> Self {
+        self.bound.get_or_insert_with(BTreeMap::new);
+        self
+    }
+
+    /// Binds `logical_id`: its `Ref` is `reference`, its `GetAtt`s are `attributes`
+    /// (and nothing else). Binding switches the template to [`StackTemplate::bound`].
+    pub fn bind(&mut self, logical_id: &str, reference: &str, attributes: &[(&str, &str)]) {
+        self.bound.get_or_insert_with(BTreeMap::new).insert(
+            logical_id.to_string(),
+            Bound {
+                reference: reference.to_string(),
+                attributes: attributes
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            },
+        );
+    }
+
+    /// Every parameter and pseudo parameter value (defaults merged with the given).
+    pub fn parameters(&self) -> &BTreeMap<String, String> {
+        &self.parameters
     }
 
     /// The template file.
@@ -132,6 +185,45 @@ impl StackTemplate {
             .and_then(Value::as_str)
             .map(str::to_string)
             .ok_or_else(|| self.error(format!("resource {logical_id} has no Type")))
+    }
+
+    /// Logical ids and definitions of every resource of type `kind`.
+    pub fn resources_of_type(&self, kind: &str) -> Vec<(String, &Value)> {
+        self.resources()
+            .into_iter()
+            .filter(|(_, r)| r.get("Type").and_then(Value::as_str) == Some(kind))
+            .collect()
+    }
+
+    /// A resource's `Properties`, unresolved.
+    pub fn properties(&self, logical_id: &str) -> Option<&Value> {
+        self.doc
+            .get("Resources")
+            .and_then(|r| r.get(logical_id))
+            .and_then(|r| r.get("Properties"))
+    }
+
+    /// A top-level section (`Globals`, `Outputs`, ...), unresolved.
+    pub fn section(&self, name: &str) -> Option<&Value> {
+        self.doc.get(name)
+    }
+
+    /// Every output: its name, `Value` (unresolved) and `Condition` (if any).
+    pub fn outputs(&self) -> Vec<(String, &Value, Option<String>)> {
+        match self.doc.get("Outputs") {
+            Some(Value::Mapping(map)) => map
+                .iter()
+                .filter_map(|(k, o)| {
+                    let condition = o.get("Condition").and_then(Value::as_str);
+                    Some((
+                        k.as_str()?.to_string(),
+                        o.get("Value")?,
+                        condition.map(str::to_string),
+                    ))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Whether a resource is created under these parameters (its `Condition`).
@@ -201,7 +293,7 @@ impl StackTemplate {
     /// left out); list items and map entries that resolve to it are dropped.
     pub fn resolve(&self, value: &Value) -> Result<Option<Value>, TestSupportError> {
         if let Some((function, argument)) = intrinsic(value) {
-            return self.function(&function, argument);
+            return self.intrinsic_function(&function, argument);
         }
         Ok(Some(match value {
             Value::Sequence(items) => {
@@ -255,7 +347,7 @@ impl StackTemplate {
         }
     }
 
-    fn function(
+    fn intrinsic_function(
         &self,
         function: &str,
         argument: &Value,
@@ -389,7 +481,10 @@ impl StackTemplate {
             {
                 out.push_str(&self.attribute(resource, attribute)?);
             } else {
-                out.push_str(&self.reference(name)?);
+                let value = self.reference(name).map_err(|e| {
+                    self.error(format!("${{{name}}} in {text:?} has no value: {e}"))
+                })?;
+                out.push_str(&value);
             }
             rest = &after[end + 1..];
         }
@@ -401,6 +496,12 @@ impl StackTemplate {
     pub fn reference(&self, name: &str) -> Result<String, TestSupportError> {
         if let Some(v) = self.parameters.get(name) {
             return Ok(v.clone());
+        }
+        if let Some(bound) = &self.bound {
+            return bound
+                .get(name)
+                .map(|b| b.reference.clone())
+                .ok_or_else(|| self.error(format!("Ref {name}: not created locally")));
         }
         if self
             .doc
@@ -432,6 +533,17 @@ impl StackTemplate {
 
     /// `Fn::GetAtt resource.attribute`.
     pub fn attribute(&self, resource: &str, attribute: &str) -> Result<String, TestSupportError> {
+        if let Some(bound) = &self.bound {
+            return bound
+                .get(resource)
+                .and_then(|b| b.attributes.get(attribute))
+                .cloned()
+                .ok_or_else(|| {
+                    self.error(format!(
+                        "GetAtt {resource}.{attribute}: not created locally"
+                    ))
+                });
+        }
         self.deployed(resource)?;
         let kind = self.resource_type(resource)?;
         let (partition, region, account) = (
@@ -524,7 +636,7 @@ impl StackTemplate {
 
 /// `(function, argument)` of an intrinsic in short (`!Sub x`) or long (`Fn::Sub: x`,
 /// `Ref: x`, `Condition: x`) form.
-fn intrinsic(value: &Value) -> Option<(String, &Value)> {
+pub(crate) fn intrinsic(value: &Value) -> Option<(String, &Value)> {
     match value {
         Value::Tagged(tagged) => {
             let tag = tagged.tag.to_string();
@@ -556,6 +668,7 @@ Conditions:
   DefaultName: !Equals [!Ref Name, ""]
   Custom: !Not [!Condition DefaultName]
   Both: !And [!Condition DefaultName, !Equals [!Ref Stage, test]]
+  Either: { "Fn::Or": [ { "Condition": "Custom" }, { "Fn::Equals": [x, y] } ] }
 Resources:
   Table:
     Type: AWS::DynamoDB::Table
@@ -612,6 +725,7 @@ Resources:
         assert_eq!(s("E"), Value::Sequence(vec![Value::String("one".into())]));
         assert_eq!(s("F"), Value::String("t-test/eu-west-1".into()));
         assert!(t.condition("Both").unwrap());
+        assert!(!t.condition("Either").unwrap());
         // The queue is not created while the condition is false: naming it is an error.
         assert!(prop(&t, "G").is_err());
         assert_eq!(

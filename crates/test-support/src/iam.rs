@@ -363,23 +363,8 @@ pub fn function_wiring(
     template: &StackTemplate,
     binary: &str,
 ) -> Result<FunctionWiring, TestSupportError> {
-    let (logical_id, function) = template
-        .resources()
-        .into_iter()
-        .find(|(_, r)| {
-            r.get("Type").and_then(Value::as_str) == Some("AWS::Serverless::Function")
-                && r.get("Metadata")
-                    .and_then(|m| m.get("BuildProperties"))
-                    .and_then(|b| b.get("Binary"))
-                    .and_then(Value::as_str)
-                    == Some(binary)
-        })
-        .ok_or_else(|| template.error(format!("no function with binary {binary}")))?;
-    if !template.is_deployed(&logical_id)? {
-        return Err(template.error(format!(
-            "{logical_id} is not deployed under these parameters (its Condition is false)"
-        )));
-    }
+    let logical_id = template.function(binary)?.logical_id;
+    let function = template.resource(&logical_id)?;
     let props = function
         .get("Properties")
         .ok_or_else(|| template.error(format!("{logical_id} has no Properties")))?;

@@ -7,6 +7,7 @@
 
 pub mod cfn;
 pub mod error;
+pub mod functions;
 pub mod iam;
 pub mod moto;
 pub mod queues;
@@ -16,6 +17,7 @@ pub mod template;
 
 pub use cfn::StackTemplate;
 pub use error::TestSupportError;
+pub use functions::{EventSource, FunctionSpec, parse_rate};
 pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};
 pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_root};
 pub use queues::{
@@ -28,8 +30,8 @@ pub use tables::{
     describe_table_spec, profile_table_spec, subscribers_table_spec, usage_table_spec,
 };
 pub use template::{
-    TemplateOptions, TemplateTable, create_tables_from_template, event_rule_detail_types,
-    tables_in_template, workspace_templates,
+    TemplateOptions, TemplateTable, create_tables, create_tables_from_template,
+    event_rule_detail_types, tables_in_template, workspace_templates,
 };
 
 /// The simulator crate, re-exported so tests configure it without another dependency.

@@ -1,8 +1,8 @@
 //! Tables straight from a CloudFormation template: reads every `AWS::DynamoDB::Table`
 //! resource (keys, attribute types, GSIs and projections) so tests run on exactly the
-//! definitions that get deployed. Short-form tags (`!Sub`, `!Ref`) and their long
-//! forms resolve against parameters: the template's own defaults, AWS pseudo
-//! parameters, then the caller's values; a per-logical-id name override wins over all.
+//! definitions that get deployed. Values resolve through the one template reader
+//! ([`StackTemplate`]): the template's own defaults, AWS pseudo parameters, then the
+//! caller's values; a per-logical-id name override wins over all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use aws_sdk_dynamodb::Client;
 use serde_norway::Value;
 
+use crate::cfn::StackTemplate;
 use crate::error::TestSupportError;
 use crate::tables::{IndexProjection, IndexSpec, KeyAttr, TableSpec, create_table};
 
@@ -49,99 +50,93 @@ pub struct TemplateTable {
     pub spec: TableSpec,
 }
 
-struct Reader<'a> {
-    path: &'a Path,
-    parameters: BTreeMap<String, String>,
-}
-
-impl Reader<'_> {
-    fn error(&self, message: impl Into<String>) -> TestSupportError {
-        TestSupportError::Template {
-            path: self.path.to_path_buf(),
-            message: message.into(),
+impl StackTemplate {
+    /// Every `AWS::DynamoDB::Table` resource (whatever its `Condition`), its name
+    /// resolved, or `names`' override for its logical id.
+    pub fn tables(
+        &self,
+        names: &BTreeMap<String, String>,
+    ) -> Result<Vec<TemplateTable>, TestSupportError> {
+        if self.section("Resources").is_none() {
+            return Err(self.error("no Resources section"));
         }
-    }
-
-    /// A string property: literal, `!Ref`, `!Sub` (string or `[string, vars]`), or the
-    /// long forms `{Ref: ..}` / `{Fn::Sub: ..}`.
-    fn string(&self, value: &Value, what: &str) -> Result<String, TestSupportError> {
-        match value {
-            Value::String(s) => Ok(s.clone()),
-            Value::Number(n) => Ok(n.to_string()),
-            Value::Tagged(tagged) if tagged.tag == "Ref" => self.reference(&tagged.value, what),
-            Value::Tagged(tagged) if tagged.tag == "Sub" => self.sub(&tagged.value, what),
-            Value::Mapping(map) if map.len() == 1 => {
-                if let Some(inner) = map.get("Ref") {
-                    self.reference(inner, what)
-                } else if let Some(inner) = map.get("Fn::Sub") {
-                    self.sub(inner, what)
-                } else {
-                    Err(self.error(format!("{what}: unsupported intrinsic {map:?}")))
-                }
-            }
-            other => Err(self.error(format!("{what}: unsupported value {other:?}"))),
-        }
-    }
-
-    fn reference(&self, value: &Value, what: &str) -> Result<String, TestSupportError> {
-        let Value::String(name) = value else {
-            return Err(self.error(format!("{what}: !Ref of a non-string {value:?}")));
-        };
-        self.parameters.get(name).cloned().ok_or_else(|| {
-            self.error(format!(
-                "{what}: !Ref {name} has no value (give it a Default, or pass it with \
-                 TemplateOptions::parameter)"
-            ))
-        })
-    }
-
-    fn sub(&self, value: &Value, what: &str) -> Result<String, TestSupportError> {
-        let (text, vars) = match value {
-            Value::String(s) => (s.as_str(), BTreeMap::new()),
-            Value::Sequence(items) if items.len() == 2 => {
-                let Value::String(s) = &items[0] else {
-                    return Err(self.error(format!("{what}: !Sub list needs a string first")));
-                };
-                let Value::Mapping(map) = &items[1] else {
-                    return Err(self.error(format!("{what}: !Sub list needs a map second")));
-                };
-                let mut vars = BTreeMap::new();
-                for (k, v) in map {
-                    let Value::String(k) = k else {
-                        return Err(self.error(format!("{what}: !Sub variable name {k:?}")));
-                    };
-                    vars.insert(k.clone(), self.string(v, what)?);
-                }
-                (s.as_str(), vars)
-            }
-            other => return Err(self.error(format!("{what}: unsupported !Sub {other:?}"))),
-        };
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find('}') else {
-                return Err(self.error(format!("{what}: unclosed ${{ in {text:?}")));
+        let mut tables = Vec::new();
+        for (logical_id, resource) in self.resources_of_type("AWS::DynamoDB::Table") {
+            let what = format!("resource {logical_id}");
+            let props = self.field(resource, "Properties", &what)?;
+            let name = match names.get(&logical_id) {
+                Some(name) => name.clone(),
+                None => match props.get("TableName") {
+                    Some(value) => self.string(value, &format!("{what} TableName"))?,
+                    None => {
+                        return Err(self.error(format!(
+                            "{what} has no TableName: pass TemplateOptions::name(\"{logical_id}\", ..)"
+                        )));
+                    }
+                },
             };
-            let name = &after[..end];
-            if let Some(literal) = name.strip_prefix('!') {
-                // `${!Name}` is CloudFormation's escape for a literal `${Name}`.
-                out.push_str("${");
-                out.push_str(literal);
-                out.push('}');
-            } else if let Some(v) = vars.get(name).or_else(|| self.parameters.get(name)) {
-                out.push_str(v);
-            } else {
-                return Err(self.error(format!(
-                    "{what}: ${{{name}}} in {text:?} has no value (give the parameter a \
-                     Default, pass it with TemplateOptions::parameter, or override the name)"
-                )));
+            let mut kinds = BTreeMap::new();
+            for def in self.list(props.get("AttributeDefinitions"), &what)? {
+                let attr = self.string(self.field(def, "AttributeName", &what)?, &what)?;
+                let kind = self.string(self.field(def, "AttributeType", &what)?, &what)?;
+                kinds.insert(attr, kind);
             }
-            rest = &after[end + 1..];
+            let (hash, range) = self.keys(props.get("KeySchema"), &kinds, &what)?;
+            if props.get("LocalSecondaryIndexes").is_some() {
+                return Err(self.error(format!("{what}: LocalSecondaryIndexes are not supported")));
+            }
+            let mut indexes = Vec::new();
+            for gsi in self.list(props.get("GlobalSecondaryIndexes"), &what)? {
+                indexes.push(self.index(gsi, &kinds, &what)?);
+            }
+            tables.push(TemplateTable {
+                logical_id,
+                spec: TableSpec {
+                    name,
+                    hash,
+                    range,
+                    indexes,
+                }
+                .normalized(),
+            });
         }
-        out.push_str(rest);
-        Ok(out)
+        Ok(tables)
+    }
+
+    fn index(
+        &self,
+        gsi: &Value,
+        kinds: &BTreeMap<String, String>,
+        what: &str,
+    ) -> Result<IndexSpec, TestSupportError> {
+        let index_name = self.string(self.field(gsi, "IndexName", what)?, what)?;
+        let index_what = format!("{what} index {index_name}");
+        let (hash, range) = self.keys(gsi.get("KeySchema"), kinds, &index_what)?;
+        let projection = self.field(gsi, "Projection", &index_what)?;
+        let non_key = self
+            .list(projection.get("NonKeyAttributes"), &index_what)?
+            .iter()
+            .map(|v| self.string(v, &index_what))
+            .collect::<Result<Vec<_>, _>>()?;
+        let projection_type = match projection.get("ProjectionType") {
+            Some(v) => self.string(v, &index_what)?,
+            None if non_key.is_empty() => "KEYS_ONLY".to_string(),
+            None => "INCLUDE".to_string(),
+        };
+        let projection = match projection_type.as_str() {
+            "ALL" => IndexProjection::All,
+            "KEYS_ONLY" => IndexProjection::KeysOnly,
+            "INCLUDE" => IndexProjection::Include(non_key),
+            other => {
+                return Err(self.error(format!("{index_what}: ProjectionType {other:?}")));
+            }
+        };
+        Ok(IndexSpec {
+            name: index_name,
+            hash,
+            range,
+            projection,
+        })
     }
 
     fn list<'v>(
@@ -199,120 +194,20 @@ pub fn tables_in_template(
     path: &Path,
     options: &TemplateOptions,
 ) -> Result<Vec<TemplateTable>, TestSupportError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TestSupportError::Template {
-        path: path.to_path_buf(),
-        message: format!("cannot read: {e}"),
-    })?;
-    let doc: Value = serde_norway::from_str(&text).map_err(|e| TestSupportError::Template {
-        path: path.to_path_buf(),
-        message: format!("not valid YAML: {e}"),
-    })?;
+    StackTemplate::load_with(path, options.parameters.clone())?.tables(&options.names)
+}
 
-    let mut parameters: BTreeMap<String, String> = [
-        ("AWS::Region", "us-east-1"),
-        ("AWS::AccountId", "123456789012"),
-        ("AWS::StackName", "awsmp-test"),
-        ("AWS::Partition", "aws"),
-        ("AWS::URLSuffix", "amazonaws.com"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    if let Some(Value::Mapping(params)) = doc.get("Parameters") {
-        for (name, param) in params {
-            let (Value::String(name), Some(default)) = (name, param.get("Default")) else {
-                continue;
-            };
-            let default = match default {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                _ => continue,
-            };
-            parameters.insert(name.clone(), default);
-        }
+/// Creates `tables` on `client`; returns logical id -> table name.
+pub async fn create_tables(
+    client: &Client,
+    tables: &[TemplateTable],
+) -> Result<BTreeMap<String, String>, TestSupportError> {
+    let mut created = BTreeMap::new();
+    for table in tables {
+        create_table(client, &table.spec).await?;
+        created.insert(table.logical_id.clone(), table.spec.name.clone());
     }
-    parameters.extend(options.parameters.clone());
-    let reader = Reader { path, parameters };
-
-    let Some(Value::Mapping(resources)) = doc.get("Resources") else {
-        return Err(reader.error("no Resources section"));
-    };
-    let mut tables = Vec::new();
-    for (logical_id, resource) in resources {
-        let Value::String(logical_id) = logical_id else {
-            continue;
-        };
-        if resource.get("Type").and_then(Value::as_str) != Some("AWS::DynamoDB::Table") {
-            continue;
-        }
-        let what = format!("resource {logical_id}");
-        let props = reader.field(resource, "Properties", &what)?;
-        let name = match options.names.get(logical_id) {
-            Some(name) => name.clone(),
-            None => match props.get("TableName") {
-                Some(value) => reader.string(value, &format!("{what} TableName"))?,
-                None => {
-                    return Err(reader.error(format!(
-                        "{what} has no TableName: pass TemplateOptions::name(\"{logical_id}\", ..)"
-                    )));
-                }
-            },
-        };
-        let mut kinds = BTreeMap::new();
-        for def in reader.list(props.get("AttributeDefinitions"), &what)? {
-            let attr = reader.string(reader.field(def, "AttributeName", &what)?, &what)?;
-            let kind = reader.string(reader.field(def, "AttributeType", &what)?, &what)?;
-            kinds.insert(attr, kind);
-        }
-        let (hash, range) = reader.keys(props.get("KeySchema"), &kinds, &what)?;
-        if props.get("LocalSecondaryIndexes").is_some() {
-            return Err(reader.error(format!("{what}: LocalSecondaryIndexes are not supported")));
-        }
-        let mut indexes = Vec::new();
-        for gsi in reader.list(props.get("GlobalSecondaryIndexes"), &what)? {
-            let index_name = reader.string(reader.field(gsi, "IndexName", &what)?, &what)?;
-            let index_what = format!("{what} index {index_name}");
-            let (index_hash, index_range) =
-                reader.keys(gsi.get("KeySchema"), &kinds, &index_what)?;
-            let projection = reader.field(gsi, "Projection", &index_what)?;
-            let non_key = reader
-                .list(projection.get("NonKeyAttributes"), &index_what)?
-                .iter()
-                .map(|v| reader.string(v, &index_what))
-                .collect::<Result<Vec<_>, _>>()?;
-            let projection_type = match projection.get("ProjectionType") {
-                Some(v) => reader.string(v, &index_what)?,
-                None if non_key.is_empty() => "KEYS_ONLY".to_string(),
-                None => "INCLUDE".to_string(),
-            };
-            let projection = match projection_type.as_str() {
-                "ALL" => IndexProjection::All,
-                "KEYS_ONLY" => IndexProjection::KeysOnly,
-                "INCLUDE" => IndexProjection::Include(non_key),
-                other => {
-                    return Err(reader.error(format!("{index_what}: ProjectionType {other:?}")));
-                }
-            };
-            indexes.push(IndexSpec {
-                name: index_name,
-                hash: index_hash,
-                range: index_range,
-                projection,
-            });
-        }
-        tables.push(TemplateTable {
-            logical_id: logical_id.clone(),
-            spec: TableSpec {
-                name,
-                hash,
-                range,
-                indexes,
-            }
-            .normalized(),
-        });
-    }
-    Ok(tables)
+    Ok(created)
 }
 
 /// Creates every table of the template on `client`; returns logical id -> table name.
@@ -321,12 +216,7 @@ pub async fn create_tables_from_template(
     path: &Path,
     options: &TemplateOptions,
 ) -> Result<BTreeMap<String, String>, TestSupportError> {
-    let mut created = BTreeMap::new();
-    for table in tables_in_template(path, options)? {
-        create_table(client, &table.spec).await?;
-        created.insert(table.logical_id, table.spec.name);
-    }
-    Ok(created)
+    create_tables(client, &tables_in_template(path, options)?).await
 }
 
 /// The `detail-type` list of the `EventPattern` of the `AWS::Events::Rule` resource
@@ -335,17 +225,9 @@ pub fn event_rule_detail_types(
     path: &Path,
     logical_id: &str,
 ) -> Result<Vec<String>, TestSupportError> {
-    let error = |message: String| TestSupportError::Template {
-        path: path.to_path_buf(),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
-    let doc: Value =
-        serde_norway::from_str(&text).map_err(|e| error(format!("not valid YAML: {e}")))?;
-    let resource = doc
-        .get("Resources")
-        .and_then(|r| r.get(logical_id))
-        .ok_or_else(|| error(format!("no resource {logical_id}")))?;
+    let template = StackTemplate::load(path, &[])?;
+    let error = |message: String| template.error(message);
+    let resource = template.resource(logical_id)?;
     if resource.get("Type").and_then(Value::as_str) != Some("AWS::Events::Rule") {
         return Err(error(format!("{logical_id} is not an AWS::Events::Rule")));
     }
