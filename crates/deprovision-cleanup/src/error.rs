@@ -5,18 +5,7 @@ use awsmp_aws::lambda::{FunctionError, diagnostic};
 use awsmp_core::ports::PortError;
 use lambda_runtime::Diagnostic;
 
-use crate::CleanupReport;
-
-/// One row that could not be closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowFailure {
-    /// Partition key.
-    pub license_arn: String,
-    /// Sort key.
-    pub account: String,
-    /// What went wrong.
-    pub message: String,
-}
+use crate::{CleanupReport, RowFailure};
 
 /// A run that did not finish its work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

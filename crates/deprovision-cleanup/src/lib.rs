@@ -1,10 +1,9 @@
-//! The deprovision-cleanup Lambda (events stack, `rate(15 minutes)`): finds the
-//! subscribers still `deprovisioning` through the sparse deprovisioning index (never a
-//! scan) and sets `subscriptionStatus=inactive` on those whose `deprovisioningExpiry`
-//! has passed ([`awsmp_core::lifecycle::expire_deprovisioning`]). Each write is
-//! conditional on the version read, so a concurrent event is never overwritten and a
-//! second run finds nothing left to do. "Now" is the scheduled event's `time`, so any
-//! run can be replayed; without one, the clock.
+//! The deprovision-cleanup Lambda (events stack, `rate(15 minutes)`): runs the use
+//! case [`awsmp_core::pipeline::deprovision`] (every subscriber still `deprovisioning`
+//! whose `deprovisioningExpiry` has passed is set `subscriptionStatus=inactive`, each
+//! write conditional on the version read) and fails the invocation, for the error
+//! metric and its alarm, when a row could not be closed. "Now" is the scheduled event's
+//! `time`, so any run can be replayed; without one, the clock.
 
 pub mod error;
 
@@ -13,20 +12,17 @@ use std::sync::Arc;
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_aws::lambda::{ConfigError, EnvReader, process_env, scheduled_now};
-use awsmp_core::lifecycle::expire_deprovisioning;
-use awsmp_core::model::Subscriber;
 use awsmp_core::ports::{Clock, SubscriberStore};
-use awsmp_core::time::{Instant, format_instant};
+use awsmp_core::time::Instant;
 use lambda_runtime::LambdaEvent;
-use serde::Serialize;
 
-pub use error::{CleanupError, RowFailure};
+pub use awsmp_core::pipeline::deprovision::{
+    CleanupReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
+};
+pub use error::CleanupError;
 
 /// Every variable the template sets for this function.
 pub const ENV_VARS: &[&str] = &["SUBSCRIBERS_TABLE"];
-
-/// Most write attempts per row when a concurrent writer keeps moving its version.
-pub const MAX_WRITE_ATTEMPTS: usize = 3;
 
 /// The deprovision-cleanup function's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,22 +70,6 @@ impl State {
     }
 }
 
-/// What one run did (the function's response, and its summary log line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CleanupReport {
-    /// The instant the expiries were compared with.
-    pub now: String,
-    /// Rows found deprovisioning.
-    pub deprovisioning: usize,
-    /// Rows set to `inactive` by this run.
-    pub closed: usize,
-    /// Rows whose window is still open.
-    pub still_open: usize,
-    /// Rows another writer changed meanwhile so that there was nothing left to close.
-    pub changed_meanwhile: usize,
-}
-
 /// The Lambda entry point for the scheduled event.
 pub async fn handler(
     state: &State,
@@ -98,32 +78,15 @@ pub async fn handler(
     run(state, scheduled_now(&event.payload, state.clock.as_ref())).await
 }
 
-/// Closes every deprovisioning row whose window ended at or before `now`.
+/// Closes every deprovisioning row whose window ended at or before `now`
+/// ([`close_expired`]).
 ///
 /// A failing row does not stop the others; the run then fails with every failure
 /// listed (the next run retries them, since they are still in the index).
 pub async fn run(state: &State, now: Instant) -> Result<CleanupReport, CleanupError> {
-    let rows = state
-        .subscribers
-        .deprovisioning()
+    let (report, failures) = close_expired(state.subscribers.as_ref(), now)
         .await
         .map_err(CleanupError::Index)?;
-    let mut report = CleanupReport {
-        now: format_instant(now),
-        deprovisioning: rows.len(),
-        closed: 0,
-        still_open: 0,
-        changed_meanwhile: 0,
-    };
-    let mut failures = Vec::new();
-    for row in rows {
-        match close_row(state, row, now).await {
-            Ok(RowResult::Closed) => report.closed += 1,
-            Ok(RowResult::StillOpen) => report.still_open += 1,
-            Ok(RowResult::ChangedMeanwhile) => report.changed_meanwhile += 1,
-            Err(failure) => failures.push(failure),
-        }
-    }
     if failures.is_empty() {
         tracing::info!(
             now = %report.now,
@@ -137,55 +100,6 @@ pub async fn run(state: &State, now: Instant) -> Result<CleanupReport, CleanupEr
     } else {
         Err(CleanupError::RowsFailed { report, failures })
     }
-}
-
-enum RowResult {
-    Closed,
-    StillOpen,
-    ChangedMeanwhile,
-}
-
-async fn close_row(state: &State, row: Subscriber, now: Instant) -> Result<RowResult, RowFailure> {
-    let license = row.license_arn.clone();
-    let account = row.customer_aws_account_id.clone();
-    let failure = |message: String| RowFailure {
-        license_arn: license.clone(),
-        account: account.clone(),
-        message,
-    };
-    let mut current = row;
-    for attempt in 1..=MAX_WRITE_ATTEMPTS {
-        let Some(next) = expire_deprovisioning(&current, now) else {
-            return Ok(if attempt == 1 {
-                RowResult::StillOpen
-            } else {
-                RowResult::ChangedMeanwhile
-            });
-        };
-        match state.subscribers.put_lifecycle(&next, now).await {
-            Ok(true) => {
-                tracing::info!(
-                    license = %license,
-                    account = %account,
-                    expiry = next.deprovisioning_expiry.map(format_instant),
-                    "final-usage window closed: subscription inactive"
-                );
-                return Ok(RowResult::Closed);
-            }
-            Ok(false) => {
-                tracing::debug!(license = %license, account = %account, attempt, "version conflict: re-reading the row");
-                match state.subscribers.get(&license, &account).await {
-                    Ok(Some(fresh)) => current = fresh,
-                    Ok(None) => return Ok(RowResult::ChangedMeanwhile),
-                    Err(e) => return Err(failure(e.to_string())),
-                }
-            }
-            Err(e) => return Err(failure(e.to_string())),
-        }
-    }
-    Err(failure(format!(
-        "the row kept changing under {MAX_WRITE_ATTEMPTS} write attempts"
-    )))
 }
 
 #[cfg(test)]

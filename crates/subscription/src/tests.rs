@@ -138,52 +138,52 @@ async fn every_aws_example_event_type() {
     // (event, outcome on a row created by License Updated at 10:00, agreement, subscription)
     use AgreementStatus as A;
     use SubscriptionStatus as S;
-    let cases: Vec<(&str, MessageOutcome, Option<A>, Option<S>)> = vec![
+    let cases: Vec<(&str, EventOutcome, Option<A>, Option<S>)> = vec![
         (
             UPDATED,
-            MessageOutcome::Written(1),
+            EventOutcome::Written(1),
             Some(A::Active),
             Some(S::Active),
         ),
         (
             DEPROVISIONED,
-            MessageOutcome::Written(1),
+            EventOutcome::Written(1),
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             ENDED_M,
-            MessageOutcome::Written(1),
+            EventOutcome::Written(1),
             Some(A::Inactive),
             Some(S::Active),
         ),
         (
             ENDED_P,
-            MessageOutcome::Written(1),
+            EventOutcome::Written(1),
             Some(A::Inactive),
             Some(S::Active),
         ),
         (
             AMENDED_M,
-            MessageOutcome::Unchanged,
+            EventOutcome::Unchanged,
             Some(A::Active),
             Some(S::Active),
         ),
         (
             AMENDED_P,
-            MessageOutcome::Unchanged,
+            EventOutcome::Unchanged,
             Some(A::Active),
             Some(S::Active),
         ),
         (
             CREATED_M,
-            MessageOutcome::Ignored,
+            EventOutcome::Ignored,
             Some(A::Active),
             Some(S::Active),
         ),
         (
             CREATED_P,
-            MessageOutcome::Ignored,
+            EventOutcome::Ignored,
             Some(A::Active),
             Some(S::Active),
         ),
@@ -387,7 +387,7 @@ async fn amended_without_a_row_is_acknowledged() {
     )
     .await
     .unwrap();
-    assert_eq!(outcome, MessageOutcome::NoMatchingRow);
+    assert_eq!(outcome, EventOutcome::NoMatchingRow);
     assert!(store.rows().is_empty());
 }
 
@@ -414,7 +414,7 @@ async fn agreement_events_apply_to_every_row_of_the_agreement_for_that_buyer() {
     )
     .await
     .unwrap();
-    assert_eq!(outcome, MessageOutcome::Written(2));
+    assert_eq!(outcome, EventOutcome::Written(2));
     let statuses: Vec<_> = store
         .rows()
         .into_iter()
@@ -621,7 +621,7 @@ async fn endless_contention_fails_the_message_for_redelivery() {
     let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
     let outcome = handle_message(&state, "m", Some(&body)).await;
     assert!(
-        matches!(outcome, Err(MessageError::Contention { attempts, .. }) if attempts == MAX_WRITE_ATTEMPTS)
+        matches!(outcome, Err(EventError::Contention { attempts, .. }) if attempts == MAX_WRITE_ATTEMPTS)
     );
 }
 

@@ -1,5 +1,6 @@
-//! The metering use cases each Lambda runs over the ports: discover, aggregate, clean
-//! up, submit. Pure orchestration: every decision comes from the domain modules, every
+//! The use cases each Lambda runs over the ports: discover, aggregate, clean up,
+//! submit (main stack); apply a Marketplace event, close expired deprovisioning
+//! windows (events stack). Pure orchestration: every decision comes from the domain modules, every
 //! effect goes through a `&dyn Port`, and each is tested with the in-memory ports.
 //!
 //! Which function writes each status transition: the map in ARCHITECTURE.md
@@ -8,11 +9,14 @@
 pub mod aggregation;
 pub mod budget;
 pub mod cleanup;
+pub mod deprovision;
 pub mod discover;
 pub mod error;
 pub mod pacing;
 pub mod retry;
 pub mod submit;
+pub mod subscribers;
+pub mod subscription;
 
 use chrono::Timelike;
 
