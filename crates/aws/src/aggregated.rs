@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update as TxUpdate};
-use awsmp_core::items::{OPTIONAL_RECORD_ATTRS, aggregated_item, check_commit};
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawStatus, attr};
+use awsmp_core::items::{CommitWrite, OPTIONAL_RECORD_ATTRS, aggregated_item};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
 use awsmp_core::ports::{
     AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
@@ -19,7 +19,8 @@ use crate::error::{
 };
 use crate::item::page::one_page;
 use crate::item::{
-    DynamoItem, Reader, Update, instant, n, not_live_filter, s, stamp_attrs, to_dynamo_item,
+    DynamoItem, Reader, Update, attr_to_dynamo, instant, n, not_live_filter, s, stamp_attrs,
+    to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -448,14 +449,14 @@ impl AggregatedStore for DynamoAggregatedStore {
         )
     )]
     async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
-        check_commit(commit).map_err(|e| e.port_error("commit"))?;
+        let write = CommitWrite::new(commit).map_err(|e| e.port_error("commit"))?;
         let record = &commit.record;
         let row_count = commit.claimed_rows.len();
         let mut items = Vec::with_capacity(row_count + 1);
 
         match commit.expected_version {
             None => {
-                let mut item = record_item(record)?;
+                let mut item = to_dynamo_item(&write.record)?;
                 item.insert(attr::RAW_ROW_COUNT.to_string(), n(row_count));
                 stamp_attrs(&mut item, commit.now);
                 let put = Put::builder()
@@ -469,7 +470,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             }
             Some(expected) => {
                 let mut update = Update::new();
-                let item = record_item(record)?;
+                let item = to_dynamo_item(&write.record)?;
                 for (name, value) in &item {
                     if name != attr::LICENSE_ARN && name != attr::AGGREGATED_SORT_KEY {
                         update.set(name, value.clone());
@@ -509,21 +510,17 @@ impl AggregatedStore for DynamoAggregatedStore {
             }
         }
 
-        let claim = s(record.key.aggregated_sort_key());
         for (license_arn, sort_key) in &commit.claimed_rows {
             // Counted and finalized at once: the row leaves the pending index in the
-            // transaction that adds it to the record (no per-row cleanup write).
+            // transaction that adds it to the record (no per-row cleanup write). The
+            // condition reads the item before the update.
             let mut update = Update::new();
-            update
-                .set(attr::AGGREGATED_INTO, claim.clone())
-                .set(attr::METERING_STATUS, s(RawStatus::Aggregated.as_str()))
-                .remove(attr::METERING_STATUS_REASON)
-                .expiry(commit.rows_expire_at)
-                .stamp(commit.now);
+            for (name, value) in &write.row_changes {
+                update.set_or_remove(name, value.as_ref().map(attr_to_dynamo).transpose()?);
+            }
+            update.stamp(commit.now);
             let pending = update.name(attr::METERING_PENDING);
             let claimed = update.name(attr::AGGREGATED_INTO);
-            // The condition reads the item before the update removes the marker.
-            update.remove(attr::METERING_PENDING);
             let tx = TxUpdate::builder()
                 .table_name(&self.usage_table)
                 .key(attr::LICENSE_ARN, s(license_arn))

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 
 use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
-use crate::model::{AggregatedRecord, Allocation, Attr, RawUsageRow, attr};
+use crate::model::{AggregatedRecord, Allocation, Attr, RawStatus, RawUsageRow, attr};
 use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT, NewUsageRow, PortError};
 use crate::stamp::AuditStamp;
 use crate::time::{HourBucket, Instant, format_instant};
@@ -353,6 +353,55 @@ pub fn check_commit(commit: &AggregationCommit) -> Result<(), ItemError> {
         return Err(ItemError::RepeatedRow);
     }
     Ok(())
+}
+
+/// One aggregation commit's writes, shaped and checked once for both stores: the
+/// record's item and the change every claimed row gets (counted and final at once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitWrite {
+    /// The record as the commit leaves it, keys included ([`aggregated_item`]; the
+    /// store adds `rawRowCount` and the audit stamps).
+    pub record: BTreeMap<String, Attr>,
+    /// What each claimed row's update sets (`Some`) or removes (`None`), audit stamps
+    /// aside: `aggregatedInto` = the record's sort key, `meteringStatus` =
+    /// `Aggregated`, no `meteringStatusReason`, `expiresAt` as the commit says, no
+    /// `meteringPending` (it leaves the pending index).
+    pub row_changes: Vec<(&'static str, Option<Attr>)>,
+}
+
+impl CommitWrite {
+    /// The writes of `commit`, refused as [`check_commit`] refuses (more rows than one
+    /// transaction holds, or one row named twice).
+    pub fn new(commit: &AggregationCommit) -> Result<Self, ItemError> {
+        check_commit(commit)?;
+        let row_changes = vec![
+            (
+                attr::AGGREGATED_INTO,
+                Some(Attr::S(commit.record.key.aggregated_sort_key())),
+            ),
+            (
+                attr::METERING_STATUS,
+                Some(Attr::S(RawStatus::Aggregated.as_str().to_string())),
+            ),
+            (attr::METERING_STATUS_REASON, None),
+            (attr::EXPIRES_AT, commit.rows_expire_at.map(expiry_attr)),
+            (attr::METERING_PENDING, None),
+        ];
+        Ok(CommitWrite {
+            record: aggregated_item(&commit.record),
+            row_changes,
+        })
+    }
+
+    /// Applies [`CommitWrite::row_changes`] to a row's attributes (the in-memory store).
+    pub fn count_row(&self, attrs: &mut BTreeMap<String, Attr>) {
+        for (name, value) in &self.row_changes {
+            match value {
+                Some(value) => attrs.insert((*name).to_string(), value.clone()),
+                None => attrs.remove(*name),
+            };
+        }
+    }
 }
 
 #[cfg(test)]

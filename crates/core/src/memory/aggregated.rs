@@ -8,10 +8,8 @@ use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, aggregated_key};
 use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
-use crate::items::{aggregated_item, check_commit, set_expiry};
-use crate::model::{
-    AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawStatus, RawUsageRow, attr,
-};
+use crate::items::{CommitWrite, aggregated_item, set_expiry};
+use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
@@ -118,16 +116,8 @@ pub async fn claim_read(
 
 /// A raw row counted into the record whose sort key is `claim`, and finalized in the
 /// same write: `aggregatedInto`, `Aggregated`, out of the pending index, `expiresAt`.
-fn count_row(row: &mut RawUsageRow, claim: &Attr, stamp: &AuditStamp, expires_at: Option<Instant>) {
-    row.attrs
-        .insert(attr::AGGREGATED_INTO.to_string(), claim.clone());
-    row.attrs.insert(
-        attr::METERING_STATUS.to_string(),
-        Attr::S(RawStatus::Aggregated.as_str().to_string()),
-    );
-    row.attrs.remove(attr::METERING_STATUS_REASON);
-    row.attrs.remove(attr::METERING_PENDING);
-    set_expiry(&mut row.attrs, expires_at);
+fn count_row(row: &mut RawUsageRow, write: &CommitWrite, stamp: &AuditStamp) {
+    write.count_row(&mut row.attrs);
     stamp.apply(&mut row.attrs);
 }
 
@@ -255,14 +245,13 @@ impl AggregatedStore for MemoryAggregatedStore {
 
     async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
         self.tables.faults.check(StoreOp::AggregatedCommit)?;
-        check_commit(commit).map_err(|e| e.port_error("commit"))?;
+        let write = CommitWrite::new(commit).map_err(|e| e.port_error("commit"))?;
 
         let mut state = lock(&self.tables.state);
         let record_key = aggregated_key(&commit.record.key);
         // The transaction as DynamoDB would size it, each item as it would be after
         // the write; refused whole, before any condition, when over a limit.
         let stamp = AuditStamp::at(commit.now);
-        let claim = Attr::S(record_key.1.clone());
         let mut sizes = Vec::with_capacity(commit.claimed_rows.len() + 1);
         let stored_stamp = state.aggregated.get(&record_key).map(|s| &s.stamp);
         let record_stamp = AuditStamp {
@@ -286,7 +275,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                     sort_key: sort_key.clone(),
                     attrs: BTreeMap::new(),
                 });
-            count_row(&mut row, &claim, &stamp, commit.rows_expire_at);
+            count_row(&mut row, &write, &stamp);
             let bytes = raw_row_size(&row);
             check_item(format_args!("{license_arn}/{sort_key}"), bytes)
                 .map_err(|e| e.port_error("commit"))?;
@@ -316,7 +305,7 @@ impl AggregatedStore for MemoryAggregatedStore {
 
         for key in &commit.claimed_rows {
             if let Some(row) = state.usage.get_mut(key) {
-                count_row(row, &claim, &stamp, commit.rows_expire_at);
+                count_row(row, &write, &stamp);
             }
         }
         // The record stays pending: no expiry (a fold removes any it carried).
