@@ -19,7 +19,8 @@ use std::time::Instant as WallClock;
 
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::MemoryTables;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use awsmp_core::memory::fixtures::pending_record;
+use awsmp_core::model::GroupKey;
 use awsmp_core::ports::{
     AggregatedStore, MeteringApi, MeteringError, MeteringRecord, RecordVerdict,
 };
@@ -76,26 +77,17 @@ async fn seed_records(
             } else {
                 dimension
             };
-            let record = AggregatedRecord {
-                key: GroupKey {
+            let record = pending_record(
+                GroupKey {
                     license_arn: arn.clone(),
                     customer_aws_account_id: ACCOUNT.to_string(),
                     dimension,
                     hour: HOURS[d % HOURS.len()].parse().unwrap(),
                 },
-                product_code: stack.options.product_code.clone(),
-                quantity: 7,
-                allocations: None,
-                status: AggregatedStatus::Pending,
-                status_reason: None,
-                metering_record_id: None,
-                attempt_count: 0,
-                version: 1,
-                in_flight_until: None,
-                claim_id: None,
-                sent_quantity: None,
-                folding: false,
-            };
+                &stack.options.product_code,
+                7,
+                1,
+            );
             store.put_direct(&record, stack.now()).await.unwrap();
             n += 1;
         }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::MemoryTables;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use awsmp_core::memory::fixtures::pending_record;
+use awsmp_core::model::GroupKey;
 use awsmp_core::ports::AggregatedStore;
 use awsmp_e2e::{Stack, license};
 use awsmp_marketplace_sim::{EntitlementSeed, ProductSeed};
@@ -64,26 +65,17 @@ async fn seed(stack: &Stack, table: &dyn AggregatedStore, product: &str, first_l
                 })
                 .unwrap();
         }
-        let record = AggregatedRecord {
-            key: GroupKey {
+        let record = pending_record(
+            GroupKey {
                 license_arn: arn,
                 customer_aws_account_id: ACCOUNT_A.to_string(),
                 dimension: format!("dim{:03}", n % 25),
                 hour: "2026-11-30T09".parse().unwrap(),
             },
-            product_code: product.to_string(),
-            quantity: 1,
-            allocations: None,
-            status: AggregatedStatus::Pending,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 0,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
-        };
+            product,
+            1,
+            1,
+        );
         table.put_direct(&record, stack.now()).await.unwrap();
     }
 }

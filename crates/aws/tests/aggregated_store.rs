@@ -15,21 +15,7 @@ use awsmp_core::ports::{
 use common::*;
 
 fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
-    AggregatedRecord {
-        key,
-        product_code: "prodcode".into(),
-        quantity,
-        allocations: None,
-        status: AggregatedStatus::Pending,
-        status_reason: None,
-        metering_record_id: None,
-        attempt_count: 0,
-        version,
-        in_flight_until: None,
-        claim_id: None,
-        sent_quantity: None,
-        folding: false,
-    }
+    awsmp_core::memory::fixtures::pending_record(key, "prodcode", quantity, version)
 }
 
 struct World {

@@ -190,19 +190,8 @@ pub fn fold(
             ..record.clone()
         },
         None => AggregatedRecord {
-            key: key.clone(),
-            product_code: product_code.to_string(),
-            quantity,
             allocations,
-            status: AggregatedStatus::Pending,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 0,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
+            ..AggregatedRecord::pending(key.clone(), product_code, quantity)
         },
     })
 }
@@ -444,6 +433,7 @@ fn month_lock_drop(now: Instant) -> Instant {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::memory::fixtures::pending_record;
     use crate::model::{Allocation, Attr, Tag, attr};
     use crate::time::{HourBucket, parse_usage_timestamp};
     use proptest::prelude::*;
@@ -500,19 +490,9 @@ mod tests {
         version: u64,
     ) -> AggregatedRecord {
         AggregatedRecord {
-            key: key(),
-            product_code: PRODUCT.to_string(),
-            quantity,
             allocations,
-            status: AggregatedStatus::Pending,
-            status_reason: None,
-            metering_record_id: None,
             attempt_count: 2,
-            version,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
+            ..pending_record(key(), PRODUCT, quantity, version)
         }
     }
 

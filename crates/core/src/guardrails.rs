@@ -1774,19 +1774,9 @@ mod tests {
         status: AggregatedStatus,
     ) -> AggregatedRecord {
         AggregatedRecord {
-            key: group_key(),
-            product_code: PRODUCT.to_string(),
-            quantity,
             allocations,
             status,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 0,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
+            ..crate::memory::fixtures::pending_record(group_key(), PRODUCT, quantity, 1)
         }
     }
 

@@ -486,6 +486,26 @@ pub struct AggregatedRecord {
 }
 
 impl AggregatedRecord {
+    /// A new group's record: `Pending`, version 1, never claimed or sent, no
+    /// allocations.
+    pub fn pending(key: GroupKey, product_code: impl Into<String>, quantity: i64) -> Self {
+        AggregatedRecord {
+            key,
+            product_code: product_code.into(),
+            quantity,
+            allocations: None,
+            status: AggregatedStatus::Pending,
+            status_reason: None,
+            metering_record_id: None,
+            attempt_count: 0,
+            version: 1,
+            in_flight_until: None,
+            claim_id: None,
+            sent_quantity: None,
+            folding: false,
+        }
+    }
+
     /// Whether the record is still `Pending` (not yet final).
     pub fn is_pending(&self) -> bool {
         self.status == AggregatedStatus::Pending

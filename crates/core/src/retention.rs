@@ -159,21 +159,12 @@ mod tests {
             .insert(attr::EXPIRES_AT.into(), Attr::N("1".into()));
         let reserved = world.put_row(tagged);
         let stranded = world.put(&l, ACCOUNT_A, "old", "2026-11-28T09:00:00Z", 1);
-        let never_sent = crate::model::AggregatedRecord {
-            key: group(&l, ACCOUNT_A, "late", "2026-11-29T09"),
-            product_code: PRODUCT.into(),
-            quantity: 2,
-            allocations: None,
-            status: AggregatedStatus::Pending,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 0,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
-        };
+        let never_sent = crate::memory::fixtures::pending_record(
+            group(&l, ACCOUNT_A, "late", "2026-11-29T09"),
+            PRODUCT,
+            2,
+            1,
+        );
         world
             .tables
             .insert_aggregated(never_sent.clone(), at("2026-11-29T10:00:00Z"));

@@ -180,21 +180,7 @@ fn new_row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
 }
 
 fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
-    AggregatedRecord {
-        key,
-        product_code: "prodcode".into(),
-        quantity,
-        allocations: None,
-        status: AggregatedStatus::Pending,
-        status_reason: None,
-        metering_record_id: None,
-        attempt_count: 0,
-        version,
-        in_flight_until: None,
-        claim_id: None,
-        sent_quantity: None,
-        folding: false,
-    }
+    super::fixtures::pending_record(key, "prodcode", quantity, version)
 }
 
 fn keys(rows: &[&RawUsageRow]) -> Vec<(String, String)> {

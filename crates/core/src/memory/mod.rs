@@ -16,8 +16,7 @@
 mod aggregated;
 pub mod contract;
 mod faults;
-#[cfg(test)]
-mod fixtures;
+pub mod fixtures;
 mod metering;
 mod operator;
 mod page;

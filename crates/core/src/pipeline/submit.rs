@@ -1110,21 +1110,7 @@ mod tests {
     const NOW: &str = "2026-11-30T10:30:00Z";
 
     fn pending(key: &GroupKey, quantity: i64) -> AggregatedRecord {
-        AggregatedRecord {
-            key: key.clone(),
-            product_code: PRODUCT.to_string(),
-            quantity,
-            allocations: None,
-            status: AggregatedStatus::Pending,
-            status_reason: None,
-            metering_record_id: None,
-            attempt_count: 0,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: None,
-            folding: false,
-        }
+        crate::memory::fixtures::pending_record(key.clone(), PRODUCT, quantity, 1)
     }
 
     /// Stores `n` pending records (dimension `d0..`) for license 1 in `hour`, entitled.
