@@ -30,15 +30,12 @@ pub struct StackTemplate {
     path: PathBuf,
     doc: Value,
     parameters: BTreeMap<String, String>,
-    /// `Some` once resources are bound: only these exist, resolving as bound.
-    bound: Option<BTreeMap<String, Bound>>,
-}
-
-/// What a bound resource resolves to.
-#[derive(Debug, Clone, Default)]
-struct Bound {
-    reference: String,
-    attributes: BTreeMap<String, String>,
+    /// Bound resources: logical id -> what its `Ref` resolves to.
+    references: BTreeMap<String, String>,
+    /// Bound attributes: (logical id, attribute) -> value.
+    attributes: BTreeMap<(String, String), String>,
+    /// Whether only bound resources exist ([`StackTemplate::bound`]).
+    bound_only: bool,
 }
 
 fn scalar_text(value: &Value) -> Option<String> {
@@ -101,7 +98,9 @@ impl StackTemplate {
             path: path.to_path_buf(),
             doc,
             parameters: values,
-            bound: None,
+            references: BTreeMap::new(),
+            attributes: BTreeMap::new(),
+            bound_only: false,
         })
     }
 
@@ -109,22 +108,26 @@ impl StackTemplate {
     /// `GetAtt` of any other is an error, whatever its `Condition` (the local stack,
     /// whose resources are the tables and queues it created).
     pub fn bound(mut self) -> Self {
-        self.bound.get_or_insert_with(BTreeMap::new);
+        self.bound_only = true;
         self
     }
 
     /// Binds `logical_id`: its `Ref` is `reference`, its `GetAtt`s are `attributes`
-    /// (and nothing else). Binding switches the template to [`StackTemplate::bound`].
+    /// (and, once [`StackTemplate::bound`], nothing else).
     pub fn bind(&mut self, logical_id: &str, reference: &str, attributes: &[(&str, &str)]) {
-        self.bound.get_or_insert_with(BTreeMap::new).insert(
-            logical_id.to_string(),
-            Bound {
-                reference: reference.to_string(),
-                attributes: attributes
-                    .iter()
-                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                    .collect(),
-            },
+        self.references
+            .insert(logical_id.to_string(), reference.to_string());
+        for (attribute, value) in attributes {
+            self.set_attribute(logical_id, attribute, value);
+        }
+    }
+
+    /// `GetAtt resource.attribute` resolves to `value` (what CloudFormation only knows
+    /// once the resource exists: a distribution's domain name, ...).
+    pub fn set_attribute(&mut self, resource: &str, attribute: &str, value: &str) {
+        self.attributes.insert(
+            (resource.to_string(), attribute.to_string()),
+            value.to_string(),
         );
     }
 
@@ -497,11 +500,11 @@ impl StackTemplate {
         if let Some(v) = self.parameters.get(name) {
             return Ok(v.clone());
         }
-        if let Some(bound) = &self.bound {
-            return bound
-                .get(name)
-                .map(|b| b.reference.clone())
-                .ok_or_else(|| self.error(format!("Ref {name}: not created locally")));
+        if let Some(bound) = self.references.get(name) {
+            return Ok(bound.clone());
+        }
+        if self.bound_only {
+            return Err(self.error(format!("Ref {name}: not created locally")));
         }
         if self
             .doc
@@ -533,16 +536,14 @@ impl StackTemplate {
 
     /// `Fn::GetAtt resource.attribute`.
     pub fn attribute(&self, resource: &str, attribute: &str) -> Result<String, TestSupportError> {
-        if let Some(bound) = &self.bound {
-            return bound
-                .get(resource)
-                .and_then(|b| b.attributes.get(attribute))
-                .cloned()
-                .ok_or_else(|| {
-                    self.error(format!(
-                        "GetAtt {resource}.{attribute}: not created locally"
-                    ))
-                });
+        let key = (resource.to_string(), attribute.to_string());
+        if let Some(bound) = self.attributes.get(&key) {
+            return Ok(bound.clone());
+        }
+        if self.bound_only {
+            return Err(self.error(format!(
+                "GetAtt {resource}.{attribute}: not created locally"
+            )));
         }
         self.deployed(resource)?;
         let kind = self.resource_type(resource)?;

@@ -155,7 +155,11 @@ pub fn wire_functions(
 ) -> Result<Vec<WiredFunction>, LocalError> {
     let mut out = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
-        for spec in stack.template.functions()? {
+        for spec in stack
+            .template
+            .functions()
+            .map_err(crate::template::TemplateError::from)?
+        {
             if !stack.exists(spec.condition.as_deref()) {
                 continue;
             }

@@ -1,15 +1,16 @@
 //! Creates both stacks' tables and queues on the local emulator from the SAM
-//! templates, and resolves the templates' references to those local resources.
+//! templates, and binds them in each template so its references resolve to those
+//! local resources (and to nothing else).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use awsmp_test_support::{TemplateOptions, create_tables_from_template};
+use awsmp_test_support::{TestSupportError, create_tables};
 use serde_norway::Value;
 
 use crate::local::LocalError;
-use crate::template::{Resolver, Template};
+use crate::template::{Template, TemplateError};
 
 /// Account id the local stack pretends to run in.
 pub const LOCAL_ACCOUNT: &str = "123456789012";
@@ -19,21 +20,23 @@ pub const LOCAL_REGION: &str = "us-east-1";
 /// the accelerated demo instead of after the template's real-world timeout.
 pub const LOCAL_VISIBILITY_TIMEOUT_SECS: u32 = 1;
 
-/// One template deployed locally: its parameters, tables, queues and conditions.
+/// One template deployed locally: its parameters, tables and queues, bound in its
+/// template so references resolve to them.
 #[derive(Debug, Clone)]
 pub struct LocalStack {
-    /// The template.
+    /// The template, its tables and queues bound to the local ones.
     pub template: Template,
     /// Stack name (for `AWS::StackName`).
     pub stack_name: String,
-    /// Parameter values (defaults merged with overrides).
-    pub parameters: BTreeMap<String, String>,
     /// Table logical id -> table name.
     pub tables: BTreeMap<String, String>,
     /// Queue logical id -> (name, url).
     pub queues: BTreeMap<String, (String, String)>,
-    /// Evaluated conditions.
-    pub conditions: BTreeMap<String, bool>,
+}
+
+/// A template problem, as the local stack reports it.
+fn template_error(e: TestSupportError) -> LocalError {
+    TemplateError::from(e).into()
 }
 
 impl LocalStack {
@@ -45,46 +48,68 @@ impl LocalStack {
         dynamodb: &aws_sdk_dynamodb::Client,
         sqs: &aws_sdk_sqs::Client,
     ) -> Result<Self, LocalError> {
-        let template = Template::load(path)?;
-        let mut parameters = template.parameter_defaults();
-        parameters.extend(overrides.clone());
+        let pseudo = [
+            ("AWS::Region", LOCAL_REGION.to_string()),
+            ("AWS::AccountId", LOCAL_ACCOUNT.to_string()),
+            ("AWS::StackName", stack_name.to_string()),
+            (
+                "AWS::StackId",
+                format!(
+                    "arn:aws:cloudformation:{LOCAL_REGION}:{LOCAL_ACCOUNT}:stack/{stack_name}/local"
+                ),
+            ),
+        ];
+        let parameters = pseudo
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain(overrides.clone());
+        let template = Template::load_with(path, parameters)
+            .map_err(template_error)?
+            .bound();
+        // Every condition evaluates (a template error shows at deploy, not later).
+        if let Some(Value::Mapping(conditions)) = template.section("Conditions") {
+            for name in conditions.keys().filter_map(Value::as_str) {
+                template.condition(name).map_err(template_error)?;
+            }
+        }
+        let tables = template.tables(&BTreeMap::new()).map_err(template_error)?;
         let mut stack = LocalStack {
             template,
             stack_name: stack_name.to_string(),
-            parameters,
-            tables: BTreeMap::new(),
+            tables: create_tables(dynamodb, &tables).await?,
             queues: BTreeMap::new(),
-            conditions: BTreeMap::new(),
         };
-        stack.conditions = stack.template.evaluate_conditions(&stack)?;
-
-        let mut options = TemplateOptions::new();
-        for (k, v) in &stack.parameters {
-            options = options.parameter(k, v);
+        for (id, name) in &stack.tables {
+            let arn = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/{name}");
+            stack.template.bind(id, name, &[("Arn", &arn)]);
         }
-        stack.tables = create_tables_from_template(dynamodb, path, &options).await?;
         stack.create_queues(sqs).await?;
         Ok(stack)
     }
 
+    /// A property value resolved to text against the local resources.
+    fn resolve(&self, value: &Value, what: &str) -> Result<String, LocalError> {
+        self.template.string(value, what).map_err(template_error)
+    }
+
     async fn create_queues(&mut self, sqs: &aws_sdk_sqs::Client) -> Result<(), LocalError> {
-        let queues: Vec<(String, Value)> = self
+        let queues: Vec<String> = self
             .template
             .resources_of_type("AWS::SQS::Queue")
             .into_iter()
-            .map(|(id, body)| (id, body.clone()))
+            .map(|(id, _)| id)
             .collect();
         // Dead-letter queues first: the others' redrive policies name them.
-        let (plain, redriven): (Vec<_>, Vec<_>) = queues.into_iter().partition(|(id, _)| {
+        let (plain, redriven): (Vec<_>, Vec<_>) = queues.into_iter().partition(|id| {
             self.template
                 .properties(id)
                 .and_then(|p| p.get("RedrivePolicy"))
                 .is_none()
         });
-        for (id, _) in plain.iter().chain(redriven.iter()) {
+        for id in plain.iter().chain(redriven.iter()) {
             let props = self.template.properties(id).cloned().unwrap_or(Value::Null);
             let name = match props.get("QueueName") {
-                Some(v) => self.template.resolve(v, &*self)?,
+                Some(v) => self.resolve(v, &format!("{id} QueueName"))?,
                 None => format!("{}-{}", self.stack_name, id),
             };
             let mut request = sqs.create_queue().queue_name(&name).attributes(
@@ -94,7 +119,7 @@ impl LocalStack {
             if let Some(policy) = props.get("RedrivePolicy") {
                 let target = policy
                     .get("deadLetterTargetArn")
-                    .map(|v| self.template.resolve(v, &*self))
+                    .map(|v| self.resolve(v, &format!("{id} deadLetterTargetArn")))
                     .transpose()?
                     .ok_or_else(|| {
                         LocalError::Template(format!(
@@ -103,7 +128,7 @@ impl LocalStack {
                     })?;
                 let max = policy
                     .get("maxReceiveCount")
-                    .map(|v| self.template.resolve(v, &*self))
+                    .map(|v| self.resolve(v, &format!("{id} maxReceiveCount")))
                     .transpose()?
                     .unwrap_or_else(|| "3".to_string());
                 request = request.attributes(
@@ -120,6 +145,12 @@ impl LocalStack {
                 .queue_url()
                 .ok_or_else(|| LocalError::Aws(format!("CreateQueue {name} returned no URL")))?
                 .to_string();
+            let arn = format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{name}");
+            self.template.bind(
+                id,
+                &url,
+                &[("Arn", &arn), ("QueueUrl", &url), ("QueueName", &name)],
+            );
             self.queues.insert(id.clone(), (name, url));
         }
         Ok(())
@@ -135,7 +166,7 @@ impl LocalStack {
         for (k, v) in raw {
             let value = match overrides.get(k) {
                 Some(o) => o.clone(),
-                None => self.template.resolve(v, self)?,
+                None => self.resolve(v, k)?,
             };
             env.insert(k.clone(), value);
         }
@@ -150,7 +181,9 @@ impl LocalStack {
             .outputs()
             .into_iter()
             .filter(|(_, _, condition)| self.exists(condition.as_deref()))
-            .filter_map(|(name, value, _)| Some((name, self.template.resolve(value, self).ok()?)))
+            .filter_map(|(name, value, _)| {
+                Some((name, self.template.string(value, "output").ok()?))
+            })
             .collect()
     }
 
@@ -197,54 +230,11 @@ impl LocalStack {
 
     /// Whether a resource's `Condition` holds (resources without one always exist).
     pub fn exists(&self, condition: Option<&str>) -> bool {
-        condition.is_none_or(|c| self.conditions.get(c).copied().unwrap_or(false))
-    }
-}
-
-impl Resolver for LocalStack {
-    fn reference(&self, name: &str) -> Option<String> {
-        match name {
-            "AWS::Region" => return Some(LOCAL_REGION.into()),
-            "AWS::AccountId" => return Some(LOCAL_ACCOUNT.into()),
-            "AWS::Partition" => return Some("aws".into()),
-            "AWS::URLSuffix" => return Some("amazonaws.com".into()),
-            "AWS::StackName" => return Some(self.stack_name.clone()),
-            "AWS::StackId" => {
-                return Some(format!(
-                    "arn:aws:cloudformation:{LOCAL_REGION}:{LOCAL_ACCOUNT}:stack/{}/local",
-                    self.stack_name
-                ));
-            }
-            _ => {}
-        }
-        if let Some(v) = self.parameters.get(name) {
-            return Some(v.clone());
-        }
-        if let Some(t) = self.tables.get(name) {
-            return Some(t.clone());
-        }
-        self.queues.get(name).map(|(_, url)| url.clone())
+        condition.is_none_or(|c| self.template.condition(c).unwrap_or(false))
     }
 
-    fn attribute(&self, resource: &str, attribute: &str) -> Option<String> {
-        if let Some(table) = self.tables.get(resource) {
-            return match attribute {
-                "Arn" => Some(format!(
-                    "arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/{table}"
-                )),
-                _ => None,
-            };
-        }
-        let (name, url) = self.queues.get(resource)?;
-        match attribute {
-            "Arn" => Some(format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{name}")),
-            "QueueUrl" => Some(url.clone()),
-            "QueueName" => Some(name.clone()),
-            _ => None,
-        }
-    }
-
-    fn condition(&self, name: &str) -> Option<bool> {
-        self.conditions.get(name).copied()
+    /// A bound resource's attribute (a queue's `Arn`, ...).
+    pub fn attribute(&self, logical_id: &str, attribute: &str) -> Option<String> {
+        self.template.attribute(logical_id, attribute).ok()
     }
 }

@@ -223,8 +223,7 @@ impl LocalSystem {
                         SqsMapping {
                             sqs: &self.sqs,
                             queue_url: stack.queue_url(queue)?.to_string(),
-                            queue_arn: crate::template::Resolver::attribute(stack, queue, "Arn")
-                                .unwrap_or_default(),
+                            queue_arn: stack.attribute(queue, "Arn").unwrap_or_default(),
                             batch_size: *batch_size,
                             report_batch_item_failures: *report_batch_item_failures,
                             timeout: f.timeout,
