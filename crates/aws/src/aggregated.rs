@@ -19,8 +19,8 @@ use crate::error::{
 };
 use crate::item::page::one_page;
 use crate::item::{
-    DynamoItem, Reader, Update, attr_to_dynamo, instant, n, not_live_filter, s, stamp_attrs,
-    to_dynamo_item,
+    DynamoItem, Reader, Update, attr_to_dynamo, instant, n, not_live_filter, pending_hour_query, s,
+    stamp_attrs, to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -606,14 +606,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             "Query aggregated metering_pending",
             cursor,
             |start| {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(attr::METERING_PENDING_INDEX)
-                    .key_condition_expression("#p = :hour")
-                    .expression_attribute_names("#p", attr::METERING_PENDING)
-                    .expression_attribute_values(":hour", s(hour.to_string()))
-                    .set_limit(self.page_limit)
+                pending_hour_query(&self.client, &self.table, hour, self.page_limit)
                     .set_exclusive_start_key(start)
                     .send()
             },

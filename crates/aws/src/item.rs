@@ -451,6 +451,24 @@ pub fn decode_cursor(operation: &'static str, cursor: &str) -> Result<DynamoItem
     Ok(key)
 }
 
+/// The query of a table's sparse `metering_pending` index for one hour bucket (what
+/// both index readers page through), capped at `limit` items a page.
+pub fn pending_hour_query(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    hour: awsmp_core::time::HourBucket,
+    limit: Option<i32>,
+) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+    client
+        .query()
+        .table_name(table)
+        .index_name(attr::METERING_PENDING_INDEX)
+        .key_condition_expression("#p = :hour")
+        .expression_attribute_names("#p", attr::METERING_PENDING)
+        .expression_attribute_values(":hour", s(hour.to_string()))
+        .set_limit(limit)
+}
+
 /// One page of the sweep of a table's sparse `metering_pending` index: a `Scan` of the
 /// index (it holds only pending items, so this never reads the table's history), keys
 /// and `meteringPending` projected, filtered to values other than the `live` buckets.

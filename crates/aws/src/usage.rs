@@ -15,7 +15,9 @@ use tracing::instrument;
 
 use crate::error::{applied, failed, port_error};
 use crate::item::page::{all_pages, one_page};
-use crate::item::{DynamoItem, Reader, Update, attr_from_dynamo, raw_row_item, s};
+use crate::item::{
+    DynamoItem, Reader, Update, attr_from_dynamo, pending_hour_query, raw_row_item, s,
+};
 
 /// The raw usage table (`awsmp-<productCode>-usage-<stage>`).
 ///
@@ -91,14 +93,7 @@ impl UsageStore for DynamoUsageStore {
             "Query usage metering_pending",
             cursor,
             |start| {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(attr::METERING_PENDING_INDEX)
-                    .key_condition_expression("#p = :hour")
-                    .expression_attribute_names("#p", attr::METERING_PENDING)
-                    .expression_attribute_values(":hour", s(hour.to_string()))
-                    .set_limit(self.page_limit)
+                pending_hour_query(&self.client, &self.table, hour, self.page_limit)
                     .set_exclusive_start_key(start)
                     .send()
             },
