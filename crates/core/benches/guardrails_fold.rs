@@ -47,13 +47,13 @@ fn allocation(quantity: u64, tags: Vec<Attr>) -> Attr {
 fn group_rows(group: usize, hour: HourBucket) -> (GroupKey, Vec<RawUsageRow>) {
     let license = format!("arn:aws:license-manager::123456789012:license:l-{group:032x}");
     let account = format!("{:012}", 100_000_000_000u64 + group as u64);
-    let dimension = if group % 3 == 0 {
+    let dimension = if group.is_multiple_of(3) {
         "storage#gb"
     } else {
         "requests"
     }
     .to_string();
-    let tagged = group % 2 == 0;
+    let tagged = group.is_multiple_of(2);
     let rows = (0..ROWS_PER_GROUP)
         .map(|i| {
             let at = hour.start() + chrono::Duration::seconds((i * 36) as i64);
