@@ -70,7 +70,17 @@ impl StackTemplate {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
         })?;
-        let doc: Value = serde_norway::from_str(&text).map_err(|e| TestSupportError::Template {
+        Self::parse(path, &text, parameters)
+    }
+
+    /// A template from its text (`path` names it in messages), resolved as
+    /// [`StackTemplate::load_with`] resolves a file.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        parameters: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, TestSupportError> {
+        let doc: Value = serde_norway::from_str(text).map_err(|e| TestSupportError::Template {
             path: path.to_path_buf(),
             message: format!("not valid YAML: {e}"),
         })?;
@@ -658,7 +668,7 @@ pub(crate) fn intrinsic(value: &Value) -> Option<(String, &Value)> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const TEMPLATE: &str = r#"
@@ -690,12 +700,14 @@ Resources:
       G: !Ref Queue
 "#;
 
+    /// `TEMPLATE` as `file`, resolved with `params`.
+    pub(crate) fn parsed(file: &str, text: &str, params: &[(&str, &str)]) -> StackTemplate {
+        let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        StackTemplate::parse(Path::new(file), text, params).unwrap()
+    }
+
     fn template(file: &str, params: &[(&str, &str)]) -> StackTemplate {
-        let dir = std::env::temp_dir().join(format!("cfn-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(file);
-        std::fs::write(&path, TEMPLATE).unwrap();
-        StackTemplate::load(&path, params).unwrap()
+        parsed(file, TEMPLATE, params)
     }
 
     fn prop(t: &StackTemplate, name: &str) -> Result<Option<Value>, TestSupportError> {

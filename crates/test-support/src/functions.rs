@@ -221,11 +221,7 @@ Resources:
 "#;
 
     fn template(file: &str, params: &[(&str, &str)]) -> StackTemplate {
-        let dir = std::env::temp_dir().join(format!("functions-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(file);
-        std::fs::write(&path, TEMPLATE).unwrap();
-        StackTemplate::load(&path, params).unwrap()
+        crate::cfn::tests::parsed(file, TEMPLATE, params)
     }
 
     #[test]

@@ -170,52 +170,29 @@ pub fn wire_functions(
             let config_error = |e: awsmp_aws::lambda::ConfigError| {
                 LocalError::Wiring(format!("{}: {e}", spec.binary))
             };
+            // A handler's config from the template's environment and its state on `sdk`,
+            // with its metrics (for those that emit them) in the metrics log.
+            macro_rules! connect {
+                ($krate:ident) => {{
+                    let config = $krate::Config::from_lookup(&lookup).map_err(config_error)?;
+                    ($krate::State::connect(sdk, &config), config)
+                }};
+                ($krate:ident, metered) => {{
+                    let (mut state, config) = connect!($krate);
+                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    state
+                }};
+            }
             let handler = match spec.binary.as_str() {
-                "subscription" => {
-                    let config =
-                        awsmp_subscription::Config::from_lookup(&lookup).map_err(config_error)?;
-                    Handler::Subscription(awsmp_subscription::State::connect(sdk, &config))
-                }
+                "subscription" => Handler::Subscription(connect!(awsmp_subscription).0),
                 "deprovision-cleanup" => {
-                    let config = awsmp_deprovision_cleanup::Config::from_lookup(&lookup)
-                        .map_err(config_error)?;
-                    Handler::DeprovisionCleanup(awsmp_deprovision_cleanup::State::connect(
-                        sdk, &config,
-                    ))
+                    Handler::DeprovisionCleanup(connect!(awsmp_deprovision_cleanup).0)
                 }
-                "register" => {
-                    let config =
-                        awsmp_register::Config::from_lookup(&lookup).map_err(config_error)?;
-                    let mut state = awsmp_register::State::connect(sdk, &config);
-                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
-                    Handler::Register(state)
-                }
-                "discoverer" => {
-                    let config =
-                        awsmp_discoverer::Config::from_lookup(&lookup).map_err(config_error)?;
-                    let mut state = awsmp_discoverer::State::connect(sdk, &config);
-                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
-                    Handler::Discoverer(state)
-                }
-                "aggregator" => {
-                    let config =
-                        awsmp_aggregator::Config::from_lookup(&lookup).map_err(config_error)?;
-                    Handler::Aggregator(awsmp_aggregator::State::connect(sdk, &config))
-                }
-                "cleanup" => {
-                    let config =
-                        awsmp_cleanup::Config::from_lookup(&lookup).map_err(config_error)?;
-                    let mut state = awsmp_cleanup::State::connect(sdk, &config);
-                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
-                    Handler::Cleanup(state)
-                }
-                "submitter" => {
-                    let config =
-                        awsmp_submitter::Config::from_lookup(&lookup).map_err(config_error)?;
-                    let mut state = awsmp_submitter::State::connect(sdk, &config);
-                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
-                    Handler::Submitter(state)
-                }
+                "register" => Handler::Register(connect!(awsmp_register, metered)),
+                "discoverer" => Handler::Discoverer(connect!(awsmp_discoverer, metered)),
+                "aggregator" => Handler::Aggregator(connect!(awsmp_aggregator).0),
+                "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metered)),
+                "submitter" => Handler::Submitter(connect!(awsmp_submitter, metered)),
                 other => {
                     return Err(LocalError::Wiring(format!(
                         "{} declares binary {other:?}, which no crate provides",
