@@ -31,7 +31,10 @@ use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
 };
-use awsmp_test_support::{MotoServer, TEST_REGION, create_queue};
+use awsmp_test_support::{
+    MotoServer, TEST_REGION, TableSpec, TemplateOptions, TestSupportError, create_queue,
+    create_table, tables_in_template, workspace_root,
+};
 
 use crate::clients::{FunctionClients, SUBSCRIBERS_REGION};
 
@@ -184,10 +187,16 @@ impl Stack {
         let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config_in(&options.region));
         let subscribers_dynamodb =
             aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION));
-        awsmp_test_support::create_usage_table(&dynamodb, USAGE_TABLE).await?;
-        awsmp_test_support::create_aggregated_table(&dynamodb, AGGREGATED_TABLE).await?;
-        awsmp_test_support::create_subscribers_table(&subscribers_dynamodb, SUBSCRIBERS_TABLE)
-            .await?;
+        let main = "template-main.yaml";
+        create_table(&dynamodb, &template_table(main, "UsageTable", USAGE_TABLE)?).await?;
+        let aggregated = template_table(main, "AggregatedUsageTable", AGGREGATED_TABLE)?;
+        create_table(&dynamodb, &aggregated).await?;
+        let subscribers = template_table(
+            "template-events.yaml",
+            "SubscribersTable",
+            SUBSCRIBERS_TABLE,
+        )?;
+        create_table(&subscribers_dynamodb, &subscribers).await?;
         let mut queues = HashMap::new();
         queues.insert(QueueKind::Work, create_queue(&sqs, WORK_QUEUE).await?);
         queues.insert(
@@ -540,23 +549,15 @@ impl Stack {
     /// One discoverer run at "now".
     pub async fn run_discoverer(&self) -> Result<DiscoverReport, HarnessError> {
         let event = scheduled_event("awsmp-discoverer", self.now())?;
-        awsmp_discoverer::handler(&self.discoverer, event)
-            .await
-            .map_err(|e| HarnessError::Handler {
-                handler: "discoverer",
-                message: e.to_string(),
-            })
+        let result = awsmp_discoverer::handler(&self.discoverer, event).await;
+        result.map_err(|e| handler_error("discoverer", e))
     }
 
     /// One submitter run at "now".
     pub async fn run_submitter(&self) -> Result<SubmitReport, HarnessError> {
         let event = scheduled_event("awsmp-submitter", self.now())?;
-        awsmp_submitter::handler(&self.submitter, event)
-            .await
-            .map_err(|e| HarnessError::Handler {
-                handler: "submitter",
-                message: e.to_string(),
-            })
+        let result = awsmp_submitter::handler(&self.submitter, event).await;
+        result.map_err(|e| handler_error("submitter", e))
     }
 
     /// Delivers the aggregation queues (deprovisioning first) to the aggregator until
@@ -583,10 +584,7 @@ impl Stack {
             let event = sqs_event(queue, &batch)?;
             let response = awsmp_aggregator::handler(&self.aggregator, event)
                 .await
-                .map_err(|e| HarnessError::Handler {
-                    handler: "aggregator",
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| handler_error("aggregator", e))?;
             let failed: Vec<String> = response
                 .batch_item_failures
                 .iter()
@@ -608,10 +606,7 @@ impl Stack {
             let event = sqs_event(CLEANUP_QUEUE, &batch)?;
             let response = awsmp_cleanup::handler(&self.cleanup, event)
                 .await
-                .map_err(|e| HarnessError::Handler {
-                    handler: "cleanup",
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| handler_error("cleanup", e))?;
             let failed: Vec<String> = response
                 .batch_item_failures
                 .iter()
@@ -822,6 +817,34 @@ impl Stack {
             &self.ledger(),
             settled,
         ))
+    }
+}
+
+/// The table `logical_id` of the workspace template `file` as it deploys (keys,
+/// indexes, projections), named `name`.
+fn template_table(file: &str, logical_id: &str, name: &str) -> Result<TableSpec, HarnessError> {
+    let path = workspace_root().join(file);
+    let options = TemplateOptions::new()
+        .parameter("ProductCode", "prod-e2e")
+        .parameter("StageName", "test")
+        .name(logical_id, name);
+    tables_in_template(&path, &options)?
+        .into_iter()
+        .find(|t| t.logical_id == logical_id)
+        .map(|t| t.spec)
+        .ok_or_else(|| {
+            HarnessError::Support(TestSupportError::Template {
+                path,
+                message: format!("no table {logical_id}"),
+            })
+        })
+}
+
+/// A handler's error, naming the handler.
+fn handler_error(handler: &'static str, e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Handler {
+        handler,
+        message: e.to_string(),
     }
 }
 

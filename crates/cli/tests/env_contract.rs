@@ -3,6 +3,7 @@
 //! and every variable the template sets is one the handler reads. The templates'
 //! values (resolved as CloudFormation would with the template's own defaults) must
 //! also be accepted.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
