@@ -40,11 +40,11 @@ fn template_error(e: TestSupportError) -> LocalError {
 }
 
 impl LocalStack {
-    /// Creates the template's tables and queues on the emulator.
+    /// Creates the template's tables and queues on the emulator, `parameters` given.
     pub async fn deploy(
         path: &Path,
         stack_name: &str,
-        overrides: &BTreeMap<String, String>,
+        parameters: &[(&str, &str)],
         dynamodb: &aws_sdk_dynamodb::Client,
         sqs: &aws_sdk_sqs::Client,
     ) -> Result<Self, LocalError> {
@@ -59,10 +59,11 @@ impl LocalStack {
                 ),
             ),
         ];
-        let parameters = pseudo
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .chain(overrides.clone());
+        let parameters = pseudo.into_iter().map(|(k, v)| (k.to_string(), v)).chain(
+            parameters
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+        );
         let template = Template::load_with(path, parameters)
             .map_err(template_error)?
             .bound();

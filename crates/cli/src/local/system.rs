@@ -76,12 +76,10 @@ impl LocalSystem {
         let dynamodb = moto.dynamodb();
         let sqs = moto.sqs();
 
-        let mut events_params = BTreeMap::new();
-        events_params.insert("StageName".to_string(), LOCAL_STAGE.to_string());
         let events = LocalStack::deploy(
             &paths.template("template-events.yaml"),
             &format!("awsmp-events-{LOCAL_STAGE}"),
-            &events_params,
+            &[("StageName", LOCAL_STAGE)],
             &dynamodb,
             &sqs,
         )
@@ -121,16 +119,13 @@ impl LocalSystem {
             .await
             .map_err(|e| LocalError::Setup(format!("page server: {e}")))?;
 
-        let mut main_params = BTreeMap::new();
-        for (k, v) in [
+        let main_params = [
             ("ProductCode", LOCAL_PRODUCT_CODE),
             ("StageName", LOCAL_STAGE),
             ("SubscribersTableName", subscribers_table.as_str()),
             ("SubscribersTableRegion", LOCAL_REGION),
             ("ResolveCustomerRegion", LOCAL_REGION),
-        ] {
-            main_params.insert(k.to_string(), v.to_string());
-        }
+        ];
         let main = LocalStack::deploy(
             &paths.template("template-main.yaml"),
             &format!("awsmp-main-{LOCAL_PRODUCT_CODE}-{LOCAL_STAGE}"),
