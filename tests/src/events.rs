@@ -4,7 +4,7 @@
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
-use awsmp_core::time::{Instant, format_instant};
+use awsmp_core::time::Instant;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
@@ -18,17 +18,7 @@ pub fn scheduled_event(
     rule: &str,
     time: Instant,
 ) -> Result<LambdaEvent<EventBridgeEvent>, HarnessError> {
-    let payload = json!({
-        "version": "0",
-        "id": format!("{rule}-{}", time.timestamp()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": EVENT_ACCOUNT,
-        "time": format_instant(time),
-        "region": "us-east-1",
-        "resources": [format!("arn:aws:events:us-east-1:{EVENT_ACCOUNT}:rule/{rule}")],
-        "detail": {}
-    });
+    let payload = awsmp_test_support::scheduled_event(EVENT_ACCOUNT, "us-east-1", rule, time);
     let event = serde_json::from_value(payload).map_err(|e| HarnessError::Event(e.to_string()))?;
     Ok(LambdaEvent::new(event, Context::default()))
 }

@@ -9,5 +9,4 @@ pub mod local;
 pub mod ops;
 pub mod output;
 pub mod reconcile;
-pub mod template;
 pub mod trail;

@@ -411,12 +411,12 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
                 ));
             }
         }
-        if let Some(schema) = case.schema {
-            if ran.code == 0 || ran.code == 3 {
-                let doc = tmp.join(format!("{}.json", case.name));
-                std::fs::write(&doc, &ran.stdout).unwrap();
-                schema_pairs.push((root.join(format!("docs/schemas/{schema}.schema.json")), doc));
-            }
+        if let Some(schema) = case.schema
+            && (ran.code == 0 || ran.code == 3)
+        {
+            let doc = tmp.join(format!("{}.json", case.name));
+            std::fs::write(&doc, &ran.stdout).unwrap();
+            schema_pairs.push((root.join(format!("docs/schemas/{schema}.schema.json")), doc));
         }
     }
     assert!(

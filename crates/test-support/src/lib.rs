@@ -7,6 +7,7 @@
 
 pub mod cfn;
 pub mod error;
+pub mod events;
 pub mod functions;
 pub mod iam;
 pub mod moto;
@@ -17,6 +18,7 @@ pub mod template;
 
 pub use cfn::StackTemplate;
 pub use error::TestSupportError;
+pub use events::scheduled_event;
 pub use functions::{EventSource, FunctionSpec, parse_rate};
 pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};
 pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_root};

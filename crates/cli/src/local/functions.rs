@@ -19,7 +19,7 @@ use lambda_runtime::LambdaEvent;
 use crate::local::LocalError;
 use crate::local::resources::{LOCAL_REGION, LocalStack};
 use crate::local::runtime::LocalFunction;
-use crate::template::EventSource;
+use awsmp_test_support::EventSource;
 
 /// A function of one of the stacks, ready to invoke.
 pub struct WiredFunction {
@@ -155,11 +155,7 @@ pub fn wire_functions(
 ) -> Result<Vec<WiredFunction>, LocalError> {
     let mut out = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
-        for spec in stack
-            .template
-            .functions()
-            .map_err(crate::template::TemplateError::from)?
-        {
+        for spec in stack.template.functions().map_err(super::template_error)? {
             if !stack.exists(spec.condition.as_deref()) {
                 continue;
             }

@@ -29,10 +29,10 @@ pub enum LocalError {
     Check(String),
 }
 
-impl From<crate::template::TemplateError> for LocalError {
-    fn from(e: crate::template::TemplateError) -> Self {
-        LocalError::Template(e.to_string())
-    }
+/// A template that cannot be read or wired (the workspace's one template reader,
+/// `awsmp_test_support::cfn::StackTemplate`), as the local stack reports it.
+pub(crate) fn template_error(e: awsmp_test_support::TestSupportError) -> LocalError {
+    LocalError::Template(e.to_string())
 }
 
 impl From<awsmp_test_support::TestSupportError> for LocalError {

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use awsmp_test_support::{TestSupportError, create_tables};
+use awsmp_test_support::create_tables;
 use serde_norway::Value;
 
 use crate::local::LocalError;
-use crate::template::{Template, TemplateError};
+use awsmp_test_support::cfn::StackTemplate;
 
 /// Account id the local stack pretends to run in.
 pub const LOCAL_ACCOUNT: &str = "123456789012";
@@ -25,7 +25,7 @@ pub const LOCAL_VISIBILITY_TIMEOUT_SECS: u32 = 1;
 #[derive(Debug, Clone)]
 pub struct LocalStack {
     /// The template, its tables and queues bound to the local ones.
-    pub template: Template,
+    pub template: StackTemplate,
     /// Stack name (for `AWS::StackName`).
     pub stack_name: String,
     /// Table logical id -> table name.
@@ -34,10 +34,7 @@ pub struct LocalStack {
     pub queues: BTreeMap<String, (String, String)>,
 }
 
-/// A template problem, as the local stack reports it.
-fn template_error(e: TestSupportError) -> LocalError {
-    TemplateError::from(e).into()
-}
+use super::template_error;
 
 impl LocalStack {
     /// Creates the template's tables and queues on the emulator, `parameters` given.
@@ -64,7 +61,7 @@ impl LocalStack {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string())),
         );
-        let template = Template::load_with(path, parameters)
+        let template = StackTemplate::load_with(path, parameters)
             .map_err(template_error)?
             .bound();
         // Every condition evaluates (a template error shows at deploy, not later).

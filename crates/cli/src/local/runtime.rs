@@ -62,19 +62,15 @@ pub fn context(function: &str, timeout: Duration) -> Context {
     ctx
 }
 
-/// The EventBridge scheduled event EventBridge sends at `time`.
+/// The EventBridge scheduled event EventBridge sends at `time`, in the local account
+/// and Region.
 pub fn scheduled_event(rule: &str, time: Instant) -> serde_json::Value {
-    serde_json::json!({
-        "version": "0",
-        "id": format!("local-{rule}-{}", time.timestamp()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": crate::local::resources::LOCAL_ACCOUNT,
-        "time": awsmp_core::time::format_instant(time),
-        "region": crate::local::resources::LOCAL_REGION,
-        "resources": [format!("arn:aws:events:us-east-1:123456789012:rule/{rule}")],
-        "detail": {}
-    })
+    awsmp_test_support::scheduled_event(
+        crate::local::resources::LOCAL_ACCOUNT,
+        crate::local::resources::LOCAL_REGION,
+        rule,
+        time,
+    )
 }
 
 /// What one poll of an event-source mapping did.

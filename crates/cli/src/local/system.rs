@@ -16,7 +16,7 @@ use crate::local::LocalError;
 use crate::local::functions::{WiredFunction, wire_functions};
 use crate::local::resources::{LOCAL_REGION, LocalStack};
 use crate::local::runtime::{SqsMapping, context, queue_depth, scheduled_event};
-use crate::template::EventSource;
+use awsmp_test_support::EventSource;
 
 /// Product code of the local main stack.
 pub const LOCAL_PRODUCT_CODE: &str = "awsmplocaldemo";

@@ -526,14 +526,16 @@ mod tests {
     fn errors_name_the_permission_to_grant() {
         let bucket = "arn:aws:s3:::feeds";
         let object = "arn:aws:s3:::feeds/DailyUsageFeed_V1/year=2026/month=03/data.csv";
-        let cases: &[(
+        // (operation, resource, HTTP status, error code, message, what the error says)
+        type Case<'a> = (
             &'static str,
-            &str,
+            &'a str,
             Option<u16>,
-            Option<&str>,
-            Option<&str>,
-            &str,
-        )] = &[
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case] = &[
             (
                 "HeadBucket",
                 bucket,
