@@ -20,7 +20,7 @@ SHELL := bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 VENV ?= $(ROOT)/.venv
 SAM_VENV ?= $(ROOT)/.venv-sam
-# crates/test-support finds moto here (AWSMP_VENV overrides its default of ./.venv).
+# crates/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
 .PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \

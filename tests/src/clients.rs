@@ -5,7 +5,7 @@
 //! the stack's [`CallLog`] (the IAM contract test evaluates them against the roles).
 
 use awsmp_aws::{CallLog, CallRecorder};
-use awsmp_test_support::{MotoServer, test_sdk_config};
+use awsmp_local_aws::{MotoServer, test_sdk_config};
 
 /// The Region of the subscribers table (the events stack's Region).
 pub const SUBSCRIBERS_REGION: &str = "us-east-1";

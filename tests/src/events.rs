@@ -18,7 +18,7 @@ pub fn scheduled_event(
     rule: &str,
     time: Instant,
 ) -> Result<LambdaEvent<EventBridgeEvent>, HarnessError> {
-    let payload = awsmp_test_support::scheduled_event(EVENT_ACCOUNT, "us-east-1", rule, time);
+    let payload = awsmp_local_aws::scheduled_event(EVENT_ACCOUNT, "us-east-1", rule, time);
     let event = serde_json::from_value(payload).map_err(|e| HarnessError::Event(e.to_string()))?;
     Ok(LambdaEvent::new(event, Context::default()))
 }

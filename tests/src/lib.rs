@@ -27,13 +27,13 @@ use awsmp_core::pipeline::submit::{DeploymentMode, MeteringMode, SubmitReport, S
 use awsmp_core::ports::{AggregatedStore, SubscriberStore, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
+use awsmp_local_aws::{
+    MotoServer, TEST_REGION, TableSpec, TemplateOptions, TestSupportError, create_queue,
+    create_table, tables_in_template, workspace_root,
+};
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
-};
-use awsmp_test_support::{
-    MotoServer, TEST_REGION, TableSpec, TemplateOptions, TestSupportError, create_queue,
-    create_table, tables_in_template, workspace_root,
 };
 
 use crate::clients::{FunctionClients, SUBSCRIBERS_REGION};
@@ -60,7 +60,7 @@ pub const CLEANUP_QUEUE: &str = "awsmp-prod-e2e-cleanup-test";
 pub enum HarnessError {
     /// moto or table/queue setup.
     #[error("test support: {0}")]
-    Support(#[from] awsmp_test_support::TestSupportError),
+    Support(#[from] awsmp_local_aws::TestSupportError),
     /// The simulator.
     #[error("simulator: {0}")]
     Sim(String),

@@ -5,7 +5,7 @@
 //! IAM requests AWS authorizes (`awsmp_aws::calls`: index ARNs, each item of a
 //! transaction, queue ARNs, the Region the call went to), adds what each function's
 //! SQS event source mappings and Lambda logging need, and evaluates all of it against
-//! the function's role in the templates (`awsmp_test_support::iam`). It fails on any
+//! the function's role in the templates (`awsmp_local_aws::iam`). It fails on any
 //! request the role does not allow, and on any grant no request uses (least privilege),
 //! naming the function, action, resource and role, and what to change.
 //!
@@ -29,9 +29,9 @@ use awsmp_core::time::Instant;
 use awsmp_e2e::clients::SUBSCRIBERS_REGION;
 use awsmp_e2e::events::{Delivered, scheduled_event, sqs_event};
 use awsmp_e2e::{QueueKind, Stack, StackOptions, license};
+use awsmp_local_aws::cfn::DEFAULT_ACCOUNT;
+use awsmp_local_aws::{Decision, StackTemplate, function_wiring, workspace_root};
 use awsmp_marketplace_sim::EntitlementSeed;
-use awsmp_test_support::cfn::DEFAULT_ACCOUNT;
-use awsmp_test_support::{Decision, StackTemplate, function_wiring, workspace_root};
 use common::*;
 
 /// The main stack's Region in this test (not the subscribers table's).
@@ -137,7 +137,7 @@ async fn deliver_events(stack: &Stack, events: Vec<String>) {
 
 /// Plays one buyer registration through the register function's own clients.
 async fn register(stack: &Stack, license_arn: &str, account: &str) {
-    awsmp_test_support::create_profile_table(&stack.dynamodb, PROFILE_TABLE)
+    awsmp_local_aws::create_profile_table(&stack.dynamodb, PROFILE_TABLE)
         .await
         .unwrap();
     stack.registered_only(license_arn, account).unwrap();

@@ -19,7 +19,7 @@ fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
 }
 
 struct World {
-    _moto: awsmp_test_support::MotoServer,
+    _moto: awsmp_local_aws::MotoServer,
     db: aws_sdk_dynamodb::Client,
     usage: DynamoUsageStore,
     aggregated: DynamoAggregatedStore,

@@ -10,8 +10,8 @@ use awsmp_core::model::{Allocation, GroupKey, Tag};
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
 };
-use awsmp_test_support::SimServer;
-use awsmp_test_support::marketplace_sim::{
+use awsmp_local_aws::SimServer;
+use awsmp_local_aws::marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, LossMode,
     ProductSeed, SimConfig, ThrottleConfig, TokenSeed,
 };
@@ -302,9 +302,8 @@ async fn a_response_lost_after_billing_is_transient_and_the_resend_is_a_duplicat
 
 #[tokio::test]
 async fn an_unreachable_service_is_transient() {
-    let port = awsmp_test_support::moto::free_port().unwrap();
-    let config =
-        awsmp_test_support::test_sdk_config(&format!("http://127.0.0.1:{port}"), "us-east-1");
+    let port = awsmp_local_aws::moto::free_port().unwrap();
+    let config = awsmp_local_aws::test_sdk_config(&format!("http://127.0.0.1:{port}"), "us-east-1");
     let api = SdkMeteringApi::new(aws_sdk_marketplacemetering::Client::new(&config));
     let err = api
         .batch_meter_usage(&[metering_record("requests", "2026-11-30T10", 1)])

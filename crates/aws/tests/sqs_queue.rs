@@ -8,7 +8,7 @@ mod common;
 use awsmp_aws::{SqsWorkQueue, parse_work_message};
 use awsmp_core::model::{GroupKey, ReasonCode};
 use awsmp_core::ports::{PortError, WorkMessage, WorkQueue};
-use awsmp_test_support::{MotoServer, create_queue};
+use awsmp_local_aws::{MotoServer, create_queue};
 use common::*;
 
 fn aggregate(i: usize) -> WorkMessage {

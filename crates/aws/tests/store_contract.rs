@@ -12,7 +12,7 @@ use awsmp_core::memory::contract::{Backend, PAGE_SIZE};
 use awsmp_core::model::{GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{AggregatedStore, OperatorStore, UsageStore};
 use awsmp_core::time::Instant;
-use awsmp_test_support::MotoServer;
+use awsmp_local_aws::MotoServer;
 use common::{AGGREGATED, USAGE, moto_with_tables};
 
 /// The DynamoDB stores on a fresh moto, paging by [`PAGE_SIZE`].

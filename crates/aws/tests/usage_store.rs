@@ -317,7 +317,7 @@ async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
 
 #[tokio::test]
 async fn a_missing_table_is_a_clear_non_transient_failure() {
-    let moto = awsmp_test_support::MotoServer::start().await.unwrap();
+    let moto = awsmp_local_aws::MotoServer::start().await.unwrap();
     let store = DynamoUsageStore::new(moto.dynamodb(), "no-such-table");
     let err = store
         .pending_page(hour("2026-11-30T10"), None)

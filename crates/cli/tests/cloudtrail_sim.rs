@@ -19,10 +19,10 @@ use awsmp_core::reconcile::{
     EVENT_SOURCE, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event, read_trail,
 };
 use awsmp_core::time::{HourBucket, Instant};
+use awsmp_local_aws::SimServer;
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig,
 };
-use awsmp_test_support::SimServer;
 use chrono::{DateTime, Duration, Utc};
 use ct::error::ProvideErrorMetadata;
 use ct::primitives::DateTime as SdkDateTime;

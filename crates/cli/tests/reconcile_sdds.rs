@@ -224,7 +224,7 @@ fn a_missing_feed_file_says_which() {
 // ---- The same feeds read from the data feed bucket (moto's S3, the real client) ----
 
 use awsmp_cli::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
-use awsmp_test_support::MotoServer;
+use awsmp_local_aws::MotoServer;
 
 const BUCKET: &str = "seller-data-feeds";
 const PREFIX: &str = "marketplace";

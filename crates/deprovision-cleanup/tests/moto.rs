@@ -14,7 +14,7 @@ use awsmp_core::model::SubscriptionStatus;
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::{Instant, parse_usage_timestamp};
 use awsmp_deprovision_cleanup::{Config, State, handler};
-use awsmp_test_support::{MotoServer, create_subscribers_table};
+use awsmp_local_aws::{MotoServer, create_subscribers_table};
 use lambda_runtime::LambdaEvent;
 
 const TABLE: &str = "awsmp-subscribers-test";

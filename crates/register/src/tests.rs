@@ -261,8 +261,7 @@ fn the_default_allowlist_keeps_every_field_the_default_page_asks_for() {
         .filter_map(|rest| rest.split('"').next().map(str::to_string))
         .collect();
     let template =
-        awsmp_test_support::cfn::StackTemplate::load(&root.join("template-main.yaml"), &[])
-            .unwrap();
+        awsmp_local_aws::cfn::StackTemplate::load(&root.join("template-main.yaml"), &[]).unwrap();
     let mut kept: Vec<String> = template
         .parameter("AllowedRegistrationFields")
         .unwrap()

@@ -21,11 +21,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_apigw_local::{LOOPBACK_ANY_PORT, lambda_router, serve_on, serve_static};
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
-use awsmp_register::{Config, State, handle};
-use awsmp_test_support::marketplace_sim::{SimConfig, TokenSeed};
-use awsmp_test_support::{
+use awsmp_local_aws::marketplace_sim::{SimConfig, TokenSeed};
+use awsmp_local_aws::{
     MotoServer, SimServer, create_profile_table, create_subscribers_table, workspace_root,
 };
+use awsmp_register::{Config, State, handle};
 use axum::routing::get;
 use serde_json::Value;
 use tokio::net::TcpListener;

@@ -14,11 +14,9 @@ use aws_lambda_events::http::HeaderValue;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
+use awsmp_local_aws::marketplace_sim::{FaultKind, FaultSpec, FaultTarget, SimConfig, TokenSeed};
+use awsmp_local_aws::{MotoServer, SimServer, create_profile_table, create_subscribers_table};
 use awsmp_register::{Config, State, handle};
-use awsmp_test_support::marketplace_sim::{
-    FaultKind, FaultSpec, FaultTarget, SimConfig, TokenSeed,
-};
-use awsmp_test_support::{MotoServer, SimServer, create_profile_table, create_subscribers_table};
 use serde_json::Value;
 
 const SUBSCRIBERS_TABLE: &str = "awsmp-subscribers-test";

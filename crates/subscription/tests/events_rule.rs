@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use awsmp_core::lifecycle::{CONSUMED_DETAIL_TYPES, MarketplaceEvent};
-use awsmp_test_support::event_rule_detail_types;
-use awsmp_test_support::moto::workspace_root;
+use awsmp_local_aws::event_rule_detail_types;
+use awsmp_local_aws::moto::workspace_root;
 use serde_json::json;
 
 #[test]

@@ -13,8 +13,8 @@ use awsmp_core::lifecycle::expire_deprovisioning;
 use awsmp_core::model::{AgreementStatus, SubscriptionStatus};
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::parse_usage_timestamp;
+use awsmp_local_aws::{MotoServer, create_subscribers_table};
 use awsmp_subscription::{Config, State, handler};
-use awsmp_test_support::{MotoServer, create_subscribers_table};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 

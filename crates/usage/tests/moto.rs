@@ -8,8 +8,8 @@ use awsmp_core::guardrails::{GuardrailContext, validate_row};
 use awsmp_core::model::{GroupKey, ReasonCode};
 use awsmp_core::ports::UsageStore;
 use awsmp_core::time::HourBucket;
-use awsmp_test_support::MotoServer;
-use awsmp_test_support::tables::create_usage_table;
+use awsmp_local_aws::MotoServer;
+use awsmp_local_aws::tables::create_usage_table;
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 use chrono::{Duration, Utc};
 

@@ -4,7 +4,7 @@
 
 use awsmp_core::model::GroupKey;
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
-use awsmp_test_support::{
+use awsmp_local_aws::{
     MotoServer, create_aggregated_table, create_profile_table, create_subscribers_table,
     create_usage_table,
 };

@@ -19,7 +19,7 @@ use lambda_runtime::LambdaEvent;
 use crate::local::LocalError;
 use crate::local::resources::{LOCAL_REGION, LocalStack};
 use crate::local::runtime::LocalFunction;
-use awsmp_test_support::EventSource;
+use awsmp_local_aws::EventSource;
 
 /// A function of one of the stacks, ready to invoke.
 pub struct WiredFunction {

@@ -30,13 +30,13 @@ pub enum LocalError {
 }
 
 /// A template that cannot be read or wired (the workspace's one template reader,
-/// `awsmp_test_support::cfn::StackTemplate`), as the local stack reports it.
-pub(crate) fn template_error(e: awsmp_test_support::TestSupportError) -> LocalError {
+/// `awsmp_local_aws::cfn::StackTemplate`), as the local stack reports it.
+pub(crate) fn template_error(e: awsmp_local_aws::TestSupportError) -> LocalError {
     LocalError::Template(e.to_string())
 }
 
-impl From<awsmp_test_support::TestSupportError> for LocalError {
-    fn from(e: awsmp_test_support::TestSupportError) -> Self {
+impl From<awsmp_local_aws::TestSupportError> for LocalError {
+    fn from(e: awsmp_local_aws::TestSupportError) -> Self {
         LocalError::Setup(e.to_string())
     }
 }

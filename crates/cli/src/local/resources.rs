@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use awsmp_test_support::create_tables;
+use awsmp_local_aws::create_tables;
 use serde_norway::Value;
 
 use crate::local::LocalError;
-use awsmp_test_support::cfn::StackTemplate;
+use awsmp_local_aws::cfn::StackTemplate;
 
 /// Account id the local stack pretends to run in.
 pub const LOCAL_ACCOUNT: &str = "123456789012";

@@ -65,7 +65,7 @@ pub fn context(function: &str, timeout: Duration) -> Context {
 /// The EventBridge scheduled event EventBridge sends at `time`, in the local account
 /// and Region.
 pub fn scheduled_event(rule: &str, time: Instant) -> serde_json::Value {
-    awsmp_test_support::scheduled_event(
+    awsmp_local_aws::scheduled_event(
         crate::local::resources::LOCAL_ACCOUNT,
         crate::local::resources::LOCAL_REGION,
         rule,

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use awsmp_apigw_local::{LOOPBACK_ANY_PORT, LocalServer, lambda_router, serve, serve_static};
 use awsmp_core::time::Instant;
+use awsmp_local_aws::MotoServer;
 use awsmp_marketplace_sim::{ClockSetting, RunningSim, SimConfig, Simulator};
-use awsmp_test_support::MotoServer;
 use lambda_runtime::LambdaEvent;
 
 use crate::local::LocalError;
 use crate::local::functions::{WiredFunction, wire_functions};
 use crate::local::resources::{LOCAL_REGION, LocalStack};
 use crate::local::runtime::{SqsMapping, context, queue_depth, scheduled_event};
-use awsmp_test_support::EventSource;
+use awsmp_local_aws::EventSource;
 
 /// Product code of the local main stack.
 pub const LOCAL_PRODUCT_CODE: &str = "awsmplocaldemo";

@@ -233,7 +233,7 @@ pub fn test_sdk_config(endpoint: &str, region: &str) -> SdkConfig {
                 TEST_SECRET_KEY,
                 None,
                 None,
-                "awsmp-test-support",
+                "awsmp-local-aws",
             ),
         ))
         .build()

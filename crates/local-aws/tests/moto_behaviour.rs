@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
-use awsmp_test_support::*;
+use awsmp_local_aws::*;
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_string())
