@@ -284,6 +284,18 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         .collect()
     };
 
+    let inspect_group = [
+        "inspect",
+        "group",
+        "--license",
+        LICENSE,
+        "--account",
+        ACCOUNT,
+        "--dimension",
+        "requests",
+        "--hour",
+        &h0,
+    ];
     let mut cases = vec![
         case("status", &["status"]),
         json("status-json", "status", &["status"]),
@@ -295,37 +307,8 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
             "inspect-license",
             &["inspect", "license", LICENSE],
         ),
-        case(
-            "inspect-group",
-            &[
-                "inspect",
-                "group",
-                "--license",
-                LICENSE,
-                "--account",
-                ACCOUNT,
-                "--dimension",
-                "requests",
-                "--hour",
-                &h0,
-            ],
-        ),
-        json(
-            "inspect-group-json",
-            "inspect-group",
-            &[
-                "inspect",
-                "group",
-                "--license",
-                LICENSE,
-                "--account",
-                ACCOUNT,
-                "--dimension",
-                "requests",
-                "--hour",
-                &h0,
-            ],
-        ),
+        case("inspect-group", &inspect_group),
+        json("inspect-group-json", "inspect-group", &inspect_group),
         case("trail", &["trail", "--since", &since]),
         json("trail-json", "trail", &["trail", "--since", &since]),
         case("reconcile", &["reconcile", "--month", &month]),
