@@ -118,6 +118,14 @@ impl Mask {
                     r(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
                     "<uuid>",
                 ),
+                // Event History's horizon is the real clock minus 15 minutes: inside the
+                // demo's span before a quarter past the hour, after it otherwise.
+                (
+                    r(
+                        r#"(Calls after |"visible_until": ")\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z"#,
+                    ),
+                    "${1}<time>",
+                ),
             ],
             time: r(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z"),
             minute: r(r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}\b"),
