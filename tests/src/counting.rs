@@ -7,13 +7,10 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use awsmp_core::model::{AggregatedRecord, GroupKey, RawUsageRow, Subscriber};
-use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
-    MalformedItem, NewUsageRow, OutcomeWrite, Page, PendingRawRef, PortError, PutOutcome, RowClaim,
-    StrayPending, SubscriberStore, UsageStore,
+use awsmp_core::memory::{
+    AggregatedDecorator, Decorator, StoreCall, StoreOp, SubscriberDecorator, UsageDecorator,
 };
-use awsmp_core::time::{HourBucket, Instant};
+use awsmp_core::ports::{AggregatedStore, PortError, SubscriberStore, UsageStore};
 
 /// Calls per `table.operation`, plus the items written by aggregation commits
 /// (one `TransactWriteItems` call writes the record and every claimed row).
@@ -82,200 +79,79 @@ impl OpCounts {
     }
 }
 
+/// The DynamoDB operation a store call costs, as the counters name it, and the
+/// counter of the items a batched write writes.
+fn counters(op: StoreOp) -> (&'static str, Option<&'static str>) {
+    match op {
+        StoreOp::UsagePendingPage => ("usage.query_pending", None),
+        StoreOp::UsageGroupRows => ("usage.query_group", None),
+        StoreOp::UsageGetRow => ("usage.get", None),
+        StoreOp::UsageFinalizeRow => ("usage.finalize", None),
+        StoreOp::UsagePutRow => ("usage.put", None),
+        StoreOp::UsageStrayPendingPage => ("usage.scan_pending", None),
+        StoreOp::UsageRepairPending => ("usage.repair_pending", None),
+        StoreOp::AggregatedCommit => ("aggregated.commit", Some("items.commit_writes")),
+        StoreOp::AggregatedClaim => ("aggregated.claim_all", Some("items.claim_writes")),
+        StoreOp::AggregatedRecord => ("aggregated.record_all", Some("items.record_writes")),
+        StoreOp::AggregatedPendingPage => ("aggregated.query_pending", None),
+        StoreOp::AggregatedStrayPendingPage => ("aggregated.scan_pending", None),
+        other => (other.name(), None),
+    }
+}
+
+/// A store that counts its calls: a [`UsageStore`], an [`AggregatedStore`] or a
+/// [`SubscriberStore`] as the store it wraps is. Aggregated-store calls wait out
+/// [`OpCounts::serial`]'s latency.
+pub struct Counting<S> {
+    /// The real store.
+    pub inner: S,
+    /// Where counts go.
+    pub counts: Arc<OpCounts>,
+}
+
 /// A [`UsageStore`] that counts its calls.
-pub struct CountingUsage<S> {
-    /// The real store.
-    pub inner: S,
-    /// Where counts go.
-    pub counts: Arc<OpCounts>,
-}
-
-#[async_trait]
-impl<S: UsageStore> UsageStore for CountingUsage<S> {
-    async fn pending_page(
-        &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<PendingRawRef>, PortError> {
-        self.counts.add("usage.query_pending", 1);
-        self.inner.pending_page(hour, cursor).await
-    }
-    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
-        self.counts.add("usage.query_group", 1);
-        self.inner.group_rows(key).await
-    }
-    async fn get_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-    ) -> Result<Option<RawUsageRow>, PortError> {
-        self.counts.add("usage.get", 1);
-        self.inner.get_row(license_arn, sort_key).await
-    }
-    async fn finalize_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        claim: RowClaim<'_>,
-        outcome: awsmp_core::ports::RowFinal,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.counts.add("usage.finalize", 1);
-        self.inner
-            .finalize_row(license_arn, sort_key, claim, outcome, now)
-            .await
-    }
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
-        self.counts.add("usage.put", 1);
-        self.inner.put_row(row, now).await
-    }
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<StrayPending>, PortError> {
-        self.counts.add("usage.scan_pending", 1);
-        self.inner.stray_pending_page(live, cursor).await
-    }
-    async fn repair_pending(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        from: &str,
-        hour: HourBucket,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.counts.add("usage.repair_pending", 1);
-        self.inner
-            .repair_pending(license_arn, sort_key, from, hour, now)
-            .await
-    }
-}
-
+pub type CountingUsage<S> = Counting<S>;
 /// An [`AggregatedStore`] that counts its calls.
-pub struct CountingAggregated<S> {
-    /// The real store.
-    pub inner: S,
-    /// Where counts go.
-    pub counts: Arc<OpCounts>,
-}
-
-#[async_trait]
-impl<S: AggregatedStore> AggregatedStore for CountingAggregated<S> {
-    async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
-        self.counts.add("aggregated.get", 1);
-        self.counts.wait().await;
-        self.inner.get(key).await
-    }
-    async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
-        self.counts.add("aggregated.commit", 1);
-        self.counts
-            .add("items.commit_writes", 1 + commit.claimed_rows.len() as u64);
-        self.counts.wait().await;
-        self.inner.commit(commit).await
-    }
-    async fn pending_page(
-        &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<AggregatedRecord>, PortError> {
-        self.counts.add("aggregated.query_pending", 1);
-        self.counts.wait().await;
-        self.inner.pending_page(hour, cursor).await
-    }
-    async fn claim_all(
-        &self,
-        requests: &[ClaimRequest],
-    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
-        self.counts.add("aggregated.claim_all", 1);
-        self.counts.add("items.claim_writes", requests.len() as u64);
-        self.counts.wait().await;
-        self.inner.claim_all(requests).await
-    }
-    async fn record_all(
-        &self,
-        writes: &[OutcomeWrite],
-        now: Instant,
-    ) -> Result<Vec<bool>, PortError> {
-        self.counts.add("aggregated.record_all", 1);
-        self.counts.add("items.record_writes", writes.len() as u64);
-        self.counts.wait().await;
-        self.inner.record_all(writes, now).await
-    }
-    async fn reject_malformed(
-        &self,
-        item: &MalformedItem,
-        reason: &str,
-        expires_at: Option<Instant>,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.counts.add("aggregated.reject_malformed", 1);
-        self.counts.wait().await;
-        self.inner
-            .reject_malformed(item, reason, expires_at, now)
-            .await
-    }
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<AggregatedRecord>, PortError> {
-        self.counts.add("aggregated.scan_pending", 1);
-        self.counts.wait().await;
-        self.inner.stray_pending_page(live, cursor).await
-    }
-    async fn put_direct(
-        &self,
-        record: &AggregatedRecord,
-        now: Instant,
-    ) -> Result<PutOutcome, PortError> {
-        self.counts.add("aggregated.put_direct", 1);
-        self.counts.wait().await;
-        self.inner.put_direct(record, now).await
-    }
-}
-
+pub type CountingAggregated<S> = Counting<S>;
 /// A [`SubscriberStore`] that counts its calls.
-pub struct CountingSubscribers<S> {
-    /// The real store.
-    pub inner: S,
-    /// Where counts go.
-    pub counts: Arc<OpCounts>,
-}
+pub type CountingSubscribers<S> = Counting<S>;
 
 #[async_trait]
-impl<S: SubscriberStore> SubscriberStore for CountingSubscribers<S> {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        self.counts.add("subscribers.get", 1);
-        self.inner.get(license_arn, account).await
-    }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.counts.add("subscribers.by_license", 1);
-        self.inner.by_license(license_arn).await
-    }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.counts.add("subscribers.by_agreement", 1);
-        self.inner.by_agreement(agreement_id).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        self.counts.add("subscribers.deprovisioning", 1);
-        self.inner.deprovisioning().await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
-        self.counts.add("subscribers.put_lifecycle", 1);
-        self.inner.put_lifecycle(row, now).await
-    }
-    async fn add_registered_region(
+impl<S: Send + Sync> Decorator for Counting<S> {
+    async fn around<T: Send>(
         &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        self.counts.add("subscribers.add_registered_region", 1);
-        self.inner
-            .add_registered_region(license_arn, account, product_code, region, now)
-            .await
+        call: StoreCall,
+        inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
+    ) -> Result<T, PortError> {
+        let (operation, items) = counters(call.op);
+        self.counts.add(operation, 1);
+        if let Some(items) = items {
+            self.counts.add(items, call.items as u64);
+        }
+        if operation.starts_with("aggregated.") {
+            self.counts.wait().await;
+        }
+        inner.await
+    }
+}
+
+impl<S: UsageStore> UsageDecorator for Counting<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AggregatedStore> AggregatedDecorator for Counting<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: SubscriberStore> SubscriberDecorator for Counting<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
     }
 }

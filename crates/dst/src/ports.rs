@@ -11,16 +11,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use awsmp_core::memory::{
-    ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryUsageStore,
+    AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
+    MemorySubscriberStore, MemoryUsageStore, StoreCall, SubscriberDecorator, UsageDecorator,
 };
-use awsmp_core::model::{AggregatedRecord, GroupKey, RawUsageRow, Subscriber};
+use awsmp_core::model::GroupKey;
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, Clock, CommitOutcome, Cursor,
-    MalformedItem, MeteringApi, MeteringError, MeteringRecord, NewUsageRow, OutcomeWrite, Page,
-    PendingRawRef, PortError, PutOutcome, RecordVerdict, RowClaim, StrayPending, SubscriberStore,
-    UsageStore,
+    AggregationCommit, Clock, CommitOutcome, MeteringApi, MeteringError, MeteringRecord, PortError,
+    RecordVerdict,
 };
-use awsmp_core::time::{HourBucket, Instant};
 
 use crate::sim::{FaultKind, Sim, yield_now};
 
@@ -28,10 +26,10 @@ use crate::sim::{FaultKind, Sim, yield_now};
 /// the call, the call, and (for writes) maybe a lost response after it.
 async fn guarded<T>(
     sim: &Sim,
-    op: &'static str,
-    write: bool,
-    call: impl std::future::Future<Output = Result<T, PortError>>,
+    call: StoreCall,
+    inner: impl std::future::Future<Output = Result<T, PortError>>,
 ) -> Result<T, PortError> {
+    let op = call.op.name();
     yield_now().await;
     if sim.fault(FaultKind::StoreTransient, op) {
         return Err(PortError::Transient {
@@ -39,8 +37,8 @@ async fn guarded<T>(
             message: "injected: throttled before the call took effect".into(),
         });
     }
-    let out = call.await;
-    if write && out.is_ok() && sim.fault(FaultKind::StoreLostResponse, op) {
+    let out = inner.await;
+    if call.op.is_write() && out.is_ok() && sim.fault(FaultKind::StoreLostResponse, op) {
         return Err(PortError::Transient {
             operation: op,
             message: "injected: the call took effect, its response was lost".into(),
@@ -49,243 +47,58 @@ async fn guarded<T>(
     out
 }
 
+/// An in-memory store with faults at every call.
+pub struct Faulty<S> {
+    /// The store.
+    pub inner: S,
+    /// The simulation.
+    pub sim: Sim,
+}
+
 /// The usage table with faults.
-pub struct FaultyUsage {
-    /// The store.
-    pub inner: MemoryUsageStore,
-    /// The simulation.
-    pub sim: Sim,
-}
-
-#[async_trait]
-impl UsageStore for FaultyUsage {
-    async fn pending_page(
-        &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<PendingRawRef>, PortError> {
-        guarded(
-            &self.sim,
-            "usage.pending_page",
-            false,
-            self.inner.pending_page(hour, cursor),
-        )
-        .await
-    }
-    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
-        guarded(
-            &self.sim,
-            "usage.group_rows",
-            false,
-            self.inner.group_rows(key),
-        )
-        .await
-    }
-    async fn get_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-    ) -> Result<Option<RawUsageRow>, PortError> {
-        guarded(
-            &self.sim,
-            "usage.get_row",
-            false,
-            self.inner.get_row(license_arn, sort_key),
-        )
-        .await
-    }
-    async fn finalize_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        claim: RowClaim<'_>,
-        outcome: awsmp_core::ports::RowFinal,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        let call = self
-            .inner
-            .finalize_row(license_arn, sort_key, claim, outcome, now);
-        guarded(&self.sim, "usage.finalize_row", true, call).await
-    }
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
-        guarded(
-            &self.sim,
-            "usage.put_row",
-            true,
-            self.inner.put_row(row, now),
-        )
-        .await
-    }
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<StrayPending>, PortError> {
-        let call = self.inner.stray_pending_page(live, cursor);
-        guarded(&self.sim, "usage.stray_pending_page", false, call).await
-    }
-    async fn repair_pending(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        from: &str,
-        hour: HourBucket,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        let call = self
-            .inner
-            .repair_pending(license_arn, sort_key, from, hour, now);
-        guarded(&self.sim, "usage.repair_pending", true, call).await
-    }
-}
-
+pub type FaultyUsage = Faulty<MemoryUsageStore>;
 /// The aggregated table with faults (and spurious transaction conflicts).
-pub struct FaultyAggregated {
-    /// The store.
-    pub inner: MemoryAggregatedStore,
-    /// The simulation.
-    pub sim: Sim,
-}
-
-#[async_trait]
-impl AggregatedStore for FaultyAggregated {
-    async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
-        guarded(&self.sim, "aggregated.get", false, self.inner.get(key)).await
-    }
-    async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
-        yield_now().await;
-        if self
-            .sim
-            .fault(FaultKind::TransactionConflict, "aggregated.commit")
-        {
-            return Ok(CommitOutcome::Conflict);
-        }
-        guarded(
-            &self.sim,
-            "aggregated.commit",
-            true,
-            self.inner.commit(commit),
-        )
-        .await
-    }
-    async fn pending_page(
-        &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<AggregatedRecord>, PortError> {
-        let call = self.inner.pending_page(hour, cursor);
-        guarded(&self.sim, "aggregated.pending_page", false, call).await
-    }
-    async fn claim_all(
-        &self,
-        requests: &[ClaimRequest],
-    ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
-        let call = self.inner.claim_all(requests);
-        guarded(&self.sim, "aggregated.claim_all", true, call).await
-    }
-    async fn record_all(
-        &self,
-        writes: &[OutcomeWrite],
-        now: Instant,
-    ) -> Result<Vec<bool>, PortError> {
-        let call = self.inner.record_all(writes, now);
-        guarded(&self.sim, "aggregated.record_all", true, call).await
-    }
-    async fn put_direct(
-        &self,
-        record: &AggregatedRecord,
-        now: Instant,
-    ) -> Result<PutOutcome, PortError> {
-        guarded(
-            &self.sim,
-            "aggregated.put_direct",
-            true,
-            self.inner.put_direct(record, now),
-        )
-        .await
-    }
-    async fn reject_malformed(
-        &self,
-        item: &MalformedItem,
-        reason: &str,
-        expires_at: Option<Instant>,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        let call = self.inner.reject_malformed(item, reason, expires_at, now);
-        guarded(&self.sim, "aggregated.reject_malformed", true, call).await
-    }
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<AggregatedRecord>, PortError> {
-        let call = self.inner.stray_pending_page(live, cursor);
-        guarded(&self.sim, "aggregated.stray_pending_page", false, call).await
-    }
-}
-
+pub type FaultyAggregated = Faulty<MemoryAggregatedStore>;
 /// The subscribers table with faults.
-pub struct FaultySubscribers {
-    /// The store.
-    pub inner: MemorySubscriberStore,
-    /// The simulation.
-    pub sim: Sim,
+pub type FaultySubscribers = Faulty<MemorySubscriberStore>;
+
+#[async_trait]
+impl<S: Send + Sync> Decorator for Faulty<S> {
+    async fn around<T: Send>(
+        &self,
+        call: StoreCall,
+        inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
+    ) -> Result<T, PortError> {
+        guarded(&self.sim, call, inner).await
+    }
+}
+
+impl UsageDecorator for FaultyUsage {
+    type Inner = MemoryUsageStore;
+    fn inner(&self) -> &MemoryUsageStore {
+        &self.inner
+    }
 }
 
 #[async_trait]
-impl SubscriberStore for FaultySubscribers {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        guarded(
-            &self.sim,
-            "subscribers.get",
-            false,
-            self.inner.get(license_arn, account),
-        )
-        .await
+impl AggregatedDecorator for FaultyAggregated {
+    type Inner = MemoryAggregatedStore;
+    fn inner(&self) -> &MemoryAggregatedStore {
+        &self.inner
     }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        guarded(
-            &self.sim,
-            "subscribers.by_license",
-            false,
-            self.inner.by_license(license_arn),
-        )
-        .await
+
+    async fn before_commit(&self, _commit: &AggregationCommit) -> Option<CommitOutcome> {
+        yield_now().await;
+        self.sim
+            .fault(FaultKind::TransactionConflict, "aggregated.commit")
+            .then_some(CommitOutcome::Conflict)
     }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        let call = self.inner.by_agreement(agreement_id);
-        guarded(&self.sim, "subscribers.by_agreement", false, call).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        guarded(
-            &self.sim,
-            "subscribers.deprovisioning",
-            false,
-            self.inner.deprovisioning(),
-        )
-        .await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
-        guarded(
-            &self.sim,
-            "subscribers.put_lifecycle",
-            true,
-            self.inner.put_lifecycle(row, now),
-        )
-        .await
-    }
-    async fn add_registered_region(
-        &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        let call =
-            self.inner
-                .add_registered_region(license_arn, account, product_code, region, now);
-        guarded(&self.sim, "subscribers.add_registered_region", true, call).await
+}
+
+impl SubscriberDecorator for FaultySubscribers {
+    type Inner = MemorySubscriberStore;
+    fn inner(&self) -> &MemorySubscriberStore {
+        &self.inner
     }
 }
 

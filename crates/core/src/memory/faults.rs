@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use crate::ports::PortError;
 use crate::sync::lock;
 
-/// A store operation, for injecting a one-shot failure with `fail_next`.
+/// A store operation: for injecting a one-shot failure with `fail_next`, and what a
+/// [`Decorator`](super::Decorator) is told each call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreOp {
     /// [`UsageStore::pending_page`].
@@ -54,6 +55,54 @@ pub enum StoreOp {
     SubscriberAddRegisteredRegion,
     /// [`ProfileStore::upsert`].
     ProfileUpsert,
+}
+
+impl StoreOp {
+    /// `table.method`, the port method's name (`usage.pending_page`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreOp::UsagePendingPage => "usage.pending_page",
+            StoreOp::UsageGroupRows => "usage.group_rows",
+            StoreOp::UsageGetRow => "usage.get_row",
+            StoreOp::UsageFinalizeRow => "usage.finalize_row",
+            StoreOp::UsagePutRow => "usage.put_row",
+            StoreOp::UsageStrayPendingPage => "usage.stray_pending_page",
+            StoreOp::UsageRepairPending => "usage.repair_pending",
+            StoreOp::AggregatedGet => "aggregated.get",
+            StoreOp::AggregatedCommit => "aggregated.commit",
+            StoreOp::AggregatedPendingPage => "aggregated.pending_page",
+            StoreOp::AggregatedClaim => "aggregated.claim_all",
+            StoreOp::AggregatedRecord => "aggregated.record_all",
+            StoreOp::AggregatedPutDirect => "aggregated.put_direct",
+            StoreOp::AggregatedRejectMalformed => "aggregated.reject_malformed",
+            StoreOp::AggregatedStrayPendingPage => "aggregated.stray_pending_page",
+            StoreOp::SubscriberGet => "subscribers.get",
+            StoreOp::SubscriberByLicense => "subscribers.by_license",
+            StoreOp::SubscriberByAgreement => "subscribers.by_agreement",
+            StoreOp::SubscriberDeprovisioning => "subscribers.deprovisioning",
+            StoreOp::SubscriberPutLifecycle => "subscribers.put_lifecycle",
+            StoreOp::SubscriberAddRegisteredRegion => "subscribers.add_registered_region",
+            StoreOp::ProfileUpsert => "profiles.upsert",
+        }
+    }
+
+    /// Whether the operation writes (its effect may land though its answer is lost).
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            StoreOp::UsageFinalizeRow
+                | StoreOp::UsagePutRow
+                | StoreOp::UsageRepairPending
+                | StoreOp::AggregatedCommit
+                | StoreOp::AggregatedClaim
+                | StoreOp::AggregatedRecord
+                | StoreOp::AggregatedPutDirect
+                | StoreOp::AggregatedRejectMalformed
+                | StoreOp::SubscriberPutLifecycle
+                | StoreOp::SubscriberAddRegisteredRegion
+                | StoreOp::ProfileUpsert
+        )
+    }
 }
 
 /// Queued one-shot outcomes per operation: `None` lets one call through, `Some` fails it.

@@ -11,10 +11,12 @@
 //! test and inspect through another. Store operations can be made to fail once with
 //! [`StoreOp`] (`fail_next`), to test retries and error paths. [`contract`] holds the
 //! assertions every usage/aggregated store must pass, run against these stores and
-//! against the DynamoDB adapters on moto.
+//! against the DynamoDB adapters on moto. A test double that wraps a store (faults,
+//! counting, a rival writer) implements a [`Decorator`] instead of every port method.
 
 mod aggregated;
 pub mod contract;
+mod decorate;
 mod faults;
 pub mod fixtures;
 mod metering;
@@ -35,6 +37,9 @@ pub use crate::items::{
 };
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
+pub use decorate::{
+    AggregatedDecorator, Decorator, StoreCall, SubscriberDecorator, UsageDecorator,
+};
 pub use faults::StoreOp;
 pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};
 pub use operator::MemoryOperatorStore;

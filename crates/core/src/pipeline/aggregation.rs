@@ -297,14 +297,12 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::memory::{MemoryAggregatedStore, StoreOp, claim_read, reference_row};
-    use crate::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, Tag};
-    use crate::pipeline::testkit::*;
-    use crate::ports::{
-        AggregationCommit, ClaimGrant, ClaimRequest, Cursor, MalformedItem, OutcomeWrite, Page,
-        PortError, SubmissionUpdate, metric,
+    use crate::memory::{
+        AggregatedDecorator, Decorator, MemoryAggregatedStore, StoreOp, claim_read, reference_row,
     };
-    use crate::time::HourBucket;
+    use crate::model::{AggregatedStatus, Allocation, Attr, Tag};
+    use crate::pipeline::testkit::*;
+    use crate::ports::{AggregationCommit, PortError, SubmissionUpdate, metric};
 
     const NOW: &str = "2026-11-30T10:30:00Z";
 
@@ -708,12 +706,16 @@ mod tests {
         greedy: bool,
     }
 
+    impl Decorator for RivalStore {}
+
     #[async_trait]
-    impl AggregatedStore for RivalStore {
-        async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
-            self.inner.get(key).await
+    impl AggregatedDecorator for RivalStore {
+        type Inner = MemoryAggregatedStore;
+        fn inner(&self) -> &MemoryAggregatedStore {
+            &self.inner
         }
-        async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
+
+        async fn before_commit(&self, commit: &AggregationCommit) -> Option<CommitOutcome> {
             let rival = {
                 let mut left = self.conflicts.lock().unwrap();
                 let go = *left > 0;
@@ -764,52 +766,7 @@ mod tests {
                     }
                 }
             }
-            self.inner.commit(commit).await
-        }
-        async fn pending_page(
-            &self,
-            hour: HourBucket,
-            cursor: Option<Cursor>,
-        ) -> Result<Page<AggregatedRecord>, PortError> {
-            self.inner.pending_page(hour, cursor).await
-        }
-        async fn claim_all(
-            &self,
-            requests: &[ClaimRequest],
-        ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
-            self.inner.claim_all(requests).await
-        }
-        async fn record_all(
-            &self,
-            writes: &[OutcomeWrite],
-            now: Instant,
-        ) -> Result<Vec<bool>, PortError> {
-            self.inner.record_all(writes, now).await
-        }
-        async fn reject_malformed(
-            &self,
-            item: &MalformedItem,
-            reason: &str,
-            expires_at: Option<Instant>,
-            now: Instant,
-        ) -> Result<bool, PortError> {
-            self.inner
-                .reject_malformed(item, reason, expires_at, now)
-                .await
-        }
-        async fn stray_pending_page(
-            &self,
-            live: &[HourBucket],
-            cursor: Option<Cursor>,
-        ) -> Result<Page<AggregatedRecord>, PortError> {
-            self.inner.stray_pending_page(live, cursor).await
-        }
-        async fn put_direct(
-            &self,
-            r: &AggregatedRecord,
-            now: Instant,
-        ) -> Result<crate::ports::PutOutcome, PortError> {
-            self.inner.put_direct(r, now).await
+            None
         }
     }
 
