@@ -20,23 +20,9 @@ use aws_sdk_marketplacemetering::types::{
 use awsmp_core::model::Allocation;
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
-    ResolvedCustomer,
+    ResolvedCustomer, VALIDATION_EXCEPTIONS,
 };
 use tracing::instrument;
-
-/// Request-level exceptions that fail a whole batch because of its content; the
-/// submitter bisects to isolate the record. `ValidationException` is not modeled for
-/// this API but is answered by AWS services generically.
-pub const VALIDATION_EXCEPTIONS: &[&str] = &[
-    "InvalidUsageDimensionException",
-    "TimestampOutOfBoundsException",
-    "InvalidLicenseException",
-    "InvalidTagException",
-    "InvalidUsageAllocationsException",
-    "InvalidProductCodeException",
-    "InvalidCustomerIdentifierException",
-    "ValidationException",
-];
 
 /// A Marketplace Metering client for [`SdkMeteringApi`]: one attempt per call.
 pub fn metering_client(config: &SdkConfig) -> Client {

@@ -485,16 +485,7 @@ mod tests {
 
     #[test]
     fn every_isolated_exception_becomes_error_with_its_name() {
-        for name in [
-            "InvalidUsageDimensionException",
-            "TimestampOutOfBoundsException",
-            "InvalidLicenseException",
-            "InvalidTagException",
-            "InvalidUsageAllocationsException",
-            "InvalidProductCodeException",
-            "InvalidCustomerIdentifierException",
-            "ValidationException",
-        ] {
+        for &name in crate::ports::VALIDATION_EXCEPTIONS {
             let result = RecordResult::Isolated {
                 exception: name.into(),
                 message: "m".into(),

@@ -657,6 +657,21 @@ pub enum RecordVerdict {
     Unprocessed,
 }
 
+/// Request-level exceptions that fail a whole batch because of its content
+/// ([`MeteringError::Validation`]); the submitter bisects to isolate the record.
+/// `ValidationException` is not modeled for this API but is answered by AWS services
+/// generically.
+pub const VALIDATION_EXCEPTIONS: &[&str] = &[
+    "InvalidUsageDimensionException",
+    "TimestampOutOfBoundsException",
+    "InvalidLicenseException",
+    "InvalidTagException",
+    "InvalidUsageAllocationsException",
+    "InvalidProductCodeException",
+    "InvalidCustomerIdentifierException",
+    "ValidationException",
+];
+
 /// A request-level failure of `BatchMeterUsage`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MeteringError {
