@@ -274,38 +274,13 @@ pub struct ValidUsageRow {
     pub product_code: Option<String>,
 }
 
-/// Status of a raw usage row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum RawStatus {
-    /// Counted into its group's aggregated record.
-    Aggregated,
-    /// Failed a client-side guardrail (see [`ReasonCode`]).
-    RejectedClientSide,
-    /// Never aggregated before its hour left the 24 h window.
-    AggregationExpired,
-}
-
-/// Status of an aggregated record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum AggregatedStatus {
-    /// Awaiting submission (not terminal; `meteringPending` present).
-    Pending,
-    /// Billed.
-    Success,
-    /// Marketplace already had a record for this group and hour (first write wins).
-    DuplicateRecord,
-    /// The license cannot be metered (final, see architecture.md §5).
-    CustomerNotSubscribed,
-    /// A request-level exception isolated to this record; reason holds its name.
-    Error,
-    /// Never submitted before its hour left the 24 h window.
-    SubmissionExpired,
-    /// Dry-run mode: would have been submitted; never sent.
-    DryRunSubmitted,
-}
-
+/// Defines a stored-string enum: the enum itself, `as_str` (the variant's name, as
+/// stored and logged), `ALL` (declaration order), `Display` and `FromStr`, from one
+/// list of variants.
 macro_rules! string_enum {
-    ($ty:ty { $($variant:ident),+ $(,)? }) => {
+    ($(#[$meta:meta])* pub enum $ty:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$meta])*
+        pub enum $ty { $($(#[$vmeta])* $variant),+ }
         impl $ty {
             /// The exact name stored in tables and printed in logs.
             pub fn as_str(&self) -> &'static str {
@@ -329,6 +304,40 @@ macro_rules! string_enum {
     };
 }
 
+string_enum! {
+    /// Status of a raw usage row.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum RawStatus {
+        /// Counted into its group's aggregated record.
+        Aggregated,
+        /// Failed a client-side guardrail (see [`ReasonCode`]).
+        RejectedClientSide,
+        /// Never aggregated before its hour left the 24 h window.
+        AggregationExpired,
+    }
+}
+
+string_enum! {
+    /// Status of an aggregated record.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum AggregatedStatus {
+        /// Awaiting submission (not terminal; `meteringPending` present).
+        Pending,
+        /// Billed.
+        Success,
+        /// Marketplace already had a record for this group and hour (first write wins).
+        DuplicateRecord,
+        /// The license cannot be metered (final, see architecture.md §5).
+        CustomerNotSubscribed,
+        /// A request-level exception isolated to this record; reason holds its name.
+        Error,
+        /// Never submitted before its hour left the 24 h window.
+        SubmissionExpired,
+        /// Dry-run mode: would have been submitted; never sent.
+        DryRunSubmitted,
+    }
+}
+
 /// A stored string that names no known value of an enum.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} value {value:?}")]
@@ -339,21 +348,6 @@ pub struct UnknownValue {
     pub value: String,
 }
 
-string_enum!(RawStatus {
-    Aggregated,
-    RejectedClientSide,
-    AggregationExpired
-});
-string_enum!(AggregatedStatus {
-    Pending,
-    Success,
-    DuplicateRecord,
-    CustomerNotSubscribed,
-    Error,
-    SubmissionExpired,
-    DryRunSubmitted
-});
-
 impl AggregatedStatus {
     /// Whether the status ends the record's life (removes `meteringPending`).
     pub fn is_terminal(&self) -> bool {
@@ -361,93 +355,67 @@ impl AggregatedStatus {
     }
 }
 
-/// Client-side rejection reason codes. The table of checks and their order is in
-/// [`crate::guardrails`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum ReasonCode {
-    /// Sort key is not `<account>#<dimension>#<timestamp>[#<suffix>]`.
-    MalformedSortKey,
-    /// Sort key disagrees with the row's attributes.
-    SortKeyMismatch,
-    /// Timestamp is not whole-second UTC `YYYY-MM-DDTHH:MM:SS[Z]`.
-    MalformedTimestamp,
-    /// Quantity is missing or not a number.
-    NonNumericQuantity,
-    /// Quantity has a fractional part.
-    NonIntegerQuantity,
-    /// Quantity is below zero.
-    NegativeQuantity,
-    /// Quantity is above 2147483647.
-    QuantityTooLarge,
-    /// Dimension attribute missing or empty.
-    MissingDimension,
-    /// Timestamp is after "now".
-    TimestampInFuture,
-    /// Timestamp is outside the metering window (older than 24 h, or last month after the grace).
-    TimestampOutOfWindow,
-    /// License ARN does not match the License Manager ARN shape.
-    InvalidLicenseArn,
-    /// Buyer account id missing or not 12 digits.
-    MissingCustomerAWSAccountId,
-    /// `usageAllocations` is not a list of `{allocatedUsageQuantity, tags}` maps.
-    MalformedAllocations,
-    /// An allocation quantity is negative, fractional or out of range.
-    NegativeOrNonIntegerAllocation,
-    /// A tag has an empty or missing key or value.
-    MissingTagKeyOrValue,
-    /// A tag key or value violates the API pattern or length.
-    InvalidTag,
-    /// More than 5 tags on one allocation.
-    TooManyTags,
-    /// More than 2,500 merged tag sets in the group.
-    TooManyAllocations,
-    /// A row's allocations do not sum to its quantity.
-    AllocationSumMismatch,
-    /// A group mixes allocated and unallocated non-zero rows.
-    MixedAllocatedAndUnallocated,
-    /// The row's product code differs from the stack's and the stack meters one product.
-    ProductCodeMismatch,
-    /// The row arrived after its group's hour was already submitted to Marketplace
-    /// (or sent with an outcome not yet known: that quantity is final).
-    HourAlreadySubmitted,
-    /// Counting the row would grow its aggregated record past what one DynamoDB item
-    /// holds (400 KB; the record keeps headroom below it), through new VMT tag sets.
-    RecordTooLarge,
-    /// `meteringPending` is not an hour bucket (e.g. `"true"`, as other samples write)
-    /// and the row's timestamp cannot place it in a live hour.
-    MalformedMeteringPending,
-    /// The row carries `expiresAt`, the tables' TTL attribute, which only the pipeline
-    /// writes (on final items): DynamoDB could delete the row before it is counted.
-    ReservedAttribute,
+string_enum! {
+    /// Client-side rejection reason codes. The table of checks and their order is in
+    /// [`crate::guardrails`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum ReasonCode {
+        /// Sort key is not `<account>#<dimension>#<timestamp>[#<suffix>]`.
+        MalformedSortKey,
+        /// Sort key disagrees with the row's attributes.
+        SortKeyMismatch,
+        /// Timestamp is not whole-second UTC `YYYY-MM-DDTHH:MM:SS[Z]`.
+        MalformedTimestamp,
+        /// Quantity is missing or not a number.
+        NonNumericQuantity,
+        /// Quantity has a fractional part.
+        NonIntegerQuantity,
+        /// Quantity is below zero.
+        NegativeQuantity,
+        /// Quantity is above 2147483647.
+        QuantityTooLarge,
+        /// Dimension attribute missing or empty.
+        MissingDimension,
+        /// Timestamp is after "now".
+        TimestampInFuture,
+        /// Timestamp is outside the metering window (older than 24 h, or last month after the grace).
+        TimestampOutOfWindow,
+        /// License ARN does not match the License Manager ARN shape.
+        InvalidLicenseArn,
+        /// Buyer account id missing or not 12 digits.
+        MissingCustomerAWSAccountId,
+        /// `usageAllocations` is not a list of `{allocatedUsageQuantity, tags}` maps.
+        MalformedAllocations,
+        /// An allocation quantity is negative, fractional or out of range.
+        NegativeOrNonIntegerAllocation,
+        /// A tag has an empty or missing key or value.
+        MissingTagKeyOrValue,
+        /// A tag key or value violates the API pattern or length.
+        InvalidTag,
+        /// More than 5 tags on one allocation.
+        TooManyTags,
+        /// More than 2,500 merged tag sets in the group.
+        TooManyAllocations,
+        /// A row's allocations do not sum to its quantity.
+        AllocationSumMismatch,
+        /// A group mixes allocated and unallocated non-zero rows.
+        MixedAllocatedAndUnallocated,
+        /// The row's product code differs from the stack's and the stack meters one product.
+        ProductCodeMismatch,
+        /// The row arrived after its group's hour was already submitted to Marketplace
+        /// (or sent with an outcome not yet known: that quantity is final).
+        HourAlreadySubmitted,
+        /// Counting the row would grow its aggregated record past what one DynamoDB item
+        /// holds (400 KB; the record keeps headroom below it), through new VMT tag sets.
+        RecordTooLarge,
+        /// `meteringPending` is not an hour bucket (e.g. `"true"`, as other samples write)
+        /// and the row's timestamp cannot place it in a live hour.
+        MalformedMeteringPending,
+        /// The row carries `expiresAt`, the tables' TTL attribute, which only the pipeline
+        /// writes (on final items): DynamoDB could delete the row before it is counted.
+        ReservedAttribute,
+    }
 }
-
-string_enum!(ReasonCode {
-    MalformedSortKey,
-    SortKeyMismatch,
-    MalformedTimestamp,
-    NonNumericQuantity,
-    NonIntegerQuantity,
-    NegativeQuantity,
-    QuantityTooLarge,
-    MissingDimension,
-    TimestampInFuture,
-    TimestampOutOfWindow,
-    InvalidLicenseArn,
-    MissingCustomerAWSAccountId,
-    MalformedAllocations,
-    NegativeOrNonIntegerAllocation,
-    MissingTagKeyOrValue,
-    InvalidTag,
-    TooManyTags,
-    TooManyAllocations,
-    AllocationSumMismatch,
-    MixedAllocatedAndUnallocated,
-    ProductCodeMismatch,
-    HourAlreadySubmitted,
-    RecordTooLarge,
-    MalformedMeteringPending,
-    ReservedAttribute
-});
 
 /// The one aggregated record per group: what the submitter sends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
