@@ -1,12 +1,16 @@
-//! awsmp-e2e: the end-to-end harness. One [`Stack`] is the main stack on one machine:
-//! moto (DynamoDB + SQS) with the real tables and queues, the Marketplace simulator,
-//! and the four metering handlers (discoverer, aggregator, cleanup, submitter) wired
-//! with the real `awsmp-aws` adapters, called as libraries with real event JSON. Time
-//! is driven explicitly: scheduled runs carry the scenario's "now" in their event, the
-//! SQS stages read it from a manual clock, and the simulator's clock is pinned to it.
-//! Each handler has its own SDK clients ([`clients::FunctionClients`]) recording every
-//! AWS call it makes in [`Stack::calls`]; the harness's own reads and writes are not
-//! recorded.
+//! awsmp-e2e: the end-to-end harness. One [`Stack`] is both stacks on one machine, as
+//! `awsmp local up` deploys them (`awsmp_cli::local`): moto (DynamoDB + SQS) with the
+//! tables and queues the templates declare, the Marketplace simulator, and the four
+//! metering handlers (discoverer, aggregator, cleanup, submitter), each with the
+//! `Config` its template environment gives it and the `State` its `State::connect`
+//! builds, called as libraries with real event JSON. The options the templates take as
+//! parameters (lock hours, zero policy, metering mode, retention, product) are passed
+//! as parameters. Time is driven explicitly: scheduled runs carry the scenario's "now"
+//! in their event, the SQS stages read it from a manual clock, and the simulator's
+//! clock is pinned to it. Each handler's stores and queues are then put on its own SDK
+//! clients ([`clients::FunctionClients`]) recording every AWS call it makes in
+//! [`Stack::calls`] and counting its DynamoDB calls ([`Stack::counts`]); the
+//! harness's own reads and writes are not recorded.
 
 pub mod clients;
 pub mod counting;
@@ -14,23 +18,22 @@ pub mod events;
 pub mod invariant;
 pub mod views;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_cli::local::LocalError;
+use awsmp_cli::local::resources::LocalStack;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::clock::ManualClock;
 use awsmp_core::metrics::RecordingMetrics;
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus, attr};
-use awsmp_core::pipeline::discover::{DiscoverReport, DiscoverSettings};
-use awsmp_core::pipeline::submit::{DeploymentMode, MeteringMode, SubmitReport, SubmitSettings};
+use awsmp_core::pipeline::discover::DiscoverReport;
+use awsmp_core::pipeline::submit::{MeteringMode, SubmitReport};
 use awsmp_core::ports::{AggregatedStore, SubscriberStore, UsageStore};
-use awsmp_core::retention::Retention;
+use awsmp_core::retention::MIN_RETENTION_DAYS;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
-use awsmp_local_aws::{
-    MotoServer, TEST_REGION, TableSpec, TemplateOptions, TestSupportError, create_queue,
-    create_table, tables_in_template, workspace_root,
-};
+use awsmp_local_aws::{MotoServer, TEST_REGION, workspace_root};
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
@@ -42,7 +45,14 @@ use crate::counting::{CountingAggregated, CountingSubscribers, CountingUsage, Op
 use crate::events::{Delivered, scheduled_event, sqs_event};
 use crate::views::{AggregatedView, RawRowView};
 
-/// Table and queue names of the test stack.
+/// The stage both test stacks are deployed with.
+pub const STAGE: &str = "test";
+/// The discoverer's `FlushMarginMinutes`: the deprovisioning flush runs in the last
+/// discoverer run at least 10 minutes before a window closes.
+const FLUSH_MARGIN_MINUTES: &str = "10";
+
+/// Table and queue names of the test stack, as the templates name them for product
+/// `prod-e2e` ([`StackOptions::at`]) and stage [`STAGE`].
 pub const USAGE_TABLE: &str = "awsmp-prod-e2e-usage-test";
 /// Aggregated-usage table.
 pub const AGGREGATED_TABLE: &str = "awsmp-prod-e2e-aggregated-usage-test";
@@ -58,9 +68,12 @@ pub const CLEANUP_QUEUE: &str = "awsmp-prod-e2e-cleanup-test";
 /// Why the harness failed (a test failure, never a pipeline outcome).
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    /// moto or table/queue setup.
+    /// moto.
     #[error("test support: {0}")]
     Support(#[from] awsmp_local_aws::TestSupportError),
+    /// The templates' tables, queues or function environments (the local stack's code).
+    #[error("local stack: {0}")]
+    Local(#[from] LocalError),
     /// The simulator.
     #[error("simulator: {0}")]
     Sim(String),
@@ -156,6 +169,10 @@ pub struct Stack {
     pub sqs: aws_sdk_sqs::Client,
     /// Queue URLs.
     pub queues: HashMap<QueueKind, String>,
+    /// The events stack as deployed (the subscribers table, the events queues).
+    pub events: LocalStack,
+    /// The main stack as deployed (tables, queues, each function's environment).
+    pub main: LocalStack,
     /// "Now" of the SQS-driven stages.
     pub clock: ManualClock,
     /// Every metric the handlers emitted.
@@ -174,36 +191,81 @@ pub struct Stack {
     pub subscribers: Arc<dyn SubscriberStore>,
     /// Every AWS call the handlers made, by function.
     pub calls: awsmp_aws::CallLog,
+    queue_names: HashMap<QueueKind, String>,
     now: Mutex<Instant>,
     delivered: Mutex<Vec<(QueueKind, String)>>,
     failed_receipts: Mutex<Vec<(String, String)>>,
 }
 
 impl Stack {
-    /// Starts moto and the simulator, creates the tables and queues, wires the handlers.
+    /// Starts moto and the simulator, deploys both templates' tables and queues as
+    /// `awsmp local up` does (the options as template parameters), builds each
+    /// handler's `Config` from its template environment and its `State` with
+    /// `State::connect`, as its `main.rs` does, then swaps in what the tests observe:
+    /// the function's recording clients under the counting stores, the recording
+    /// metrics, the manual clock of the SQS stages.
     pub async fn start(options: StackOptions) -> Result<Stack, HarnessError> {
         let moto = MotoServer::start().await?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(&options.region));
         let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config_in(&options.region));
         let subscribers_dynamodb =
             aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION));
-        let main = "template-main.yaml";
-        create_table(&dynamodb, &template_table(main, "UsageTable", USAGE_TABLE)?).await?;
-        let aggregated = template_table(main, "AggregatedUsageTable", AGGREGATED_TABLE)?;
-        create_table(&dynamodb, &aggregated).await?;
-        let subscribers = template_table(
-            "template-events.yaml",
-            "SubscribersTable",
-            SUBSCRIBERS_TABLE,
-        )?;
-        create_table(&subscribers_dynamodb, &subscribers).await?;
+        let root = workspace_root();
+        let events = LocalStack::deploy_in(
+            &root.join("template-events.yaml"),
+            &format!("awsmp-events-{STAGE}"),
+            SUBSCRIBERS_REGION,
+            &[("StageName", STAGE)],
+            &subscribers_dynamodb,
+            &aws_sdk_sqs::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION)),
+        )
+        .await?;
+        let subscribers_table = deployed(&events.tables, "SubscribersTable")?;
+        let (mode, allowlist) = match &options.mode {
+            MeteringMode::Live => ("live", String::new()),
+            MeteringMode::DryRun { allowlist } => (
+                "dry-run",
+                allowlist.iter().cloned().collect::<Vec<_>>().join(","),
+            ),
+        };
+        let lock = options.lock.hours().to_string();
+        let retention = MIN_RETENTION_DAYS.to_string();
+        let parameters = [
+            ("ProductCode", options.product_code.as_str()),
+            ("StageName", STAGE),
+            ("SubscribersTableName", subscribers_table.as_str()),
+            ("SubscribersTableRegion", SUBSCRIBERS_REGION),
+            ("MeteringLockHours", lock.as_str()),
+            ("ZeroQuantityPolicy", options.zero_policy.as_str()),
+            ("MeteringMode", mode),
+            ("TestAccountAllowlist", allowlist.as_str()),
+            // Every final write on DynamoDB carries expiresAt; pending ones never do.
+            ("DataRetentionDays", retention.as_str()),
+            ("FlushMarginMinutes", FLUSH_MARGIN_MINUTES),
+        ];
+        let main = LocalStack::deploy_in(
+            &root.join("template-main.yaml"),
+            &format!("awsmp-main-{}-{STAGE}", options.product_code),
+            &options.region,
+            &parameters,
+            &dynamodb,
+            &sqs,
+        )
+        .await?;
+        let usage_table = deployed(&main.tables, "UsageTable")?;
         let mut queues = HashMap::new();
-        queues.insert(QueueKind::Work, create_queue(&sqs, WORK_QUEUE).await?);
-        queues.insert(
-            QueueKind::Deprovision,
-            create_queue(&sqs, DEPROVISION_QUEUE).await?,
-        );
-        queues.insert(QueueKind::Cleanup, create_queue(&sqs, CLEANUP_QUEUE).await?);
+        let mut queue_names = HashMap::new();
+        for (kind, logical_id) in [
+            (QueueKind::Work, "WorkQueue"),
+            (QueueKind::Deprovision, "DeprovisionWorkQueue"),
+            (QueueKind::Cleanup, "CleanupQueue"),
+        ] {
+            let (name, url) = main.queues.get(logical_id).cloned().ok_or_else(|| {
+                LocalError::Template(format!("template-main.yaml has no queue {logical_id}"))
+            })?;
+            queues.insert(kind, url);
+            queue_names.insert(kind, name);
+        }
 
         let sim = Simulator::start(SimConfig {
             clock: ClockSetting::Fixed { at: options.now },
@@ -221,100 +283,99 @@ impl Stack {
         .await
         .map_err(|e| HarnessError::Sim(e.to_string()))?;
 
-        // Each handler gets its own clients, recording its calls under its name.
+        // Every function's config from its template environment, its state on the local
+        // stack's SDK config, as a Lambda's `main.rs` builds them on the config it loads.
+        let sdk = awsmp_aws::LocalEndpoints {
+            aws: moto.endpoint().to_string(),
+            metering: sim.endpoint_url(),
+        }
+        .sdk_config(&options.region);
+        let no_overrides = BTreeMap::new();
+        let environment = |binary: &str| main.function_environment(binary, &no_overrides);
+        let env = environment("discoverer")?;
+        let discoverer_config = awsmp_discoverer::Config::from_lookup(&|k| env.get(k).cloned())
+            .map_err(|e| config_error("discoverer", e))?;
+        let mut discoverer = awsmp_discoverer::State::connect(&sdk, &discoverer_config);
+        let env = environment("aggregator")?;
+        let aggregator_config = awsmp_aggregator::Config::from_lookup(&|k| env.get(k).cloned())
+            .map_err(|e| config_error("aggregator", e))?;
+        let mut aggregator = awsmp_aggregator::State::connect(&sdk, &aggregator_config);
+        let env = environment("cleanup")?;
+        let cleanup_config = awsmp_cleanup::Config::from_lookup(&|k| env.get(k).cloned())
+            .map_err(|e| config_error("cleanup", e))?;
+        let mut cleanup = awsmp_cleanup::State::connect(&sdk, &cleanup_config);
+        let env = environment("submitter")?;
+        let submitter_config = awsmp_submitter::Config::from_lookup(&|k| env.get(k).cloned())
+            .map_err(|e| config_error("submitter", e))?;
+        let mut submitter = awsmp_submitter::State::connect(&sdk, &submitter_config);
+
+        // What the tests observe: each handler's stores and queues on its own recording
+        // clients (its calls filed under its name), counted; the recording metrics; the
+        // manual clock of the SQS stages.
         let calls = awsmp_aws::CallLog::new();
         let sim_endpoint = sim.endpoint_url();
         let clients = |function: &str| {
             FunctionClients::new(&moto, &sim_endpoint, &options.region, &calls, function)
         };
         let counts = OpCounts::new();
-        let usage = |c: &FunctionClients| -> Arc<dyn UsageStore> {
+        let usage = |c: &FunctionClients, table: &str| -> Arc<dyn UsageStore> {
             Arc::new(CountingUsage {
-                inner: awsmp_aws::DynamoUsageStore::new(c.dynamodb.clone(), USAGE_TABLE),
+                inner: awsmp_aws::DynamoUsageStore::new(c.dynamodb.clone(), table),
                 counts: counts.clone(),
             })
         };
-        let aggregated = |c: &FunctionClients| -> Arc<dyn AggregatedStore> {
+        let aggregated = |c: &FunctionClients, table: &str| -> Arc<dyn AggregatedStore> {
             Arc::new(CountingAggregated {
                 inner: awsmp_aws::DynamoAggregatedStore::new(
                     c.dynamodb.clone(),
-                    AGGREGATED_TABLE,
-                    USAGE_TABLE,
+                    table,
+                    usage_table.as_str(),
                 ),
                 counts: counts.clone(),
             })
         };
-        let subscribers_on = |client: aws_sdk_dynamodb::Client| -> Arc<dyn SubscriberStore> {
-            Arc::new(CountingSubscribers {
-                inner: awsmp_aws::DynamoSubscriberStore::new(client, SUBSCRIBERS_TABLE),
-                counts: counts.clone(),
-            })
+        let subscribers_on =
+            |client: aws_sdk_dynamodb::Client, table: &str| -> Arc<dyn SubscriberStore> {
+                Arc::new(CountingSubscribers {
+                    inner: awsmp_aws::DynamoSubscriberStore::new(client, table),
+                    counts: counts.clone(),
+                })
+            };
+        let queue = |c: &FunctionClients, url: &str| -> Arc<awsmp_aws::SqsWorkQueue> {
+            Arc::new(awsmp_aws::SqsWorkQueue::new(c.sqs.clone(), url))
         };
-        let queue = |c: &FunctionClients, kind: QueueKind| -> Arc<awsmp_aws::SqsWorkQueue> {
-            Arc::new(awsmp_aws::SqsWorkQueue::new(
-                c.sqs.clone(),
-                queues.get(&kind).cloned().unwrap_or_default(),
-            ))
-        };
-        let subscribers = subscribers_on(subscribers_dynamodb);
+        let subscribers = subscribers_on(subscribers_dynamodb, &subscribers_table);
         let clock = ManualClock::new(options.now);
         let metrics = RecordingMetrics::new();
-        let system_clock = Arc::new(awsmp_aws::SystemClock);
 
-        let mut discover_settings =
-            DiscoverSettings::new(options.product_code.clone(), options.lock);
-        discover_settings.flush_margin = chrono::Duration::minutes(10);
-        // Every final write on DynamoDB carries expiresAt; pending ones never do.
-        discover_settings.retention = Retention::MIN;
         let c = clients("discoverer");
-        let discoverer = awsmp_discoverer::State {
-            settings: Arc::new(discover_settings),
-            usage: usage(&c),
-            subscribers: subscribers_on(c.subscribers_dynamodb.clone()),
-            work_queue: queue(&c, QueueKind::Work),
-            deprovision_queue: queue(&c, QueueKind::Deprovision),
-            metrics: Arc::new(metrics.clone()),
-            clock: system_clock.clone(),
-        };
+        discoverer.usage = usage(&c, &discoverer_config.usage_table);
+        discoverer.subscribers = subscribers_on(
+            c.subscribers_dynamodb.clone(),
+            &discoverer_config.subscribers_table,
+        );
+        discoverer.work_queue = queue(&c, &discoverer_config.work_queue_url);
+        discoverer.deprovision_queue = queue(&c, &discoverer_config.deprovision_queue_url);
+        discoverer.metrics = Arc::new(metrics.clone());
         let c = clients("aggregator");
-        let aggregator = awsmp_aggregator::State {
-            settings: Arc::new(awsmp_core::pipeline::aggregation::AggregateSettings {
-                product_code: options.product_code.clone(),
-                lock: options.lock,
-                zero_policy: options.zero_policy,
-                retention: Retention::MIN,
-            }),
-            usage: usage(&c),
-            aggregated: aggregated(&c),
-            cleanup_queue: queue(&c, QueueKind::Cleanup),
-            clock: Arc::new(clock.clone()),
-        };
+        aggregator.usage = usage(&c, &aggregator_config.usage_table);
+        aggregator.aggregated = aggregated(&c, &aggregator_config.aggregated_table);
+        aggregator.cleanup_queue = queue(&c, &aggregator_config.cleanup_queue_url);
+        aggregator.clock = Arc::new(clock.clone());
         let c = clients("cleanup");
-        let cleanup = awsmp_cleanup::State {
-            usage: usage(&c),
-            metrics: Arc::new(metrics.clone()),
-            clock: Arc::new(clock.clone()),
-            retention: Retention::MIN,
-        };
+        cleanup.usage = usage(&c, &cleanup_config.usage_table);
+        cleanup.metrics = Arc::new(metrics.clone());
+        cleanup.clock = Arc::new(clock.clone());
         let c = clients("submitter");
-        let submitter = awsmp_submitter::State {
-            settings: Arc::new(SubmitSettings {
-                retention: Retention::MIN,
-                ..SubmitSettings::new(
-                    options.product_code.clone(),
-                    options.mode.clone(),
-                    options.zero_policy,
-                    DeploymentMode::Full,
-                )
-            }),
-            aggregated: aggregated(&c),
-            subscribers: subscribers_on(c.subscribers_dynamodb.clone()),
-            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone())),
-            metrics: Arc::new(metrics.clone()),
-            // Real time at millisecond resolution: pacing must hold against the
-            // simulator's real-time quota.
-            clock: Arc::new(awsmp_aws::SystemClock),
-        };
+        submitter.aggregated = aggregated(&c, &submitter_config.aggregated_table);
+        submitter.subscribers = subscribers_on(
+            c.subscribers_dynamodb.clone(),
+            &submitter_config.subscribers_table,
+        );
+        submitter.metering = Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone()));
+        submitter.metrics = Arc::new(metrics.clone());
+        // The submitter keeps its real clock at millisecond resolution: pacing must hold
+        // against the simulator's real-time quota.
         Ok(Stack {
             now: Mutex::new(options.now),
             moto,
@@ -323,6 +384,9 @@ impl Stack {
             dynamodb,
             sqs,
             queues,
+            queue_names,
+            events,
+            main,
             clock,
             metrics,
             counts,
@@ -433,7 +497,7 @@ impl Stack {
             .unwrap_or_default();
         self.dynamodb
             .put_item()
-            .table_name(USAGE_TABLE)
+            .table_name(self.table("UsageTable"))
             .set_item(Some(item))
             .send()
             .await
@@ -576,12 +640,7 @@ impl Stack {
             if batch.is_empty() {
                 return Ok(report);
             }
-            let queue = if kind == QueueKind::Work {
-                WORK_QUEUE
-            } else {
-                DEPROVISION_QUEUE
-            };
-            let event = sqs_event(queue, &batch)?;
+            let event = sqs_event(self.queue_name(kind), &batch)?;
             let response = awsmp_aggregator::handler(&self.aggregator, event)
                 .await
                 .map_err(|e| handler_error("aggregator", e))?;
@@ -603,7 +662,7 @@ impl Stack {
             if batch.is_empty() {
                 return Ok(report);
             }
-            let event = sqs_event(CLEANUP_QUEUE, &batch)?;
+            let event = sqs_event(self.queue_name(QueueKind::Cleanup), &batch)?;
             let response = awsmp_cleanup::handler(&self.cleanup, event)
                 .await
                 .map_err(|e| handler_error("cleanup", e))?;
@@ -662,6 +721,15 @@ impl Stack {
 
     fn queue_url(&self, kind: QueueKind) -> String {
         self.queues.get(&kind).cloned().unwrap_or_default()
+    }
+
+    fn queue_name(&self, kind: QueueKind) -> &str {
+        self.queue_names.get(&kind).map_or("", String::as_str)
+    }
+
+    /// The name the main stack gave a table.
+    fn table(&self, logical_id: &str) -> &str {
+        self.main.tables.get(logical_id).map_or("", String::as_str)
     }
 
     async fn receive(&self, kind: QueueKind) -> Result<Vec<Delivered>, HarnessError> {
@@ -768,12 +836,12 @@ impl Stack {
 
     /// Every raw usage row.
     pub async fn raw_rows(&self) -> Result<Vec<RawRowView>, HarnessError> {
-        views::raw_rows(&self.dynamodb, USAGE_TABLE).await
+        views::raw_rows(&self.dynamodb, self.table("UsageTable")).await
     }
 
     /// Every aggregated record.
     pub async fn aggregated_rows(&self) -> Result<Vec<AggregatedView>, HarnessError> {
-        views::aggregated_rows(&self.dynamodb, AGGREGATED_TABLE).await
+        views::aggregated_rows(&self.dynamodb, self.table("AggregatedUsageTable")).await
     }
 
     /// The raw row with this sort key.
@@ -820,24 +888,21 @@ impl Stack {
     }
 }
 
-/// The table `logical_id` of the workspace template `file` as it deploys (keys,
-/// indexes, projections), named `name`.
-fn template_table(file: &str, logical_id: &str, name: &str) -> Result<TableSpec, HarnessError> {
-    let path = workspace_root().join(file);
-    let options = TemplateOptions::new()
-        .parameter("ProductCode", "prod-e2e")
-        .parameter("StageName", "test")
-        .name(logical_id, name);
-    tables_in_template(&path, &options)?
-        .into_iter()
-        .find(|t| t.logical_id == logical_id)
-        .map(|t| t.spec)
-        .ok_or_else(|| {
-            HarnessError::Support(TestSupportError::Template {
-                path,
-                message: format!("no table {logical_id}"),
-            })
-        })
+/// The name a deployed stack gave its resource `logical_id`.
+fn deployed(
+    resources: &BTreeMap<String, String>,
+    logical_id: &str,
+) -> Result<String, HarnessError> {
+    resources.get(logical_id).cloned().ok_or_else(|| {
+        HarnessError::Local(LocalError::Template(format!(
+            "the templates deploy no {logical_id}"
+        )))
+    })
+}
+
+/// A handler whose template environment its `Config` refuses.
+fn config_error(function: &str, e: impl std::fmt::Display) -> HarnessError {
+    HarnessError::Local(LocalError::Wiring(format!("{function}: {e}")))
 }
 
 /// A handler's error, naming the handler.

@@ -137,9 +137,7 @@ async fn deliver_events(stack: &Stack, events: Vec<String>) {
 
 /// Plays one buyer registration through the register function's own clients.
 async fn register(stack: &Stack, license_arn: &str, account: &str) {
-    awsmp_local_aws::create_profile_table(&stack.dynamodb, PROFILE_TABLE)
-        .await
-        .unwrap();
+    // The customer-profile table is the main template's (the stack deployed it).
     stack.registered_only(license_arn, account).unwrap();
     let clients = stack.clients("register");
     let config = awsmp_register::Config::from_lookup(&|k| {

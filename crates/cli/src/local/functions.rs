@@ -17,7 +17,7 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 
 use crate::local::LocalError;
-use crate::local::resources::{LOCAL_REGION, LocalStack};
+use crate::local::resources::LocalStack;
 use crate::local::runtime::LocalFunction;
 use awsmp_local_aws::EventSource;
 
@@ -159,9 +159,7 @@ pub fn wire_functions(
             if !stack.exists(spec.condition.as_deref()) {
                 continue;
             }
-            let mut env = stack.environment(&spec.environment, overrides)?;
-            // Lambda's own runtime variable (the register function records its Region).
-            env.insert("AWS_REGION".into(), LOCAL_REGION.into());
+            let env = stack.spec_environment(&spec, overrides)?;
             let lookup = move |k: &str| env.get(k).cloned();
             let config_error = |e: awsmp_aws::lambda::ConfigError| {
                 LocalError::Wiring(format!("{}: {e}", spec.binary))

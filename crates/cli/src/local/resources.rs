@@ -28,6 +28,8 @@ pub struct LocalStack {
     pub template: StackTemplate,
     /// Stack name (for `AWS::StackName`).
     pub stack_name: String,
+    /// Region it is deployed in (for `AWS::Region` and its resources' ARNs).
+    pub region: String,
     /// Table logical id -> table name.
     pub tables: BTreeMap<String, String>,
     /// Queue logical id -> (name, url).
@@ -37,7 +39,8 @@ pub struct LocalStack {
 use super::template_error;
 
 impl LocalStack {
-    /// Creates the template's tables and queues on the emulator, `parameters` given.
+    /// Creates the template's tables and queues on the emulator in [`LOCAL_REGION`],
+    /// `parameters` given.
     pub async fn deploy(
         path: &Path,
         stack_name: &str,
@@ -45,15 +48,26 @@ impl LocalStack {
         dynamodb: &aws_sdk_dynamodb::Client,
         sqs: &aws_sdk_sqs::Client,
     ) -> Result<Self, LocalError> {
+        Self::deploy_in(path, stack_name, LOCAL_REGION, parameters, dynamodb, sqs).await
+    }
+
+    /// Creates the template's tables and queues on the emulator in `region` (the
+    /// Region `dynamodb` and `sqs` are in), `parameters` given.
+    pub async fn deploy_in(
+        path: &Path,
+        stack_name: &str,
+        region: &str,
+        parameters: &[(&str, &str)],
+        dynamodb: &aws_sdk_dynamodb::Client,
+        sqs: &aws_sdk_sqs::Client,
+    ) -> Result<Self, LocalError> {
         let pseudo = [
-            ("AWS::Region", LOCAL_REGION.to_string()),
+            ("AWS::Region", region.to_string()),
             ("AWS::AccountId", LOCAL_ACCOUNT.to_string()),
             ("AWS::StackName", stack_name.to_string()),
             (
                 "AWS::StackId",
-                format!(
-                    "arn:aws:cloudformation:{LOCAL_REGION}:{LOCAL_ACCOUNT}:stack/{stack_name}/local"
-                ),
+                format!("arn:aws:cloudformation:{region}:{LOCAL_ACCOUNT}:stack/{stack_name}/local"),
             ),
         ];
         let parameters = pseudo.into_iter().map(|(k, v)| (k.to_string(), v)).chain(
@@ -74,11 +88,15 @@ impl LocalStack {
         let mut stack = LocalStack {
             template,
             stack_name: stack_name.to_string(),
+            region: region.to_string(),
             tables: create_tables(dynamodb, &tables).await?,
             queues: BTreeMap::new(),
         };
         for (id, name) in &stack.tables {
-            let arn = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/{name}");
+            let arn = format!(
+                "arn:aws:dynamodb:{}:{LOCAL_ACCOUNT}:table/{name}",
+                stack.region
+            );
             stack.template.bind(id, name, &[("Arn", &arn)]);
         }
         stack.create_queues(sqs).await?;
@@ -143,7 +161,7 @@ impl LocalStack {
                 .queue_url()
                 .ok_or_else(|| LocalError::Aws(format!("CreateQueue {name} returned no URL")))?
                 .to_string();
-            let arn = format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{name}");
+            let arn = format!("arn:aws:sqs:{}:{LOCAL_ACCOUNT}:{name}", self.region);
             self.template.bind(
                 id,
                 &url,
@@ -152,6 +170,37 @@ impl LocalStack {
             self.queues.insert(id.clone(), (name, url));
         }
         Ok(())
+    }
+
+    /// The environment the template gives the function `binary` (its condition must
+    /// hold), resolved against the local resources, `overrides` applied, plus Lambda's
+    /// own `AWS_REGION`: what its `Config::from_lookup` reads, as `Config::from_env`
+    /// reads it in Lambda.
+    pub fn function_environment(
+        &self,
+        binary: &str,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, LocalError> {
+        let spec = self.template.function(binary).map_err(template_error)?;
+        if !self.exists(spec.condition.as_deref()) {
+            return Err(LocalError::Wiring(format!(
+                "{binary} is not deployed in {}: its condition {:?} does not hold",
+                self.stack_name, spec.condition
+            )));
+        }
+        self.spec_environment(&spec, overrides)
+    }
+
+    /// [`LocalStack::function_environment`] of a function already read from the template.
+    pub fn spec_environment(
+        &self,
+        spec: &awsmp_local_aws::FunctionSpec,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, LocalError> {
+        let mut env = self.environment(&spec.environment, overrides)?;
+        // Lambda's own runtime variable (the register function records its Region).
+        env.insert("AWS_REGION".into(), self.region.clone());
+        Ok(env)
     }
 
     /// A function's environment, resolved against the local resources, plus overrides.
