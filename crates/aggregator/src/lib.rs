@@ -7,19 +7,17 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::WorkMessageError;
-use awsmp_aws::lambda::{
-    BatchError, ConfigError, EnvReader, MessageFailure, message_now, process_env, sqs_batch,
-};
+use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, invocation_budget, work_batch};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
-use awsmp_core::pipeline::budget::Budget;
-use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::LambdaEvent;
-use tracing::{error, info, warn};
+use tracing::info;
+
+/// Why one message was not handled now: the failure of every work-message function.
+pub use awsmp_aws::lambda::MessageError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -53,22 +51,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the process environment; every problem is reported at once.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads the variables through `lookup` (tests pass a map).
+    /// Reads the variables through `lookup` (the process environment in Lambda; tests
+    /// pass a map); every problem is reported at once.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut env = EnvReader::new(lookup);
         let config = Config {
-            product_code: env.required("PRODUCT_CODE"),
-            usage_table: env.required("USAGE_TABLE"),
-            aggregated_table: env.required("AGGREGATED_TABLE"),
+            product_code: env.product_code(),
+            usage_table: env.usage_table(),
+            aggregated_table: env.aggregated_table(),
             cleanup_queue_url: env.required("CLEANUP_QUEUE_URL"),
-            lock: env.parsed_or("METERING_LOCK_HOURS", MeteringLockHours::DEFAULT),
-            zero_policy: env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default()),
-            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
+            lock: env.metering_lock(),
+            zero_policy: env.zero_quantity_policy(),
+            retention: env.retention(),
         };
         env.finish(config)
     }
@@ -128,40 +122,6 @@ impl State {
 /// stops the function mid-fold.
 pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 
-/// Why one message was not handled now (reported by id; SQS redelivers it).
-#[derive(Debug, thiserror::Error)]
-pub enum MessageError {
-    /// Too little time was left before the invocation deadline to start it.
-    #[error("deadline near; message left for redelivery")]
-    DeadlineNear,
-    /// The SQS record has no body.
-    #[error("empty message body")]
-    MissingBody,
-    /// The body is not a work message.
-    #[error("malformed work message: {0}")]
-    Malformed(#[from] WorkMessageError),
-    /// The use case failed (store failure, record in flight, contention, refused
-    /// cleanup).
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-}
-
-impl MessageFailure for MessageError {
-    fn log(&self, message_id: &str) {
-        match self {
-            MessageError::DeadlineNear => {
-                warn!(message_id, "deadline near; message left for redelivery");
-            }
-            MessageError::Pipeline(PipelineError::RecordInFlight { .. }) => {
-                info!(message_id, error = %self, "record in flight; SQS will redeliver the message later");
-            }
-            MessageError::MissingBody | MessageError::Malformed(_) | MessageError::Pipeline(_) => {
-                error!(message_id, error = %self, "work message failed; SQS will redeliver it");
-            }
-        }
-    }
-}
-
 /// Handles one SQS batch. Each failed message (malformed body, store failure, record
 /// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
 /// the others are deleted. Messages not started before the deadline margin are
@@ -171,35 +131,28 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, BatchError> {
-    let budget = Budget::from_deadline_millis(
-        event.context.deadline,
-        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
-    );
-    sqs_batch(&event.payload, |_, body| async move {
-        if budget.exhausted(state.clock.as_ref()) {
-            return Err(MessageError::DeadlineNear);
-        }
-        handle_message(state, body).await
-    })
-    .await
-}
-
-async fn handle_message(state: &State, body: Option<&str>) -> Result<(), MessageError> {
-    let message = awsmp_aws::parse_work_message(body.ok_or(MessageError::MissingBody)?)?;
-    let now = message_now(state.clock.as_ref());
+    let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
     let ports = AggregatePorts {
         usage: state.usage.as_ref(),
         aggregated: state.aggregated.as_ref(),
         cleanup_queue: state.cleanup_queue.as_ref(),
         clock: state.clock.as_ref(),
     };
-    let report = aggregate_group(&message, now, &state.settings, ports).await?;
-    info!(
-        counted = report.counted,
-        rejected = report.rejected,
-        "message done"
-    );
-    Ok(())
+    work_batch(
+        &event.payload,
+        ports.clock,
+        budget,
+        |message, now| async move {
+            let report = aggregate_group(&message, now, &state.settings, ports).await?;
+            info!(
+                counted = report.counted,
+                rejected = report.rejected,
+                "message done"
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 #[cfg(test)]

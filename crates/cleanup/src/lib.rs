@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::WorkMessageError;
-use awsmp_aws::lambda::{
-    BatchError, ConfigError, EnvReader, MessageFailure, message_now, process_env, sqs_batch,
-};
+use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, work_batch};
+use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
-use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::ports::{Clock, MetricsSink, UsageStore};
 use awsmp_core::retention::Retention;
 use lambda_runtime::LambdaEvent;
-use tracing::{error, info};
+use tracing::info;
+
+/// Why one message was not handled now: the failure of every work-message function.
+pub use awsmp_aws::lambda::MessageError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -41,19 +41,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads the variables through `lookup` (tests pass a map).
+    /// Reads the variables through `lookup` (the process environment in Lambda; tests
+    /// pass a map); every problem is reported at once.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut env = EnvReader::new(lookup);
         let config = Config {
-            usage_table: env.required("USAGE_TABLE"),
-            product_code: env.required("PRODUCT_CODE"),
-            stage: awsmp_aws::metrics::read_stage(&mut env),
-            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
+            usage_table: env.usage_table(),
+            product_code: env.product_code(),
+            stage: env.stage(),
+            retention: env.retention(),
         };
         env.finish(config)
     }
@@ -90,26 +86,6 @@ impl State {
     }
 }
 
-/// Why one message was not handled now (reported by id; SQS redelivers it).
-#[derive(Debug, thiserror::Error)]
-pub enum MessageError {
-    /// The SQS record has no body.
-    #[error("empty message body")]
-    MissingBody,
-    /// The body is not a work message.
-    #[error("malformed work message: {0}")]
-    Malformed(#[from] WorkMessageError),
-    /// The use case failed (wrong kind of message, store failure after retries).
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-}
-
-impl MessageFailure for MessageError {
-    fn log(&self, message_id: &str) {
-        error!(message_id, error = %self, "cleanup message failed; SQS will redeliver it");
-    }
-}
-
 /// Handles one SQS batch; failed messages (malformed, wrong kind, store failure after
 /// retries) are reported by id for redelivery. A record without a message id fails the
 /// whole batch before any message is handled ([`sqs_batch`]).
@@ -117,24 +93,27 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, BatchError> {
-    sqs_batch(&event.payload, |_, body| handle_message(state, body)).await
-}
-
-async fn handle_message(state: &State, body: Option<&str>) -> Result<(), MessageError> {
-    let message = awsmp_aws::parse_work_message(body.ok_or(MessageError::MissingBody)?)?;
     let ports = CleanupPorts {
         usage: state.usage.as_ref(),
         metrics: state.metrics.as_ref(),
         clock: state.clock.as_ref(),
     };
-    let now = message_now(state.clock.as_ref());
-    let report = cleanup(&message, now, state.retention, ports).await?;
-    info!(
-        aggregated = report.aggregated,
-        rejected = report.rejected,
-        "cleanup done"
-    );
-    Ok(())
+    // Cleanup's writes are short and idempotent: no deadline margin is kept.
+    work_batch(
+        &event.payload,
+        ports.clock,
+        Budget::UNLIMITED,
+        |message, now| async move {
+            let report = cleanup(&message, now, state.retention, ports).await?;
+            info!(
+                aggregated = report.aggregated,
+                rejected = report.rejected,
+                "cleanup done"
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -1,13 +1,11 @@
-//! Bootstrap of the `cleanup` function: config, clients, runtime loop.
+//! Bootstrap of the `cleanup` function: its state built once ([`awsmp_aws::lambda::init`]:
+//! tracing, config, SDK config, clients), then the runtime loop on its handler.
 
 use awsmp_cleanup::{Config, State, handler};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Error, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    awsmp_aws::init_tracing();
-    let config = Config::from_env()?;
-    let sdk = aws_config::load_defaults(awsmp_aws::behavior_version()).await;
-    let state = State::connect(&sdk, &config);
-    lambda_runtime::run(service_fn(|event: LambdaEvent<_>| handler(&state, event))).await
+    let state = awsmp_aws::lambda::init(Config::from_lookup, State::connect).await?;
+    lambda_runtime::run(service_fn(|event| handler(&state, event))).await
 }

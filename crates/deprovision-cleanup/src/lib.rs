@@ -7,68 +7,21 @@
 
 pub mod error;
 
-use std::sync::Arc;
-
-use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::{ConfigError, EnvReader, process_env, scheduled_now};
-use awsmp_core::ports::{Clock, SubscriberStore};
+use awsmp_aws::lambda::scheduled_now;
 use awsmp_core::time::Instant;
 use lambda_runtime::LambdaEvent;
 
+/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
+/// and the variables its template sets: those of every subscribers-table function.
+pub use awsmp_aws::lambda::{
+    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
+    SubscribersTableState as State,
+};
 pub use awsmp_core::pipeline::deprovision::{
     CleanupReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
 };
 pub use error::CleanupError;
-
-/// Every variable the template sets for this function.
-pub const ENV_VARS: &[&str] = &["SUBSCRIBERS_TABLE"];
-
-/// The deprovision-cleanup function's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `SUBSCRIBERS_TABLE`: the subscribers table.
-    pub subscribers_table: String,
-}
-
-impl Config {
-    /// Reads the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads through `lookup` (tests pass a map).
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut env = EnvReader::new(lookup);
-        let subscribers_table = env.required("SUBSCRIBERS_TABLE");
-        env.finish(Config { subscribers_table })
-    }
-}
-
-/// The handler's dependencies, built once per process.
-#[derive(Clone)]
-pub struct State {
-    /// Settings.
-    pub config: Arc<Config>,
-    /// The subscribers table.
-    pub subscribers: Arc<dyn SubscriberStore>,
-    /// Time, when the event carries none, and for the audit stamps.
-    pub clock: Arc<dyn Clock>,
-}
-
-impl State {
-    /// Builds the AWS clients once, on `sdk`, for `config`: the DynamoDB adapter.
-    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
-        State {
-            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                aws_sdk_dynamodb::Client::new(sdk),
-                &config.subscribers_table,
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
-            config: Arc::new(config.clone()),
-        }
-    }
-}
 
 /// The Lambda entry point for the scheduled event.
 pub async fn handler(

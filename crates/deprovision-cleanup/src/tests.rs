@@ -89,14 +89,6 @@ fn status_of(store: &MemorySubscriberStore, license: &str) -> Option<Subscriptio
         .and_then(|r| r.subscription_status)
 }
 
-#[test]
-fn config_reads_only_the_subscribers_table() {
-    let config = Config::from_lookup(&|k| (k == "SUBSCRIBERS_TABLE").then(|| "t".to_string()));
-    assert_eq!(config.unwrap().subscribers_table, "t");
-    assert!(Config::from_lookup(&|_| None).is_err());
-    assert_eq!(ENV_VARS, ["SUBSCRIBERS_TABLE"]);
-}
-
 #[tokio::test]
 async fn closes_exactly_the_rows_whose_window_has_passed() {
     let store = seeded();

@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::{
-    ConfigError, EnvReader, FunctionError, diagnostic, process_env, scheduled_now,
-};
-use awsmp_core::pipeline::budget::Budget;
+use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
-use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::ports::{Clock, MetricsSink, SubscriberStore, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
-use lambda_runtime::{Diagnostic, LambdaEvent};
-use tracing::{error, info};
+use lambda_runtime::LambdaEvent;
+use tracing::info;
+
+/// Why an invocation failed (the schedule retries on its next tick): the failure of
+/// every scheduled pipeline run.
+pub use awsmp_aws::lambda::RunError as HandlerError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -66,28 +66,24 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the process environment; every problem is reported at once.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads the variables through `lookup` (tests pass a map).
+    /// Reads the variables through `lookup` (the process environment in Lambda; tests
+    /// pass a map); every problem is reported at once.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut env = EnvReader::new(lookup);
         let config = Config {
-            product_code: env.required("PRODUCT_CODE"),
-            subscribers_table: env.required("SUBSCRIBERS_TABLE"),
-            subscribers_table_region: env.required("SUBSCRIBERS_TABLE_REGION"),
-            usage_table: env.required("USAGE_TABLE"),
+            product_code: env.product_code(),
+            subscribers_table: env.subscribers_table(),
+            subscribers_table_region: env.subscribers_table_region(),
+            usage_table: env.usage_table(),
             work_queue_url: env.required("WORK_QUEUE_URL"),
             deprovision_queue_url: env.required("DEPROVISION_WORK_QUEUE_URL"),
-            lock: env.parsed_or("METERING_LOCK_HOURS", MeteringLockHours::DEFAULT),
+            lock: env.metering_lock(),
             flush_margin_minutes: env.parsed_or(
                 "FLUSH_MARGIN_MINUTES",
                 awsmp_core::pipeline::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
             ),
-            stage: awsmp_aws::metrics::read_stage(&mut env),
-            retention: env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER),
+            stage: env.stage(),
+            retention: env.retention(),
         };
         if !FLUSH_MARGIN_RANGE.contains(&config.flush_margin_minutes) {
             env.problem(format!(
@@ -160,36 +156,6 @@ impl State {
     }
 }
 
-/// Why an invocation failed (the schedule retries on its next tick).
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// The use case failed part-way; what it did stands.
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-    /// The run could not do all it must (the subscribers' `deprovisioning` index could
-    /// not be read, so the deprovisioning flush did not run): failing the invocation
-    /// makes it visible (Lambda `Errors`, beside the `IncompleteRun` metric).
-    #[error("run incomplete: {0}")]
-    Incomplete(String),
-}
-
-impl FunctionError for HandlerError {
-    fn error_type(&self) -> &'static str {
-        match self {
-            HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
-            HandlerError::Pipeline(PipelineError::QueueRejected { .. }) => "QueueError",
-            HandlerError::Pipeline(_) => "PipelineError",
-            HandlerError::Incomplete(_) => "IncompleteRun",
-        }
-    }
-}
-
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        diagnostic(&e)
-    }
-}
-
 /// One scheduled run: "now" is the event's `time` (else the clock), the budget is the
 /// invocation deadline minus a margin.
 pub async fn handler(
@@ -197,10 +163,7 @@ pub async fn handler(
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<DiscoverReport, HandlerError> {
     let now = scheduled_now(&event.payload, state.clock.as_ref());
-    let budget = Budget::from_deadline_millis(
-        event.context.deadline,
-        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
-    );
+    let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
     info!(now = %now, "discovery run");
     let ports = DiscoverPorts {
         usage: state.usage.as_ref(),
@@ -210,18 +173,10 @@ pub async fn handler(
         metrics: state.metrics.as_ref(),
         clock: state.clock.as_ref(),
     };
-    match discover(now, &state.settings, ports, budget).await {
-        Ok(report) => match &report.flush_error {
-            Some(why) => Err(HandlerError::Incomplete(format!(
-                "deprovisioning index unreadable: {why}"
-            ))),
-            None => Ok(report),
-        },
-        Err(e) => {
-            error!(error = %e, "discovery failed part-way");
-            Err(e.into())
-        }
-    }
+    finish_run(
+        "discovery",
+        discover(now, &state.settings, ports, budget).await,
+    )
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! exception to failing init: the spec wants an unset or empty value answered per
 //! request with HTTP 500 "Registration store not configured", so it stays optional here.
 
-use awsmp_aws::lambda::{ConfigError, EnvReader, process_env};
+use awsmp_aws::lambda::{ConfigError, EnvReader};
 use url::Url;
 
 use crate::form::{MAX_ALLOWED_FIELDS, MAX_FIELD_NAME_CHARS, TOKEN_FIELD};
@@ -61,24 +61,20 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads through `lookup` (tests pass a map).
+    /// Reads through `lookup` (the process environment in Lambda; tests pass a map);
+    /// every problem is reported at once.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut env = EnvReader::new(lookup);
-        let product_code = env.required("PRODUCT_CODE");
-        let subscribers_table = env.required("SUBSCRIBERS_TABLE");
-        let subscribers_table_region = env.required("SUBSCRIBERS_TABLE_REGION");
+        let product_code = env.product_code();
+        let subscribers_table = env.subscribers_table();
+        let subscribers_table_region = env.subscribers_table_region();
         let customer_profile_table = env.optional("CUSTOMER_PROFILE_TABLE");
         let allowed_fields = env.list("ALLOWED_REGISTRATION_FIELDS");
         let resolve_customer_region = env.required("RESOLVE_CUSTOMER_REGION");
         let page = env.required("REGISTRATION_PAGE_URL");
         let origin = env.required("ALLOWED_ORIGIN");
         let region = env.required("AWS_REGION");
-        let stage = awsmp_aws::metrics::read_stage(&mut env);
+        let stage = env.stage();
 
         for problem in allowed_field_problems(&allowed_fields) {
             env.problem(problem);

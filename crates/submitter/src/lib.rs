@@ -7,19 +7,19 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::{
-    ConfigError, EnvReader, FunctionError, diagnostic, process_env, scheduled_now,
-};
+use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::pipeline::budget::Budget;
-use awsmp_core::pipeline::error::PipelineError;
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
 };
 use awsmp_core::ports::{AggregatedStore, Clock, MeteringApi, MetricsSink, SubscriberStore};
 use awsmp_core::retention::Retention;
-use lambda_runtime::{Diagnostic, LambdaEvent};
-use tracing::{error, info};
+use lambda_runtime::LambdaEvent;
+use tracing::info;
+
+/// Why an invocation failed (the schedule runs again in five minutes): the failure of
+/// every scheduled pipeline run.
+pub use awsmp_aws::lambda::RunError as HandlerError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -72,27 +72,23 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads the process environment; every problem is reported at once, including a
-    /// live run with a test allowlist and a dry run without one.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads the variables through `lookup` (tests pass a map).
+    /// Reads the variables through `lookup` (the process environment in Lambda; tests
+    /// pass a map); every problem is reported at once, including a live run with a test
+    /// allowlist and a dry run without one.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut env = EnvReader::new(lookup);
-        let product_code = env.required("PRODUCT_CODE");
-        let subscribers_table = env.required("SUBSCRIBERS_TABLE");
-        let subscribers_table_region = env.required("SUBSCRIBERS_TABLE_REGION");
-        let aggregated_table = env.required("AGGREGATED_TABLE");
-        let zero_policy = env.parsed_or("ZERO_QUANTITY_POLICY", ZeroQuantityPolicy::default());
+        let product_code = env.product_code();
+        let subscribers_table = env.subscribers_table();
+        let subscribers_table_region = env.subscribers_table_region();
+        let aggregated_table = env.aggregated_table();
+        let zero_policy = env.zero_quantity_policy();
         let mode_text = env.required("METERING_MODE");
         let allowlist = env.list("TEST_ACCOUNT_ALLOWLIST");
         let deployment_text = env.required("DEPLOYMENT_MODE");
         let requests_per_second =
             env.parsed_or("METERING_REQUESTS_PER_SECOND", QUOTA_REQUESTS_PER_SECOND);
-        let stage = awsmp_aws::metrics::read_stage(&mut env);
-        let retention = env.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER);
+        let stage = env.stage();
+        let retention = env.retention();
         if !(1..=QUOTA_REQUESTS_PER_SECOND).contains(&requests_per_second) {
             env.problem(format!(
                 "METERING_REQUESTS_PER_SECOND must be 1..={QUOTA_REQUESTS_PER_SECOND} (this \
@@ -199,45 +195,13 @@ impl State {
     }
 }
 
-/// Why an invocation failed (the schedule runs again in five minutes).
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// The use case failed part-way; what it recorded stands.
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-    /// The run could not do all it must (the subscribers' `deprovisioning` index could
-    /// not be read, so the deprovisioning flush did not run): failing the invocation
-    /// makes it visible (Lambda `Errors`, beside the `IncompleteRun` metric).
-    #[error("run incomplete: {0}")]
-    Incomplete(String),
-}
-
-impl FunctionError for HandlerError {
-    fn error_type(&self) -> &'static str {
-        match self {
-            HandlerError::Pipeline(PipelineError::Port(_)) => "StoreError",
-            HandlerError::Pipeline(_) => "PipelineError",
-            HandlerError::Incomplete(_) => "IncompleteRun",
-        }
-    }
-}
-
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Self {
-        diagnostic(&e)
-    }
-}
-
 /// One scheduled run.
 pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<SubmitReport, HandlerError> {
     let now = scheduled_now(&event.payload, state.clock.as_ref());
-    let budget = Budget::from_deadline_millis(
-        event.context.deadline,
-        chrono::Duration::seconds(DEADLINE_MARGIN_SECONDS),
-    );
+    let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
     let ports = SubmitPorts {
         aggregated: state.aggregated.as_ref(),
         subscribers: state.subscribers.as_ref(),
@@ -245,21 +209,12 @@ pub async fn handler(
         metrics: state.metrics.as_ref(),
         clock: state.clock.as_ref(),
     };
-    match submit(now, &state.settings, ports, budget).await {
-        Ok(report) => {
+    let result = submit(now, &state.settings, ports, budget)
+        .await
+        .inspect(|report| {
             info!(success = report.success, stopped = ?report.stopped, "submitter run done");
-            match &report.flush_error {
-                Some(why) => Err(HandlerError::Incomplete(format!(
-                    "deprovisioning index unreadable: {why}"
-                ))),
-                None => Ok(report),
-            }
-        }
-        Err(e) => {
-            error!(error = %e, "submitter run failed part-way");
-            Err(e.into())
-        }
-    }
+        });
+    finish_run("submitter run", result)
 }
 
 #[cfg(test)]

@@ -11,67 +11,20 @@
 
 pub mod error;
 
-use std::sync::Arc;
-
-use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, process_env, sqs_batch};
-use awsmp_core::ports::{Clock, SubscriberStore};
+use awsmp_aws::lambda::{BatchError, sqs_batch};
 use lambda_runtime::LambdaEvent;
 
+/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
+/// and the variables its template sets: those of every subscribers-table function.
+pub use awsmp_aws::lambda::{
+    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
+    SubscribersTableState as State,
+};
 pub use awsmp_core::pipeline::subscription::{
     EventError, EventOutcome, MAX_WRITE_ATTEMPTS, apply_event,
 };
 pub use error::Failure;
-
-/// Every variable the template sets for this function.
-pub const ENV_VARS: &[&str] = &["SUBSCRIBERS_TABLE"];
-
-/// The subscription function's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// `SUBSCRIBERS_TABLE`: the subscribers table.
-    pub subscribers_table: String,
-}
-
-impl Config {
-    /// Reads the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    /// Reads through `lookup` (tests pass a map).
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut env = EnvReader::new(lookup);
-        let subscribers_table = env.required("SUBSCRIBERS_TABLE");
-        env.finish(Config { subscribers_table })
-    }
-}
-
-/// The handler's dependencies, built once per process.
-#[derive(Clone)]
-pub struct State {
-    /// Settings.
-    pub config: Arc<Config>,
-    /// The subscribers table.
-    pub subscribers: Arc<dyn SubscriberStore>,
-    /// Time, for the audit stamps.
-    pub clock: Arc<dyn Clock>,
-}
-
-impl State {
-    /// Builds the AWS clients once, on `sdk`, for `config`: the DynamoDB adapter.
-    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
-        State {
-            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                aws_sdk_dynamodb::Client::new(sdk),
-                &config.subscribers_table,
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
-            config: Arc::new(config.clone()),
-        }
-    }
-}
 
 /// The Lambda entry point: one SQS batch in, the ids of the messages to retry out.
 ///

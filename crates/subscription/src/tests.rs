@@ -104,15 +104,6 @@ fn only_row(store: &MemorySubscriberStore) -> Subscriber {
     rows.into_iter().next().unwrap()
 }
 
-#[test]
-fn config_reads_only_the_subscribers_table() {
-    let config = Config::from_lookup(&|k| (k == "SUBSCRIBERS_TABLE").then(|| "t".to_string()));
-    assert_eq!(config.unwrap().subscribers_table, "t");
-    let err = Config::from_lookup(&|_| None).unwrap_err();
-    assert!(err.to_string().contains("SUBSCRIBERS_TABLE is not set"));
-    assert_eq!(ENV_VARS, ["SUBSCRIBERS_TABLE"]);
-}
-
 #[tokio::test]
 async fn license_updated_upserts_an_active_row_with_the_normalised_arn() {
     let (state, store) = harness();

@@ -1,26 +1,41 @@
-//! What every Lambda crate of ours shares beside its handler: its configuration read
-//! from the environment ([`EnvReader`]), the SQS partial-batch loop ([`sqs_batch`]),
-//! the scheduled run's and each message's "now" ([`scheduled_now`], [`message_now`]) and
-//! one mapping of a handler's error to
-//! the runtime's [`Diagnostic`] ([`FunctionError`], [`diagnostic`]).
+//! What every Lambda crate of ours shares beside its handler: its bootstrap ([`init`]),
+//! its configuration read from the environment ([`EnvReader`], with the variables
+//! several functions read in one place), the SQS partial-batch loop ([`sqs_batch`]) and
+//! the work-message loop on it ([`work_batch`], [`MessageError`]), the scheduled run's
+//! and each message's "now" and time budget ([`scheduled_now`], [`message_now`],
+//! [`invocation_budget`]), the scheduled runs' outcome ([`finish_run`], [`RunError`]),
+//! the config and state of the subscribers-table functions ([`SubscribersTableConfig`],
+//! [`SubscribersTableState`]) and one mapping of a handler's error to the runtime's
+//! [`Diagnostic`] ([`FunctionError`], [`diagnostic`]).
 //!
-//! Each crate has the same shape: `Config::from_env()` (through [`EnvReader`]), a
-//! `State` built once by `State::connect(&SdkConfig, &Config)` from the one SDK config
-//! its `main.rs` loads (`aws_config::load_defaults(awsmp_aws::behavior_version())`), and
-//! `handler(&State, LambdaEvent<_>)`; `main.rs` is bootstrap only.
+//! Each crate has the same shape: `Config::from_lookup(lookup)` (through
+//! [`EnvReader`]), a `State` built once by `State::connect(&SdkConfig, &Config)`, and
+//! `handler(&State, LambdaEvent<_>)`; `main.rs` is bootstrap only: [`init`] (tracing,
+//! config from the process environment, the one SDK config, the state), then
+//! `lambda_runtime::run`.
 
 mod batch;
 mod env;
+mod init;
+mod scheduled;
+mod subscribers;
+mod vars;
+mod work;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::ports::Clock;
 use awsmp_core::time::Instant;
 use chrono::Timelike;
-use lambda_runtime::Diagnostic;
+use lambda_runtime::{Context, Diagnostic};
 
 pub use awsmp_core::config::ConfigError;
 pub use batch::{BatchError, MessageFailure, sqs_batch};
 pub use env::{EnvReader, process_env};
+pub use init::init;
+pub use scheduled::{RunError, RunReport, finish_run};
+pub use subscribers::{SUBSCRIBERS_TABLE_ENV_VARS, SubscribersTableConfig, SubscribersTableState};
+pub use work::{MessageError, work_batch};
 
 /// A handler error with a stable name, the runtime's `errorType`: what the function's
 /// logs and error metrics are filtered by, so it never changes with the message.
@@ -49,6 +64,12 @@ pub fn scheduled_now(event: &EventBridgeEvent, clock: &dyn Clock) -> Instant {
 pub fn message_now(clock: &dyn Clock) -> Instant {
     let now = clock.now();
     now.with_nanosecond(0).unwrap_or(now)
+}
+
+/// The time budget of the invocation of `context`: its deadline less `margin_seconds`
+/// (room to finish the write in progress and answer); none for a hand-built context.
+pub fn invocation_budget(context: &Context, margin_seconds: i64) -> Budget {
+    Budget::from_deadline_millis(context.deadline, chrono::Duration::seconds(margin_seconds))
 }
 
 #[cfg(test)]
