@@ -14,13 +14,11 @@ use awsmp_core::ports::{
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
-use crate::error::{
-    applied, describe, failed, is_conditional_check_failed, is_transient, port_error,
-};
+use crate::error::{describe, failed, is_conditional_check_failed, is_transient, port_error};
 use crate::item::page::one_page;
 use crate::item::{
-    DynamoItem, Reader, Update, attr_to_dynamo, instant, n, not_live_filter, pending_hour_query, s,
-    stamp_attrs, to_dynamo_item,
+    DynamoItem, ItemKey, Reader, Update, attr_to_dynamo, instant, n, not_live_filter,
+    pending_hour_query, s, stamp_attrs, to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -68,6 +66,15 @@ impl DynamoAggregatedStore {
     /// The aggregated table's name.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    fn record_key<'a>(&'a self, license_arn: &'a str, sort_key: &'a str) -> ItemKey<'a> {
+        ItemKey {
+            table: &self.table,
+            sort_attr: attr::AGGREGATED_SORT_KEY,
+            license_arn,
+            sort_key,
+        }
     }
 
     fn record_from_item(&self, item: &DynamoItem) -> Result<AggregatedRecord, PortError> {
@@ -423,18 +430,12 @@ impl DynamoAggregatedStore {
 impl AggregatedStore for DynamoAggregatedStore {
     #[instrument(skip(self), fields(table = %self.table, group = %key))]
     async fn get(&self, key: &GroupKey) -> Result<Option<AggregatedRecord>, PortError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key(attr::LICENSE_ARN, s(&key.license_arn))
-            .key(attr::AGGREGATED_SORT_KEY, s(key.aggregated_sort_key()))
-            .send()
-            .await
-            .map_err(|e| port_error("GetItem aggregated", e))?;
-        out.item
-            .as_ref()
+        let sort_key = key.aggregated_sort_key();
+        let item = self
+            .record_key(&key.license_arn, &sort_key)
+            .get(&self.client, "GetItem aggregated")
+            .await?;
+        item.as_ref()
             .map(|item| self.record_from_item(item))
             .transpose()
     }
@@ -665,19 +666,15 @@ impl AggregatedStore for DynamoAggregatedStore {
             .remove(attr::METERING_PENDING)
             .stamp(now);
         let pending = expr.name(attr::METERING_PENDING);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(&item.license_arn))
-            .key(attr::AGGREGATED_SORT_KEY, s(&item.sort_key))
-            .update_expression(expr.expression())
-            .condition_expression(format!("attribute_exists({pending})"))
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .send()
-            .await;
-        applied("UpdateItem aggregated reject_malformed", result)
+        let condition = format!("attribute_exists({pending})");
+        self.record_key(&item.license_arn, &item.sort_key)
+            .update(
+                &self.client,
+                &expr,
+                Some(condition),
+                "UpdateItem aggregated reject_malformed",
+            )
+            .await
     }
 
     #[instrument(skip(self, live), fields(table = %self.table))]

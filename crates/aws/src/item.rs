@@ -1,9 +1,11 @@
 //! DynamoDB item plumbing shared by the stores: `AttributeValue` <-> domain
 //! conversions, typed reads that fail as [`PortError::Corrupt`] naming the attribute,
-//! update-expression building with placeholders, and pagination cursors.
+//! update-expression building with placeholders, reads and updates of one item by its
+//! keys ([`ItemKey`]), and pagination cursors.
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::items::expiry_attr;
 use awsmp_core::model::{Allocation, Attr, RawUsageRow, Tag, attr};
@@ -11,7 +13,7 @@ use awsmp_core::ports::{Cursor, PortError};
 use awsmp_core::stamp::AuditStamp;
 use awsmp_core::time::{Instant, format_instant, parse_instant};
 
-use crate::error::{corrupt, failed};
+use crate::error::{applied, corrupt, failed, port_error};
 
 pub mod page;
 
@@ -389,6 +391,63 @@ impl Update {
     /// `ExpressionAttributeValues` (`None` when empty).
     pub fn values(&self) -> Option<HashMap<String, AttributeValue>> {
         (!self.values.is_empty()).then(|| self.values.clone())
+    }
+}
+
+/// One item's primary key: `licenseArn` and the table's sort key. The one place an
+/// item is read or updated by its keys.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemKey<'a> {
+    /// The table.
+    pub table: &'a str,
+    /// The table's sort-key attribute.
+    pub sort_attr: &'static str,
+    /// Partition key.
+    pub license_arn: &'a str,
+    /// Sort key.
+    pub sort_key: &'a str,
+}
+
+impl ItemKey<'_> {
+    /// The item, read strongly consistent (`GetItem`); `None` when absent.
+    pub async fn get(
+        &self,
+        client: &Client,
+        operation: &'static str,
+    ) -> Result<Option<DynamoItem>, PortError> {
+        let out = client
+            .get_item()
+            .table_name(self.table)
+            .consistent_read(true)
+            .key(attr::LICENSE_ARN, s(self.license_arn))
+            .key(self.sort_attr, s(self.sort_key))
+            .send()
+            .await
+            .map_err(|e| port_error(operation, e))?;
+        Ok(out.item)
+    }
+
+    /// Applies `update` (`UpdateItem`), only where `condition` holds when one is given:
+    /// `Ok(false)` when it does not.
+    pub async fn update(
+        &self,
+        client: &Client,
+        update: &Update,
+        condition: Option<String>,
+        operation: &'static str,
+    ) -> Result<bool, PortError> {
+        let result = client
+            .update_item()
+            .table_name(self.table)
+            .key(attr::LICENSE_ARN, s(self.license_arn))
+            .key(self.sort_attr, s(self.sort_key))
+            .update_expression(update.expression())
+            .set_condition_expression(condition)
+            .set_expression_attribute_names(update.names())
+            .set_expression_attribute_values(update.values())
+            .send()
+            .await;
+        applied(operation, result)
     }
 }
 

@@ -9,9 +9,8 @@ use awsmp_core::time::Instant;
 use tracing::instrument;
 
 use crate::aggregated::{attempts_condition, malformed_item, record_from_item};
-use crate::error::applied;
 use crate::item::page::one_page;
-use crate::item::{DynamoItem, Update, s};
+use crate::item::{DynamoItem, ItemKey, Update, s};
 use crate::usage::raw_row_from_item;
 
 /// Both metering tables of one main stack, as the operator reads them.
@@ -151,21 +150,15 @@ impl OperatorStore for DynamoOperatorStore {
         let status = update.name(attr::METERING_STATUS);
         let error = update.value(s(AggregatedStatus::Error.as_str()));
         let read_attempts = attempts_condition(&mut update, record.attempt_count);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.aggregated_table)
-            .key(attr::LICENSE_ARN, s(&record.key.license_arn))
-            .key(
-                attr::AGGREGATED_SORT_KEY,
-                s(record.key.aggregated_sort_key()),
-            )
-            .update_expression(update.expression())
-            .condition_expression(format!("{status} = {error} AND {read_attempts}"))
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await;
-        applied("UpdateItem replay", result)
+        let sort_key = record.key.aggregated_sort_key();
+        let key = ItemKey {
+            table: &self.aggregated_table,
+            sort_attr: attr::AGGREGATED_SORT_KEY,
+            license_arn: &record.key.license_arn,
+            sort_key: &sort_key,
+        };
+        let condition = format!("{status} = {error} AND {read_attempts}");
+        key.update(&self.client, &update, Some(condition), "UpdateItem replay")
+            .await
     }
 }

@@ -11,9 +11,9 @@ use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
-use crate::error::{applied, failed, port_error};
+use crate::error::failed;
 use crate::item::page::all_pages;
-use crate::item::{DynamoItem, Reader, Update, instant, n, s};
+use crate::item::{DynamoItem, ItemKey, Reader, Update, instant, n, s};
 
 /// The subscribers table (`awsmp-subscribers-<stage>`).
 ///
@@ -39,6 +39,15 @@ impl DynamoSubscriberStore {
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    fn row_key<'a>(&'a self, license_arn: &'a str, account: &'a str) -> ItemKey<'a> {
+        ItemKey {
+            table: &self.table,
+            sort_attr: attr::CUSTOMER_ACCOUNT,
+            license_arn,
+            sort_key: account,
+        }
     }
 
     fn subscriber_from_item(&self, item: &DynamoItem) -> Result<Subscriber, PortError> {
@@ -92,18 +101,11 @@ impl DynamoSubscriberStore {
 impl SubscriberStore for DynamoSubscriberStore {
     #[instrument(skip(self), fields(table = %self.table))]
     async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(account))
-            .send()
-            .await
-            .map_err(|e| port_error("GetItem subscribers", e))?;
-        out.item
-            .as_ref()
+        let item = self
+            .row_key(license_arn, account)
+            .get(&self.client, "GetItem subscribers")
+            .await?;
+        item.as_ref()
             .map(|item| self.subscriber_from_item(item))
             .transpose()
     }
@@ -220,19 +222,14 @@ impl SubscriberStore for DynamoSubscriberStore {
             let expected = update.value(n(row.version));
             format!("{version} = {expected}")
         };
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(&row.license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(&row.customer_aws_account_id))
-            .update_expression(update.expression())
-            .condition_expression(condition)
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await;
-        applied("UpdateItem subscribers lifecycle", result)
+        self.row_key(&row.license_arn, &row.customer_aws_account_id)
+            .update(
+                &self.client,
+                &update,
+                Some(condition),
+                "UpdateItem subscribers lifecycle",
+            )
+            .await
     }
 
     #[instrument(skip(self), fields(table = %self.table))]
@@ -259,17 +256,14 @@ impl SubscriberStore for DynamoSubscriberStore {
                 sa::REGISTERED_REGIONS,
                 AttributeValue::Ss(vec![region.to_string()]),
             );
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(account))
-            .update_expression(update.expression())
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await
-            .map_err(|e| port_error("UpdateItem subscribers registeredRegions", e))?;
+        self.row_key(license_arn, account)
+            .update(
+                &self.client,
+                &update,
+                None,
+                "UpdateItem subscribers registeredRegions",
+            )
+            .await?;
         Ok(())
     }
 }
@@ -332,17 +326,14 @@ impl ProfileStore for DynamoProfileStore {
         }
         // UpdateItem rather than PutItem, so createdAt is written once.
         update.stamp(now);
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(&profile.license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(&profile.customer_aws_account_id))
-            .update_expression(update.expression())
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await
-            .map_err(|e| port_error("UpdateItem customer-profile", e))?;
+        let key = ItemKey {
+            table: &self.table,
+            sort_attr: attr::CUSTOMER_ACCOUNT,
+            license_arn: &profile.license_arn,
+            sort_key: &profile.customer_aws_account_id,
+        };
+        key.update(&self.client, &update, None, "UpdateItem customer-profile")
+            .await?;
         Ok(())
     }
 }

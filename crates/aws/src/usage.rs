@@ -13,10 +13,10 @@ use awsmp_core::ports::{
 use awsmp_core::time::{HourBucket, Instant};
 use tracing::instrument;
 
-use crate::error::{applied, failed, port_error};
+use crate::error::{failed, port_error};
 use crate::item::page::{all_pages, one_page};
 use crate::item::{
-    DynamoItem, Reader, Update, attr_from_dynamo, pending_hour_query, raw_row_item, s,
+    DynamoItem, ItemKey, Reader, Update, attr_from_dynamo, pending_hour_query, raw_row_item, s,
 };
 
 /// The raw usage table (`awsmp-<productCode>-usage-<stage>`).
@@ -56,6 +56,15 @@ impl DynamoUsageStore {
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    fn row_key<'a>(&'a self, license_arn: &'a str, sort_key: &'a str) -> ItemKey<'a> {
+        ItemKey {
+            table: &self.table,
+            sort_attr: attr::USAGE_SORT_KEY,
+            license_arn,
+            sort_key,
+        }
     }
 
     fn row_from_item(&self, item: DynamoItem) -> Result<RawUsageRow, PortError> {
@@ -152,17 +161,11 @@ impl UsageStore for DynamoUsageStore {
         license_arn: &str,
         sort_key: &str,
     ) -> Result<Option<RawUsageRow>, PortError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::USAGE_SORT_KEY, s(sort_key))
-            .send()
-            .await
-            .map_err(|e| port_error("GetItem usage", e))?;
-        out.item.map(|item| self.row_from_item(item)).transpose()
+        let item = self
+            .row_key(license_arn, sort_key)
+            .get(&self.client, "GetItem usage")
+            .await?;
+        item.map(|item| self.row_from_item(item)).transpose()
     }
 
     #[instrument(skip(self), fields(table = %self.table))]
@@ -193,19 +196,15 @@ impl UsageStore for DynamoUsageStore {
             }
             RowClaim::Uncounted => format!("attribute_not_exists({into})"),
         };
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::USAGE_SORT_KEY, s(sort_key))
-            .update_expression(update.expression())
-            .condition_expression(format!("attribute_exists({pending}) AND {claim}"))
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await;
-        applied("UpdateItem usage finalize", result)
+        let condition = format!("attribute_exists({pending}) AND {claim}");
+        self.row_key(license_arn, sort_key)
+            .update(
+                &self.client,
+                &update,
+                Some(condition),
+                "UpdateItem usage finalize",
+            )
+            .await
     }
 
     #[instrument(skip(self, live), fields(table = %self.table))]
@@ -241,19 +240,15 @@ impl UsageStore for DynamoUsageStore {
             .stamp(now);
         let pending = update.name(attr::METERING_PENDING);
         let was = update.value(s(from));
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::USAGE_SORT_KEY, s(sort_key))
-            .update_expression(update.expression())
-            .condition_expression(format!("{pending} = {was}"))
-            .set_expression_attribute_names(update.names())
-            .set_expression_attribute_values(update.values())
-            .send()
-            .await;
-        applied("UpdateItem usage repair_pending", result)
+        let condition = format!("{pending} = {was}");
+        self.row_key(license_arn, sort_key)
+            .update(
+                &self.client,
+                &update,
+                Some(condition),
+                "UpdateItem usage repair_pending",
+            )
+            .await
     }
 
     #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, event_id = %row.event_id))]
