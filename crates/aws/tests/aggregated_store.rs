@@ -9,8 +9,8 @@ use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::memory::claim_read;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PutOutcome, RowFinal,
-    SubmissionUpdate, UsageStore,
+    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PortError, PutOutcome,
+    RowFinal, SubmissionUpdate, UsageStore,
 };
 use common::*;
 
@@ -44,6 +44,19 @@ async fn world() -> World {
 }
 
 impl World {
+    /// Commits `rows` into `record`, which must be at `expected` (`None`: absent).
+    async fn commit(
+        &self,
+        record: AggregatedRecord,
+        expected: Option<u64>,
+        rows: &[&(String, String)],
+        now: &str,
+    ) -> Result<CommitOutcome, PortError> {
+        self.aggregated
+            .commit(&commit(record, expected, rows, now))
+            .await
+    }
+
     /// Ingests a raw row; returns its (license, sort key).
     async fn raw(&self, timestamp: &str, id: &str, quantity: i64) -> (String, String) {
         let row = NewUsageRow {
@@ -122,13 +135,7 @@ async fn commit_creates_then_folds_and_claims_rows_atomically() {
         }],
     }]);
     let outcome = w
-        .aggregated
-        .commit(&commit(
-            created.clone(),
-            None,
-            &[&r1, &r2],
-            "2026-11-30T11:10:00Z",
-        ))
+        .commit(created.clone(), None, &[&r1, &r2], "2026-11-30T11:10:00Z")
         .await
         .unwrap();
     assert_eq!(outcome, CommitOutcome::Committed);
@@ -155,13 +162,7 @@ async fn commit_creates_then_folds_and_claims_rows_atomically() {
     // A late row folds in at the next version.
     let folded = record(key.clone(), 7, 2);
     let outcome = w
-        .aggregated
-        .commit(&commit(
-            folded.clone(),
-            Some(1),
-            &[&late],
-            "2026-11-30T11:20:00Z",
-        ))
+        .commit(folded.clone(), Some(1), &[&late], "2026-11-30T11:20:00Z")
         .await
         .unwrap();
     assert_eq!(outcome, CommitOutcome::Committed);
@@ -192,50 +193,13 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
     let r3 = w.raw("2026-11-30T10:06:00Z", "c", 3).await;
     let first = record(key.clone(), 1, 1);
     assert_eq!(
-        w.aggregated
-            .commit(&commit(first.clone(), None, &[&r1], "2026-11-30T11:00:00Z"))
+        w.commit(first.clone(), None, &[&r1], "2026-11-30T11:00:00Z")
             .await
             .unwrap(),
         CommitOutcome::Committed
     );
 
-    // Record already exists (a second aggregator created it first).
-    let outcome = w
-        .aggregated
-        .commit(&commit(
-            record(key.clone(), 2, 1),
-            None,
-            &[&r2],
-            "2026-11-30T11:01:00Z",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(outcome, CommitOutcome::Conflict);
-    // The version moved on.
-    let outcome = w
-        .aggregated
-        .commit(&commit(
-            record(key.clone(), 3, 6),
-            Some(5),
-            &[&r2],
-            "2026-11-30T11:01:00Z",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(outcome, CommitOutcome::Conflict);
-    // A row was already claimed by the first commit.
-    let outcome = w
-        .aggregated
-        .commit(&commit(
-            record(key.clone(), 4, 2),
-            Some(1),
-            &[&r2, &r1],
-            "2026-11-30T11:01:00Z",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(outcome, CommitOutcome::Conflict);
-    // A row was finalized meanwhile (no longer pending).
+    // A row finalized meanwhile (no longer pending), for the fourth case.
     w.usage
         .finalize_row(
             &r3.0,
@@ -246,30 +210,35 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
         )
         .await
         .unwrap();
-    let outcome = w
-        .aggregated
-        .commit(&commit(
-            record(key.clone(), 4, 2),
-            Some(1),
-            &[&r3],
-            "2026-11-30T11:01:00Z",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(outcome, CommitOutcome::Conflict);
-    // A row that does not exist.
     let ghost = (LICENSE.to_string(), "ghost".to_string());
-    let outcome = w
-        .aggregated
-        .commit(&commit(
-            record(key.clone(), 4, 2),
+    for (case, (quantity, version), expected, rows) in [
+        (
+            "the record already exists (a second aggregator created it first)",
+            (2, 1),
+            None,
+            vec![&r2],
+        ),
+        ("the version moved on", (3, 6), Some(5), vec![&r2]),
+        (
+            "a row was already claimed by the first commit",
+            (4, 2),
             Some(1),
-            &[&ghost],
-            "2026-11-30T11:01:00Z",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(outcome, CommitOutcome::Conflict);
+            vec![&r2, &r1],
+        ),
+        ("a row was finalized meanwhile", (4, 2), Some(1), vec![&r3]),
+        ("a row that does not exist", (4, 2), Some(1), vec![&ghost]),
+    ] {
+        let outcome = w
+            .commit(
+                record(key.clone(), quantity, version),
+                expected,
+                &rows,
+                "2026-11-30T11:01:00Z",
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, CommitOutcome::Conflict, "{case}");
+    }
 
     // Nothing of any of them was applied.
     assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), first);
@@ -283,15 +252,14 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
     let key = group("requests", "2026-11-30T10");
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
     let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
-    w.aggregated
-        .commit(&commit(
-            record(key.clone(), 1, 1),
-            None,
-            &[&r1],
-            "2026-11-30T11:00:00Z",
-        ))
-        .await
-        .unwrap();
+    w.commit(
+        record(key.clone(), 1, 1),
+        None,
+        &[&r1],
+        "2026-11-30T11:00:00Z",
+    )
+    .await
+    .unwrap();
     // A submitter holds it until 11:15.
     let held = claim_read(
         &w.aggregated,
@@ -374,24 +342,22 @@ async fn commit_refuses_oversized_or_repeating_claims() {
         .collect();
     let refs: Vec<&(String, String)> = rows.iter().collect();
     let err = w
-        .aggregated
-        .commit(&commit(
+        .commit(
             record(key.clone(), 1, 1),
             None,
             &refs,
             "2026-11-30T11:00:00Z",
-        ))
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("at most 99"), "{err}");
     let err = w
-        .aggregated
-        .commit(&commit(
+        .commit(
             record(key.clone(), 1, 1),
             None,
             &[&rows[0], &rows[0]],
             "2026-11-30T11:00:00Z",
-        ))
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("same raw row twice"), "{err}");
@@ -415,13 +381,12 @@ async fn a_commit_of_99_rows_fills_one_transaction() {
     }
     let refs: Vec<&(String, String)> = rows.iter().collect();
     let outcome = w
-        .aggregated
-        .commit(&commit(
+        .commit(
             record(key.clone(), 99, 1),
             None,
             &refs,
             "2026-11-30T11:00:00Z",
-        ))
+        )
         .await
         .unwrap();
     assert_eq!(outcome, CommitOutcome::Committed);
@@ -436,15 +401,14 @@ async fn claim_and_record_follow_the_submission_contract() {
     let w = world().await;
     let key = group("requests", "2026-11-30T10");
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
-    w.aggregated
-        .commit(&commit(
-            record(key.clone(), 1, 1),
-            None,
-            &[&r1],
-            "2026-11-30T11:00:00Z",
-        ))
-        .await
-        .unwrap();
+    w.commit(
+        record(key.clone(), 1, 1),
+        None,
+        &[&r1],
+        "2026-11-30T11:00:00Z",
+    )
+    .await
+    .unwrap();
     let until = t("2026-11-30T11:10:00Z");
     let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
     // Wrong version: skipped.
@@ -593,8 +557,7 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
     let r2 = w.raw("2026-11-30T10:01:00Z", "b", 2).await;
     let mut partial = record(key.clone(), 1, 1);
     partial.folding = true;
-    w.aggregated
-        .commit(&commit(partial, None, &[&r1], "2026-11-30T11:00:00Z"))
+    w.commit(partial, None, &[&r1], "2026-11-30T11:00:00Z")
         .await
         .unwrap();
     let read = w.aggregated.get(&key).await.unwrap().unwrap();
@@ -607,15 +570,14 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
             .is_none()
     );
     // The last commit clears the marker.
-    w.aggregated
-        .commit(&commit(
-            record(key.clone(), 3, 2),
-            Some(1),
-            &[&r2],
-            "2026-11-30T11:02:00Z",
-        ))
-        .await
-        .unwrap();
+    w.commit(
+        record(key.clone(), 3, 2),
+        Some(1),
+        &[&r2],
+        "2026-11-30T11:02:00Z",
+    )
+    .await
+    .unwrap();
     assert!(!w.aggregated.get(&key).await.unwrap().unwrap().folding);
     assert!(
         claim_read(&w.aggregated, &key, 2, &c)

@@ -6,7 +6,7 @@ mod common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoUsageStore;
-use awsmp_core::model::{Allocation, Attr, RawStatus, ReasonCode, Tag};
+use awsmp_core::model::{Allocation, Attr, RawStatus, Tag};
 use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, RowFinal, UsageStore};
 use common::*;
 
@@ -235,84 +235,6 @@ async fn group_rows_reads_exactly_one_group_in_any_status() {
             sort_key_b
         ]
     );
-}
-
-#[tokio::test]
-async fn finalize_row_removes_the_row_from_the_sparse_index_once() {
-    let (_moto, db) = moto_with_tables().await;
-    let store = DynamoUsageStore::new(db, USAGE);
-    let row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
-    store
-        .put_row(&row, t("2026-11-30T10:20:00Z"))
-        .await
-        .unwrap();
-    let sort_key = format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1");
-    assert_eq!(pending_count(&store, "2026-11-30T10").await, 1);
-
-    let done = store
-        .finalize_row(
-            LICENSE,
-            &sort_key,
-            RowClaim::Uncounted,
-            RowFinal::new(
-                RawStatus::RejectedClientSide,
-                Some(ReasonCode::MalformedTimestamp),
-            ),
-            t("2026-11-30T12:00:00Z"),
-        )
-        .await
-        .unwrap();
-    assert!(done);
-    assert_eq!(pending_count(&store, "2026-11-30T10").await, 0);
-    let stored = store.get_row(LICENSE, &sort_key).await.unwrap().unwrap();
-    assert!(!stored.attrs.contains_key("meteringPending"));
-    assert_eq!(
-        stored.attrs["meteringStatus"],
-        Attr::S("RejectedClientSide".into())
-    );
-    assert_eq!(
-        stored.attrs["meteringStatusReason"],
-        Attr::S("MalformedTimestamp".into())
-    );
-    assert_eq!(
-        stored.attrs["createdAt"],
-        Attr::S("2026-11-30T10:20:00Z".into())
-    );
-    assert_eq!(
-        stored.attrs["updatedAt"],
-        Attr::S("2026-11-30T12:00:00Z".into())
-    );
-
-    // Already terminal: nothing changes, whatever status is asked for.
-    let again = store
-        .finalize_row(
-            LICENSE,
-            &sort_key,
-            RowClaim::Uncounted,
-            RowFinal::new(RawStatus::Aggregated, None),
-            t("2026-11-30T13:00:00Z"),
-        )
-        .await
-        .unwrap();
-    assert!(!again);
-    assert_eq!(
-        store.get_row(LICENSE, &sort_key).await.unwrap().unwrap(),
-        stored
-    );
-    // A missing row is not created.
-    assert!(
-        !store
-            .finalize_row(
-                LICENSE,
-                "missing",
-                RowClaim::Uncounted,
-                RowFinal::new(RawStatus::Aggregated, None),
-                t("2026-11-30T13:00:00Z")
-            )
-            .await
-            .unwrap()
-    );
-    assert!(store.get_row(LICENSE, "missing").await.unwrap().is_none());
 }
 
 #[tokio::test]

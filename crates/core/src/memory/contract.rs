@@ -20,7 +20,9 @@ use async_trait::async_trait;
 
 use super::{MemoryTables, claim_read, reference_row};
 use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES};
-use crate::items::{ingestion_item, ingestion_marker_item, ingestion_marker_sort_key};
+use crate::items::{
+    ingestion_item, ingestion_marker_item, ingestion_marker_sort_key, ingestion_sort_key,
+};
 use crate::model::{
     AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, RawStatus, RawUsageRow,
     ReasonCode, Tag, attr,
@@ -128,6 +130,7 @@ macro_rules! store_contract_tests {
             claim_and_record_hold_to_the_claim_id,
             claim_all_takes_only_records_exactly_as_read_and_answers_each,
             finalize_row_requires_the_row_claim,
+            finalize_row_makes_a_pending_row_final_once,
             pending_pages_cover_every_pending_item_once,
             a_commit_holds_at_most_100_items,
             an_item_over_400_kb_is_refused,
@@ -828,6 +831,106 @@ pub async fn finalize_row_requires_the_row_claim(b: &dyn Backend) {
         )
         .await,
         "absent row"
+    );
+}
+
+/// `finalize_row` makes a pending row final once: status and reason set, out of the
+/// pending index, `createdAt` kept and `updatedAt` moved; a second finalize, whatever
+/// status it asks for, changes nothing, and a missing row is not created.
+pub async fn finalize_row_makes_a_pending_row_final_once(b: &dyn Backend) {
+    let row = new_row("evt-1", "2026-11-30T10:15:42Z", 5);
+    b.usage()
+        .put_row(&row, t("2026-11-30T10:20:00Z"))
+        .await
+        .expect("put_row");
+    let sort_key = ingestion_sort_key(&row);
+    let pending = || async {
+        all_pages(|c| b.usage().pending_page(hour("2026-11-30T10"), c))
+            .await
+            .len()
+    };
+    assert_eq!(pending().await, 1);
+
+    let done = b
+        .usage()
+        .finalize_row(
+            LICENSE,
+            &sort_key,
+            RowClaim::Uncounted,
+            RowFinal::new(
+                RawStatus::RejectedClientSide,
+                Some(ReasonCode::MalformedTimestamp),
+            ),
+            t("2026-11-30T12:00:00Z"),
+        )
+        .await
+        .unwrap();
+    assert!(done);
+    assert_eq!(pending().await, 0);
+    let stored = b
+        .usage()
+        .get_row(LICENSE, &sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!stored.attrs.contains_key(attr::METERING_PENDING));
+    assert_eq!(
+        stored.attrs[attr::METERING_STATUS],
+        Attr::S("RejectedClientSide".into())
+    );
+    assert_eq!(
+        stored.attrs[attr::METERING_STATUS_REASON],
+        Attr::S("MalformedTimestamp".into())
+    );
+    assert_eq!(
+        stored.attrs[attr::CREATED_AT],
+        Attr::S("2026-11-30T10:20:00Z".into())
+    );
+    assert_eq!(
+        stored.attrs[attr::UPDATED_AT],
+        Attr::S("2026-11-30T12:00:00Z".into())
+    );
+
+    // Already terminal: nothing changes, whatever status is asked for.
+    let again = b
+        .usage()
+        .finalize_row(
+            LICENSE,
+            &sort_key,
+            RowClaim::Uncounted,
+            RowFinal::new(RawStatus::Aggregated, None),
+            t("2026-11-30T13:00:00Z"),
+        )
+        .await
+        .unwrap();
+    assert!(!again);
+    assert_eq!(
+        b.usage()
+            .get_row(LICENSE, &sort_key)
+            .await
+            .unwrap()
+            .unwrap(),
+        stored
+    );
+    // A missing row is not created.
+    assert!(
+        !b.usage()
+            .finalize_row(
+                LICENSE,
+                "missing",
+                RowClaim::Uncounted,
+                RowFinal::new(RawStatus::Aggregated, None),
+                t("2026-11-30T13:00:00Z")
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.usage()
+            .get_row(LICENSE, "missing")
+            .await
+            .unwrap()
+            .is_none()
     );
 }
 

@@ -280,7 +280,7 @@ impl UsageStore for MemoryUsageStore {
 mod tests {
     use super::*;
     use crate::memory::fixtures::*;
-    use crate::model::{Allocation, RawStatus, ReasonCode, Tag};
+    use crate::model::{Allocation, RawStatus, Tag};
     #[tokio::test]
     async fn put_row_writes_dynamodb_shapes_and_is_idempotent_on_the_event_id() {
         let store = MemoryUsageStore::new();
@@ -490,68 +490,5 @@ mod tests {
             .unwrap();
         let quantities: Vec<_> = rows.iter().map(|r| r.attrs["quantity"].clone()).collect();
         assert_eq!(quantities, vec![Attr::N("1".into()), Attr::N("2".into())]);
-    }
-
-    #[tokio::test]
-    async fn finalize_row_applies_once_and_only_to_pending_rows() {
-        let tables = MemoryTables::new();
-        let store = tables.usage_store();
-        let row = reference_row(LICENSE, ACCOUNT, "requests", "2026-11-30T10:00:00Z", 1);
-        tables.insert_raw_row(row.clone());
-        let first = store
-            .finalize_row(
-                LICENSE,
-                &row.sort_key,
-                RowClaim::Uncounted,
-                RowFinal::new(
-                    RawStatus::RejectedClientSide,
-                    Some(ReasonCode::MalformedTimestamp),
-                ),
-                t("2026-11-30T12:00:00Z"),
-            )
-            .await
-            .unwrap();
-        assert!(first);
-        let stored = tables.raw_row(LICENSE, &row.sort_key).unwrap();
-        assert!(!stored.attrs.contains_key("meteringPending"));
-        assert_eq!(
-            stored.attrs["meteringStatus"],
-            Attr::S("RejectedClientSide".into())
-        );
-        assert_eq!(
-            stored.attrs["meteringStatusReason"],
-            Attr::S("MalformedTimestamp".into())
-        );
-        assert_eq!(
-            stored.attrs["updatedAt"],
-            Attr::S("2026-11-30T12:00:00Z".into())
-        );
-        // A second finalize (any status) changes nothing.
-        let second = store
-            .finalize_row(
-                LICENSE,
-                &row.sort_key,
-                RowClaim::Uncounted,
-                RowFinal::new(RawStatus::Aggregated, None),
-                t("2026-11-30T13:00:00Z"),
-            )
-            .await
-            .unwrap();
-        assert!(!second);
-        assert_eq!(tables.raw_row(LICENSE, &row.sort_key).unwrap(), stored);
-        // A missing row is not created.
-        assert!(
-            !store
-                .finalize_row(
-                    LICENSE,
-                    "nope",
-                    RowClaim::Uncounted,
-                    RowFinal::new(RawStatus::Aggregated, None),
-                    t("2026-11-30T13:00:00Z")
-                )
-                .await
-                .unwrap()
-        );
-        assert_eq!(tables.raw_rows().len(), 1);
     }
 }
