@@ -10,13 +10,13 @@ use awsmp_aggregator::{State, handler};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue, reference_row};
 use awsmp_core::pipeline::aggregation::AggregateSettings;
-use awsmp_core::time::{MeteringLockHours, parse_usage_timestamp};
+use awsmp_core::time::{Instant, MeteringLockHours, parse_usage_timestamp};
 use lambda_runtime::{Context, LambdaEvent};
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0000000000000001";
 
-#[tokio::test]
-async fn malformed_bodies_fail_alone_by_message_id() {
+/// Tables holding one pending raw row (4 requests at 09:15).
+fn tables_with_one_row() -> MemoryTables {
     let tables = MemoryTables::new();
     tables.insert_raw_row(reference_row(
         LICENSE,
@@ -25,8 +25,12 @@ async fn malformed_bodies_fail_alone_by_message_id() {
         "2026-11-30T09:15:00Z",
         4,
     ));
-    let cleanup = MemoryWorkQueue::new();
-    let state = State {
+    tables
+}
+
+/// The aggregator over `tables` and `cleanup`, its clock at `now`.
+fn state(tables: &MemoryTables, cleanup: &MemoryWorkQueue, now: Instant) -> State {
+    State {
         settings: Arc::new(AggregateSettings {
             product_code: "prod-abc123".into(),
             lock: MeteringLockHours::DEFAULT,
@@ -36,10 +40,19 @@ async fn malformed_bodies_fail_alone_by_message_id() {
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
         cleanup_queue: Arc::new(cleanup.clone()),
-        clock: Arc::new(ManualClock::new(
-            parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap(),
-        )),
-    };
+        clock: Arc::new(ManualClock::new(now)),
+    }
+}
+
+fn half_past_ten() -> Instant {
+    parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap()
+}
+
+#[tokio::test]
+async fn malformed_bodies_fail_alone_by_message_id() {
+    let tables = tables_with_one_row();
+    let cleanup = MemoryWorkQueue::new();
+    let state = state(&tables, &cleanup, half_past_ten());
     let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-batch.json")).unwrap();
 
     let response = handler(&state, LambdaEvent::new(payload, Context::default()))
@@ -64,20 +77,7 @@ async fn malformed_bodies_fail_alone_by_message_id() {
 #[tokio::test]
 async fn a_message_without_an_id_fails_the_whole_batch() {
     let tables = MemoryTables::new();
-    let state = State {
-        settings: Arc::new(AggregateSettings {
-            product_code: "prod-abc123".into(),
-            lock: MeteringLockHours::DEFAULT,
-            zero_policy: ZeroQuantityPolicy::Defer,
-            retention: awsmp_core::retention::Retention::FOREVER,
-        }),
-        usage: Arc::new(tables.usage_store()),
-        aggregated: Arc::new(tables.aggregated_store()),
-        cleanup_queue: Arc::new(MemoryWorkQueue::new()),
-        clock: Arc::new(ManualClock::new(
-            parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap(),
-        )),
-    };
+    let state = state(&tables, &MemoryWorkQueue::new(), half_past_ten());
     let fixture = include_str!("fixtures/sqs-batch.json").replace(
         "\"messageId\": \"2e1424d4-f796-459a-8184-9c92662be6da\",",
         "",
@@ -89,27 +89,9 @@ async fn a_message_without_an_id_fails_the_whole_batch() {
 
 #[tokio::test]
 async fn messages_not_started_before_the_deadline_margin_are_left_for_redelivery() {
-    let tables = MemoryTables::new();
-    tables.insert_raw_row(reference_row(
-        LICENSE,
-        "111122223333",
-        "requests",
-        "2026-11-30T09:15:00Z",
-        4,
-    ));
-    let now = parse_usage_timestamp("2026-11-30T10:30:00Z").unwrap();
-    let state = State {
-        settings: Arc::new(AggregateSettings {
-            product_code: "prod-abc123".into(),
-            lock: MeteringLockHours::DEFAULT,
-            zero_policy: ZeroQuantityPolicy::Defer,
-            retention: awsmp_core::retention::Retention::FOREVER,
-        }),
-        usage: Arc::new(tables.usage_store()),
-        aggregated: Arc::new(tables.aggregated_store()),
-        cleanup_queue: Arc::new(MemoryWorkQueue::new()),
-        clock: Arc::new(ManualClock::new(now)),
-    };
+    let tables = tables_with_one_row();
+    let now = half_past_ten();
+    let state = state(&tables, &MemoryWorkQueue::new(), now);
     let payload: SqsEvent = serde_json::from_str(include_str!("fixtures/sqs-batch.json")).unwrap();
     let ids: Vec<String> = payload
         .records

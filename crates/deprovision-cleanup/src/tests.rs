@@ -2,9 +2,8 @@
 //! event shape (`tests/fixtures/scheduled-event.json`). The same run is checked against
 //! moto in `tests/moto.rs`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
@@ -204,56 +203,12 @@ async fn an_unreadable_index_fails_the_run() {
     );
 }
 
-/// A store where, before our first lifecycle write, another writer rewrites the row
-/// (`their_change` applied to it), so our write meets a version conflict.
-struct RacingStore {
-    inner: MemorySubscriberStore,
-    their_change: Mutex<Option<fn(&mut Subscriber)>>,
-}
+#[path = "../../subscription/tests/support/racing.rs"]
+mod racing;
 
-#[async_trait]
-impl SubscriberStore for RacingStore {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        self.inner.get(license_arn, account).await
-    }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_license(license_arn).await
-    }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_agreement(agreement_id).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.deprovisioning().await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
-        let change = self.their_change.lock().unwrap().take();
-        if let Some(change) = change {
-            let mut theirs = self
-                .inner
-                .get(&row.license_arn, &row.customer_aws_account_id)
-                .await?
-                .unwrap();
-            change(&mut theirs);
-            assert!(self.inner.put_lifecycle(&theirs, now).await?);
-        }
-        self.inner.put_lifecycle(row, now).await
-    }
-    async fn add_registered_region(
-        &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        self.inner
-            .add_registered_region(license_arn, account, product_code, region, now)
-            .await
-    }
-}
-
-#[tokio::test]
-async fn a_concurrent_agreement_write_is_kept_and_the_row_still_closes() {
+/// Runs at 14:00 over row l-a (window ended 13:00) while another writer applies
+/// `their_change` to it just before our write, so our write meets a version conflict.
+async fn run_raced_by(their_change: fn(&mut Subscriber)) -> (MemorySubscriberStore, CleanupReport) {
     let inner = MemorySubscriberStore::new();
     inner.insert(
         row(
@@ -263,15 +218,30 @@ async fn a_concurrent_agreement_write_is_kept_and_the_row_still_closes() {
         ),
         t("2026-11-30T12:00:00Z"),
     );
-    let racing = RacingStore {
-        inner: inner.clone(),
-        their_change: Mutex::new(Some(|r: &mut Subscriber| {
-            r.agreement_status = Some(AgreementStatus::Inactive);
-            r.agreement_event_at = Some(parse_usage_timestamp("2026-11-30T13:05:00Z").unwrap());
-        })),
-    };
+    let racing = racing::RacingStore::new(
+        inner.clone(),
+        1,
+        Box::new(move |store, row, _| {
+            Box::pin(async move {
+                let (license, account) = (&row.license_arn, &row.customer_aws_account_id);
+                let mut theirs = store.get(license, account).await.unwrap().unwrap();
+                their_change(&mut theirs);
+                theirs
+            })
+        }),
+    );
     let state = state_with(Arc::new(racing), "2026-11-30T14:00:00Z");
     let report = run(&state, t("2026-11-30T14:00:00Z")).await.unwrap();
+    (inner, report)
+}
+
+#[tokio::test]
+async fn a_concurrent_agreement_write_is_kept_and_the_row_still_closes() {
+    let (inner, report) = run_raced_by(|r: &mut Subscriber| {
+        r.agreement_status = Some(AgreementStatus::Inactive);
+        r.agreement_event_at = Some(parse_usage_timestamp("2026-11-30T13:05:00Z").unwrap());
+    })
+    .await;
     assert_eq!(report.closed, 1);
     let stored = inner.rows().remove(0);
     assert_eq!(
@@ -283,23 +253,10 @@ async fn a_concurrent_agreement_write_is_kept_and_the_row_still_closes() {
 
 #[tokio::test]
 async fn a_row_closed_by_someone_else_meanwhile_is_not_written_again() {
-    let inner = MemorySubscriberStore::new();
-    inner.insert(
-        row(
-            "l-a",
-            SubscriptionStatus::Deprovisioning,
-            Some("2026-11-30T13:00:00Z"),
-        ),
-        t("2026-11-30T12:00:00Z"),
-    );
-    let racing = RacingStore {
-        inner: inner.clone(),
-        their_change: Mutex::new(Some(|r: &mut Subscriber| {
-            r.subscription_status = Some(SubscriptionStatus::Inactive);
-        })),
-    };
-    let state = state_with(Arc::new(racing), "2026-11-30T14:00:00Z");
-    let report = run(&state, t("2026-11-30T14:00:00Z")).await.unwrap();
+    let (inner, report) = run_raced_by(|r: &mut Subscriber| {
+        r.subscription_status = Some(SubscriptionStatus::Inactive);
+    })
+    .await;
     assert_eq!((report.closed, report.changed_meanwhile), (0, 1));
     assert_eq!(inner.rows()[0].version, 3);
 }

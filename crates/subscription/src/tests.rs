@@ -5,7 +5,6 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
@@ -523,76 +522,33 @@ async fn a_record_without_message_id_fails_the_batch_before_any_write() {
     assert!(store.rows().is_empty());
 }
 
-/// A store where another writer changes the row just before each of our first
-/// `races` lifecycle writes, so the write meets a version conflict.
-struct RacingStore {
-    inner: MemorySubscriberStore,
-    races: Mutex<usize>,
-}
+#[path = "../tests/support/racing.rs"]
+mod racing;
 
-#[async_trait]
-impl SubscriberStore for RacingStore {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        self.inner.get(license_arn, account).await
-    }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_license(license_arn).await
-    }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_agreement(agreement_id).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.deprovisioning().await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
-        let race = {
-            let mut races = self.races.lock().unwrap();
-            let race = *races > 0;
-            *races = races.saturating_sub(1);
-            race
-        };
-        if race {
-            // The other writer: a registration creating or touching the row.
-            self.inner
-                .add_registered_region(
-                    &row.license_arn,
-                    &row.customer_aws_account_id,
-                    PRODUCT,
-                    "eu-west-1",
-                    now,
-                )
-                .await?;
-            let current = self
-                .inner
-                .get(&row.license_arn, &row.customer_aws_account_id)
-                .await?;
-            let theirs = current.unwrap_or_else(|| row.clone());
-            assert!(self.inner.put_lifecycle(&theirs, now).await?);
-        }
-        self.inner.put_lifecycle(row, now).await
-    }
-    async fn add_registered_region(
-        &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        self.inner
-            .add_registered_region(license_arn, account, product_code, region, now)
-            .await
-    }
+/// A store where a registration creates or touches the row just before each of our
+/// first `races` lifecycle writes, so the write meets a version conflict.
+fn raced_by_registrations(inner: &MemorySubscriberStore, races: usize) -> racing::RacingStore {
+    racing::RacingStore::new(
+        inner.clone(),
+        races,
+        Box::new(|store, row, now| {
+            Box::pin(async move {
+                let (license, account) = (&row.license_arn, &row.customer_aws_account_id);
+                store
+                    .add_registered_region(license, account, PRODUCT, "eu-west-1", now)
+                    .await
+                    .unwrap();
+                let current = store.get(license, account).await.unwrap();
+                current.unwrap_or(row)
+            })
+        }),
+    )
 }
 
 #[tokio::test]
 async fn version_conflicts_are_reread_and_reapplied() {
     let inner = MemorySubscriberStore::new();
-    let racing = RacingStore {
-        inner: inner.clone(),
-        races: Mutex::new(2),
-    };
-    let state = state_with(Arc::new(racing));
+    let state = state_with(Arc::new(raced_by_registrations(&inner, 2)));
     let failed = deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
     assert!(failed.is_empty());
     let row = only_row(&inner);
@@ -604,11 +560,7 @@ async fn version_conflicts_are_reread_and_reapplied() {
 #[tokio::test]
 async fn endless_contention_fails_the_message_for_redelivery() {
     let inner = MemorySubscriberStore::new();
-    let racing = RacingStore {
-        inner: inner.clone(),
-        races: Mutex::new(usize::MAX),
-    };
-    let state = state_with(Arc::new(racing));
+    let state = state_with(Arc::new(raced_by_registrations(&inner, usize::MAX)));
     let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
     let outcome = handle_message(&state, "m", Some(&body)).await;
     assert!(
