@@ -1,215 +1,36 @@
-//! The submitter's use case: drain pending aggregated records oldest-first
-//! (deprovisioning licenses first), claim each record, send per-product batches of ≤ 25
-//! records / ≤ 1 MB to `BatchMeterUsage` with bisection, paced under the 10 requests/s
-//! quota, and write every batch's outcome back while the next batch goes out (one claim
-//! request and one write-back request per batch, pipelined with the sends). Then age
-//! out what can no longer be submitted.
-//!
-//! Outcome of one record, and the status it is given:
-//!
-//! | answer | status | metric |
-//! |---|---|---|
-//! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` |
-//! | `DuplicateRecord` | `DuplicateRecord` (also when the duplicate is our own earlier send, interrupted before its outcome was written: the hour is billed, first write wins) | |
-//! | `CustomerNotSubscribed`, subscribers table has no active row yet | stays `Pending` (retried next run until the window closes) | |
-//! | `CustomerNotSubscribed`, otherwise | `CustomerNotSubscribed` | `CustomerNotSubscribed` |
-//! | `UnprocessedRecords` twice (one retry after a jittered backoff) | stays `Pending` | `UsageRecordUnprocessed` |
-//! | validation exception isolated by bisection | `Error` + exception name | `BatchMeterUsageException{Exception}` (later records of a dimension refused with `InvalidUsageDimensionException` this run are sent alone, not bisected again) |
-//! | sub-batch at the bisection depth cap | stays `Pending` | `BisectDepthExceeded` |
-//! | throttling / internal error | stays `Pending`; jittered backoff; the run stops after repeated throttling | |
-//! | `DisabledApiException` | stays `Pending`; the run stops | `MeteringApiDisabled` |
-//! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
-//! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
+//! One submitter run: drain the pending index oldest-first, claim each batch, send it
+//! with bisection under the pacing, write its outcomes back while the next batch goes
+//! out, then age out what can no longer be submitted.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fmt;
-use std::str::FromStr;
-use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::aggregate::{ZeroQuantityPolicy, is_skipped_zero, submission_due};
-use crate::batch::{BatchLimits, plan_batches};
+use crate::aggregate::{is_skipped_zero, submission_due};
+use crate::batch::plan_batches;
 use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
-use crate::outcome::{Backoff, Outcome, RunAction, next_state, report_metrics};
+use crate::outcome::{Outcome, RunAction, next_state, report_metrics};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
-use crate::pipeline::pacing::{MIN_CALL_INTERVAL, PacedMeteringApi};
+use crate::pipeline::pacing::PacedMeteringApi;
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
     AggregatedStore, Claim, ClaimRequest, Clock, MAX_BATCH_WRITES, MalformedItem, MeteringApi,
     MeteringRecord, MetricsSink, OutcomeWrite, RecordVerdict, SubmissionUpdate, SubscriberStore,
     metric,
 };
-use crate::retention::Retention;
 use crate::time::{self, HourBucket, Instant};
 
-/// Reason stored on a record that could not be sent because it exceeds 1 MB alone.
-pub const REASON_REQUEST_TOO_LARGE: &str = "RequestTooLarge";
-/// Reason stored on a zero hour closed unsent under the `skip` policy.
-pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
-/// Reason stored on a record that aged out while an interrupted run held it, or after
-/// a send with an unknown outcome: it may have been billed (check the Seller Reports /
-/// `awsmp reconcile`).
-pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
-/// Reason stored on a record that aged out while the Region refused metering.
-pub const REASON_METERING_DISABLED: &str = "DisabledApiException";
+use super::settings::{MeteringMode, SubmitSettings};
+use super::{
+    REASON_INTERRUPTED_SUBMISSION, REASON_MALFORMED_ITEM, REASON_METERING_DISABLED,
+    REASON_REQUEST_TOO_LARGE, REASON_ZERO_QUANTITY_SKIPPED,
+};
+
 /// The request-level exception of a dimension the product's catalog lacks: every
 /// record of that dimension fails the same way, whatever it is batched with.
 const INVALID_DIMENSION: &str = "InvalidUsageDimensionException";
-/// Reason prefix stored on an aggregated item that cannot be read (what is wrong follows).
-pub const REASON_MALFORMED_ITEM: &str = "MalformedItem";
-
-/// `METERING_MODE` with the test-account allowlist it requires or forbids.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MeteringMode {
-    /// Bill for real.
-    Live,
-    /// Never call `BatchMeterUsage`: records of these test accounts become
-    /// `DryRunSubmitted`; every other record stays pending (and is logged).
-    DryRun {
-        /// 12-digit test accounts.
-        allowlist: BTreeSet<String>,
-    },
-}
-
-/// A `METERING_MODE` / `TEST_ACCOUNT_ALLOWLIST` combination that must not run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MeteringModeError {
-    /// Not `live` or `dry-run`.
-    #[error("METERING_MODE must be \"live\" or \"dry-run\", got {0:?}")]
-    UnknownMode(String),
-    /// Live billing with a test allowlist set: a half-configured dry run would bill.
-    #[error(
-        "METERING_MODE=live refuses to start with TEST_ACCOUNT_ALLOWLIST set (unset it to bill, or use dry-run)"
-    )]
-    LiveWithAllowlist,
-    /// Dry run with nobody to "submit" for.
-    #[error(
-        "METERING_MODE=dry-run requires TEST_ACCOUNT_ALLOWLIST (comma-separated 12-digit test accounts)"
-    )]
-    DryRunWithoutAllowlist,
-    /// An allowlist entry that is not an account id.
-    #[error("TEST_ACCOUNT_ALLOWLIST entry {0:?} is not a 12-digit AWS account id")]
-    BadAccount(String),
-}
-
-impl MeteringMode {
-    /// Validates the mode text and the allowlist together.
-    pub fn from_parts(mode: &str, allowlist: &[String]) -> Result<Self, MeteringModeError> {
-        if let Some(bad) = allowlist
-            .iter()
-            .find(|a| a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(MeteringModeError::BadAccount(bad.clone()));
-        }
-        match mode.trim() {
-            "live" if allowlist.is_empty() => Ok(MeteringMode::Live),
-            "live" => Err(MeteringModeError::LiveWithAllowlist),
-            "dry-run" if allowlist.is_empty() => Err(MeteringModeError::DryRunWithoutAllowlist),
-            "dry-run" => Ok(MeteringMode::DryRun {
-                allowlist: allowlist.iter().cloned().collect(),
-            }),
-            other => Err(MeteringModeError::UnknownMode(other.to_string())),
-        }
-    }
-}
-
-/// `DEPLOYMENT_MODE`: whether the aggregation stages exist. The submitter behaves the
-/// same either way (in direct-submit mode the seller writes the aggregated rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeploymentMode {
-    /// Discoverer, aggregator and cleanup feed the aggregated table.
-    Full,
-    /// The seller writes finalized hourly totals into the aggregated table.
-    DirectSubmit,
-}
-
-impl DeploymentMode {
-    /// The configuration text.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            DeploymentMode::Full => "full",
-            DeploymentMode::DirectSubmit => "direct-submit",
-        }
-    }
-}
-
-impl fmt::Display for DeploymentMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A `DEPLOYMENT_MODE` that is not `full` or `direct-submit`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("DEPLOYMENT_MODE must be \"full\" or \"direct-submit\", got {0:?}")]
-pub struct InvalidDeploymentMode(pub String);
-
-impl FromStr for DeploymentMode {
-    type Err = InvalidDeploymentMode;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "full" => Ok(DeploymentMode::Full),
-            "direct-submit" => Ok(DeploymentMode::DirectSubmit),
-            other => Err(InvalidDeploymentMode(other.to_string())),
-        }
-    }
-}
-
-/// The submitter's knobs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmitSettings {
-    /// The stack's product code (`PRODUCT_CODE`): batches records that carry none (a
-    /// direct-submit row may omit `productCode`). Never sent on the wire.
-    pub product_code: String,
-    /// Live or dry-run.
-    pub mode: MeteringMode,
-    /// `ZERO_QUANTITY_POLICY`.
-    pub zero_policy: ZeroQuantityPolicy,
-    /// `DEPLOYMENT_MODE` (logged; behaviour is the same).
-    pub deployment: DeploymentMode,
-    /// Batch caps (the service's by default).
-    pub limits: BatchLimits,
-    /// Spacing of `BatchMeterUsage` calls (100 ms = the 10 requests/s quota).
-    pub min_call_interval: Duration,
-    /// How long a claim holds a record when the run has no deadline.
-    pub claim_lease: chrono::Duration,
-    /// Consecutive throttled batches after which the run stops.
-    pub max_throttled_batches: u32,
-    /// Jittered backoff between retries (unprocessed records, throttling).
-    pub backoff: Backoff,
-    /// `DATA_RETENTION_DAYS`: the `expiresAt` of every record this run makes final.
-    pub retention: Retention,
-}
-
-impl SubmitSettings {
-    /// Settings with the production defaults (retention off: every item is kept).
-    pub fn new(
-        product_code: impl Into<String>,
-        mode: MeteringMode,
-        zero_policy: ZeroQuantityPolicy,
-        deployment: DeploymentMode,
-    ) -> Self {
-        SubmitSettings {
-            product_code: product_code.into(),
-            mode,
-            zero_policy,
-            deployment,
-            limits: BatchLimits::AWS,
-            min_call_interval: MIN_CALL_INTERVAL,
-            claim_lease: chrono::Duration::minutes(15),
-            max_throttled_batches: 3,
-            backoff: Backoff::METERING,
-            retention: Retention::FOREVER,
-        }
-    }
-
-    fn backoff(&self, retry: u32) -> Duration {
-        self.backoff.delay(retry, random_u64())
-    }
-}
 
 /// The ports the submitter uses.
 #[derive(Clone, Copy)]
@@ -1102,8 +923,12 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
+    use crate::aggregate::ZeroQuantityPolicy;
+    use crate::batch::BatchLimits;
     use crate::memory::{MemoryMeteringApi, claim_read};
     use crate::model::{Allocation, SubscriptionStatus, Tag};
+    use crate::pipeline::pacing::MIN_CALL_INTERVAL;
+    use crate::pipeline::submit::DeploymentMode;
     use crate::pipeline::testkit::*;
     use crate::ports::{MeteringError, PortError};
 
@@ -1811,38 +1636,6 @@ mod tests {
         );
         assert_eq!(status(&world, &real_buyer), AggregatedStatus::Pending);
     }
-
-    #[test]
-    fn metering_mode_refuses_half_configured_runs() {
-        let allow = vec![ACCOUNT_A.to_string()];
-        assert_eq!(
-            MeteringMode::from_parts("live", &[]),
-            Ok(MeteringMode::Live)
-        );
-        assert_eq!(
-            MeteringMode::from_parts("live", &allow),
-            Err(MeteringModeError::LiveWithAllowlist)
-        );
-        assert_eq!(
-            MeteringMode::from_parts("dry-run", &[]),
-            Err(MeteringModeError::DryRunWithoutAllowlist)
-        );
-        assert!(matches!(
-            MeteringMode::from_parts("dry-run", &allow),
-            Ok(MeteringMode::DryRun { .. })
-        ));
-        assert_eq!(
-            MeteringMode::from_parts("dry-run", &["12345".to_string()]),
-            Err(MeteringModeError::BadAccount("12345".into()))
-        );
-        assert_eq!(
-            MeteringMode::from_parts("test", &[]),
-            Err(MeteringModeError::UnknownMode("test".into()))
-        );
-        assert_eq!("direct-submit".parse(), Ok(DeploymentMode::DirectSubmit));
-        assert!("direct".parse::<DeploymentMode>().is_err());
-    }
-
     #[tokio::test]
     async fn the_deadline_stops_sending_between_batches() {
         let now = t(NOW);

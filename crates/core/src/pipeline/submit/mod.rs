@@ -1,0 +1,46 @@
+//! The submitter's use case: drain pending aggregated records oldest-first
+//! (deprovisioning licenses first), claim each record, send per-product batches of ≤ 25
+//! records / ≤ 1 MB to `BatchMeterUsage` with bisection, paced under the 10 requests/s
+//! quota, and write every batch's outcome back while the next batch goes out (one claim
+//! request and one write-back request per batch, pipelined with the sends). Then age
+//! out what can no longer be submitted.
+//!
+//! Outcome of one record, and the status it is given:
+//!
+//! | answer | status | metric |
+//! |---|---|---|
+//! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` |
+//! | `DuplicateRecord` | `DuplicateRecord` (also when the duplicate is our own earlier send, interrupted before its outcome was written: the hour is billed, first write wins) | |
+//! | `CustomerNotSubscribed`, subscribers table has no active row yet | stays `Pending` (retried next run until the window closes) | |
+//! | `CustomerNotSubscribed`, otherwise | `CustomerNotSubscribed` | `CustomerNotSubscribed` |
+//! | `UnprocessedRecords` twice (one retry after a jittered backoff) | stays `Pending` | `UsageRecordUnprocessed` |
+//! | validation exception isolated by bisection | `Error` + exception name | `BatchMeterUsageException{Exception}` (later records of a dimension refused with `InvalidUsageDimensionException` this run are sent alone, not bisected again) |
+//! | sub-batch at the bisection depth cap | stays `Pending` | `BisectDepthExceeded` |
+//! | throttling / internal error | stays `Pending`; jittered backoff; the run stops after repeated throttling | |
+//! | `DisabledApiException` | stays `Pending`; the run stops | `MeteringApiDisabled` |
+//! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
+//! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
+//!
+//! The submitter's modes and knobs are [`settings`]; one run, its claims, sends and
+//! write-backs, is [`run`].
+
+mod run;
+mod settings;
+
+pub use run::{SubmitPorts, SubmitReport, metering_record, submit};
+pub use settings::{
+    DeploymentMode, InvalidDeploymentMode, MeteringMode, MeteringModeError, SubmitSettings,
+};
+
+/// Reason stored on a record that could not be sent because it exceeds 1 MB alone.
+pub const REASON_REQUEST_TOO_LARGE: &str = "RequestTooLarge";
+/// Reason stored on a zero hour closed unsent under the `skip` policy.
+pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
+/// Reason stored on a record that aged out while an interrupted run held it, or after
+/// a send with an unknown outcome: it may have been billed (check the Seller Reports /
+/// `awsmp reconcile`).
+pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
+/// Reason stored on a record that aged out while the Region refused metering.
+pub const REASON_METERING_DISABLED: &str = "DisabledApiException";
+/// Reason prefix stored on an aggregated item that cannot be read (what is wrong follows).
+pub const REASON_MALFORMED_ITEM: &str = "MalformedItem";
