@@ -79,10 +79,7 @@ impl SimClock {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    fn at(s: &str) -> DateTime<Utc> {
-        s.parse().expect("valid RFC 3339 in test")
-    }
+    use crate::test_support::at;
 
     #[test]
     fn fixed_clock_ignores_real_time_and_advances() {

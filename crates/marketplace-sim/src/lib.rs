@@ -33,3 +33,16 @@ pub use model::{
 };
 pub use sim::{RunningSim, Simulator};
 pub use throttle::ThrottleConfig;
+
+#[cfg(test)]
+mod test_support {
+    //! What the unit tests of several modules share.
+
+    use chrono::{DateTime, Utc};
+
+    /// `s`, an RFC 3339 instant written by a test.
+    #[allow(clippy::expect_used)]
+    pub(crate) fn at(s: &str) -> DateTime<Utc> {
+        s.parse().expect("valid RFC 3339 in test")
+    }
+}

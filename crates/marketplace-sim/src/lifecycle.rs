@@ -119,27 +119,15 @@ pub fn parse_event(event: &serde_json::Value) -> Result<LifecycleChange, AdminEr
 mod tests {
     use super::*;
 
+    /// AWS's documented `License Updated - Manufacturer` example (the fixture the
+    /// subscription crate's tests read too), as `detail_type`.
     fn license_event(detail_type: &str) -> serde_json::Value {
-        serde_json::json!({
-            "version": "0",
-            "id": "12345678-1234-1234-1234-123456789012",
-            "detail-type": detail_type,
-            "source": "aws.agreement-marketplace",
-            "account": "123456512334",
-            "time": "2024-08-30T21:36:03Z",
-            "region": "us-east-1",
-            "resources": ["arn:aws:aws-marketplace::aws:agreement:agmt-4mwg1nevbokzw95eca5797ixs"],
-            "detail": {
-                "requestId": "3d4c9f9b-b809-4f5e-9fac-a9ae98b05cbb",
-                "catalog": "AWSMarketplace",
-                "agreement": {"id": "agmt-4mwg1nevbokzw95eca5797ixs"},
-                "product": {"code": "aw4fgf5tyo5w2ap6fEXAMPLE", "id": "prod-qtwveEXAMPLE"},
-                "license": {"arn": "aws:license-manager:us-east-1:123456789012:l-e52ca6f38bf84d0fafb8802ca15ac11x"},
-                "acceptor": {"accountId": "845735284135"},
-                "proposer": {"accountId": "123456512334"},
-                "offer": {"id": "8kkr91jo647j3qxlcjhlqce7y"}
-            }
-        })
+        let mut event: serde_json::Value = serde_json::from_str(include_str!(
+            "../../subscription/tests/fixtures/license-updated-manufacturer.json"
+        ))
+        .expect("the fixture is JSON");
+        event["detail-type"] = serde_json::json!(detail_type);
+        event
     }
 
     #[test]

@@ -536,10 +536,7 @@ pub fn validate_batch(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    fn at(s: &str) -> DateTime<Utc> {
-        s.parse().expect("valid RFC 3339 in test")
-    }
+    use crate::test_support::at;
 
     #[test]
     fn window_accepts_the_last_24_hours_and_refuses_the_edges() {

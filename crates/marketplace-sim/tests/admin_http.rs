@@ -25,15 +25,12 @@ impl Admin {
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.endpoint))
-            .json(&body)
-            .send()
-            .await
-            .expect("reachable");
-        let status = response.status().as_u16();
-        (status, response.json().await.expect("JSON answer"))
+        post_json(&format!("{}{path}", self.endpoint), &body).await
+    }
+
+    /// Queues faults; the answer must be 200: the faults now pending.
+    async fn queue_faults(&self, body: Value) -> Value {
+        ok(self.post("/admin/faults", body).await)
     }
 
     async fn get(&self, path: &str) -> Value {
@@ -55,6 +52,19 @@ impl Admin {
             .expect("reachable")
             .status()
             .as_u16()
+    }
+
+    /// A raw BatchMeterUsage of one `requests` record ([`record_json`]).
+    async fn meter_raw(
+        &self,
+        timestamp: &str,
+        quantity: &str,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        self.wire(
+            Some("AWSMPMeteringService.BatchMeterUsage"),
+            &record_json(timestamp, quantity),
+        )
+        .await
     }
 
     /// A raw wire call: POST / with the given target and body text.
@@ -113,20 +123,10 @@ async fn seeding_over_http_drives_what_the_sdk_sees() {
         .await);
     let client = client(&sim).await;
 
-    let resolved = client
-        .resolve_customer()
-        .registration_token("tok-1")
-        .send()
-        .await
-        .expect("resolved");
+    let resolved = resolve(&client, "tok-1").await.expect("resolved");
     assert_eq!(resolved.license_arn(), Some(LICENSE));
-    let out = meter(&client, vec![record(3, "requests", 11)])
-        .await
-        .expect("metered");
-    assert_eq!(
-        out.results()[0].status(),
-        Some(&UsageRecordResultStatus::Success)
-    );
+    let out = meter_ok(&client, vec![record(3, "requests", 11)]).await;
+    assert_eq!(first_status(&out), Some(&UsageRecordResultStatus::Success));
 
     let ledger = admin.get("/admin/ledger").await;
     let billed = &ledger["records"][0];
@@ -153,11 +153,9 @@ async fn seeding_over_http_drives_what_the_sdk_sees() {
         .await);
     let entitlements = admin.get("/admin/entitlements").await;
     assert_eq!(entitlements[0]["status"], "revoked");
-    let out = meter(&client, vec![record(3, "requests", 11)])
-        .await
-        .expect("metered");
+    let out = meter_ok(&client, vec![record(3, "requests", 11)]).await;
     assert_eq!(
-        out.results()[0].status(),
+        first_status(&out),
         Some(&UsageRecordResultStatus::CustomerNotSubscribed)
     );
 
@@ -195,13 +193,12 @@ async fn the_clock_can_be_fixed_offset_and_advanced() {
         sim.handle().clock_setting(),
         ClockSetting::Offset { seconds: -86400 }
     );
-    let (status, body) = admin
-        .post("/admin/clock", json!({"mode": "sideways"}))
-        .await;
-    assert_eq!(status, 400);
-    assert!(
-        body["error"].as_str().expect("error").contains("sideways"),
-        "{body}"
+    assert_admin_error(
+        &admin
+            .post("/admin/clock", json!({"mode": "sideways"}))
+            .await,
+        400,
+        "sideways",
     );
 }
 
@@ -211,30 +208,23 @@ async fn faults_quota_and_latency_are_set_over_http() {
     let admin = Admin::new(sim.endpoint_url());
     let client = client(&sim).await;
 
-    let pending = ok(admin
-        .post(
-            "/admin/faults",
-            json!({"kind": "unprocessed", "records": 1}),
-        )
-        .await);
+    let pending = admin
+        .queue_faults(json!({"kind": "unprocessed", "records": 1}))
+        .await;
     assert_eq!(
         pending,
         json!([{"kind": "unprocessed", "records": 1, "count": 1, "operation": "batch_meter_usage"}])
     );
-    let out = meter(
+    let out = meter_ok(
         &client,
         vec![record(1, "requests", 1), record(1, "storage_gb", 1)],
     )
-    .await
-    .expect("metered");
+    .await;
     assert_eq!(out.unprocessed_records().len(), 1);
 
-    ok(admin
-        .post(
-            "/admin/faults",
-            json!({"kind": "internal_error", "count": 3}),
-        )
-        .await);
+    admin
+        .queue_faults(json!({"kind": "internal_error", "count": 3}))
+        .await;
     assert_eq!(admin.get("/admin/faults").await[0]["count"], 3);
     let (err, status) = meter_err(&client, vec![record(2, "requests", 1)]).await;
     assert!(err.is_internal_service_error_exception());
@@ -268,9 +258,7 @@ async fn reset_restores_the_startup_state() {
     let sim = start(config()).await;
     let admin = Admin::new(sim.endpoint_url());
     let client = client(&sim).await;
-    meter(&client, vec![record(1, "requests", 1)])
-        .await
-        .expect("metered");
+    meter_ok(&client, vec![record(1, "requests", 1)]).await;
     ok(admin
         .post(
             "/admin/entitlements/revoke",
@@ -280,9 +268,7 @@ async fn reset_restores_the_startup_state() {
     ok(admin
         .post("/admin/clock/advance", json!({"seconds": 3600}))
         .await);
-    ok(admin
-        .post("/admin/faults", json!({"kind": "disabled"}))
-        .await);
+    admin.queue_faults(json!({"kind": "disabled"})).await;
 
     ok(admin.post("/admin/reset", json!({})).await);
 
@@ -296,11 +282,9 @@ async fn reset_restores_the_startup_state() {
         admin.get("/admin/clock").await["now"],
         "2026-03-15T12:30:00Z"
     );
-    let out = meter(&client, vec![record(1, "requests", 1)])
-        .await
-        .expect("metered");
+    let out = meter_ok(&client, vec![record(1, "requests", 1)]).await;
     assert_eq!(
-        out.results()[0].status(),
+        first_status(&out),
         Some(&UsageRecordResultStatus::Success),
         "the seeded entitlement is back"
     );
@@ -311,46 +295,29 @@ async fn admin_errors_are_json_with_a_reason() {
     let sim = start(config()).await;
     let admin = Admin::new(sim.endpoint_url());
 
-    let (status, body) = admin
-        .post(
+    let cases = [
+        (
             "/admin/entitlements/revoke",
             json!({"license_arn": "arn:aws:license-manager::1:license:l-nope", "customer_aws_account_id": ACCOUNT}),
-        )
-        .await;
-    assert_eq!(status, 404);
-    assert!(
-        body["error"]
-            .as_str()
-            .expect("error")
-            .contains("no entitlement")
-    );
-
-    let (status, body) = admin
-        .post("/admin/products", json!({"product_code": PRODUCT}))
-        .await;
-    assert_eq!(status, 400);
-    assert!(
-        body["error"]
-            .as_str()
-            .expect("error")
-            .contains("dimensions"),
-        "{body}"
-    );
-
-    let (status, body) = admin
-        .post(
+            404,
+            "no entitlement",
+        ),
+        (
+            "/admin/products",
+            json!({"product_code": PRODUCT}),
+            400,
+            "dimensions",
+        ),
+        (
             "/admin/entitlements",
             json!({"license_arn": LICENSE, "customer_aws_account_id": ACCOUNT, "product_code": "other"}),
-        )
-        .await;
-    assert_eq!(status, 400);
-    assert!(
-        body["error"]
-            .as_str()
-            .expect("error")
-            .contains("already known for product"),
-        "{body}"
-    );
+            400,
+            "already known for product",
+        ),
+    ];
+    for (path, body, status, reason) in cases {
+        assert_admin_error(&admin.post(path, body).await, status, reason);
+    }
     assert_eq!(admin.get("/admin/health").await["ok"], true);
 }
 
@@ -388,6 +355,7 @@ async fn wire_errors_carry_type_message_status_and_content_type() {
     assert_eq!(sim.handle().ledger().rejected_requests.len(), 3);
 }
 
+/// The body of a BatchMeterUsage of one `requests` record, both numbers as written.
 fn record_json(timestamp: &str, quantity: &str) -> String {
     format!(
         r#"{{"UsageRecords":[{{"Timestamp":{timestamp},"CustomerIdentifier":"","Dimension":"requests",
@@ -402,12 +370,7 @@ async fn raw_wire_accepts_fractional_timestamps_and_no_signature() {
     // 12:29:59.5 on the sim clock; no Authorization header at all.
     let ts = (now().timestamp() - 1).to_string() + ".5";
 
-    let (status, headers, body) = admin
-        .wire(
-            Some("AWSMPMeteringService.BatchMeterUsage"),
-            &record_json(&ts, "4"),
-        )
-        .await;
+    let (status, headers, body) = admin.meter_raw(&ts, "4").await;
 
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["content-type"], "application/x-amz-json-1.1");
@@ -431,12 +394,7 @@ async fn raw_wire_refuses_quantities_the_sdk_cannot_send() {
     let admin = Admin::new(sim.endpoint_url());
     let ts = now().timestamp().to_string();
     for (quantity, reason) in [("2147483648", "outside"), ("1.5", "not an integer")] {
-        let (status, _, body) = admin
-            .wire(
-                Some("AWSMPMeteringService.BatchMeterUsage"),
-                &record_json(&ts, quantity),
-            )
-            .await;
+        let (status, _, body) = admin.meter_raw(&ts, quantity).await;
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["__type"], "ValidationException");
         assert!(
@@ -444,12 +402,7 @@ async fn raw_wire_refuses_quantities_the_sdk_cannot_send() {
             "{body}"
         );
     }
-    let (status, _, body) = admin
-        .wire(
-            Some("AWSMPMeteringService.BatchMeterUsage"),
-            &record_json(&ts, "2147483647"),
-        )
-        .await;
+    let (status, _, body) = admin.meter_raw(&ts, "2147483647").await;
     assert_eq!(status, 200, "{body}");
     assert!(sim.handle().ledger().records[0].quantity == 2_147_483_647);
 }
@@ -460,27 +413,19 @@ async fn lost_responses_are_injected_over_http() {
     let admin = Admin::new(sim.endpoint_url());
     let client = client(&sim).await;
 
-    let pending = ok(admin
-        .post(
-            "/admin/faults",
-            json!({"kind": "lose_response", "mode": "drop", "count": 2}),
-        )
-        .await);
+    let pending = admin
+        .queue_faults(json!({"kind": "lose_response", "mode": "drop", "count": 2}))
+        .await;
     assert_eq!(
         pending,
         json!([{"kind": "lose_response", "mode": "drop", "count": 2, "operation": "batch_meter_usage"}])
     );
     assert_eq!(admin.delete("/admin/faults").await, 200);
     // `500` is accepted for `http_500`, the default mode.
-    ok(admin
-        .post(
-            "/admin/faults",
-            json!({"kind": "lose_response", "mode": "500"}),
-        )
-        .await);
-    let pending = ok(admin
-        .post("/admin/faults", json!({"kind": "lose_response"}))
-        .await);
+    admin
+        .queue_faults(json!({"kind": "lose_response", "mode": "500"}))
+        .await;
+    let pending = admin.queue_faults(json!({"kind": "lose_response"})).await;
     assert_eq!(pending[0]["mode"], "http_500");
     assert_eq!(pending[1]["mode"], "http_500");
     let (status, body) = admin

@@ -61,36 +61,16 @@ async fn the_binary_serves_the_seeds_of_its_config_file() {
     .await;
     let client = client_for(&endpoint).await;
 
-    let out = meter(&client, vec![record(1, "requests", 8)])
-        .await
-        .expect("metered");
-    assert_eq!(
-        out.results()[0].status(),
-        Some(&UsageRecordResultStatus::Success)
-    );
-    let resolved = client
-        .resolve_customer()
-        .registration_token("tok")
-        .send()
-        .await
-        .expect("resolved");
+    let out = meter_ok(&client, vec![record(1, "requests", 8)]).await;
+    assert_eq!(first_status(&out), Some(&UsageRecordResultStatus::Success));
+    let resolved = resolve(&client, "tok").await.expect("resolved");
     assert_eq!(resolved.customer_aws_account_id(), Some(ACCOUNT));
-    let throttle: serde_json::Value = reqwest::get(format!("{endpoint}/admin/throttle"))
-        .await
-        .expect("admin reachable")
-        .json()
-        .await
-        .expect("JSON");
+    let throttle = get_json(&format!("{endpoint}/admin/throttle")).await;
     assert_eq!(
         throttle["enabled"], false,
         "--no-throttle overrides the file"
     );
-    let latency: serde_json::Value = reqwest::get(format!("{endpoint}/admin/latency"))
-        .await
-        .expect("admin reachable")
-        .json()
-        .await
-        .expect("JSON");
+    let latency = get_json(&format!("{endpoint}/admin/latency")).await;
     assert_eq!(latency["ms"], 1);
 
     child.kill().await.expect("stopped");

@@ -8,7 +8,7 @@
 
 mod common;
 
-use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget, LossMode};
+use awsmp_marketplace_sim::{FaultKind, FaultTarget, LossMode};
 use chrono::TimeDelta;
 use common::*;
 use serde_json::{Value, json};
@@ -43,28 +43,26 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
     let client = client(&sim).await;
     // GIVEN a call billed whose answer is lost, one with a record left unprocessed,
     // and one refused by an injected throttle
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::LoseResponse {
-                mode: LossMode::Http500,
-            },
-            count: 1,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
+    inject(
+        &sim,
+        FaultKind::LoseResponse {
+            mode: LossMode::Http500,
+        },
+        1,
+        FaultTarget::BatchMeterUsage,
+    );
     assert!(
         meter(&client, vec![record(10, "requests", 4)])
             .await
             .is_err()
     );
     sim.handle().advance_clock(60);
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Unprocessed { records: 1 },
-            count: 1,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
+    inject(
+        &sim,
+        FaultKind::Unprocessed { records: 1 },
+        1,
+        FaultTarget::BatchMeterUsage,
+    );
     meter(
         &client,
         vec![record(70, "requests", 1), record(70, "storage_gb", 2)],
@@ -72,13 +70,7 @@ async fn cloudtrail_records_what_the_service_did_even_when_the_answer_was_lost()
     .await
     .unwrap();
     sim.handle().advance_clock(60);
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Throttling,
-            count: 1,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
+    inject(&sim, FaultKind::Throttling, 1, FaultTarget::BatchMeterUsage);
     assert!(
         meter(&client, vec![record(10, "storage_gb", 9)])
             .await

@@ -7,7 +7,6 @@
 mod common;
 
 use aws_sdk_marketplacemetering::types::UsageRecordResultStatus;
-use awsmp_marketplace_sim::SimConfig;
 use chrono::TimeDelta;
 use common::*;
 use serde_json::{Value, json};
@@ -16,39 +15,29 @@ const EVENT_LICENSE: &str =
     "arn:aws:license-manager::123456789012:license:l-e52ca6f38bf84d0fafb8802ca15ac11x";
 const BUYER: &str = "845735284135";
 
-/// The documented `License Updated - Manufacturer` example, with a License Manager ARN.
+/// AWS's documented example event `name`: the fixtures the subscription crate's
+/// tests read too.
+fn documented(name: &str) -> Value {
+    let path = format!(
+        "{}/../subscription/tests/fixtures/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture readable"))
+        .expect("fixture is JSON")
+}
+
+/// The documented `License Updated - Manufacturer` example as `detail_type`, for the
+/// seeded product and with a License Manager ARN.
 fn license_event(detail_type: &str) -> Value {
-    json!({
-        "version": "0",
-        "id": "12345678-1234-1234-1234-123456789012",
-        "detail-type": detail_type,
-        "source": "aws.agreement-marketplace",
-        "account": "123456512334",
-        "time": "2024-08-30T21:36:03Z",
-        "region": "us-east-1",
-        "resources": ["arn:aws:aws-marketplace::aws:agreement:agmt-4mwg1nevbokzw95eca5797ixs"],
-        "detail": {
-            "requestId": "3d4c9f9b-b809-4f5e-9fac-a9ae98b05cbb",
-            "catalog": "AWSMarketplace",
-            "agreement": {"id": "agmt-4mwg1nevbokzw95eca5797ixs"},
-            "product": {"code": PRODUCT, "id": "prod-qtwveEXAMPLE"},
-            "license": {"arn": EVENT_LICENSE},
-            "acceptor": {"accountId": BUYER},
-            "proposer": {"accountId": "123456512334"},
-            "offer": {"id": "8kkr91jo647j3qxlcjhlqce7y"}
-        }
-    })
+    let mut event = documented("license-updated-manufacturer");
+    event["detail-type"] = json!(detail_type);
+    event["detail"]["product"]["code"] = json!(PRODUCT);
+    event["detail"]["license"]["arn"] = json!(EVENT_LICENSE);
+    event
 }
 
 async fn post_event(endpoint: &str, event: &Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{endpoint}/admin/lifecycle-events"))
-        .json(event)
-        .send()
-        .await
-        .expect("admin reachable");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON answer"))
+    post_json(&format!("{endpoint}/admin/lifecycle-events"), event).await
 }
 
 /// Meters one record of the event's license stamped `minutes_ago` before the sim's now.
@@ -58,22 +47,17 @@ async fn meter_event_license(
     minutes_ago: i64,
 ) -> UsageRecordResultStatus {
     let at = sim.handle().now() - TimeDelta::minutes(minutes_ago);
-    let out = meter(
+    let out = meter_ok(
         client,
         vec![record_for(EVENT_LICENSE, BUYER, at, "requests", 1)],
     )
-    .await
-    .expect("accepted");
-    out.results()[0].status().cloned().expect("status")
+    .await;
+    first_status(&out).cloned().expect("status")
 }
 
 #[tokio::test]
 async fn license_updated_entitles_and_deprovisioned_ends_after_one_hour() {
-    let sim = start(SimConfig {
-        entitlements: vec![],
-        ..config()
-    })
-    .await;
+    let sim = start_unentitled().await;
     let client = client(&sim).await;
     let endpoint = sim.endpoint_url();
 
@@ -126,25 +110,7 @@ async fn license_updated_entitles_and_deprovisioned_ends_after_one_hour() {
 async fn agreement_events_change_no_entitlement() {
     let sim = start(config()).await;
     let before = sim.handle().entitlements();
-    let ended = json!({
-        "version": "0",
-        "id": "12345678-1234-1234-1234-123456789012",
-        "detail-type": "Purchase Agreement Ended - Proposer",
-        "source": "aws.agreement-marketplace",
-        "account": "123456512334",
-        "time": "2024-08-30T21:36:03Z",
-        "region": "us-east-1",
-        "resources": ["arn:aws:aws-marketplace::aws:agreement:agmt-4mwg1nevbokzw95eca5797ixs"],
-        "detail": {
-            "requestId": "3d4c9f9b-b809-4f5e-9fac-a9ae98b05cbb",
-            "catalog": "AWSMarketplace",
-            "agreement": {"id": "agmt-4mwg1nevbokzw95eca5797ixs", "status": "CANCELLED"},
-            "resaleAuthorization": {"id": null},
-            "acceptor": {"accountId": BUYER},
-            "proposer": {"accountId": "123456512334"},
-            "offer": {"id": "offer-1234567890123"}
-        }
-    });
+    let ended = documented("purchase-agreement-ended-proposer");
 
     let (status, outcome) = post_event(&sim.endpoint_url(), &ended).await;
 
@@ -166,34 +132,25 @@ async fn malformed_events_are_refused_with_the_reason() {
         .expect("object")
         .remove("acceptor");
 
-    let (status, body) = post_event(&sim.endpoint_url(), &no_acceptor).await;
-
-    assert_eq!(status, 400);
-    let reason = body["error"].as_str().expect("error text");
-    assert!(reason.contains("detail.acceptor.accountId"), "{reason}");
-
-    let (status, body) = post_event(
-        &sim.endpoint_url(),
-        &json!({"source": "aws.agreement-marketplace"}),
-    )
-    .await;
-    assert_eq!(status, 400);
-    assert!(
-        body["error"]
-            .as_str()
-            .expect("error")
-            .contains("detail-type"),
-        "{body}"
+    assert_admin_error(
+        &post_event(&sim.endpoint_url(), &no_acceptor).await,
+        400,
+        "detail.acceptor.accountId",
+    );
+    assert_admin_error(
+        &post_event(
+            &sim.endpoint_url(),
+            &json!({"source": "aws.agreement-marketplace"}),
+        )
+        .await,
+        400,
+        "detail-type",
     );
 }
 
 #[tokio::test]
 async fn deprovisioned_for_an_unknown_entitlement_starts_its_final_hour() {
-    let sim = start(SimConfig {
-        entitlements: vec![],
-        ..config()
-    })
-    .await;
+    let sim = start_unentitled().await;
     let outcome = sim
         .handle()
         .apply_lifecycle_event(&license_event("License Deprovisioned - Manufacturer"))
@@ -203,15 +160,8 @@ async fn deprovisioned_for_an_unknown_entitlement_starts_its_final_hour() {
         awsmp_marketplace_sim::LifecycleOutcome::Deprovisioning { .. }
     ));
     let client = client(&sim).await;
-    let at = now() - TimeDelta::minutes(1);
-    let out = meter(
-        &client,
-        vec![record_for(EVENT_LICENSE, BUYER, at, "requests", 1)],
-    )
-    .await
-    .expect("accepted");
     assert_eq!(
-        out.results()[0].status(),
-        Some(&UsageRecordResultStatus::Success)
+        meter_event_license(&sim, &client, 1).await,
+        UsageRecordResultStatus::Success
     );
 }

@@ -8,8 +8,8 @@ mod common;
 
 use aws_sdk_marketplacemetering::types::{UsageRecord, UsageRecordResultStatus};
 use awsmp_marketplace_sim::{
-    Allocation, AllocationTag, EntitlementKey, FaultKind, FaultSpec, FaultTarget,
-    IdenticalRetryStatus, SimConfig,
+    Allocation, AllocationTag, EntitlementKey, FaultKind, FaultTarget, IdenticalRetryStatus,
+    SimConfig,
 };
 use chrono::TimeDelta;
 use common::*;
@@ -29,7 +29,7 @@ async fn a_record_is_billed_echoed_and_listed_in_the_ledger() {
         .build()
         .expect("record");
 
-    let out = meter(&client, vec![sent.clone()]).await.expect("accepted");
+    let out = meter_ok(&client, vec![sent.clone()]).await;
 
     let results = out.results();
     assert_eq!(results.len(), 1);
@@ -89,18 +89,14 @@ async fn a_record_is_billed_echoed_and_listed_in_the_ledger() {
 async fn an_identical_retry_is_a_duplicate_and_bills_nothing_more() {
     let sim = start(config()).await;
     let client = client(&sim).await;
-    let first = meter(&client, vec![record(5, "requests", 7)])
-        .await
-        .expect("first");
+    let first = meter_ok(&client, vec![record(5, "requests", 7)]).await;
     let original_id = first.results()[0]
         .metering_record_id()
         .expect("id")
         .to_owned();
 
     // Same account, license, dimension and hour (another minute of it), same quantity.
-    let retry = meter(&client, vec![record(20, "requests", 7)])
-        .await
-        .expect("retry");
+    let retry = meter_ok(&client, vec![record(20, "requests", 7)]).await;
 
     let result = &retry.results()[0];
     assert_eq!(
@@ -118,16 +114,12 @@ async fn an_identical_retry_is_a_duplicate_and_bills_nothing_more() {
 async fn a_conflicting_quantity_is_refused_and_recorded_as_a_conflict() {
     let sim = start(config()).await;
     let client = client(&sim).await;
-    meter(&client, vec![record(5, "requests", 7)])
-        .await
-        .expect("first");
+    meter_ok(&client, vec![record(5, "requests", 7)]).await;
 
-    let second = meter(&client, vec![record(5, "requests", 9)])
-        .await
-        .expect("second");
+    let second = meter_ok(&client, vec![record(5, "requests", 9)]).await;
 
     assert_eq!(
-        second.results()[0].status(),
+        first_status(&second),
         Some(&UsageRecordResultStatus::DuplicateRecord)
     );
     let ledger = sim.handle().ledger();
@@ -175,12 +167,11 @@ async fn dedup_scope_is_account_license_dimension_and_utc_hour() {
         ),
     ];
 
-    let out = meter(&client, records).await.expect("accepted");
+    let out = meter_ok(&client, records).await;
 
-    let statuses: Vec<_> = out.results().iter().map(|r| r.status().cloned()).collect();
     use UsageRecordResultStatus::{DuplicateRecord, Success};
     assert_eq!(
-        statuses,
+        statuses(&out),
         vec![
             Some(Success),
             Some(Success),
@@ -200,18 +191,12 @@ async fn identical_retry_can_be_configured_to_answer_success() {
     })
     .await;
     let client = client(&sim).await;
-    let first = meter(&client, vec![record(5, "requests", 3)])
-        .await
-        .expect("first");
-    let retry = meter(&client, vec![record(5, "requests", 3)])
-        .await
-        .expect("retry");
-    let conflict = meter(&client, vec![record(5, "requests", 4)])
-        .await
-        .expect("conflict");
+    let first = meter_ok(&client, vec![record(5, "requests", 3)]).await;
+    let retry = meter_ok(&client, vec![record(5, "requests", 3)]).await;
+    let conflict = meter_ok(&client, vec![record(5, "requests", 4)]).await;
 
     assert_eq!(
-        retry.results()[0].status(),
+        first_status(&retry),
         Some(&UsageRecordResultStatus::Success)
     );
     assert_eq!(
@@ -219,7 +204,7 @@ async fn identical_retry_can_be_configured_to_answer_success() {
         first.results()[0].metering_record_id()
     );
     assert_eq!(
-        conflict.results()[0].status(),
+        first_status(&conflict),
         Some(&UsageRecordResultStatus::DuplicateRecord)
     );
     assert_eq!(sim.handle().ledger().records.len(), 1);
@@ -245,12 +230,11 @@ async fn customer_not_subscribed_without_an_active_entitlement() {
         record_for(LICENSE_2, ACCOUNT_2, at, "requests", 1),
     ];
 
-    let out = meter(&client, records).await.expect("accepted");
+    let out = meter_ok(&client, records).await;
 
-    let statuses: Vec<_> = out.results().iter().map(|r| r.status().cloned()).collect();
     use UsageRecordResultStatus::{CustomerNotSubscribed, Success};
     assert_eq!(
-        statuses,
+        statuses(&out),
         vec![
             Some(Success),
             Some(CustomerNotSubscribed),
@@ -271,18 +255,12 @@ async fn customer_not_subscribed_without_an_active_entitlement() {
 
 #[tokio::test]
 async fn entitling_later_lets_the_customer_be_billed() {
-    let sim = start(SimConfig {
-        entitlements: vec![],
-        ..config()
-    })
-    .await;
+    let sim = start_unentitled().await;
     let client = client(&sim).await;
     // A simulator that knows no licenses judges a well-formed ARN by entitlement only.
-    let before = meter(&client, vec![record(1, "requests", 1)])
-        .await
-        .expect("accepted");
+    let before = meter_ok(&client, vec![record(1, "requests", 1)]).await;
     assert_eq!(
-        before.results()[0].status(),
+        first_status(&before),
         Some(&UsageRecordResultStatus::CustomerNotSubscribed)
     );
 
@@ -293,12 +271,10 @@ async fn entitling_later_lets_the_customer_be_billed() {
             product_code: PRODUCT.to_owned(),
         })
         .expect("entitled");
-    let after = meter(&client, vec![record(1, "requests", 1)])
-        .await
-        .expect("accepted");
+    let after = meter_ok(&client, vec![record(1, "requests", 1)]).await;
 
     assert_eq!(
-        after.results()[0].status(),
+        first_status(&after),
         Some(&UsageRecordResultStatus::Success)
     );
 }
@@ -307,20 +283,19 @@ async fn entitling_later_lets_the_customer_be_billed() {
 async fn injected_unprocessed_records_are_returned_unbilled_and_can_be_resent() {
     let sim = start(config()).await;
     let client = client(&sim).await;
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Unprocessed { records: 2 },
-            count: 1,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .expect("fault queued");
+    inject(
+        &sim,
+        FaultKind::Unprocessed { records: 2 },
+        1,
+        FaultTarget::BatchMeterUsage,
+    );
     let records = vec![
         record(1, "requests", 1),
         record(1, "storage_gb", 2),
         record(61, "requests", 3),
     ];
 
-    let out = meter(&client, records).await.expect("accepted");
+    let out = meter_ok(&client, records).await;
 
     assert_eq!(out.results().len(), 1);
     assert_eq!(out.unprocessed_records().len(), 2);
@@ -336,9 +311,7 @@ async fn injected_unprocessed_records_are_returned_unbilled_and_can_be_resent() 
         "the fault was used up"
     );
 
-    let resent = meter(&client, out.unprocessed_records().to_vec())
-        .await
-        .expect("resent");
+    let resent = meter_ok(&client, out.unprocessed_records().to_vec()).await;
 
     assert!(resent.unprocessed_records().is_empty());
     assert!(
@@ -354,7 +327,7 @@ async fn injected_unprocessed_records_are_returned_unbilled_and_can_be_resent() 
 async fn an_empty_batch_succeeds_with_no_results() {
     let sim = start(config()).await;
     let client = client(&sim).await;
-    let out = meter(&client, vec![]).await.expect("accepted");
+    let out = meter_ok(&client, vec![]).await;
     assert!(out.results().is_empty());
     assert!(out.unprocessed_records().is_empty());
 }

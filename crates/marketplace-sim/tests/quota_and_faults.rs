@@ -11,7 +11,7 @@ use aws_sdk_marketplacemetering::error::ProvideErrorMetadata;
 use aws_sdk_marketplacemetering::error::SdkError;
 use aws_sdk_marketplacemetering::types::UsageRecordResultStatus;
 use awsmp_marketplace_sim::{
-    FaultKind, FaultSpec, FaultTarget, LossMode, SimConfig, ThrottleConfig,
+    FaultKind, FaultSpec, FaultTarget, LossMode, RunningSim, SimConfig, ThrottleConfig,
 };
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -80,10 +80,7 @@ async fn a_configured_quota_throttles_exactly_past_its_burst() {
     assert!(err.is_throttling_exception(), "{err:?}");
     assert!(err.message().expect("message").contains("Rate exceeded"));
     // ResolveCustomer is not under the BatchMeterUsage quota.
-    let resolve = client
-        .resolve_customer()
-        .registration_token("unknown")
-        .send()
+    let resolve = resolve(&client, "unknown")
         .await
         .expect_err("unknown token");
     assert_eq!(resolve.code(), Some("InvalidTokenException"));
@@ -102,13 +99,12 @@ async fn a_configured_quota_throttles_exactly_past_its_burst() {
 #[tokio::test]
 async fn injected_internal_errors_fail_with_http_500_then_stop() {
     let sim = start(config()).await;
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::InternalError,
-            count: 2,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .expect("fault queued");
+    inject(
+        &sim,
+        FaultKind::InternalError,
+        2,
+        FaultTarget::BatchMeterUsage,
+    );
     let client = client(&sim).await;
 
     for _ in 0..2 {
@@ -131,13 +127,7 @@ async fn injected_internal_errors_fail_with_http_500_then_stop() {
 async fn injected_throttling_and_disabled_api_fire_in_order() {
     let sim = start(config()).await;
     for kind in [FaultKind::Throttling, FaultKind::Disabled] {
-        sim.handle()
-            .inject_fault(FaultSpec {
-                kind,
-                count: 1,
-                operation: FaultTarget::Any,
-            })
-            .expect("fault queued");
+        inject(&sim, kind, 1, FaultTarget::Any);
     }
     let client = client(&sim).await;
 
@@ -186,28 +176,26 @@ async fn latency_delays_every_answer_by_at_least_the_configured_time() {
     sim.handle().set_latency(Duration::from_millis(300));
 
     let started = Instant::now();
-    meter(&client, vec![record(2, "requests", 1)])
-        .await
-        .expect("metered");
+    meter_ok(&client, vec![record(2, "requests", 1)]).await;
 
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert_eq!(sim.handle().latency(), Duration::from_millis(300));
 }
 
-fn lose(mode: LossMode, count: u32) -> FaultSpec {
-    FaultSpec {
-        kind: FaultKind::LoseResponse { mode },
+/// Queues `count` lost BatchMeterUsage answers in `mode`.
+fn lose(sim: &RunningSim, mode: LossMode, count: u32) {
+    inject(
+        sim,
+        FaultKind::LoseResponse { mode },
         count,
-        operation: FaultTarget::BatchMeterUsage,
-    }
+        FaultTarget::BatchMeterUsage,
+    );
 }
 
 #[tokio::test]
 async fn a_lost_response_in_500_mode_bills_then_answers_http_500() {
     let sim = start(config()).await;
-    sim.handle()
-        .inject_fault(lose(LossMode::Http500, 1))
-        .expect("fault queued");
+    lose(&sim, LossMode::Http500, 1);
     let client = client(&sim).await;
 
     let (err, status) = meter_err(&client, vec![record(1, "requests", 7)]).await;
@@ -226,7 +214,7 @@ async fn a_lost_response_in_500_mode_bills_then_answers_http_500() {
         .await
         .expect("no faults left");
     assert_eq!(
-        out.results()[0].status(),
+        first_status(&out),
         Some(&UsageRecordResultStatus::DuplicateRecord)
     );
     assert_eq!(
@@ -242,9 +230,7 @@ async fn a_lost_response_in_500_mode_bills_then_answers_http_500() {
 #[tokio::test]
 async fn a_lost_response_in_drop_mode_bills_then_closes_the_connection() {
     let sim = start(config()).await;
-    sim.handle()
-        .inject_fault(lose(LossMode::Drop, 2))
-        .expect("fault queued");
+    lose(&sim, LossMode::Drop, 2);
     let client = client(&sim).await;
 
     for _ in 0..2 {
@@ -277,9 +263,7 @@ async fn a_lost_response_in_drop_mode_bills_then_closes_the_connection() {
 #[tokio::test]
 async fn a_dropped_connection_writes_no_status_line() {
     let sim = start(config()).await;
-    sim.handle()
-        .inject_fault(lose(LossMode::Drop, 1))
-        .expect("fault queued");
+    lose(&sim, LossMode::Drop, 1);
     let body = format!(
         "{{\"UsageRecords\":[{{\"Timestamp\":{},\"Dimension\":\"requests\",\"Quantity\":1,\
          \"CustomerAWSAccountId\":\"{ACCOUNT}\",\"LicenseArn\":\"{LICENSE}\"}}]}}",
@@ -314,25 +298,19 @@ async fn a_dropped_connection_writes_no_status_line() {
 #[tokio::test]
 async fn lost_responses_apply_to_their_operation_only() {
     let sim = start(config()).await;
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::LoseResponse {
-                mode: LossMode::Http500,
-            },
-            count: 1,
-            operation: FaultTarget::ResolveCustomer,
-        })
-        .expect("fault queued");
+    inject(
+        &sim,
+        FaultKind::LoseResponse {
+            mode: LossMode::Http500,
+        },
+        1,
+        FaultTarget::ResolveCustomer,
+    );
     let client = client(&sim).await;
     meter(&client, vec![record(1, "requests", 1)])
         .await
         .expect("BatchMeterUsage is not affected");
-    let err = client
-        .resolve_customer()
-        .registration_token("unknown")
-        .send()
-        .await
-        .expect_err("lost");
+    let err = resolve(&client, "unknown").await.expect_err("lost");
     assert_eq!(err.code(), Some("InternalServiceErrorException"));
     assert_eq!(sim.handle().stats().lost_responses, 1);
 }

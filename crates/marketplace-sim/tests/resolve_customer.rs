@@ -6,9 +6,8 @@
 
 mod common;
 
-use aws_sdk_marketplacemetering::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_marketplacemetering::operation::resolve_customer::ResolveCustomerError;
-use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget, SimConfig, TokenSeed};
+use aws_sdk_marketplacemetering::error::ProvideErrorMetadata;
+use awsmp_marketplace_sim::{FaultKind, FaultTarget, SimConfig, TokenSeed};
 use chrono::TimeDelta;
 use common::*;
 
@@ -24,16 +23,6 @@ fn token_seed() -> TokenSeed {
     }
 }
 
-fn failure(err: SdkError<ResolveCustomerError>) -> (ResolveCustomerError, u16) {
-    match err {
-        SdkError::ServiceError(service) => {
-            let status = service.raw().status().as_u16();
-            (service.into_err(), status)
-        }
-        other => panic!("expected a service error, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_seeded_token_resolves_and_can_be_reused() {
     let sim = start(config()).await;
@@ -41,12 +30,7 @@ async fn a_seeded_token_resolves_and_can_be_reused() {
     let client = client(&sim).await;
 
     for _ in 0..2 {
-        let out = client
-            .resolve_customer()
-            .registration_token(TOKEN)
-            .send()
-            .await
-            .expect("resolved");
+        let out = resolve(&client, TOKEN).await.expect("resolved");
         assert_eq!(out.license_arn(), Some(LICENSE));
         assert_eq!(out.customer_aws_account_id(), Some(ACCOUNT));
         assert_eq!(out.product_code(), Some(PRODUCT));
@@ -61,14 +45,9 @@ async fn an_unknown_token_is_invalid() {
     sim.handle().seed_token(token_seed()).expect("seeded");
     let client = client(&sim).await;
 
-    let err = client
-        .resolve_customer()
-        .registration_token("never-issued")
-        .send()
-        .await
-        .expect_err("refused");
+    let err = resolve(&client, "never-issued").await.expect_err("refused");
 
-    let (err, status) = failure(err);
+    let (err, status) = service_error(err);
     assert_eq!(status, 400);
     assert!(err.is_invalid_token_exception(), "{err:?}");
 }
@@ -81,22 +60,14 @@ async fn a_token_expires_four_hours_after_issue_on_the_sim_clock() {
 
     sim.handle()
         .advance_clock((TimeDelta::hours(4) - TimeDelta::seconds(1)).num_seconds());
-    client
-        .resolve_customer()
-        .registration_token(TOKEN)
-        .send()
+    resolve(&client, TOKEN)
         .await
         .expect("still valid one second before 4 h");
 
     sim.handle().advance_clock(1);
-    let err = client
-        .resolve_customer()
-        .registration_token(TOKEN)
-        .send()
-        .await
-        .expect_err("expired");
+    let err = resolve(&client, TOKEN).await.expect_err("expired");
 
-    let (err, status) = failure(err);
+    let (err, status) = service_error(err);
     assert_eq!(status, 400);
     assert!(err.is_expired_token_exception(), "{err:?}");
     assert!(err.message().expect("message").contains("expired"));
@@ -114,48 +85,27 @@ async fn a_token_seeded_with_an_old_issue_time_is_already_expired() {
     .await;
     let client = client(&sim).await;
 
-    let err = client
-        .resolve_customer()
-        .registration_token(TOKEN)
-        .send()
-        .await
-        .expect_err("expired");
+    let err = resolve(&client, TOKEN).await.expect_err("expired");
 
-    assert!(failure(err).0.is_expired_token_exception());
+    assert!(service_error(err).0.is_expired_token_exception());
 }
 
 #[tokio::test]
 async fn faults_can_target_resolve_customer_only() {
     let sim = start(config()).await;
     sim.handle().seed_token(token_seed()).expect("seeded");
-    sim.handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Disabled,
-            count: 1,
-            operation: FaultTarget::ResolveCustomer,
-        })
-        .expect("fault queued");
+    inject(&sim, FaultKind::Disabled, 1, FaultTarget::ResolveCustomer);
     let client = client(&sim).await;
 
     // BatchMeterUsage is not affected by a ResolveCustomer fault.
-    meter(&client, vec![record(1, "requests", 1)])
-        .await
-        .expect("metered");
-    let err = client
-        .resolve_customer()
-        .registration_token(TOKEN)
-        .send()
-        .await
-        .expect_err("disabled");
-    let (err, status) = failure(err);
+    meter_ok(&client, vec![record(1, "requests", 1)]).await;
+    let err = resolve(&client, TOKEN).await.expect_err("disabled");
+    let (err, status) = service_error(err);
     assert_eq!(status, 400);
     assert!(err.is_disabled_api_exception(), "{err:?}");
     assert_eq!(err.code(), Some("DisabledApiException"));
 
-    client
-        .resolve_customer()
-        .registration_token(TOKEN)
-        .send()
+    resolve(&client, TOKEN)
         .await
         .expect("the fault was used up");
 }

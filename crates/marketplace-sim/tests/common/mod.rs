@@ -6,13 +6,16 @@
 
 use aws_sdk_marketplacemetering as mm;
 use awsmp_marketplace_sim::{
-    ClockSetting, EntitlementSeed, ProductSeed, RunningSim, SimConfig, Simulator, ThrottleConfig,
+    ClockSetting, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, ProductSeed, RunningSim,
+    SimConfig, Simulator, ThrottleConfig,
 };
 use chrono::{DateTime, TimeDelta, Utc};
 use mm::error::SdkError;
 use mm::operation::batch_meter_usage::{BatchMeterUsageError, BatchMeterUsageOutput};
+use mm::operation::resolve_customer::{ResolveCustomerError, ResolveCustomerOutput};
 use mm::primitives::DateTime as SdkDateTime;
-use mm::types::{Tag, UsageAllocation, UsageRecord};
+use mm::types::{Tag, UsageAllocation, UsageRecord, UsageRecordResultStatus};
+use serde_json::Value;
 
 /// The seeded product.
 pub const PRODUCT: &str = "prodsim1234567890abcdef";
@@ -70,6 +73,15 @@ pub async fn start(config: SimConfig) -> RunningSim {
     Simulator::start(config).await.expect("simulator starts")
 }
 
+/// Starts a simulator of `config()` with no entitlement seeded.
+pub async fn start_unentitled() -> RunningSim {
+    start(SimConfig {
+        entitlements: vec![],
+        ..config()
+    })
+    .await
+}
+
 /// The real SDK client for the simulator at `endpoint`: static credentials,
 /// us-east-1, retries disabled so every error surfaces.
 pub async fn client_for(endpoint: &str) -> mm::Client {
@@ -108,6 +120,11 @@ pub fn record(minutes_ago: i64, dimension: &str, quantity: i32) -> UsageRecord {
         dimension,
         quantity,
     )
+}
+
+/// A record for (LICENSE, ACCOUNT) stamped `at`.
+pub fn record_at(at: DateTime<Utc>, dimension: &str, quantity: i32) -> UsageRecord {
+    record_for(LICENSE, ACCOUNT, at, dimension, quantity)
 }
 
 /// A record with every field given.
@@ -149,8 +166,75 @@ pub async fn meter(
         .await
 }
 
-/// The modeled service error and HTTP status of a failed BatchMeterUsage call.
-pub fn service_error(err: SdkError<BatchMeterUsageError>) -> (BatchMeterUsageError, u16) {
+/// Sends `records` through the SDK; the call must succeed.
+pub async fn meter_ok(client: &mm::Client, records: Vec<UsageRecord>) -> BatchMeterUsageOutput {
+    meter(client, records).await.expect("the call must succeed")
+}
+
+/// The status of the first record's result.
+pub fn first_status(out: &BatchMeterUsageOutput) -> Option<&UsageRecordResultStatus> {
+    out.results()[0].status()
+}
+
+/// The status of every record's result, in order.
+pub fn statuses(out: &BatchMeterUsageOutput) -> Vec<Option<UsageRecordResultStatus>> {
+    out.results().iter().map(|r| r.status().cloned()).collect()
+}
+
+/// ResolveCustomer for `token` through the SDK.
+pub async fn resolve(
+    client: &mm::Client,
+    token: &str,
+) -> Result<ResolveCustomerOutput, SdkError<ResolveCustomerError>> {
+    client
+        .resolve_customer()
+        .registration_token(token)
+        .send()
+        .await
+}
+
+/// Queues `count` faults of `kind` for `operation`.
+pub fn inject(sim: &RunningSim, kind: FaultKind, count: u32, operation: FaultTarget) {
+    sim.handle()
+        .inject_fault(FaultSpec {
+            kind,
+            count,
+            operation,
+        })
+        .expect("fault queued");
+}
+
+/// POSTs `body` as JSON to `url`: the status and the JSON answer.
+pub async fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("reachable");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON answer"))
+}
+
+/// GETs `url` as JSON, whatever the status.
+pub async fn get_json(url: &str) -> Value {
+    reqwest::get(url)
+        .await
+        .expect("reachable")
+        .json()
+        .await
+        .expect("JSON answer")
+}
+
+/// Asserts an admin answer is `status` with an `error` text containing `reason`.
+pub fn assert_admin_error((status, body): &(u16, Value), expected: u16, reason: &str) {
+    assert_eq!(*status, expected, "{body}");
+    let error = body["error"].as_str().expect("error text");
+    assert!(error.contains(reason), "{error}");
+}
+
+/// The modeled service error and HTTP status of a failed call.
+pub fn service_error<E: std::fmt::Debug>(err: SdkError<E>) -> (E, u16) {
     match err {
         SdkError::ServiceError(service) => {
             let status = service.raw().status().as_u16();
