@@ -325,6 +325,11 @@ mod tests {
     use super::*;
     use axum::http::Method;
 
+    /// GET `url`, which must answer.
+    async fn get(client: &reqwest::Client, url: String) -> reqwest::Response {
+        client.get(url).send().await.unwrap()
+    }
+
     fn request(method: Method, uri: &str, content_type: &str, body: &'static [u8]) -> Request {
         Request::builder()
             .method(method)
@@ -488,25 +493,17 @@ mod tests {
         assert_eq!(answer.status(), 201);
         assert_eq!(answer.text().await.unwrap(), "POST hi 127.0.0.1");
 
-        let failed = client
-            .get(format!("{}/fail", api.url()))
-            .send()
-            .await
-            .unwrap();
+        let failed = get(&client, format!("{}/fail", api.url())).await;
         assert_eq!(failed.status(), 502);
         assert_eq!(
             failed.text().await.unwrap(),
             r#"{"message":"Internal server error"}"#
         );
 
-        let page = client.get(format!("{}/", web.url())).send().await.unwrap();
+        let page = get(&client, format!("{}/", web.url())).await;
         assert_eq!(page.status(), 200);
         assert_eq!(page.text().await.unwrap(), "<h1>page</h1>");
-        let missing = client
-            .get(format!("{}/nope.js", web.url()))
-            .send()
-            .await
-            .unwrap();
+        let missing = get(&client, format!("{}/nope.js", web.url())).await;
         assert_eq!(missing.status(), 404);
         std::fs::remove_dir_all(&dir).unwrap();
     }
