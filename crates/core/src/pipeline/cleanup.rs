@@ -238,17 +238,48 @@ mod tests {
         world.put_row(row)
     }
 
+    /// The group every test's rows are in.
+    fn group_09(license_arn: &str) -> GroupKey {
+        group(license_arn, ACCOUNT_A, "requests", "2026-11-30T09")
+    }
+
+    /// A cleanup message naming `sort_keys` as counted and nothing as rejected.
+    fn counted_message(license_arn: &str, sort_keys: &[&str]) -> WorkMessage {
+        WorkMessage::Cleanup {
+            group: group_09(license_arn),
+            aggregated: sort_keys.iter().map(|k| k.to_string()).collect(),
+            rejected: vec![],
+        }
+    }
+
+    /// Applies `message` at [`NOW`], as the cleanup Lambda would.
+    async fn apply(world: &World, message: &WorkMessage) -> Result<CleanupReport, PipelineError> {
+        cleanup(message, t(NOW), world.retention, world.cleanup_ports()).await
+    }
+
+    /// The next `times` finalize writes are throttled.
+    fn throttle(world: &World, times: u32) {
+        for _ in 0..times {
+            world.tables.fail_next(
+                StoreOp::UsageFinalizeRow,
+                PortError::Transient {
+                    operation: "UpdateItem",
+                    message: "ThrottlingException".into(),
+                },
+            );
+        }
+    }
+
     #[tokio::test]
     async fn only_claimed_rows_become_aggregated_and_claimed_rows_are_never_rejected() {
-        let now = t(NOW);
-        let world = World::new(now);
+        let world = World::new(t(NOW));
         let l = license(1);
         let counted = claimed(&world, &l, "2026-11-30T09:01:00Z");
         let not_counted = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:02:00Z", 1);
         let counted_but_named_rejected = claimed(&world, &l, "2026-11-30T09:03:00Z");
         let rejected = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:04:00Z", 1);
         let message = WorkMessage::Cleanup {
-            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
+            group: group_09(&l),
             aggregated: vec![
                 counted.clone(),
                 not_counted.clone(),
@@ -263,21 +294,20 @@ mod tests {
             ],
         };
 
-        let report = cleanup(&message, now, world.retention, world.cleanup_ports())
-            .await
-            .unwrap();
+        let report = apply(&world, &message).await.unwrap();
 
-        assert_eq!(world.status(&l, &counted).as_deref(), Some("Aggregated"));
-        assert_eq!(world.status(&l, &not_counted), None);
+        for (sort_key, status) in [
+            (&counted, Some("Aggregated")),
+            (&not_counted, None),
+            (&counted_but_named_rejected, Some("Aggregated")),
+        ] {
+            assert_eq!(world.status(&l, sort_key).as_deref(), status, "{sort_key}");
+        }
         assert!(
             world
                 .row(&l, &not_counted)
                 .attrs
                 .contains_key(attr::METERING_PENDING)
-        );
-        assert_eq!(
-            world.status(&l, &counted_but_named_rejected).as_deref(),
-            Some("Aggregated")
         );
         assert_eq!(
             world.reason(&l, &rejected).as_deref(),
@@ -295,9 +325,7 @@ mod tests {
         );
 
         // Redelivery: nothing changes, nothing is counted twice.
-        let again = cleanup(&message, now, world.retention, world.cleanup_ports())
-            .await
-            .unwrap();
+        let again = apply(&world, &message).await.unwrap();
         assert_eq!(
             (again.aggregated, again.rejected, again.already_final),
             (0, 0, 3)
@@ -307,44 +335,18 @@ mod tests {
 
     #[tokio::test]
     async fn throttled_writes_are_retried_with_jittered_backoff() {
-        let now = t(NOW);
-        let world = World::new(now);
+        let world = World::new(t(NOW));
         let l = license(1);
         let sk = claimed(&world, &l, "2026-11-30T09:01:00Z");
-        let throttled = || PortError::Transient {
-            operation: "UpdateItem",
-            message: "ThrottlingException".into(),
-        };
-        world
-            .tables
-            .fail_next(StoreOp::UsageFinalizeRow, throttled());
-        world
-            .tables
-            .fail_next(StoreOp::UsageFinalizeRow, throttled());
-        let message = WorkMessage::Cleanup {
-            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
-            aggregated: vec![sk.clone()],
-            rejected: vec![],
-        };
-        let report = cleanup(&message, now, world.retention, world.cleanup_ports())
-            .await
-            .unwrap();
+        throttle(&world, 2);
+        let report = apply(&world, &counted_message(&l, &[&sk])).await.unwrap();
         assert_eq!(report.aggregated, 1);
         assert_eq!(world.clock.sleeps().len(), 2);
 
         // Persistent throttling fails the message (SQS redelivers it later).
         let sk2 = claimed(&world, &l, "2026-11-30T09:02:00Z");
-        for _ in 0..RetryPolicy::STORE.attempts {
-            world
-                .tables
-                .fail_next(StoreOp::UsageFinalizeRow, throttled());
-        }
-        let message = WorkMessage::Cleanup {
-            group: group(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
-            aggregated: vec![sk2.clone()],
-            rejected: vec![],
-        };
-        let failed = cleanup(&message, now, world.retention, world.cleanup_ports()).await;
+        throttle(&world, RetryPolicy::STORE.attempts);
+        let failed = apply(&world, &counted_message(&l, &[&sk2])).await;
         assert!(
             matches!(
                 failed,
@@ -359,10 +361,10 @@ mod tests {
     async fn an_aggregate_message_is_the_wrong_kind() {
         let world = World::new(t(NOW));
         let message = WorkMessage::Aggregate {
-            group: group(&license(1), ACCOUNT_A, "requests", "2026-11-30T09"),
+            group: group_09(&license(1)),
             flush: false,
         };
-        let result = cleanup(&message, t(NOW), world.retention, world.cleanup_ports()).await;
+        let result = apply(&world, &message).await;
         assert!(matches!(
             result,
             Err(PipelineError::WrongMessageKind {

@@ -568,6 +568,8 @@ mod tests {
     use crate::pipeline::testkit::*;
     use crate::ports::PortError;
 
+    const NOW: &str = "2026-11-30T10:30:00Z";
+
     fn aggregate_groups(messages: &[WorkMessage]) -> Vec<(GroupKey, bool)> {
         messages
             .iter()
@@ -582,17 +584,19 @@ mod tests {
     async fn completed_hours_are_enqueued_oldest_first_once_per_group() {
         // GIVEN rows in completed hours (several per group), the current hour, and
         // enough groups to span index pages
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
         let l1 = license(1);
         let l2 = license(2);
-        world.put(&l1, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        world.put(&l1, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 4);
-        world.put(&l1, ACCOUNT_A, "requests", "2026-11-30T09:59:59", 1);
-        world.put(&l1, ACCOUNT_A, "storage", "2026-11-30T09:00:00Z", 7);
-        world.put(&l1, ACCOUNT_A, "requests", "2026-11-30T08:00:00Z", 2);
-        world.put(&l2, ACCOUNT_B, "requests", "2026-11-29T11:00:00Z", 2);
-        world.put(&l2, ACCOUNT_B, "requests", "2026-11-30T10:05:00Z", 5);
+        world.put_each(&[
+            (&l1, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3),
+            (&l1, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 4),
+            (&l1, ACCOUNT_A, "requests", "2026-11-30T09:59:59", 1),
+            (&l1, ACCOUNT_A, "storage", "2026-11-30T09:00:00Z", 7),
+            (&l1, ACCOUNT_A, "requests", "2026-11-30T08:00:00Z", 2),
+            (&l2, ACCOUNT_B, "requests", "2026-11-29T11:00:00Z", 2),
+            (&l2, ACCOUNT_B, "requests", "2026-11-30T10:05:00Z", 5),
+        ]);
 
         // WHEN the discoverer runs
         let report = world.discover(now).await;
@@ -619,76 +623,52 @@ mod tests {
     async fn deprovisioning_licenses_flush_first_with_the_lock_bypassed() {
         // GIVEN a 3-hour lock, a license whose final-usage window closes in 5 minutes
         // (inside the 10-minute margin) and one whose window closes in an hour
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let mut world = World::new(now);
         world.lock = MeteringLockHours::new(3).unwrap();
         let active = license(1);
         let closing = license(3);
         let later = license(4);
-        world.subscribe(
-            &closing,
-            ACCOUNT_A,
-            SubscriptionStatus::Deprovisioning,
-            Some(t("2026-11-30T10:35:00Z")),
-        );
-        world.subscribe(
-            &later,
-            ACCOUNT_B,
-            SubscriptionStatus::Deprovisioning,
-            Some(t("2026-11-30T11:30:00Z")),
-        );
-        world.put(&active, ACCOUNT_A, "requests", "2026-11-30T07:10:00Z", 1);
-        world.put(&active, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 1);
-        world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T06:20:00Z", 1);
-        world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
-        world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:10:00Z", 1);
-        world.put(&later, ACCOUNT_B, "requests", "2026-11-30T09:40:00Z", 1);
-        world.put(&later, ACCOUNT_B, "requests", "2026-11-30T10:20:00Z", 1);
+        world.deprovisioning(&closing, ACCOUNT_A, "2026-11-30T10:35:00Z");
+        world.deprovisioning(&later, ACCOUNT_B, "2026-11-30T11:30:00Z");
+        world.put_each(&[
+            (&active, ACCOUNT_A, "requests", "2026-11-30T07:10:00Z", 1),
+            (&active, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 1),
+            (&closing, ACCOUNT_A, "requests", "2026-11-30T06:20:00Z", 1),
+            (&closing, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1),
+            (&closing, ACCOUNT_A, "requests", "2026-11-30T10:10:00Z", 1),
+            (&later, ACCOUNT_B, "requests", "2026-11-30T09:40:00Z", 1),
+            (&later, ACCOUNT_B, "requests", "2026-11-30T10:20:00Z", 1),
+        ]);
 
         let report = world.discover(now).await;
 
         // THEN the deprovisioning licenses' completed hours (locked or not) are flushed,
         // the open hour only for the license whose window is about to close
+        let requests = |l: &str, account, h, flush| (group(l, account, "requests", h), flush);
         assert_eq!(
             aggregate_groups(&world.deprovision.messages()),
             vec![
-                (
-                    group(&closing, ACCOUNT_A, "requests", "2026-11-30T06"),
-                    true
-                ),
-                (
-                    group(&closing, ACCOUNT_A, "requests", "2026-11-30T09"),
-                    true
-                ),
-                (group(&later, ACCOUNT_B, "requests", "2026-11-30T09"), true),
-                (
-                    group(&closing, ACCOUNT_A, "requests", "2026-11-30T10"),
-                    true
-                ),
+                requests(&closing, ACCOUNT_A, "2026-11-30T06", true),
+                requests(&closing, ACCOUNT_A, "2026-11-30T09", true),
+                requests(&later, ACCOUNT_B, "2026-11-30T09", true),
+                requests(&closing, ACCOUNT_A, "2026-11-30T10", true),
             ]
         );
         // AND normal work honours the lock and never repeats a flushed group
         assert_eq!(
             aggregate_groups(&world.work.messages()),
-            vec![(
-                group(&active, ACCOUNT_A, "requests", "2026-11-30T07"),
-                false
-            )]
+            vec![requests(&active, ACCOUNT_A, "2026-11-30T07", false)]
         );
         assert_eq!((report.flush_groups, report.groups), (4, 1));
     }
 
     #[tokio::test]
     async fn unreadable_subscribers_skip_the_flush_but_not_metering() {
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
-        world.put(
-            &license(1),
-            ACCOUNT_A,
-            "requests",
-            "2026-11-30T09:10:00Z",
-            1,
-        );
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 1);
         world.subscribers.fail_next(
             StoreOp::SubscriberDeprovisioning,
             PortError::Failed {
@@ -711,7 +691,7 @@ mod tests {
     #[tokio::test]
     async fn expired_rows_age_out_and_counted_ones_are_finalized_aggregated() {
         // GIVEN rows whose hours left the 24 h window, one of them already counted
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
         let l = license(1);
         let lost = world.put(&l, ACCOUNT_A, "requests", "2026-11-29T09:30:00Z", 5);
@@ -727,14 +707,12 @@ mod tests {
 
         let report = world.discover(now).await;
 
-        assert_eq!(
-            world.status(&l, &lost).as_deref(),
-            Some("AggregationExpired")
-        );
-        assert_eq!(
-            world.status(&l, &edge).as_deref(),
-            Some("AggregationExpired")
-        );
+        for aged_out in [&lost, &edge] {
+            assert_eq!(
+                world.status(&l, aged_out).as_deref(),
+                Some("AggregationExpired")
+            );
+        }
         assert_eq!(world.status(&l, &counted).as_deref(), Some("Aggregated"));
         assert_eq!(world.status(&l, &live), None);
         assert!(
@@ -752,61 +730,46 @@ mod tests {
 
     #[tokio::test]
     async fn rows_the_index_cannot_place_are_judged_and_rejected_here() {
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
         let l = license(1);
-        let mut no_dimension =
-            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:01:00Z", 1);
+        let row = |ts: &str| crate::memory::reference_row(&l, ACCOUNT_A, "requests", ts, 1);
+        // Filed under hour 09 whatever its timestamp says.
+        let filed_under_09 = |ts: &str| {
+            let mut row = row(ts);
+            row.attrs.insert(
+                attr::METERING_PENDING.into(),
+                Attr::S("2026-11-30T09".into()),
+            );
+            row
+        };
+        let mut no_dimension = row("2026-11-30T09:01:00Z");
         no_dimension.attrs.remove(attr::DIMENSION);
         let no_dimension = world.put_row(no_dimension);
-        let mut bad_key =
-            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:02:00Z", 1);
+        let mut bad_key = row("2026-11-30T09:02:00Z");
         bad_key.sort_key = "junk".into();
         let bad_key = world.put_row(bad_key);
-        let mut wrong_hour =
-            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T08:02:00Z", 1);
-        wrong_hour.attrs.insert(
-            attr::METERING_PENDING.into(),
-            Attr::S("2026-11-30T09".into()),
-        );
-        world.put_row(wrong_hour);
-
-        let mut future =
-            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T11:00:00Z", 1);
-        future.attrs.insert(
-            attr::METERING_PENDING.into(),
-            Attr::S("2026-11-30T09".into()),
-        );
-        let future = world.put_row(future);
-        let mut stale =
-            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-29T09:00:00Z", 1);
-        stale.attrs.insert(
-            attr::METERING_PENDING.into(),
-            Attr::S("2026-11-30T09".into()),
-        );
-        let stale = world.put_row(stale);
+        world.put_row(filed_under_09("2026-11-30T08:02:00Z"));
+        let future = world.put_row(filed_under_09("2026-11-30T11:00:00Z"));
+        let stale = world.put_row(filed_under_09("2026-11-29T09:00:00Z"));
 
         let report = world.discover(now).await;
 
-        assert_eq!(
-            world.reason(&l, &future).as_deref(),
-            Some("TimestampInFuture")
-        );
-        assert_eq!(
-            world.reason(&l, &stale).as_deref(),
-            Some("TimestampOutOfWindow")
-        );
-        assert_eq!(
-            world.reason(&l, &no_dimension).as_deref(),
-            Some("MissingDimension")
-        );
+        for (sort_key, reason) in [
+            (&future, "TimestampInFuture"),
+            (&stale, "TimestampOutOfWindow"),
+            (&no_dimension, "MissingDimension"),
+            (&bad_key, "MalformedSortKey"),
+        ] {
+            assert_eq!(
+                world.reason(&l, sort_key).as_deref(),
+                Some(reason),
+                "{sort_key}"
+            );
+        }
         assert_eq!(
             world.status(&l, &bad_key).as_deref(),
             Some("RejectedClientSide")
-        );
-        assert_eq!(
-            world.reason(&l, &bad_key).as_deref(),
-            Some("MalformedSortKey")
         );
         assert_eq!(report.rejected_rows, 4);
         assert_eq!(
@@ -826,7 +789,7 @@ mod tests {
     #[tokio::test]
     async fn the_deadline_stops_the_walk_and_the_next_run_finishes() {
         // GIVEN pending groups in many hours and an index that takes a second per page
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
         for h in 0..10 {
             world.put(
@@ -874,16 +837,11 @@ mod tests {
 
     #[tokio::test]
     async fn refused_messages_are_reported_and_found_again() {
-        let now = t("2026-11-30T10:30:00Z");
+        let now = t(NOW);
         let world = World::new(now);
-        world.put(
-            &license(1),
-            ACCOUNT_A,
-            "requests",
-            "2026-11-30T09:10:00Z",
-            1,
-        );
-        world.put(&license(1), ACCOUNT_A, "storage", "2026-11-30T09:10:00Z", 1);
+        let l = license(1);
+        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 1);
+        world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:10:00Z", 1);
         world.work.fail_where(
             |m| matches!(m, WorkMessage::Aggregate { group, .. } if group.dimension == "storage"),
         );
@@ -923,16 +881,15 @@ mod tests {
     async fn the_open_hour_is_flushed_by_the_last_run_before_the_margin() {
         // GIVEN a window closing at 10:50: the 10-minute margin starts at 10:40, and with
         // runs every 15 minutes the 10:30 run may be the last one before it
-        let now = t("2026-11-30T10:30:00Z");
-        let world = World::new(now);
+        let now = t(NOW);
         let closing = license(5);
-        world.subscribe(
-            &closing,
-            ACCOUNT_A,
-            SubscriptionStatus::Deprovisioning,
-            Some(t("2026-11-30T10:50:00Z")),
-        );
-        world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 3);
+        let closing_at = |expiry| {
+            let world = World::new(now);
+            world.deprovisioning(&closing, ACCOUNT_A, expiry);
+            world.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 3);
+            world
+        };
+        let world = closing_at("2026-11-30T10:50:00Z");
 
         // WHEN the discoverer runs at 10:30
         world.discover(now).await;
@@ -947,14 +904,7 @@ mod tests {
         );
 
         // AND a window closing later than the next run's margin still waits
-        let later = World::new(now);
-        later.subscribe(
-            &closing,
-            ACCOUNT_A,
-            SubscriptionStatus::Deprovisioning,
-            Some(t("2026-11-30T10:56:00Z")),
-        );
-        later.put(&closing, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 3);
+        let later = closing_at("2026-11-30T10:56:00Z");
         later.discover(now).await;
         assert!(aggregate_groups(&later.deprovision.messages()).is_empty());
     }

@@ -144,6 +144,13 @@ impl World {
         sort_key
     }
 
+    /// [`World::put`] for each `(license, account, dimension, timestamp, quantity)`.
+    pub fn put_each(&self, rows: &[(&str, &str, &str, &str, i64)]) {
+        for (license_arn, account, dimension, ts, quantity) in rows {
+            self.put(license_arn, account, dimension, ts, *quantity);
+        }
+    }
+
     pub fn put_row(&self, row: RawUsageRow) -> String {
         let sort_key = row.sort_key.clone();
         self.tables.insert_raw_row(row);
@@ -157,25 +164,14 @@ impl World {
     }
 
     pub fn status(&self, license_arn: &str, sort_key: &str) -> Option<String> {
-        match self
-            .row(license_arn, sort_key)
-            .attrs
-            .get(attr::METERING_STATUS)
-        {
-            Some(Attr::S(s)) => Some(s.clone()),
-            _ => None,
-        }
+        string_attr(&self.row(license_arn, sort_key), attr::METERING_STATUS)
     }
 
     pub fn reason(&self, license_arn: &str, sort_key: &str) -> Option<String> {
-        match self
-            .row(license_arn, sort_key)
-            .attrs
-            .get(attr::METERING_STATUS_REASON)
-        {
-            Some(Attr::S(s)) => Some(s.clone()),
-            _ => None,
-        }
+        string_attr(
+            &self.row(license_arn, sort_key),
+            attr::METERING_STATUS_REASON,
+        )
     }
 
     pub fn record(&self, key: &GroupKey) -> Option<AggregatedRecord> {
@@ -197,6 +193,16 @@ impl World {
         row.deprovisioning_expiry = expiry;
         row.product_code = Some(PRODUCT.to_string());
         self.subscribers.insert(row, self.clock.now());
+    }
+
+    /// A subscriber in its final-usage window, which closes at `expiry`.
+    pub fn deprovisioning(&self, license_arn: &str, account: &str, expiry: &str) {
+        self.subscribe(
+            license_arn,
+            account,
+            SubscriptionStatus::Deprovisioning,
+            Some(t(expiry)),
+        );
     }
 
     pub fn discover_settings(&self) -> DiscoverSettings {
@@ -354,14 +360,16 @@ impl World {
             .raw_rows()
             .into_iter()
             .map(|row| {
-                let status = match row.attrs.get(attr::METERING_STATUS) {
-                    Some(Attr::S(s)) => Some(s.clone()),
-                    _ => None,
-                };
+                let status = string_attr(&row, attr::METERING_STATUS);
                 (row.sort_key, status)
             })
             .collect()
     }
+}
+
+/// A raw row's string attribute `name`, if it has one.
+fn string_attr(row: &RawUsageRow, name: &str) -> Option<String> {
+    row.attrs.get(name).and_then(Attr::as_s).map(str::to_string)
 }
 
 /// A usage store that advances the clock on every index page (to test deadlines) and
