@@ -338,10 +338,32 @@ mod tests {
         }
     }
 
-    fn success(dimension: &str) -> RecordResult {
+    /// What the fake answers for the clean record `r<i>`.
+    fn success(i: usize) -> RecordResult {
         RecordResult::Answered(RecordVerdict::Success {
-            metering_record_id: format!("id-{dimension}"),
+            metering_record_id: format!("id-r{i}"),
         })
+    }
+
+    /// No record of the run got a verdict.
+    fn nothing_answered(report: &BisectReport) -> bool {
+        report
+            .results
+            .iter()
+            .all(|r| *r == RecordResult::NotAnswered)
+    }
+
+    /// A first call failing with `error` ends the run: no bisection, no verdict.
+    async fn assert_stops_at_the_first_call(
+        error: MeteringError,
+        batch: &[MeteringRecord],
+        kind: StopKind,
+    ) {
+        let api = FakeMetering::failing_call(1, error);
+        let report = send_with_bisection(&api, batch).await;
+        assert_eq!(report.api_calls, 1);
+        assert!(nothing_answered(&report));
+        assert_eq!(report.stopped.as_ref().map(BisectStop::kind), Some(kind));
     }
 
     fn isolated() -> RecordResult {
@@ -381,7 +403,7 @@ mod tests {
         assert_eq!(report.api_calls, 1);
         assert_eq!(report.validation_failures, 0);
         assert!(report.stopped.is_none());
-        assert_eq!(report.results[7], success("r7"));
+        assert_eq!(report.results[7], success(7));
     }
 
     #[tokio::test]
@@ -402,7 +424,7 @@ mod tests {
         // THEN it alone is isolated; the 24 others are billed
         assert_eq!(report.results[17], isolated());
         for (i, result) in report.results.iter().enumerate().filter(|(i, _)| *i != 17) {
-            assert_eq!(result, &success(&format!("r{i}")));
+            assert_eq!(result, &success(i));
         }
         // AND the calls walk one path down: 1 + 2 per level for 5 levels
         assert_eq!(report.api_calls, 11);
@@ -431,7 +453,7 @@ mod tests {
         let report = send_with_bisection_capped(&api, &batch, 1).await;
         // THEN the clean half meters and the failing half stays pending, reported once
         for i in 0..4 {
-            assert_eq!(report.results[i], success(&format!("r{i}")));
+            assert_eq!(report.results[i], success(i));
         }
         for i in 4..8 {
             assert_eq!(
@@ -457,7 +479,7 @@ mod tests {
         // THEN the left half keeps its verdicts, the right half is unanswered, nothing else is sent
         assert_eq!(report.api_calls, 3);
         for i in 0..13 {
-            assert_eq!(report.results[i], success(&format!("r{i}")));
+            assert_eq!(report.results[i], success(i));
         }
         for i in 13..25 {
             assert_eq!(report.results[i], RecordResult::NotAnswered);
@@ -476,36 +498,22 @@ mod tests {
 
     #[tokio::test]
     async fn throttling_is_never_bisected() {
-        let api = FakeMetering::failing_call(1, MeteringError::Transient("HTTP 500".into()));
-        let report = send_with_bisection(&api, &records(25, &BTreeSet::new())).await;
-        assert_eq!(report.api_calls, 1);
-        assert!(
-            report
-                .results
-                .iter()
-                .all(|r| *r == RecordResult::NotAnswered)
-        );
-        assert_eq!(
-            report.stopped.as_ref().map(BisectStop::kind),
-            Some(StopKind::Transient)
-        );
+        assert_stops_at_the_first_call(
+            MeteringError::Transient("HTTP 500".into()),
+            &records(25, &BTreeSet::new()),
+            StopKind::Transient,
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn disabled_api_stops_with_nothing_marked() {
-        let api = FakeMetering::failing_call(1, MeteringError::Disabled("Region disabled".into()));
-        let report = send_with_bisection(&api, &records(4, &BTreeSet::from([1]))).await;
-        assert_eq!(report.api_calls, 1);
-        assert!(
-            report
-                .results
-                .iter()
-                .all(|r| *r == RecordResult::NotAnswered)
-        );
-        assert_eq!(
-            report.stopped.as_ref().map(BisectStop::kind),
-            Some(StopKind::Disabled)
-        );
+        assert_stops_at_the_first_call(
+            MeteringError::Disabled("Region disabled".into()),
+            &records(4, &BTreeSet::from([1])),
+            StopKind::Disabled,
+        )
+        .await;
     }
 
     #[tokio::test]
@@ -515,12 +523,7 @@ mod tests {
             ..FakeMetering::default()
         };
         let report = send_with_bisection(&api, &records(3, &BTreeSet::new())).await;
-        assert!(
-            report
-                .results
-                .iter()
-                .all(|r| *r == RecordResult::NotAnswered)
-        );
+        assert!(nothing_answered(&report));
         assert_eq!(
             report.stopped,
             Some(BisectStop::MalformedResponse {
@@ -592,7 +595,7 @@ mod tests {
             let report = run(send_with_bisection(&api, &batch));
             prop_assert_eq!(&report.results[at], &isolated());
             for (i, result) in report.results.iter().enumerate().filter(|(i, _)| *i != at) {
-                prop_assert_eq!(result, &success(&format!("r{i}")));
+                prop_assert_eq!(result, &success(i));
             }
             prop_assert!(report.depth_exceeded.is_empty());
             prop_assert!(report.api_calls < 2 * n);
@@ -647,7 +650,7 @@ mod tests {
                 if poisoned.contains(&i) {
                     prop_assert_eq!(result, &isolated());
                 } else {
-                    prop_assert_eq!(result, &success(&format!("r{i}")));
+                    prop_assert_eq!(result, &success(i));
                 }
             }
         }
