@@ -674,6 +674,7 @@ pub fn join_trail(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::at;
     use crate::reconcile::trail::parse_cloudtrail_event;
 
     const LICENSE: &str =
@@ -683,12 +684,6 @@ mod tests {
     const ACCOUNT: &str = "111122223333";
     const ACCOUNT_2: &str = "444455556666";
     const PRODUCT: &str = "prodsim1234567890abcdef";
-
-    fn at(s: &str) -> Instant {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&chrono::Utc)
-    }
 
     fn hour(s: &str) -> HourBucket {
         s.parse().unwrap()
@@ -765,6 +760,46 @@ mod tests {
         }
     }
 
+    /// Each discrepancy as (kind, `account|dimension|period`, ours, AWS's).
+    fn listed(
+        r: &Reconciliation,
+    ) -> Vec<(DiscrepancyKind, String, Option<String>, Option<String>)> {
+        r.discrepancies
+            .iter()
+            .map(|d| {
+                (
+                    d.kind,
+                    format!("{}|{}|{}", d.key.account, d.key.dimension, d.key.period),
+                    d.ours.map(|q| q.to_string()),
+                    d.aws.map(|q| q.to_string()),
+                )
+            })
+            .collect()
+    }
+
+    fn s(v: &str) -> Option<String> {
+        Some(v.to_string())
+    }
+
+    /// Our one Success record of 5 (`id-1`) against two CloudTrail calls that billed
+    /// the same key 5 each, the second answered with `second_id`.
+    fn billed_twice(second_id: &str) -> Reconciliation {
+        let k = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
+        let trail = vec![
+            call("e1", "2026-03-15T11:05:00Z", &[(&k, 5, "Success", "id-1")]),
+            call(
+                "e2",
+                "2026-03-15T11:06:00Z",
+                &[(&k, 5, "Success", second_id)],
+            ),
+        ];
+        reconcile_with_trail(
+            &[ours(k, 5, AggregatedStatus::Success, "id-1")],
+            &trail,
+            &window(),
+        )
+    }
+
     #[test]
     fn every_kind_of_disagreement_with_cloudtrail_is_listed_with_totals() {
         let agreed = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
@@ -836,19 +871,7 @@ mod tests {
 
         let r = reconcile_with_trail(&our_records, &trail, &window());
 
-        let got: Vec<(DiscrepancyKind, String, Option<String>, Option<String>)> = r
-            .discrepancies
-            .iter()
-            .map(|d| {
-                (
-                    d.kind,
-                    format!("{}|{}|{}", d.key.account, d.key.dimension, d.key.period),
-                    d.ours.map(|q| q.to_string()),
-                    d.aws.map(|q| q.to_string()),
-                )
-            })
-            .collect();
-        let s = |v: &str| Some(v.to_string());
+        let got = listed(&r);
         let expected = vec![
             (
                 DiscrepancyKind::MissingOnAws,
@@ -898,16 +921,7 @@ mod tests {
 
     #[test]
     fn the_same_hour_billed_twice_is_a_quantity_discrepancy() {
-        let k = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
-        let trail = vec![
-            call("e1", "2026-03-15T11:05:00Z", &[(&k, 5, "Success", "id-1")]),
-            call("e2", "2026-03-15T11:06:00Z", &[(&k, 5, "Success", "id-2")]),
-        ];
-        let r = reconcile_with_trail(
-            &[ours(k, 5, AggregatedStatus::Success, "id-1")],
-            &trail,
-            &window(),
-        );
+        let r = billed_twice("id-2");
         assert_eq!(r.discrepancies.len(), 1);
         let d = &r.discrepancies[0];
         assert_eq!(d.kind, DiscrepancyKind::QuantityDiffers);
@@ -917,16 +931,7 @@ mod tests {
 
     #[test]
     fn an_identical_retry_answered_success_is_one_billing() {
-        let k = key(LICENSE, ACCOUNT, "requests", "2026-03-15T10");
-        let trail = vec![
-            call("e1", "2026-03-15T11:05:00Z", &[(&k, 5, "Success", "id-1")]),
-            call("e2", "2026-03-15T11:06:00Z", &[(&k, 5, "Success", "id-1")]),
-        ];
-        let r = reconcile_with_trail(
-            &[ours(k, 5, AggregatedStatus::Success, "id-1")],
-            &trail,
-            &window(),
-        );
+        let r = billed_twice("id-1");
         assert!(r.is_clean(), "{:#?}", r.discrepancies);
         assert_eq!(r.agreed, 1);
     }
@@ -1009,19 +1014,7 @@ mod tests {
             to: NaiveDate::from_ymd_opt(2026, 3, 17).unwrap(),
         };
         let r = reconcile_with_sdds(&our_records, &feed, &window);
-        let got: Vec<(DiscrepancyKind, String, Option<String>, Option<String>)> = r
-            .discrepancies
-            .iter()
-            .map(|d| {
-                (
-                    d.kind,
-                    format!("{}|{}|{}", d.key.account, d.key.dimension, d.key.period),
-                    d.ours.map(|q| q.to_string()),
-                    d.aws.map(|q| q.to_string()),
-                )
-            })
-            .collect();
-        let s = |v: &str| Some(v.to_string());
+        let got = listed(&r);
         assert_eq!(
             got,
             vec![

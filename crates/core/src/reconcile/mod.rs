@@ -28,3 +28,12 @@ pub use trail::{
     EVENT_NAME, EVENT_SOURCE, MODEL_EVENT_SOURCE, TrailEvent, TrailOutcome, TrailRecord,
     TrailStatus, parse_cloudtrail_event,
 };
+
+/// An RFC 3339 instant, for the reconciliation tests.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn at(s: &str) -> crate::time::Instant {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}

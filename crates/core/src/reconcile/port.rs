@@ -268,20 +268,18 @@ mod memory {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::at;
 
-    fn at(s: &str) -> Instant {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&chrono::Utc)
-    }
+    use super::super::trail::{EVENT_SOURCE, MODEL_EVENT_SOURCE};
 
-    fn event(id: &str, time: &str, name: &str, source: &str) -> String {
-        serde_json::json!({
+    /// Records an empty `name` call from `source`, made at `time`, as event `id`.
+    fn record_call(trail: &MemoryTrail, id: &str, time: &str, name: &str, source: &str) {
+        let event = serde_json::json!({
             "eventID": id, "eventTime": time, "eventName": name, "eventSource": source,
             "requestParameters": {"usageRecords": []},
             "responseElements": {"results": [], "unprocessedRecords": []}
-        })
-        .to_string()
+        });
+        trail.record(at(time), id, &event.to_string());
     }
 
     #[test]
@@ -308,38 +306,27 @@ mod tests {
         let trail = MemoryTrail::new(2);
         for (i, minute) in [1, 2, 3, 4, 5].iter().enumerate() {
             let time = format!("2026-03-15T12:0{minute}:00Z");
-            trail.record(
-                at(&time),
+            record_call(
+                &trail,
                 &format!("e{i}"),
-                &event(
-                    &format!("e{i}"),
-                    &time,
-                    "BatchMeterUsage",
-                    super::super::trail::EVENT_SOURCE,
-                ),
+                &time,
+                "BatchMeterUsage",
+                EVENT_SOURCE,
             );
         }
-        let resolve_time = "2026-03-15T12:06:00Z";
-        trail.record(
-            at(resolve_time),
+        record_call(
+            &trail,
             "r",
-            &event(
-                "r",
-                resolve_time,
-                "ResolveCustomer",
-                super::super::trail::EVENT_SOURCE,
-            ),
+            "2026-03-15T12:06:00Z",
+            "ResolveCustomer",
+            EVENT_SOURCE,
         );
-        let model_time = "2026-03-15T12:07:00Z";
-        trail.record(
-            at(model_time),
+        record_call(
+            &trail,
             "m",
-            &event(
-                "m",
-                model_time,
-                "BatchMeterUsage",
-                super::super::trail::MODEL_EVENT_SOURCE,
-            ),
+            "2026-03-15T12:07:00Z",
+            "BatchMeterUsage",
+            MODEL_EVENT_SOURCE,
         );
         trail.record(at("2026-03-15T12:08:00Z"), "bad", "{not json");
         let mut progress = Vec::new();
@@ -369,16 +356,7 @@ mod tests {
         let trail = MemoryTrail::new(1);
         for i in 0..3 {
             let time = format!("2026-03-15T12:0{i}:00Z");
-            trail.record(
-                at(&time),
-                "e",
-                &event(
-                    "e",
-                    &time,
-                    "BatchMeterUsage",
-                    super::super::trail::EVENT_SOURCE,
-                ),
-            );
+            record_call(&trail, "e", &time, "BatchMeterUsage", EVENT_SOURCE);
         }
         let first = trail
             .lookup(at("2026-03-15T00:00:00Z"), at("2026-03-16T00:00:00Z"), None)

@@ -472,6 +472,7 @@ pub fn parse_cloudtrail_event(json: &str) -> Result<TrailEvent, TrailParseError>
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::reconcile::at;
 
     /// The seller guide's example event, verbatim (legacy CustomerIdentifier call).
     const GUIDE_EXAMPLE: &str = include_str!("../../tests/fixtures/cloudtrail/guide_example.json");
@@ -483,12 +484,6 @@ mod tests {
     /// A call with one good record and bad ones (bad timestamp, no dimension, both
     /// quantity fields, a negative quantity).
     const DAMAGED_CALL: &str = include_str!("../../tests/fixtures/cloudtrail/damaged_call.json");
-
-    fn at(s: &str) -> Instant {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&Utc)
-    }
 
     #[test]
     fn reads_the_seller_guide_example() {
