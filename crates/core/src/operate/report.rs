@@ -329,25 +329,14 @@ mod tests {
     #[test]
     fn the_axis_reaches_back_to_old_pending_usage_but_stays_bounded() {
         let now = at("2026-11-30T12:30:00Z");
+        let pending = |ts| reference_row(LIC, "111122223333", "api", ts, 1);
         // Pending usage 20 hours old is shown though only 3 hours were asked for.
-        let rows = [reference_row(
-            LIC,
-            "111122223333",
-            "api",
-            "2026-11-29T16:10:00Z",
-            1,
-        )];
+        let rows = [pending("2026-11-29T16:10:00Z")];
         let s = series(&rows, &[], &[], now, 3);
         assert_eq!(s.axis_from, "2026-11-29T16".parse().unwrap());
         assert_eq!(s.axis().len(), 21);
         // A pending row from a year ago does not stretch the axis to a year.
-        let rows = [reference_row(
-            LIC,
-            "111122223333",
-            "api",
-            "2025-11-29T16:10:00Z",
-            1,
-        )];
+        let rows = [pending("2025-11-29T16:10:00Z")];
         let s = series(&rows, &[], &[], now, 3);
         assert_eq!(s.axis().len() as i64, MAX_AXIS_HOURS);
         assert_eq!(s.hours_off_axis, 1);

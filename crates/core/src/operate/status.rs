@@ -270,30 +270,38 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
         }
     }
     let total = |f: fn(&HourCounts) -> u64| report.hours.values().map(f).sum::<u64>();
-    let errors = total(|c| c.records_error);
-    if errors > 0 {
-        add(
-            Urgency::Warning,
+    // Counts over the hours shown, each told only when it is not zero.
+    type Counted = (u64, Urgency, fn(u64) -> String);
+    let counted: [Counted; 4] = [
+        (total(|c| c.records_error), Urgency::Warning, |errors| {
             format!(
                 "{errors} record(s) ended Error: `awsmp failures` says why; fix the cause, then `awsmp replay` inside the 24 h window"
-            ),
-        );
-    }
-    let rejected = total(|c| c.rows_rejected);
-    if rejected > 0 {
-        add(
-            Urgency::Warning,
+            )
+        }),
+        (total(|c| c.rows_rejected), Urgency::Warning, |rejected| {
             format!(
                 "{rejected} usage row(s) rejected client-side: `awsmp failures` lists each with its reason code"
-            ),
-        );
-    }
-    let expired = total(|c| c.rows_expired + c.records_expired);
-    if expired > 0 {
-        add(
+            )
+        }),
+        (
+            total(|c| c.rows_expired + c.records_expired),
             Urgency::Warning,
-            format!("{expired} row(s)/record(s) aged out unbilled: `awsmp failures`"),
-        );
+            |expired| format!("{expired} row(s)/record(s) aged out unbilled: `awsmp failures`"),
+        ),
+        (
+            total(|c| c.records_not_subscribed),
+            Urgency::Info,
+            |not_subscribed| {
+                format!(
+                    "{not_subscribed} record(s) CustomerNotSubscribed (final, not retried): `awsmp inspect license ARN`"
+                )
+            },
+        ),
+    ];
+    for (count, urgency, message) in counted {
+        if count > 0 {
+            add(urgency, message(count));
+        }
     }
     if report.rows_unplaced > 0 || report.records_unreadable > 0 {
         add(
@@ -301,15 +309,6 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
             format!(
                 "{} row(s) with an unreadable timestamp and {} unreadable aggregated item(s): `awsmp failures`",
                 report.rows_unplaced, report.records_unreadable
-            ),
-        );
-    }
-    let not_subscribed = total(|c| c.records_not_subscribed);
-    if not_subscribed > 0 {
-        add(
-            Urgency::Info,
-            format!(
-                "{not_subscribed} record(s) CustomerNotSubscribed (final, not retried): `awsmp inspect license ARN`"
             ),
         );
     }
