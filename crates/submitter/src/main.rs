@@ -7,7 +7,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     awsmp_aws::init_tracing();
     let config = Config::from_env()?;
-    let sdk = aws_config::load_defaults(awsmp_aws::behavior_version()).await;
+    let sdk = awsmp_aws::sdk::load_sdk_config().await;
     let state = State::connect(&sdk, &config);
     lambda_runtime::run(service_fn(|event: LambdaEvent<_>| handler(&state, event))).await
 }
