@@ -1216,6 +1216,26 @@ else
 fi
 end
 
+begin "sam build's root build has one TLS stack, rustls on ring: no aws-lc, no SDK default HTTPS client"
+if command -v cargo >/dev/null 2>&1; then
+  # The SDK's `default-https-client` is rustls on aws-lc (C code, the largest part of a
+  # bootstrap); the Lambdas set their own client on ring (awsmp_aws::sdk::https_client),
+  # so no default member may turn it, or rustls's aws-lc provider, on. For the deployed
+  # architecture (the templates' arm64), whole tree, no -i: aws-lc must not appear at all.
+  (cd "$ROOT" && cargo tree -e features,normal,build --target aarch64-unknown-linux-gnu \
+    --prefix none) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_no_out 'aws-lc-rs'
+  expect_no_out 'aws-lc-sys'
+  expect_no_out 'aws-smithy-runtime feature "default-https-client"'
+  expect_no_out 'rustls feature "aws_lc_rs"'
+  expect_out 'aws-smithy-http-client feature "rustls-ring"'
+  expect_out 'rustls feature "ring"'
+else
+  fail "cargo is needed for this check"
+fi
+end
+
 echo
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -7,8 +7,8 @@
 //! 2. the function's configuration, read once from the process environment
 //!    ([`process_env`]) by its `Config::from_lookup`: every problem at once, and a bad
 //!    deploy fails here, at init, before any SDK call;
-//! 3. the one SDK config, `aws_config::load_defaults(`[`crate::behavior_version`]`())`
-//!    (Region, credentials and endpoints from the SDK's own variables);
+//! 3. the one SDK config, [`crate::sdk::load_sdk_config`] (Region, credentials and
+//!    endpoints from the SDK's own variables; rustls on ring as the HTTP client);
 //! 4. the handler's state, `State::connect(&sdk, &config)`, which builds every client once.
 
 use aws_config::SdkConfig;
@@ -29,6 +29,6 @@ pub async fn init<C, S>(
 ) -> Result<S, ConfigError> {
     crate::init_tracing();
     let config = read_config(&process_env)?;
-    let sdk = aws_config::load_defaults(crate::behavior_version()).await;
+    let sdk = crate::sdk::load_sdk_config().await;
     Ok(connect(&sdk, &config))
 }
