@@ -639,18 +639,11 @@ mod tests {
             &parse_account_feed(ACCOUNTS),
             &parse_product_feed(PRODUCTS),
         );
-        let plain = joined
-            .usage
-            .iter()
-            .find(|u| u.usage_feed_id == "uf-plain")
-            .unwrap();
+        let feed_row = |id: &str| joined.usage.iter().find(|u| u.usage_feed_id == id).unwrap();
+        let plain = feed_row("uf-plain");
         // The account was revised: its newest valid version.
         assert_eq!(plain.aws_account_id, "111122223333");
-        let other = joined
-            .usage
-            .iter()
-            .find(|u| u.usage_feed_id == "uf-other-day")
-            .unwrap();
+        let other = feed_row("uf-other-day");
         // Its aws_account_id lost the leading zero (loaded as a number): left-padded.
         assert_eq!(other.aws_account_id, "044455556666");
         assert_eq!(plain.product_code, "prodsim1234567890abcdef");
