@@ -325,6 +325,21 @@ mod tests {
     use super::*;
     use axum::http::Method;
 
+    /// The proxy event of [`request`] with the default binary media types.
+    async fn proxy_event(
+        method: Method,
+        uri: &str,
+        content_type: &str,
+        body: &'static [u8],
+    ) -> ApiGatewayProxyRequest {
+        to_proxy_request(
+            request(method, uri, content_type, body),
+            DEFAULT_BINARY_MEDIA_TYPES,
+        )
+        .await
+        .unwrap()
+    }
+
     /// GET `url`, which must answer.
     async fn get(client: &reqwest::Client, url: String) -> reqwest::Response {
         client.get(url).send().await.unwrap()
@@ -343,15 +358,13 @@ mod tests {
 
     #[tokio::test]
     async fn urlencoded_body_is_text_and_the_event_has_the_rest_v1_shape() {
-        let req = request(
+        let event = proxy_event(
             Method::POST,
             "/register?a=1&a=2&b=x%20y",
             "application/x-www-form-urlencoded",
             b"k=v",
-        );
-        let event = to_proxy_request(req, DEFAULT_BINARY_MEDIA_TYPES)
-            .await
-            .unwrap();
+        )
+        .await;
         assert_eq!(event.path.as_deref(), Some("/register"));
         assert_eq!(event.resource.as_deref(), Some("/register"));
         assert_eq!(event.http_method, Method::POST);
@@ -377,37 +390,26 @@ mod tests {
 
     #[tokio::test]
     async fn multipart_and_non_utf8_bodies_are_base64() {
-        let req = request(
+        let event = proxy_event(
             Method::POST,
             "/register",
             "multipart/form-data; boundary=xyz",
             b"--xyz--",
-        );
-        let event = to_proxy_request(req, DEFAULT_BINARY_MEDIA_TYPES)
-            .await
-            .unwrap();
+        )
+        .await;
         assert!(event.is_base64_encoded);
         assert_eq!(BASE64.decode(event.body.unwrap()).unwrap(), b"--xyz--");
 
-        let req = request(Method::POST, "/x", "text/plain", b"\xff\xfe");
-        let event = to_proxy_request(req, DEFAULT_BINARY_MEDIA_TYPES)
-            .await
-            .unwrap();
+        let event = proxy_event(Method::POST, "/x", "text/plain", b"\xff\xfe").await;
         assert!(event.is_base64_encoded);
 
-        let req = request(Method::POST, "/x", "image/png", b"png");
-        let event = to_proxy_request(req, DEFAULT_BINARY_MEDIA_TYPES)
-            .await
-            .unwrap();
+        let event = proxy_event(Method::POST, "/x", "image/png", b"png").await;
         assert!(event.is_base64_encoded);
     }
 
     #[tokio::test]
     async fn empty_body_is_absent() {
-        let req = request(Method::GET, "/", "text/plain", b"");
-        let event = to_proxy_request(req, DEFAULT_BINARY_MEDIA_TYPES)
-            .await
-            .unwrap();
+        let event = proxy_event(Method::GET, "/", "text/plain", b"").await;
         assert_eq!(event.body, None);
     }
 
