@@ -7,37 +7,38 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use aws_sdk_cloudtrail as ct;
 use awsmp_aws::SdkMeteringApi;
 use awsmp_cli::cloudtrail::SdkTrailEvents;
-use awsmp_cli::reconcile::{AwsRecords, ReconcileArgs, load_our_records, reconcile_report};
-use awsmp_cli::trail::{TrailArgs, trail_report};
+use awsmp_cli::reconcile::{AwsRecords, ReconcileArgs, reconcile_report};
+use awsmp_cli::trail::{Report, TrailArgs, trail_report};
 use awsmp_core::memory::MemoryTables;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
-use awsmp_core::ports::{MeteringApi, MeteringRecord, RecordVerdict};
+use awsmp_core::model::{AggregatedStatus, GroupKey};
+use awsmp_core::ports::{MalformedItem, MeteringApi, MeteringRecord, RecordVerdict};
 use awsmp_core::reconcile::{
-    EVENT_SOURCE, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event, read_trail,
+    EVENT_SOURCE, OurRecord, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event,
+    read_trail,
 };
-use awsmp_core::time::{HourBucket, Instant};
+use awsmp_core::time::Instant;
 use awsmp_local_aws::SimServer;
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig,
 };
 use chrono::{DateTime, Duration, Utc};
+use common::*;
 use ct::error::ProvideErrorMetadata;
 use ct::primitives::DateTime as SdkDateTime;
 use ct::types::{LookupAttribute, LookupAttributeKey};
 
-const PRODUCT: &str = "prodsim1234567890abcdef";
-const LICENSE: &str =
-    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
-const LICENSE_2: &str =
-    "arn:aws:license-manager::123456789012:license:l-fedcba9876543210fedcba9876543210";
-const ACCOUNT: &str = "111122223333";
-const ACCOUNT_2: &str = "444455556666";
-
 fn at(s: &str) -> Instant {
     s.parse::<DateTime<Utc>>().unwrap()
+}
+
+/// `at` as the SDK's timestamp (whole seconds).
+fn sdk_time(at: Instant) -> SdkDateTime {
+    SdkDateTime::from_secs(at.timestamp())
 }
 
 fn start_time() -> Instant {
@@ -73,15 +74,6 @@ async fn sim() -> SimServer {
     .unwrap()
 }
 
-fn group(license: &str, account: &str, dimension: &str, hour: &str) -> GroupKey {
-    GroupKey {
-        license_arn: license.into(),
-        customer_aws_account_id: account.into(),
-        dimension: dimension.into(),
-        hour: hour.parse::<HourBucket>().unwrap(),
-    }
-}
-
 fn metering(key: &GroupKey, quantity: i64) -> MeteringRecord {
     MeteringRecord {
         key: key.clone(),
@@ -107,6 +99,19 @@ fn by_name() -> LookupAttribute {
         .unwrap()
 }
 
+/// `awsmp reconcile` of `ours` against the trail, which must answer.
+async fn reconciled(
+    trail: &SdkTrailEvents,
+    ours: &[OurRecord],
+    malformed: &[MalformedItem],
+    args: &ReconcileArgs,
+    now: Instant,
+) -> Report {
+    reconcile_report(AwsRecords::CloudTrail(trail), ours, malformed, args, now)
+        .await
+        .unwrap()
+}
+
 /// Bills through our SDK adapter: three calls a minute apart (sim clock), the last
 /// one refused as a whole, and returns our table as the submitter would leave it.
 async fn bill(server: &SimServer) -> (MemoryTables, Vec<GroupKey>) {
@@ -127,24 +132,7 @@ async fn bill(server: &SimServer) -> (MemoryTables, Vec<GroupKey>) {
             ),
             other => panic!("unexpected verdict {other:?}"),
         };
-        tables.insert_aggregated(
-            AggregatedRecord {
-                key: key.clone(),
-                product_code: PRODUCT.into(),
-                quantity,
-                allocations: None,
-                status,
-                status_reason: None,
-                metering_record_id: id,
-                attempt_count: 1,
-                version: 1,
-                in_flight_until: None,
-                claim_id: None,
-                sent_quantity: Some(quantity),
-                folding: false,
-            },
-            start_time(),
-        );
+        tables.insert_aggregated(sent(key.clone(), quantity, status, id), start_time());
     };
     let first = api
         .batch_meter_usage(&[metering(&a, 42), metering(&b, 5), metering(&c, 7)])
@@ -266,19 +254,15 @@ async fn the_real_cloudtrail_client_reads_the_calls_the_simulator_received() {
     // Time filters: only the calls from one minute after the first.
     let later = client
         .lookup_events()
-        .start_time(SdkDateTime::from_secs(
-            (start_time() + Duration::seconds(30)).timestamp(),
-        ))
+        .start_time(sdk_time(start_time() + Duration::seconds(30)))
         .send()
         .await
         .unwrap();
     assert_eq!(later.events().len(), 2);
     let window = client
         .lookup_events()
-        .start_time(SdkDateTime::from_secs(start_time().timestamp()))
-        .end_time(SdkDateTime::from_secs(
-            (start_time() + Duration::seconds(90)).timestamp(),
-        ))
+        .start_time(sdk_time(start_time()))
+        .end_time(sdk_time(start_time() + Duration::seconds(90)))
         .send()
         .await
         .unwrap();
@@ -366,10 +350,8 @@ async fn lookup_events_refuses_what_cloudtrail_refuses() {
 
     let err = client
         .lookup_events()
-        .start_time(SdkDateTime::from_secs(start_time().timestamp()))
-        .end_time(SdkDateTime::from_secs(
-            (start_time() - Duration::hours(1)).timestamp(),
-        ))
+        .start_time(sdk_time(start_time()))
+        .end_time(sdk_time(start_time() - Duration::hours(1)))
         .send()
         .await
         .unwrap_err();
@@ -451,35 +433,14 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
         shown.text
     );
 
-    let args = ReconcileArgs {
-        month: Some("2026-03".into()),
-        region: "us-east-1".into(),
-        json: true,
-        ..ReconcileArgs::default()
-    };
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
-        .await
-        .unwrap();
+    let args = march_as_json();
+    let (ours, malformed) = our_records(&tables).await;
     assert_eq!(ours.len(), 4);
-    let clean = reconcile_report(
-        AwsRecords::CloudTrail(&trail),
-        &ours,
-        &malformed,
-        &args,
-        now,
-    )
-    .await
-    .unwrap();
+    let clean = reconciled(&trail, &ours, &malformed, &args, now).await;
     assert!(!clean.attention, "{}", clean.text);
-    let doc: serde_json::Value = serde_json::from_str(&clean.text).unwrap();
+    let doc = json_of(&clean);
     assert_eq!(doc["reconciliation"]["agreed"], 4);
-    assert_eq!(
-        doc["reconciliation"]["discrepancies"]
-            .as_array()
-            .unwrap()
-            .len(),
-        0
-    );
+    assert_eq!(count(&doc["reconciliation"]["discrepancies"]), 0);
 
     // WHEN our table is tampered: one quantity changed, one record we claim billed
     // that never was, one billed record gone from our table
@@ -499,26 +460,16 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
     invented.key = group(LICENSE, ACCOUNT, "storage_gb", "2026-03-15T09");
     invented.metering_record_id = Some("never-sent".into());
     tables.insert_aggregated(invented, now);
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
-        .await
-        .unwrap();
+    let (ours, malformed) = our_records(&tables).await;
     let without_c: Vec<_> = ours
         .into_iter()
         .filter(|o| o.record.key != keys[2])
         .collect();
 
-    let tampered = reconcile_report(
-        AwsRecords::CloudTrail(&trail),
-        &without_c,
-        &malformed,
-        &args,
-        now,
-    )
-    .await
-    .unwrap();
+    let tampered = reconciled(&trail, &without_c, &malformed, &args, now).await;
     // THEN each shows up as its kind, with totals
     assert!(tampered.attention);
-    let doc: serde_json::Value = serde_json::from_str(&tampered.text).unwrap();
+    let doc = json_of(&tampered);
     let r = &doc["reconciliation"];
     let kinds: Vec<(String, String, String)> = r["discrepancies"]
         .as_array()
@@ -554,8 +505,8 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
     assert_eq!(r["agreed"], 2);
 
     // The table form says the same for people.
-    let human = reconcile_report(
-        AwsRecords::CloudTrail(&trail),
+    let human = reconciled(
+        &trail,
         &without_c,
         &malformed,
         &ReconcileArgs {
@@ -564,8 +515,7 @@ async fn trail_and_reconcile_agree_with_our_table_and_find_what_was_tampered() {
         },
         now,
     )
-    .await
-    .unwrap();
+    .await;
     for needle in [
         "different quantity",
         "missing on AWS",
@@ -594,43 +544,19 @@ async fn a_call_made_minutes_ago_is_not_yet_visible_and_not_called_missing() {
         .handle()
         .set_cloudtrail_lag(chrono::TimeDelta::minutes(15));
     let trail = SdkTrailEvents::in_region(&server.sdk_config(), "us-east-1");
-    let (mut ours, malformed) = load_our_records(&tables.operator_store(), None)
-        .await
-        .unwrap();
+    let (mut ours, malformed) = our_records(&tables).await;
     let now = start_time() + Duration::minutes(5);
     for o in &mut ours {
         o.recorded_at = Some(start_time());
     }
-    let args = ReconcileArgs {
-        month: Some("2026-03".into()),
-        region: "us-east-1".into(),
-        json: true,
-        ..ReconcileArgs::default()
-    };
-    let report = reconcile_report(
-        AwsRecords::CloudTrail(&trail),
-        &ours,
-        &malformed,
-        &args,
-        now,
-    )
-    .await
-    .unwrap();
-    let doc: serde_json::Value = serde_json::from_str(&report.text).unwrap();
+    let args = march_as_json();
+    let report = reconciled(&trail, &ours, &malformed, &args, now).await;
+    let doc = json_of(&report);
     assert_eq!(
-        doc["reconciliation"]["discrepancies"]
-            .as_array()
-            .unwrap()
-            .len(),
+        count(&doc["reconciliation"]["discrepancies"]),
         0,
         "{}",
         report.text
     );
-    assert_eq!(
-        doc["reconciliation"]["not_yet_visible"]
-            .as_array()
-            .unwrap()
-            .len(),
-        4
-    );
+    assert_eq!(count(&doc["reconciliation"]["not_yet_visible"]), 4);
 }

@@ -5,26 +5,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
 
-use awsmp_cli::reconcile::{
-    AwsRecords, ReconcileArgs, SddsFiles, load_our_records, reconcile_report,
-};
+use awsmp_cli::reconcile::{AwsRecords, ReconcileArgs, SddsFiles, reconcile_report};
 use awsmp_cli::trail::ReportError;
 use awsmp_core::memory::MemoryTables;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use awsmp_core::model::AggregatedStatus;
 use awsmp_core::time::Instant;
-
-const PRODUCT: &str = "prodsim1234567890abcdef";
-const LICENSE: &str =
-    "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0123456789abcdef";
-const LICENSE_2: &str =
-    "arn:aws:license-manager::123456789012:license:l-fedcba9876543210fedcba9876543210";
+use common::{LICENSE, LICENSE_2, group, json_of, march_as_json, our_records, sent};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../core/tests/fixtures/sdds")
         .join(name)
+}
+
+/// The feeds of the fixtures `usage`, `account` and `product.csv`.
+fn read_feeds(usage: &str, account: &str) -> Result<SddsFiles, ReportError> {
+    SddsFiles::read(&fixture(usage), &fixture(account), &fixture("product.csv"))
 }
 
 fn now() -> Instant {
@@ -39,27 +39,14 @@ fn billed(
     hour: &str,
     quantity: i64,
 ) {
+    let id = format!("id-{account}-{dimension}-{hour}");
     tables.insert_aggregated(
-        AggregatedRecord {
-            key: GroupKey {
-                license_arn: license.into(),
-                customer_aws_account_id: account.into(),
-                dimension: dimension.into(),
-                hour: hour.parse().unwrap(),
-            },
-            product_code: PRODUCT.into(),
+        sent(
+            group(license, account, dimension, hour),
             quantity,
-            allocations: None,
-            status: AggregatedStatus::Success,
-            status_reason: None,
-            metering_record_id: Some(format!("id-{account}-{dimension}-{hour}")),
-            attempt_count: 1,
-            version: 1,
-            in_flight_until: None,
-            claim_id: None,
-            sent_quantity: Some(quantity),
-            folding: false,
-        },
+            AggregatedStatus::Success,
+            Some(id),
+        ),
         now(),
     );
 }
@@ -79,21 +66,9 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
     billed(&tables, LICENSE_2, b, "requests", "2026-03-11T05", 8); // tie: later line
     billed(&tables, LICENSE_2, b, "requests", "2026-03-16T05", 3); // feed: 3.25
     billed(&tables, LICENSE_2, b, "storage_gb", "2026-03-15T05", 7); // soft-deleted in the feed
-    let files = SddsFiles::read(
-        &fixture("daily_usage.csv"),
-        &fixture("account.csv"),
-        &fixture("product.csv"),
-    )
-    .unwrap();
-    let (ours, malformed) = load_our_records(&tables.operator_store(), None)
-        .await
-        .unwrap();
-    let args = ReconcileArgs {
-        month: Some("2026-03".into()),
-        region: "us-east-1".into(),
-        json: true,
-        ..ReconcileArgs::default()
-    };
+    let files = read_feeds("daily_usage.csv", "account.csv").unwrap();
+    let (ours, malformed) = our_records(&tables).await;
+    let args = march_as_json();
 
     // WHEN reconciled against the feeds
     let report = reconcile_report(AwsRecords::Sdds(&files), &ours, &malformed, &args, now())
@@ -102,7 +77,7 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
 
     // THEN three discrepancies, the orphan usage line reported, the rest agreed
     assert!(report.attention);
-    let doc: serde_json::Value = serde_json::from_str(&report.text).unwrap();
+    let doc = json_of(&report);
     let r = &doc["reconciliation"];
     let got: Vec<String> = r["discrepancies"]
         .as_array()
@@ -178,23 +153,13 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
 
 #[tokio::test]
 async fn malformed_feed_lines_are_listed_with_their_numbers() {
-    let files = SddsFiles::read(
-        &fixture("daily_usage_malformed.csv"),
-        &fixture("account.csv"),
-        &fixture("product.csv"),
-    )
-    .unwrap();
-    let args = ReconcileArgs {
-        month: Some("2026-03".into()),
-        region: "us-east-1".into(),
-        json: true,
-        ..ReconcileArgs::default()
-    };
+    let files = read_feeds("daily_usage_malformed.csv", "account.csv").unwrap();
+    let args = march_as_json();
     let report = reconcile_report(AwsRecords::Sdds(&files), &[], &[], &args, now())
         .await
         .unwrap();
     assert!(report.attention);
-    let doc: serde_json::Value = serde_json::from_str(&report.text).unwrap();
+    let doc = json_of(&report);
     let lines: Vec<String> = doc["problems"]
         .as_array()
         .unwrap()
@@ -211,12 +176,7 @@ async fn malformed_feed_lines_are_listed_with_their_numbers() {
 
 #[test]
 fn a_missing_feed_file_says_which() {
-    let err = SddsFiles::read(
-        &fixture("daily_usage.csv"),
-        &fixture("no-such-account.csv"),
-        &fixture("product.csv"),
-    )
-    .unwrap_err();
+    let err = read_feeds("daily_usage.csv", "no-such-account.csv").unwrap_err();
     assert!(matches!(err, ReportError::Io(_)));
     assert!(err.to_string().contains("account feed file"), "{err}");
 }
@@ -305,30 +265,13 @@ async fn bucket_with(moto: &MotoServer, usage: &str) -> aws_sdk_s3::Client {
     client
 }
 
-async fn ours_of(tables: &MemoryTables) -> Vec<awsmp_core::reconcile::OurRecord> {
-    load_our_records(&tables.operator_store(), None)
-        .await
-        .unwrap()
-        .0
-}
-
+/// The `--json` reconciliation of March of our table against `files`.
 async fn reconciled(files: &SddsFiles, tables: &MemoryTables) -> serde_json::Value {
-    let args = ReconcileArgs {
-        month: Some("2026-03".into()),
-        region: "us-east-1".into(),
-        json: true,
-        ..ReconcileArgs::default()
-    };
-    let report = reconcile_report(
-        AwsRecords::Sdds(files),
-        &ours_of(tables).await,
-        &[],
-        &args,
-        now(),
-    )
-    .await
-    .unwrap();
-    serde_json::from_str(&report.text).unwrap()
+    let ours = our_records(tables).await.0;
+    let report = reconcile_report(AwsRecords::Sdds(files), &ours, &[], &march_as_json(), now())
+        .await
+        .unwrap();
+    json_of(&report)
 }
 
 /// The problems without the file names, which only the bucket's files carry.
@@ -403,12 +346,7 @@ async fn the_bucket_gives_the_same_discrepancies_as_the_local_files() {
                 "marketplace/ProductFeed_V1/year=2026/month=03/data.csv",
             ]
         );
-        let local = SddsFiles::read(
-            &fixture(usage),
-            &fixture("account.csv"),
-            &fixture("product.csv"),
-        )
-        .unwrap();
+        let local = read_feeds(usage, "account.csv").unwrap();
         let s3_doc = reconciled(&from_s3, &tables).await;
         let local_doc = reconciled(&local, &tables).await;
         assert_eq!(
