@@ -138,8 +138,8 @@ export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
 export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
 # The SAME HOME for step 1 and step 2: cargo-lambda (cargo-zigbuild) writes its zig
 # cc/linker wrappers under ~/.cache, and a different wrapper path changes the CC that
-# ring's and aws-lc-sys's build scripts see, so cargo would rebuild them and every
-# crate above them (nearly the whole SDK) inside sam build.
+# ring's build script sees, so cargo would rebuild it and every
+# crate above it (nearly the whole SDK) inside sam build.
 mkdir -p "$target_dir" "$build_root" "$sam_home"
 export HOME="$sam_home"
 export AWS_ACCESS_KEY_ID=dummy AWS_SECRET_ACCESS_KEY=dummy
