@@ -957,6 +957,27 @@ mod tests {
         world.record(key).unwrap().status
     }
 
+    /// One run at `now` with `settings` and the world's ports, no deadline; the clock is
+    /// left as it is.
+    async fn run(
+        world: &World,
+        now: Instant,
+        settings: &SubmitSettings,
+    ) -> Result<SubmitReport, PipelineError> {
+        submit(now, settings, world.submit_ports(), Budget::UNLIMITED).await
+    }
+
+    /// One run at `now` with the world's settings and ports but `api` as Marketplace.
+    async fn run_via(world: &World, now: Instant, api: &dyn MeteringApi) -> SubmitReport {
+        let ports = SubmitPorts {
+            metering: api,
+            ..world.submit_ports()
+        };
+        submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn completed_hours_are_billed_in_paced_batches_of_25() {
         let now = t(NOW);
@@ -1145,6 +1166,16 @@ mod tests {
         times: Mutex<u32>,
     }
 
+    impl Unprocessing {
+        fn new(world: &World, dimension: &str, times: u32) -> Self {
+            Self {
+                inner: world.api.clone(),
+                dimension: dimension.into(),
+                times: Mutex::new(times),
+            }
+        }
+    }
+
     #[async_trait]
     impl MeteringApi for Unprocessing {
         async fn batch_meter_usage(
@@ -1184,17 +1215,9 @@ mod tests {
         let now = t(NOW);
         let world = World::new(now);
         let keys = seed(&world, 3, "2026-11-30T09", 1);
-        let api = Unprocessing {
-            inner: world.api.clone(),
-            dimension: "d001".into(),
-            times: Mutex::new(2),
-        };
-        let mut ports = world.submit_ports();
-        ports.metering = &api;
+        let api = Unprocessing::new(&world, "d001", 2);
 
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run_via(&world, now, &api).await;
 
         // Sent, unprocessed, retried once after a backoff, still unprocessed: pending.
         assert_eq!(
@@ -1204,24 +1227,14 @@ mod tests {
         assert_eq!(status(&world, &keys[1]), AggregatedStatus::Pending);
         assert_eq!(world.metrics.total(metric::USAGE_RECORD_UNPROCESSED), 1);
         // The next run bills it, exactly once.
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run_via(&world, now, &api).await;
         assert_eq!(report.success, 1);
         assert_eq!(world.api.ledger().len(), 3);
 
         // An unprocessed record that goes through on the retry is billed in the same run.
         let more = seed(&world, 1, "2026-11-30T08", 1);
-        let api = Unprocessing {
-            inner: world.api.clone(),
-            dimension: "d000".into(),
-            times: Mutex::new(1),
-        };
-        let mut ports = world.submit_ports();
-        ports.metering = &api;
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let api = Unprocessing::new(&world, "d000", 1);
+        let report = run_via(&world, now, &api).await;
         assert_eq!((report.success, report.unprocessed), (1, 0));
         assert_eq!(status(&world, &more[0]), AggregatedStatus::Success);
     }
@@ -1345,11 +1358,7 @@ mod tests {
             world: world.clone(),
             batches: Mutex::new(vec![]),
         };
-        let mut ports = world.submit_ports();
-        ports.metering = &api;
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run_via(&world, now, &api).await;
         assert_eq!((report.success, report.api_calls), (80, 4));
         assert_eq!(api.batches.lock().unwrap().len(), 4);
         for key in &keys {
@@ -1394,11 +1403,7 @@ mod tests {
             inner: world.api.clone(),
             calls: Mutex::new(0),
         };
-        let mut ports = world.submit_ports();
-        ports.metering = &api;
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run_via(&world, now, &api).await;
         assert_eq!(report.stopped.as_deref(), Some("disabled"));
         assert_eq!(report.success, 25);
         for key in &keys {
@@ -1430,13 +1435,7 @@ mod tests {
             },
         );
 
-        let result = submit(
-            now,
-            &world.submit_settings(),
-            world.submit_ports(),
-            Budget::UNLIMITED,
-        )
-        .await;
+        let result = run(&world, now, &world.submit_settings()).await;
 
         // The run reports the failure, but the billed record is recorded billed and the
         // other released, pending, for the next run.
@@ -1616,9 +1615,7 @@ mod tests {
         world.tables.insert_aggregated(pending(&real_buyer, 2), now);
         let mut settings = world.submit_settings();
         settings.mode = MeteringMode::from_parts("dry-run", &[ACCOUNT_A.to_string()]).unwrap();
-        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run(&world, now, &settings).await.unwrap();
         assert_eq!(
             (
                 report.dry_run_submitted,
@@ -1685,9 +1682,7 @@ mod tests {
         world.tables.insert_aggregated(big.clone(), now);
         let mut settings = world.submit_settings();
         settings.limits = BatchLimits::new(25, 400).unwrap();
-        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run(&world, now, &settings).await.unwrap();
         assert_eq!((report.success, report.errors), (1, 1));
         assert_eq!(
             world.record(&big.key).unwrap().status_reason.as_deref(),
@@ -1710,13 +1705,7 @@ mod tests {
                 },
             );
         }
-        let result = submit(
-            now,
-            &world.submit_settings(),
-            world.submit_ports(),
-            Budget::UNLIMITED,
-        )
-        .await;
+        let result = run(&world, now, &world.submit_settings()).await;
         assert!(matches!(result, Err(PipelineError::Port(_))), "{result:?}");
     }
 
@@ -1736,9 +1725,7 @@ mod tests {
         );
         let mut settings = world.submit_settings();
         settings.deployment = DeploymentMode::DirectSubmit;
-        let report = submit(now, &settings, world.submit_ports(), Budget::UNLIMITED)
-            .await
-            .unwrap();
+        let report = run(&world, now, &settings).await.unwrap();
         assert_eq!(report.success, 1);
         assert_eq!(world.api.ledger()[&key].quantity, 42);
         assert_eq!(world.api.ledger()[&key].product_code, PRODUCT);
