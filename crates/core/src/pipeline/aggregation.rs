@@ -313,6 +313,119 @@ mod tests {
         }
     }
 
+    /// The group most tests fold: license `l`, account A, `requests`, hour 09.
+    fn requests(l: &str) -> GroupKey {
+        group(l, ACCOUNT_A, "requests", "2026-11-30T09")
+    }
+
+    /// A world at [`NOW`] with one `requests` row of 3 at 09:05 for license 1.
+    struct OneRow {
+        now: Instant,
+        world: World,
+        l: String,
+        /// The row's sort key.
+        sk: String,
+        key: GroupKey,
+    }
+
+    fn one_row() -> OneRow {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let key = requests(&l);
+        OneRow {
+            now,
+            world,
+            l,
+            sk,
+            key,
+        }
+    }
+
+    /// `n` `requests` rows of `quantity`, one a second from 09:00:00.
+    fn put_per_second(world: &World, l: &str, n: u32, quantity: i64) {
+        for i in 0..n {
+            world.put(
+                l,
+                ACCOUNT_A,
+                "requests",
+                &format!("2026-11-30T09:{:02}:{:02}Z", i / 60, i % 60),
+                quantity,
+            );
+        }
+    }
+
+    /// A `requests` row at `ts` whose quantity attribute is the number `quantity`.
+    fn put_bad_quantity(world: &World, l: &str, ts: &str, quantity: &str) -> String {
+        let mut bad = reference_row(l, ACCOUNT_A, "requests", ts, 1);
+        bad.attrs
+            .insert(attr::QUANTITY.into(), Attr::N(quantity.into()));
+        world.put_row(bad)
+    }
+
+    /// One delivery of the group's aggregate message.
+    async fn try_fold(
+        world: &World,
+        key: &GroupKey,
+        now: Instant,
+    ) -> Result<AggregateReport, PipelineError> {
+        world.aggregate(&aggregate_message(key), now).await
+    }
+
+    /// One delivery of the group's aggregate message, which succeeds.
+    async fn fold(world: &World, key: &GroupKey, now: Instant) -> AggregateReport {
+        try_fold(world, key, now).await.unwrap()
+    }
+
+    /// One delivery of the group's aggregate message with `aggregated` as the store.
+    async fn fold_via(
+        world: &World,
+        key: &GroupKey,
+        now: Instant,
+        aggregated: &dyn AggregatedStore,
+    ) -> Result<AggregateReport, PipelineError> {
+        let ports = AggregatePorts {
+            aggregated,
+            ..world.aggregate_ports()
+        };
+        aggregate_group(
+            &aggregate_message(key),
+            now,
+            &world.aggregate_settings(),
+            ports,
+        )
+        .await
+    }
+
+    /// A submitter's claim `id` on the record at `version`, leased for 15 minutes.
+    async fn claim(
+        world: &World,
+        key: &GroupKey,
+        version: u64,
+        id: &str,
+        now: Instant,
+    ) -> Option<crate::ports::ClaimGrant> {
+        claim_read(&world.aggregated, key, version, &claim_at(id, now, 15))
+            .await
+            .unwrap()
+    }
+
+    /// The submitter writes `update` to the record (holding `claim_id`, if any).
+    async fn record_update(
+        world: &World,
+        key: &GroupKey,
+        claim_id: Option<&str>,
+        update: &SubmissionUpdate,
+        now: Instant,
+    ) {
+        world
+            .aggregated
+            .record(key, claim_id, update, now)
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_group_is_counted_and_finalized_by_its_commit_and_rejections_by_cleanup() {
         // GIVEN three valid rows and one bad row in one group
@@ -322,17 +435,11 @@ mod tests {
         let a = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
         let b = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 4);
         let c = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:59:59Z", 0);
-        let mut bad = reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
-        bad.attrs
-            .insert(attr::QUANTITY.into(), Attr::N("1.5".into()));
-        let bad = world.put_row(bad);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let bad = put_bad_quantity(&world, &l, "2026-11-30T09:20:00Z", "1.5");
+        let key = requests(&l);
 
         // WHEN the aggregator handles the group, and cleanup its message
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, now).await;
         assert_eq!((report.counted, report.rejected, report.commits), (3, 1, 1));
         let record = world.record(&key).unwrap();
         assert_eq!(
@@ -377,12 +484,10 @@ mod tests {
 
     #[tokio::test]
     async fn redelivery_recounts_nothing_and_rows_counted_but_pending_go_to_cleanup() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
+        let OneRow {
+            now, world, l, key, ..
+        } = one_row();
         world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:06:00Z", 5);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
         let message = aggregate_message(&key);
 
         // GIVEN the first delivery committed (its rows counted and finalized)
@@ -418,23 +523,15 @@ mod tests {
 
     #[tokio::test]
     async fn late_rows_fold_into_an_unsubmitted_hour_exactly_once() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let OneRow {
+            now, world, l, key, ..
+        } = one_row();
+        fold(&world, &key, now).await;
         world.cleanup_all(now).await;
 
         let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:45:00Z", 10);
         let later = t("2026-11-30T10:40:00Z");
-        let report = world
-            .aggregate(&aggregate_message(&key), later)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, later).await;
         assert_eq!(report.counted, 1);
         let record = world.record(&key).unwrap();
         assert_eq!((record.quantity, record.version), (13, 2));
@@ -444,32 +541,16 @@ mod tests {
 
     #[tokio::test]
     async fn late_rows_for_a_submitted_hour_are_rejected_and_reported() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let OneRow {
+            now, world, l, key, ..
+        } = one_row();
+        fold(&world, &key, now).await;
         world.cleanup_all(now).await;
-        world
-            .aggregated
-            .record(
-                &key,
-                None,
-                &SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into())),
-                now,
-            )
-            .await
-            .unwrap();
+        let billed = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()));
+        record_update(&world, &key, None, &billed, now).await;
 
         let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, now).await;
         assert_eq!((report.counted, report.rejected), (0, 1));
         world.cleanup_all(now).await;
         assert_eq!(
@@ -486,32 +567,21 @@ mod tests {
             1
         );
         // A redelivered cleanup never counts the rejection twice.
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        fold(&world, &key, now).await;
         world.cleanup_all(now).await;
         assert_eq!(world.metrics.total(metric::LATE_USAGE_AFTER_SUBMISSION), 1);
     }
 
     #[tokio::test]
     async fn a_record_held_by_a_submitter_is_never_folded() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
-        let grant = claim_read(&world.aggregated, &key, 1, &claim_at("c1", now, 15))
-            .await
-            .unwrap();
-        assert!(grant.is_some());
+        let OneRow {
+            now, world, l, key, ..
+        } = one_row();
+        fold(&world, &key, now).await;
+        assert!(claim(&world, &key, 1, "c1", now).await.is_some());
         let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
 
-        let held = world.aggregate(&aggregate_message(&key), now).await;
+        let held = try_fold(&world, &key, now).await;
         assert!(
             matches!(held, Err(PipelineError::RecordInFlight { .. })),
             "{held:?}"
@@ -524,61 +594,47 @@ mod tests {
         );
         // Once the submitter releases it as definitely not sent (throttled), the late
         // row folds.
-        world
-            .aggregated
-            .record(&key, Some("c1"), &SubmissionUpdate::release(false), now)
-            .await
-            .unwrap();
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        record_update(
+            &world,
+            &key,
+            Some("c1"),
+            &SubmissionUpdate::release(false),
+            now,
+        )
+        .await;
+        let report = fold(&world, &key, now).await;
         assert_eq!(report.counted, 1);
         assert_eq!(world.record(&key).unwrap().quantity, 13);
     }
 
     #[tokio::test]
     async fn after_a_send_that_may_have_billed_late_rows_are_late_usage() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let OneRow {
+            now, world, l, key, ..
+        } = one_row();
+        fold(&world, &key, now).await;
         // GIVEN a send whose response was lost (released, possibly billed 3) ...
-        claim_read(&world.aggregated, &key, 1, &claim_at("c1", now, 15))
-            .await
-            .unwrap()
-            .unwrap();
-        world
-            .aggregated
-            .record(&key, Some("c1"), &SubmissionUpdate::release(true), now)
-            .await
-            .unwrap();
+        claim(&world, &key, 1, "c1", now).await.unwrap();
+        record_update(
+            &world,
+            &key,
+            Some("c1"),
+            &SubmissionUpdate::release(true),
+            now,
+        )
+        .await;
         // ... and another whose submitter died holding the claim (lease lapsed).
         let other = group(&l, ACCOUNT_A, "storage", "2026-11-30T09");
         world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:05:00Z", 4);
-        world
-            .aggregate(&aggregate_message(&other), now)
-            .await
-            .unwrap();
-        claim_read(&world.aggregated, &other, 1, &claim_at("c2", now, 15))
-            .await
-            .unwrap()
-            .unwrap();
+        fold(&world, &other, now).await;
+        claim(&world, &other, 1, "c2", now).await.unwrap();
         let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 10);
         let late_other = world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:50:00Z", 10);
 
         // WHEN late rows arrive after the lease has run out
         let much_later = now + chrono::Duration::minutes(20);
         for k in [&key, &other] {
-            let report = world
-                .aggregate(&aggregate_message(k), much_later)
-                .await
-                .unwrap();
+            let report = fold(&world, k, much_later).await;
             assert_eq!((report.counted, report.rejected), (0, 1));
         }
         world.cleanup_all(much_later).await;
@@ -596,16 +652,8 @@ mod tests {
         let now = t(NOW);
         let world = World::new(now);
         let l = license(1);
-        for i in 0..150 {
-            world.put(
-                &l,
-                ACCOUNT_A,
-                "requests",
-                &format!("2026-11-30T09:{:02}:{:02}Z", i / 60, i % 60),
-                1,
-            );
-        }
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        put_per_second(&world, &l, 150, 1);
+        let key = requests(&l);
         // GIVEN the second of two commits fails for good (the aggregator dies)
         world.tables.fail_after(
             StoreOp::AggregatedCommit,
@@ -615,36 +663,18 @@ mod tests {
                 message: "crash".into(),
             },
         );
-        assert!(
-            world
-                .aggregate(&aggregate_message(&key), now)
-                .await
-                .is_err()
-        );
+        assert!(try_fold(&world, &key, now).await.is_err());
         // THEN the half-folded record is marked and no submitter may claim it
         let half = world.record(&key).unwrap();
         assert_eq!((half.quantity, half.folding), (99, true));
-        assert!(
-            claim_read(
-                &world.aggregated,
-                &key,
-                half.version,
-                &claim_at("c1", now, 15)
-            )
-            .await
-            .unwrap()
-            .is_none()
-        );
+        assert!(claim(&world, &key, half.version, "c1", now).await.is_none());
         assert!(!crate::aggregate::submission_due(
             &half,
             now,
             ZeroQuantityPolicy::Defer
         ));
         // WHEN the message is redelivered, the fold resumes where it stopped
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, now).await;
         assert_eq!(
             (report.counted, report.recovered, report.commits),
             (51, 0, 1)
@@ -652,15 +682,9 @@ mod tests {
         let whole = world.record(&key).unwrap();
         assert_eq!((whole.quantity, whole.folding), (150, false));
         assert!(
-            claim_read(
-                &world.aggregated,
-                &key,
-                whole.version,
-                &claim_at("c2", now, 15)
-            )
-            .await
-            .unwrap()
-            .is_some()
+            claim(&world, &key, whole.version, "c2", now)
+                .await
+                .is_some()
         );
     }
 
@@ -669,20 +693,9 @@ mod tests {
         let now = t(NOW);
         let world = World::new(now);
         let l = license(1);
-        for i in 0..250 {
-            world.put(
-                &l,
-                ACCOUNT_A,
-                "requests",
-                &format!("2026-11-30T09:{:02}:{:02}Z", i / 60, i % 60),
-                2,
-            );
-        }
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        put_per_second(&world, &l, 250, 2);
+        let key = requests(&l);
+        let report = fold(&world, &key, now).await;
         assert_eq!((report.counted, report.commits), (250, 3));
         let record = world.record(&key).unwrap();
         assert_eq!((record.quantity, record.version), (500, 3));
@@ -704,6 +717,17 @@ mod tests {
         conflicts: Mutex<u32>,
         /// Greedy rivals count every pending row (ours too); narrow ones only their own.
         greedy: bool,
+    }
+
+    impl RivalStore {
+        fn new(world: &World, conflicts: u32, greedy: bool) -> Self {
+            Self {
+                inner: world.aggregated.clone(),
+                world: world.clone(),
+                conflicts: Mutex::new(conflicts),
+                greedy,
+            }
+        }
     }
 
     impl Decorator for RivalStore {}
@@ -731,20 +755,9 @@ mod tests {
                     .world
                     .put(&key.license_arn, ACCOUNT_A, "requests", &ts, 100);
                 if self.greedy {
-                    let rival_message = WorkMessage::Aggregate {
-                        group: key,
-                        flush: false,
-                    };
-                    let mut only = self.world.aggregate_ports();
-                    only.aggregated = &self.inner;
-                    aggregate_group(
-                        &rival_message,
-                        commit.now,
-                        &self.world.aggregate_settings(),
-                        only,
-                    )
-                    .await
-                    .unwrap();
+                    fold_via(&self.world, &key, commit.now, &self.inner)
+                        .await
+                        .unwrap();
                 } else {
                     let row = self.world.row(&key.license_arn, &sk);
                     let ctx = GuardrailContext::new(commit.now, PRODUCT);
@@ -772,28 +785,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_race_is_re_read_and_recomputed() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        let rival = RivalStore {
-            inner: world.aggregated.clone(),
-            world: world.clone(),
-            conflicts: Mutex::new(1),
-            greedy: true,
-        };
-        let mut ports = world.aggregate_ports();
-        ports.aggregated = &rival;
+        let OneRow {
+            now, world, key, ..
+        } = one_row();
+        let rival = RivalStore::new(&world, 1, true);
 
-        let report = aggregate_group(
-            &aggregate_message(&key),
-            now,
-            &world.aggregate_settings(),
-            ports,
-        )
-        .await
-        .unwrap();
+        let report = fold_via(&world, &key, now, &rival).await.unwrap();
 
         // The rival counted both rows (3 + 100); our retry found them final.
         assert_eq!((report.counted, report.recovered), (0, 0));
@@ -802,26 +799,11 @@ mod tests {
 
     #[tokio::test]
     async fn endless_contention_fails_the_message_for_redelivery() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        let rival = RivalStore {
-            inner: world.aggregated.clone(),
-            world: world.clone(),
-            conflicts: Mutex::new(100),
-            greedy: false,
-        };
-        let mut ports = world.aggregate_ports();
-        ports.aggregated = &rival;
-        let result = aggregate_group(
-            &aggregate_message(&key),
-            now,
-            &world.aggregate_settings(),
-            ports,
-        )
-        .await;
+        let OneRow {
+            now, world, key, ..
+        } = one_row();
+        let rival = RivalStore::new(&world, 100, false);
+        let result = fold_via(&world, &key, now, &rival).await;
         assert!(
             matches!(
                 result,
@@ -862,17 +844,11 @@ mod tests {
         let z2 = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:06:00Z", 0);
         world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:06:00Z", 0);
         world.put(&l, ACCOUNT_A, "storage", "2026-11-30T09:07:00Z", 4);
-        let zero_key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let zero_key = requests(&l);
         let mixed_key = group(&l, ACCOUNT_A, "storage", "2026-11-30T09");
 
-        let report = world
-            .aggregate(&aggregate_message(&zero_key), now)
-            .await
-            .unwrap();
-        world
-            .aggregate(&aggregate_message(&mixed_key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &zero_key, now).await;
+        fold(&world, &mixed_key, now).await;
         world.cleanup_all(now).await;
 
         assert_eq!((report.zero_rows_closed, report.commits), (2, 0));
@@ -891,16 +867,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_still_locked_hour_waits_unless_it_is_a_flush() {
-        let now = t(NOW);
-        let mut world = World::new(now);
+        let OneRow {
+            now,
+            mut world,
+            l,
+            sk,
+            key,
+        } = one_row();
         world.lock = MeteringLockHours::new(3).unwrap();
-        let l = license(1);
-        let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        let early = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let early = fold(&world, &key, now).await;
         assert!(early.early);
         assert!(world.record(&key).is_none());
         assert!(world.cleanup_queue.is_empty());
@@ -940,11 +915,8 @@ mod tests {
         };
         world.put_row(tagged("2026-11-30T09:01:00Z", &[(2, "red"), (3, "blue")]));
         world.put_row(tagged("2026-11-30T09:02:00Z", &[(4, "red")]));
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let key = requests(&l);
+        fold(&world, &key, now).await;
         let record = world.record(&key).unwrap();
         assert_eq!(record.quantity, 9);
         let mut allocations = record.allocations.unwrap();
@@ -955,10 +927,7 @@ mod tests {
         );
         // A late untagged non-zero row cannot join a tagged record.
         let untagged = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:03:00Z", 5);
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        fold(&world, &key, now).await;
         world.cleanup_all(now).await;
         assert_eq!(
             world.reason(&l, &untagged).as_deref(),
@@ -969,23 +938,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_cleanup_message_fails_the_delivery_and_redelivery_recovers() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        let sk = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let mut bad = reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:20:00Z", 1);
-        bad.attrs
-            .insert(attr::QUANTITY.into(), Attr::N("-2".into()));
-        let bad = world.put_row(bad);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let OneRow {
+            now,
+            world,
+            l,
+            sk,
+            key,
+        } = one_row();
+        let bad = put_bad_quantity(&world, &l, "2026-11-30T09:20:00Z", "-2");
         world.cleanup_queue.fail_next_send(PortError::Transient {
             operation: "send",
             message: "throttled".into(),
         });
-        let failed = world.aggregate(&aggregate_message(&key), now).await;
+        let failed = try_fold(&world, &key, now).await;
         assert!(matches!(failed, Err(PipelineError::Port(_))), "{failed:?}");
         world.cleanup_queue.fail_where(|_| true);
-        let refused = world.aggregate(&aggregate_message(&key), now).await;
+        let refused = try_fold(&world, &key, now).await;
         assert!(
             matches!(
                 refused,
@@ -997,10 +965,7 @@ mod tests {
             "{refused:?}"
         );
         world.cleanup_queue.clear_failures();
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, now).await;
         // The rejection is screened again and reaches cleanup; the count stands.
         assert_eq!((report.counted, report.rejected), (0, 1));
         world.cleanup_all(now).await;
@@ -1014,11 +979,9 @@ mod tests {
 
     #[tokio::test]
     async fn transient_store_errors_are_retried_with_backoff() {
-        let now = t(NOW);
-        let world = World::new(now);
-        let l = license(1);
-        world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3);
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+        let OneRow {
+            now, world, key, ..
+        } = one_row();
         let blip = || PortError::Transient {
             operation: "x",
             message: "ProvisionedThroughputExceeded".into(),
@@ -1026,10 +989,7 @@ mod tests {
         world.tables.fail_next(StoreOp::UsageGroupRows, blip());
         world.tables.fail_next(StoreOp::AggregatedCommit, blip());
         world.tables.fail_next(StoreOp::AggregatedCommit, blip());
-        let report = world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let report = fold(&world, &key, now).await;
         assert_eq!(report.counted, 1);
         assert_eq!(world.clock.sleeps().len(), 3);
     }
@@ -1037,7 +997,7 @@ mod tests {
     #[tokio::test]
     async fn a_cleanup_message_is_the_wrong_kind() {
         let world = World::new(t(NOW));
-        let key = group(&license(1), ACCOUNT_A, "requests", "2026-11-30T09");
+        let key = requests(&license(1));
         let message = WorkMessage::Cleanup {
             group: key,
             aggregated: vec![],
@@ -1064,11 +1024,8 @@ mod tests {
                 1,
             );
         }
-        let key = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-        world
-            .aggregate(&aggregate_message(&key), now)
-            .await
-            .unwrap();
+        let key = requests(&l);
+        fold(&world, &key, now).await;
         let messages = world.cleanup_queue.messages();
         assert_eq!(messages.len(), 3);
         let cleanup = world.cleanup_all(now).await;
