@@ -469,6 +469,29 @@ mod tests {
     use super::*;
     use crate::lifecycle::fixtures::*;
 
+    /// The hours of 2026-11-30 the cases happen at.
+    const H09: &str = "2026-11-30T09:00:00Z";
+    const H10: &str = "2026-11-30T10:00:00Z";
+    const H11: &str = "2026-11-30T11:00:00Z";
+    const H12: &str = "2026-11-30T12:00:00Z";
+    const H13: &str = "2026-11-30T13:00:00Z";
+
+    /// License Updated for a replacement agreement of the same license and account.
+    fn renewed(time: &str) -> MarketplaceEvent {
+        MarketplaceEvent::LicenseUpdated {
+            license_arn: LICENSE.into(),
+            account: ACCOUNT.into(),
+            product_code: Some(PRODUCT.into()),
+            agreement_id: "agmt-renewed".into(),
+            time: t(time),
+        }
+    }
+
+    /// The row `event` writes over `row` (it must write one).
+    fn written(row: Option<&Subscriber>, event: &MarketplaceEvent) -> Subscriber {
+        apply(row, event).row().cloned().unwrap()
+    }
+
     /// Applies events in order the way the subscription handler does (write what
     /// `apply` says, bump the version like the store), returning the row and the kinds.
     fn run(events: &[MarketplaceEvent]) -> (Option<Subscriber>, Vec<&'static str>) {
@@ -492,7 +515,7 @@ mod tests {
 
     #[test]
     fn license_updated_creates_an_active_row() {
-        let transition = apply(None, &updated("2026-11-30T10:00:00Z"));
+        let transition = apply(None, &updated(H10));
         let row = transition.row().unwrap();
         assert_eq!(row.license_arn, LICENSE);
         assert_eq!(row.customer_aws_account_id, ACCOUNT);
@@ -500,8 +523,8 @@ mod tests {
         assert_eq!(row.agreement_id.as_deref(), Some(AGREEMENT));
         assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
         assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
-        assert_eq!(row.agreement_event_at, Some(t("2026-11-30T10:00:00Z")));
-        assert_eq!(row.subscription_event_at, Some(t("2026-11-30T10:00:00Z")));
+        assert_eq!(row.agreement_event_at, Some(t(H10)));
+        assert_eq!(row.subscription_event_at, Some(t(H10)));
         assert_eq!(
             row.version, 0,
             "the version read is kept for the conditional write"
@@ -515,20 +538,14 @@ mod tests {
         registered.registered_regions = vec!["eu-west-1".into()];
         registered.product_code = Some(PRODUCT.into());
         // WHEN License Updated arrives THEN only lifecycle fields change
-        let row = apply(Some(&registered), &updated("2026-11-30T10:00:00Z"))
-            .row()
-            .cloned()
-            .unwrap();
+        let row = written(Some(&registered), &updated(H10));
         assert_eq!(row.registered_regions, vec!["eu-west-1".to_string()]);
         assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
     }
 
     #[test]
     fn deprovisioned_opens_a_one_hour_window_and_keeps_the_agreement() {
-        let (row, kinds) = run(&[
-            updated("2026-11-30T10:00:00Z"),
-            deprovisioned("2026-11-30T12:15:30Z"),
-        ]);
+        let (row, kinds) = run(&[updated(H10), deprovisioned("2026-11-30T12:15:30Z")]);
         let row = row.unwrap();
         assert_eq!(kinds, ["write", "write"]);
         assert_eq!(
@@ -539,20 +556,17 @@ mod tests {
         assert_eq!(row.subscription_event_at, Some(t("2026-11-30T12:15:30Z")));
         // The agreement and the subscription never move together.
         assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
-        assert_eq!(row.agreement_event_at, Some(t("2026-11-30T10:00:00Z")));
+        assert_eq!(row.agreement_event_at, Some(t(H10)));
     }
 
     #[test]
     fn ended_sets_only_the_agreement_inactive() {
-        let (row, kinds) = run(&[
-            updated("2026-11-30T10:00:00Z"),
-            ended("2026-11-30T11:00:00Z"),
-        ]);
+        let (row, kinds) = run(&[updated(H10), ended(H11)]);
         let row = row.unwrap();
         assert_eq!(kinds, ["write", "write"]);
         assert_eq!(row.agreement_status, Some(AgreementStatus::Inactive));
         assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
-        assert_eq!(row.subscription_event_at, Some(t("2026-11-30T10:00:00Z")));
+        assert_eq!(row.subscription_event_at, Some(t(H10)));
         assert_eq!(row.deprovisioning_expiry, None);
     }
 
@@ -566,215 +580,132 @@ mod tests {
             &'static str,
             Vec<MarketplaceEvent>,
             Vec<&'static str>,
-            Option<A>,
-            Option<S>,
+            (Option<A>, Option<S>),
         );
         let cases: Vec<Case> = vec![
             (
                 "duplicate License Updated is a no-op",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    updated("2026-11-30T10:00:00Z"),
-                ],
+                vec![updated(H10), updated(H10)],
                 vec!["write", "unchanged"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "newer License Updated refreshes an active row",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    updated("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), updated(H11)],
                 vec!["write", "write"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "stale License Updated after a newer one is a no-op",
-                vec![
-                    updated("2026-11-30T11:00:00Z"),
-                    updated("2026-11-30T10:00:00Z"),
-                ],
+                vec![updated(H11), updated(H10)],
                 vec!["write", "unchanged"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "stale License Updated after Deprovisioned never reactivates",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    updated("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), deprovisioned(H12), updated(H11)],
                 vec!["write", "write", "unchanged"],
-                Some(A::Active),
-                Some(S::Deprovisioning),
+                (Some(A::Active), Some(S::Deprovisioning)),
             ),
             (
                 "newer License Updated after Deprovisioned is refused",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    updated("2026-11-30T13:00:00Z"),
-                ],
+                vec![updated(H10), deprovisioned(H12), updated(H13)],
                 vec!["write", "write", "refused"],
-                Some(A::Active),
-                Some(S::Deprovisioning),
+                (Some(A::Active), Some(S::Deprovisioning)),
             ),
             (
                 "Deprovisioned before any License Updated creates a deprovisioning row; the late Updated is stale",
-                vec![
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    updated("2026-11-30T10:00:00Z"),
-                ],
+                vec![deprovisioned(H12), updated(H10)],
                 vec!["write", "unchanged"],
-                None,
-                Some(S::Deprovisioning),
+                (None, Some(S::Deprovisioning)),
             ),
             (
                 "duplicate Deprovisioned keeps the first window",
-                vec![
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                ],
+                vec![deprovisioned(H12), deprovisioned(H12)],
                 vec!["write", "unchanged"],
-                None,
-                Some(S::Deprovisioning),
+                (None, Some(S::Deprovisioning)),
             ),
             (
                 "a newer Deprovisioned never extends the window",
-                vec![
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    deprovisioned("2026-11-30T12:30:00Z"),
-                ],
+                vec![deprovisioned(H12), deprovisioned("2026-11-30T12:30:00Z")],
                 vec!["write", "unchanged"],
-                None,
-                Some(S::Deprovisioning),
+                (None, Some(S::Deprovisioning)),
             ),
             (
                 "stale Deprovisioned after a newer License Updated is a no-op",
-                vec![
-                    updated("2026-11-30T12:00:00Z"),
-                    deprovisioned("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H12), deprovisioned(H11)],
                 vec!["write", "unchanged"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "Ended before any row exists has no row to apply to",
-                vec![ended("2026-11-30T09:00:00Z")],
+                vec![ended(H09)],
                 vec!["no-row"],
-                None,
-                None,
+                (None, None),
             ),
             (
                 "Ended before Updated (delivered after): the stale half leaves the agreement ended",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                    updated("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), ended(H12), updated(H11)],
                 vec!["write", "write", "write"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "a newer License Updated never reactivates the same ended agreement",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                    updated("2026-11-30T13:00:00Z"),
-                ],
+                vec![updated(H10), ended(H12), updated(H13)],
                 vec!["write", "write", "write"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "duplicate Ended (Manufacturer and Proposer copies) is a no-op",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                ],
+                vec![updated(H10), ended(H12), ended(H12)],
                 vec!["write", "write", "unchanged"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "stale Ended before the License Updated that activated the agreement is a no-op",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T09:00:00Z"),
-                ],
+                vec![updated(H10), ended(H09)],
                 vec!["write", "unchanged"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "Amended on an active agreement writes nothing",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    amended("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), amended(H11)],
                 vec!["write", "unchanged"],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "Amended does not move the guard: an earlier Ended delivered late still ends it",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    amended("2026-11-30T12:00:00Z"),
-                    ended("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), amended(H12), ended(H11)],
                 vec!["write", "unchanged", "write"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "older Amended after Ended never reactivates",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                    amended("2026-11-30T11:00:00Z"),
-                ],
+                vec![updated(H10), ended(H12), amended(H11)],
                 vec!["write", "write", "unchanged"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "newer Amended after Ended is refused",
-                vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    ended("2026-11-30T12:00:00Z"),
-                    amended("2026-11-30T13:00:00Z"),
-                ],
+                vec![updated(H10), ended(H12), amended(H13)],
                 vec!["write", "write", "refused"],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "Amended on a deprovisioning-created row (agreement unknown) activates the agreement only",
-                vec![
-                    deprovisioned("2026-11-30T12:00:00Z"),
-                    amended("2026-11-30T12:30:00Z"),
-                ],
+                vec![deprovisioned(H12), amended("2026-11-30T12:30:00Z")],
                 vec!["write", "write"],
-                Some(A::Active),
-                Some(S::Deprovisioning),
+                (Some(A::Active), Some(S::Deprovisioning)),
             ),
             (
                 "Ended during deprovisioning leaves the subscription deprovisioning",
                 vec![
-                    updated("2026-11-30T10:00:00Z"),
-                    deprovisioned("2026-11-30T12:00:00Z"),
+                    updated(H10),
+                    deprovisioned(H12),
                     ended("2026-11-30T12:00:05Z"),
                 ],
                 vec!["write", "write", "write"],
-                Some(A::Inactive),
-                Some(S::Deprovisioning),
+                (Some(A::Inactive), Some(S::Deprovisioning)),
             ),
             (
                 "Created and other types are ignored",
@@ -782,11 +713,10 @@ mod tests {
                     detail_type: "Purchase Agreement Created - Manufacturer".into(),
                 }],
                 vec!["unchanged"],
-                None,
-                None,
+                (None, None),
             ),
         ];
-        for (name, events, kinds, agreement, subscription) in cases {
+        for (name, events, kinds, (agreement, subscription)) in cases {
             let (row, got_kinds) = run(&events);
             assert_eq!(got_kinds, kinds, "{name}");
             assert_eq!(
@@ -809,48 +739,36 @@ mod tests {
     fn same_second_events_of_different_types_apply_in_lifecycle_order() {
         use AgreementStatus as A;
         use SubscriptionStatus as S;
-        const T: &str = "2026-11-30T12:00:00Z";
-        let renewed = |time: &str| MarketplaceEvent::LicenseUpdated {
-            license_arn: LICENSE.into(),
-            account: ACCOUNT.into(),
-            product_code: Some(PRODUCT.into()),
-            agreement_id: "agmt-renewed".into(),
-            time: t(time),
-        };
-        type Case = (&'static str, Vec<MarketplaceEvent>, Option<A>, Option<S>);
+        const T: &str = H12;
+        type Case = (&'static str, Vec<MarketplaceEvent>, (Option<A>, Option<S>));
         let cases: Vec<Case> = vec![
             (
                 "Updated and Deprovisioned in one second: deprovisioning",
                 vec![updated(T), deprovisioned(T)],
-                Some(A::Active),
-                Some(S::Deprovisioning),
+                (Some(A::Active), Some(S::Deprovisioning)),
             ),
             (
                 "Updated, Ended in one second: the agreement ends",
                 vec![updated(T), ended(T)],
-                Some(A::Inactive),
-                Some(S::Active),
+                (Some(A::Inactive), Some(S::Active)),
             ),
             (
                 "Updated, Ended and Deprovisioned in one second",
                 vec![updated(T), ended(T), deprovisioned(T)],
-                Some(A::Inactive),
-                Some(S::Deprovisioning),
+                (Some(A::Inactive), Some(S::Deprovisioning)),
             ),
             (
                 "Updated, Amended in one second: active",
                 vec![updated(T), amended(T)],
-                Some(A::Active),
-                Some(S::Active),
+                (Some(A::Active), Some(S::Active)),
             ),
             (
                 "Amended, Ended in one second: ended",
-                vec![deprovisioned("2026-11-30T11:00:00Z"), amended(T), ended(T)],
-                Some(A::Inactive),
-                Some(S::Deprovisioning),
+                vec![deprovisioned(H11), amended(T), ended(T)],
+                (Some(A::Inactive), Some(S::Deprovisioning)),
             ),
         ];
-        for (name, events, agreement, subscription) in cases {
+        for (name, events, (agreement, subscription)) in cases {
             // Every delivery order of the same-second events converges.
             let mut orders = vec![events.clone()];
             let mut reversed = events.clone();
@@ -870,7 +788,7 @@ mod tests {
             }
             for order in orders {
                 // The deprovisioned row of the Amended case must come first.
-                if events[0] == deprovisioned("2026-11-30T11:00:00Z") && order[0] != events[0] {
+                if events[0] == deprovisioned(H11) && order[0] != events[0] {
                     continue;
                 }
                 // An agreement event that finds no row yet is redelivered (as the
@@ -915,10 +833,7 @@ mod tests {
         // Deprovisioned after Updated in the same second opens the window from that second.
         let (row, kinds) = run(&[updated(T), deprovisioned(T)]);
         assert_eq!(kinds, ["write", "write"]);
-        assert_eq!(
-            row.unwrap().deprovisioning_expiry,
-            Some(t("2026-11-30T13:00:00Z"))
-        );
+        assert_eq!(row.unwrap().deprovisioning_expiry, Some(t(H13)));
         // Delivered the other way round, the same-second Updated is the earlier one: it
         // is never "refused" (not a reactivation) and only its agreement half applies.
         let (row, kinds) = run(&[deprovisioned(T), updated(T)]);
@@ -928,18 +843,18 @@ mod tests {
             row.subscription_status,
             Some(SubscriptionStatus::Deprovisioning)
         );
-        assert_eq!(row.deprovisioning_expiry, Some(t("2026-11-30T13:00:00Z")));
+        assert_eq!(row.deprovisioning_expiry, Some(t(H13)));
         assert_eq!(row.subscription_event_at, Some(t(T)));
         assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
         // A replacement agreement's License Updated in the second its predecessor ended
         // moves the row to the new agreement.
-        let (row, kinds) = run(&[updated("2026-11-30T10:00:00Z"), ended(T), renewed(T)]);
+        let (row, kinds) = run(&[updated(H10), ended(T), renewed(T)]);
         let row = row.unwrap();
         assert_eq!(kinds, ["write", "write", "write"]);
         assert_eq!(row.agreement_id.as_deref(), Some("agmt-renewed"));
         assert_eq!(row.agreement_status, Some(AgreementStatus::Active));
         // ... but the ended agreement's own same-second License Updated never reopens it.
-        let (row, _) = run(&[updated("2026-11-30T10:00:00Z"), ended(T), updated(T)]);
+        let (row, _) = run(&[updated(H10), ended(T), updated(T)]);
         assert_eq!(
             row.unwrap().agreement_status,
             Some(AgreementStatus::Inactive)
@@ -948,17 +863,10 @@ mod tests {
 
     #[test]
     fn license_updated_for_a_replacement_agreement_moves_the_row() {
-        let renewed = MarketplaceEvent::LicenseUpdated {
-            license_arn: LICENSE.into(),
-            account: ACCOUNT.into(),
-            product_code: Some(PRODUCT.into()),
-            agreement_id: "agmt-renewed".into(),
-            time: t("2026-12-01T00:00:00Z"),
-        };
         let (row, kinds) = run(&[
-            updated("2026-11-30T10:00:00Z"),
+            updated(H10),
             ended("2026-11-30T23:00:00Z"),
-            renewed,
+            renewed("2026-12-01T00:00:00Z"),
         ]);
         let row = row.unwrap();
         assert_eq!(kinds, ["write", "write", "write"]);
@@ -975,14 +883,11 @@ mod tests {
 
     #[test]
     fn events_for_other_rows_do_not_apply() {
-        let row = apply(None, &updated("2026-11-30T10:00:00Z"))
-            .row()
-            .cloned()
-            .unwrap();
+        let row = written(None, &updated(H10));
         let other_account = MarketplaceEvent::AgreementEnded {
             agreement_id: AGREEMENT.into(),
             account: "111122223333".into(),
-            time: t("2026-11-30T11:00:00Z"),
+            time: t(H11),
         };
         assert!(matches!(
             apply(Some(&row), &other_account),
@@ -993,7 +898,7 @@ mod tests {
             account: ACCOUNT.into(),
             product_code: None,
             agreement_id: AGREEMENT.into(),
-            time: t("2026-11-30T11:00:00Z"),
+            time: t(H11),
         };
         assert!(matches!(
             apply(Some(&row), &other_license),
@@ -1005,10 +910,7 @@ mod tests {
     fn deprovisioned_fills_missing_identity_but_keeps_existing() {
         let mut registered = Subscriber::new(LICENSE, ACCOUNT);
         registered.product_code = Some("registered-code".into());
-        let row = apply(Some(&registered), &deprovisioned("2026-11-30T12:00:00Z"))
-            .row()
-            .cloned()
-            .unwrap();
+        let row = written(Some(&registered), &deprovisioned(H12));
         assert_eq!(row.product_code.as_deref(), Some("registered-code"));
         assert_eq!(row.agreement_id.as_deref(), Some(AGREEMENT));
         assert_eq!(row.agreement_status, None);
@@ -1016,13 +918,10 @@ mod tests {
 
     #[test]
     fn expiry_closes_only_deprovisioning_rows_past_their_window() {
-        let (row, _) = run(&[
-            updated("2026-11-30T10:00:00Z"),
-            deprovisioned("2026-11-30T12:00:00Z"),
-        ]);
+        let (row, _) = run(&[updated(H10), deprovisioned(H12)]);
         let row = row.unwrap();
         assert_eq!(expire_deprovisioning(&row, t("2026-11-30T12:59:59Z")), None);
-        let closed = expire_deprovisioning(&row, t("2026-11-30T13:00:00Z")).unwrap();
+        let closed = expire_deprovisioning(&row, t(H13)).unwrap();
         assert_eq!(
             closed.subscription_status,
             Some(SubscriptionStatus::Inactive)
@@ -1035,10 +934,7 @@ mod tests {
             expire_deprovisioning(&closed, t("2026-12-01T00:00:00Z")),
             None
         );
-        let active = apply(None, &updated("2026-11-30T10:00:00Z"))
-            .row()
-            .cloned()
-            .unwrap();
+        let active = written(None, &updated(H10));
         assert_eq!(
             expire_deprovisioning(&active, t("2026-12-01T00:00:00Z")),
             None
