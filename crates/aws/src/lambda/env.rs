@@ -8,7 +8,8 @@ use std::str::FromStr;
 
 use awsmp_core::config::ConfigError;
 
-/// The process environment as a lookup: what every `Config::from_env()` reads through.
+/// The process environment as a lookup: what [`init()`](super::init()) hands each
+/// function's `Config::from_lookup`.
 pub fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }

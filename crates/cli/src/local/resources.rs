@@ -174,8 +174,8 @@ impl LocalStack {
 
     /// The environment the template gives the function `binary` (its condition must
     /// hold), resolved against the local resources, `overrides` applied, plus Lambda's
-    /// own `AWS_REGION`: what its `Config::from_lookup` reads, as `Config::from_env`
-    /// reads it in Lambda.
+    /// own `AWS_REGION`: what its `Config::from_lookup` reads, as `lambda::init` has it
+    /// read the process environment in Lambda.
     pub fn function_environment(
         &self,
         binary: &str,
