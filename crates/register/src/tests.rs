@@ -2,8 +2,7 @@
 //! event (`tests/fixtures`). The same responses are checked against moto and the
 //! Marketplace simulator in `tests/moto_sim.rs`.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::encodings::Body;
@@ -145,33 +144,9 @@ fn assert_security_headers(response: &ApiGatewayProxyResponse) {
     assert_eq!(header(response, "referrer-policy"), "no-referrer");
 }
 
-/// Captures everything logged while `f` runs (JSON lines, every level).
-fn capture_logs<F: std::future::Future>(f: F) -> (F::Output, String) {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let output = tracing::subscriber::with_default(subscriber, || runtime.block_on(f));
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    (output, text)
-}
+#[path = "../../subscription/tests/support/logs.rs"]
+mod logs;
+use logs::capture_logs;
 
 #[tokio::test]
 async fn registration_writes_the_profile_in_region_and_only_identity_cross_region() {

@@ -2,8 +2,7 @@
 //! events (`tests/fixtures`, copied verbatim from the Seller Guide) wrapped in a real SQS
 //! record. The same flows run against moto in `tests/moto.rs`.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
@@ -470,7 +469,7 @@ fn a_malformed_event_gets_one_clear_log_line() {
     let (state, _) = harness();
     let mut no_arn = fixture(UPDATED);
     no_arn["detail"].as_object_mut().unwrap().remove("license");
-    let logs = capture_logs(async {
+    let (_, logs) = capture_logs(async {
         handler(&state, batch(&[("msg-42", Some(no_arn.to_string()))]))
             .await
             .unwrap();
@@ -568,29 +567,6 @@ async fn endless_contention_fails_the_message_for_redelivery() {
     );
 }
 
-/// Captures everything logged while `f` runs (JSON lines, every level).
-fn capture_logs<F: std::future::Future>(f: F) -> String {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || runtime.block_on(f));
-    String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
-}
+#[path = "../tests/support/logs.rs"]
+mod logs;
+use logs::capture_logs;
