@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -40,6 +41,25 @@ const VALID_TOKEN: &str = "tok-browser-valid";
 const EXPIRED_TOKEN: &str = "tok-browser-expired";
 const LAMBDA_REGION: &str = "us-west-2";
 const INSTALL_HINT: &str = "run `make browser-test`, which installs Chromium (scripts/ensure-chromium.sh) and the npm driver (web/test) and then runs this test";
+
+/// The row of our license and account in `table`; `expect` is the failure message
+/// when there is none.
+async fn our_row(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    expect: &str,
+) -> HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("licenseArn", AttributeValue::S(LICENSE.into()))
+        .key("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect(expect)
+}
 
 fn chromium() -> PathBuf {
     std::env::var_os("AWSMP_CHROMIUM")
@@ -212,16 +232,7 @@ async fn registration_page_in_headless_chromium() {
     assert_eq!(success["title"], "You're all set");
     assert_eq!(success["focused"], "success-title");
     // ... and it really registered: the profile in-Region, the Region cross-Region.
-    let profile = west
-        .get_item()
-        .table_name(PROFILE_TABLE)
-        .key("licenseArn", AttributeValue::S(LICENSE.into()))
-        .key("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .expect("profile row written");
+    let profile = our_row(&west, PROFILE_TABLE, "profile row written").await;
     assert_eq!(
         profile["companyName"],
         AttributeValue::S("Example Corp".into())
@@ -234,16 +245,7 @@ async fn registration_page_in_headless_chromium() {
         !profile.contains_key("contactPhone"),
         "a blank optional field is not stored"
     );
-    let subscriber = east
-        .get_item()
-        .table_name(SUBSCRIBERS_TABLE)
-        .key("licenseArn", AttributeValue::S(LICENSE.into()))
-        .key("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .expect("subscriber row written");
+    let subscriber = our_row(&east, SUBSCRIBERS_TABLE, "subscriber row written").await;
     assert_eq!(
         subscriber["registeredRegions"],
         AttributeValue::Ss(vec![LAMBDA_REGION.into()])

@@ -128,6 +128,14 @@ fn answer(response: &ApiGatewayProxyResponse) -> (i64, Value) {
     (response.status_code, body)
 }
 
+/// The form with nothing but the valid token (`tok-valid+/=`).
+const TOKEN_ONLY: &str = "x-amzn-marketplace-token=tok-valid%2B%2F%3D";
+
+/// The handler's answer to the form with nothing but the valid token.
+async fn token_only(state: &State) -> (i64, Value) {
+    answer(&handle(state, request(TOKEN_ONLY)).await)
+}
+
 /// Every item of a table, as attribute name -> value.
 async fn scan(
     client: &aws_sdk_dynamodb::Client,
@@ -217,13 +225,7 @@ async fn registration_on_moto_and_the_simulator() {
 
     // A second registration (token reusable for 4 h) with zero fields: still 200, the
     // stored fields are kept, the Region set is unchanged.
-    let (status, _) = answer(
-        &handle(
-            &state,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, _) = token_only(&state).await;
     assert_eq!(status, 200);
     let profiles = scan(&env.west(), PROFILE_TABLE).await;
     assert_eq!(text(&profiles[0]["companyName"]), "Example Corp");
@@ -275,7 +277,7 @@ async fn every_refusal_on_moto_and_the_simulator() {
         (
             "foreign origin",
             {
-                let mut r = request("x-amzn-marketplace-token=tok-valid%2B%2F%3D");
+                let mut r = request(TOKEN_ONLY);
                 r.headers.insert(
                     "origin",
                     HeaderValue::from_static("https://attacker.example"),
@@ -315,13 +317,7 @@ async fn every_refusal_on_moto_and_the_simulator() {
             operation: FaultTarget::ResolveCustomer,
         })
         .unwrap();
-    let (status, body) = answer(
-        &handle(
-            &state,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, body) = token_only(&state).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (503, Some("temporarily-unavailable"))
@@ -333,13 +329,7 @@ async fn every_refusal_on_moto_and_the_simulator() {
             .contains("InternalServiceError")
     );
     // Once the service recovers, the same token registers.
-    let (status, _) = answer(
-        &handle(
-            &state,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, _) = token_only(&state).await;
     assert_eq!(status, 200);
 
     // The API disabled in the Region: also 503 (the buyer can only retry later).
@@ -351,13 +341,7 @@ async fn every_refusal_on_moto_and_the_simulator() {
             operation: FaultTarget::ResolveCustomer,
         })
         .unwrap();
-    let (status, _) = answer(
-        &handle(
-            &state,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, _) = token_only(&state).await;
     assert_eq!(status, 503);
 }
 
@@ -368,13 +352,7 @@ async fn store_misconfiguration_fails_loud_on_moto() {
     // CUSTOMER_PROFILE_TABLE unset: 500 "Registration store not configured", nothing
     // resolved or written.
     let unconfigured = env.state(None);
-    let (status, body) = answer(
-        &handle(
-            &unconfigured,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, body) = token_only(&unconfigured).await;
     assert_eq!(status, 500);
     assert_eq!(body["message"], "Registration store not configured");
     assert_eq!(env.sim.handle().stats().resolve_customer_calls, 0);
@@ -382,13 +360,7 @@ async fn store_misconfiguration_fails_loud_on_moto() {
 
     // A table name that does not exist (a wrong deploy): 500 without the AWS error text.
     let wrong = env.state(Some("awsmp-no-such-table"));
-    let (status, body) = answer(
-        &handle(
-            &wrong,
-            request("x-amzn-marketplace-token=tok-valid%2B%2F%3D"),
-        )
-        .await,
-    );
+    let (status, body) = token_only(&wrong).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (500, Some("internal-error"))
