@@ -13,36 +13,15 @@ use serde_json::Value;
 
 use super::*;
 
-/// `detail.license.arn` of AWS's example, normalised (the example has no `arn:` prefix).
-const LICENSE: &str =
-    "arn:aws:license-manager:us-east-1:123456789012:l-e52ca6f38bf84d0fafb8802ca15ac11x";
-const ACCOUNT: &str = "845735284135";
+#[path = "../tests/support/events.rs"]
+mod events;
+use events::*;
+
 const AGREEMENT: &str = "agmt-4mwg1nevbokzw95eca5797ixs";
 const PRODUCT: &str = "aw4fgf5tyo5w2ap6fEXAMPLE";
 
-const UPDATED: &str = "license-updated-manufacturer.json";
-const DEPROVISIONED: &str = "license-deprovisioned-manufacturer.json";
-const ENDED_M: &str = "purchase-agreement-ended-manufacturer.json";
-const ENDED_P: &str = "purchase-agreement-ended-proposer.json";
-const AMENDED_M: &str = "purchase-agreement-amended-manufacturer.json";
-const AMENDED_P: &str = "purchase-agreement-amended-proposer.json";
-const CREATED_M: &str = "purchase-agreement-created-manufacturer.json";
-const CREATED_P: &str = "purchase-agreement-created-proposer.json";
-
 fn t(s: &str) -> Instant {
     parse_usage_timestamp(s).unwrap()
-}
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-/// AWS's example event `name` with its `time` set to `time`.
-fn event_at(name: &str, time: &str) -> String {
-    let mut event = fixture(name);
-    event["time"] = Value::String(time.to_string());
-    event.to_string()
 }
 
 /// A batch of SQS records with the given (message id, body).
@@ -68,7 +47,7 @@ fn state_with(store: Arc<dyn SubscriberStore>) -> State {
             subscribers_table: "awsmp-subscribers-test".into(),
         }),
         subscribers: store,
-        clock: Arc::new(ManualClock::new(t("2026-11-30T10:00:00Z"))),
+        clock: Arc::new(ManualClock::new(t(H10))),
     }
 }
 
@@ -179,8 +158,8 @@ async fn every_aws_example_event_type() {
     ];
     for (name, outcome, agreement, subscription) in cases {
         let (state, store) = harness();
-        deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
-        let got = handle_message(&state, "m", Some(&event_at(name, "2026-11-30T11:00:00Z")))
+        deliver(&state, &[(UPDATED, H10)]).await;
+        let got = handle_message(&state, "m", Some(&event_at(name, H11)))
             .await
             .unwrap();
         assert_eq!(got, outcome, "{name}");
@@ -195,10 +174,7 @@ async fn deprovisioned_opens_a_one_hour_window_from_the_event_time() {
     let (state, store) = harness();
     deliver(
         &state,
-        &[
-            (UPDATED, "2026-11-30T10:00:00Z"),
-            (DEPROVISIONED, "2026-11-30T12:15:30Z"),
-        ],
+        &[(UPDATED, H10), (DEPROVISIONED, "2026-11-30T12:15:30Z")],
     )
     .await;
     let row = only_row(&store);
@@ -221,8 +197,8 @@ async fn ignored_types_write_nothing_and_are_acknowledged() {
     let response = handler(
         &state,
         batch(&[
-            ("c1", Some(event_at(CREATED_M, "2026-11-30T10:00:00Z"))),
-            ("c2", Some(event_at(CREATED_P, "2026-11-30T10:00:00Z"))),
+            ("c1", Some(event_at(CREATED_M, H10))),
+            ("c2", Some(event_at(CREATED_P, H10))),
             ("c3", Some(unknown.to_string())),
         ]),
     )
@@ -237,97 +213,58 @@ async fn ignored_types_write_nothing_and_are_acknowledged() {
 async fn out_of_order_and_duplicate_deliveries() {
     use AgreementStatus as A;
     use SubscriptionStatus as S;
-    type Case = (
-        &'static str,
-        Vec<(&'static str, &'static str)>,
-        Option<A>,
-        Option<S>,
-    );
     let cases: Vec<Case> = vec![
         (
             "duplicate License Updated",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (UPDATED, "2026-11-30T10:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (UPDATED, H10)],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "stale License Updated after Deprovisioned never reactivates",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T11:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H11)],
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             "newer License Updated after Deprovisioned is refused",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T13:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H13)],
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             "Deprovisioned before License Updated",
-            vec![
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T10:00:00Z"),
-            ],
+            vec![(DEPROVISIONED, H12), (UPDATED, H10)],
             None,
             Some(S::Deprovisioning),
         ),
         (
             "Ended by both roles (duplicate copies)",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_P, "2026-11-30T12:00:00Z"),
-                (ENDED_M, "2026-11-30T12:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_P, H12), (ENDED_M, H12)],
             Some(A::Inactive),
             Some(S::Active),
         ),
         (
             "Ended, then Deprovisioned (the documented real order)",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_P, "2026-11-30T12:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:05Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_P, H12), (DEPROVISIONED, H12_05)],
             Some(A::Inactive),
             Some(S::Deprovisioning),
         ),
         (
             "stale Ended before the License Updated is a no-op",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_M, "2026-11-30T09:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_M, "2026-11-30T09:00:00Z")],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "newer Amended after Ended never reactivates",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_M, "2026-11-30T12:00:00Z"),
-                (AMENDED_M, "2026-11-30T13:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_M, H12), (AMENDED_M, H13)],
             Some(A::Inactive),
             Some(S::Active),
         ),
         (
             "a stale License Updated delivered after Ended leaves the agreement ended",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_M, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T11:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_M, H12), (UPDATED, H11)],
             Some(A::Inactive),
             Some(S::Active),
         ),
@@ -345,7 +282,7 @@ async fn out_of_order_and_duplicate_deliveries() {
 #[tokio::test]
 async fn ended_before_any_row_is_retried_until_license_updated_lands() {
     let (state, store) = harness();
-    let ended = event_at(ENDED_M, "2026-11-30T12:00:00Z");
+    let ended = event_at(ENDED_M, H12);
     // GIVEN the Ended event arrives first: it is handed back to SQS, nothing written.
     let first = handler(&state, batch(&[("ended", Some(ended.clone()))]))
         .await
@@ -354,7 +291,7 @@ async fn ended_before_any_row_is_retried_until_license_updated_lands() {
     assert_eq!(first.batch_item_failures[0].item_identifier, "ended");
     assert!(store.rows().is_empty());
     // WHEN License Updated arrives and SQS redelivers the Ended event
-    deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
+    deliver(&state, &[(UPDATED, H10)]).await;
     let redelivered = handler(&state, batch(&[("ended", Some(ended))]))
         .await
         .unwrap();
@@ -369,13 +306,9 @@ async fn ended_before_any_row_is_retried_until_license_updated_lands() {
 #[tokio::test]
 async fn amended_without_a_row_is_acknowledged() {
     let (state, store) = harness();
-    let outcome = handle_message(
-        &state,
-        "m",
-        Some(&event_at(AMENDED_M, "2026-11-30T10:00:00Z")),
-    )
-    .await
-    .unwrap();
+    let outcome = handle_message(&state, "m", Some(&event_at(AMENDED_M, H10)))
+        .await
+        .unwrap();
     assert_eq!(outcome, EventOutcome::NoMatchingRow);
     assert!(store.rows().is_empty());
 }
@@ -396,13 +329,9 @@ async fn agreement_events_apply_to_every_row_of_the_agreement_for_that_buyer() {
         row.version = 1;
         store.insert(row, now);
     }
-    let outcome = handle_message(
-        &state,
-        "m",
-        Some(&event_at(ENDED_M, "2026-11-30T12:00:00Z")),
-    )
-    .await
-    .unwrap();
+    let outcome = handle_message(&state, "m", Some(&event_at(ENDED_M, H12)))
+        .await
+        .unwrap();
     assert_eq!(outcome, EventOutcome::Written(2));
     let statuses: Vec<_> = store
         .rows()
@@ -439,7 +368,7 @@ async fn malformed_messages_fail_alone_and_write_nothing() {
             ("no-body", None),
             ("bad-account", Some(bad_account.to_string())),
             ("bad-time", Some(bad_time.to_string())),
-            ("good", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
+            ("good", Some(event_at(UPDATED, H10))),
         ]),
     )
     .await
@@ -492,7 +421,7 @@ async fn store_failures_fail_the_message_and_redelivery_applies_it() {
             message: "ProvisionedThroughputExceededException".into(),
         },
     );
-    let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
+    let body = event_at(UPDATED, H10);
     let response = handler(&state, batch(&[("m", Some(body.clone()))]))
         .await
         .unwrap();
@@ -510,8 +439,8 @@ async fn store_failures_fail_the_message_and_redelivery_applies_it() {
 async fn a_record_without_message_id_fails_the_batch_before_any_write() {
     let (state, store) = harness();
     let mut event = batch(&[
-        ("ok", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
-        ("", Some(event_at(UPDATED, "2026-11-30T10:00:00Z"))),
+        ("ok", Some(event_at(UPDATED, H10))),
+        ("", Some(event_at(UPDATED, H10))),
     ]);
     event.payload.records[1].message_id = None;
     let error = handler(&state, event).await.unwrap_err();
@@ -548,7 +477,7 @@ fn raced_by_registrations(inner: &MemorySubscriberStore, races: usize) -> racing
 async fn version_conflicts_are_reread_and_reapplied() {
     let inner = MemorySubscriberStore::new();
     let state = state_with(Arc::new(raced_by_registrations(&inner, 2)));
-    let failed = deliver(&state, &[(UPDATED, "2026-11-30T10:00:00Z")]).await;
+    let failed = deliver(&state, &[(UPDATED, H10)]).await;
     assert!(failed.is_empty());
     let row = only_row(&inner);
     assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
@@ -560,7 +489,7 @@ async fn version_conflicts_are_reread_and_reapplied() {
 async fn endless_contention_fails_the_message_for_redelivery() {
     let inner = MemorySubscriberStore::new();
     let state = state_with(Arc::new(raced_by_registrations(&inner, usize::MAX)));
-    let body = event_at(UPDATED, "2026-11-30T10:00:00Z");
+    let body = event_at(UPDATED, H10);
     let outcome = handle_message(&state, "m", Some(&body)).await;
     assert!(
         matches!(outcome, Err(EventError::Contention { attempts, .. }) if attempts == MAX_WRITE_ATTEMPTS)

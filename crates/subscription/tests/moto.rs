@@ -16,21 +16,12 @@ use awsmp_core::time::parse_usage_timestamp;
 use awsmp_local_aws::{MotoServer, create_subscribers_table};
 use awsmp_subscription::{Config, State, handler};
 use lambda_runtime::LambdaEvent;
-use serde_json::Value;
+
+#[path = "support/events.rs"]
+mod events;
+use events::*;
 
 const TABLE: &str = "awsmp-subscribers-test";
-const LICENSE: &str =
-    "arn:aws:license-manager:us-east-1:123456789012:l-e52ca6f38bf84d0fafb8802ca15ac11x";
-const ACCOUNT: &str = "845735284135";
-
-const UPDATED: &str = "license-updated-manufacturer.json";
-const DEPROVISIONED: &str = "license-deprovisioned-manufacturer.json";
-const ENDED_M: &str = "purchase-agreement-ended-manufacturer.json";
-const ENDED_P: &str = "purchase-agreement-ended-proposer.json";
-const AMENDED_M: &str = "purchase-agreement-amended-manufacturer.json";
-const AMENDED_P: &str = "purchase-agreement-amended-proposer.json";
-const CREATED_M: &str = "purchase-agreement-created-manufacturer.json";
-const CREATED_P: &str = "purchase-agreement-created-proposer.json";
 
 /// Every attribute the subscribers table may ever hold (ARCHITECTURE.md, "Tables").
 const ALLOWED: &[&str] = &[
@@ -49,17 +40,6 @@ const ALLOWED: &[&str] = &[
     "version",
     "deprovisioningIndex",
 ];
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn event_at(name: &str, time: &str) -> String {
-    let mut event = fixture(name);
-    event["time"] = Value::String(time.to_string());
-    event.to_string()
-}
 
 fn batch(messages: &[(String, String)]) -> LambdaEvent<SqsEvent> {
     let mut event = SqsEvent::default();
@@ -130,113 +110,70 @@ async fn every_event_type_and_ordering_case_on_moto() {
     use AgreementStatus as A;
     use SubscriptionStatus as S;
     let env = Env::start().await;
-    type Case = (
-        &'static str,
-        Vec<(&'static str, &'static str)>,
-        Option<A>,
-        Option<S>,
-    );
     let cases: Vec<Case> = vec![
         (
             "Updated",
-            vec![(UPDATED, "2026-11-30T10:00:00Z")],
+            vec![(UPDATED, H10)],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "Updated then Deprovisioned",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (DEPROVISIONED, H12)],
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             "Ended (Manufacturer) and its Proposer copy",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_M, "2026-11-30T12:00:00Z"),
-                (ENDED_P, "2026-11-30T12:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_M, H12), (ENDED_P, H12)],
             Some(A::Inactive),
             Some(S::Active),
         ),
         (
             "Amended by both roles keeps the row current",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (AMENDED_M, "2026-11-30T11:00:00Z"),
-                (AMENDED_P, "2026-11-30T11:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (AMENDED_M, H11), (AMENDED_P, H11)],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "Created by both roles is ignored",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (CREATED_M, "2026-11-30T11:00:00Z"),
-                (CREATED_P, "2026-11-30T11:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (CREATED_M, H11), (CREATED_P, H11)],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "duplicate Updated",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (UPDATED, "2026-11-30T10:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (UPDATED, H10)],
             Some(A::Active),
             Some(S::Active),
         ),
         (
             "stale Updated after Deprovisioned",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T11:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H11)],
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             "newer Updated after Deprovisioned is refused",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T13:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H13)],
             Some(A::Active),
             Some(S::Deprovisioning),
         ),
         (
             "Deprovisioned before Updated",
-            vec![
-                (DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                (UPDATED, "2026-11-30T10:00:00Z"),
-            ],
+            vec![(DEPROVISIONED, H12), (UPDATED, H10)],
             None,
             Some(S::Deprovisioning),
         ),
         (
             "Ended then Deprovisioned",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_P, "2026-11-30T12:00:00Z"),
-                (DEPROVISIONED, "2026-11-30T12:00:05Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_P, H12), (DEPROVISIONED, H12_05)],
             Some(A::Inactive),
             Some(S::Deprovisioning),
         ),
         (
             "newer Amended after Ended is refused",
-            vec![
-                (UPDATED, "2026-11-30T10:00:00Z"),
-                (ENDED_M, "2026-11-30T12:00:00Z"),
-                (AMENDED_M, "2026-11-30T13:00:00Z"),
-            ],
+            vec![(UPDATED, H10), (ENDED_M, H12), (AMENDED_M, H13)],
             Some(A::Inactive),
             Some(S::Active),
         ),
@@ -267,11 +204,11 @@ async fn every_event_type_and_ordering_case_on_moto() {
 async fn ended_before_the_license_is_redelivered_until_it_applies_on_moto() {
     let env = Env::start().await;
     let (state, store) = env.state(TABLE).await;
-    let ended = event_at(ENDED_M, "2026-11-30T12:00:00Z");
+    let ended = event_at(ENDED_M, H12);
     let response = send(&state, "ended", ended.clone()).await;
     assert_eq!(response.batch_item_failures.len(), 1);
     assert!(env.items(TABLE).await.is_empty());
-    send(&state, "updated", event_at(UPDATED, "2026-11-30T10:00:00Z")).await;
+    send(&state, "updated", event_at(UPDATED, H10)).await;
     let response = send(&state, "ended", ended).await;
     assert!(response.batch_item_failures.is_empty());
     let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
@@ -289,10 +226,7 @@ async fn malformed_messages_fail_alone_and_write_nothing_on_moto() {
         batch(&[
             ("bad-json".into(), "{".into()),
             ("no-arn".into(), no_arn.to_string()),
-            (
-                "created".into(),
-                event_at(CREATED_M, "2026-11-30T10:00:00Z"),
-            ),
+            ("created".into(), event_at(CREATED_M, H10)),
         ]),
     )
     .await
@@ -363,12 +297,9 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
     .await;
     assert_eq!(env.names(TABLE).await, ever);
 
-    for (i, (fixture, time)) in [
-        (UPDATED, "2026-11-30T10:00:00Z"),
-        (AMENDED_M, "2026-11-30T10:30:00Z"),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, (fixture, time)) in [(UPDATED, H10), (AMENDED_M, "2026-11-30T10:30:00Z")]
+        .into_iter()
+        .enumerate()
     {
         send(&state, &format!("m{i}"), event_at(fixture, time)).await;
         let names = env.names(TABLE).await;
@@ -391,7 +322,7 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
         .unwrap();
     ever.extend(env.names(TABLE).await);
 
-    send(&state, "ended", event_at(ENDED_M, "2026-11-30T11:00:00Z")).await;
+    send(&state, "ended", event_at(ENDED_M, H11)).await;
     send(
         &state,
         "deprovisioned",
@@ -410,9 +341,7 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
 
     // deprovision-cleanup's write: the sparse-index marker goes, the expiry stays.
     let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
-    let closed =
-        expire_deprovisioning(&row, parse_usage_timestamp("2026-11-30T12:00:05Z").unwrap())
-            .unwrap();
+    let closed = expire_deprovisioning(&row, parse_usage_timestamp(H12_05).unwrap()).unwrap();
     assert!(store.put_lifecycle(&closed, now).await.unwrap());
     let names = env.names(TABLE).await;
     assert!(!names.contains("deprovisioningIndex"));
@@ -461,8 +390,8 @@ async fn every_delivery_order_of_one_row_converges_on_moto() {
         let (state, store) = env.state(&format!("{TABLE}-order-{i}")).await;
         for id in order {
             let body = match *id {
-                "c" => event_at(DEPROVISIONED, "2026-11-30T12:00:00Z"),
-                _ => event_at(UPDATED, "2026-11-30T10:00:00Z"),
+                "c" => event_at(DEPROVISIONED, H12),
+                _ => event_at(UPDATED, H10),
             };
             let response = send(&state, id, body).await;
             assert!(response.batch_item_failures.is_empty(), "order {order:?}");
@@ -475,7 +404,7 @@ async fn every_delivery_order_of_one_row_converges_on_moto() {
         );
         assert_eq!(
             row.deprovisioning_expiry,
-            Some(parse_usage_timestamp("2026-11-30T13:00:00Z").unwrap()),
+            Some(parse_usage_timestamp(H13).unwrap()),
             "order {order:?}"
         );
     }
@@ -487,7 +416,7 @@ async fn same_second_updated_and_deprovisioned_open_the_window_in_either_order_o
     // duplicate: whichever is delivered first, the row ends deprovisioning with the
     // window open from that second, and the agreement active.
     let env = Env::start().await;
-    const T: &str = "2026-11-30T12:00:00Z";
+    const T: &str = H12;
     for (i, order) in [[UPDATED, DEPROVISIONED], [DEPROVISIONED, UPDATED]]
         .iter()
         .enumerate()
@@ -505,7 +434,7 @@ async fn same_second_updated_and_deprovisioned_open_the_window_in_either_order_o
         );
         assert_eq!(
             row.deprovisioning_expiry,
-            Some(parse_usage_timestamp("2026-11-30T13:00:00Z").unwrap()),
+            Some(parse_usage_timestamp(H13).unwrap()),
             "order {order:?}"
         );
         assert_eq!(
