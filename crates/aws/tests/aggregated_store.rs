@@ -57,6 +57,20 @@ impl World {
             .await
     }
 
+    /// Writes `update` to `key`'s record as claim `claim_id` at `now`; whether it applied.
+    async fn record(
+        &self,
+        key: &GroupKey,
+        claim_id: Option<&str>,
+        update: &SubmissionUpdate,
+        now: &str,
+    ) -> bool {
+        self.aggregated
+            .record(key, claim_id, update, t(now))
+            .await
+            .unwrap()
+    }
+
     /// Ingests a raw row; returns its (license, sort key).
     async fn raw(&self, timestamp: &str, id: &str, quantity: i64) -> (String, String) {
         let row = NewUsageRow {
@@ -297,15 +311,13 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
     );
     // Released as definitely not sent (throttled): the fold goes through.
     assert!(
-        w.aggregated
-            .record(
-                &key,
-                Some("c1"),
-                &SubmissionUpdate::release(false),
-                t("2026-11-30T11:14:00Z")
-            )
-            .await
-            .unwrap()
+        w.record(
+            &key,
+            Some("c1"),
+            &SubmissionUpdate::release(false),
+            "2026-11-30T11:14:00Z"
+        )
+        .await
     );
     assert_eq!(
         w.aggregated.commit(&fold_later).await.unwrap(),
@@ -314,12 +326,7 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
 
     // Billed: terminal, out of the pending index, never folded again.
     let update = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()));
-    assert!(
-        w.aggregated
-            .record(&key, None, &update, t("2026-11-30T11:20:00Z"))
-            .await
-            .unwrap()
-    );
+    assert!(w.record(&key, None, &update, "2026-11-30T11:20:00Z").await);
     let r3 = w.raw("2026-11-30T10:07:00Z", "c", 5).await;
     let after = commit(
         record(key.clone(), 8, 3),
@@ -440,15 +447,13 @@ async fn claim_and_record_follow_the_submission_contract() {
 
     // The response was lost: stays pending, claim released, the sent quantity kept.
     assert!(
-        w.aggregated
-            .record(
-                &key,
-                Some("c1"),
-                &SubmissionUpdate::release(true),
-                t("2026-11-30T11:06:00Z")
-            )
-            .await
-            .unwrap()
+        w.record(
+            &key,
+            Some("c1"),
+            &SubmissionUpdate::release(true),
+            "2026-11-30T11:06:00Z"
+        )
+        .await
     );
     let released = w.aggregated.get(&key).await.unwrap().unwrap();
     assert_eq!(released.in_flight_until, None);
@@ -479,23 +484,14 @@ async fn claim_and_record_follow_the_submission_contract() {
         None,
     );
     assert!(
-        !w.aggregated
-            .record(&key, Some("c1"), &error, t("2026-11-30T11:08:00Z"))
+        !w.record(&key, Some("c1"), &error, "2026-11-30T11:08:00Z")
             .await
-            .unwrap()
     );
     // And one without a claim id while a live claim holds it.
+    assert!(!w.record(&key, None, &error, "2026-11-30T11:08:00Z").await);
     assert!(
-        !w.aggregated
-            .record(&key, None, &error, t("2026-11-30T11:08:00Z"))
+        w.record(&key, Some("c2"), &error, "2026-11-30T11:08:00Z")
             .await
-            .unwrap()
-    );
-    assert!(
-        w.aggregated
-            .record(&key, Some("c2"), &error, t("2026-11-30T11:08:00Z"))
-            .await
-            .unwrap()
     );
     let done = w.aggregated.get(&key).await.unwrap().unwrap();
     assert_eq!(done.status, AggregatedStatus::Error);
@@ -522,15 +518,13 @@ async fn claim_and_record_follow_the_submission_contract() {
             .is_none()
     );
     assert!(
-        !w.aggregated
-            .record(
-                &key,
-                None,
-                &SubmissionUpdate::release(false),
-                t("2026-11-30T12:00:00Z")
-            )
-            .await
-            .unwrap()
+        !w.record(
+            &key,
+            None,
+            &SubmissionUpdate::release(false),
+            "2026-11-30T12:00:00Z"
+        )
+        .await
     );
     // A record that does not exist is not created.
     let missing = group("other", "2026-11-30T10");
@@ -541,10 +535,8 @@ async fn claim_and_record_follow_the_submission_contract() {
             .is_none()
     );
     assert!(
-        !w.aggregated
-            .record(&missing, None, &error, t("2026-11-30T11:05:00Z"))
+        !w.record(&missing, None, &error, "2026-11-30T11:05:00Z")
             .await
-            .unwrap()
     );
     assert!(w.aggregated.get(&missing).await.unwrap().is_none());
 }
