@@ -9,8 +9,8 @@ use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::memory::claim_read;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, CommitOutcome, NewUsageRow, PortError, PutOutcome,
-    RowFinal, SubmissionUpdate, UsageStore,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, NewUsageRow, PortError,
+    PutOutcome, RowFinal, SubmissionUpdate, UsageStore,
 };
 use common::*;
 
@@ -67,6 +67,13 @@ impl World {
     ) -> bool {
         self.aggregated
             .record(key, claim_id, update, t(now))
+            .await
+            .unwrap()
+    }
+
+    /// Claims `key`'s record at `version` with `claim`; the grant, if it was claimable.
+    async fn claim(&self, key: &GroupKey, version: u64, claim: &Claim) -> Option<ClaimGrant> {
+        claim_read(&self.aggregated, key, version, claim)
             .await
             .unwrap()
     }
@@ -275,14 +282,13 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
     .await
     .unwrap();
     // A submitter holds it until 11:15.
-    let held = claim_read(
-        &w.aggregated,
-        &key,
-        1,
-        &claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:15:00Z"),
-    )
-    .await
-    .unwrap();
+    let held = w
+        .claim(
+            &key,
+            1,
+            &claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:15:00Z"),
+        )
+        .await;
     assert_eq!(
         held.map(|g| g.previously_sent),
         Some(false),
@@ -419,25 +425,12 @@ async fn claim_and_record_follow_the_submission_contract() {
     let until = t("2026-11-30T11:10:00Z");
     let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
     // Wrong version: skipped.
-    assert!(
-        claim_read(&w.aggregated, &key, 7, &first)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let grant = claim_read(&w.aggregated, &key, 1, &first)
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(w.claim(&key, 7, &first).await.is_none());
+    let grant = w.claim(&key, 1, &first).await.unwrap();
     assert!(!grant.previously_sent);
     // Held: a second submitter cannot take it before the claim expires.
     let early = claim("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z");
-    assert!(
-        claim_read(&w.aggregated, &key, 1, &early)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(w.claim(&key, 1, &early).await.is_none());
     let held = w.aggregated.get(&key).await.unwrap().unwrap();
     assert_eq!(held.in_flight_until, Some(until));
     assert_eq!(held.claim_id.as_deref(), Some("c1"));
@@ -472,10 +465,7 @@ async fn claim_and_record_follow_the_submission_contract() {
 
     // Claimed again (attempt 2): it learns an earlier send may have billed it.
     let second = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:10:00Z");
-    let grant = claim_read(&w.aggregated, &key, 1, &second)
-        .await
-        .unwrap()
-        .unwrap();
+    let grant = w.claim(&key, 1, &second).await.unwrap();
     assert!(grant.previously_sent);
     // An outcome under the old claim id is refused.
     let error = SubmissionUpdate::new(
@@ -511,12 +501,7 @@ async fn claim_and_record_follow_the_submission_contract() {
     );
     // Terminal: neither claim nor record applies any more.
     let late = claim("c3", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z");
-    assert!(
-        claim_read(&w.aggregated, &key, 1, &late)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(w.claim(&key, 1, &late).await.is_none());
     assert!(
         !w.record(
             &key,
@@ -528,12 +513,7 @@ async fn claim_and_record_follow_the_submission_contract() {
     );
     // A record that does not exist is not created.
     let missing = group("other", "2026-11-30T10");
-    assert!(
-        claim_read(&w.aggregated, &missing, 0, &first)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(w.claim(&missing, 0, &first).await.is_none());
     assert!(
         !w.record(&missing, None, &error, "2026-11-30T11:05:00Z")
             .await
@@ -555,12 +535,7 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
     let read = w.aggregated.get(&key).await.unwrap().unwrap();
     assert!(read.folding);
     let c = claim("c1", "2026-11-30T11:01:00Z", "2026-11-30T11:10:00Z");
-    assert!(
-        claim_read(&w.aggregated, &key, 1, &c)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(w.claim(&key, 1, &c).await.is_none());
     // The last commit clears the marker.
     w.commit(
         record(key.clone(), 3, 2),
@@ -571,12 +546,7 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
     .await
     .unwrap();
     assert!(!w.aggregated.get(&key).await.unwrap().unwrap().folding);
-    assert!(
-        claim_read(&w.aggregated, &key, 2, &c)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(w.claim(&key, 2, &c).await.is_some());
 }
 
 #[tokio::test]
@@ -665,14 +635,12 @@ async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_ve
     assert_eq!(read.status, AggregatedStatus::Pending);
     assert_eq!(read.product_code, "");
     assert!(
-        claim_read(
-            &w.aggregated,
+        w.claim(
             &seller,
             0,
             &claim("c1", "2026-11-30T11:00:00Z", "2026-11-30T11:05:00Z")
         )
         .await
-        .unwrap()
         .is_some()
     );
     assert_eq!(
