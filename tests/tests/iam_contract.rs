@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::encodings::Body;
 use awsmp_aws::{Authorization, SystemClock};
+use awsmp_core::memory::{Decorator, SubscriberDecorator};
 use awsmp_core::model::{Subscriber, SubscriptionStatus};
 use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
 use awsmp_core::time::Instant;
@@ -197,21 +198,17 @@ struct RacedOnce {
     raced: AtomicBool,
 }
 
+impl Decorator for RacedOnce {}
+
 #[async_trait::async_trait]
-impl SubscriberStore for RacedOnce {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        self.inner.get(license_arn, account).await
+impl SubscriberDecorator for RacedOnce {
+    type Inner = awsmp_aws::DynamoSubscriberStore;
+
+    fn inner(&self) -> &awsmp_aws::DynamoSubscriberStore {
+        &self.inner
     }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_license(license_arn).await
-    }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_agreement(agreement_id).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.deprovisioning().await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+
+    async fn before_put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<(), PortError> {
         if !self.raced.swap(true, Ordering::SeqCst)
             && let Some(current) = self
                 .rival
@@ -220,19 +217,7 @@ impl SubscriberStore for RacedOnce {
         {
             assert!(self.rival.put_lifecycle(&current, now).await?);
         }
-        self.inner.put_lifecycle(row, now).await
-    }
-    async fn add_registered_region(
-        &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        self.inner
-            .add_registered_region(license_arn, account, product_code, region, now)
-            .await
+        Ok(())
     }
 }
 

@@ -79,11 +79,22 @@ pub trait AggregatedDecorator: Decorator {
 }
 
 /// A decorator of a [`SubscriberStore`]; it is a [`SubscriberStore`] itself.
+#[async_trait]
 pub trait SubscriberDecorator: Decorator {
     /// The store it wraps.
     type Inner: SubscriberStore;
     /// The store it wraps.
     fn inner(&self) -> &Self::Inner;
+
+    /// Before a lifecycle write reaches [`Decorator::around`]: a rival writer may act
+    /// here (rewrite the row, so the write meets a version conflict).
+    async fn before_put_lifecycle(
+        &self,
+        _row: &Subscriber,
+        _now: Instant,
+    ) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -265,6 +276,7 @@ impl<D: SubscriberDecorator> SubscriberStore for D {
     }
 
     async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+        self.before_put_lifecycle(row, now).await?;
         let inner = self.inner().put_lifecycle(row, now);
         self.around(StoreCall::of(StoreOp::SubscriberPutLifecycle), inner)
             .await

@@ -1,13 +1,14 @@
 //! Test support shared by the subscribers-table functions' tests (subscription and
 //! deprovision-cleanup mount this file with `#[path]`): a subscribers store where
-//! another writer gets in just before some of our lifecycle writes.
+//! another writer gets in just before some of our lifecycle writes (a
+//! [`SubscriberDecorator`]: every other call passes straight through).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use awsmp_core::memory::MemorySubscriberStore;
+use awsmp_core::memory::{Decorator, MemorySubscriberStore, SubscriberDecorator};
 use awsmp_core::model::Subscriber;
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
@@ -39,21 +40,17 @@ impl RacingStore {
     }
 }
 
+impl Decorator for RacingStore {}
+
 #[async_trait]
-impl SubscriberStore for RacingStore {
-    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError> {
-        self.inner.get(license_arn, account).await
+impl SubscriberDecorator for RacingStore {
+    type Inner = MemorySubscriberStore;
+
+    fn inner(&self) -> &MemorySubscriberStore {
+        &self.inner
     }
-    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_license(license_arn).await
-    }
-    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.by_agreement(agreement_id).await
-    }
-    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError> {
-        self.inner.deprovisioning().await
-    }
-    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError> {
+
+    async fn before_put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<(), PortError> {
         let race = {
             let mut races = self.races.lock().unwrap();
             let race = *races > 0;
@@ -64,18 +61,6 @@ impl SubscriberStore for RacingStore {
             let theirs = (self.rival)(self.inner.clone(), row.clone(), now).await;
             assert!(self.inner.put_lifecycle(&theirs, now).await?);
         }
-        self.inner.put_lifecycle(row, now).await
-    }
-    async fn add_registered_region(
-        &self,
-        license_arn: &str,
-        account: &str,
-        product_code: &str,
-        region: &str,
-        now: Instant,
-    ) -> Result<(), PortError> {
-        self.inner
-            .add_registered_region(license_arn, account, product_code, region, now)
-            .await
+        Ok(())
     }
 }
