@@ -10,7 +10,9 @@
 //!    -> submitter), counted through wrappers around the store ports, for several
 //!    rows-per-group shapes.
 //!
-//! Run: `make bench` (or `cargo bench -p awsmp-e2e --bench pipeline_figures`).
+//! Run: `make bench` (or `cargo bench -p awsmp-e2e --bench pipeline_figures`). Words
+//! after `--` pick figures by their label: `-- moto` prints only those whose label says
+//! moto, `-- submitter` only the submitter's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -126,6 +128,9 @@ enum Table {
 }
 
 async fn throughput(label: &str, table: Table, poison_every: usize) {
+    if !wanted(&format!("submitter throughput [{label}]")) {
+        return;
+    }
     let licenses = 25;
     let dims = 100;
     let mut stack = stack(dims, 30).await;
@@ -209,6 +214,11 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
 }
 
 async fn ops_per_row(rows_per_group: usize, licenses: u32) {
+    if !wanted(&format!(
+        "DynamoDB requests per raw row [{rows_per_group} rows per group-hour]"
+    )) {
+        return;
+    }
     let stack = stack(3, 0).await;
     let mut rows = 0usize;
     for l in 1..=licenses {
@@ -352,6 +362,15 @@ impl std::fmt::Display for Cost {
             self.usd_sqs
         )
     }
+}
+
+/// The labels asked for after `--` (none: every figure).
+fn wanted(label: &str) -> bool {
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    words.is_empty() || words.iter().any(|w| label.contains(w.as_str()))
 }
 
 fn main() {

@@ -19,7 +19,9 @@ pub struct OpCounts {
     calls: Mutex<BTreeMap<&'static str, u64>>,
     /// A server that answers one request at a time, each taking this long (benchmarks).
     latency: Option<std::time::Duration>,
-    gate: tokio::sync::Mutex<()>,
+    /// When that server is free again: each request is served after the ones before it,
+    /// whether or not its caller is waiting on it at the moment (a real server's queue).
+    free_at: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl OpCounts {
@@ -40,8 +42,14 @@ impl OpCounts {
     /// Waits out one request's latency, behind every request before it.
     async fn wait(&self) {
         if let Some(latency) = self.latency {
-            let _turn = self.gate.lock().await;
-            tokio::time::sleep(latency).await;
+            let done = {
+                let mut free_at = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
+                let start = free_at.map_or_else(tokio::time::Instant::now, |at| {
+                    at.max(tokio::time::Instant::now())
+                });
+                *free_at.insert(start + latency)
+            };
+            tokio::time::sleep_until(done).await;
         }
     }
 
