@@ -226,13 +226,16 @@ impl Sim {
 }
 
 /// A future that is pending once: the point where the scheduler may run another task.
+/// It wakes itself, as every pending future must: the executor polls each task whole,
+/// but a combinator inside one (a stream's buffered reads) polls only what was woken.
 pub async fn yield_now() {
     let mut yielded = false;
-    std::future::poll_fn(|_| {
+    std::future::poll_fn(|cx| {
         if yielded {
             std::task::Poll::Ready(())
         } else {
             yielded = true;
+            cx.waker().wake_by_ref();
             std::task::Poll::Pending
         }
     })

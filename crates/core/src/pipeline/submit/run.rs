@@ -2,8 +2,10 @@
 //! with bisection under the pacing, write its outcomes back while the next batch goes
 //! out, then age out what can no longer be submitted.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
+use futures_util::StreamExt;
 use tracing::{error, info, warn};
 
 use crate::aggregate::{is_skipped_zero, submission_due};
@@ -17,8 +19,8 @@ use crate::pipeline::pacing::PacedMeteringApi;
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
     AggregatedStore, Claim, ClaimRequest, Clock, MAX_BATCH_WRITES, MalformedItem, MeteringApi,
-    MeteringRecord, MetricsSink, OutcomeWrite, RecordVerdict, SubmissionUpdate, SubscriberStore,
-    metric,
+    MeteringRecord, MetricsSink, OutcomeWrite, Page, RecordVerdict, SubmissionUpdate,
+    SubscriberStore, metric,
 };
 use crate::time::{self, HourBucket, Instant};
 
@@ -31,6 +33,14 @@ use super::{
 /// The request-level exception of a dimension the product's catalog lacks: every
 /// record of that dimension fails the same way, whatever it is batched with.
 const INVALID_DIMENSION: &str = "InvalidUsageDimensionException";
+
+/// Hour buckets read at once: one round trip covers this many hours, and at most this
+/// many buckets' records are in memory beside the two batches planned ahead.
+const READ_AHEAD: usize = 4;
+
+/// Batches planned ahead below which the next buckets are read while calls go out:
+/// about 0.8 s of calls, time for a bucket's read to finish unseen.
+const PLANNED_AHEAD: usize = 8;
 
 /// The ports the submitter uses.
 #[derive(Clone, Copy)]
@@ -120,7 +130,8 @@ impl Stop {
 /// Order: (1) records of `deprovisioning` licenses in every live hour, the current one
 /// included (their final-usage window is closing); (2) everyone else's records in
 /// completed hours, oldest first; (3) age-out of records in expired hours. Within a
-/// product, records are batched in that order; each batch's records are claimed
+/// product, records are batched in that order, a batch spanning hours where one ends
+/// part-full (see [`Run::send_pass`]); each batch's records are claimed
 /// (`inFlightUntil`, conditional on the record being as read, so one folded or claimed
 /// meanwhile is skipped this run), sent, and their outcomes written while the next batch is sent.
 ///
@@ -174,20 +185,17 @@ pub async fn submit(
 
     let outcome = async {
         if !deprovisioning.is_empty() {
-            for bucket in time::live_buckets(now) {
-                let records = run
-                    .pending(bucket, |r| deprovisioning.contains(&r.key.license_arn))
-                    .await?;
-                run.send_all(records).await?;
-            }
+            run.send_pass(&time::live_buckets(now), |r| {
+                deprovisioning.contains(&r.key.license_arn)
+            })
+            .await?;
         }
-        for bucket in time::live_buckets(now).into_iter().filter(|b| *b < current) {
-            let records = run
-                .pending(bucket, |r| !deprovisioning.contains(&r.key.license_arn))
-                .await?;
-            run.send_all(records).await?;
-        }
-        Ok::<(), RunError>(())
+        let completed: Vec<HourBucket> = time::live_buckets(now)
+            .into_iter()
+            .filter(|b| *b < current)
+            .collect();
+        run.send_pass(&completed, |r| !deprovisioning.contains(&r.key.license_arn))
+            .await
     }
     .await;
     match outcome {
@@ -288,46 +296,78 @@ impl Run<'_> {
         }
     }
 
-    /// Every pending record of `bucket` selected by `take` and due under the zero policy.
-    async fn pending(
+    /// Sends every due record of `buckets` (oldest first) selected by `take`.
+    ///
+    /// The buckets are read [`READ_AHEAD`] at a time while the calls go out, so a day
+    /// with few busy hours costs a few round trips rather than one per hour, and no call
+    /// waits on a read, a write-back or a claim at an hour's end. Batches are planned as
+    /// the records arrive, a batch spanning hours where one ends part-full (fewer calls).
+    /// Records read ahead may change before their claim: the claim is conditional on the
+    /// record as read, so a changed one is skipped this run, as before.
+    async fn send_pass(
         &mut self,
-        bucket: HourBucket,
+        buckets: &[HourBucket],
         take: impl Fn(&AggregatedRecord) -> bool,
-    ) -> Result<Vec<AggregatedRecord>, RunError> {
-        let mut out = Vec::new();
-        let mut cursor = None;
-        loop {
-            self.check_budget()?;
-            let policy = RetryPolicy::STORE;
-            let page = retry_transient(self.ports.clock, policy, || {
-                self.ports.aggregated.pending_page(bucket, cursor.clone())
-            })
-            .await?;
-            for item in &page.malformed {
-                self.reject_malformed(item).await?;
-            }
-            let due: Vec<AggregatedRecord> = page
-                .items
-                .into_iter()
-                .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy))
-                .collect();
-            self.report.pending_past_lock += due.iter().filter(|r| self.meant_to_send(r)).count();
-            out.extend(due);
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => return Ok(out),
-            }
-        }
-    }
-
-    async fn send_all(&mut self, records: Vec<AggregatedRecord>) -> Result<(), RunError> {
-        if records.is_empty() {
-            return Ok(());
-        }
+    ) -> Result<(), RunError> {
+        let (ports, budget) = (self.ports, self.budget);
+        let mut source = Source {
+            reads: Box::pin(
+                futures_util::stream::iter(buckets.iter().copied())
+                    .map(move |bucket| read_bucket(ports, budget, bucket))
+                    .buffered(READ_AHEAD),
+            ),
+            buffer: Vec::new(),
+            ready: VecDeque::new(),
+            exhausted: false,
+        };
         if let MeteringMode::DryRun { allowlist } = &self.settings.mode {
             let allowlist = allowlist.clone();
-            return self.dry_run(records, &allowlist).await;
+            while let Some(pages) = source.reads.next().await {
+                self.take_due(pages?, &take, &mut source.buffer).await?;
+            }
+            return self
+                .dry_run(std::mem::take(&mut source.buffer), &allowlist)
+                .await;
         }
+        self.refill(&mut source, &take).await?;
+        self.send_batches(&mut source, &take).await
+    }
+
+    /// Reads buckets until a batch after the next one is planned, or none is left.
+    async fn refill(
+        &mut self,
+        source: &mut Source<'_>,
+        take: &impl Fn(&AggregatedRecord) -> bool,
+    ) -> Result<(), RunError> {
+        while source.ready.len() < 2 && !source.exhausted {
+            let pages = source.reads.next().await;
+            self.arrived(source, pages, take).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes one bucket's pages (`None`: no bucket is left) into the plan.
+    async fn arrived(
+        &mut self,
+        source: &mut Source<'_>,
+        pages: Option<Result<Vec<Page<AggregatedRecord>>, RunError>>,
+        take: &impl Fn(&AggregatedRecord) -> bool,
+    ) -> Result<(), RunError> {
+        match pages {
+            Some(pages) => self.take_due(pages?, take, &mut source.buffer).await?,
+            None => source.exhausted = true,
+        }
+        self.plan(source).await
+    }
+
+    /// Plans the buffered records into batches: every batch but each product's last
+    /// (more of its records may still arrive) is ready; once no bucket is left, all are.
+    /// A record too large to send even alone is closed `Error` here.
+    async fn plan(&mut self, source: &mut Source<'_>) -> Result<(), RunError> {
+        if source.buffer.is_empty() {
+            return Ok(());
+        }
+        let records = std::mem::take(&mut source.buffer);
         let metering: Vec<MeteringRecord> =
             records.iter().map(|r| self.metering_record(r)).collect();
         let plan = plan_batches(&metering, self.settings.limits);
@@ -348,34 +388,74 @@ impl Run<'_> {
                 );
             }
         }
-        let batches: Vec<Vec<&AggregatedRecord>> = plan
-            .batches
-            .iter()
-            .map(|batch| {
-                batch
-                    .input_indexes()
-                    .iter()
-                    .filter_map(|i| records.get(*i))
-                    .collect()
-            })
-            .collect();
-        self.send_batches(&batches).await
+        let product_of = |batch: &crate::batch::Batch| {
+            batch
+                .input_indexes()
+                .first()
+                .and_then(|i| metering.get(*i))
+                .map(|r| r.product_code.as_str())
+        };
+        let mut records: Vec<Option<AggregatedRecord>> = records.into_iter().map(Some).collect();
+        for (n, batch) in plan.batches.iter().enumerate() {
+            let last_of_product = plan
+                .batches
+                .get(n + 1)
+                .is_none_or(|next| product_of(next) != product_of(batch));
+            let members = batch
+                .input_indexes()
+                .iter()
+                .filter_map(|i| records.get_mut(*i).and_then(Option::take));
+            if last_of_product && !source.exhausted {
+                source.buffer.extend(members);
+            } else {
+                source.ready.push_back(members.map(Arc::new).collect());
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the page's malformed items and adds its records selected by `take` and
+    /// due under the zero policy to `out`.
+    async fn take_due(
+        &mut self,
+        pages: Vec<Page<AggregatedRecord>>,
+        take: &impl Fn(&AggregatedRecord) -> bool,
+        out: &mut Vec<AggregatedRecord>,
+    ) -> Result<(), RunError> {
+        for page in pages {
+            for item in &page.malformed {
+                self.reject_malformed(item).await?;
+            }
+            let due: Vec<AggregatedRecord> = page
+                .items
+                .into_iter()
+                .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy))
+                .collect();
+            self.report.pending_past_lock += due.iter().filter(|r| self.meant_to_send(r)).count();
+            out.extend(due);
+        }
+        Ok(())
     }
 
     /// Claims, sends and records the planned batches as a pipeline: while batch `i` is
-    /// sent, batch `i + 1` is claimed and the outcomes of batch `i - 1` are written, so
-    /// the database's latency hides behind the paced calls and each call costs two
-    /// store requests (one claim, one write-back) whatever its size. A crash anywhere
-    /// leaves at most two batches claimed with their sent quantity: re-sent after their
-    /// lease, Marketplace answers `DuplicateRecord` for what was billed.
-    async fn send_batches(&mut self, batches: &[Vec<&AggregatedRecord>]) -> Result<(), RunError> {
-        let Some(first) = batches.first() else {
+    /// sent, batch `i + 1` is claimed, the outcomes of batch `i - 1` are written and, when
+    /// fewer than [`PLANNED_AHEAD`] batches are planned, the next buckets are read (their
+    /// reads go on across calls), so the database's latency hides behind the paced calls and each call costs two store
+    /// requests (one claim, one write-back) whatever its size. A crash anywhere leaves
+    /// at most two batches claimed with their sent quantity: re-sent after their lease,
+    /// Marketplace answers `DuplicateRecord` for what was billed.
+    async fn send_batches(
+        &mut self,
+        source: &mut Source<'_>,
+        take: &impl Fn(&AggregatedRecord) -> bool,
+    ) -> Result<(), RunError> {
+        let Some(first) = source.ready.pop_front() else {
             return Ok(());
         };
         self.check_budget()?;
-        let mut claimed = self.claim_members(first).await;
+        let mut claimed = self.claim_members(&first).await;
         let mut unwritten: Vec<OutcomeWrite> = Vec::new();
-        for index in 0..batches.len() {
+        loop {
             let current = match claimed {
                 Ok(current) => current,
                 Err(error) => {
@@ -388,25 +468,56 @@ impl Run<'_> {
                 self.finish(&unwritten, &current.held).await;
                 return Err(stop);
             }
-            let next = batches.get(index + 1);
-            let (sent, next_claimed, written) = futures_util::join!(
-                self.send_held(&current.held),
-                async {
-                    match next {
-                        Some(members) => self.claim_members(members).await,
-                        None => Ok(Claimed::default()),
+            let next = source.ready.pop_front();
+            let read_more = source.ready.len() < PLANNED_AHEAD && !source.exhausted;
+            // The reads go on while the batch is out, and wait for the next batch if they
+            // are not done: a read never holds a call back.
+            let mut pages = None;
+            let (sent, next_claimed, written) = {
+                let work = futures_util::future::join3(
+                    self.send_held(&current.held),
+                    async {
+                        match &next {
+                            Some(members) => self.claim_members(members).await,
+                            None => Ok(Claimed::default()),
+                        }
+                    },
+                    self.write_outcomes(&unwritten),
+                );
+                let mut work = std::pin::pin!(work);
+                let reads = &mut source.reads;
+                std::future::poll_fn(|cx| {
+                    if read_more
+                        && pages.is_none()
+                        && let std::task::Poll::Ready(item) = reads.poll_next_unpin(cx)
+                    {
+                        pages = Some(item);
                     }
-                },
-                self.write_outcomes(&unwritten),
-            );
+                    work.as_mut().poll(cx)
+                })
+                .await
+            };
             claimed = next_claimed;
             let judged = self.judge(&current.held, sent).await;
             unwritten = judged.updates;
-            let failure = written.err().or(judged.lookup_failure);
-            let verdict = match failure {
+            let mut failure = written.err().or(judged.lookup_failure);
+            if let (None, Some(pages)) = (&failure, pages) {
+                failure = self.arrived(source, pages, take).await.err();
+            }
+            let mut verdict = match failure {
                 Some(error) => Err(error),
                 None => self.after_batch(judged.action, judged.stop).await,
             };
+            if verdict.is_ok() && next.is_none() {
+                // No batch was planned when this one went out (the reads fell behind):
+                // read on, and claim the next one before its send.
+                verdict = self.refill(source, take).await;
+                match (&verdict, source.ready.pop_front()) {
+                    (Ok(()), Some(members)) => claimed = self.claim_members(&members).await,
+                    (Ok(()), None) => break,
+                    (Err(_), _) => {}
+                }
+            }
             if let Err(error) = verdict {
                 let held = claimed.as_ref().map_or(&[][..], |c| c.held.as_slice());
                 self.finish(&unwritten, held).await;
@@ -419,7 +530,7 @@ impl Run<'_> {
     /// Before the loop ends early: writes the outcomes not yet stored and gives back the
     /// claims taken for a batch that will not be sent (so late usage can fold in).
     /// Best effort: what cannot be written lapses with its lease.
-    async fn finish(&self, unwritten: &[OutcomeWrite], unsent: &[Held<'_>]) {
+    async fn finish(&self, unwritten: &[OutcomeWrite], unsent: &[Held]) {
         let mut writes = unwritten.to_vec();
         writes.extend(unsent.iter().map(|h| OutcomeWrite {
             key: h.record.key.clone(),
@@ -443,10 +554,7 @@ impl Run<'_> {
     }
 
     /// Claims `members` in one store request (as read; a record moved since is skipped).
-    async fn claim_members<'r>(
-        &self,
-        members: &[&'r AggregatedRecord],
-    ) -> Result<Claimed<'r>, RunError> {
+    async fn claim_members(&self, members: &[Arc<AggregatedRecord>]) -> Result<Claimed, RunError> {
         let requests: Vec<ClaimRequest> = members
             .iter()
             .map(|record| ClaimRequest::of(record, self.new_claim()))
@@ -462,7 +570,7 @@ impl Run<'_> {
         for ((record, request), grant) in members.iter().zip(requests).zip(grants) {
             match grant {
                 Some(grant) => claimed.held.push(Held {
-                    record,
+                    record: Arc::clone(record),
                     claim_id: request.claim.id,
                     previously_sent: grant.previously_sent,
                 }),
@@ -476,11 +584,11 @@ impl Run<'_> {
     /// refused this run (`InvalidUsageDimensionException`, which fails the whole request)
     /// go alone, after the others as one batch: a known-bad dimension costs one call per
     /// record instead of a bisection of every batch it lands in. Stops at the first stop.
-    async fn send_held(&self, held: &[Held<'_>]) -> BisectReport {
+    async fn send_held(&self, held: &[Held]) -> BisectReport {
         let (suspects, clean): (Vec<usize>, Vec<usize>) = (0..held.len()).partition(|i| {
             held.get(*i).is_some_and(|h| {
                 self.refused_dimensions
-                    .contains(&self.dimension_of(h.record))
+                    .contains(&self.dimension_of(&h.record))
             })
         });
         if suspects.is_empty() {
@@ -492,8 +600,7 @@ impl Run<'_> {
         };
         let groups = std::iter::once(clean).chain(suspects.into_iter().map(|i| vec![i]));
         for group in groups.filter(|g| !g.is_empty()) {
-            let members: Vec<Held<'_>> =
-                group.iter().filter_map(|i| held.get(*i).cloned()).collect();
+            let members: Vec<Held> = group.iter().filter_map(|i| held.get(*i).cloned()).collect();
             let part = self.send_group(&members).await;
             for (index, result) in group.iter().zip(part.results) {
                 if let Some(slot) = report.results.get_mut(*index) {
@@ -518,13 +625,13 @@ impl Run<'_> {
 
     /// Sends `held` as one batch (bisecting rejections), retrying unprocessed records
     /// once after a jittered backoff; emits the call metrics.
-    async fn send_group(&self, held: &[Held<'_>]) -> BisectReport {
+    async fn send_group(&self, held: &[Held]) -> BisectReport {
         if held.is_empty() {
             return BisectReport::default();
         }
         let batch: Vec<MeteringRecord> = held
             .iter()
-            .map(|h| self.metering_record(h.record))
+            .map(|h| self.metering_record(&h.record))
             .collect();
         let mut sent = send_with_bisection(self.paced, &batch).await;
         let mut events = report_metrics(&sent);
@@ -561,7 +668,7 @@ impl Run<'_> {
     }
 
     /// Each held record's outcome (counted, its metric emitted) and what the run does next.
-    async fn judge(&mut self, held: &[Held<'_>], sent: BisectReport) -> Judged {
+    async fn judge(&mut self, held: &[Held], sent: BisectReport) -> Judged {
         let stop = sent.stopped.as_ref().map(|s| s.kind());
         let mut judged = Judged {
             updates: Vec::with_capacity(held.len()),
@@ -588,11 +695,11 @@ impl Run<'_> {
             if let RecordResult::Isolated { exception, .. } = result
                 && exception == INVALID_DIMENSION
             {
-                let refused = self.dimension_of(hold.record);
+                let refused = self.dimension_of(&hold.record);
                 self.refused_dimensions.insert(refused);
             }
             let outcome = next_state(result, stop, subscriber.as_ref(), hold.previously_sent);
-            self.count(hold.record, result, &outcome);
+            self.count(&hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
                 metric.emit(self.ports.metrics);
             }
@@ -656,7 +763,7 @@ impl Run<'_> {
     }
 
     async fn claim(&mut self, record: &AggregatedRecord) -> Result<Option<String>, RunError> {
-        let claimed = self.claim_members(&[record]).await?;
+        let claimed = self.claim_members(&[Arc::new(record.clone())]).await?;
         Ok(claimed.held.into_iter().next().map(|h| h.claim_id))
     }
 
@@ -865,6 +972,46 @@ impl Run<'_> {
     }
 }
 
+/// Every page of `bucket`'s pending records, transient failures retried; none once the
+/// run's time is up.
+async fn read_bucket(
+    ports: SubmitPorts<'_>,
+    budget: Budget,
+    bucket: HourBucket,
+) -> Result<Vec<Page<AggregatedRecord>>, RunError> {
+    let mut pages = Vec::new();
+    let mut cursor = None;
+    loop {
+        if budget.exhausted(ports.clock) {
+            return Err(RunError::Stop(Stop::Deadline));
+        }
+        let page = retry_transient(ports.clock, RetryPolicy::STORE, || {
+            ports.aggregated.pending_page(bucket, cursor.clone())
+        })
+        .await?;
+        cursor = page.next.clone();
+        pages.push(page);
+        if cursor.is_none() {
+            return Ok(pages);
+        }
+    }
+}
+
+/// The buckets' reads, in bucket order, [`READ_AHEAD`] in flight.
+type BucketReads<'a> = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<Vec<Page<AggregatedRecord>>, RunError>> + Send + 'a>,
+>;
+
+/// A pass's records on their way to the calls: the bucket reads still to come, the
+/// records read but not yet batched, and the batches planned.
+struct Source<'a> {
+    reads: BucketReads<'a>,
+    buffer: Vec<AggregatedRecord>,
+    ready: VecDeque<Vec<Arc<AggregatedRecord>>>,
+    /// No bucket is left to read.
+    exhausted: bool,
+}
+
 fn unprocessed_indexes(report: &BisectReport) -> Vec<usize> {
     report
         .results
@@ -888,8 +1035,8 @@ pub fn metering_record(record: &AggregatedRecord) -> MeteringRecord {
 
 /// The claims taken for one batch.
 #[derive(Debug, Default)]
-struct Claimed<'r> {
-    held: Vec<Held<'r>>,
+struct Claimed {
+    held: Vec<Held>,
     /// Records that moved since they were read (claimed by nobody here).
     skipped: usize,
 }
@@ -904,8 +1051,8 @@ struct Judged {
 
 /// A claim this run holds.
 #[derive(Debug, Clone)]
-struct Held<'r> {
-    record: &'r AggregatedRecord,
+struct Held {
+    record: Arc<AggregatedRecord>,
     claim_id: String,
     previously_sent: bool,
 }
@@ -1731,6 +1878,88 @@ mod tests {
         assert_eq!(world.api.ledger()[&key].product_code, PRODUCT);
     }
 
+    /// Counts the pending-index reads in flight at once; each read waits one poll, so
+    /// reads issued together are seen together.
+    struct Overlap {
+        inner: crate::memory::MemoryAggregatedStore,
+        /// (in flight, most in flight at once)
+        state: Mutex<(usize, usize)>,
+    }
+
+    #[async_trait]
+    impl crate::memory::Decorator for Overlap {
+        async fn around<T: Send>(
+            &self,
+            call: crate::memory::StoreCall,
+            inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
+        ) -> Result<T, PortError> {
+            if call.op != crate::memory::StoreOp::AggregatedPendingPage {
+                return inner.await;
+            }
+            {
+                let mut s = self.state.lock().unwrap();
+                s.0 += 1;
+                s.1 = s.1.max(s.0);
+            }
+            let mut yielded = false;
+            std::future::poll_fn(|cx| {
+                if yielded {
+                    std::task::Poll::Ready(())
+                } else {
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            self.state.lock().unwrap().0 -= 1;
+            inner.await
+        }
+    }
+
+    #[async_trait]
+    impl crate::memory::AggregatedDecorator for Overlap {
+        type Inner = crate::memory::MemoryAggregatedStore;
+        fn inner(&self) -> &Self::Inner {
+            &self.inner
+        }
+    }
+
+    #[tokio::test]
+    async fn hours_are_read_four_at_a_time_and_their_records_share_calls() {
+        // GIVEN 10 pending records in each of three completed hours of the day
+        let now = t(NOW);
+        let world = World::new(now);
+        for hour in ["2026-11-30T01", "2026-11-30T05", "2026-11-30T09"] {
+            for i in 0..10 {
+                let key = group(&license(1), ACCOUNT_A, &format!("{hour}-{i}"), hour);
+                world
+                    .tables
+                    .insert_aggregated(pending(&key, 1), world.clock.now());
+            }
+        }
+        world.api.entitle(&license(1), ACCOUNT_A);
+        let store = Overlap {
+            inner: world.aggregated.clone(),
+            state: Mutex::new((0, 0)),
+        };
+        // WHEN one run goes over the 23 completed live hours
+        let ports = SubmitPorts {
+            aggregated: &store,
+            ..world.submit_ports()
+        };
+        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+        // THEN the hours were read READ_AHEAD at a time, and the 30 records went out in
+        // two calls (25 + 5) rather than three part-full ones
+        let (_, most_at_once) = *store.state.lock().unwrap();
+        assert_eq!(most_at_once, READ_AHEAD);
+        assert_eq!(report.success, 30);
+        let sizes: Vec<usize> = world.api.calls().iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![25, 5]);
+    }
+
     #[tokio::test]
     async fn the_whole_pipeline_bills_each_group_exactly_its_aggregated_rows() {
         // GIVEN usage over several licenses (two on one account), dimensions and hours
@@ -1789,7 +2018,10 @@ mod tests {
             assert_eq!(entry.quantity, sum, "{key}");
             assert_eq!(world.record(key).unwrap().status, AggregatedStatus::Success);
         }
-        // One batch per hour (oldest first), each well under 25 records.
-        assert_eq!(world.api.calls().len(), 3);
+        // The three hours' 18 records share one call (a batch may span hours), oldest first.
+        let calls = world.api.calls();
+        assert_eq!(calls.len(), 1);
+        let hours: Vec<HourBucket> = calls[0].iter().map(|r| r.key.hour).collect();
+        assert!(hours.is_sorted(), "{hours:?}");
     }
 }
