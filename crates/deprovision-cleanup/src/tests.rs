@@ -12,6 +12,10 @@ use awsmp_core::time::{Instant, parse_usage_timestamp};
 
 use super::*;
 
+#[path = "../../subscription/tests/support/deprovisioning.rs"]
+mod deprovisioning;
+use deprovisioning::licenses_in_index;
+
 fn t(s: &str) -> Instant {
     parse_usage_timestamp(s).unwrap()
 }
@@ -125,14 +129,7 @@ async fn closes_exactly_the_rows_whose_window_has_passed() {
     assert_eq!(closed.agreement_status, Some(AgreementStatus::Inactive));
     assert_eq!(closed.version, 3);
     // The closed rows left the index; a second run at the same time does nothing.
-    let left: Vec<_> = store
-        .deprovisioning()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.license_arn)
-        .collect();
-    assert_eq!(left, ["l-c"]);
+    assert_eq!(licenses_in_index(&store).await, ["l-c"]);
     let again = handler(&state, scheduled(Some("2026-11-30T13:15:00Z")))
         .await
         .unwrap();

@@ -65,12 +65,7 @@ async fn deliver(state: &State, events: &[(&str, &str)]) -> Vec<String> {
         let response = handler(state, batch(&[(&id, Some(event_at(name, time)))]))
             .await
             .unwrap();
-        failed.extend(
-            response
-                .batch_item_failures
-                .into_iter()
-                .map(|f| f.item_identifier),
-        );
+        failed.extend(failed_ids(&response).into_iter().map(String::from));
     }
     failed
 }
@@ -208,68 +203,11 @@ async fn ignored_types_write_nothing_and_are_acknowledged() {
     assert!(store.rows().is_empty());
 }
 
-/// Ordering and duplicate cases as SQS delivers them (each its own batch).
+/// Ordering and duplicate cases as SQS delivers them (each its own batch); the moto
+/// test runs the same list.
 #[tokio::test]
 async fn out_of_order_and_duplicate_deliveries() {
-    use AgreementStatus as A;
-    use SubscriptionStatus as S;
-    let cases: Vec<Case> = vec![
-        (
-            "duplicate License Updated",
-            vec![(UPDATED, H10), (UPDATED, H10)],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "stale License Updated after Deprovisioned never reactivates",
-            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H11)],
-            Some(A::Active),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "newer License Updated after Deprovisioned is refused",
-            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H13)],
-            Some(A::Active),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "Deprovisioned before License Updated",
-            vec![(DEPROVISIONED, H12), (UPDATED, H10)],
-            None,
-            Some(S::Deprovisioning),
-        ),
-        (
-            "Ended by both roles (duplicate copies)",
-            vec![(UPDATED, H10), (ENDED_P, H12), (ENDED_M, H12)],
-            Some(A::Inactive),
-            Some(S::Active),
-        ),
-        (
-            "Ended, then Deprovisioned (the documented real order)",
-            vec![(UPDATED, H10), (ENDED_P, H12), (DEPROVISIONED, H12_05)],
-            Some(A::Inactive),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "stale Ended before the License Updated is a no-op",
-            vec![(UPDATED, H10), (ENDED_M, "2026-11-30T09:00:00Z")],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "newer Amended after Ended never reactivates",
-            vec![(UPDATED, H10), (ENDED_M, H12), (AMENDED_M, H13)],
-            Some(A::Inactive),
-            Some(S::Active),
-        ),
-        (
-            "a stale License Updated delivered after Ended leaves the agreement ended",
-            vec![(UPDATED, H10), (ENDED_M, H12), (UPDATED, H11)],
-            Some(A::Inactive),
-            Some(S::Active),
-        ),
-    ];
-    for (name, events, agreement, subscription) in cases {
+    for (name, events, agreement, subscription) in ordering_cases() {
         let (state, store) = harness();
         let failed = deliver(&state, &events).await;
         assert!(failed.is_empty(), "{name}: {failed:?}");
@@ -373,13 +311,8 @@ async fn malformed_messages_fail_alone_and_write_nothing() {
     )
     .await
     .unwrap();
-    let failed: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
     assert_eq!(
-        failed,
+        failed_ids(&response),
         [
             "bad-json",
             "no-arn",

@@ -10,7 +10,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoSubscriberStore;
 use awsmp_core::lifecycle::expire_deprovisioning;
-use awsmp_core::model::{AgreementStatus, SubscriptionStatus};
+use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::parse_usage_timestamp;
 use awsmp_local_aws::{MotoServer, create_subscribers_table};
@@ -88,6 +88,25 @@ impl Env {
             .collect()
     }
 
+    /// Sends each (message id, body) as its own batch, in order, to a fresh table
+    /// `table`; checks that none fails (`what` names the case) and returns the row.
+    async fn delivered(
+        &self,
+        table: &str,
+        messages: &[(String, String)],
+        what: &str,
+    ) -> (Subscriber, DynamoSubscriberStore) {
+        let (state, store) = self.state(table).await;
+        for (id, body) in messages {
+            let response = send(&state, id, body.clone()).await;
+            assert!(
+                response.batch_item_failures.is_empty(),
+                "{what}: message {id} failed"
+            );
+        }
+        (store.get(LICENSE, ACCOUNT).await.unwrap().unwrap(), store)
+    }
+
     async fn names(&self, table: &str) -> BTreeSet<String> {
         let items = self.items(table).await;
         assert_eq!(items.len(), 1, "{items:?}");
@@ -101,100 +120,42 @@ async fn send(state: &State, id: &str, body: String) -> SqsBatchResponse {
         .unwrap()
 }
 
+/// The row is deprovisioning, its final-usage window open until `expiry`.
+fn assert_deprovisioning_until(row: &Subscriber, expiry: &str, what: &str) {
+    assert_eq!(
+        row.subscription_status,
+        Some(SubscriptionStatus::Deprovisioning),
+        "{what}"
+    );
+    assert_eq!(
+        row.deprovisioning_expiry,
+        Some(parse_usage_timestamp(expiry).unwrap()),
+        "{what}"
+    );
+}
+
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|n| n.to_string()).collect()
 }
 
 #[tokio::test]
 async fn every_event_type_and_ordering_case_on_moto() {
-    use AgreementStatus as A;
-    use SubscriptionStatus as S;
     let env = Env::start().await;
-    let cases: Vec<Case> = vec![
-        (
-            "Updated",
-            vec![(UPDATED, H10)],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "Updated then Deprovisioned",
-            vec![(UPDATED, H10), (DEPROVISIONED, H12)],
-            Some(A::Active),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "Ended (Manufacturer) and its Proposer copy",
-            vec![(UPDATED, H10), (ENDED_M, H12), (ENDED_P, H12)],
-            Some(A::Inactive),
-            Some(S::Active),
-        ),
-        (
-            "Amended by both roles keeps the row current",
-            vec![(UPDATED, H10), (AMENDED_M, H11), (AMENDED_P, H11)],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "Created by both roles is ignored",
-            vec![(UPDATED, H10), (CREATED_M, H11), (CREATED_P, H11)],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "duplicate Updated",
-            vec![(UPDATED, H10), (UPDATED, H10)],
-            Some(A::Active),
-            Some(S::Active),
-        ),
-        (
-            "stale Updated after Deprovisioned",
-            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H11)],
-            Some(A::Active),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "newer Updated after Deprovisioned is refused",
-            vec![(UPDATED, H10), (DEPROVISIONED, H12), (UPDATED, H13)],
-            Some(A::Active),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "Deprovisioned before Updated",
-            vec![(DEPROVISIONED, H12), (UPDATED, H10)],
-            None,
-            Some(S::Deprovisioning),
-        ),
-        (
-            "Ended then Deprovisioned",
-            vec![(UPDATED, H10), (ENDED_P, H12), (DEPROVISIONED, H12_05)],
-            Some(A::Inactive),
-            Some(S::Deprovisioning),
-        ),
-        (
-            "newer Amended after Ended is refused",
-            vec![(UPDATED, H10), (ENDED_M, H12), (AMENDED_M, H13)],
-            Some(A::Inactive),
-            Some(S::Active),
-        ),
-    ];
-    for (i, (name, events, agreement, subscription)) in cases.into_iter().enumerate() {
-        let table = format!("{TABLE}-{i}");
-        let (state, store) = env.state(&table).await;
-        for (j, (fixture, time)) in events.iter().enumerate() {
-            let response = send(&state, &format!("m{j}"), event_at(fixture, time)).await;
-            assert!(
-                response.batch_item_failures.is_empty(),
-                "{name}: message {j} failed"
-            );
-        }
-        let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    for (i, (name, events, agreement, subscription)) in ordering_cases().into_iter().enumerate() {
+        let messages: Vec<_> = events
+            .iter()
+            .enumerate()
+            .map(|(j, (fixture, time))| (format!("m{j}"), event_at(fixture, time)))
+            .collect();
+        let (row, store) = env
+            .delivered(&format!("{TABLE}-{i}"), &messages, name)
+            .await;
         assert_eq!(row.agreement_status, agreement, "{name}");
         assert_eq!(row.subscription_status, subscription, "{name}");
         let in_index = store.deprovisioning().await.unwrap().len();
         assert_eq!(
             in_index,
-            usize::from(subscription == Some(S::Deprovisioning)),
+            usize::from(subscription == Some(SubscriptionStatus::Deprovisioning)),
             "{name}"
         );
     }
@@ -231,12 +192,7 @@ async fn malformed_messages_fail_alone_and_write_nothing_on_moto() {
     )
     .await
     .unwrap();
-    let failed: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
-    assert_eq!(failed, ["bad-json", "no-arn"]);
+    assert_eq!(failed_ids(&response), ["bad-json", "no-arn"]);
     assert!(env.items(TABLE).await.is_empty());
 }
 
@@ -387,26 +343,18 @@ async fn every_delivery_order_of_one_row_converges_on_moto() {
         ["c", "b", "a"],
     ];
     for (i, order) in orders.iter().enumerate() {
-        let (state, store) = env.state(&format!("{TABLE}-order-{i}")).await;
-        for id in order {
-            let body = match *id {
-                "c" => event_at(DEPROVISIONED, H12),
-                _ => event_at(UPDATED, H10),
-            };
-            let response = send(&state, id, body).await;
-            assert!(response.batch_item_failures.is_empty(), "order {order:?}");
-        }
-        let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
-        assert_eq!(
-            row.subscription_status,
-            Some(SubscriptionStatus::Deprovisioning),
-            "order {order:?}"
-        );
-        assert_eq!(
-            row.deprovisioning_expiry,
-            Some(parse_usage_timestamp(H13).unwrap()),
-            "order {order:?}"
-        );
+        let messages: Vec<_> = order
+            .iter()
+            .map(|id| match *id {
+                "c" => (id.to_string(), event_at(DEPROVISIONED, H12)),
+                _ => (id.to_string(), event_at(UPDATED, H10)),
+            })
+            .collect();
+        let what = format!("order {order:?}");
+        let (row, _) = env
+            .delivered(&format!("{TABLE}-order-{i}"), &messages, &what)
+            .await;
+        assert_deprovisioning_until(&row, H13, &what);
     }
 }
 
@@ -421,31 +369,25 @@ async fn same_second_updated_and_deprovisioned_open_the_window_in_either_order_o
         .iter()
         .enumerate()
     {
-        let (state, store) = env.state(&format!("{TABLE}-same-second-{i}")).await;
-        for (j, fixture) in order.iter().enumerate() {
-            let response = send(&state, &format!("m{j}"), event_at(fixture, T)).await;
-            assert!(response.batch_item_failures.is_empty(), "order {order:?}");
-        }
-        let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
-        assert_eq!(
-            row.subscription_status,
-            Some(SubscriptionStatus::Deprovisioning),
-            "order {order:?}"
-        );
-        assert_eq!(
-            row.deprovisioning_expiry,
-            Some(parse_usage_timestamp(H13).unwrap()),
-            "order {order:?}"
-        );
+        let messages: Vec<_> = order
+            .iter()
+            .enumerate()
+            .map(|(j, fixture)| (format!("m{j}"), event_at(fixture, T)))
+            .collect();
+        let what = format!("order {order:?}");
+        let (row, store) = env
+            .delivered(&format!("{TABLE}-same-second-{i}"), &messages, &what)
+            .await;
+        assert_deprovisioning_until(&row, H13, &what);
         assert_eq!(
             row.agreement_status,
             Some(AgreementStatus::Active),
-            "order {order:?}"
+            "{what}"
         );
         assert_eq!(
             store.deprovisioning().await.unwrap().len(),
             1,
-            "order {order:?}: in the deprovisioning index"
+            "{what}: in the deprovisioning index"
         );
     }
 }
