@@ -12,8 +12,8 @@ use awsmp_core::aggregate::plan_aggregation;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::model::{GroupKey, attr};
 use awsmp_core::ports::{CommitOutcome, metric};
-use awsmp_e2e::{AGGREGATED_TABLE, license};
-use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget, LossMode};
+use awsmp_e2e::{AGGREGATED_TABLE, Stack};
+use awsmp_marketplace_sim::{FaultKind, LossMode};
 use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
@@ -27,6 +27,17 @@ fn group(license_arn: &str, account: &str, dimension: &str, hour: &str) -> Group
     }
 }
 
+/// A stack at `NOW` where license 1, active on account A, used 5 `requests` at 09:05.
+async fn five_requests_at_nine() -> (Stack, String) {
+    let stack = stack(NOW).await;
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
+    stack
+        .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 5)
+        .await
+        .unwrap();
+    (stack, l)
+}
+
 /// A response lost after the call billed (HTTP 500 or a dropped connection): the
 /// record keeps the quantity it was sent with, later rows for the hour are late usage,
 /// and the re-send carries exactly the billed quantity, so nothing is lost unseen and
@@ -34,32 +45,16 @@ fn group(license_arn: &str, account: &str, dimension: &str, hour: &str) -> Group
 #[tokio::test]
 async fn a_response_lost_after_billing_is_resent_with_exactly_the_billed_quantity() {
     for mode in [LossMode::Http500, LossMode::Drop] {
-        let stack = stack(NOW).await;
-        let l = license(1);
-        stack.license_updated(&l, ACCOUNT_A).await.unwrap();
-        stack
-            .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 5)
-            .await
-            .unwrap();
-        stack.run_discoverer().await.unwrap();
-        stack.drain_aggregator().await.unwrap();
-        stack.drain_cleanup().await.unwrap();
+        let (stack, l) = five_requests_at_nine().await;
+        discover_and_aggregate(&stack).await;
 
         // GIVEN the simulator bills the call and then loses the answer
-        stack
-            .sim
-            .handle()
-            .inject_fault(FaultSpec {
-                kind: FaultKind::LoseResponse { mode },
-                count: 1,
-                operation: FaultTarget::BatchMeterUsage,
-            })
-            .unwrap();
+        fail_batch_meter_usage(&stack, FaultKind::LoseResponse { mode }, 1);
         let first = stack.run_submitter().await.unwrap();
         assert_eq!(first.success, 0, "{mode:?}");
         let hour = key(&l, ACCOUNT_A, "requests", "2026-11-30T09");
         assert_eq!(stack.billed()[&hour], 5, "{mode:?}: the call did bill");
-        let record = stack.aggregated_rows().await.unwrap().remove(0);
+        let record = first_record(&stack).await;
         assert_eq!(
             (record.status.as_str(), record.pending),
             ("Pending", true),
@@ -77,11 +72,11 @@ async fn a_response_lost_after_billing_is_resent_with_exactly_the_billed_quantit
 
         // THEN the re-send carried 5, the duplicate closes the record as billed by us,
         // and the late row is reported, not silently lost or billed as a second quantity
-        let record = stack.aggregated_rows().await.unwrap().remove(0);
+        let record = first_record(&stack).await;
         assert_eq!(record.status, "DuplicateRecord", "{mode:?}");
         assert_eq!(record.reason.as_deref(), Some("BilledByEarlierAttempt"));
         assert_eq!(record.quantity, 5);
-        assert_eq!(stack.billed()[&hour], 5);
+        assert_billed(&stack, &hour, 5);
         assert_eq!(stack.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 0);
         let late_row = stack.raw_row(&late).await.unwrap();
         assert_eq!(late_row.reason.as_deref(), Some("HourAlreadySubmitted"));
@@ -95,8 +90,7 @@ async fn a_response_lost_after_billing_is_resent_with_exactly_the_billed_quantit
 #[tokio::test]
 async fn a_submitter_run_while_a_large_group_is_half_folded_bills_nothing_of_it() {
     let stack = stack(NOW).await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     for i in 0..150 {
         stack
             .put_usage(
@@ -134,9 +128,10 @@ async fn a_submitter_run_while_a_large_group_is_half_folded_bills_nothing_of_it(
 
     // AND once the fold resumes and completes, the whole hour bills once
     stack.run_pipeline().await.unwrap();
-    assert_eq!(
-        stack.billed()[&key(&l, ACCOUNT_A, "requests", "2026-11-30T09")],
-        150
+    assert_billed(
+        &stack,
+        &key(&l, ACCOUNT_A, "requests", "2026-11-30T09"),
+        150,
     );
     let statuses = raw_statuses(&stack).await;
     assert!(
@@ -153,8 +148,7 @@ async fn a_submitter_run_while_a_large_group_is_half_folded_bills_nothing_of_it(
 #[tokio::test]
 async fn malformed_direct_submit_rows_are_closed_and_never_stop_the_rest() {
     let stack = stack(NOW).await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     let put = |sort_key: String, quantity: AttributeValue, pending: &str| {
         stack
             .dynamodb
@@ -233,8 +227,7 @@ async fn malformed_direct_submit_rows_are_closed_and_never_stop_the_rest() {
 #[tokio::test]
 async fn rows_filed_under_a_non_hour_marker_are_refiled_and_billed() {
     let stack = stack(NOW).await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     let mut item =
         awsmp_e2e::Stack::usage_item(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 8);
     item.insert(
@@ -245,41 +238,22 @@ async fn rows_filed_under_a_non_hour_marker_are_refiled_and_billed() {
 
     let first = stack.run_discoverer().await.unwrap();
     assert_eq!(first.refiled_rows, 1);
-    stack.run_pipeline().await.unwrap();
-
-    assert_eq!(
-        stack.billed()[&key(&l, ACCOUNT_A, "requests", "2026-11-30T09")],
-        8
-    );
-    assert_conserved(&stack, false).await;
+    let hour = key(&l, ACCOUNT_A, "requests", "2026-11-30T09");
+    run_pipeline_and_assert_billed(&stack, &hour, 8, false).await;
 }
 
 /// A Region that never meters (`DisabledApiException` on every call) still ends every
 /// record once its hour leaves the window: `SubmissionExpired`, with the reason.
 #[tokio::test]
 async fn a_permanently_disabled_region_still_ages_records_out() {
-    let stack = stack(NOW).await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
-    stack
-        .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 5)
-        .await
-        .unwrap();
-    stack
-        .sim
-        .handle()
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Disabled,
-            count: 1000,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
+    let (stack, _) = five_requests_at_nine().await;
+    fail_batch_meter_usage(&stack, FaultKind::Disabled, 1000);
     stack.run_pipeline().await.unwrap();
     // A day later, with the Region still refusing.
     stack.advance(chrono::Duration::hours(24));
     let report = stack.run_submitter().await.unwrap();
     assert_eq!(report.expired, 1);
-    let record = stack.aggregated_rows().await.unwrap().remove(0);
+    let record = first_record(&stack).await;
     assert_eq!(record.status, "SubmissionExpired");
     assert!(!record.pending);
     assert!(stack.billed().is_empty());

@@ -12,11 +12,43 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::model::{ReasonCode, attr};
 use awsmp_core::ports::metric;
-use awsmp_e2e::{QueueKind, license};
-use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget};
+use awsmp_e2e::views::AggregatedView;
+use awsmp_e2e::{QueueKind, Stack, license};
+use awsmp_marketplace_sim::FaultKind;
 use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
+
+/// Asserts the status of the raw row with this sort key.
+async fn assert_raw_status(stack: &Stack, sort_key: &str, status: &str) {
+    let row = stack.raw_row(sort_key).await.unwrap();
+    assert_eq!(
+        row.status.as_deref(),
+        Some(status),
+        "status of raw row {sort_key}: {row:?}"
+    );
+}
+
+/// Puts raw usage rows, each `(license, account, dimension, timestamp, quantity)`, in order.
+async fn put_usage_rows(stack: &Stack, rows: &[(&str, &str, &str, &str, i64)]) {
+    for &(license_arn, account, dimension, timestamp, quantity) in rows {
+        stack
+            .put_usage(license_arn, account, dimension, timestamp, quantity)
+            .await
+            .unwrap();
+    }
+}
+
+/// The first aggregated record that `wanted` picks.
+async fn record_where(stack: &Stack, wanted: impl Fn(&AggregatedView) -> bool) -> AggregatedView {
+    stack
+        .aggregated_rows()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| wanted(r))
+        .expect("a record it picks")
+}
 
 /// 1. Several licenses (two on one account), dimensions and hours are billed exactly
 /// their per-group sums; raw rows end `Aggregated`, records `Success` with an id.
@@ -85,12 +117,8 @@ async fn happy_path_bills_each_group_its_sum() {
 
     // An hour later the open hour has completed and bills too.
     stack.advance(chrono::Duration::hours(1));
-    stack.run_pipeline().await.unwrap();
-    assert_eq!(
-        stack.billed()[&key(&l1, ACCOUNT_A, "requests", "2026-11-30T10")],
-        5
-    );
-    assert_conserved(&stack, true).await;
+    let open_hour = key(&l1, ACCOUNT_A, "requests", "2026-11-30T10");
+    run_pipeline_and_assert_billed(&stack, &open_hour, 5, true).await;
 }
 
 /// 2. Every client-side reason code reaches `RejectedClientSide` and is never billed,
@@ -98,10 +126,8 @@ async fn happy_path_bills_each_group_its_sum() {
 #[tokio::test]
 async fn every_reason_code_is_rejected_and_never_billed() {
     let stack = stack(NOW).await;
-    let l = license(1);
-    let l3 = license(3);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
-    stack.license_updated(&l3, ACCOUNT_B).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
+    let l3 = active_license(&stack, 3, ACCOUNT_B).await;
     let good = awsmp_e2e::Stack::usage_item;
     let mut expected_reason: HashMap<String, ReasonCode> = HashMap::new();
     let mut put = |item: HashMap<String, AttributeValue>, reason: ReasonCode| {
@@ -340,8 +366,7 @@ async fn one_undefined_dimension_among_25_groups() {
         o.dimensions = (0..24).map(|d| format!("dim{d:02}")).collect();
     })
     .await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     for d in 0..25 {
         stack
             .put_usage(
@@ -385,8 +410,7 @@ async fn one_undefined_dimension_among_25_groups() {
 async fn rerunning_and_redelivering_changes_nothing() {
     let stack = stack(NOW).await;
     for n in 1..=3 {
-        let l = license(n);
-        stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+        let l = active_license(&stack, n, ACCOUNT_A).await;
         for m in 0..4 {
             stack
                 .put_usage(
@@ -410,10 +434,7 @@ async fn rerunning_and_redelivering_changes_nothing() {
     for _ in 0..2 {
         let redelivered = stack.redeliver_everything().await.unwrap();
         assert!(redelivered > 0);
-        stack.run_discoverer().await.unwrap();
-        stack.drain_aggregator().await.unwrap();
-        stack.drain_cleanup().await.unwrap();
-        stack.run_submitter().await.unwrap();
+        stack.run_pipeline().await.unwrap();
     }
 
     assert_eq!(stack.ledger().records, ledger.records);
@@ -444,8 +465,7 @@ async fn throttling_and_unprocessed_records_bill_exactly_once_eventually() {
     let stack = stack(NOW).await;
     let mut expected = Vec::new();
     for n in 1..=4 {
-        let l = license(n);
-        stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+        let l = active_license(&stack, n, ACCOUNT_A).await;
         for d in ["requests", "storage", "users"] {
             for h in 5..10 {
                 let ts = format!("2026-11-30T{h:02}:15:00Z");
@@ -460,31 +480,10 @@ async fn throttling_and_unprocessed_records_bill_exactly_once_eventually() {
             }
         }
     }
-    stack.run_discoverer().await.unwrap();
-    stack.drain_aggregator().await.unwrap();
-    stack.drain_cleanup().await.unwrap();
-    let handle = stack.sim.handle();
-    handle
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Throttling,
-            count: 2,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
-    handle
-        .inject_fault(FaultSpec {
-            kind: FaultKind::Unprocessed { records: 2 },
-            count: 4,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
-    handle
-        .inject_fault(FaultSpec {
-            kind: FaultKind::InternalError,
-            count: 1,
-            operation: FaultTarget::BatchMeterUsage,
-        })
-        .unwrap();
+    discover_and_aggregate(&stack).await;
+    fail_batch_meter_usage(&stack, FaultKind::Throttling, 2);
+    fail_batch_meter_usage(&stack, FaultKind::Unprocessed { records: 2 }, 4);
+    fail_batch_meter_usage(&stack, FaultKind::InternalError, 1);
 
     let first = stack.run_submitter().await.unwrap();
     assert!(
@@ -504,7 +503,7 @@ async fn throttling_and_unprocessed_records_bill_exactly_once_eventually() {
         runs += 1;
         assert!(runs < 10, "records never drained");
     }
-    assert!(handle.pending_faults().is_empty());
+    assert!(stack.sim.handle().pending_faults().is_empty());
     assert_eq!(stack.billed(), sums(&expected));
     assert!(stack.ledger().conflicts.is_empty());
     assert!(stack.metrics.total(metric::USAGE_RECORD_UNPROCESSED) >= 1);
@@ -519,8 +518,7 @@ async fn age_out_of_both_kinds_and_the_month_boundary_grace() {
         o.lock = awsmp_core::time::MeteringLockHours::new(3).unwrap();
     })
     .await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     // A day-old row nobody discovered in time.
     let lost = stack
         .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T02:40:00Z", 4)
@@ -538,14 +536,8 @@ async fn age_out_of_both_kinds_and_the_month_boundary_grace() {
         .unwrap();
 
     stack.run_pipeline().await.unwrap();
-    assert_eq!(
-        stack.raw_row(&lost).await.unwrap().status.as_deref(),
-        Some("AggregationExpired")
-    );
-    assert_eq!(
-        stack.billed()[&key(&l, ACCOUNT_A, "requests", "2026-11-30T23")],
-        6
-    );
+    assert_raw_status(&stack, &lost, "AggregationExpired").await;
+    assert_billed(&stack, &key(&l, ACCOUNT_A, "requests", "2026-11-30T23"), 6);
     assert!(stack.raw_row(&locked).await.unwrap().pending);
     assert_eq!(stack.metrics.total(metric::USAGE_AGGREGATION_EXPIRED), 1);
 
@@ -556,13 +548,8 @@ async fn age_out_of_both_kinds_and_the_month_boundary_grace() {
         .await
         .unwrap();
     stack.set_now(at("2026-12-01T05:50:00Z"));
-    stack.run_discoverer().await.unwrap();
-    stack.drain_aggregator().await.unwrap();
-    stack.drain_cleanup().await.unwrap();
-    assert_eq!(
-        stack.raw_row(&unsubmitted).await.unwrap().status.as_deref(),
-        Some("Aggregated")
-    );
+    discover_and_aggregate(&stack).await;
+    assert_raw_status(&stack, &unsubmitted, "Aggregated").await;
     let undiscovered = stack
         .put_usage(&l, ACCOUNT_A, "users", "2026-11-30T21:15:00Z", 5)
         .await
@@ -571,33 +558,15 @@ async fn age_out_of_both_kinds_and_the_month_boundary_grace() {
     stack.set_now(at("2026-12-01T06:05:00Z"));
     stack.run_pipeline().await.unwrap();
 
-    let record = stack
-        .aggregated_rows()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|r| r.dimension == "storage")
-        .unwrap();
+    let record = record_where(&stack, |r| r.dimension == "storage").await;
     assert_eq!(record.status, "SubmissionExpired");
     assert!(!record.pending);
-    assert_eq!(
-        stack
-            .raw_row(&undiscovered)
-            .await
-            .unwrap()
-            .status
-            .as_deref(),
-        Some("AggregationExpired")
-    );
+    assert_raw_status(&stack, &undiscovered, "AggregationExpired").await;
     assert_eq!(stack.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 1);
     assert_eq!(stack.metrics.total(metric::USAGE_AGGREGATION_EXPIRED), 2);
     // This month's hour bills normally once its lock passes.
-    stack.run_pipeline().await.unwrap();
-    assert_eq!(
-        stack.billed()[&key(&l, ACCOUNT_A, "requests", "2026-12-01T01")],
-        2
-    );
-    assert_conserved(&stack, true).await;
+    let locked_hour = key(&l, ACCOUNT_A, "requests", "2026-12-01T01");
+    run_pipeline_and_assert_billed(&stack, &locked_hour, 2, true).await;
 }
 
 /// 7. CustomerNotSubscribed before License Updated stays pending and bills after
@@ -610,14 +579,14 @@ async fn customer_not_subscribed_before_activation_then_billed_or_expired() {
     // Both bought and registered; License Updated has not arrived for either.
     stack.registered_only(&early, ACCOUNT_A).unwrap();
     stack.registered_only(&never, ACCOUNT_B).unwrap();
-    stack
-        .put_usage(&early, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 12)
-        .await
-        .unwrap();
-    stack
-        .put_usage(&never, ACCOUNT_B, "requests", "2026-11-30T09:10:00Z", 5)
-        .await
-        .unwrap();
+    put_usage_rows(
+        &stack,
+        &[
+            (&early, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 12),
+            (&never, ACCOUNT_B, "requests", "2026-11-30T09:10:00Z", 5),
+        ],
+    )
+    .await;
 
     let report = stack.run_pipeline().await.unwrap();
     assert_eq!(report.awaiting_subscription, 2);
@@ -635,9 +604,10 @@ async fn customer_not_subscribed_before_activation_then_billed_or_expired() {
     stack.advance(chrono::Duration::minutes(20));
     stack.license_updated(&early, ACCOUNT_A).await.unwrap();
     stack.run_submitter().await.unwrap();
-    assert_eq!(
-        stack.billed()[&key(&early, ACCOUNT_A, "requests", "2026-11-30T09")],
-        12
+    assert_billed(
+        &stack,
+        &key(&early, ACCOUNT_A, "requests", "2026-11-30T09"),
+        12,
     );
 
     // The other never does: retried until the window closes, then SubmissionExpired.
@@ -645,13 +615,7 @@ async fn customer_not_subscribed_before_activation_then_billed_or_expired() {
     stack.run_submitter().await.unwrap();
     stack.set_now(at("2026-12-01T10:00:00Z"));
     stack.run_submitter().await.unwrap();
-    let record = stack
-        .aggregated_rows()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|r| r.license_arn == never)
-        .unwrap();
+    let record = record_where(&stack, |r| r.license_arn == never).await;
     assert_eq!(record.status, "SubmissionExpired");
     assert_eq!(stack.metrics.total(metric::CUSTOMER_NOT_SUBSCRIBED), 0);
     assert_conserved(&stack, true).await;
@@ -661,8 +625,7 @@ async fn customer_not_subscribed_before_activation_then_billed_or_expired() {
 #[tokio::test]
 async fn customer_not_subscribed_after_the_agreement_ended_is_final() {
     let stack = stack(NOW).await;
-    let l = license(4);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 4, ACCOUNT_A).await;
     stack.revoke(&l, ACCOUNT_A).unwrap();
     stack
         .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 3)
@@ -670,10 +633,7 @@ async fn customer_not_subscribed_after_the_agreement_ended_is_final() {
         .unwrap();
     let report = stack.run_pipeline().await.unwrap();
     assert_eq!(report.not_subscribed, 1);
-    assert_eq!(
-        stack.aggregated_rows().await.unwrap()[0].status,
-        "CustomerNotSubscribed"
-    );
+    assert_eq!(first_record(&stack).await.status, "CustomerNotSubscribed");
     assert_eq!(stack.metrics.total(metric::CUSTOMER_NOT_SUBSCRIBED), 1);
     assert_conserved(&stack, true).await;
 }
@@ -683,10 +643,8 @@ async fn customer_not_subscribed_after_the_agreement_ended_is_final() {
 #[tokio::test]
 async fn deprovisioning_flush_bills_the_open_hour_before_the_window_closes() {
     let stack = stack(NOW).await;
-    let leaving = license(5);
-    let staying = license(6);
-    stack.license_updated(&leaving, ACCOUNT_A).await.unwrap();
-    stack.license_updated(&staying, ACCOUNT_B).await.unwrap();
+    let leaving = active_license(&stack, 5, ACCOUNT_A).await;
+    let staying = active_license(&stack, 6, ACCOUNT_B).await;
     stack
         .put_subscriber(
             &leaving,
@@ -696,18 +654,15 @@ async fn deprovisioning_flush_bills_the_open_hour_before_the_window_closes() {
         )
         .await
         .unwrap();
-    stack
-        .put_usage(&leaving, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 4)
-        .await
-        .unwrap();
-    stack
-        .put_usage(&leaving, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 6)
-        .await
-        .unwrap();
-    stack
-        .put_usage(&staying, ACCOUNT_B, "requests", "2026-11-30T10:20:00Z", 9)
-        .await
-        .unwrap();
+    put_usage_rows(
+        &stack,
+        &[
+            (&leaving, ACCOUNT_A, "requests", "2026-11-30T09:50:00Z", 4),
+            (&leaving, ACCOUNT_A, "requests", "2026-11-30T10:20:00Z", 6),
+            (&staying, ACCOUNT_B, "requests", "2026-11-30T10:20:00Z", 9),
+        ],
+    )
+    .await;
 
     let discovered = stack.run_discoverer().await.unwrap();
     assert_eq!(discovered.flush_groups, 2);
@@ -716,16 +671,21 @@ async fn deprovisioning_flush_bills_the_open_hour_before_the_window_closes() {
     stack.drain_cleanup().await.unwrap();
     stack.run_submitter().await.unwrap();
 
-    let billed = stack.billed();
-    assert_eq!(
-        billed[&key(&leaving, ACCOUNT_A, "requests", "2026-11-30T10")],
-        6
+    assert_billed(
+        &stack,
+        &key(&leaving, ACCOUNT_A, "requests", "2026-11-30T10"),
+        6,
     );
-    assert_eq!(
-        billed[&key(&leaving, ACCOUNT_A, "requests", "2026-11-30T09")],
-        4
+    assert_billed(
+        &stack,
+        &key(&leaving, ACCOUNT_A, "requests", "2026-11-30T09"),
+        4,
     );
-    assert!(!billed.contains_key(&key(&staying, ACCOUNT_B, "requests", "2026-11-30T10")));
+    assert!(
+        !stack
+            .billed()
+            .contains_key(&key(&staying, ACCOUNT_B, "requests", "2026-11-30T10"))
+    );
     assert_conserved(&stack, false).await;
 }
 
@@ -734,8 +694,7 @@ async fn deprovisioning_flush_bills_the_open_hour_before_the_window_closes() {
 #[tokio::test]
 async fn malformed_messages_fail_alone() {
     let stack = stack(NOW).await;
-    let l = license(1);
-    stack.license_updated(&l, ACCOUNT_A).await.unwrap();
+    let l = active_license(&stack, 1, ACCOUNT_A).await;
     stack
         .put_usage(&l, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 3)
         .await
@@ -766,17 +725,16 @@ async fn dry_run_marks_test_accounts_and_never_calls_marketplace() {
         .unwrap();
     })
     .await;
-    let (l1, l2) = (license(1), license(2));
-    stack.license_updated(&l1, ACCOUNT_A).await.unwrap();
-    stack.license_updated(&l2, ACCOUNT_B).await.unwrap();
-    stack
-        .put_usage(&l1, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 3)
-        .await
-        .unwrap();
-    stack
-        .put_usage(&l2, ACCOUNT_B, "requests", "2026-11-30T09:10:00Z", 3)
-        .await
-        .unwrap();
+    let l1 = active_license(&stack, 1, ACCOUNT_A).await;
+    let l2 = active_license(&stack, 2, ACCOUNT_B).await;
+    put_usage_rows(
+        &stack,
+        &[
+            (&l1, ACCOUNT_A, "requests", "2026-11-30T09:10:00Z", 3),
+            (&l2, ACCOUNT_B, "requests", "2026-11-30T09:10:00Z", 3),
+        ],
+    )
+    .await;
     let report = stack.run_pipeline().await.unwrap();
     assert_eq!((report.dry_run_submitted, report.dry_run_skipped), (1, 1));
     assert_eq!(stack.sim.handle().stats().batch_meter_usage_calls, 0);

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::time::{Instant, parse_usage_timestamp};
-use awsmp_e2e::{Stack, StackOptions};
+use awsmp_e2e::views::AggregatedView;
+use awsmp_e2e::{Stack, StackOptions, license};
+use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget};
 
 /// Buyer accounts.
 pub const ACCOUNT_A: &str = "111122223333";
@@ -30,6 +32,72 @@ pub async fn stack_with(now: &str, adjust: impl FnOnce(&mut StackOptions)) -> St
     let mut options = StackOptions::at(at(now));
     adjust(&mut options);
     Stack::start(options).await.expect("stack starts")
+}
+
+/// License `n` on `account`, activated by a License Updated event.
+pub async fn active_license(stack: &Stack, n: u32, account: &str) -> String {
+    let license_arn = license(n);
+    stack
+        .license_updated(&license_arn, account)
+        .await
+        .expect("License Updated is handled");
+    license_arn
+}
+
+/// Every stage but the submitter, once: the discoverer runs, then the aggregator's and
+/// cleanup's queues are drained.
+pub async fn discover_and_aggregate(stack: &Stack) {
+    stack.run_discoverer().await.expect("discoverer runs");
+    stack.drain_aggregator().await.expect("aggregator drains");
+    stack.drain_cleanup().await.expect("cleanup drains");
+}
+
+/// Makes the simulator answer the next `count` `BatchMeterUsage` calls with `kind`.
+#[track_caller]
+pub fn fail_batch_meter_usage(stack: &Stack, kind: FaultKind, count: u32) {
+    stack
+        .sim
+        .handle()
+        .inject_fault(FaultSpec {
+            kind,
+            count,
+            operation: FaultTarget::BatchMeterUsage,
+        })
+        .expect("fault injected");
+}
+
+/// Asserts that the simulator billed `group` exactly `quantity`.
+#[track_caller]
+pub fn assert_billed(stack: &Stack, group: &Group, quantity: i64) {
+    assert_eq!(
+        stack.billed().get(group),
+        Some(&quantity),
+        "billed quantity of {group:?}"
+    );
+}
+
+/// Runs the whole pipeline once more, then asserts that `group` is billed exactly
+/// `quantity` and that conservation holds (`settled` as for [`assert_conserved`]).
+pub async fn run_pipeline_and_assert_billed(
+    stack: &Stack,
+    group: &Group,
+    quantity: i64,
+    settled: bool,
+) {
+    stack.run_pipeline().await.expect("pipeline runs");
+    assert_billed(stack, group, quantity);
+    assert_conserved(stack, settled).await;
+}
+
+/// The first aggregated record (of a table that holds one, or of a scan's order).
+pub async fn first_record(stack: &Stack) -> AggregatedView {
+    stack
+        .aggregated_rows()
+        .await
+        .expect("aggregated rows")
+        .into_iter()
+        .next()
+        .expect("an aggregated record")
 }
 
 /// Asserts the conservation invariant.
