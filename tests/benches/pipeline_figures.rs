@@ -167,10 +167,20 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
     counts.reset();
     let started = WallClock::now();
     let report = stack.run_submitter().await.unwrap();
-    let seconds = started.elapsed().as_secs_f64();
+    let finished = WallClock::now();
+    let seconds = (finished - started).as_secs_f64();
     let rate = report.success as f64 / seconds;
     let stats = stack.sim.handle().stats();
     let calls = timed.starts.lock().unwrap().clone();
+    // What the run spends outside the calls' span: reads and the first claim before
+    // the first call; the last write-back and the age-out sweep after the last.
+    let (before_ms, after_ms) = match (calls.first(), calls.last()) {
+        (Some(first), Some(last)) => (
+            (first.0 - started).as_secs_f64() * 1000.0,
+            (finished - (last.0 + last.1)).as_secs_f64() * 1000.0,
+        ),
+        _ => (0.0, 0.0),
+    };
     let mean_call_ms = calls.iter().map(|(_, d)| d.as_secs_f64()).sum::<f64>() * 1000.0
         / calls.len().max(1) as f64;
     let gaps: Vec<f64> = calls
@@ -190,7 +200,8 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
     println!(
         "submitter throughput [{label}]: {} of {records} records billed ({poison} poison closed Error: {}) \
          in {seconds:.2} s over {} BatchMeterUsage calls ({} throttled by the quota; call {mean_call_ms:.1} ms, \
-         start-to-start mean {mean_gap_ms:.1} ms, min {min_gap_ms:.1} ms) = {rate:.1} records/s = \
+         start-to-start mean {mean_gap_ms:.1} ms, min {min_gap_ms:.1} ms; {before_ms:.0} ms before the first \
+         call, {after_ms:.0} ms after the last) = {rate:.1} records/s = \
          {:.1}% of the {CEILING} records/s ceiling (goal >= 95%); DynamoDB: {requests} requests = \
          {per_call:.2} per BatchMeterUsage call ({})",
         report.success,

@@ -10,7 +10,8 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::pipeline::submit::{
-    DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
+    DeploymentMode, MeteringMode, PENDING_PAGE_RECORDS, SubmitPorts, SubmitReport, SubmitSettings,
+    submit,
 };
 use awsmp_core::ports::{AggregatedStore, Clock, MeteringApi, MetricsSink, SubscriberStore};
 use awsmp_core::retention::Retention;
@@ -174,11 +175,14 @@ impl State {
         State {
             settings: Arc::new(config.settings()),
             // The submitter never commits aggregations, so it names no usage table.
-            aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
-                aws_sdk_dynamodb::Client::new(sdk),
-                config.aggregated_table.clone(),
-                String::new(),
-            )),
+            aggregated: Arc::new(
+                awsmp_aws::DynamoAggregatedStore::new(
+                    aws_sdk_dynamodb::Client::new(sdk),
+                    config.aggregated_table.clone(),
+                    String::new(),
+                )
+                .with_page_limit(i32::try_from(PENDING_PAGE_RECORDS).unwrap_or(i32::MAX)),
+            ),
             subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
                 aws_sdk_dynamodb::Client::new(&subscribers_sdk),
                 config.subscribers_table.clone(),

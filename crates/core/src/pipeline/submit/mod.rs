@@ -32,6 +32,11 @@ pub use settings::{
     DeploymentMode, InvalidDeploymentMode, MeteringMode, MeteringModeError, SubmitSettings,
 };
 
+/// Records per page of the pending index the submitter asks for: ten calls' worth, so
+/// the first call waits for 250 records rather than a full 1 MB page (thousands), while
+/// the pages stay few (one query per ten calls, read while the calls go out).
+pub const PENDING_PAGE_RECORDS: usize = 250;
+
 /// Reason stored on a record that could not be sent because it exceeds 1 MB alone.
 pub const REASON_REQUEST_TOO_LARGE: &str = "RequestTooLarge";
 /// Reason stored on a zero hour closed unsent under the `skip` policy.

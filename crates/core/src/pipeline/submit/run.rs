@@ -18,8 +18,8 @@ use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::PacedMeteringApi;
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
-    AggregatedStore, Claim, ClaimRequest, Clock, MAX_BATCH_WRITES, MalformedItem, MeteringApi,
-    MeteringRecord, MetricsSink, OutcomeWrite, Page, RecordVerdict, SubmissionUpdate,
+    AggregatedStore, Claim, ClaimRequest, Clock, Cursor, MAX_BATCH_WRITES, MalformedItem,
+    MeteringApi, MeteringRecord, MetricsSink, OutcomeWrite, Page, RecordVerdict, SubmissionUpdate,
     SubscriberStore, metric,
 };
 use crate::time::{self, HourBucket, Instant};
@@ -309,21 +309,16 @@ impl Run<'_> {
         buckets: &[HourBucket],
         take: impl Fn(&AggregatedRecord) -> bool,
     ) -> Result<(), RunError> {
-        let (ports, budget) = (self.ports, self.budget);
         let mut source = Source {
-            reads: Box::pin(
-                futures_util::stream::iter(buckets.iter().copied())
-                    .map(move |bucket| read_bucket(ports, budget, bucket))
-                    .buffered(READ_AHEAD),
-            ),
+            reads: page_reads(self.ports, self.budget, buckets),
             buffer: Vec::new(),
             ready: VecDeque::new(),
             exhausted: false,
         };
         if let MeteringMode::DryRun { allowlist } = &self.settings.mode {
             let allowlist = allowlist.clone();
-            while let Some(pages) = source.reads.next().await {
-                self.take_due(pages?, &take, &mut source.buffer).await?;
+            while let Some(page) = source.reads.next().await {
+                self.take_due(page?, &take, &mut source.buffer).await?;
             }
             return self
                 .dry_run(std::mem::take(&mut source.buffer), &allowlist)
@@ -333,28 +328,28 @@ impl Run<'_> {
         self.send_batches(&mut source, &take).await
     }
 
-    /// Reads buckets until a batch after the next one is planned, or none is left.
+    /// Reads pages until a batch after the next one is planned, or none is left.
     async fn refill(
         &mut self,
         source: &mut Source<'_>,
         take: &impl Fn(&AggregatedRecord) -> bool,
     ) -> Result<(), RunError> {
         while source.ready.len() < 2 && !source.exhausted {
-            let pages = source.reads.next().await;
-            self.arrived(source, pages, take).await?;
+            let page = source.reads.next().await;
+            self.arrived(source, page, take).await?;
         }
         Ok(())
     }
 
-    /// Takes one bucket's pages (`None`: no bucket is left) into the plan.
+    /// Takes one page (`None`: no page is left) into the plan.
     async fn arrived(
         &mut self,
         source: &mut Source<'_>,
-        pages: Option<Result<Vec<Page<AggregatedRecord>>, RunError>>,
+        page: Option<Result<Page<AggregatedRecord>, RunError>>,
         take: &impl Fn(&AggregatedRecord) -> bool,
     ) -> Result<(), RunError> {
-        match pages {
-            Some(pages) => self.take_due(pages?, take, &mut source.buffer).await?,
+        match page {
+            Some(page) => self.take_due(page?, take, &mut source.buffer).await?,
             None => source.exhausted = true,
         }
         self.plan(source).await
@@ -418,22 +413,20 @@ impl Run<'_> {
     /// due under the zero policy to `out`.
     async fn take_due(
         &mut self,
-        pages: Vec<Page<AggregatedRecord>>,
+        page: Page<AggregatedRecord>,
         take: &impl Fn(&AggregatedRecord) -> bool,
         out: &mut Vec<AggregatedRecord>,
     ) -> Result<(), RunError> {
-        for page in pages {
-            for item in &page.malformed {
-                self.reject_malformed(item).await?;
-            }
-            let due: Vec<AggregatedRecord> = page
-                .items
-                .into_iter()
-                .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy))
-                .collect();
-            self.report.pending_past_lock += due.iter().filter(|r| self.meant_to_send(r)).count();
-            out.extend(due);
+        for item in &page.malformed {
+            self.reject_malformed(item).await?;
         }
+        let due: Vec<AggregatedRecord> = page
+            .items
+            .into_iter()
+            .filter(|r| take(r) && submission_due(r, self.now, self.settings.zero_policy))
+            .collect();
+        self.report.pending_past_lock += due.iter().filter(|r| self.meant_to_send(r)).count();
+        out.extend(due);
         Ok(())
     }
 
@@ -972,40 +965,63 @@ impl Run<'_> {
     }
 }
 
-/// Every page of `bucket`'s pending records, transient failures retried; none once the
+/// One page of `bucket`'s pending records, transient failures retried; none once the
 /// run's time is up.
-async fn read_bucket(
+async fn read_page(
     ports: SubmitPorts<'_>,
     budget: Budget,
     bucket: HourBucket,
-) -> Result<Vec<Page<AggregatedRecord>>, RunError> {
-    let mut pages = Vec::new();
-    let mut cursor = None;
-    loop {
-        if budget.exhausted(ports.clock) {
-            return Err(RunError::Stop(Stop::Deadline));
-        }
-        let page = retry_transient(ports.clock, RetryPolicy::STORE, || {
-            ports.aggregated.pending_page(bucket, cursor.clone())
-        })
-        .await?;
-        cursor = page.next.clone();
-        pages.push(page);
-        if cursor.is_none() {
-            return Ok(pages);
-        }
+    cursor: Option<Cursor>,
+) -> Result<Page<AggregatedRecord>, RunError> {
+    if budget.exhausted(ports.clock) {
+        return Err(RunError::Stop(Stop::Deadline));
     }
+    let page = retry_transient(ports.clock, RetryPolicy::STORE, || {
+        ports.aggregated.pending_page(bucket, cursor.clone())
+    })
+    .await?;
+    Ok(page)
 }
 
-/// The buckets' reads, in bucket order, [`READ_AHEAD`] in flight.
-type BucketReads<'a> = std::pin::Pin<
-    Box<dyn futures_util::Stream<Item = Result<Vec<Page<AggregatedRecord>>, RunError>> + Send + 'a>,
+/// Every page of `buckets`, in order: each bucket's first page [`READ_AHEAD`] buckets
+/// at a time, then that bucket's further pages one after another. A page is handed on
+/// as soon as it is read, so the first calls need only the first page.
+fn page_reads<'a>(
+    ports: SubmitPorts<'a>,
+    budget: Budget,
+    buckets: &'a [HourBucket],
+) -> PageReads<'a> {
+    let first_pages = futures_util::stream::iter(buckets.iter().copied())
+        .map(move |bucket| async move { (bucket, read_page(ports, budget, bucket, None).await) })
+        .buffered(READ_AHEAD);
+    let state = (first_pages, None::<(HourBucket, Cursor)>);
+    Box::pin(futures_util::stream::unfold(
+        state,
+        move |(mut first_pages, more)| async move {
+            let (bucket, page) = match more {
+                Some((bucket, cursor)) => {
+                    (bucket, read_page(ports, budget, bucket, Some(cursor)).await)
+                }
+                None => first_pages.next().await?,
+            };
+            let more = match &page {
+                Ok(page) => page.next.clone().map(|cursor| (bucket, cursor)),
+                Err(_) => None,
+            };
+            Some((page, (first_pages, more)))
+        },
+    ))
+}
+
+/// The pages of a pass's buckets, in order (see [`page_reads`]).
+type PageReads<'a> = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<Page<AggregatedRecord>, RunError>> + Send + 'a>,
 >;
 
 /// A pass's records on their way to the calls: the bucket reads still to come, the
 /// records read but not yet batched, and the batches planned.
 struct Source<'a> {
-    reads: BucketReads<'a>,
+    reads: PageReads<'a>,
     buffer: Vec<AggregatedRecord>,
     ready: VecDeque<Vec<Arc<AggregatedRecord>>>,
     /// No bucket is left to read.
