@@ -225,19 +225,5 @@ impl Sim {
     }
 }
 
-/// A future that is pending once: the point where the scheduler may run another task.
-/// It wakes itself, as every pending future must: the executor polls each task whole,
-/// but a combinator inside one (a stream's buffered reads) polls only what was woken.
-pub async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-}
+/// The point where the scheduler may run another task.
+pub use awsmp_core::memory::yield_now;

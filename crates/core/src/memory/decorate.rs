@@ -21,6 +21,24 @@ use crate::ports::{
 };
 use crate::time::{HourBucket, Instant};
 
+/// A future that is pending once, and wakes itself (as every pending future must: a
+/// combinator such as a stream's buffered reads polls only what was woken). A
+/// decorator awaits it to let other calls in flight be seen at the same time, and the
+/// simulation's scheduler to switch tasks.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// One call passed through a decorator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreCall {

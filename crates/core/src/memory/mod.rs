@@ -38,7 +38,7 @@ pub use crate::items::{
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
 pub use decorate::{
-    AggregatedDecorator, Decorator, StoreCall, SubscriberDecorator, UsageDecorator,
+    AggregatedDecorator, Decorator, StoreCall, SubscriberDecorator, UsageDecorator, yield_now,
 };
 pub use faults::StoreOp;
 pub use metering::{LedgerEntry, MAX_RECORDS_PER_BATCH, MemoryMeteringApi};

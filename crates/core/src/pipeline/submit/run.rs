@@ -1917,17 +1917,7 @@ mod tests {
                 s.0 += 1;
                 s.1 = s.1.max(s.0);
             }
-            let mut yielded = false;
-            std::future::poll_fn(|cx| {
-                if yielded {
-                    std::task::Poll::Ready(())
-                } else {
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
+            crate::memory::yield_now().await;
             self.state.lock().unwrap().0 -= 1;
             inner.await
         }
