@@ -7,15 +7,17 @@ mod common;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::memory::claim_read;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Allocation, Attr, GroupKey, Tag};
+use awsmp_core::memory::fixtures::{all_pages, put_row, team_allocation, usage_row};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey};
 use awsmp_core::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, NewUsageRow, PortError,
+    AggregatedStore, AggregationCommit, Claim, ClaimGrant, CommitOutcome, Page, PortError,
     PutOutcome, RowFinal, SubmissionUpdate, UsageStore,
 };
 use common::*;
+use std::borrow::Borrow;
 
-fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
-    awsmp_core::memory::fixtures::pending_record(key, "prodcode", quantity, version)
+fn record(key: &GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
+    awsmp_core::memory::fixtures::pending_record(key.clone(), "prodcode", quantity, version)
 }
 
 struct World {
@@ -43,18 +45,54 @@ async fn world() -> World {
     }
 }
 
+/// Writes `record` as the direct-submit path does, at `now`; the outcome.
+async fn put_direct(
+    store: &DynamoAggregatedStore,
+    record: &AggregatedRecord,
+    now: &str,
+) -> PutOutcome {
+    store.put_direct(record, t(now)).await.unwrap()
+}
+
 impl World {
-    /// Commits `rows` into `record`, which must be at `expected` (`None`: absent).
+    /// Commits `rows` (license, sort key) into `record`, which must be at `expected`
+    /// (`None`: absent).
+    async fn try_commit(
+        &self,
+        record: AggregatedRecord,
+        expected: Option<u64>,
+        rows: &[impl Borrow<(String, String)>],
+        now: &str,
+    ) -> Result<CommitOutcome, PortError> {
+        let commit = AggregationCommit {
+            record,
+            expected_version: expected,
+            claimed_rows: rows.iter().map(|r| r.borrow().clone()).collect(),
+            rows_expire_at: None,
+            now: t(now),
+        };
+        self.aggregated.commit(&commit).await
+    }
+
+    /// [`World::try_commit`], which must not fail; whether it committed.
     async fn commit(
         &self,
         record: AggregatedRecord,
         expected: Option<u64>,
-        rows: &[&(String, String)],
+        rows: &[impl Borrow<(String, String)>],
         now: &str,
-    ) -> Result<CommitOutcome, PortError> {
-        self.aggregated
-            .commit(&commit(record, expected, rows, now))
-            .await
+    ) -> CommitOutcome {
+        self.try_commit(record, expected, rows, now).await.unwrap()
+    }
+
+    /// `key`'s record, if it exists.
+    async fn get(&self, key: &GroupKey) -> Option<AggregatedRecord> {
+        self.aggregated.get(key).await.unwrap()
+    }
+
+    /// The first page of the records pending in hour `h`.
+    async fn pending(&self, h: &str) -> Page<AggregatedRecord> {
+        self.aggregated.pending_page(hour(h), None).await.unwrap()
     }
 
     /// Writes `update` to `key`'s record as claim `claim_id` at `now`; whether it applied.
@@ -80,20 +118,8 @@ impl World {
 
     /// Ingests a raw row; returns its (license, sort key).
     async fn raw(&self, timestamp: &str, id: &str, quantity: i64) -> (String, String) {
-        let row = NewUsageRow {
-            license_arn: LICENSE.into(),
-            customer_aws_account_id: ACCOUNT.into(),
-            dimension: "requests".into(),
-            timestamp: t(timestamp),
-            quantity,
-            allocations: None,
-            product_code: None,
-            event_id: id.into(),
-        };
-        self.usage
-            .put_row(&row, t("2026-11-30T10:59:00Z"))
-            .await
-            .unwrap();
+        let row = usage_row(LICENSE, ACCOUNT, "requests", t(timestamp), quantity, id);
+        put_row(&self.usage, &row, t("2026-11-30T10:59:00Z")).await;
         (
             LICENSE.to_string(),
             format!("{ACCOUNT}#requests#{timestamp}#{id}"),
@@ -120,20 +146,24 @@ impl World {
             .item
             .unwrap()
     }
-}
 
-fn commit(
-    record: AggregatedRecord,
-    expected: Option<u64>,
-    rows: &[&(String, String)],
-    now: &str,
-) -> AggregationCommit {
-    AggregationCommit {
-        record,
-        expected_version: expected,
-        claimed_rows: rows.iter().map(|r| (*r).clone()).collect(),
-        rows_expire_at: None,
-        now: t(now),
+    /// Writes a seller's direct-submit row of `dimension` in hour 2026-11-30T10 under
+    /// `sort_key`: only the documented attributes (no version, attemptCount,
+    /// meteringStatus or productCode), `quantity` as given.
+    async fn put_seller_row(&self, sort_key: &str, dimension: &str, quantity: AttributeValue) {
+        self.db
+            .put_item()
+            .table_name(AGGREGATED)
+            .item("licenseArn", AttributeValue::S(LICENSE.into()))
+            .item("account_dimension_hour", AttributeValue::S(sort_key.into()))
+            .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
+            .item("dimension", AttributeValue::S(dimension.into()))
+            .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
+            .item("quantity", quantity)
+            .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
+            .send()
+            .await
+            .unwrap();
     }
 }
 
@@ -147,20 +177,13 @@ async fn commit_creates_then_folds_and_claims_rows_atomically() {
 
     // GIVEN no record WHEN the first commit lands THEN the record exists and both rows
     // carry the claim.
-    let mut created = record(key.clone(), 3, 1);
-    created.allocations = Some(vec![Allocation {
-        quantity: 3,
-        tags: vec![Tag {
-            key: "team".into(),
-            value: "a".into(),
-        }],
-    }]);
+    let mut created = record(&key, 3, 1);
+    created.allocations = Some(team_allocation(3));
     let outcome = w
         .commit(created.clone(), None, &[&r1, &r2], "2026-11-30T11:10:00Z")
-        .await
-        .unwrap();
+        .await;
     assert_eq!(outcome, CommitOutcome::Committed);
-    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), created);
+    assert_eq!(w.get(&key).await.unwrap(), created);
     let claim = Some(Attr::S(key.aggregated_sort_key()));
     assert_eq!(w.claim_of(&r1).await, claim);
     assert_eq!(w.claim_of(&r2).await, claim);
@@ -181,13 +204,12 @@ async fn commit_creates_then_folds_and_claims_rows_atomically() {
     );
 
     // A late row folds in at the next version.
-    let folded = record(key.clone(), 7, 2);
+    let folded = record(&key, 7, 2);
     let outcome = w
         .commit(folded.clone(), Some(1), &[&late], "2026-11-30T11:20:00Z")
-        .await
-        .unwrap();
+        .await;
     assert_eq!(outcome, CommitOutcome::Committed);
-    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), folded);
+    assert_eq!(w.get(&key).await.unwrap(), folded);
     assert_eq!(w.claim_of(&late).await, claim);
     let item = w.item(&key).await;
     assert_eq!(item["rawRowCount"], AttributeValue::N("3".into()));
@@ -212,11 +234,10 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
     let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
     let r3 = w.raw("2026-11-30T10:06:00Z", "c", 3).await;
-    let first = record(key.clone(), 1, 1);
+    let first = record(&key, 1, 1);
     assert_eq!(
         w.commit(first.clone(), None, &[&r1], "2026-11-30T11:00:00Z")
-            .await
-            .unwrap(),
+            .await,
         CommitOutcome::Committed
     );
 
@@ -251,18 +272,17 @@ async fn every_lost_race_is_a_conflict_that_changes_nothing() {
     ] {
         let outcome = w
             .commit(
-                record(key.clone(), quantity, version),
+                record(&key, quantity, version),
                 expected,
                 &rows,
                 "2026-11-30T11:01:00Z",
             )
-            .await
-            .unwrap();
+            .await;
         assert_eq!(outcome, CommitOutcome::Conflict, "{case}");
     }
 
     // Nothing of any of them was applied.
-    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap(), first);
+    assert_eq!(w.get(&key).await.unwrap(), first);
     assert_eq!(w.claim_of(&r2).await, None);
     assert!(w.usage.get_row(LICENSE, "ghost").await.unwrap().is_none());
 }
@@ -273,14 +293,8 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
     let key = group("requests", "2026-11-30T10");
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
     let r2 = w.raw("2026-11-30T10:05:00Z", "b", 2).await;
-    w.commit(
-        record(key.clone(), 1, 1),
-        None,
-        &[&r1],
-        "2026-11-30T11:00:00Z",
-    )
-    .await
-    .unwrap();
+    w.commit(record(&key, 1, 1), None, &[&r1], "2026-11-30T11:00:00Z")
+        .await;
     // A submitter holds it until 11:15.
     let held = w
         .claim(
@@ -294,27 +308,12 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
         Some(false),
         "first claim: never sent"
     );
-    let fold = commit(
-        record(key.clone(), 3, 2),
-        Some(1),
-        &[&r2],
-        "2026-11-30T11:10:00Z",
-    );
-    assert_eq!(
-        w.aggregated.commit(&fold).await.unwrap(),
-        CommitOutcome::Conflict
-    );
+    // r2 folded in at version 2, tried at `now`.
+    let fold =
+        |now: &'static str| w.commit(record(&key, 3, 2), Some(1), std::slice::from_ref(&r2), now);
+    assert_eq!(fold("2026-11-30T11:10:00Z").await, CommitOutcome::Conflict);
     // A lapsed claim may have sent: still no fold.
-    let fold_later = commit(
-        record(key.clone(), 3, 2),
-        Some(1),
-        &[&r2],
-        "2026-11-30T11:15:00Z",
-    );
-    assert_eq!(
-        w.aggregated.commit(&fold_later).await.unwrap(),
-        CommitOutcome::Conflict
-    );
+    assert_eq!(fold("2026-11-30T11:15:00Z").await, CommitOutcome::Conflict);
     // Released as definitely not sent (throttled): the fold goes through.
     assert!(
         w.record(
@@ -325,25 +324,16 @@ async fn a_record_in_flight_or_terminal_is_never_folded() {
         )
         .await
     );
-    assert_eq!(
-        w.aggregated.commit(&fold_later).await.unwrap(),
-        CommitOutcome::Committed
-    );
+    assert_eq!(fold("2026-11-30T11:15:00Z").await, CommitOutcome::Committed);
 
     // Billed: terminal, out of the pending index, never folded again.
     let update = SubmissionUpdate::new(AggregatedStatus::Success, None, Some("mr-1".into()));
     assert!(w.record(&key, None, &update, "2026-11-30T11:20:00Z").await);
     let r3 = w.raw("2026-11-30T10:07:00Z", "c", 5).await;
-    let after = commit(
-        record(key.clone(), 8, 3),
-        Some(2),
-        &[&r3],
-        "2026-11-30T11:30:00Z",
-    );
-    assert_eq!(
-        w.aggregated.commit(&after).await.unwrap(),
-        CommitOutcome::Conflict
-    );
+    let after = w
+        .commit(record(&key, 8, 3), Some(2), &[&r3], "2026-11-30T11:30:00Z")
+        .await;
+    assert_eq!(after, CommitOutcome::Conflict);
 }
 
 #[tokio::test]
@@ -353,20 +343,14 @@ async fn commit_refuses_oversized_or_repeating_claims() {
     let rows: Vec<(String, String)> = (0..100)
         .map(|i| (LICENSE.to_string(), format!("row-{i}")))
         .collect();
-    let refs: Vec<&(String, String)> = rows.iter().collect();
     let err = w
-        .commit(
-            record(key.clone(), 1, 1),
-            None,
-            &refs,
-            "2026-11-30T11:00:00Z",
-        )
+        .try_commit(record(&key, 1, 1), None, &rows, "2026-11-30T11:00:00Z")
         .await
         .unwrap_err();
     assert!(err.to_string().contains("at most 99"), "{err}");
     let err = w
-        .commit(
-            record(key.clone(), 1, 1),
+        .try_commit(
+            record(&key, 1, 1),
             None,
             &[&rows[0], &rows[0]],
             "2026-11-30T11:00:00Z",
@@ -374,7 +358,7 @@ async fn commit_refuses_oversized_or_repeating_claims() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("same raw row twice"), "{err}");
-    assert!(w.aggregated.get(&key).await.unwrap().is_none());
+    assert!(w.get(&key).await.is_none());
 }
 
 #[tokio::test]
@@ -392,16 +376,9 @@ async fn a_commit_of_99_rows_fills_one_transaction() {
             .await,
         );
     }
-    let refs: Vec<&(String, String)> = rows.iter().collect();
     let outcome = w
-        .commit(
-            record(key.clone(), 99, 1),
-            None,
-            &refs,
-            "2026-11-30T11:00:00Z",
-        )
-        .await
-        .unwrap();
+        .commit(record(&key, 99, 1), None, &rows, "2026-11-30T11:00:00Z")
+        .await;
     assert_eq!(outcome, CommitOutcome::Committed);
     assert_eq!(
         w.item(&key).await["rawRowCount"],
@@ -414,14 +391,8 @@ async fn claim_and_record_follow_the_submission_contract() {
     let w = world().await;
     let key = group("requests", "2026-11-30T10");
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
-    w.commit(
-        record(key.clone(), 1, 1),
-        None,
-        &[&r1],
-        "2026-11-30T11:00:00Z",
-    )
-    .await
-    .unwrap();
+    w.commit(record(&key, 1, 1), None, &[&r1], "2026-11-30T11:00:00Z")
+        .await;
     let until = t("2026-11-30T11:10:00Z");
     let first = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
     // Wrong version: skipped.
@@ -431,7 +402,7 @@ async fn claim_and_record_follow_the_submission_contract() {
     // Held: a second submitter cannot take it before the claim expires.
     let early = claim("c2", "2026-11-30T11:09:59Z", "2026-11-30T11:20:00Z");
     assert!(w.claim(&key, 1, &early).await.is_none());
-    let held = w.aggregated.get(&key).await.unwrap().unwrap();
+    let held = w.get(&key).await.unwrap();
     assert_eq!(held.in_flight_until, Some(until));
     assert_eq!(held.claim_id.as_deref(), Some("c1"));
     assert_eq!(held.sent_quantity, Some(1));
@@ -448,20 +419,12 @@ async fn claim_and_record_follow_the_submission_contract() {
         )
         .await
     );
-    let released = w.aggregated.get(&key).await.unwrap().unwrap();
+    let released = w.get(&key).await.unwrap();
     assert_eq!(released.in_flight_until, None);
     assert_eq!(released.claim_id, None);
     assert_eq!(released.sent_quantity, Some(1));
     assert_eq!(released.status, AggregatedStatus::Pending);
-    assert_eq!(
-        w.aggregated
-            .pending_page(hour("2026-11-30T10"), None)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        1
-    );
+    assert_eq!(w.pending("2026-11-30T10").await.items.len(), 1);
 
     // Claimed again (attempt 2): it learns an earlier send may have billed it.
     let second = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:10:00Z");
@@ -483,7 +446,7 @@ async fn claim_and_record_follow_the_submission_contract() {
         w.record(&key, Some("c2"), &error, "2026-11-30T11:08:00Z")
             .await
     );
-    let done = w.aggregated.get(&key).await.unwrap().unwrap();
+    let done = w.get(&key).await.unwrap();
     assert_eq!(done.status, AggregatedStatus::Error);
     assert_eq!(
         done.status_reason.as_deref(),
@@ -491,14 +454,7 @@ async fn claim_and_record_follow_the_submission_contract() {
     );
     assert_eq!(done.attempt_count, 2);
     assert_eq!(done.in_flight_until, None);
-    assert!(
-        w.aggregated
-            .pending_page(hour("2026-11-30T10"), None)
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert!(w.pending("2026-11-30T10").await.items.is_empty());
     // Terminal: neither claim nor record applies any more.
     let late = claim("c3", "2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z");
     assert!(w.claim(&key, 1, &late).await.is_none());
@@ -518,7 +474,7 @@ async fn claim_and_record_follow_the_submission_contract() {
         !w.record(&missing, None, &error, "2026-11-30T11:05:00Z")
             .await
     );
-    assert!(w.aggregated.get(&missing).await.unwrap().is_none());
+    assert!(w.get(&missing).await.is_none());
 }
 
 #[tokio::test]
@@ -527,25 +483,18 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
     let key = group("requests", "2026-11-30T10");
     let r1 = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
     let r2 = w.raw("2026-11-30T10:01:00Z", "b", 2).await;
-    let mut partial = record(key.clone(), 1, 1);
+    let mut partial = record(&key, 1, 1);
     partial.folding = true;
     w.commit(partial, None, &[&r1], "2026-11-30T11:00:00Z")
-        .await
-        .unwrap();
-    let read = w.aggregated.get(&key).await.unwrap().unwrap();
+        .await;
+    let read = w.get(&key).await.unwrap();
     assert!(read.folding);
     let c = claim("c1", "2026-11-30T11:01:00Z", "2026-11-30T11:10:00Z");
     assert!(w.claim(&key, 1, &c).await.is_none());
     // The last commit clears the marker.
-    w.commit(
-        record(key.clone(), 3, 2),
-        Some(1),
-        &[&r2],
-        "2026-11-30T11:02:00Z",
-    )
-    .await
-    .unwrap();
-    assert!(!w.aggregated.get(&key).await.unwrap().unwrap().folding);
+    w.commit(record(&key, 3, 2), Some(1), &[&r2], "2026-11-30T11:02:00Z")
+        .await;
+    assert!(!w.get(&key).await.unwrap().folding);
     assert!(w.claim(&key, 2, &c).await.is_some());
 }
 
@@ -555,81 +504,42 @@ async fn pending_page_returns_whole_records_over_several_pages() {
     let aggregated = DynamoAggregatedStore::new(w.db.clone(), AGGREGATED, USAGE).with_page_limit(2);
     for i in 0..5 {
         let key = group(&format!("dim{i}"), "2026-11-30T10");
-        aggregated
-            .put_direct(&record(key, i, 1), t("2026-11-30T11:00:00Z"))
-            .await
-            .unwrap();
+        put_direct(&aggregated, &record(&key, i, 1), "2026-11-30T11:00:00Z").await;
     }
-    aggregated
-        .put_direct(
-            &record(group("dim0", "2026-11-30T09"), 1, 1),
-            t("2026-11-30T11:00:00Z"),
-        )
-        .await
-        .unwrap();
-    let mut all = Vec::new();
-    let mut pages = 0;
-    let mut cursor = None;
-    loop {
-        let page = aggregated
-            .pending_page(hour("2026-11-30T10"), cursor)
-            .await
-            .unwrap();
-        pages += 1;
-        all.extend(page.items);
-        cursor = page.next;
-        if cursor.is_none() {
-            break;
-        }
-    }
-    assert!(pages >= 3, "{pages}");
+    let other_hour = record(&group("dim0", "2026-11-30T09"), 1, 1);
+    put_direct(&aggregated, &other_hour, "2026-11-30T11:00:00Z").await;
+    let pages = all_pages(|cursor| aggregated.pending_page(hour("2026-11-30T10"), cursor)).await;
+    assert!(pages.len() >= 3, "{} pages", pages.len());
+    let mut all: Vec<_> = pages.into_iter().flat_map(|page| page.items).collect();
     all.sort_by_key(|r| r.quantity);
     assert_eq!(all.len(), 5);
-    assert_eq!(all[3], record(group("dim3", "2026-11-30T10"), 3, 1));
+    assert_eq!(all[3], record(&group("dim3", "2026-11-30T10"), 3, 1));
 }
 
 #[tokio::test]
 async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_version_0() {
     let w = world().await;
     let key = group("requests", "2026-11-30T10");
-    let rec = record(key.clone(), 42, 0);
+    let rec = record(&key, 42, 0);
     assert_eq!(
-        w.aggregated
-            .put_direct(&rec, t("2026-11-30T11:00:00Z"))
-            .await
-            .unwrap(),
+        put_direct(&w.aggregated, &rec, "2026-11-30T11:00:00Z").await,
         PutOutcome::Created
     );
     let mut other = rec.clone();
     other.quantity = 1;
     assert_eq!(
-        w.aggregated
-            .put_direct(&other, t("2026-11-30T11:01:00Z"))
-            .await
-            .unwrap(),
+        put_direct(&w.aggregated, &other, "2026-11-30T11:01:00Z").await,
         PutOutcome::AlreadyExists
     );
-    assert_eq!(w.aggregated.get(&key).await.unwrap().unwrap().quantity, 42);
+    assert_eq!(w.get(&key).await.unwrap().quantity, 42);
 
     // A seller's direct-submit row: only the documented attributes, no version,
     // attemptCount, meteringStatus or productCode.
     let seller = group("storage", "2026-11-30T10");
-    w.db.put_item()
-        .table_name(AGGREGATED)
-        .item("licenseArn", AttributeValue::S(LICENSE.into()))
-        .item(
-            "account_dimension_hour",
-            AttributeValue::S(seller.aggregated_sort_key()),
-        )
-        .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
-        .item("dimension", AttributeValue::S("storage".into()))
-        .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
-        .item("quantity", AttributeValue::N("9".into()))
-        .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
-        .send()
-        .await
-        .unwrap();
-    let read = w.aggregated.get(&seller).await.unwrap().unwrap();
+    let nine = AttributeValue::N("9".into());
+    w.put_seller_row(&seller.aggregated_sort_key(), "storage", nine)
+        .await;
+    let read = w.get(&seller).await.unwrap();
     assert_eq!(read.version, 0);
     assert_eq!(read.attempt_count, 0);
     assert_eq!(read.status, AggregatedStatus::Pending);
@@ -643,32 +553,12 @@ async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_ve
         .await
         .is_some()
     );
-    assert_eq!(
-        w.aggregated
-            .get(&seller)
-            .await
-            .unwrap()
-            .unwrap()
-            .attempt_count,
-        1
-    );
+    assert_eq!(w.get(&seller).await.unwrap().attempt_count, 1);
 
     // A corrupt seller row is reported, naming the attribute.
-    w.db.put_item()
-        .table_name(AGGREGATED)
-        .item("licenseArn", AttributeValue::S(LICENSE.into()))
-        .item(
-            "account_dimension_hour",
-            AttributeValue::S(format!("{ACCOUNT}#bad#2026-11-30T10")),
-        )
-        .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
-        .item("dimension", AttributeValue::S("bad".into()))
-        .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
-        .item("quantity", AttributeValue::S("twelve".into()))
-        .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
-        .send()
-        .await
-        .unwrap();
+    let twelve = AttributeValue::S("twelve".into());
+    w.put_seller_row(&format!("{ACCOUNT}#bad#2026-11-30T10"), "bad", twelve)
+        .await;
     let err = w
         .aggregated
         .get(&group("bad", "2026-11-30T10"))
@@ -681,43 +571,23 @@ async fn put_direct_is_idempotent_and_seller_rows_without_bookkeeping_read_as_ve
 async fn malformed_seller_rows_are_listed_apart_and_closed_by_their_stored_keys() {
     let w = world().await;
     let good = group("requests", "2026-11-30T10");
-    w.aggregated
-        .put_direct(&record(good.clone(), 5, 0), t("2026-11-30T11:00:00Z"))
-        .await
-        .unwrap();
+    put_direct(&w.aggregated, &record(&good, 5, 0), "2026-11-30T11:00:00Z").await;
     // GIVEN an unreadable row and one whose sort key contradicts its attributes
-    let base = |sort_key: &str, quantity: AttributeValue| {
-        w.db.put_item()
-            .table_name(AGGREGATED)
-            .item("licenseArn", AttributeValue::S(LICENSE.into()))
-            .item("account_dimension_hour", AttributeValue::S(sort_key.into()))
-            .item("customerAWSAccountId", AttributeValue::S(ACCOUNT.into()))
-            .item("dimension", AttributeValue::S("storage".into()))
-            .item("hourBucket", AttributeValue::S("2026-11-30T10".into()))
-            .item("quantity", quantity)
-            .item("meteringPending", AttributeValue::S("2026-11-30T10".into()))
-    };
-    base(
+    w.put_seller_row(
         &format!("{ACCOUNT}#storage#2026-11-30T10"),
+        "storage",
         AttributeValue::S("twelve".into()),
     )
-    .send()
-    .await
-    .unwrap();
-    base(
+    .await;
+    w.put_seller_row(
         &format!("{ACCOUNT}#storage-typo#2026-11-30T10"),
+        "storage",
         AttributeValue::N("3".into()),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
 
     // WHEN the pending index is read
-    let page = w
-        .aggregated
-        .pending_page(hour("2026-11-30T10"), None)
-        .await
-        .unwrap();
+    let page = w.pending("2026-11-30T10").await;
 
     // THEN the good record is there and the two bad ones are listed apart
     assert_eq!(page.items.len(), 1);
@@ -739,24 +609,16 @@ async fn malformed_seller_rows_are_listed_apart_and_closed_by_their_stored_keys(
     );
     // AND each can be closed Error by its stored keys, once
     for item in &page.malformed {
-        assert!(
+        let reject = || async {
             w.aggregated
                 .reject_malformed(item, "MalformedItem: x", None, t("2026-11-30T11:01:00Z"))
                 .await
                 .unwrap()
-        );
-        assert!(
-            !w.aggregated
-                .reject_malformed(item, "MalformedItem: x", None, t("2026-11-30T11:01:00Z"))
-                .await
-                .unwrap()
-        );
+        };
+        assert!(reject().await, "first close of {item:?}");
+        assert!(!reject().await, "second close of {item:?}");
     }
-    let after = w
-        .aggregated
-        .pending_page(hour("2026-11-30T10"), None)
-        .await
-        .unwrap();
+    let after = w.pending("2026-11-30T10").await;
     assert!(after.malformed.is_empty());
     assert_eq!(after.items.len(), 1);
 }
@@ -765,13 +627,8 @@ async fn malformed_seller_rows_are_listed_apart_and_closed_by_their_stored_keys(
 async fn the_sweep_finds_pending_records_outside_the_live_hours_only() {
     let w = world().await;
     for h in ["2026-11-25T10", "2026-11-30T10"] {
-        w.aggregated
-            .put_direct(
-                &record(group("requests", h), 1, 0),
-                t("2026-11-30T11:00:00Z"),
-            )
-            .await
-            .unwrap();
+        let rec = record(&group("requests", h), 1, 0);
+        put_direct(&w.aggregated, &rec, "2026-11-30T11:00:00Z").await;
     }
     let live = awsmp_core::time::live_buckets(t("2026-11-30T11:00:00Z"));
     let page = w.aggregated.stray_pending_page(&live, None).await.unwrap();

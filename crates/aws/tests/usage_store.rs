@@ -6,34 +6,18 @@ mod common;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoUsageStore;
-use awsmp_core::model::{Allocation, Attr, RawStatus, Tag};
+use awsmp_core::memory::fixtures::{all_pages, put_row, team_allocation, usage_row};
+use awsmp_core::model::{Attr, RawStatus};
 use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, RowFinal, UsageStore};
 use common::*;
 
-fn new_row(dimension: &str, timestamp: &str, event_id: &str, quantity: i64) -> NewUsageRow {
-    NewUsageRow {
-        license_arn: LICENSE.to_string(),
-        customer_aws_account_id: ACCOUNT.to_string(),
-        dimension: dimension.to_string(),
-        timestamp: t(timestamp),
-        quantity,
-        allocations: None,
-        product_code: None,
-        event_id: event_id.to_string(),
-    }
+fn new_row(dimension: &str, ts: &str, event_id: &str, quantity: i64) -> NewUsageRow {
+    usage_row(LICENSE, ACCOUNT, dimension, t(ts), quantity, event_id)
 }
 
 async fn pending_count(store: &DynamoUsageStore, h: &str) -> usize {
-    let mut count = 0;
-    let mut cursor = None;
-    loop {
-        let page = store.pending_page(hour(h), cursor).await.unwrap();
-        count += page.items.len();
-        cursor = page.next;
-        if cursor.is_none() {
-            return count;
-        }
-    }
+    let pages = all_pages(|cursor| store.pending_page(hour(h), cursor)).await;
+    pages.iter().map(|page| page.items.len()).sum()
 }
 
 #[tokio::test]
@@ -42,30 +26,21 @@ async fn put_row_is_idempotent_per_event_id_and_keeps_same_second_writes_apart()
     let store = DynamoUsageStore::new(db.clone(), USAGE);
     let now = t("2026-11-30T10:20:00Z");
     let mut row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
-    row.allocations = Some(vec![Allocation {
-        quantity: 5,
-        tags: vec![Tag {
-            key: "team".into(),
-            value: "a".into(),
-        }],
-    }]);
+    row.allocations = Some(team_allocation(5));
     row.product_code = Some("prodcode".into());
 
     // GIVEN a first write WHEN it is retried THEN nothing changes.
-    assert_eq!(store.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+    assert_eq!(put_row(&store, &row, now).await, PutOutcome::Created);
     let mut retried = row.clone();
     retried.quantity = 999;
     assert_eq!(
-        store
-            .put_row(&retried, t("2026-11-30T10:21:00Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &retried, t("2026-11-30T10:21:00Z")).await,
         PutOutcome::AlreadyExists
     );
     // A second event in the same second is its own row.
     let same_second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 7);
     assert_eq!(
-        store.put_row(&same_second, now).await.unwrap(),
+        put_row(&store, &same_second, now).await,
         PutOutcome::Created
     );
 
@@ -146,42 +121,27 @@ async fn pending_page_walks_the_sparse_index_over_several_pages() {
             &format!("e{i}"),
             1,
         );
-        store.put_row(&row, now).await.unwrap();
+        put_row(&store, &row, now).await;
     }
     // Another hour's row is not in this hour's partition of the index.
-    store
-        .put_row(
-            &new_row("requests", "2026-11-30T09:59:59Z", "other", 1),
-            now,
-        )
-        .await
-        .unwrap();
+    let other_hour = new_row("requests", "2026-11-30T09:59:59Z", "other", 1);
+    put_row(&store, &other_hour, now).await;
 
+    let pages = all_pages(|cursor| store.pending_page(hour("2026-11-30T10"), cursor)).await;
     let mut seen = Vec::new();
-    let mut pages = 0;
-    let mut cursor = None;
-    loop {
-        let page = store
-            .pending_page(hour("2026-11-30T10"), cursor)
-            .await
-            .unwrap();
-        pages += 1;
+    for page in &pages {
         assert!(page.items.len() <= 4);
         for item in &page.items {
             assert_eq!(item.license_arn, LICENSE);
             assert_eq!(item.customer_aws_account_id.as_deref(), Some(ACCOUNT));
             assert_eq!(item.dimension.as_deref(), Some("requests"));
         }
-        seen.extend(page.items.into_iter().map(|i| i.sort_key));
-        cursor = page.next;
-        if cursor.is_none() {
-            break;
-        }
+        seen.extend(page.items.iter().map(|i| i.sort_key.clone()));
     }
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), 10);
-    assert!(pages >= 3, "{pages} pages");
+    assert!(pages.len() >= 3, "{} pages", pages.len());
 
     let err = store
         .pending_page(hour("2026-11-30T10"), Some("not a cursor".into()))
@@ -204,10 +164,7 @@ async fn group_rows_reads_exactly_one_group_in_any_status() {
         ("requests", "2026-11-30T11:00:00Z", "next-hour"),
         ("requests2", "2026-11-30T10:30:00Z", "other-dimension"),
     ] {
-        store
-            .put_row(&new_row(dimension, ts, id, 1), now)
-            .await
-            .unwrap();
+        put_row(&store, &new_row(dimension, ts, id, 1), now).await;
     }
     let sort_key_b = format!("{ACCOUNT}#requests#2026-11-30T10:59:59Z#b");
     store
@@ -260,26 +217,17 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_writes_nothing() {
     // defaults to a later "now": another sort key, the same event.
     let first = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
     assert_eq!(
-        store
-            .put_row(&first, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &first, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
     let retry = new_row("requests", "2026-11-30T10:15:43Z", "evt-1", 5);
     assert_eq!(
-        store
-            .put_row(&retry, t("2026-11-30T10:15:43Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &retry, t("2026-11-30T10:15:43Z")).await,
         PutOutcome::AlreadyExists
     );
     let next_hour = new_row("requests", "2026-11-30T11:00:01Z", "evt-1", 8);
     assert_eq!(
-        store
-            .put_row(&next_hour, t("2026-11-30T11:00:01Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &next_hour, t("2026-11-30T11:00:01Z")).await,
         PutOutcome::AlreadyExists
     );
 
@@ -321,19 +269,13 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_writes_nothing() {
     // Another event id is another row; the same id on another license too.
     let second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 1);
     assert_eq!(
-        store
-            .put_row(&second, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &second, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
     let mut elsewhere = first.clone();
     elsewhere.license_arn = format!("{LICENSE}-other");
     assert_eq!(
-        store
-            .put_row(&elsewhere, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &elsewhere, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
     assert_eq!(pending_count(&store, "2026-11-30T10").await, 3);
@@ -346,10 +288,7 @@ async fn a_row_without_a_marker_still_refuses_its_exact_retry() {
     let (_moto, db) = moto_with_tables().await;
     let store = DynamoUsageStore::new(db.clone(), USAGE);
     let row = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
-    store
-        .put_row(&row, t("2026-11-30T10:20:00Z"))
-        .await
-        .unwrap();
+    put_row(&store, &row, t("2026-11-30T10:20:00Z")).await;
     db.delete_item()
         .table_name(USAGE)
         .key("licenseArn", AttributeValue::S(LICENSE.into()))
@@ -361,10 +300,7 @@ async fn a_row_without_a_marker_still_refuses_its_exact_retry() {
         .await
         .unwrap();
     assert_eq!(
-        store
-            .put_row(&row, t("2026-11-30T10:21:00Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &row, t("2026-11-30T10:21:00Z")).await,
         PutOutcome::AlreadyExists
     );
     assert!(

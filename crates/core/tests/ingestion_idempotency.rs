@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use awsmp_core::memory::fixtures::{put_row, usage_row};
 use awsmp_core::memory::{
     MemoryTables, MemoryUsageStore, ingestion_marker_event_id, ingestion_marker_sort_key,
     ingestion_sort_key,
@@ -19,17 +20,8 @@ fn t(s: &str) -> Instant {
     parse_usage_timestamp(s).unwrap()
 }
 
-fn row(event_id: &str, timestamp: &str, quantity: i64) -> NewUsageRow {
-    NewUsageRow {
-        license_arn: LICENSE.into(),
-        customer_aws_account_id: ACCOUNT.into(),
-        dimension: "requests".into(),
-        timestamp: t(timestamp),
-        quantity,
-        allocations: None,
-        product_code: None,
-        event_id: event_id.into(),
-    }
+fn row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
+    usage_row(LICENSE, ACCOUNT, "requests", t(ts), quantity, event_id)
 }
 
 fn group(h: &str) -> GroupKey {
@@ -58,27 +50,18 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_is_a_no_op() {
     // defaults to a later "now".
     let first = row("evt-1", "2026-11-30T10:15:42Z", 5);
     assert_eq!(
-        store
-            .put_row(&first, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &first, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
     let retry = row("evt-1", "2026-11-30T10:15:43Z", 5);
     assert_eq!(
-        store
-            .put_row(&retry, t("2026-11-30T10:15:43Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &retry, t("2026-11-30T10:15:43Z")).await,
         PutOutcome::AlreadyExists
     );
     // Even a retry in another hour, with another quantity, is the same event.
     let later = row("evt-1", "2026-11-30T11:00:05Z", 9);
     assert_eq!(
-        store
-            .put_row(&later, t("2026-11-30T11:00:05Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &later, t("2026-11-30T11:00:05Z")).await,
         PutOutcome::AlreadyExists
     );
 
@@ -99,10 +82,7 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_is_a_no_op() {
     // Another event id is another row, also in the same second.
     let other = row("evt-2", "2026-11-30T10:15:42Z", 7);
     assert_eq!(
-        store
-            .put_row(&other, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &other, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
     assert_eq!(
@@ -120,10 +100,7 @@ async fn the_marker_is_keyed_by_license_and_never_looks_like_usage() {
     let tables = MemoryTables::new();
     let store = tables.usage_store();
     let first = row("evt-1", "2026-11-30T10:15:42Z", 5);
-    store
-        .put_row(&first, t("2026-11-30T10:15:42Z"))
-        .await
-        .unwrap();
+    put_row(&store, &first, t("2026-11-30T10:15:42Z")).await;
 
     let marker_key = ingestion_marker_sort_key("evt-1");
     let marker = tables.raw_row(LICENSE, &marker_key).expect("marker stored");
@@ -145,10 +122,7 @@ async fn the_marker_is_keyed_by_license_and_never_looks_like_usage() {
     let mut elsewhere = row("evt-1", "2026-11-30T10:15:42Z", 5);
     elsewhere.license_arn = "arn:aws:license-manager::123456789012:license:l-other".into();
     assert_eq!(
-        store
-            .put_row(&elsewhere, t("2026-11-30T10:15:42Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &elsewhere, t("2026-11-30T10:15:42Z")).await,
         PutOutcome::Created
     );
 }
@@ -165,10 +139,7 @@ async fn a_row_written_before_markers_existed_still_refuses_its_exact_retry() {
         t("2026-11-30T10:15:42Z"),
     ));
     assert_eq!(
-        store
-            .put_row(&first, t("2026-11-30T10:16:00Z"))
-            .await
-            .unwrap(),
+        put_row(&store, &first, t("2026-11-30T10:16:00Z")).await,
         PutOutcome::AlreadyExists
     );
     assert!(

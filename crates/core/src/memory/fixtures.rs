@@ -1,7 +1,9 @@
 //! Shared test fixtures: the public ones every crate's tests use (under `test-util`),
 //! and the in-memory stores' own unit-test helpers.
 
-use crate::model::{AggregatedRecord, GroupKey};
+use crate::model::{AggregatedRecord, Allocation, GroupKey, Tag};
+use crate::ports::{Cursor, NewUsageRow, Page, PortError, PutOutcome, UsageStore};
+use crate::time::Instant;
 
 /// A pending aggregated record as the aggregator leaves it
 /// ([`AggregatedRecord::pending`]) at `version`: never claimed or sent, no allocations.
@@ -17,6 +19,73 @@ pub fn pending_record(
     }
 }
 
+/// A new usage row as a client sends it: no allocations, no product code.
+pub fn usage_row(
+    license_arn: &str,
+    account: &str,
+    dimension: &str,
+    timestamp: Instant,
+    quantity: i64,
+    event_id: &str,
+) -> NewUsageRow {
+    NewUsageRow {
+        license_arn: license_arn.into(),
+        customer_aws_account_id: account.into(),
+        dimension: dimension.into(),
+        timestamp,
+        quantity,
+        allocations: None,
+        product_code: None,
+        event_id: event_id.into(),
+    }
+}
+
+/// One allocation of all of `quantity`, tagged `team=a`.
+pub fn team_allocation(quantity: i64) -> Vec<Allocation> {
+    vec![Allocation {
+        quantity,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]
+}
+
+/// `store.put_row(row, now)`, which must not fail; the outcome.
+///
+/// # Panics
+/// When the write fails, naming the row's event id and the error.
+pub async fn put_row(store: &impl UsageStore, row: &NewUsageRow, now: Instant) -> PutOutcome {
+    store
+        .put_row(row, now)
+        .await
+        .unwrap_or_else(|e| panic!("put_row of event {:?}: {e}", row.event_id))
+}
+
+/// Every page of a paginated query, first to last: `page(cursor)` reads one, from the
+/// start with `None`, then with each page's `next` until a page has none.
+///
+/// # Panics
+/// When a read fails, naming the page and the error.
+pub async fn all_pages<T, F, Fut>(mut page: F) -> Vec<Page<T>>
+where
+    F: FnMut(Option<Cursor>) -> Fut,
+    Fut: Future<Output = Result<Page<T>, PortError>>,
+{
+    let mut pages: Vec<Page<T>> = Vec::new();
+    loop {
+        let cursor = pages.last().and_then(|p| p.next.clone());
+        let read = page(cursor)
+            .await
+            .unwrap_or_else(|e| panic!("page {} of the query: {e}", pages.len() + 1));
+        let last = read.next.is_none();
+        pages.push(read);
+        if last {
+            return pages;
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) use unit::*;
 
@@ -24,7 +93,7 @@ pub(crate) use unit::*;
 #[allow(clippy::unwrap_used)]
 mod unit {
     //! The in-memory stores' unit-test helpers.
-    use super::pending_record;
+    use super::{pending_record, usage_row};
     use crate::model::{AggregatedRecord, GroupKey, RawUsageRow};
     use crate::ports::{AggregationCommit, NewUsageRow};
     use crate::time::{HourBucket, Instant, parse_usage_timestamp};
@@ -55,16 +124,7 @@ mod unit {
     }
 
     pub(crate) fn new_row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
-        NewUsageRow {
-            license_arn: LICENSE.into(),
-            customer_aws_account_id: ACCOUNT.into(),
-            dimension: "requests".into(),
-            timestamp: t(ts),
-            quantity,
-            allocations: None,
-            product_code: None,
-            event_id: event_id.into(),
-        }
+        usage_row(LICENSE, ACCOUNT, "requests", t(ts), quantity, event_id)
     }
 
     pub(crate) fn commit(
