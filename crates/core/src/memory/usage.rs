@@ -280,19 +280,13 @@ impl UsageStore for MemoryUsageStore {
 mod tests {
     use super::*;
     use crate::memory::fixtures::*;
-    use crate::model::{Allocation, RawStatus, Tag};
+    use crate::model::RawStatus;
     #[tokio::test]
     async fn put_row_writes_dynamodb_shapes_and_is_idempotent_on_the_event_id() {
         let store = MemoryUsageStore::new();
         let now = t("2026-11-30T10:20:00Z");
         let mut row = new_row("evt-1", "2026-11-30T10:15:42Z", 42);
-        row.allocations = Some(vec![Allocation {
-            quantity: 42,
-            tags: vec![Tag {
-                key: "team".into(),
-                value: "a".into(),
-            }],
-        }]);
+        row.allocations = Some(team_allocation(42));
         row.product_code = Some("prod".into());
         assert_eq!(store.put_row(&row, now).await.unwrap(), PutOutcome::Created);
         let sort_key = "111122223333#requests#2026-11-30T10:15:42Z#evt-1";
@@ -361,24 +355,11 @@ mod tests {
             .insert("meteringPending".into(), Attr::N("2026113010".into()));
         tables.insert_raw_row(odd);
 
-        let mut seen = Vec::new();
-        let mut cursor = None;
-        let mut pages = 0;
-        loop {
-            let page = store
-                .pending_page(hour("2026-11-30T10"), cursor)
-                .await
-                .unwrap();
-            pages += 1;
-            assert!(page.items.len() <= 2);
-            seen.extend(page.items);
-            cursor = page.next;
-            if cursor.is_none() {
-                break;
-            }
-        }
+        let pages = all_pages(|cursor| store.pending_page(hour("2026-11-30T10"), cursor)).await;
+        assert_eq!(pages.len(), 3);
+        assert!(pages.iter().all(|page| page.items.len() <= 2));
+        let seen: Vec<_> = pages.into_iter().flat_map(|page| page.items).collect();
         assert_eq!(seen.len(), 5);
-        assert_eq!(pages, 3);
         assert!(
             seen.iter()
                 .all(|r| r.customer_aws_account_id.as_deref() == Some(ACCOUNT))
