@@ -28,9 +28,9 @@ use crate::model::{
     ReasonCode, Tag, attr,
 };
 use crate::ports::{
-    AggregatedStore, AggregationCommit, Claim, ClaimRequest, CommitOutcome, Cursor,
-    MAX_BATCH_WRITES, MAX_ROWS_PER_COMMIT, NewUsageRow, OperatorStore, OutcomeWrite, Page,
-    PortError, PutOutcome, RowClaim, RowFinal, SubmissionUpdate, UsageStore,
+    AggregatedStore, Claim, ClaimRequest, CommitOutcome, Cursor, MAX_BATCH_WRITES,
+    MAX_ROWS_PER_COMMIT, NewUsageRow, OperatorStore, OutcomeWrite, Page, PortError, PutOutcome,
+    RowClaim, RowFinal, SubmissionUpdate, UsageStore,
 };
 use crate::time::{HourBucket, Instant, parse_usage_timestamp};
 
@@ -170,42 +170,14 @@ fn group(h: &str) -> GroupKey {
 }
 
 fn new_row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
-    NewUsageRow {
-        license_arn: LICENSE.into(),
-        customer_aws_account_id: ACCOUNT.into(),
-        dimension: "requests".into(),
-        timestamp: t(ts),
-        quantity,
-        allocations: None,
-        product_code: None,
-        event_id: event_id.into(),
-    }
+    super::fixtures::usage_row(LICENSE, ACCOUNT, "requests", t(ts), quantity, event_id)
 }
 
 fn record(key: GroupKey, quantity: i64, version: u64) -> AggregatedRecord {
     super::fixtures::pending_record(key, "prodcode", quantity, version)
 }
 
-fn keys(rows: &[&RawUsageRow]) -> Vec<(String, String)> {
-    rows.iter()
-        .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
-        .collect()
-}
-
-fn commit(
-    rec: AggregatedRecord,
-    expected: Option<u64>,
-    rows: &[&RawUsageRow],
-    now: &str,
-) -> AggregationCommit {
-    AggregationCommit {
-        record: rec,
-        expected_version: expected,
-        claimed_rows: keys(rows),
-        rows_expire_at: None,
-        now: t(now),
-    }
-}
+use super::fixtures::commit;
 
 fn claim(id: &str, now: &str, until: &str) -> Claim {
     Claim {

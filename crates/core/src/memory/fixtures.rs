@@ -1,9 +1,11 @@
 //! Shared test fixtures: the public ones every crate's tests use (under `test-util`),
 //! and the in-memory stores' own unit-test helpers.
 
-use crate::model::{AggregatedRecord, Allocation, GroupKey, Tag};
-use crate::ports::{Cursor, NewUsageRow, Page, PortError, PutOutcome, UsageStore};
-use crate::time::Instant;
+use crate::model::{AggregatedRecord, Allocation, GroupKey, RawUsageRow, Tag};
+use crate::ports::{
+    AggregationCommit, Cursor, NewUsageRow, Page, PortError, PutOutcome, UsageStore,
+};
+use crate::time::{Instant, parse_usage_timestamp};
 
 /// A pending aggregated record as the aggregator leaves it
 /// ([`AggregatedRecord::pending`]) at `version`: never claimed or sent, no allocations.
@@ -37,6 +39,29 @@ pub fn usage_row(
         allocations: None,
         product_code: None,
         event_id: event_id.into(),
+    }
+}
+
+/// A commit of `record` (over `expected_version`, `None`: create) claiming `rows`, at
+/// `now` (a usage timestamp), with no expiry on the rows.
+///
+/// # Panics
+/// When `now` is not a usage timestamp.
+pub fn commit(
+    record: AggregatedRecord,
+    expected_version: Option<u64>,
+    rows: &[&RawUsageRow],
+    now: &str,
+) -> AggregationCommit {
+    AggregationCommit {
+        record,
+        expected_version,
+        claimed_rows: rows
+            .iter()
+            .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
+            .collect(),
+        rows_expire_at: None,
+        now: parse_usage_timestamp(now).unwrap_or_else(|e| panic!("{now}: {e}")),
     }
 }
 
@@ -94,8 +119,8 @@ pub(crate) use unit::*;
 mod unit {
     //! The in-memory stores' unit-test helpers.
     use super::{pending_record, usage_row};
-    use crate::model::{AggregatedRecord, GroupKey, RawUsageRow};
-    use crate::ports::{AggregationCommit, NewUsageRow};
+    use crate::model::{AggregatedRecord, GroupKey};
+    use crate::ports::NewUsageRow;
     use crate::time::{HourBucket, Instant, parse_usage_timestamp};
 
     pub(crate) const LICENSE: &str =
@@ -125,23 +150,5 @@ mod unit {
 
     pub(crate) fn new_row(event_id: &str, ts: &str, quantity: i64) -> NewUsageRow {
         usage_row(LICENSE, ACCOUNT, "requests", t(ts), quantity, event_id)
-    }
-
-    pub(crate) fn commit(
-        rec: AggregatedRecord,
-        expected: Option<u64>,
-        rows: &[&RawUsageRow],
-        now: &str,
-    ) -> AggregationCommit {
-        AggregationCommit {
-            record: rec,
-            expected_version: expected,
-            claimed_rows: rows
-                .iter()
-                .map(|r| (r.license_arn.clone(), r.sort_key.clone()))
-                .collect(),
-            rows_expire_at: None,
-            now: t(now),
-        }
     }
 }
