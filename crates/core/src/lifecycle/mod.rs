@@ -1,5 +1,5 @@
 //! Subscriber lifecycle: parses the Marketplace EventBridge events (source
-//! `aws.agreement-marketplace`) and applies them to a [`Subscriber`] row as pure,
+//! `aws.agreement-marketplace`) and applies them to a [`Subscriber`](crate::model::Subscriber) row as pure,
 //! order-safe transitions; also the deprovisioning expiry used by deprovision-cleanup.
 //!
 //! | event | effect on the row |
@@ -11,8 +11,8 @@
 //! | `Purchase Agreement Created - *`, anything else | ignored |
 //! | [`expire_deprovisioning`] | `deprovisioning` past its expiry -> `inactive` |
 //!
-//! The event JSON becomes a [`MarketplaceEvent`] in [`event`]'s parser; what an event
-//! does to a row, and in which order events may apply, is [`transition`]'s status
+//! The event JSON becomes a [`MarketplaceEvent`] in `event`'s parser; what an event
+//! does to a row, and in which order events may apply, is `transition`'s status
 //! machine.
 
 mod event;

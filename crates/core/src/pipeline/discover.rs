@@ -136,7 +136,7 @@ enum Pass {
 /// once `now >= deprovisioningExpiry - flush_margin`, in the current open hour, onto the
 /// deprovisioning queue with `flush = true`; (2) completed unlocked hours oldest-first
 /// for everyone else, onto the work queue; (3) the sweep of the whole sparse index
-/// ([`Run::sweep`]): age-out of rows in expired hours, however old, and re-filing or
+/// (`Run::sweep`): age-out of rows in expired hours, however old, and re-filing or
 /// rejection of rows pending under a value that is not an hour bucket.
 ///
 /// Rows the index cannot place in a findable group (projection lacks the account or the

@@ -39,7 +39,7 @@ impl RetryPolicy {
 }
 
 /// 64 uniformly random bits from the standard library's randomly keyed hasher (or,
-/// in a simulation that seeded this thread with [`seed_randomness`], from that seed).
+/// in a simulation that seeded this thread with `seed_randomness` (test-util), from that seed).
 pub fn random_u64() -> u64 {
     #[cfg(feature = "test-util")]
     if let Some(bits) = seeded::next() {

@@ -21,8 +21,8 @@
 //! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
 //! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
 //!
-//! The submitter's modes and knobs are [`settings`]; one run, its claims, sends and
-//! write-backs, is [`run`].
+//! The submitter's modes and knobs are `settings`; one run, its claims, sends and
+//! write-backs, is `run`.
 
 mod run;
 mod settings;

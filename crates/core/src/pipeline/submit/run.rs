@@ -131,7 +131,7 @@ impl Stop {
 /// included (their final-usage window is closing); (2) everyone else's records in
 /// completed hours, oldest first; (3) age-out of records in expired hours. Within a
 /// product, records are batched in that order, a batch spanning hours where one ends
-/// part-full (see [`Run::send_pass`]); each batch's records are claimed
+/// part-full (`Run::send_pass`); each batch's records are claimed
 /// (`inFlightUntil`, conditional on the record being as read, so one folded or claimed
 /// meanwhile is skipped this run), sent, and their outcomes written while the next batch is sent.
 ///
