@@ -23,6 +23,15 @@ use regex::{Captures, Regex};
 const LICENSE: &str =
     "arn:aws:license-manager::123456789012:license:l-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
 const ACCOUNT: &str = "111122223333";
+/// The license's requests from that account, as `usage put` and `inspect group` name them.
+const REQUESTS: [&str; 6] = [
+    "--license",
+    LICENSE,
+    "--account",
+    ACCOUNT,
+    "--dimension",
+    "requests",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -140,50 +149,69 @@ impl Mask {
         (into >= Duration::zero() && hours <= 3).then(|| (hours, into - Duration::hours(hours)))
     }
 
+    /// Rewrites each match of `re` that `at` reads as an instant within the demo's span
+    /// as `shown` writes it (whole hours after the first hour, and the rest), and any
+    /// other match as `outside`.
+    fn relative_matches(
+        &self,
+        text: &str,
+        re: &Regex,
+        at: impl Fn(&Captures) -> Option<Instant>,
+        shown: impl Fn(i64, Duration) -> String,
+        outside: &str,
+    ) -> String {
+        re.replace_all(text, |c: &Captures| {
+            match at(c).and_then(|at| self.relative(at)) {
+                Some((h, rest)) => shown(h, rest),
+                None => outside.to_string(),
+            }
+        })
+        .into_owned()
+    }
+
     fn apply(&self, text: &str) -> String {
         let mut out = text.replace(&self.tmp, "<tmp>");
         for (re, with) in &self.rules {
             out = re.replace_all(&out, *with).into_owned();
         }
-        out = self
-            .time
-            .replace_all(&out, |c: &Captures| {
+        out = self.relative_matches(
+            &out,
+            &self.time,
+            // A time with fractions of a second follows the real clock.
+            |c| {
                 let at: Instant = c[0].parse().unwrap();
-                match (c.get(1), self.relative(at)) {
-                    (None, Some((h, rest))) => format!(
-                        "<h{h}+{:02}:{:02}:{:02}>",
-                        rest.num_hours(),
-                        rest.num_minutes() % 60,
-                        rest.num_seconds() % 60
-                    ),
-                    _ => "<time>".into(),
-                }
-            })
-            .into_owned();
-        out = self
-            .minute
-            .replace_all(&out, |c: &Captures| {
-                let at: Instant = format!("{}:00Z", &c[0]).parse().unwrap();
-                match self.relative(at) {
-                    Some((h, rest)) => format!(
-                        "<h{h}+{:02}:{:02}>",
-                        rest.num_hours(),
-                        rest.num_minutes() % 60
-                    ),
-                    None => "<minute>".into(),
-                }
-            })
-            .into_owned();
-        out = self
-            .hour
-            .replace_all(&out, |c: &Captures| {
-                let at: Instant = format!("{}:00:00Z", &c[0]).parse().unwrap();
-                match self.relative(at) {
-                    Some((h, _)) => format!("<h{h}>"),
-                    None => "<hour>".into(),
-                }
-            })
-            .into_owned();
+                c.get(1).is_none().then_some(at)
+            },
+            |h, rest| {
+                format!(
+                    "<h{h}+{:02}:{:02}:{:02}>",
+                    rest.num_hours(),
+                    rest.num_minutes() % 60,
+                    rest.num_seconds() % 60
+                )
+            },
+            "<time>",
+        );
+        out = self.relative_matches(
+            &out,
+            &self.minute,
+            |c| Some(format!("{}:00Z", &c[0]).parse().unwrap()),
+            |h, rest| {
+                format!(
+                    "<h{h}+{:02}:{:02}>",
+                    rest.num_hours(),
+                    rest.num_minutes() % 60
+                )
+            },
+            "<minute>",
+        );
+        out = self.relative_matches(
+            &out,
+            &self.hour,
+            |c| Some(format!("{}:00:00Z", &c[0]).parse().unwrap()),
+            |h, _| format!("<h{h}>"),
+            "<hour>",
+        );
         out = Regex::new(r"\b\d{4}-\d{2}\b")
             .unwrap()
             .replace_all(&out, "<month>")
@@ -272,38 +300,24 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     let import = import.to_str().unwrap();
     let put = |event: &str, quantity: &str| -> Vec<String> {
         [
-            "usage",
-            "put",
-            "--license",
-            LICENSE,
-            "--account",
-            ACCOUNT,
-            "--dimension",
-            "requests",
-            "--quantity",
-            quantity,
-            "--timestamp",
-            &put_at,
-            "--event-id",
-            event,
+            &["usage", "put"][..],
+            &REQUESTS,
+            &[
+                "--quantity",
+                quantity,
+                "--timestamp",
+                &put_at,
+                "--event-id",
+                event,
+            ],
         ]
+        .concat()
         .iter()
         .map(|s| s.to_string())
         .collect()
     };
 
-    let inspect_group = [
-        "inspect",
-        "group",
-        "--license",
-        LICENSE,
-        "--account",
-        ACCOUNT,
-        "--dimension",
-        "requests",
-        "--hour",
-        &h0,
-    ];
+    let inspect_group = [&["inspect", "group"][..], &REQUESTS, &["--hour", &h0]].concat();
     let mut cases = vec![
         case("status", &["status"]),
         json("status-json", "status", &["status"]),
