@@ -29,6 +29,8 @@ use awsmp_marketplace_sim::{
 use chrono::{DateTime, Duration, Utc};
 use common::*;
 use ct::error::ProvideErrorMetadata;
+use ct::operation::lookup_events::LookupEventsError;
+use ct::operation::lookup_events::builders::LookupEventsFluentBuilder;
 use ct::primitives::DateTime as SdkDateTime;
 use ct::types::{LookupAttribute, LookupAttributeKey};
 
@@ -97,6 +99,13 @@ fn by_name() -> LookupAttribute {
         .attribute_value("BatchMeterUsage")
         .build()
         .unwrap()
+}
+
+/// The error LookupEvents refuses `request` with, which must be one of the API's own.
+async fn refusal(request: LookupEventsFluentBuilder) -> LookupEventsError {
+    let err = request.send().await.unwrap_err();
+    assert!(err.as_service_error().is_some(), "{err:?}");
+    err.into_service_error()
 }
 
 /// `awsmp reconcile` of `ours` against the trail, which must answer.
@@ -322,62 +331,39 @@ async fn lookup_events_refuses_what_cloudtrail_refuses() {
     let client = trail_client(&server, "us-east-1");
     let code = |e: &dyn ProvideErrorMetadata| e.code().map(str::to_string);
 
-    let err = client
-        .lookup_events()
-        .max_results(51)
-        .send()
-        .await
-        .unwrap_err();
-    assert!(
-        err.as_service_error()
-            .unwrap()
-            .is_invalid_max_results_exception(),
-        "{err:?}"
-    );
+    let err = refusal(client.lookup_events().max_results(51)).await;
+    assert!(err.is_invalid_max_results_exception(), "{err:?}");
 
-    let err = client
-        .lookup_events()
-        .lookup_attributes(by_name())
-        .lookup_attributes(by_name())
-        .send()
-        .await
-        .unwrap_err();
-    assert!(
-        err.as_service_error()
-            .unwrap()
-            .is_invalid_lookup_attributes_exception()
-    );
+    let err = refusal(
+        client
+            .lookup_events()
+            .lookup_attributes(by_name())
+            .lookup_attributes(by_name()),
+    )
+    .await;
+    assert!(err.is_invalid_lookup_attributes_exception(), "{err:?}");
 
-    let err = client
-        .lookup_events()
-        .start_time(sdk_time(start_time()))
-        .end_time(sdk_time(start_time() - Duration::hours(1)))
-        .send()
-        .await
-        .unwrap_err();
-    assert!(
-        err.as_service_error()
-            .unwrap()
-            .is_invalid_time_range_exception()
-    );
+    let err = refusal(
+        client
+            .lookup_events()
+            .start_time(sdk_time(start_time()))
+            .end_time(sdk_time(start_time() - Duration::hours(1))),
+    )
+    .await;
+    assert!(err.is_invalid_time_range_exception(), "{err:?}");
 
     // A token is bound to the parameters it came with.
     let first = client.lookup_events().max_results(1).send().await.unwrap();
     let token = first.next_token().unwrap().to_string();
-    let err = client
-        .lookup_events()
-        .max_results(1)
-        .lookup_attributes(by_name())
-        .next_token(token.clone())
-        .send()
-        .await
-        .unwrap_err();
-    let service = err.as_service_error().unwrap();
-    assert!(
-        service.is_invalid_next_token_exception(),
-        "{:?}",
-        code(service)
-    );
+    let err = refusal(
+        client
+            .lookup_events()
+            .max_results(1)
+            .lookup_attributes(by_name())
+            .next_token(token.clone()),
+    )
+    .await;
+    assert!(err.is_invalid_next_token_exception(), "{:?}", code(&err));
     let second = client
         .lookup_events()
         .max_results(1)
