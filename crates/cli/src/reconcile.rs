@@ -311,12 +311,7 @@ pub async fn reconcile_report(
             reconciliation: &reconciliation,
             problems,
         };
-        let text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| ReportError::Io(format!("cannot encode the report as JSON: {e}")))?;
-        return Ok(Report {
-            text: text + "\n",
-            attention,
-        });
+        return Report::json(&doc, attention);
     }
     let mut out = String::new();
     match &trail_window {

@@ -50,6 +50,18 @@ pub struct Report {
     pub attention: bool,
 }
 
+impl Report {
+    /// `doc` as the report's text: one pretty JSON document on its own lines.
+    pub(crate) fn json(doc: &impl Serialize, attention: bool) -> Result<Self, ReportError> {
+        let text = serde_json::to_string_pretty(doc)
+            .map_err(|e| ReportError::Io(format!("cannot encode the report as JSON: {e}")))?;
+        Ok(Report {
+            text: text + "\n",
+            attention,
+        })
+    }
+}
+
 /// What `awsmp trail` shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrailArgs {
@@ -218,12 +230,7 @@ pub async fn trail_report(
             rows: &rows,
             problems,
         };
-        let text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| ReportError::Io(format!("cannot encode the report as JSON: {e}")))?;
-        return Ok(Report {
-            text: text + "\n",
-            attention,
-        });
+        return Report::json(&doc, attention);
     }
     let mut out = window_lines(&args.region, &window);
     out.push_str(&format!(
