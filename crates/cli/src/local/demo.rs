@@ -55,6 +55,23 @@ fn lifecycle_event(
     })
 }
 
+/// Sends a lifecycle event of `license` at the system's time: the simulator applies it
+/// as Marketplace would, and it is put on the events stack's bus.
+async fn send_lifecycle_event(
+    system: &LocalSystem,
+    detail_type: &str,
+    license: &str,
+    agreement: &str,
+) -> Result<(), LocalError> {
+    let event = lifecycle_event(detail_type, license, agreement, system.now);
+    system
+        .sim
+        .handle()
+        .apply_lifecycle_event(&event)
+        .map_err(|e| LocalError::Setup(format!("simulator lifecycle: {e}")))?;
+    system.put_marketplace_event(&event).await
+}
+
 /// Prints a step of the story.
 fn say(system: &LocalSystem, text: &str) {
     println!("[{}] {text}", format_instant(system.now));
@@ -65,27 +82,21 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
     let step = Duration::minutes(5);
     let hour0 = HourBucket::containing(system.now);
     let at = |minutes: i64| hour0.start() + Duration::minutes(minutes);
-    let sim = system.sim.handle().clone();
-    sim.seed_product(ProductSeed {
-        product_code: LOCAL_PRODUCT_CODE.into(),
-        dimensions: DIMENSIONS.iter().map(|d| d.to_string()).collect(),
-    })
-    .map_err(|e| LocalError::Setup(format!("seeding the simulator: {e}")))?;
+    system
+        .sim
+        .handle()
+        .seed_product(ProductSeed {
+            product_code: LOCAL_PRODUCT_CODE.into(),
+            dimensions: DIMENSIONS.iter().map(|d| d.to_string()).collect(),
+        })
+        .map_err(|e| LocalError::Setup(format!("seeding the simulator: {e}")))?;
 
     // 1. Subscribe: License Updated reaches the subscription function and Marketplace.
     for (license, agreement) in [
         (LICENSE_A, "agmt-localdemoa"),
         (LICENSE_B, "agmt-localdemob"),
     ] {
-        let event = lifecycle_event(
-            "License Updated - Manufacturer",
-            license,
-            agreement,
-            system.now,
-        );
-        sim.apply_lifecycle_event(&event)
-            .map_err(|e| LocalError::Setup(format!("simulator lifecycle: {e}")))?;
-        system.put_marketplace_event(&event).await?;
+        send_lifecycle_event(system, "License Updated - Manufacturer", license, agreement).await?;
     }
     system.drain(50).await?;
     say(
@@ -144,15 +155,13 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
     // 5. Deprovision license A; its final-usage window closes an hour later.
     let deprovisioned_at = at(105);
     system.advance(deprovisioned_at, step).await?;
-    let event = lifecycle_event(
+    send_lifecycle_event(
+        system,
         "License Deprovisioned - Manufacturer",
         LICENSE_A,
         "agmt-localdemoa",
-        system.now,
-    );
-    sim.apply_lifecycle_event(&event)
-        .map_err(|e| LocalError::Setup(format!("simulator lifecycle: {e}")))?;
-    system.put_marketplace_event(&event).await?;
+    )
+    .await?;
     system.drain(50).await?;
     say(
         system,
