@@ -17,6 +17,19 @@ use lambda_runtime::{Context, LambdaEvent};
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0000000000000001";
 
+/// Tables holding one pending raw row (4 requests at 09:15).
+fn tables_with_one_row() -> MemoryTables {
+    let tables = MemoryTables::new();
+    tables.insert_raw_row(reference_row(
+        LICENSE,
+        "111122223333",
+        "requests",
+        "2026-11-30T09:15:00Z",
+        4,
+    ));
+    tables
+}
+
 fn state(tables: &MemoryTables, work: &MemoryWorkQueue, clock_at: &str) -> State {
     State {
         settings: Arc::new(DiscoverSettings::new(
@@ -39,14 +52,7 @@ fn event(json: &str) -> LambdaEvent<EventBridgeEvent> {
 #[tokio::test]
 async fn now_comes_from_the_event_time_so_a_run_replays() {
     // GIVEN usage in the hour before the event's time, and a clock a day later
-    let tables = MemoryTables::new();
-    tables.insert_raw_row(reference_row(
-        LICENSE,
-        "111122223333",
-        "requests",
-        "2026-11-30T09:15:00Z",
-        4,
-    ));
+    let tables = tables_with_one_row();
     let work = MemoryWorkQueue::new();
     let state = state(&tables, &work, "2026-12-01T10:30:00Z");
 
@@ -66,14 +72,7 @@ async fn now_comes_from_the_event_time_so_a_run_replays() {
 
 #[tokio::test]
 async fn without_an_event_time_the_clock_decides() {
-    let tables = MemoryTables::new();
-    tables.insert_raw_row(reference_row(
-        LICENSE,
-        "111122223333",
-        "requests",
-        "2026-11-30T09:15:00Z",
-        4,
-    ));
+    let tables = tables_with_one_row();
     let work = MemoryWorkQueue::new();
     // A day later by the clock, the row has aged out.
     let state = state(&tables, &work, "2026-12-01T10:30:00Z");
