@@ -8,25 +8,11 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_aggregator::{State, handler};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue, reference_row};
+use awsmp_core::memory::fixtures::tables_with_one_row;
+use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue};
 use awsmp_core::pipeline::aggregation::AggregateSettings;
 use awsmp_core::time::{Instant, MeteringLockHours, parse_usage_timestamp};
 use lambda_runtime::{Context, LambdaEvent};
-
-const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0000000000000001";
-
-/// Tables holding one pending raw row (4 requests at 09:15).
-fn tables_with_one_row() -> MemoryTables {
-    let tables = MemoryTables::new();
-    tables.insert_raw_row(reference_row(
-        LICENSE,
-        "111122223333",
-        "requests",
-        "2026-11-30T09:15:00Z",
-        4,
-    ));
-    tables
-}
 
 /// The aggregator over `tables` and `cleanup`, its clock at `now`.
 fn state(tables: &MemoryTables, cleanup: &MemoryWorkQueue, now: Instant) -> State {

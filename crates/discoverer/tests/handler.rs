@@ -5,30 +5,15 @@
 use std::sync::Arc;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::memory::fixtures::tables_with_one_row;
 use awsmp_core::memory::{
     ManualClock, MemorySubscriberStore, MemoryTables, MemoryWorkQueue, RecordingMetrics,
-    reference_row,
 };
 use awsmp_core::pipeline::discover::DiscoverSettings;
 use awsmp_core::ports::WorkMessage;
 use awsmp_core::time::{MeteringLockHours, parse_usage_timestamp};
 use awsmp_discoverer::{State, handler};
 use lambda_runtime::{Context, LambdaEvent};
-
-const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0000000000000001";
-
-/// Tables holding one pending raw row (4 requests at 09:15).
-fn tables_with_one_row() -> MemoryTables {
-    let tables = MemoryTables::new();
-    tables.insert_raw_row(reference_row(
-        LICENSE,
-        "111122223333",
-        "requests",
-        "2026-11-30T09:15:00Z",
-        4,
-    ));
-    tables
-}
 
 fn state(tables: &MemoryTables, work: &MemoryWorkQueue, clock_at: &str) -> State {
     State {

@@ -65,6 +65,24 @@ pub fn commit(
     }
 }
 
+/// The license of [`tables_with_one_row`]'s row.
+pub const ONE_ROW_LICENSE: &str =
+    "arn:aws:license-manager::123456789012:license:l-0000000000000001";
+
+/// Tables holding one pending raw row: 4 `requests` at 2026-11-30T09:15:00Z of
+/// [`ONE_ROW_LICENSE`] and account 111122223333 (a handler test's smallest world).
+pub fn tables_with_one_row() -> super::MemoryTables {
+    let tables = super::MemoryTables::new();
+    tables.insert_raw_row(super::reference_row(
+        ONE_ROW_LICENSE,
+        "111122223333",
+        "requests",
+        "2026-11-30T09:15:00Z",
+        4,
+    ));
+    tables
+}
+
 /// One allocation of all of `quantity`, tagged `team=a`.
 pub fn team_allocation(quantity: i64) -> Vec<Allocation> {
     vec![Allocation {
