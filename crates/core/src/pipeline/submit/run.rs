@@ -432,11 +432,12 @@ impl Run<'_> {
 
     /// Claims, sends and records the planned batches as a pipeline: while batch `i` is
     /// sent, batch `i + 1` is claimed, the outcomes of batch `i - 1` are written and, when
-    /// fewer than [`PLANNED_AHEAD`] batches are planned, the next buckets are read (their
-    /// reads go on across calls), so the database's latency hides behind the paced calls and each call costs two store
-    /// requests (one claim, one write-back) whatever its size. A crash anywhere leaves
-    /// at most two batches claimed with their sent quantity: re-sent after their lease,
-    /// Marketplace answers `DuplicateRecord` for what was billed.
+    /// fewer than [`PLANNED_AHEAD`] batches are planned, the next pages are read (their
+    /// reads go on across calls), so the database's latency hides behind the paced calls
+    /// and each call costs two store requests (one claim, one write-back) whatever its
+    /// size. A crash anywhere leaves at most two batches claimed with their sent
+    /// quantity: re-sent after their lease, Marketplace answers `DuplicateRecord` for
+    /// what was billed.
     async fn send_batches(
         &mut self,
         source: &mut Source<'_>,
