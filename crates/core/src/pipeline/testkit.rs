@@ -27,7 +27,7 @@ use crate::pipeline::error::PipelineError;
 use crate::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
 };
-use crate::ports::{Clock, Cursor, Page, PendingRawRef, PortError, UsageStore, WorkMessage};
+use crate::ports::{Clock, PortError, WorkMessage};
 use crate::retention::Retention;
 use crate::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 
@@ -382,65 +382,29 @@ pub struct SlowUsage {
 }
 
 #[async_trait]
-impl UsageStore for SlowUsage {
-    async fn pending_page(
+impl crate::memory::Decorator for SlowUsage {
+    /// Each page of the pending index (queried or swept) costs `step` of the clock.
+    async fn around<T: Send>(
         &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<PendingRawRef>, PortError> {
-        self.clock.advance(self.step);
-        self.pages.fetch_add(1, Ordering::SeqCst);
-        self.inner.pending_page(hour, cursor).await
+        call: crate::memory::StoreCall,
+        inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
+    ) -> Result<T, PortError> {
+        if matches!(
+            call.op,
+            crate::memory::StoreOp::UsagePendingPage
+                | crate::memory::StoreOp::UsageStrayPendingPage
+        ) {
+            self.clock.advance(self.step);
+            self.pages.fetch_add(1, Ordering::SeqCst);
+        }
+        inner.await
     }
-    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
-        self.inner.group_rows(key).await
-    }
-    async fn get_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-    ) -> Result<Option<RawUsageRow>, PortError> {
-        self.inner.get_row(license_arn, sort_key).await
-    }
-    async fn finalize_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        claim: crate::ports::RowClaim<'_>,
-        outcome: crate::ports::RowFinal,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.inner
-            .finalize_row(license_arn, sort_key, claim, outcome, now)
-            .await
-    }
-    async fn put_row(
-        &self,
-        row: &crate::ports::NewUsageRow,
-        now: Instant,
-    ) -> Result<crate::ports::PutOutcome, PortError> {
-        self.inner.put_row(row, now).await
-    }
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<crate::ports::StrayPending>, PortError> {
-        self.clock.advance(self.step);
-        self.pages.fetch_add(1, Ordering::SeqCst);
-        self.inner.stray_pending_page(live, cursor).await
-    }
-    async fn repair_pending(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        from: &str,
-        hour: HourBucket,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.inner
-            .repair_pending(license_arn, sort_key, from, hour, now)
-            .await
+}
+
+impl crate::memory::UsageDecorator for SlowUsage {
+    type Inner = MemoryUsageStore;
+    fn inner(&self) -> &MemoryUsageStore {
+        &self.inner
     }
 }
 
