@@ -30,7 +30,8 @@ struct MeteringState {
     entitled: BTreeSet<(String, String)>,
     ledger: BTreeMap<GroupKey, LedgerEntry>,
     rejected_dimensions: BTreeMap<String, String>,
-    next_errors: VecDeque<MeteringError>,
+    /// The next calls' scripted answers, in order: an error, or `None` (answer as usual).
+    next_errors: VecDeque<Option<MeteringError>>,
     calls: Vec<Vec<MeteringRecord>>,
     issued_ids: u64,
 }
@@ -44,7 +45,7 @@ struct MeteringState {
 /// - same group with a different quantity -> `DuplicateRecord` (first write wins).
 ///
 /// Request-level errors, before any record is billed: errors queued with
-/// [`MemoryMeteringApi::fail_next`]; more than 25 records (`ValidationException`); any
+/// [`MemoryMeteringApi::fail_next`] or [`MemoryMeteringApi::fail_after`]; more than 25 records (`ValidationException`); any
 /// record whose dimension was set up with [`MemoryMeteringApi::reject_dimension`].
 /// No timestamp window or throttling rules: the simulator has those.
 #[derive(Debug, Clone, Default)]
@@ -87,7 +88,16 @@ impl MemoryMeteringApi {
 
     /// Makes the next call fail with `error` (queued, one-shot).
     pub fn fail_next(&self, error: MeteringError) {
-        lock(&self.state).next_errors.push_back(error);
+        lock(&self.state).next_errors.push_back(Some(error));
+    }
+
+    /// Lets the next `answered` calls through as usual, then fails the one after with
+    /// `error` (queued behind what is already scripted).
+    pub fn fail_after(&self, answered: usize, error: MeteringError) {
+        let mut state = lock(&self.state);
+        state
+            .next_errors
+            .extend(std::iter::repeat_n(None, answered).chain([Some(error)]));
     }
 
     /// What was billed, per group.
@@ -109,7 +119,7 @@ impl MeteringApi for MemoryMeteringApi {
     ) -> Result<Vec<RecordVerdict>, MeteringError> {
         let mut state = lock(&self.state);
         state.calls.push(records.to_vec());
-        if let Some(error) = state.next_errors.pop_front() {
+        if let Some(Some(error)) = state.next_errors.pop_front() {
             return Err(error);
         }
         if records.len() > MAX_RECORDS_PER_BATCH {

@@ -1542,32 +1542,10 @@ mod tests {
         let keys = seed(&world, 60, "2026-11-30T09", 1);
         // The first batch bills; the second finds the Region disabled, which stops the
         // run while the third batch is already claimed.
-        struct DisabledOnSecond {
-            inner: MemoryMeteringApi,
-            calls: Mutex<u32>,
-        }
-        #[async_trait]
-        impl MeteringApi for DisabledOnSecond {
-            async fn batch_meter_usage(
-                &self,
-                records: &[MeteringRecord],
-            ) -> Result<Vec<RecordVerdict>, MeteringError> {
-                let call = {
-                    let mut calls = self.calls.lock().unwrap();
-                    *calls += 1;
-                    *calls
-                };
-                if call == 2 {
-                    return Err(MeteringError::Disabled("disabled in the Region".into()));
-                }
-                self.inner.batch_meter_usage(records).await
-            }
-        }
-        let api = DisabledOnSecond {
-            inner: world.api.clone(),
-            calls: Mutex::new(0),
-        };
-        let report = run_via(&world, now, &api).await;
+        world
+            .api
+            .fail_after(1, MeteringError::Disabled("disabled in the Region".into()));
+        let report = world.submit(now).await;
         assert_eq!(report.stopped.as_deref(), Some("disabled"));
         assert_eq!(report.success, 25);
         for key in &keys {
