@@ -15,7 +15,8 @@ use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::{
     ManualClock, MemoryTables, MemoryWorkQueue, RecordingMetrics, reference_row,
 };
-use awsmp_core::pipeline::aggregation::AggregateSettings;
+use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings};
+use awsmp_core::pipeline::cleanup::CleanupPorts;
 use awsmp_core::ports::WorkMessage;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::{Context, LambdaEvent};
@@ -57,19 +58,23 @@ pub fn check(data: &[u8]) {
             zero_policy: ZeroQuantityPolicy::Defer,
             retention: awsmp_core::retention::Retention::FOREVER,
         }),
-        usage: Arc::new(tables.usage_store()),
-        aggregated: Arc::new(tables.aggregated_store()),
-        cleanup_queue: Arc::new(MemoryWorkQueue::new()),
-        clock: clock.clone(),
+        ports: AggregatePorts {
+            usage: Arc::new(tables.usage_store()),
+            aggregated: Arc::new(tables.aggregated_store()),
+            cleanup_queue: Arc::new(MemoryWorkQueue::new()),
+            clock: clock.clone(),
+        },
     };
     let response = super::block_on(awsmp_aggregator::handler(&aggregator, batch(body)))
         .expect("a batch whose message has an id is answered");
     check_response(&response);
 
     let cleanup = awsmp_cleanup::State {
-        usage: Arc::new(tables.usage_store()),
-        metrics: Arc::new(RecordingMetrics::default()),
-        clock,
+        ports: CleanupPorts {
+            usage: Arc::new(tables.usage_store()),
+            metrics: Arc::new(RecordingMetrics::default()),
+            clock,
+        },
         retention: awsmp_core::retention::Retention::FOREVER,
     };
     let response = super::block_on(awsmp_cleanup::handler(&cleanup, batch(body)))

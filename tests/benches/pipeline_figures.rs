@@ -146,7 +146,7 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
     };
     // Records are written through `seeder`: for the in-memory tables, straight into them
     // (no modelled latency: seeding is not what is measured).
-    let mut seeder = stack.submitter.aggregated.clone();
+    let mut seeder = stack.submitter.ports.aggregated.clone();
     if !matches!(table, Table::Moto) {
         // Pages of 1,000 records, about what a 1 MB DynamoDB query page holds.
         let memory = MemoryTables::with_page_size(1000).aggregated_store();
@@ -155,13 +155,13 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
             inner: memory,
             counts: counts.clone(),
         });
-        stack.submitter.aggregated = store;
+        stack.submitter.ports.aggregated = store;
     }
     let timed = Arc::new(Timed {
-        inner: stack.submitter.metering.clone(),
+        inner: stack.submitter.ports.metering.clone(),
         starts: std::sync::Mutex::new(Vec::new()),
     });
-    stack.submitter.metering = timed.clone();
+    stack.submitter.ports.metering = timed.clone();
     let (records, poison) =
         seed_records(&stack, seeder.as_ref(), licenses, dims, poison_every).await;
     counts.reset();

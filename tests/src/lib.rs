@@ -349,31 +349,31 @@ impl Stack {
         let metrics = RecordingMetrics::new();
 
         let c = clients("discoverer");
-        discoverer.usage = usage(&c, &discoverer_config.usage_table);
-        discoverer.subscribers = subscribers_on(
+        discoverer.ports.usage = usage(&c, &discoverer_config.usage_table);
+        discoverer.ports.subscribers = subscribers_on(
             c.subscribers_dynamodb.clone(),
             &discoverer_config.subscribers_table,
         );
-        discoverer.work_queue = queue(&c, &discoverer_config.work_queue_url);
-        discoverer.deprovision_queue = queue(&c, &discoverer_config.deprovision_queue_url);
-        discoverer.metrics = Arc::new(metrics.clone());
+        discoverer.ports.work_queue = queue(&c, &discoverer_config.work_queue_url);
+        discoverer.ports.deprovision_queue = queue(&c, &discoverer_config.deprovision_queue_url);
+        discoverer.ports.metrics = Arc::new(metrics.clone());
         let c = clients("aggregator");
-        aggregator.usage = usage(&c, &aggregator_config.usage_table);
-        aggregator.aggregated = aggregated(&c, &aggregator_config.aggregated_table);
-        aggregator.cleanup_queue = queue(&c, &aggregator_config.cleanup_queue_url);
-        aggregator.clock = Arc::new(clock.clone());
+        aggregator.ports.usage = usage(&c, &aggregator_config.usage_table);
+        aggregator.ports.aggregated = aggregated(&c, &aggregator_config.aggregated_table);
+        aggregator.ports.cleanup_queue = queue(&c, &aggregator_config.cleanup_queue_url);
+        aggregator.ports.clock = Arc::new(clock.clone());
         let c = clients("cleanup");
-        cleanup.usage = usage(&c, &cleanup_config.usage_table);
-        cleanup.metrics = Arc::new(metrics.clone());
-        cleanup.clock = Arc::new(clock.clone());
+        cleanup.ports.usage = usage(&c, &cleanup_config.usage_table);
+        cleanup.ports.metrics = Arc::new(metrics.clone());
+        cleanup.ports.clock = Arc::new(clock.clone());
         let c = clients("submitter");
-        submitter.aggregated = aggregated(&c, &submitter_config.aggregated_table);
-        submitter.subscribers = subscribers_on(
+        submitter.ports.aggregated = aggregated(&c, &submitter_config.aggregated_table);
+        submitter.ports.subscribers = subscribers_on(
             c.subscribers_dynamodb.clone(),
             &submitter_config.subscribers_table,
         );
-        submitter.metering = Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone()));
-        submitter.metrics = Arc::new(metrics.clone());
+        submitter.ports.metering = Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone()));
+        submitter.ports.metrics = Arc::new(metrics.clone());
         // The submitter keeps its real clock at millisecond resolution: pacing must hold
         // against the simulator's real-time quota.
         Ok(Stack {

@@ -105,13 +105,20 @@ async fn a_submitter_run_while_a_large_group_is_half_folded_bills_nothing_of_it(
     }
     // GIVEN the aggregator applied the first of the group's two commits, then stalled
     let target = group(&l, ACCOUNT_A, "requests", "2026-11-30T09");
-    let rows = stack.aggregator.usage.group_rows(&target).await.unwrap();
+    let rows = stack
+        .aggregator
+        .ports
+        .usage
+        .group_rows(&target)
+        .await
+        .unwrap();
     let ctx = GuardrailContext::new(at(NOW), "prod-e2e");
     let plan = plan_aggregation(&target, &rows, None, &ctx).unwrap();
     assert_eq!(plan.commits.len(), 2);
     assert_eq!(
         stack
             .aggregator
+            .ports
             .aggregated
             .commit(&plan.commits[0])
             .await

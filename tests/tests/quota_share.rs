@@ -39,7 +39,7 @@ fn submitter(
     settings.min_call_interval = awsmp_submitter::call_interval(share);
     let mut state = stack.submitter.clone();
     state.settings = Arc::new(settings);
-    state.aggregated = table.clone();
+    state.ports.aggregated = table.clone();
     (state, table)
 }
 

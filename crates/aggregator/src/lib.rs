@@ -10,7 +10,6 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, invocation_budget, work_batch};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
-use awsmp_core::ports::{AggregatedStore, Clock, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::LambdaEvent;
@@ -83,14 +82,9 @@ impl Config {
 pub struct State {
     /// Use-case settings.
     pub settings: Arc<AggregateSettings>,
-    /// Raw usage table.
-    pub usage: Arc<dyn UsageStore>,
-    /// Aggregated-usage table.
-    pub aggregated: Arc<dyn AggregatedStore>,
-    /// Cleanup queue.
-    pub cleanup_queue: Arc<dyn WorkQueue>,
-    /// Clock ("now" of each message, backoff sleeps).
-    pub clock: Arc<dyn Clock>,
+    /// The usage and aggregated tables, the cleanup queue and the clock ("now" of each
+    /// message, backoff sleeps).
+    pub ports: AggregatePorts,
 }
 
 impl State {
@@ -99,20 +93,22 @@ impl State {
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         State {
             settings: Arc::new(config.settings()),
-            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
-                dynamodb.clone(),
-                config.usage_table.clone(),
-            )),
-            aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
-                dynamodb,
-                config.aggregated_table.clone(),
-                config.usage_table.clone(),
-            )),
-            cleanup_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
-                aws_sdk_sqs::Client::new(sdk),
-                config.cleanup_queue_url.clone(),
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
+            ports: AggregatePorts {
+                usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                    dynamodb.clone(),
+                    config.usage_table.clone(),
+                )),
+                aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
+                    dynamodb,
+                    config.aggregated_table.clone(),
+                    config.usage_table.clone(),
+                )),
+                cleanup_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                    aws_sdk_sqs::Client::new(sdk),
+                    config.cleanup_queue_url.clone(),
+                )),
+                clock: Arc::new(awsmp_aws::SystemClock),
+            },
         }
     }
 }
@@ -132,18 +128,12 @@ pub async fn handler(
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, BatchError> {
     let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
-    let ports = AggregatePorts {
-        usage: state.usage.as_ref(),
-        aggregated: state.aggregated.as_ref(),
-        cleanup_queue: state.cleanup_queue.as_ref(),
-        clock: state.clock.as_ref(),
-    };
     work_batch(
         &event.payload,
-        ports.clock,
+        state.ports.clock.as_ref(),
         budget,
         |message, now| async move {
-            let report = aggregate_group(&message, now, &state.settings, ports).await?;
+            let report = aggregate_group(&message, now, &state.settings, &state.ports).await?;
             info!(
                 counted = report.counted,
                 rejected = report.rejected,

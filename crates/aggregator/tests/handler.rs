@@ -10,7 +10,7 @@ use awsmp_aggregator::{State, handler};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::fixtures::tables_with_one_row;
 use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue};
-use awsmp_core::pipeline::aggregation::AggregateSettings;
+use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings};
 use awsmp_core::time::{Instant, MeteringLockHours, parse_usage_timestamp};
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -23,10 +23,12 @@ fn state(tables: &MemoryTables, cleanup: &MemoryWorkQueue, now: Instant) -> Stat
             zero_policy: ZeroQuantityPolicy::Defer,
             retention: awsmp_core::retention::Retention::FOREVER,
         }),
-        usage: Arc::new(tables.usage_store()),
-        aggregated: Arc::new(tables.aggregated_store()),
-        cleanup_queue: Arc::new(cleanup.clone()),
-        clock: Arc::new(ManualClock::new(now)),
+        ports: AggregatePorts {
+            usage: Arc::new(tables.usage_store()),
+            aggregated: Arc::new(tables.aggregated_store()),
+            cleanup_queue: Arc::new(cleanup.clone()),
+            clock: Arc::new(ManualClock::new(now)),
+        },
     }
 }
 

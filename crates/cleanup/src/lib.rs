@@ -10,7 +10,6 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, work_batch};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
-use awsmp_core::ports::{Clock, MetricsSink, UsageStore};
 use awsmp_core::retention::Retention;
 use lambda_runtime::LambdaEvent;
 use tracing::info;
@@ -58,12 +57,8 @@ impl Config {
 /// Handler state: the ports, cheap to clone.
 #[derive(Clone)]
 pub struct State {
-    /// Raw usage table.
-    pub usage: Arc<dyn UsageStore>,
-    /// Metrics sink.
-    pub metrics: Arc<dyn MetricsSink>,
-    /// Clock ("now" of each message, backoff sleeps).
-    pub clock: Arc<dyn Clock>,
+    /// The usage table, metrics and the clock ("now" of each message, backoff sleeps).
+    pub ports: CleanupPorts,
     /// `DATA_RETENTION_DAYS`: the `expiresAt` of the rows it finalizes.
     pub retention: Retention,
 }
@@ -72,15 +67,17 @@ impl State {
     /// Builds the AWS clients once, on `sdk`, for `config`.
     pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
         State {
-            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
-                aws_sdk_dynamodb::Client::new(sdk),
-                config.usage_table.clone(),
-            )),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
-                &config.product_code,
-                &config.stage,
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
+            ports: CleanupPorts {
+                usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                    aws_sdk_dynamodb::Client::new(sdk),
+                    config.usage_table.clone(),
+                )),
+                metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                    &config.product_code,
+                    &config.stage,
+                )),
+                clock: Arc::new(awsmp_aws::SystemClock),
+            },
             retention: config.retention,
         }
     }
@@ -93,18 +90,13 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, BatchError> {
-    let ports = CleanupPorts {
-        usage: state.usage.as_ref(),
-        metrics: state.metrics.as_ref(),
-        clock: state.clock.as_ref(),
-    };
     // Cleanup's writes are short and idempotent: no deadline margin is kept.
     work_batch(
         &event.payload,
-        ports.clock,
+        state.ports.clock.as_ref(),
         Budget::UNLIMITED,
         |message, now| async move {
-            let report = cleanup(&message, now, state.retention, ports).await?;
+            let report = cleanup(&message, now, state.retention, &state.ports).await?;
             info!(
                 aggregated = report.aggregated,
                 rejected = report.rejected,

@@ -9,7 +9,6 @@ use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
-use awsmp_core::ports::{Clock, MetricsSink, SubscriberStore, UsageStore, WorkQueue};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::LambdaEvent;
@@ -103,23 +102,15 @@ impl Config {
     }
 }
 
-/// Handler state: config plus the ports, cheap to clone.
+/// Handler state: settings plus the ports, cheap to clone.
 #[derive(Clone)]
 pub struct State {
     /// Use-case settings derived from the config.
     pub settings: Arc<DiscoverSettings>,
-    /// Raw usage table.
-    pub usage: Arc<dyn UsageStore>,
-    /// Subscribers table (cross-Region).
-    pub subscribers: Arc<dyn SubscriberStore>,
-    /// Normal work queue.
-    pub work_queue: Arc<dyn WorkQueue>,
-    /// Deprovisioning-flush queue.
-    pub deprovision_queue: Arc<dyn WorkQueue>,
-    /// Metrics sink.
-    pub metrics: Arc<dyn MetricsSink>,
-    /// Clock (fallback "now" and deadline checks).
-    pub clock: Arc<dyn Clock>,
+    /// The usage table, the subscribers table (cross-Region), the work and
+    /// deprovisioning-flush queues, metrics and the clock (fallback "now", deadline
+    /// checks).
+    pub ports: DiscoverPorts,
 }
 
 impl State {
@@ -131,27 +122,29 @@ impl State {
         let sqs = aws_sdk_sqs::Client::new(sdk);
         State {
             settings: Arc::new(config.settings()),
-            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
-                dynamodb,
-                config.usage_table.clone(),
-            )),
-            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                aws_sdk_dynamodb::Client::new(&subscribers_sdk),
-                config.subscribers_table.clone(),
-            )),
-            work_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
-                sqs.clone(),
-                config.work_queue_url.clone(),
-            )),
-            deprovision_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
-                sqs,
-                config.deprovision_queue_url.clone(),
-            )),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
-                &config.product_code,
-                &config.stage,
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
+            ports: DiscoverPorts {
+                usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                    dynamodb,
+                    config.usage_table.clone(),
+                )),
+                subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                    aws_sdk_dynamodb::Client::new(&subscribers_sdk),
+                    config.subscribers_table.clone(),
+                )),
+                work_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                    sqs.clone(),
+                    config.work_queue_url.clone(),
+                )),
+                deprovision_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
+                    sqs,
+                    config.deprovision_queue_url.clone(),
+                )),
+                metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                    &config.product_code,
+                    &config.stage,
+                )),
+                clock: Arc::new(awsmp_aws::SystemClock),
+            },
         }
     }
 }
@@ -162,20 +155,12 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<DiscoverReport, HandlerError> {
-    let now = scheduled_now(&event.payload, state.clock.as_ref());
+    let now = scheduled_now(&event.payload, state.ports.clock.as_ref());
     let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
     info!(now = %now, "discovery run");
-    let ports = DiscoverPorts {
-        usage: state.usage.as_ref(),
-        subscribers: state.subscribers.as_ref(),
-        work_queue: state.work_queue.as_ref(),
-        deprovision_queue: state.deprovision_queue.as_ref(),
-        metrics: state.metrics.as_ref(),
-        clock: state.clock.as_ref(),
-    };
     finish_run(
         "discovery",
-        discover(now, &state.settings, ports, budget).await,
+        discover(now, &state.settings, &state.ports, budget).await,
     )
 }
 

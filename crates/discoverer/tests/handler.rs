@@ -9,7 +9,7 @@ use awsmp_core::memory::fixtures::tables_with_one_row;
 use awsmp_core::memory::{
     ManualClock, MemorySubscriberStore, MemoryTables, MemoryWorkQueue, RecordingMetrics,
 };
-use awsmp_core::pipeline::discover::DiscoverSettings;
+use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings};
 use awsmp_core::ports::WorkMessage;
 use awsmp_core::time::{MeteringLockHours, parse_usage_timestamp};
 use awsmp_discoverer::{State, handler};
@@ -21,12 +21,14 @@ fn state(tables: &MemoryTables, work: &MemoryWorkQueue, clock_at: &str) -> State
             "prod-abc123",
             MeteringLockHours::DEFAULT,
         )),
-        usage: Arc::new(tables.usage_store()),
-        subscribers: Arc::new(MemorySubscriberStore::new()),
-        work_queue: Arc::new(work.clone()),
-        deprovision_queue: Arc::new(MemoryWorkQueue::new()),
-        metrics: Arc::new(RecordingMetrics::new()),
-        clock: Arc::new(ManualClock::new(parse_usage_timestamp(clock_at).unwrap())),
+        ports: DiscoverPorts {
+            usage: Arc::new(tables.usage_store()),
+            subscribers: Arc::new(MemorySubscriberStore::new()),
+            work_queue: Arc::new(work.clone()),
+            deprovision_queue: Arc::new(MemoryWorkQueue::new()),
+            metrics: Arc::new(RecordingMetrics::new()),
+            clock: Arc::new(ManualClock::new(parse_usage_timestamp(clock_at).unwrap())),
+        },
     }
 }
 

@@ -86,9 +86,9 @@ pub struct World {
 struct Stack {
     sim: Sim,
     clock: ManualClock,
-    usage: FaultyUsage,
-    aggregated: FaultyAggregated,
-    subscribers: FaultySubscribers,
+    usage: Arc<FaultyUsage>,
+    aggregated: Arc<FaultyAggregated>,
+    subscribers: Arc<FaultySubscribers>,
     metering: Arc<FaultyMetering>,
     metrics: RecordingMetrics,
     work: SimQueue,
@@ -155,14 +155,14 @@ impl Stack {
     async fn discover_once(&self, name: &str) {
         let now = self.invocation_time(name);
         let ports = DiscoverPorts {
-            usage: &self.usage,
-            subscribers: &self.subscribers,
-            work_queue: &self.work,
-            deprovision_queue: &self.deprovision,
-            metrics: &self.metrics,
-            clock: &self.clock,
+            usage: self.usage.clone(),
+            subscribers: self.subscribers.clone(),
+            work_queue: Arc::new(self.work.clone()),
+            deprovision_queue: Arc::new(self.deprovision.clone()),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         };
-        let _ = discover(now, &self.discover_settings(), ports, Budget::UNLIMITED).await;
+        let _ = discover(now, &self.discover_settings(), &ports, Budget::UNLIMITED).await;
     }
 
     /// One submitter invocation under the Lambda timeout the template gives it (the
@@ -170,16 +170,16 @@ impl Stack {
     async fn submit_once(&self, name: &str) {
         let now = self.invocation_time(name);
         let ports = SubmitPorts {
-            aggregated: &self.aggregated,
-            subscribers: &self.subscribers,
-            metering: self.metering.as_ref(),
-            metrics: &self.metrics,
-            clock: &self.clock,
+            aggregated: self.aggregated.clone(),
+            subscribers: self.subscribers.clone(),
+            metering: self.metering.clone(),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         };
         let deadline = self.clock.now() + chrono::Duration::seconds(SUBMITTER_TIMEOUT_SECONDS);
         self.sim.set_deadline(deadline);
         let budget = Budget::before(deadline, chrono::Duration::seconds(20));
-        let _ = submit(now, &self.submit_settings(), ports, budget).await;
+        let _ = submit(now, &self.submit_settings(), &ports, budget).await;
         self.sim.clear_deadline();
     }
 
@@ -193,17 +193,17 @@ impl Stack {
             },
         };
         let ports = AggregatePorts {
-            usage: &self.usage,
-            aggregated: &self.aggregated,
-            cleanup_queue: &self.cleanup_queue,
-            clock: &self.clock,
+            usage: self.usage.clone(),
+            aggregated: self.aggregated.clone(),
+            cleanup_queue: Arc::new(self.cleanup_queue.clone()),
+            clock: Arc::new(self.clock.clone()),
         };
         let (id, message) = delivery;
         match aggregate_group(
             &message,
             self.clock.now(),
             &self.aggregate_settings(),
-            ports,
+            &ports,
         )
         .await
         {
@@ -218,11 +218,11 @@ impl Stack {
             return false;
         };
         let ports = CleanupPorts {
-            usage: &self.usage,
-            metrics: &self.metrics,
-            clock: &self.clock,
+            usage: self.usage.clone(),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         };
-        match cleanup(&message, self.clock.now(), RETENTION, ports).await {
+        match cleanup(&message, self.clock.now(), RETENTION, &ports).await {
             Ok(_) => self.cleanup_queue.ack(id),
             Err(_) => self.cleanup_queue.nack(id),
         }
@@ -472,18 +472,15 @@ pub fn run(sim: Sim) -> World {
     let stack = Stack {
         sim: sim.clone(),
         clock: clock.clone(),
-        usage: FaultyUsage {
+        usage: Arc::new(FaultyUsage {
             inner: tables.usage_store(),
             sim: sim.clone(),
-        },
-        aggregated: FaultyAggregated {
+        }),
+        aggregated: Arc::new(FaultyAggregated {
             inner: tables.aggregated_store(),
             sim: sim.clone(),
-        },
-        subscribers: FaultySubscribers {
-            inner: subscribers.clone(),
-            sim: sim.clone(),
-        },
+        }),
+        subscribers: subscription_store.clone(),
         metering: metering.clone(),
         metrics: RecordingMetrics::new(),
         work: SimQueue::new("work", sim.clone()),
@@ -704,7 +701,8 @@ pub fn run(sim: Sim) -> World {
                 // Its answer may be lost; the operator then runs it again.
                 for _ in 0..(1 + stack.sim.below(2)) {
                     let _ =
-                        replay::replay(&stack.aggregated, operator, &selection, now, false).await;
+                        replay::replay(stack.aggregated.as_ref(), operator, &selection, now, false)
+                            .await;
                 }
             }),
         ];

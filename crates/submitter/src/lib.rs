@@ -13,7 +13,6 @@ use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, PENDING_PAGE_RECORDS, SubmitPorts, SubmitReport, SubmitSettings,
     submit,
 };
-use awsmp_core::ports::{AggregatedStore, Clock, MeteringApi, MetricsSink, SubscriberStore};
 use awsmp_core::retention::Retention;
 use lambda_runtime::LambdaEvent;
 use tracing::info;
@@ -154,17 +153,10 @@ pub fn call_interval(requests_per_second: u32) -> std::time::Duration {
 pub struct State {
     /// Use-case settings.
     pub settings: Arc<SubmitSettings>,
-    /// Aggregated-usage table.
-    pub aggregated: Arc<dyn AggregatedStore>,
-    /// Subscribers table (cross-Region).
-    pub subscribers: Arc<dyn SubscriberStore>,
-    /// `BatchMeterUsage`.
-    pub metering: Arc<dyn MeteringApi>,
-    /// Metrics sink.
-    pub metrics: Arc<dyn MetricsSink>,
-    /// Clock (pacing, backoff, deadline; fallback "now"): [`awsmp_aws::SystemClock`]
-    /// in Lambda, whose milliseconds the 100 ms pacing needs.
-    pub clock: Arc<dyn Clock>,
+    /// The aggregated table, the subscribers table (cross-Region), `BatchMeterUsage`,
+    /// metrics and the clock (pacing, backoff, deadline; fallback "now"):
+    /// [`awsmp_aws::SystemClock`] in Lambda, whose milliseconds the 100 ms pacing needs.
+    pub ports: SubmitPorts,
 }
 
 impl State {
@@ -174,27 +166,29 @@ impl State {
         let subscribers_sdk = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
         State {
             settings: Arc::new(config.settings()),
-            // The submitter never commits aggregations, so it names no usage table.
-            aggregated: Arc::new(
-                awsmp_aws::DynamoAggregatedStore::new(
-                    aws_sdk_dynamodb::Client::new(sdk),
-                    config.aggregated_table.clone(),
-                    String::new(),
-                )
-                .with_page_limit(i32::try_from(PENDING_PAGE_RECORDS).unwrap_or(i32::MAX)),
-            ),
-            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-                aws_sdk_dynamodb::Client::new(&subscribers_sdk),
-                config.subscribers_table.clone(),
-            )),
-            metering: Arc::new(awsmp_aws::SdkMeteringApi::new(awsmp_aws::metering_client(
-                sdk,
-            ))),
-            metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
-                &config.product_code,
-                &config.stage,
-            )),
-            clock: Arc::new(awsmp_aws::SystemClock),
+            ports: SubmitPorts {
+                // The submitter never commits aggregations, so it names no usage table.
+                aggregated: Arc::new(
+                    awsmp_aws::DynamoAggregatedStore::new(
+                        aws_sdk_dynamodb::Client::new(sdk),
+                        config.aggregated_table.clone(),
+                        String::new(),
+                    )
+                    .with_page_limit(i32::try_from(PENDING_PAGE_RECORDS).unwrap_or(i32::MAX)),
+                ),
+                subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                    aws_sdk_dynamodb::Client::new(&subscribers_sdk),
+                    config.subscribers_table.clone(),
+                )),
+                metering: Arc::new(awsmp_aws::SdkMeteringApi::new(awsmp_aws::metering_client(
+                    sdk,
+                ))),
+                metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
+                    &config.product_code,
+                    &config.stage,
+                )),
+                clock: Arc::new(awsmp_aws::SystemClock),
+            },
         }
     }
 }
@@ -204,16 +198,9 @@ pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<SubmitReport, HandlerError> {
-    let now = scheduled_now(&event.payload, state.clock.as_ref());
+    let now = scheduled_now(&event.payload, state.ports.clock.as_ref());
     let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
-    let ports = SubmitPorts {
-        aggregated: state.aggregated.as_ref(),
-        subscribers: state.subscribers.as_ref(),
-        metering: state.metering.as_ref(),
-        metrics: state.metrics.as_ref(),
-        clock: state.clock.as_ref(),
-    };
-    let result = submit(now, &state.settings, ports, budget)
+    let result = submit(now, &state.settings, &state.ports, budget)
         .await
         .inspect(|report| {
             info!(success = report.success, stopped = ?report.stopped, "submitter run done");

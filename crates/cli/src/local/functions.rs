@@ -171,9 +171,10 @@ pub fn wire_functions(
                     let config = $krate::Config::from_lookup(&lookup).map_err(config_error)?;
                     ($krate::State::connect(sdk, &config), config)
                 }};
-                ($krate:ident, metered) => {{
+                ($krate:ident, metrics in $($field:ident).+) => {{
                     let (mut state, config) = connect!($krate);
-                    state.metrics = metrics_to(metrics_log, &config.product_code, &config.stage)?;
+                    state.$($field).+ =
+                        metrics_to(metrics_log, &config.product_code, &config.stage)?;
                     state
                 }};
             }
@@ -182,11 +183,15 @@ pub fn wire_functions(
                 "deprovision-cleanup" => {
                     Handler::DeprovisionCleanup(connect!(awsmp_deprovision_cleanup).0)
                 }
-                "register" => Handler::Register(connect!(awsmp_register, metered)),
-                "discoverer" => Handler::Discoverer(connect!(awsmp_discoverer, metered)),
+                "register" => Handler::Register(connect!(awsmp_register, metrics in metrics)),
+                "discoverer" => {
+                    Handler::Discoverer(connect!(awsmp_discoverer, metrics in ports.metrics))
+                }
                 "aggregator" => Handler::Aggregator(connect!(awsmp_aggregator).0),
-                "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metered)),
-                "submitter" => Handler::Submitter(connect!(awsmp_submitter, metered)),
+                "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metrics in ports.metrics)),
+                "submitter" => {
+                    Handler::Submitter(connect!(awsmp_submitter, metrics in ports.metrics))
+                }
                 other => {
                     return Err(LocalError::Wiring(format!(
                         "{} declares binary {other:?}, which no crate provides",

@@ -6,6 +6,7 @@
 //! exactly once while the hour is unsubmitted.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tracing::{debug, info, warn};
 
@@ -29,16 +30,16 @@ pub const MAX_COMMIT_ATTEMPTS: u32 = 5;
 pub const MAX_ROWS_PER_CLEANUP_MESSAGE: usize = 1000;
 
 /// The ports the aggregator uses.
-#[derive(Clone, Copy)]
-pub struct AggregatePorts<'a> {
+#[derive(Clone)]
+pub struct AggregatePorts {
     /// Raw usage table.
-    pub usage: &'a dyn UsageStore,
+    pub usage: Arc<dyn UsageStore>,
     /// Aggregated-usage table.
-    pub aggregated: &'a dyn AggregatedStore,
+    pub aggregated: Arc<dyn AggregatedStore>,
     /// Cleanup work queue.
-    pub cleanup_queue: &'a dyn WorkQueue,
+    pub cleanup_queue: Arc<dyn WorkQueue>,
     /// Clock (backoff sleeps).
-    pub clock: &'a dyn Clock,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// The aggregator's knobs.
@@ -97,7 +98,7 @@ pub async fn aggregate_group(
     message: &WorkMessage,
     now: Instant,
     settings: &AggregateSettings,
-    ports: AggregatePorts<'_>,
+    ports: &AggregatePorts,
 ) -> Result<AggregateReport, PipelineError> {
     let WorkMessage::Aggregate { group, flush } = message else {
         return Err(PipelineError::WrongMessageKind {
@@ -122,10 +123,14 @@ pub async fn aggregate_group(
     let mut attempt = 0;
     let (claimed, rejected) = loop {
         attempt += 1;
-        let rows = retry_transient(ports.clock, policy, || ports.usage.group_rows(group)).await?;
+        let rows = retry_transient(ports.clock.as_ref(), policy, || {
+            ports.usage.group_rows(group)
+        })
+        .await?;
         let (candidates, recovered) = split_rows(rows);
         report.recovered = recovered.len();
-        let existing = retry_transient(ports.clock, policy, || ports.aggregated.get(group)).await?;
+        let existing =
+            retry_transient(ports.clock.as_ref(), policy, || ports.aggregated.get(group)).await?;
         // A live claim may still end "not sent" and reopen the record to folds: wait
         // for it (SQS retries the message). A lapsed claim or a possibly-billed send
         // makes the record's quantity final: the rows become late usage below.
@@ -151,7 +156,7 @@ pub async fn aggregate_group(
                 RowFinal::new(RawStatus::Aggregated, None).expiring(settings.retention.expiry(now));
             for commit in &plan.commits {
                 for (license, sort_key) in &commit.claimed_rows {
-                    let changed = retry_transient(ports.clock, policy, || {
+                    let changed = retry_transient(ports.clock.as_ref(), policy, || {
                         ports.usage.finalize_row(
                             license,
                             sort_key,
@@ -170,7 +175,11 @@ pub async fn aggregate_group(
         let claimed = recovered;
         let mut conflicted = false;
         for commit in &plan.commits {
-            match retry_transient(ports.clock, policy, || ports.aggregated.commit(commit)).await? {
+            match retry_transient(ports.clock.as_ref(), policy, || {
+                ports.aggregated.commit(commit)
+            })
+            .await?
+            {
                 // The commit finalized its rows (`Aggregated`): nothing left for cleanup.
                 CommitOutcome::Committed => {
                     report.commits += 1;
@@ -208,7 +217,7 @@ pub async fn aggregate_group(
         warn!(group = %group, rows = late, "late usage for an hour already submitted");
     }
     let rejected: Vec<(String, ReasonCode)> = rejected.into_iter().map(Into::into).collect();
-    send_cleanup(group, claimed, rejected, ports.cleanup_queue).await?;
+    send_cleanup(group, claimed, rejected, ports.cleanup_queue.as_ref()).await?;
     info!(
         group = %group,
         counted = report.counted,
@@ -383,7 +392,7 @@ mod tests {
         world: &World,
         key: &GroupKey,
         now: Instant,
-        aggregated: &dyn AggregatedStore,
+        aggregated: Arc<dyn AggregatedStore>,
     ) -> Result<AggregateReport, PipelineError> {
         let ports = AggregatePorts {
             aggregated,
@@ -393,7 +402,7 @@ mod tests {
             &aggregate_message(key),
             now,
             &world.aggregate_settings(),
-            ports,
+            &ports,
         )
         .await
     }
@@ -755,7 +764,7 @@ mod tests {
                     .world
                     .put(&key.license_arn, ACCOUNT_A, "requests", &ts, 100);
                 if self.greedy {
-                    fold_via(&self.world, &key, commit.now, &self.inner)
+                    fold_via(&self.world, &key, commit.now, Arc::new(self.inner.clone()))
                         .await
                         .unwrap();
                 } else {
@@ -790,7 +799,7 @@ mod tests {
         } = one_row();
         let rival = RivalStore::new(&world, 1, true);
 
-        let report = fold_via(&world, &key, now, &rival).await.unwrap();
+        let report = fold_via(&world, &key, now, Arc::new(rival)).await.unwrap();
 
         // The rival counted both rows (3 + 100); our retry found them final.
         assert_eq!((report.counted, report.recovered), (0, 0));
@@ -803,7 +812,7 @@ mod tests {
             now, world, key, ..
         } = one_row();
         let rival = RivalStore::new(&world, 100, false);
-        let result = fold_via(&world, &key, now, &rival).await;
+        let result = fold_via(&world, &key, now, Arc::new(rival)).await;
         assert!(
             matches!(
                 result,

@@ -5,6 +5,7 @@
 //! counted, so it is never rejected, and an unclaimed row is never called counted.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
@@ -16,14 +17,14 @@ use crate::retention::Retention;
 use crate::time::Instant;
 
 /// The ports cleanup uses.
-#[derive(Clone, Copy)]
-pub struct CleanupPorts<'a> {
+#[derive(Clone)]
+pub struct CleanupPorts {
     /// Raw usage table.
-    pub usage: &'a dyn UsageStore,
+    pub usage: Arc<dyn UsageStore>,
     /// Metrics.
-    pub metrics: &'a dyn MetricsSink,
+    pub metrics: Arc<dyn MetricsSink>,
     /// Clock (backoff sleeps).
-    pub clock: &'a dyn Clock,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What one message did.
@@ -64,7 +65,7 @@ pub async fn cleanup(
     message: &WorkMessage,
     now: Instant,
     retention: Retention,
-    ports: CleanupPorts<'_>,
+    ports: &CleanupPorts,
 ) -> Result<CleanupReport, PipelineError> {
     let WorkMessage::Cleanup {
         group,
@@ -78,12 +79,13 @@ pub async fn cleanup(
         });
     };
     let policy = RetryPolicy::STORE;
-    let rows: HashMap<String, RawUsageRow> =
-        retry_transient(ports.clock, policy, || ports.usage.group_rows(group))
-            .await?
-            .into_iter()
-            .map(|row| (row.sort_key.clone(), row))
-            .collect();
+    let rows: HashMap<String, RawUsageRow> = retry_transient(ports.clock.as_ref(), policy, || {
+        ports.usage.group_rows(group)
+    })
+    .await?
+    .into_iter()
+    .map(|row| (row.sort_key.clone(), row))
+    .collect();
     let mut run = Cleanup {
         group,
         rows,
@@ -124,7 +126,7 @@ struct Cleanup<'a> {
     rows: HashMap<String, RawUsageRow>,
     now: Instant,
     retention: Retention,
-    ports: CleanupPorts<'a>,
+    ports: &'a CleanupPorts,
     policy: RetryPolicy,
     report: CleanupReport,
 }
@@ -141,7 +143,7 @@ impl Cleanup<'_> {
             Some(row) => Some(row.clone()),
             // Not in the group's range (the message names it anyway): read it by key.
             None => {
-                retry_transient(self.ports.clock, self.policy, || {
+                retry_transient(self.ports.clock.as_ref(), self.policy, || {
                     self.ports.usage.get_row(license, sort_key)
                 })
                 .await?
@@ -184,7 +186,7 @@ impl Cleanup<'_> {
                 return Ok(());
             }
         };
-        let changed = retry_transient(self.ports.clock, self.policy, || {
+        let changed = retry_transient(self.ports.clock.as_ref(), self.policy, || {
             self.ports.usage.finalize_row(
                 license,
                 sort_key,
@@ -254,7 +256,7 @@ mod tests {
 
     /// Applies `message` at [`NOW`], as the cleanup Lambda would.
     async fn apply(world: &World, message: &WorkMessage) -> Result<CleanupReport, PipelineError> {
-        cleanup(message, t(NOW), world.retention, world.cleanup_ports()).await
+        cleanup(message, t(NOW), world.retention, &world.cleanup_ports()).await
     }
 
     /// The next `times` finalize writes are throttled.

@@ -6,6 +6,7 @@
 //! cleanly at the budget's deadline and reports what it left for the next run.
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use chrono::Duration;
 use tracing::{error, info, warn};
@@ -40,20 +41,20 @@ pub const DEFAULT_FLUSH_MARGIN_MINUTES: i64 = 6;
 pub const DISCOVERY_PERIOD_MINUTES: i64 = 15;
 
 /// The ports the discoverer uses.
-#[derive(Clone, Copy)]
-pub struct DiscoverPorts<'a> {
+#[derive(Clone)]
+pub struct DiscoverPorts {
     /// Raw usage table.
-    pub usage: &'a dyn UsageStore,
+    pub usage: Arc<dyn UsageStore>,
     /// Subscribers table (deprovisioning index).
-    pub subscribers: &'a dyn SubscriberStore,
+    pub subscribers: Arc<dyn SubscriberStore>,
     /// Normal aggregation work.
-    pub work_queue: &'a dyn WorkQueue,
+    pub work_queue: Arc<dyn WorkQueue>,
     /// Deprovisioning-flush work (consumed ahead of normal work).
-    pub deprovision_queue: &'a dyn WorkQueue,
+    pub deprovision_queue: Arc<dyn WorkQueue>,
     /// Metrics.
-    pub metrics: &'a dyn MetricsSink,
+    pub metrics: Arc<dyn MetricsSink>,
     /// Clock (budget checks only; decisions use the run's `now`).
-    pub clock: &'a dyn Clock,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// The discoverer's knobs.
@@ -153,7 +154,7 @@ enum Pass {
 pub async fn discover(
     now: Instant,
     settings: &DiscoverSettings,
-    ports: DiscoverPorts<'_>,
+    ports: &DiscoverPorts,
     budget: Budget,
 ) -> Result<DiscoverReport, PipelineError> {
     let mut run = Run {
@@ -229,7 +230,7 @@ pub async fn discover(
 struct Run<'a> {
     now: Instant,
     settings: &'a DiscoverSettings,
-    ports: DiscoverPorts<'a>,
+    ports: &'a DiscoverPorts,
     budget: Budget,
     report: DiscoverReport,
     /// Groups already enqueued this run (a group's rows span pages and passes).
@@ -275,7 +276,7 @@ impl Run<'_> {
     ) -> Result<bool, PipelineError> {
         let mut cursor = None;
         loop {
-            if self.budget.exhausted(self.ports.clock) {
+            if self.budget.exhausted(self.ports.clock.as_ref()) {
                 return Ok(false);
             }
             let page = self.ports.usage.pending_page(bucket, cursor).await?;
@@ -308,8 +309,8 @@ impl Run<'_> {
             return Ok(());
         }
         let queue = match pass {
-            Pass::Flush => self.ports.deprovision_queue,
-            Pass::Normal => self.ports.work_queue,
+            Pass::Flush => self.ports.deprovision_queue.as_ref(),
+            Pass::Normal => self.ports.work_queue.as_ref(),
         };
         let sent = queue.send(&messages).await?;
         let accepted = messages.len() - sent.failed.len().min(messages.len());
@@ -435,7 +436,7 @@ impl Run<'_> {
         let current = HourBucket::containing(self.now);
         let mut cursor = None;
         loop {
-            if self.budget.exhausted(self.ports.clock) {
+            if self.budget.exhausted(self.ports.clock.as_ref()) {
                 return Ok(false);
             }
             let page = self.ports.usage.stray_pending_page(&live, cursor).await?;
@@ -808,11 +809,11 @@ mod tests {
             pages: pages.clone(),
         };
         let mut ports = world.discover_ports();
-        ports.usage = &slow;
+        ports.usage = Arc::new(slow);
         let budget = Budget::until(world.clock.now() + Duration::seconds(5));
 
         // WHEN the budget runs out part-way
-        let report = discover(now, &world.discover_settings(), ports, budget)
+        let report = discover(now, &world.discover_settings(), &ports, budget)
             .await
             .unwrap();
 

@@ -212,14 +212,14 @@ impl World {
         }
     }
 
-    pub fn discover_ports(&self) -> DiscoverPorts<'_> {
+    pub fn discover_ports(&self) -> DiscoverPorts {
         DiscoverPorts {
-            usage: &self.usage,
-            subscribers: &self.subscribers,
-            work_queue: &self.work,
-            deprovision_queue: &self.deprovision,
-            metrics: &self.metrics,
-            clock: &self.clock,
+            usage: Arc::new(self.usage.clone()),
+            subscribers: Arc::new(self.subscribers.clone()),
+            work_queue: Arc::new(self.work.clone()),
+            deprovision_queue: Arc::new(self.deprovision.clone()),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         }
     }
 
@@ -227,7 +227,7 @@ impl World {
         let report = discover(
             now,
             &self.discover_settings(),
-            self.discover_ports(),
+            &self.discover_ports(),
             Budget::UNLIMITED,
         )
         .await
@@ -245,12 +245,12 @@ impl World {
         }
     }
 
-    pub fn aggregate_ports(&self) -> AggregatePorts<'_> {
+    pub fn aggregate_ports(&self) -> AggregatePorts {
         AggregatePorts {
-            usage: &self.usage,
-            aggregated: &self.aggregated,
-            cleanup_queue: &self.cleanup_queue,
-            clock: &self.clock,
+            usage: Arc::new(self.usage.clone()),
+            aggregated: Arc::new(self.aggregated.clone()),
+            cleanup_queue: Arc::new(self.cleanup_queue.clone()),
+            clock: Arc::new(self.clock.clone()),
         }
     }
 
@@ -263,7 +263,7 @@ impl World {
             message,
             now,
             &self.aggregate_settings(),
-            self.aggregate_ports(),
+            &self.aggregate_ports(),
         )
         .await;
         self.assert_no_pending_expiry();
@@ -287,18 +287,18 @@ impl World {
         failed
     }
 
-    pub fn cleanup_ports(&self) -> CleanupPorts<'_> {
+    pub fn cleanup_ports(&self) -> CleanupPorts {
         CleanupPorts {
-            usage: &self.usage,
-            metrics: &self.metrics,
-            clock: &self.clock,
+            usage: Arc::new(self.usage.clone()),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         }
     }
 
     pub async fn cleanup_all(&self, now: Instant) -> CleanupReport {
         let mut total = CleanupReport::default();
         for message in self.cleanup_queue.drain() {
-            let report = cleanup(&message, now, self.retention, self.cleanup_ports())
+            let report = cleanup(&message, now, self.retention, &self.cleanup_ports())
                 .await
                 .unwrap();
             total = crate::pipeline::cleanup::merge_reports([&total, &report]);
@@ -327,13 +327,13 @@ impl World {
         }
     }
 
-    pub fn submit_ports(&self) -> SubmitPorts<'_> {
+    pub fn submit_ports(&self) -> SubmitPorts {
         SubmitPorts {
-            aggregated: &self.aggregated,
-            subscribers: &self.subscribers,
-            metering: &self.api,
-            metrics: &self.metrics,
-            clock: &self.clock,
+            aggregated: Arc::new(self.aggregated.clone()),
+            subscribers: Arc::new(self.subscribers.clone()),
+            metering: Arc::new(self.api.clone()),
+            metrics: Arc::new(self.metrics.clone()),
+            clock: Arc::new(self.clock.clone()),
         }
     }
 
@@ -345,7 +345,7 @@ impl World {
         let report = submit(
             now,
             &self.submit_settings(),
-            self.submit_ports(),
+            &self.submit_ports(),
             Budget::UNLIMITED,
         )
         .await

@@ -43,18 +43,18 @@ const READ_AHEAD: usize = 4;
 const PLANNED_AHEAD: usize = 8;
 
 /// The ports the submitter uses.
-#[derive(Clone, Copy)]
-pub struct SubmitPorts<'a> {
+#[derive(Clone)]
+pub struct SubmitPorts {
     /// Aggregated-usage table.
-    pub aggregated: &'a dyn AggregatedStore,
+    pub aggregated: Arc<dyn AggregatedStore>,
     /// Subscribers table (deprovisioning index; the CustomerNotSubscribed rule).
-    pub subscribers: &'a dyn SubscriberStore,
+    pub subscribers: Arc<dyn SubscriberStore>,
     /// `BatchMeterUsage`.
-    pub metering: &'a dyn MeteringApi,
+    pub metering: Arc<dyn MeteringApi>,
     /// Metrics.
-    pub metrics: &'a dyn MetricsSink,
+    pub metrics: Arc<dyn MetricsSink>,
     /// Clock (pacing, backoff, deadline).
-    pub clock: &'a dyn Clock,
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What one run did.
@@ -141,16 +141,20 @@ impl Stop {
 pub async fn submit(
     now: Instant,
     settings: &SubmitSettings,
-    ports: SubmitPorts<'_>,
+    ports: &SubmitPorts,
     budget: Budget,
 ) -> Result<SubmitReport, PipelineError> {
     info!(now = %now, deployment = %settings.deployment, zero_policy = %settings.zero_policy,
         dry_run = matches!(settings.mode, MeteringMode::DryRun { .. }), "submission run");
-    let paced = PacedMeteringApi::new(ports.metering, ports.clock, settings.min_call_interval);
+    let paced = PacedMeteringApi::new(
+        ports.metering.as_ref(),
+        ports.clock.as_ref(),
+        settings.min_call_interval,
+    );
     // Leases are wall-clock: a retried invocation with a stale event time must not
     // compute a lease that other stages already see as lapsed.
     let lease = budget
-        .remaining(ports.clock)
+        .remaining(ports.clock.as_ref())
         .map_or(settings.claim_lease, |left| {
             left + chrono::Duration::minutes(1)
         });
@@ -255,7 +259,7 @@ struct Run<'a> {
     now: Instant,
     lease: chrono::Duration,
     settings: &'a SubmitSettings,
-    ports: SubmitPorts<'a>,
+    ports: &'a SubmitPorts,
     paced: &'a PacedMeteringApi<'a>,
     budget: Budget,
     report: SubmitReport,
@@ -278,7 +282,7 @@ impl Run<'_> {
     }
 
     fn check_budget(&self) -> Result<(), RunError> {
-        if self.budget.exhausted(self.ports.clock) {
+        if self.budget.exhausted(self.ports.clock.as_ref()) {
             Err(RunError::Stop(Stop::Deadline))
         } else {
             Ok(())
@@ -557,7 +561,7 @@ impl Run<'_> {
         if requests.is_empty() {
             return Ok(claimed);
         }
-        let grants = retry_transient(self.ports.clock, RetryPolicy::STORE, || {
+        let grants = retry_transient(self.ports.clock.as_ref(), RetryPolicy::STORE, || {
             self.ports.aggregated.claim_all(&requests)
         })
         .await?;
@@ -656,7 +660,7 @@ impl Run<'_> {
             sent.stopped = again.stopped;
         }
         for event in &events {
-            event.emit(self.ports.metrics);
+            event.emit(self.ports.metrics.as_ref());
         }
         sent
     }
@@ -695,7 +699,7 @@ impl Run<'_> {
             let outcome = next_state(result, stop, subscriber.as_ref(), hold.previously_sent);
             self.count(&hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
-                metric.emit(self.ports.metrics);
+                metric.emit(self.ports.metrics.as_ref());
             }
             // A claim whose call never reached Marketplace (DisabledApiException) is
             // released rather than left to lapse, so late usage can still fold in.
@@ -772,7 +776,7 @@ impl Run<'_> {
         let policy = RetryPolicy::STORE;
         let wall = self.ports.clock.now();
         let update = self.expiring(key, update, wall);
-        Ok(retry_transient(self.ports.clock, policy, || {
+        Ok(retry_transient(self.ports.clock.as_ref(), policy, || {
             self.ports.aggregated.record(key, claim_id, &update, wall)
         })
         .await?)
@@ -806,7 +810,7 @@ impl Run<'_> {
             })
             .collect();
         for chunk in writes.chunks(MAX_BATCH_WRITES) {
-            retry_transient(self.ports.clock, RetryPolicy::STORE, || {
+            retry_transient(self.ports.clock.as_ref(), RetryPolicy::STORE, || {
                 self.ports.aggregated.record_all(chunk, wall)
             })
             .await?;
@@ -823,7 +827,7 @@ impl Run<'_> {
             .settings
             .retention
             .unreadable_record_expiry(self.ports.clock.now());
-        let changed = retry_transient(self.ports.clock, policy, || {
+        let changed = retry_transient(self.ports.clock.as_ref(), policy, || {
             self.ports
                 .aggregated
                 .reject_malformed(item, &reason, expires_at, self.now)
@@ -874,7 +878,7 @@ impl Run<'_> {
             return Ok(row.clone());
         }
         let policy = RetryPolicy::STORE;
-        let row = retry_transient(self.ports.clock, policy, || {
+        let row = retry_transient(self.ports.clock.as_ref(), policy, || {
             self.ports
                 .subscribers
                 .get(&key.license_arn, &key.customer_aws_account_id)
@@ -919,7 +923,7 @@ impl Run<'_> {
         loop {
             self.check_budget()?;
             let policy = RetryPolicy::STORE;
-            let page = retry_transient(self.ports.clock, policy, || {
+            let page = retry_transient(self.ports.clock.as_ref(), policy, || {
                 self.ports
                     .aggregated
                     .stray_pending_page(&live, cursor.clone())
@@ -969,15 +973,15 @@ impl Run<'_> {
 /// One page of `bucket`'s pending records, transient failures retried; none once the
 /// run's time is up.
 async fn read_page(
-    ports: SubmitPorts<'_>,
+    ports: &SubmitPorts,
     budget: Budget,
     bucket: HourBucket,
     cursor: Option<Cursor>,
 ) -> Result<Page<AggregatedRecord>, RunError> {
-    if budget.exhausted(ports.clock) {
+    if budget.exhausted(ports.clock.as_ref()) {
         return Err(RunError::Stop(Stop::Deadline));
     }
-    let page = retry_transient(ports.clock, RetryPolicy::STORE, || {
+    let page = retry_transient(ports.clock.as_ref(), RetryPolicy::STORE, || {
         ports.aggregated.pending_page(bucket, cursor.clone())
     })
     .await?;
@@ -988,7 +992,7 @@ async fn read_page(
 /// at a time, then that bucket's further pages one after another. A page is handed on
 /// as soon as it is read, so the first calls need only the first page.
 fn page_reads<'a>(
-    ports: SubmitPorts<'a>,
+    ports: &'a SubmitPorts,
     budget: Budget,
     buckets: &'a [HourBucket],
 ) -> PageReads<'a> {
@@ -1128,16 +1132,16 @@ mod tests {
         now: Instant,
         settings: &SubmitSettings,
     ) -> Result<SubmitReport, PipelineError> {
-        submit(now, settings, world.submit_ports(), Budget::UNLIMITED).await
+        submit(now, settings, &world.submit_ports(), Budget::UNLIMITED).await
     }
 
     /// One run at `now` with the world's settings and ports but `api` as Marketplace.
-    async fn run_via(world: &World, now: Instant, api: &dyn MeteringApi) -> SubmitReport {
+    async fn run_via(world: &World, now: Instant, api: Arc<dyn MeteringApi>) -> SubmitReport {
         let ports = SubmitPorts {
             metering: api,
             ..world.submit_ports()
         };
-        submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+        submit(now, &world.submit_settings(), &ports, Budget::UNLIMITED)
             .await
             .unwrap()
     }
@@ -1379,9 +1383,9 @@ mod tests {
         let now = t(NOW);
         let world = World::new(now);
         let keys = seed(&world, 3, "2026-11-30T09", 1);
-        let api = Unprocessing::new(&world, "d001", 2);
+        let api = Arc::new(Unprocessing::new(&world, "d001", 2));
 
-        let report = run_via(&world, now, &api).await;
+        let report = run_via(&world, now, api.clone()).await;
 
         // Sent, unprocessed, retried once after a backoff, still unprocessed: pending.
         assert_eq!(
@@ -1391,14 +1395,14 @@ mod tests {
         assert_eq!(status(&world, &keys[1]), AggregatedStatus::Pending);
         assert_eq!(world.metrics.total(metric::USAGE_RECORD_UNPROCESSED), 1);
         // The next run bills it, exactly once.
-        let report = run_via(&world, now, &api).await;
+        let report = run_via(&world, now, api.clone()).await;
         assert_eq!(report.success, 1);
         assert_eq!(world.api.ledger().len(), 3);
 
         // An unprocessed record that goes through on the retry is billed in the same run.
         let more = seed(&world, 1, "2026-11-30T08", 1);
-        let api = Unprocessing::new(&world, "d000", 1);
-        let report = run_via(&world, now, &api).await;
+        let api = Arc::new(Unprocessing::new(&world, "d000", 1));
+        let report = run_via(&world, now, api.clone()).await;
         assert_eq!((report.success, report.unprocessed), (1, 0));
         assert_eq!(status(&world, &more[0]), AggregatedStatus::Success);
     }
@@ -1517,12 +1521,12 @@ mod tests {
         let now = t(NOW);
         let world = World::new(now);
         let keys = seed(&world, 80, "2026-11-30T09", 1);
-        let api = OrderChecking {
+        let api = Arc::new(OrderChecking {
             inner: world.api.clone(),
             world: world.clone(),
             batches: Mutex::new(vec![]),
-        };
-        let report = run_via(&world, now, &api).await;
+        });
+        let report = run_via(&world, now, api.clone()).await;
         assert_eq!((report.success, report.api_calls), (80, 4));
         assert_eq!(api.batches.lock().unwrap().len(), 4);
         for key in &keys {
@@ -1783,7 +1787,7 @@ mod tests {
         // Pacing sleeps 100 ms per call on the manual clock: calls start at 0, 100 and
         // 200 ms; at 200 ms the 150 ms deadline has passed, so no fourth batch starts.
         let budget = Budget::until(world.clock.now() + chrono::Duration::milliseconds(150));
-        let report = submit(now, &world.submit_settings(), world.submit_ports(), budget)
+        let report = submit(now, &world.submit_settings(), &world.submit_ports(), budget)
             .await
             .unwrap();
         assert_eq!(report.stopped.as_deref(), Some("deadline"));
@@ -1924,16 +1928,16 @@ mod tests {
             }
         }
         world.api.entitle(&license(1), ACCOUNT_A);
-        let store = Overlap {
+        let store = Arc::new(Overlap {
             inner: world.aggregated.clone(),
             state: Mutex::new((0, 0)),
-        };
+        });
         // WHEN one run goes over the 23 completed live hours
         let ports = SubmitPorts {
-            aggregated: &store,
+            aggregated: store.clone(),
             ..world.submit_ports()
         };
-        let report = submit(now, &world.submit_settings(), ports, Budget::UNLIMITED)
+        let report = submit(now, &world.submit_settings(), &ports, Budget::UNLIMITED)
             .await
             .unwrap();
         // THEN the hours were read READ_AHEAD at a time, and the 30 records went out in
