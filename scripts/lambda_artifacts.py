@@ -20,6 +20,7 @@ import http.server
 import io
 import os
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -32,6 +33,7 @@ import zipfile
 
 SIZE_GOAL_BYTES = 8_000_000  # "<= 8 MB" (decimal; 7.63 MiB)
 INIT_GOAL_MS = 30.0
+AL2023_GLIBC = "2.34"  # Amazon Linux 2023's core glibc, which provided.al2023 runs on
 RUN_TIMEOUT_S = 10.0
 
 # A closed port: the SDKs would get "connection refused" at once, if they ever called.
@@ -234,6 +236,14 @@ def start_once(api, target, log_path):
     raise RuntimeError(f"no /next within {RUN_TIMEOUT_S:.0f} s; output: {output}")
 
 
+def glibc_needed(path):
+    """The newest GLIBC_x.y symbol version the binary names (its dynamic linker refuses
+    to start it on an older C library); "-" where it names none (a static binary)."""
+    with open(path, "rb") as f:
+        versions = {(int(a), int(b)) for a, b in re.findall(rb"GLIBC_(\d+)\.(\d+)", f.read())}
+    return "%d.%d" % max(versions) if versions else "-"
+
+
 def zipped_size(path):
     """What `sam package` uploads: the bootstrap alone in a deflated zip."""
     buffer = io.BytesIO()
@@ -258,7 +268,11 @@ def main():
     parser.add_argument("--python", required=True, help="Python 3.11 with boto3")
     parser.add_argument("--label", default="", help="what was built (printed in the heading)")
     parser.add_argument("--target", required=True, help="the target triple the binaries are for")
+    parser.add_argument("--run-with", default="",
+                        help="an emulator command each bootstrap is started under "
+                             "(another architecture's binaries); leaves out the Python rows")
     args = parser.parse_args()
+    emulator = shlex.split(args.run_with)
     here = os.path.dirname(os.path.abspath(__file__))
 
     functions = template_functions(args.template)
@@ -283,10 +297,12 @@ def main():
         env.update({n: TEMPLATE_VALUES[n] for n in f["env"]})
         env["_HANDLER"] = "bootstrap"
         size = os.path.getsize(path)
-        targets.append({"name": f["binary"], "argv": [path], "env": env,
-                        "size": size, "zip": zipped_size(path), "ms": [], "errors": []})
-    for name, handler in (("python3.11 + boto3.client", "lambda_boto3_handler.handler"),
-                          ("python3.11, empty handler", "")):
+        targets.append({"name": f["binary"], "argv": emulator + [path], "env": env,
+                        "size": size, "zip": zipped_size(path), "glibc": glibc_needed(path),
+                        "ms": [], "errors": []})
+    pythons = () if emulator else (("python3.11 + boto3.client", "lambda_boto3_handler.handler"),
+                                   ("python3.11, empty handler", ""))
+    for name, handler in pythons:
         env = lambda_env("awsmp-bench-python", 256, api.address, here)
         env["_HANDLER"] = handler
         # Bytecode is compiled once, in the warm-up round, outside the repository and
@@ -323,36 +339,45 @@ def main():
     else:
         print(f"  target {args.target}, NOT arm64: the templates deploy arm64 (aarch64), which "
               f"this build did not produce; these are no arm64 figures")
+    if emulator:
+        print(f"  init under {' '.join(emulator)}: each bootstrap starts and reaches /next; "
+              f"the times are the emulator's, not arm64's (no Python rows)")
     print(f"  size goal <= 8 MB = {SIZE_GOAL_BYTES:,} bytes; init goal <= {INIT_GOAL_MS:.0f} ms "
           f"(exec to first /next); ratio = figure / goal, <= 1.00 meets it")
+    print(f"  glibc: the newest C library version a bootstrap asks for; provided.al2023 has "
+          f"{AL2023_GLIBC}")
     print(f"  load average {load_before} before, {load_after} after the init runs "
           f"({os.cpu_count()} cores)")
     print()
     header = (f"{'function':<26} {'bytes':>11} {'MB':>6} {'MiB':>6} {'/8MB':>5}  "
-              f"{'zip bytes':>10} {'/8MB':>5}  {'init min':>8} {'median':>7} {'max':>7} "
+              f"{'zip bytes':>10} {'/8MB':>5} {'glibc':>5}  {'init min':>8} {'median':>7} {'max':>7} "
               f"{'/30ms':>6}  {'runs':>4}")
     print(header)
     print("-" * len(header))
     for t in targets:
         if t["size"] is None:
-            size = f"{'(managed runtime: boto3 not in the package)':<52}"
+            size = f"{'(managed runtime: boto3 not in the package)':<58}"
         else:
             size = (f"{t['size']:>11,} {t['size'] / 1e6:>6.2f} {t['size'] / 2**20:>6.2f} "
                     f"{t['size'] / SIZE_GOAL_BYTES:>5.2f}  {t['zip']:>10,} "
-                    f"{t['zip'] / SIZE_GOAL_BYTES:>5.2f}")
+                    f"{t['zip'] / SIZE_GOAL_BYTES:>5.2f} {t['glibc']:>5}")
         if t["ms"]:
             ms = t["ms"]
             med = statistics.median(ms)
-            init = (f"{min(ms):>8.1f} {med:>7.1f} {max(ms):>7.1f} "
-                    f"{med / INIT_GOAL_MS:>6.2f}")
+            # An emulator's times say nothing of the goal: no ratio for them.
+            ratio = f"{'-':>6}" if emulator else f"{med / INIT_GOAL_MS:>6.2f}"
+            init = f"{min(ms):>8.1f} {med:>7.1f} {max(ms):>7.1f} {ratio}"
         else:
             init = f"{'(no successful run)':>31}"
         runs = f"{len(t['ms'])}" + (f" +{len(t['errors'])} failed" if t["errors"] else "")
         print(f"{t['name']:<26} {size}  {init}  {runs:>4}")
     print("-" * len(header))
-    print("  init in ms; /30ms is the median's ratio. Python rows: the same Runtime API, "
-          "a minimal bootstrap\n  (scripts/lambda_python_bootstrap.py, a bare socket) importing "
-          "scripts/lambda_boto3_handler.py, or nothing.")
+    if emulator:
+        print("  init in ms under the emulator: a check that each bootstrap starts, not a figure.")
+    else:
+        print("  init in ms; /30ms is the median's ratio. Python rows: the same Runtime API, "
+              "a minimal bootstrap\n  (scripts/lambda_python_bootstrap.py, a bare socket) "
+              "importing scripts/lambda_boto3_handler.py, or nothing.")
     failed = [t for t in targets if t["errors"]]
     for t in failed:
         print(f"\nlambda-artifacts: {t['name']}: {len(t['errors'])} failed run(s); last: "
