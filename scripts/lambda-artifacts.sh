@@ -168,6 +168,7 @@ for bin in "${binaries[@]}"; do bin_args+=(--bin "$bin"); done
 build_command="${build_env[*]:+${build_env[*]} }cargo build ${profile_args[*]}${target_args[*]:+ ${target_args[*]}}${config_args[*]:+ ${config_args[*]}} ${bin_args[*]}"
 
 if [[ "$build" == true ]]; then
+  mkdir -p "$target_dir" # a first build's folder: df needs it to exist
   free_gb=$(df -P -BG "$target_dir" 2>/dev/null | awk 'NR == 2 { sub("G", "", $4); print $4 }')
   if [[ -n "$free_gb" && "$free_gb" -lt "$min_free_gb" ]]; then
     die "only ${free_gb} GB free under $target_dir (MIN_FREE_GB=$min_free_gb); not building"
