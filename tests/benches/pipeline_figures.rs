@@ -149,8 +149,8 @@ async fn throughput(label: &str, table: Table, poison_every: usize) {
     let mut seeder = stack.submitter.ports.aggregated.clone();
     if !matches!(table, Table::Moto) {
         // Pages of 1,000 records, about what a 1 MB DynamoDB query page holds.
-        let memory = MemoryTables::with_page_size(1000).aggregated_store();
-        seeder = Arc::new(memory.clone());
+        let memory = Arc::new(MemoryTables::with_page_size(1000).aggregated_store());
+        seeder = memory.clone();
         let store: Arc<dyn AggregatedStore> = Arc::new(CountingAggregated {
             inner: memory,
             counts: counts.clone(),

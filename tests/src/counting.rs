@@ -110,9 +110,9 @@ fn counters(op: StoreOp) -> (&'static str, Option<&'static str>) {
 /// A store that counts its calls: a [`UsageStore`], an [`AggregatedStore`] or a
 /// [`SubscriberStore`] as the store it wraps is. Aggregated-store calls wait out
 /// [`OpCounts::serial`]'s latency.
-pub struct Counting<S> {
+pub struct Counting<S: ?Sized> {
     /// The real store.
-    pub inner: S,
+    pub inner: Arc<S>,
     /// Where counts go.
     pub counts: Arc<OpCounts>,
 }
@@ -125,7 +125,7 @@ pub type CountingAggregated<S> = Counting<S>;
 pub type CountingSubscribers<S> = Counting<S>;
 
 #[async_trait]
-impl<S: Send + Sync> Decorator for Counting<S> {
+impl<S: Send + Sync + ?Sized> Decorator for Counting<S> {
     async fn around<T: Send>(
         &self,
         call: StoreCall,
@@ -143,21 +143,21 @@ impl<S: Send + Sync> Decorator for Counting<S> {
     }
 }
 
-impl<S: UsageStore> UsageDecorator for Counting<S> {
+impl<S: UsageStore + ?Sized> UsageDecorator for Counting<S> {
     type Inner = S;
     fn inner(&self) -> &S {
         &self.inner
     }
 }
 
-impl<S: AggregatedStore> AggregatedDecorator for Counting<S> {
+impl<S: AggregatedStore + ?Sized> AggregatedDecorator for Counting<S> {
     type Inner = S;
     fn inner(&self) -> &S {
         &self.inner
     }
 }
 
-impl<S: SubscriberStore> SubscriberDecorator for Counting<S> {
+impl<S: SubscriberStore + ?Sized> SubscriberDecorator for Counting<S> {
     type Inner = S;
     fn inner(&self) -> &S {
         &self.inner

@@ -7,12 +7,12 @@
 //! parameters (lock hours, zero policy, metering mode, retention, product) are passed
 //! as parameters. Time is driven explicitly: scheduled runs carry the scenario's "now"
 //! in their event, the SQS stages read it from a manual clock, and the simulator's
-//! clock is pinned to it. Each handler's stores and queues are then put on its own SDK
-//! clients ([`clients::FunctionClients`]) recording every AWS call it makes in
-//! [`Stack::calls`] and counting its DynamoDB calls ([`Stack::counts`]); the
-//! harness's own reads and writes are not recorded.
+//! clock is pinned to it. Each handler's SDK config carries an HTTP client that records
+//! every AWS call it makes in [`Stack::calls`] ([`calls::CallLog::sdk_config`]), and
+//! its stores count their calls ([`Stack::counts`]); the harness's own reads and writes
+//! are not recorded.
 
-pub mod clients;
+pub mod calls;
 pub mod counting;
 pub mod events;
 pub mod invariant;
@@ -22,6 +22,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_types::SdkConfig;
+use awsmp_aws::lambda::ConfigError;
 use awsmp_cli::local::LocalError;
 use awsmp_cli::local::resources::LocalStack;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
@@ -39,7 +41,7 @@ use awsmp_marketplace_sim::{
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
 };
 
-use crate::clients::{FunctionClients, SUBSCRIBERS_REGION};
+use crate::calls::CallLog;
 
 use crate::counting::{CountingAggregated, CountingSubscribers, CountingUsage, OpCounts};
 use crate::events::{Delivered, scheduled_event, sqs_event};
@@ -47,6 +49,8 @@ use crate::views::{AggregatedView, RawRowView};
 
 /// The stage both test stacks are deployed with.
 pub const STAGE: &str = "test";
+/// The Region of the subscribers table (the events stack's Region).
+pub const SUBSCRIBERS_REGION: &str = "us-east-1";
 /// The discoverer's `FlushMarginMinutes`: the deprovisioning flush runs in the last
 /// discoverer run at least 10 minutes before a window closes.
 const FLUSH_MARGIN_MINUTES: &str = "10";
@@ -190,7 +194,7 @@ pub struct Stack {
     /// The subscribers store (to play the subscription Lambda's part; not recorded).
     pub subscribers: Arc<dyn SubscriberStore>,
     /// Every AWS call the handlers made, by function.
-    pub calls: awsmp_aws::CallLog,
+    pub calls: CallLog,
     queue_names: HashMap<QueueKind, String>,
     now: Mutex<Instant>,
     delivered: Mutex<Vec<(QueueKind, String)>>,
@@ -201,9 +205,10 @@ impl Stack {
     /// Starts moto and the simulator, deploys both templates' tables and queues as
     /// `awsmp local up` does (the options as template parameters), builds each
     /// handler's `Config` from its template environment and its `State` with
-    /// `State::connect`, as its `main.rs` does, then swaps in what the tests observe:
-    /// the function's recording clients under the counting stores, the recording
-    /// metrics, the manual clock of the SQS stages.
+    /// `State::connect` on an SDK config that records its calls, as its `main.rs` does
+    /// ([`connect_function`]), then swaps in what the tests observe: counting stores
+    /// around the connected ones, the recording metrics, the manual clock of the SQS
+    /// stages.
     pub async fn start(options: StackOptions) -> Result<Stack, HarnessError> {
         let moto = MotoServer::start().await?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&moto.sdk_config_in(&options.region));
@@ -252,7 +257,6 @@ impl Stack {
             &sqs,
         )
         .await?;
-        let usage_table = deployed(&main.tables, "UsageTable")?;
         let mut queues = HashMap::new();
         let mut queue_names = HashMap::new();
         for (kind, logical_id) in [
@@ -283,96 +287,87 @@ impl Stack {
         .await
         .map_err(|e| HarnessError::Sim(e.to_string()))?;
 
-        // Every function's config from its template environment, its state on the local
-        // stack's SDK config, as a Lambda's `main.rs` builds them on the config it loads.
-        let sdk = awsmp_aws::LocalEndpoints {
-            aws: moto.endpoint().to_string(),
-            metering: sim.endpoint_url(),
-        }
-        .sdk_config(&options.region);
+        // Every function as its `main.rs` builds it (`connect_function`), its calls
+        // recorded under its name.
+        let calls = CallLog::new();
+        let sdk = local_sdk_config(&moto, &sim, &options.region);
         let no_overrides = BTreeMap::new();
-        let environment = |binary: &str| main.function_environment(binary, &no_overrides);
-        let env = environment("discoverer")?;
-        let discoverer_config = awsmp_discoverer::Config::from_lookup(&|k| env.get(k).cloned())
-            .map_err(|e| config_error("discoverer", e))?;
-        let mut discoverer = awsmp_discoverer::State::connect(&sdk, &discoverer_config);
-        let env = environment("aggregator")?;
-        let aggregator_config = awsmp_aggregator::Config::from_lookup(&|k| env.get(k).cloned())
-            .map_err(|e| config_error("aggregator", e))?;
-        let mut aggregator = awsmp_aggregator::State::connect(&sdk, &aggregator_config);
-        let env = environment("cleanup")?;
-        let cleanup_config = awsmp_cleanup::Config::from_lookup(&|k| env.get(k).cloned())
-            .map_err(|e| config_error("cleanup", e))?;
-        let mut cleanup = awsmp_cleanup::State::connect(&sdk, &cleanup_config);
-        let env = environment("submitter")?;
-        let submitter_config = awsmp_submitter::Config::from_lookup(&|k| env.get(k).cloned())
-            .map_err(|e| config_error("submitter", e))?;
-        let mut submitter = awsmp_submitter::State::connect(&sdk, &submitter_config);
+        let mut discoverer = connect_function(
+            &calls,
+            &sdk,
+            &main,
+            "discoverer",
+            &no_overrides,
+            awsmp_discoverer::Config::from_lookup,
+            awsmp_discoverer::State::connect,
+        )?;
+        let mut aggregator = connect_function(
+            &calls,
+            &sdk,
+            &main,
+            "aggregator",
+            &no_overrides,
+            awsmp_aggregator::Config::from_lookup,
+            awsmp_aggregator::State::connect,
+        )?;
+        let mut cleanup = connect_function(
+            &calls,
+            &sdk,
+            &main,
+            "cleanup",
+            &no_overrides,
+            awsmp_cleanup::Config::from_lookup,
+            awsmp_cleanup::State::connect,
+        )?;
+        let mut submitter = connect_function(
+            &calls,
+            &sdk,
+            &main,
+            "submitter",
+            &no_overrides,
+            awsmp_submitter::Config::from_lookup,
+            awsmp_submitter::State::connect,
+        )?;
 
-        // What the tests observe: each handler's stores and queues on its own recording
-        // clients (its calls filed under its name), counted; the recording metrics; the
-        // manual clock of the SQS stages.
-        let calls = awsmp_aws::CallLog::new();
-        let sim_endpoint = sim.endpoint_url();
-        let clients = |function: &str| {
-            FunctionClients::new(&moto, &sim_endpoint, &options.region, &calls, function)
-        };
+        // What else the tests observe: each handler's stores counted, the recording
+        // metrics, the manual clock of the SQS stages.
         let counts = OpCounts::new();
-        let usage = |c: &FunctionClients, table: &str| -> Arc<dyn UsageStore> {
+        let usage = |inner: &Arc<dyn UsageStore>| -> Arc<dyn UsageStore> {
             Arc::new(CountingUsage {
-                inner: awsmp_aws::DynamoUsageStore::new(c.dynamodb.clone(), table),
+                inner: inner.clone(),
                 counts: counts.clone(),
             })
         };
-        let aggregated = |c: &FunctionClients, table: &str| -> Arc<dyn AggregatedStore> {
+        let aggregated = |inner: &Arc<dyn AggregatedStore>| -> Arc<dyn AggregatedStore> {
             Arc::new(CountingAggregated {
-                inner: awsmp_aws::DynamoAggregatedStore::new(
-                    c.dynamodb.clone(),
-                    table,
-                    usage_table.as_str(),
-                ),
+                inner: inner.clone(),
                 counts: counts.clone(),
             })
         };
-        let subscribers_on =
-            |client: aws_sdk_dynamodb::Client, table: &str| -> Arc<dyn SubscriberStore> {
-                Arc::new(CountingSubscribers {
-                    inner: awsmp_aws::DynamoSubscriberStore::new(client, table),
-                    counts: counts.clone(),
-                })
-            };
-        let queue = |c: &FunctionClients, url: &str| -> Arc<awsmp_aws::SqsWorkQueue> {
-            Arc::new(awsmp_aws::SqsWorkQueue::new(c.sqs.clone(), url))
+        let subscribers_of = |inner: Arc<dyn SubscriberStore>| -> Arc<dyn SubscriberStore> {
+            Arc::new(CountingSubscribers {
+                inner,
+                counts: counts.clone(),
+            })
         };
-        let subscribers = subscribers_on(subscribers_dynamodb, &subscribers_table);
+        let subscribers = subscribers_of(Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+            subscribers_dynamodb,
+            &subscribers_table,
+        )));
         let clock = ManualClock::new(options.now);
         let metrics = RecordingMetrics::new();
 
-        let c = clients("discoverer");
-        discoverer.ports.usage = usage(&c, &discoverer_config.usage_table);
-        discoverer.ports.subscribers = subscribers_on(
-            c.subscribers_dynamodb.clone(),
-            &discoverer_config.subscribers_table,
-        );
-        discoverer.ports.work_queue = queue(&c, &discoverer_config.work_queue_url);
-        discoverer.ports.deprovision_queue = queue(&c, &discoverer_config.deprovision_queue_url);
+        discoverer.ports.usage = usage(&discoverer.ports.usage);
+        discoverer.ports.subscribers = subscribers_of(discoverer.ports.subscribers.clone());
         discoverer.ports.metrics = Arc::new(metrics.clone());
-        let c = clients("aggregator");
-        aggregator.ports.usage = usage(&c, &aggregator_config.usage_table);
-        aggregator.ports.aggregated = aggregated(&c, &aggregator_config.aggregated_table);
-        aggregator.ports.cleanup_queue = queue(&c, &aggregator_config.cleanup_queue_url);
+        aggregator.ports.usage = usage(&aggregator.ports.usage);
+        aggregator.ports.aggregated = aggregated(&aggregator.ports.aggregated);
         aggregator.ports.clock = Arc::new(clock.clone());
-        let c = clients("cleanup");
-        cleanup.ports.usage = usage(&c, &cleanup_config.usage_table);
+        cleanup.ports.usage = usage(&cleanup.ports.usage);
         cleanup.ports.metrics = Arc::new(metrics.clone());
         cleanup.ports.clock = Arc::new(clock.clone());
-        let c = clients("submitter");
-        submitter.ports.aggregated = aggregated(&c, &submitter_config.aggregated_table);
-        submitter.ports.subscribers = subscribers_on(
-            c.subscribers_dynamodb.clone(),
-            &submitter_config.subscribers_table,
-        );
-        submitter.ports.metering = Arc::new(awsmp_aws::SdkMeteringApi::new(c.metering.clone()));
+        submitter.ports.aggregated = aggregated(&submitter.ports.aggregated);
+        submitter.ports.subscribers = subscribers_of(submitter.ports.subscribers.clone());
         submitter.ports.metrics = Arc::new(metrics.clone());
         // The submitter keeps its real clock at millisecond resolution: pacing must hold
         // against the simulator's real-time quota.
@@ -401,15 +396,26 @@ impl Stack {
         })
     }
 
-    /// Clients for another function (subscription, register, deprovision-cleanup)
-    /// whose calls are recorded under `function` in [`Stack::calls`].
-    pub fn clients(&self, function: &str) -> FunctionClients {
-        FunctionClients::new(
-            &self.moto,
-            &self.sim.endpoint_url(),
-            &self.options.region,
+    /// Another function of `deployed` (subscription, register, deprovision-cleanup) as
+    /// its `main.rs` builds it ([`connect_function`]), its calls recorded under its name
+    /// in [`Stack::calls`].
+    pub fn connect<C, S>(
+        &self,
+        deployed: &LocalStack,
+        binary: &str,
+        overrides: &BTreeMap<String, String>,
+        read_config: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<C, ConfigError>,
+        connect: impl FnOnce(&SdkConfig, &C) -> S,
+    ) -> Result<S, HarnessError> {
+        let sdk = local_sdk_config(&self.moto, &self.sim, &self.options.region);
+        connect_function(
             &self.calls,
-            function,
+            &sdk,
+            deployed,
+            binary,
+            overrides,
+            read_config,
+            connect,
         )
     }
 
@@ -901,6 +907,37 @@ fn deployed(
 }
 
 /// A handler whose template environment its `Config` refuses.
+/// A function as its `main.rs` builds it with `lambda::init`: its `Config` read from the
+/// environment its template gives it in `deployed` (`overrides` applied: what the
+/// local stack sets that has no local resource, such as the registration page's
+/// address), its `State` connected on `sdk` in
+/// `deployed`'s Region, with an HTTP client that files its calls in `calls` under
+/// `binary`.
+pub fn connect_function<C, S>(
+    calls: &CallLog,
+    sdk: &SdkConfig,
+    deployed: &LocalStack,
+    binary: &str,
+    overrides: &BTreeMap<String, String>,
+    read_config: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<C, ConfigError>,
+    connect: impl FnOnce(&SdkConfig, &C) -> S,
+) -> Result<S, HarnessError> {
+    let env = deployed.function_environment(binary, overrides)?;
+    let config = read_config(&|k| env.get(k).cloned()).map_err(|e| config_error(binary, e))?;
+    let sdk = awsmp_aws::in_region(sdk, &deployed.region);
+    Ok(connect(&calls.sdk_config(&sdk, binary), &config))
+}
+
+/// The local stack's SDK config: DynamoDB and SQS on moto, Marketplace Metering on the
+/// simulator, in `region`.
+fn local_sdk_config(moto: &MotoServer, sim: &RunningSim, region: &str) -> SdkConfig {
+    awsmp_aws::LocalEndpoints {
+        aws: moto.endpoint().to_string(),
+        metering: sim.endpoint_url(),
+    }
+    .sdk_config(region)
+}
+
 fn config_error(function: &str, e: impl std::fmt::Display) -> HarnessError {
     HarnessError::Local(LocalError::Wiring(format!("{function}: {e}")))
 }

@@ -2,7 +2,7 @@
 //! each function really makes while the real handlers run end to end (subscription
 //! events, a registration, a full metering run with a deprovisioning flush, late usage,
 //! a not-yet-subscribed buyer, age-out, deprovision-cleanup), turns each call into the
-//! IAM requests AWS authorizes (`awsmp_aws::calls`: index ARNs, each item of a
+//! IAM requests AWS authorizes (`awsmp_e2e::calls`: index ARNs, each item of a
 //! transaction, queue ARNs, the Region the call went to), adds what each function's
 //! SQS event source mappings and Lambda logging need, and evaluates all of it against
 //! the function's role in the templates (`awsmp_local_aws::iam`). It fails on any
@@ -22,14 +22,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::encodings::Body;
-use awsmp_aws::{Authorization, SystemClock};
 use awsmp_core::memory::{Decorator, SubscriberDecorator};
 use awsmp_core::model::{Subscriber, SubscriptionStatus};
-use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
+use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
-use awsmp_e2e::clients::SUBSCRIBERS_REGION;
+use awsmp_e2e::calls::Authorization;
 use awsmp_e2e::events::{Delivered, scheduled_event, sqs_event};
-use awsmp_e2e::{QueueKind, Stack, StackOptions, license};
+use awsmp_e2e::{QueueKind, SUBSCRIBERS_REGION, Stack, StackOptions, license};
 use awsmp_local_aws::cfn::DEFAULT_ACCOUNT;
 use awsmp_local_aws::{Decision, StackTemplate, function_wiring, workspace_root};
 use awsmp_marketplace_sim::EntitlementSeed;
@@ -37,8 +36,6 @@ use common::*;
 
 /// The main stack's Region in this test (not the subscribers table's).
 const MAIN_REGION: &str = "eu-west-1";
-/// The customer-profile table, as the main template names it for product `prod-e2e`.
-const PROFILE_TABLE: &str = "awsmp-prod-e2e-customer-profile";
 /// The subscription events queue, as the events template names it for stage `test`.
 const SUBSCRIPTION_QUEUE: &str = "awsmp-subscription-events-test";
 /// The stage and product the harness's table and queue names are built from.
@@ -104,17 +101,15 @@ fn percent_encode(text: &str) -> String {
 
 /// Plays the subscription function on its own recorded clients.
 async fn deliver_events(stack: &Stack, events: Vec<String>) {
-    let clients = stack.clients("subscription");
-    let state = awsmp_subscription::State {
-        config: Arc::new(awsmp_subscription::Config {
-            subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
-        }),
-        subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-            clients.subscribers_dynamodb,
-            awsmp_e2e::SUBSCRIBERS_TABLE,
-        )),
-        clock: Arc::new(SystemClock),
-    };
+    let state = stack
+        .connect(
+            &stack.events,
+            "subscription",
+            &BTreeMap::new(),
+            awsmp_subscription::Config::from_lookup,
+            awsmp_subscription::State::connect,
+        )
+        .unwrap();
     let messages: Vec<Delivered> = events
         .into_iter()
         .enumerate()
@@ -140,40 +135,27 @@ async fn deliver_events(stack: &Stack, events: Vec<String>) {
 async fn register(stack: &Stack, license_arn: &str, account: &str) {
     // The customer-profile table is the main template's (the stack deployed it).
     stack.registered_only(license_arn, account).unwrap();
-    let clients = stack.clients("register");
-    let config = awsmp_register::Config::from_lookup(&|k| {
-        Some(
-            match k {
-                "PRODUCT_CODE" => PRODUCT,
-                "SUBSCRIBERS_TABLE" => awsmp_e2e::SUBSCRIBERS_TABLE,
-                "SUBSCRIBERS_TABLE_REGION" => SUBSCRIBERS_REGION,
-                "CUSTOMER_PROFILE_TABLE" => PROFILE_TABLE,
-                "ALLOWED_REGISTRATION_FIELDS" => "companyName",
-                "RESOLVE_CUSTOMER_REGION" => MAIN_REGION,
-                "REGISTRATION_PAGE_URL" => "https://register.example.com/index.html",
-                "ALLOWED_ORIGIN" => "https://register.example.com",
-                "AWS_REGION" => MAIN_REGION,
-                "STAGE" => STAGE,
-                _ => return None,
-            }
-            .to_string(),
+    // What the local stack sets where the page is served (no CloudFront here).
+    let page = BTreeMap::from([
+        (
+            "REGISTRATION_PAGE_URL".to_string(),
+            "https://register.example.com/index.html".to_string(),
+        ),
+        (
+            "ALLOWED_ORIGIN".to_string(),
+            "https://register.example.com".to_string(),
+        ),
+    ]);
+    let mut state = stack
+        .connect(
+            &stack.main,
+            "register",
+            &page,
+            awsmp_register::Config::from_lookup,
+            awsmp_register::State::connect,
         )
-    })
-    .unwrap();
-    let state = awsmp_register::State {
-        subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
-            clients.subscribers_dynamodb,
-            awsmp_e2e::SUBSCRIBERS_TABLE,
-        )) as Arc<dyn SubscriberStore>,
-        resolver: Arc::new(awsmp_aws::SdkCustomerResolver::new(clients.metering)),
-        profiles: Some(Arc::new(awsmp_aws::DynamoProfileStore::new(
-            clients.dynamodb,
-            PROFILE_TABLE,
-        )) as Arc<dyn ProfileStore>),
-        clock: Arc::new(SystemClock),
-        metrics: std::sync::Arc::new(awsmp_core::memory::RecordingMetrics::new()),
-        config: Arc::new(config),
-    };
+        .unwrap();
+    state.metrics = Arc::new(awsmp_core::memory::RecordingMetrics::new());
     let mut request: ApiGatewayProxyRequest =
         serde_json::from_value(fixture("register", "apigw-register-urlencoded.json")).unwrap();
     let token = format!("token-{license_arn}-{account}");
@@ -193,7 +175,7 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
 /// unrecorded store) rewriting the row just before the function's first write, so the
 /// function meets a real version conflict and takes its re-read path.
 struct RacedOnce {
-    inner: awsmp_aws::DynamoSubscriberStore,
+    inner: Arc<dyn SubscriberStore>,
     rival: Arc<dyn SubscriberStore>,
     raced: AtomicBool,
 }
@@ -202,10 +184,10 @@ impl Decorator for RacedOnce {}
 
 #[async_trait::async_trait]
 impl SubscriberDecorator for RacedOnce {
-    type Inner = awsmp_aws::DynamoSubscriberStore;
+    type Inner = dyn SubscriberStore;
 
-    fn inner(&self) -> &awsmp_aws::DynamoSubscriberStore {
-        &self.inner
+    fn inner(&self) -> &Self::Inner {
+        self.inner.as_ref()
     }
 
     async fn before_put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<(), PortError> {
@@ -224,21 +206,20 @@ impl SubscriberDecorator for RacedOnce {
 /// Plays deprovision-cleanup at "now" on its own recorded clients, racing one
 /// concurrent lifecycle write.
 async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::CleanupReport {
-    let clients = stack.clients("deprovision-cleanup");
-    let state = awsmp_deprovision_cleanup::State {
-        config: Arc::new(awsmp_deprovision_cleanup::Config {
-            subscribers_table: awsmp_e2e::SUBSCRIBERS_TABLE.to_string(),
-        }),
-        subscribers: Arc::new(RacedOnce {
-            inner: awsmp_aws::DynamoSubscriberStore::new(
-                clients.subscribers_dynamodb,
-                awsmp_e2e::SUBSCRIBERS_TABLE,
-            ),
-            rival: stack.subscribers.clone(),
-            raced: AtomicBool::new(false),
-        }),
-        clock: Arc::new(SystemClock),
-    };
+    let mut state = stack
+        .connect(
+            &stack.events,
+            "deprovision-cleanup",
+            &BTreeMap::new(),
+            awsmp_deprovision_cleanup::Config::from_lookup,
+            awsmp_deprovision_cleanup::State::connect,
+        )
+        .unwrap();
+    state.subscribers = Arc::new(RacedOnce {
+        inner: state.subscribers.clone(),
+        rival: stack.subscribers.clone(),
+        raced: AtomicBool::new(false),
+    });
     let event = scheduled_event("awsmp-deprovision-cleanup", stack.now()).unwrap();
     awsmp_deprovision_cleanup::handler(&state, event)
         .await

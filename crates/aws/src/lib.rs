@@ -22,7 +22,6 @@
 //! partial-batch loop, the scheduled run's "now", the `Diagnostic` of every error).
 
 pub mod aggregated;
-pub mod calls;
 pub mod clock;
 mod error;
 pub mod item;
@@ -39,7 +38,6 @@ pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
-pub use calls::{Authorization, CallLog, CallRecorder, RecordedCall};
 pub use clock::SystemClock;
 pub use local::LocalEndpoints;
 pub use logging::init_tracing;

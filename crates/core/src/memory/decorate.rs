@@ -76,7 +76,7 @@ pub trait Decorator: Send + Sync {
 /// A decorator of a [`UsageStore`]; it is a [`UsageStore`] itself.
 pub trait UsageDecorator: Decorator {
     /// The store it wraps.
-    type Inner: UsageStore;
+    type Inner: UsageStore + ?Sized;
     /// The store it wraps.
     fn inner(&self) -> &Self::Inner;
 }
@@ -85,7 +85,7 @@ pub trait UsageDecorator: Decorator {
 #[async_trait]
 pub trait AggregatedDecorator: Decorator {
     /// The store it wraps.
-    type Inner: AggregatedStore;
+    type Inner: AggregatedStore + ?Sized;
     /// The store it wraps.
     fn inner(&self) -> &Self::Inner;
 
@@ -100,7 +100,7 @@ pub trait AggregatedDecorator: Decorator {
 #[async_trait]
 pub trait SubscriberDecorator: Decorator {
     /// The store it wraps.
-    type Inner: SubscriberStore;
+    type Inner: SubscriberStore + ?Sized;
     /// The store it wraps.
     fn inner(&self) -> &Self::Inner;
 

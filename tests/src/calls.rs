@@ -1,12 +1,13 @@
 //! Recording the AWS calls a function really makes, and what IAM authorizes for each.
 //!
-//! A [`CallRecorder`] is an SDK interceptor tagged with a function's name. Attached to
-//! the clients that function uses (DynamoDB, SQS, Marketplace Metering: one interceptor
-//! type serves all three), it reads every request just before it is sent, after
-//! signing: the operation from the `X-Amz-Target` header (all three services speak a
-//! JSON protocol), the Region from the SigV4 credential scope, and the JSON body
-//! (`TableName`, `IndexName`, `TransactItems`, `QueueUrl`, ...). The calls land in a
-//! shared [`CallLog`].
+//! [`CallLog::sdk_config`] gives a function an `SdkConfig` whose HTTP client files
+//! every request under the function's name before sending it: each client its
+//! `State::connect` builds on that config (DynamoDB in either Region, SQS, Marketplace
+//! Metering) is recorded, exactly as the function wires it. A request is read as it
+//! goes on the wire, after signing: the operation from the `X-Amz-Target` header (all
+//! three services speak a JSON protocol), the Region from the SigV4 credential scope,
+//! and the JSON body (`TableName`, `IndexName`, `TransactItems`, `QueueUrl`, ...). The
+//! calls land in a shared [`CallLog`].
 //!
 //! [`RecordedCall::authorizations`] then turns each call into the requests IAM
 //! evaluates, as AWS documents them:
@@ -27,11 +28,16 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_types::SdkConfig;
 use serde_json::Value;
 
-/// Every call recorded by the recorders of one log, in order, across functions.
+/// Every call recorded in one log, in order, across functions.
 #[derive(Debug, Clone, Default)]
 pub struct CallLog {
     calls: Arc<Mutex<Vec<RecordedCall>>>,
@@ -43,12 +49,19 @@ impl CallLog {
         Self::default()
     }
 
-    /// A recorder that files its calls here under `function`.
-    pub fn recorder(&self, function: &str) -> CallRecorder {
-        CallRecorder {
+    /// `sdk` with an HTTP client that files every request here under `function`, then
+    /// sends it with `sdk`'s own client (the Lambdas' one where `sdk` names none).
+    pub fn sdk_config(&self, sdk: &SdkConfig, function: &str) -> SdkConfig {
+        let client = RecordingClient {
+            inner: sdk
+                .http_client()
+                .unwrap_or_else(awsmp_aws::sdk::https_client),
             function: function.to_string(),
             log: self.clone(),
-        }
+        };
+        sdk.to_builder()
+            .http_client(SharedHttpClient::new(client))
+            .build()
     }
 
     /// The calls so far.
@@ -363,54 +376,52 @@ fn signing_region(authorization: &str) -> Option<String> {
     scope.split('/').nth(2).map(str::to_string)
 }
 
-/// The interceptor: files every request of the clients it is attached to in its log,
-/// under its function's name. It never fails a request.
+/// The recording HTTP client of one function: it hands out connectors that file each
+/// request in the log, then pass it on. It never fails a request.
 #[derive(Debug, Clone)]
-pub struct CallRecorder {
+struct RecordingClient {
+    inner: SharedHttpClient,
     function: String,
     log: CallLog,
 }
 
-impl CallRecorder {
-    /// The function this recorder files calls under.
-    pub fn function(&self) -> &str {
-        &self.function
+impl HttpClient for RecordingClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(RecordingConnector {
+            inner: self.inner.http_connector(settings, components),
+            client: self.clone(),
+        })
     }
 }
 
-impl Intercept for CallRecorder {
-    fn name(&self) -> &'static str {
-        "awsmp CallRecorder"
-    }
+#[derive(Debug)]
+struct RecordingConnector {
+    inner: SharedHttpConnector,
+    client: RecordingClient,
+}
 
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let request = context.request();
+impl HttpConnector for RecordingConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let headers = request.headers();
-        let region = headers
-            .get("authorization")
-            .and_then(signing_region)
-            .or_else(|| {
-                cfg.load::<aws_types::region::Region>()
-                    .map(|r| r.to_string())
-            })
-            .unwrap_or_default();
         let body = request
             .body()
             .bytes()
             .and_then(|bytes| serde_json::from_slice(bytes).ok())
             .unwrap_or(Value::Null);
-        self.log.push(RecordedCall {
-            function: self.function.clone(),
+        self.client.log.push(RecordedCall {
+            function: self.client.function.clone(),
             target: headers.get("x-amz-target").unwrap_or_default().to_string(),
-            region,
+            region: headers
+                .get("authorization")
+                .and_then(signing_region)
+                .unwrap_or_default(),
             body,
         });
-        Ok(())
+        self.inner.call(request)
     }
 }
 
