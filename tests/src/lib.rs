@@ -292,42 +292,23 @@ impl Stack {
         let calls = CallLog::new();
         let sdk = local_sdk_config(&moto, &sim, &options.region);
         let no_overrides = BTreeMap::new();
-        let mut discoverer = connect_function(
-            &calls,
-            &sdk,
-            &main,
-            "discoverer",
-            &no_overrides,
-            awsmp_discoverer::Config::from_lookup,
-            awsmp_discoverer::State::connect,
-        )?;
-        let mut aggregator = connect_function(
-            &calls,
-            &sdk,
-            &main,
-            "aggregator",
-            &no_overrides,
-            awsmp_aggregator::Config::from_lookup,
-            awsmp_aggregator::State::connect,
-        )?;
-        let mut cleanup = connect_function(
-            &calls,
-            &sdk,
-            &main,
-            "cleanup",
-            &no_overrides,
-            awsmp_cleanup::Config::from_lookup,
-            awsmp_cleanup::State::connect,
-        )?;
-        let mut submitter = connect_function(
-            &calls,
-            &sdk,
-            &main,
-            "submitter",
-            &no_overrides,
-            awsmp_submitter::Config::from_lookup,
-            awsmp_submitter::State::connect,
-        )?;
+        macro_rules! connect {
+            ($krate:ident, $binary:literal) => {
+                connect_function(
+                    &calls,
+                    &sdk,
+                    &main,
+                    $binary,
+                    &no_overrides,
+                    $krate::Config::from_lookup,
+                    $krate::State::connect,
+                )?
+            };
+        }
+        let mut discoverer = connect!(awsmp_discoverer, "discoverer");
+        let mut aggregator = connect!(awsmp_aggregator, "aggregator");
+        let mut cleanup = connect!(awsmp_cleanup, "cleanup");
+        let mut submitter = connect!(awsmp_submitter, "submitter");
 
         // What else the tests observe: each handler's stores counted, the recording
         // metrics, the manual clock of the SQS stages.
