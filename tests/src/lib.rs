@@ -888,12 +888,10 @@ fn deployed(
 }
 
 /// A handler whose template environment its `Config` refuses.
-/// A function as its `main.rs` builds it with `lambda::init`: its `Config` read from the
-/// environment its template gives it in `deployed` (`overrides` applied: what the
-/// local stack sets that has no local resource, such as the registration page's
-/// address), its `State` connected on `sdk` in
-/// `deployed`'s Region, with an HTTP client that files its calls in `calls` under
-/// `binary`.
+/// A function as `awsmp local up` builds it ([`LocalStack::connect`]: its `Config`
+/// from its template environment in `deployed`, `overrides` applied, then
+/// `State::connect` in `deployed`'s Region), on `sdk` with an HTTP client that files
+/// its calls in `calls` under `binary`.
 pub fn connect_function<C, S>(
     calls: &CallLog,
     sdk: &SdkConfig,
@@ -903,10 +901,14 @@ pub fn connect_function<C, S>(
     read_config: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<C, ConfigError>,
     connect: impl FnOnce(&SdkConfig, &C) -> S,
 ) -> Result<S, HarnessError> {
-    let env = deployed.function_environment(binary, overrides)?;
-    let config = read_config(&|k| env.get(k).cloned()).map_err(|e| config_error(binary, e))?;
-    let sdk = awsmp_aws::in_region(sdk, &deployed.region);
-    Ok(connect(&calls.sdk_config(&sdk, binary), &config))
+    let (state, _) = deployed.connect(
+        binary,
+        overrides,
+        &calls.sdk_config(sdk, binary),
+        read_config,
+        connect,
+    )?;
+    Ok(state)
 }
 
 /// The local stack's SDK config: DynamoDB and SQS on moto, Marketplace Metering on the
@@ -917,10 +919,6 @@ fn local_sdk_config(moto: &MotoServer, sim: &RunningSim, region: &str) -> SdkCon
         metering: sim.endpoint_url(),
     }
     .sdk_config(region)
-}
-
-fn config_error(function: &str, e: impl std::fmt::Display) -> HarnessError {
-    HarnessError::Local(LocalError::Wiring(format!("{function}: {e}")))
 }
 
 /// A handler's error, naming the handler.

@@ -159,18 +159,18 @@ pub fn wire_functions(
             if !stack.exists(spec.condition.as_deref()) {
                 continue;
             }
-            let env = stack.spec_environment(&spec, overrides)?;
-            let lookup = move |k: &str| env.get(k).cloned();
-            let config_error = |e: awsmp_aws::lambda::ConfigError| {
-                LocalError::Wiring(format!("{}: {e}", spec.binary))
-            };
             // A handler's config from the template's environment and its state on `sdk`,
             // with its metrics (for those that emit them) in the metrics log.
             macro_rules! connect {
-                ($krate:ident) => {{
-                    let config = $krate::Config::from_lookup(&lookup).map_err(config_error)?;
-                    ($krate::State::connect(sdk, &config), config)
-                }};
+                ($krate:ident) => {
+                    stack.connect(
+                        &spec.binary,
+                        overrides,
+                        sdk,
+                        $krate::Config::from_lookup,
+                        $krate::State::connect,
+                    )?
+                };
                 ($krate:ident, metrics in $($field:ident).+) => {{
                     let (mut state, config) = connect!($krate);
                     state.$($field).+ =

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use aws_config::SdkConfig;
 use aws_sdk_sqs::types::QueueAttributeName;
+use awsmp_aws::lambda::ConfigError;
 use awsmp_local_aws::create_tables;
 use serde_norway::Value;
 
@@ -189,6 +191,25 @@ impl LocalStack {
             )));
         }
         self.spec_environment(&spec, overrides)
+    }
+
+    /// The function `binary` as its `main.rs` builds it with `lambda::init`: its
+    /// `Config` read from [`LocalStack::function_environment`], its `State` connected on
+    /// `sdk` in this stack's Region. The config comes back too (its product and stage
+    /// name the local metrics).
+    pub fn connect<C, S>(
+        &self,
+        binary: &str,
+        overrides: &BTreeMap<String, String>,
+        sdk: &SdkConfig,
+        read_config: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<C, ConfigError>,
+        connect: impl FnOnce(&SdkConfig, &C) -> S,
+    ) -> Result<(S, C), LocalError> {
+        let env = self.function_environment(binary, overrides)?;
+        let config = read_config(&|k| env.get(k).cloned())
+            .map_err(|e| LocalError::Wiring(format!("{binary}: {e}")))?;
+        let sdk = awsmp_aws::in_region(sdk, &self.region);
+        Ok((connect(&sdk, &config), config))
     }
 
     /// [`LocalStack::function_environment`] of a function already read from the template.
