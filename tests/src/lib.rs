@@ -206,7 +206,7 @@ impl Stack {
     /// `awsmp local up` does (the options as template parameters), builds each
     /// handler's `Config` from its template environment and its `State` with
     /// `State::connect` on an SDK config that records its calls, as its `main.rs` does
-    /// ([`connect_function`]), then swaps in what the tests observe: counting stores
+    /// ([`LocalStack::connect`]), then swaps in what the tests observe: counting stores
     /// around the connected ones, the recording metrics, the manual clock of the SQS
     /// stages.
     pub async fn start(options: StackOptions) -> Result<Stack, HarnessError> {
@@ -287,22 +287,21 @@ impl Stack {
         .await
         .map_err(|e| HarnessError::Sim(e.to_string()))?;
 
-        // Every function as its `main.rs` builds it (`connect_function`), its calls
-        // recorded under its name.
+        // Every function as `awsmp local up` builds it (`LocalStack::connect`), its
+        // calls recorded under its name.
         let calls = CallLog::new();
         let sdk = local_sdk_config(&moto, &sim, &options.region);
         let no_overrides = BTreeMap::new();
         macro_rules! connect {
             ($krate:ident, $binary:literal) => {
-                connect_function(
-                    &calls,
-                    &sdk,
-                    &main,
+                main.connect(
                     $binary,
                     &no_overrides,
+                    &calls.sdk_config(&sdk, $binary),
                     $krate::Config::from_lookup,
                     $krate::State::connect,
                 )?
+                .0
             };
         }
         let mut discoverer = connect!(awsmp_discoverer, "discoverer");
@@ -378,8 +377,9 @@ impl Stack {
     }
 
     /// Another function of `deployed` (subscription, register, deprovision-cleanup) as
-    /// its `main.rs` builds it ([`connect_function`]), its calls recorded under its name
-    /// in [`Stack::calls`].
+    /// `awsmp local up` builds it ([`LocalStack::connect`]: its `Config` from its
+    /// template environment, `overrides` applied, then `State::connect` in `deployed`'s
+    /// Region), its calls recorded under its name in [`Stack::calls`].
     pub fn connect<C, S>(
         &self,
         deployed: &LocalStack,
@@ -389,15 +389,14 @@ impl Stack {
         connect: impl FnOnce(&SdkConfig, &C) -> S,
     ) -> Result<S, HarnessError> {
         let sdk = local_sdk_config(&self.moto, &self.sim, &self.options.region);
-        connect_function(
-            &self.calls,
-            &sdk,
-            deployed,
+        let (state, _) = deployed.connect(
             binary,
             overrides,
+            &self.calls.sdk_config(&sdk, binary),
             read_config,
             connect,
-        )
+        )?;
+        Ok(state)
     }
 
     // ----------------------------------------------------------------- time
@@ -885,30 +884,6 @@ fn deployed(
             "the templates deploy no {logical_id}"
         )))
     })
-}
-
-/// A handler whose template environment its `Config` refuses.
-/// A function as `awsmp local up` builds it ([`LocalStack::connect`]: its `Config`
-/// from its template environment in `deployed`, `overrides` applied, then
-/// `State::connect` in `deployed`'s Region), on `sdk` with an HTTP client that files
-/// its calls in `calls` under `binary`.
-pub fn connect_function<C, S>(
-    calls: &CallLog,
-    sdk: &SdkConfig,
-    deployed: &LocalStack,
-    binary: &str,
-    overrides: &BTreeMap<String, String>,
-    read_config: impl FnOnce(&dyn Fn(&str) -> Option<String>) -> Result<C, ConfigError>,
-    connect: impl FnOnce(&SdkConfig, &C) -> S,
-) -> Result<S, HarnessError> {
-    let (state, _) = deployed.connect(
-        binary,
-        overrides,
-        &calls.sdk_config(sdk, binary),
-        read_config,
-        connect,
-    )?;
-    Ok(state)
 }
 
 /// The local stack's SDK config: DynamoDB and SQS on moto, Marketplace Metering on the
