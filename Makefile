@@ -129,11 +129,14 @@ local-demo: venv
 	fi
 
 # Performance figures (prints numbers, asserts nothing; goals and limits beside each).
-# The pipeline's figures, then each Lambda artifact's size and init time (the second
-# part builds every Lambda with the release profile's LTO: about half an hour here).
+# The pipeline's figures, then each Lambda artifact's size and init time, for this
+# machine and for arm64, what the templates deploy (each part builds every Lambda with
+# the release profile's LTO: 5-30 minutes here; the arm64 one needs a cross gcc, qemu
+# and aarch64's standard library or rust-src, and says which is missing).
 bench: venv
 	cargo bench -p awsmp-e2e --bench pipeline_figures
 	bash scripts/lambda-artifacts.sh
+	bash scripts/lambda-artifacts.sh --target aarch64-unknown-linux-gnu
 
 # Coverage-guided fuzzing (cargo-fuzz + libFuzzer), one target at a time, each for
 # FUZZ_SECONDS; new inputs land in fuzz/corpus/<target>/, crashes in fuzz/artifacts/.
