@@ -2,11 +2,13 @@
 //! batch, built from the documented JSON shapes (not from struct literals) so the
 //! handlers are exercised with what the runtime really deserializes.
 
+use std::collections::BTreeMap;
+
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_core::time::Instant;
+use awsmp_local_aws::SqsRecord;
 use lambda_runtime::{Context, LambdaEvent};
-use serde_json::json;
 
 use crate::HarnessError;
 
@@ -39,28 +41,28 @@ pub fn sqs_event(
     queue: &str,
     messages: &[Delivered],
 ) -> Result<LambdaEvent<SqsEvent>, HarnessError> {
-    let records: Vec<serde_json::Value> = messages
+    let records: Vec<SqsRecord> = messages
         .iter()
-        .map(|m| {
-            json!({
-                "messageId": m.message_id,
-                "receiptHandle": m.receipt_handle,
-                "body": m.body,
-                "attributes": {
-                    "ApproximateReceiveCount": "1",
-                    "SentTimestamp": "1764497742000",
-                    "SenderId": EVENT_ACCOUNT,
-                    "ApproximateFirstReceiveTimestamp": "1764497742001"
-                },
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": format!("arn:aws:sqs:us-east-1:{EVENT_ACCOUNT}:{queue}"),
-                "awsRegion": "us-east-1"
-            })
+        .map(|m| SqsRecord {
+            message_id: m.message_id.clone(),
+            receipt_handle: m.receipt_handle.clone(),
+            body: m.body.clone(),
+            md5_of_body: String::new(),
+            attributes: BTreeMap::from(
+                [
+                    ("ApproximateReceiveCount", "1"),
+                    ("SentTimestamp", "1764497742000"),
+                    ("SenderId", EVENT_ACCOUNT),
+                    ("ApproximateFirstReceiveTimestamp", "1764497742001"),
+                ]
+                .map(|(k, v)| (k.to_string(), v.to_string())),
+            ),
         })
         .collect();
-    let event = serde_json::from_value(json!({ "Records": records }))
-        .map_err(|e| HarnessError::Event(e.to_string()))?;
+    let payload = awsmp_local_aws::sqs_event(
+        &format!("arn:aws:sqs:us-east-1:{EVENT_ACCOUNT}:{queue}"),
+        &records,
+    );
+    let event = serde_json::from_value(payload).map_err(|e| HarnessError::Event(e.to_string()))?;
     Ok(LambdaEvent::new(event, Context::default()))
 }

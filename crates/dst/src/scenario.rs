@@ -305,13 +305,16 @@ fn lifecycle_event(detail_type: &str, license_arn: &str, time: Instant) -> SqsEv
             "acceptor": {"accountId": ACCOUNT}
         }
     });
-    let batch = json!({"Records": [{
-        "messageId": format!("m-{}", time.timestamp()),
-        "receiptHandle": "r",
-        "body": event.to_string(),
-        "eventSource": "aws:sqs",
-        "awsRegion": "us-east-1"
-    }]});
+    let record = awsmp_local_aws::SqsRecord {
+        message_id: format!("m-{}", time.timestamp()),
+        receipt_handle: "r".into(),
+        body: event.to_string(),
+        ..Default::default()
+    };
+    let batch = awsmp_local_aws::sqs_event(
+        "arn:aws:sqs:us-east-1:123456789012:awsmp-subscription-events",
+        &[record],
+    );
     serde_json::from_value(batch).unwrap_or_default()
 }
 
@@ -392,17 +395,7 @@ fn register_state(
 }
 
 fn scheduled_event(time: Instant) -> EventBridgeEvent {
-    let event = json!({
-        "version": "0",
-        "id": format!("schedule-{}", time.timestamp()),
-        "detail-type": "Scheduled Event",
-        "source": "aws.events",
-        "account": "123456789012",
-        "time": format_instant(time),
-        "region": "us-east-1",
-        "resources": [],
-        "detail": {}
-    });
+    let event = awsmp_local_aws::scheduled_event("123456789012", "us-east-1", "schedule", time);
     serde_json::from_value(event).unwrap_or_default()
 }
 

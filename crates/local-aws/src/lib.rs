@@ -19,7 +19,7 @@ pub mod template;
 
 pub use cfn::StackTemplate;
 pub use error::TestSupportError;
-pub use events::scheduled_event;
+pub use events::{SqsRecord, scheduled_event, sqs_event};
 pub use functions::{EventSource, FunctionSpec, parse_rate};
 pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};
 pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_root};

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use awsmp_core::time::Instant;
+use awsmp_local_aws::SqsRecord;
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::local::LocalError;
@@ -116,22 +117,25 @@ impl SqsMapping<'_> {
         if messages.is_empty() {
             return Ok(PollStats::default());
         }
-        let records: Vec<SqsMessage> = messages
+        let records: Vec<SqsRecord> = messages
             .iter()
-            .map(|m| {
-                let mut record = SqsMessage::default();
-                record.message_id = m.message_id.clone();
-                record.receipt_handle = m.receipt_handle.clone();
-                record.body = m.body.clone();
-                record.md5_of_body = m.md5_of_body.clone();
-                record.event_source = Some("aws:sqs".into());
-                record.event_source_arn = Some(self.queue_arn.clone());
-                record.aws_region = Some(crate::local::resources::LOCAL_REGION.into());
-                record
+            .map(|m| SqsRecord {
+                message_id: m.message_id.clone().unwrap_or_default(),
+                receipt_handle: m.receipt_handle.clone().unwrap_or_default(),
+                body: m.body.clone().unwrap_or_default(),
+                md5_of_body: m.md5_of_body.clone().unwrap_or_default(),
+                attributes: m
+                    .attributes
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str().to_string(), v.clone()))
+                    .collect(),
             })
             .collect();
-        let mut event = SqsEvent::default();
-        event.records = records;
+        let event: SqsEvent =
+            serde_json::from_value(awsmp_local_aws::sqs_event(&self.queue_arn, &records)).map_err(
+                |e| LocalError::Wiring(format!("SQS event for {}: {e}", self.queue_arn)),
+            )?;
         let result = function
             .sqs(LambdaEvent::new(
                 event,
