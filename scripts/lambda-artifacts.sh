@@ -26,8 +26,8 @@
 #
 # The build is `cargo build --release --bin NAME...` at the workspace root, no `-p`:
 # the same package set, so the same feature unification, as `sam build` gets from
-# `cargo lambda build --release --bin NAME` at CodeUri ./ (scripts/sam-build.sh), only
-# for this machine's target. The full-LTO release build takes several minutes on two
+# `cargo lambda build --release --bin NAME` at CodeUri ./ (scripts/sam-build.sh), for
+# this machine's target unless --target names another. The full-LTO release build takes several minutes on two
 # cores; the init runs about a minute. Nothing reaches the network: cargo runs offline
 # and the functions' SDK endpoints point at a closed local port.
 #
@@ -133,7 +133,7 @@ if [[ "$target" == "$host" && "$build_std" == false ]]; then
 else
   target_args=(--target "$target")
   bin_dir="$target_dir/$target/$profile_dir"
-  if [[ "$target" != "$host" ]]; then
+  if [[ "$target" != "$host" && "$build" == true ]]; then
     env_triple=$(tr 'a-z-' 'A-Z_' <<<"$target")
     linker_var="CARGO_TARGET_${env_triple}_LINKER"
     if [[ -z "${!linker_var:-}" ]]; then
@@ -143,7 +143,7 @@ else
       build_env+=("$linker_var=$cross_gcc")
     fi
   fi
-  if [[ "$build_std" == true || ! -d "$sysroot/lib/rustlib/$target/lib" ]]; then
+  if [[ "$build" == true && ( "$build_std" == true || ! -d "$sysroot/lib/rustlib/$target/lib" ) ]]; then
     library="$sysroot/lib/rustlib/src/rust/library"
     [[ -f "$library/std/Cargo.toml" && -f "$library/Cargo.lock" ]] ||
       die "no standard library for $target and no rust-src at $library: rustup target add $target, or rustup component add rust-src, or link the library/ folder of rustc $(rustc -vV | sed -n 's/^release: //p')'s source there"
@@ -169,7 +169,7 @@ build_command="${build_env[*]:+${build_env[*]} }cargo build ${profile_args[*]}${
 
 if [[ "$build" == true ]]; then
   mkdir -p "$target_dir" # a first build's folder: df needs it to exist
-  free_gb=$(df -P -BG "$target_dir" 2>/dev/null | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+  free_gb=$(df -P -BG "$target_dir" 2>/dev/null | awk 'NR == 2 { sub("G", "", $4); print $4 }' || true)
   if [[ -n "$free_gb" && "$free_gb" -lt "$min_free_gb" ]]; then
     die "only ${free_gb} GB free under $target_dir (MIN_FREE_GB=$min_free_gb); not building"
   fi

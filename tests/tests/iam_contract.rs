@@ -99,7 +99,7 @@ fn percent_encode(text: &str) -> String {
         .collect()
 }
 
-/// Plays the subscription function on its own recorded clients.
+/// Plays the subscription function as `LocalStack::connect` builds it, its calls recorded.
 async fn deliver_events(stack: &Stack, events: Vec<String>) {
     let state = stack
         .connect(
@@ -131,7 +131,7 @@ async fn deliver_events(stack: &Stack, events: Vec<String>) {
     }
 }
 
-/// Plays one buyer registration through the register function's own clients.
+/// Plays one buyer registration through the register function as `LocalStack::connect` builds it.
 async fn register(stack: &Stack, license_arn: &str, account: &str) {
     // The customer-profile table is the main template's (the stack deployed it).
     stack.registered_only(license_arn, account).unwrap();
@@ -203,7 +203,7 @@ impl SubscriberDecorator for RacedOnce {
     }
 }
 
-/// Plays deprovision-cleanup at "now" on its own recorded clients, racing one
+/// Plays deprovision-cleanup at "now" as `LocalStack::connect` builds it, racing one
 /// concurrent lifecycle write.
 async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::CleanupReport {
     let mut state = stack
@@ -424,7 +424,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
         let calls = stack.calls.calls_of(function);
         assert!(
             !calls.is_empty(),
-            "{function}: no AWS call was recorded; is its State built on stack.clients({function:?})?"
+            "{function}: no AWS call was recorded; is its State built with Stack::connect (a recording SDK config)?"
         );
         let mut needs: BTreeSet<Need> = BTreeSet::new();
         for call in &calls {
