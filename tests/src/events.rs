@@ -15,6 +15,11 @@ use crate::HarnessError;
 /// Account id the fake event sources use.
 pub const EVENT_ACCOUNT: &str = "123456789012";
 
+/// The ARN of the queue `name` in `region`, in the account of the fake event sources.
+pub fn queue_arn(region: &str, name: &str) -> String {
+    format!("arn:aws:sqs:{region}:{EVENT_ACCOUNT}:{name}")
+}
+
 /// The `Scheduled Event` EventBridge sends for a `rate(...)` rule firing at `time`.
 pub fn scheduled_event(
     rule: &str,
@@ -36,9 +41,10 @@ pub struct Delivered {
     pub body: String,
 }
 
-/// The SQS event the Lambda event-source mapping delivers for `messages` of `queue`.
+/// The SQS event the Lambda event-source mapping delivers for `messages` of the queue
+/// `queue_arn`.
 pub fn sqs_event(
-    queue: &str,
+    queue_arn: &str,
     messages: &[Delivered],
 ) -> Result<LambdaEvent<SqsEvent>, HarnessError> {
     let records: Vec<SqsRecord> = messages
@@ -59,10 +65,7 @@ pub fn sqs_event(
             ),
         })
         .collect();
-    let payload = awsmp_local_aws::sqs_event(
-        &format!("arn:aws:sqs:us-east-1:{EVENT_ACCOUNT}:{queue}"),
-        &records,
-    );
+    let payload = awsmp_local_aws::sqs_event(queue_arn, &records);
     let event = serde_json::from_value(payload).map_err(|e| HarnessError::Event(e.to_string()))?;
     Ok(LambdaEvent::new(event, Context::default()))
 }

@@ -44,7 +44,7 @@ use awsmp_marketplace_sim::{
 use crate::calls::CallLog;
 
 use crate::counting::{CountingAggregated, CountingSubscribers, CountingUsage, OpCounts};
-use crate::events::{Delivered, scheduled_event, sqs_event};
+use crate::events::{Delivered, queue_arn, scheduled_event, sqs_event};
 use crate::views::{AggregatedView, RawRowView};
 
 /// The stage both test stacks are deployed with.
@@ -626,7 +626,7 @@ impl Stack {
             if batch.is_empty() {
                 return Ok(report);
             }
-            let event = sqs_event(self.queue_name(kind), &batch)?;
+            let event = sqs_event(&queue_arn(&self.main.region, self.queue_name(kind)), &batch)?;
             let response = awsmp_aggregator::handler(&self.aggregator, event)
                 .await
                 .map_err(|e| handler_error("aggregator", e))?;
@@ -648,7 +648,10 @@ impl Stack {
             if batch.is_empty() {
                 return Ok(report);
             }
-            let event = sqs_event(self.queue_name(QueueKind::Cleanup), &batch)?;
+            let event = sqs_event(
+                &queue_arn(&self.main.region, self.queue_name(QueueKind::Cleanup)),
+                &batch,
+            )?;
             let response = awsmp_cleanup::handler(&self.cleanup, event)
                 .await
                 .map_err(|e| handler_error("cleanup", e))?;

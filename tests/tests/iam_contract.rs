@@ -27,7 +27,7 @@ use awsmp_core::model::{Subscriber, SubscriptionStatus};
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
 use awsmp_e2e::calls::Authorization;
-use awsmp_e2e::events::{Delivered, scheduled_event, sqs_event};
+use awsmp_e2e::events::{Delivered, queue_arn, scheduled_event, sqs_event};
 use awsmp_e2e::{QueueKind, SUBSCRIBERS_REGION, Stack, StackOptions, license};
 use awsmp_local_aws::cfn::DEFAULT_ACCOUNT;
 use awsmp_local_aws::{Decision, StackTemplate, function_wiring, workspace_root};
@@ -121,7 +121,8 @@ async fn deliver_events(stack: &Stack, events: Vec<String>) {
         .collect();
     // One message per batch: the events of one license apply in order.
     for message in messages {
-        let event = sqs_event(SUBSCRIPTION_QUEUE, std::slice::from_ref(&message)).unwrap();
+        let queue = queue_arn(&stack.events.region, SUBSCRIPTION_QUEUE);
+        let event = sqs_event(&queue, std::slice::from_ref(&message)).unwrap();
         let response = awsmp_subscription::handler(&state, event).await.unwrap();
         assert!(
             response.batch_item_failures.is_empty(),
