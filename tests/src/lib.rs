@@ -312,42 +312,42 @@ impl Stack {
         // What else the tests observe: each handler's stores counted, the recording
         // metrics, the manual clock of the SQS stages.
         let counts = OpCounts::new();
-        let usage = |inner: &Arc<dyn UsageStore>| -> Arc<dyn UsageStore> {
+        let usage = |inner: Arc<dyn UsageStore>| -> Arc<dyn UsageStore> {
             Arc::new(CountingUsage {
-                inner: inner.clone(),
+                inner,
                 counts: counts.clone(),
             })
         };
-        let aggregated = |inner: &Arc<dyn AggregatedStore>| -> Arc<dyn AggregatedStore> {
+        let aggregated = |inner: Arc<dyn AggregatedStore>| -> Arc<dyn AggregatedStore> {
             Arc::new(CountingAggregated {
-                inner: inner.clone(),
+                inner,
                 counts: counts.clone(),
             })
         };
-        let subscribers_of = |inner: Arc<dyn SubscriberStore>| -> Arc<dyn SubscriberStore> {
+        let subscribers = |inner: Arc<dyn SubscriberStore>| -> Arc<dyn SubscriberStore> {
             Arc::new(CountingSubscribers {
                 inner,
                 counts: counts.clone(),
             })
         };
-        let subscribers = subscribers_of(Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+        let harness_subscribers = subscribers(Arc::new(awsmp_aws::DynamoSubscriberStore::new(
             subscribers_dynamodb,
             &subscribers_table,
         )));
         let clock = ManualClock::new(options.now);
         let metrics = RecordingMetrics::new();
 
-        discoverer.ports.usage = usage(&discoverer.ports.usage);
-        discoverer.ports.subscribers = subscribers_of(discoverer.ports.subscribers.clone());
+        discoverer.ports.usage = usage(discoverer.ports.usage.clone());
+        discoverer.ports.subscribers = subscribers(discoverer.ports.subscribers.clone());
         discoverer.ports.metrics = Arc::new(metrics.clone());
-        aggregator.ports.usage = usage(&aggregator.ports.usage);
-        aggregator.ports.aggregated = aggregated(&aggregator.ports.aggregated);
+        aggregator.ports.usage = usage(aggregator.ports.usage.clone());
+        aggregator.ports.aggregated = aggregated(aggregator.ports.aggregated.clone());
         aggregator.ports.clock = Arc::new(clock.clone());
-        cleanup.ports.usage = usage(&cleanup.ports.usage);
+        cleanup.ports.usage = usage(cleanup.ports.usage.clone());
         cleanup.ports.metrics = Arc::new(metrics.clone());
         cleanup.ports.clock = Arc::new(clock.clone());
-        submitter.ports.aggregated = aggregated(&submitter.ports.aggregated);
-        submitter.ports.subscribers = subscribers_of(submitter.ports.subscribers.clone());
+        submitter.ports.aggregated = aggregated(submitter.ports.aggregated.clone());
+        submitter.ports.subscribers = subscribers(submitter.ports.subscribers.clone());
         submitter.ports.metrics = Arc::new(metrics.clone());
         // The submitter keeps its real clock at millisecond resolution: pacing must hold
         // against the simulator's real-time quota.
@@ -369,7 +369,7 @@ impl Stack {
             aggregator,
             cleanup,
             submitter,
-            subscribers,
+            subscribers: harness_subscribers,
             calls,
             delivered: Mutex::new(Vec::new()),
             failed_receipts: Mutex::new(Vec::new()),
