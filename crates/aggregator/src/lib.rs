@@ -122,7 +122,7 @@ pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 /// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
 /// the others are deleted. Messages not started before the deadline margin are
 /// reported as failures too (redelivered, never lost). A record without a message id
-/// fails the whole batch before any message is handled ([`sqs_batch`]).
+/// fails the whole batch before any message is handled ([`sqs_batch`](awsmp_aws::lambda::sqs_batch)).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,

@@ -85,7 +85,7 @@ impl State {
 
 /// Handles one SQS batch; failed messages (malformed, wrong kind, store failure after
 /// retries) are reported by id for redelivery. A record without a message id fails the
-/// whole batch before any message is handled ([`sqs_batch`]).
+/// whole batch before any message is handled ([`sqs_batch`](awsmp_aws::lambda::sqs_batch)).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,

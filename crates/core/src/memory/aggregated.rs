@@ -30,7 +30,7 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   `meteringPending` (it leaves the index), `expiresAt` = `rows_expire_at` (removed
 ///   when `None`), a new `updatedAt`; the record is stored without `expiresAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
 ///   twice, is an error (DynamoDB refuses such a transaction). More than
-///   [`MAX_BATCH_WRITES`] claims or outcomes in one call is an error too.
+///   [`MAX_BATCH_WRITES`](crate::ports::MAX_BATCH_WRITES) claims or outcomes in one call is an error too.
 /// - `claim_all`, each request on its own: pending, exactly as read (version, attempt
 ///   count and claim id as expected), not mid-fold, not held by an unexpired claim
 ///   (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`, `claimId`,

@@ -5,6 +5,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use crate::ports::PortError;
+#[cfg(doc)]
+use crate::ports::{AggregatedStore, ProfileStore, SubscriberStore, UsageStore};
 use crate::sync::lock;
 
 /// A store operation: for injecting a one-shot failure with `fail_next`, and what a
