@@ -15,7 +15,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::commands::{CommandError, UsagePut, inspect, parse_tag, usage_put};
 use crate::deployment::{Deployment, DeploymentArgs};
 use crate::ops;
-use crate::output::{EXIT_ATTENTION, Format, Outcome, exit_code};
+use crate::output::{EXIT_ATTENTION, Format, Outcome};
 
 /// awsmp: operate an awsmp-metering deployment, or run the whole system locally.
 ///
@@ -305,7 +305,7 @@ pub async fn run() -> ExitCode {
         }
         Err(error) => {
             eprintln!("awsmp: {error}");
-            exit_code(&error)
+            error.exit_code()
         }
     }
 }

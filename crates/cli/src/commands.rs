@@ -2,6 +2,7 @@
 //! collision-free way, and inspect what happened to one license, dimension and hour.
 
 use std::fmt::Write as _;
+use std::process::ExitCode;
 
 use std::sync::Arc;
 
@@ -30,6 +31,19 @@ pub enum CommandError {
     /// A file could not be read or written.
     #[error("{0}")]
     Io(String),
+}
+
+impl CommandError {
+    /// The process exit code of this failure: 2 a bad argument, 4 not found, 1 a
+    /// failed call or file (3, [`crate::output::EXIT_ATTENTION`], is a run that
+    /// succeeded with something to look at).
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CommandError::Usage(_) => 2,
+            CommandError::NotFound(_) => 4,
+            CommandError::Store(_) | CommandError::Aws(_) | CommandError::Io(_) => 1,
+        })
+    }
 }
 
 /// Parses `key=value` VMT tags (`--tag team=a`).

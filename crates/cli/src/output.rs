@@ -8,13 +8,11 @@
 //! | 2 | bad arguments |
 //! | 3 | done, and something needs attention (an urgent item or a warning in status, failures listed or in a report, a disagreement in trail or reconcile, bad import lines, a replay refused) |
 //! | 4 | the deployment was not found (stack, table or queue) |
-
-use std::process::ExitCode;
+//!
+//! A failed command's code is [`CommandError::exit_code`](crate::commands::CommandError::exit_code).
 
 use comfy_table::{ContentArrangement, Table, presets};
 use serde::Serialize;
-
-use crate::commands::CommandError;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -47,15 +45,6 @@ impl Outcome {
 
 /// Exit code 3: ran, and something needs attention.
 pub const EXIT_ATTENTION: u8 = 3;
-
-/// The exit code of a failed command.
-pub fn exit_code(error: &CommandError) -> ExitCode {
-    ExitCode::from(match error {
-        CommandError::Usage(_) => 2,
-        CommandError::NotFound(_) => 4,
-        CommandError::Store(_) | CommandError::Aws(_) | CommandError::Io(_) => 1,
-    })
-}
 
 /// A table with `headers`, every row a list of cells, in a fixed ASCII style (stable
 /// for golden tests, readable in any terminal or log).
