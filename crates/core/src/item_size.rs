@@ -1,14 +1,12 @@
-//! DynamoDB's item-size arithmetic and the limits it enforces (400 KB items, 100-item
-//! and 4 MB transactions), so in-memory stores refuse what DynamoDB refuses and a
-//! guardrail can tell ahead of time whether a row will fit.
+//! DynamoDB's item-size arithmetic and its limits (400 KB items, 100-item and 4 MB
+//! transactions), so in-memory stores refuse what DynamoDB refuses (`items::check_item`,
+//! `items::check_transaction`) and a guardrail can tell ahead of time whether a row
+//! will fit.
 //!
 //! Sizes follow the DynamoDB developer guide ("Item sizes and formats"): an item is
 //! the sum over its attributes of the UTF-8 length of the name plus the size of the
 //! value. The guide gives numbers only approximately; this is the usual reading of it.
 
-use std::fmt::Display;
-
-use crate::items::ItemError;
 use crate::model::{Attr, RawUsageRow, attr};
 
 /// Largest item DynamoDB stores: 400 KB (names and values, keys included).
@@ -78,30 +76,6 @@ pub fn raw_row_size(row: &RawUsageRow) -> usize {
         + item_size(&row.attrs)
 }
 
-/// Refuses an item of `bytes` over [`MAX_ITEM_BYTES`], naming it by `key`.
-pub fn check_item(key: impl Display, bytes: usize) -> Result<(), ItemError> {
-    if bytes > MAX_ITEM_BYTES {
-        return Err(ItemError::ItemTooLarge {
-            key: key.to_string(),
-            bytes,
-        });
-    }
-    Ok(())
-}
-
-/// Refuses a transaction whose items (their sizes as written) are more than
-/// [`MAX_TRANSACTION_ITEMS`] or add up to more than [`MAX_TRANSACTION_BYTES`].
-pub fn check_transaction(sizes: &[usize]) -> Result<(), ItemError> {
-    if sizes.len() > MAX_TRANSACTION_ITEMS {
-        return Err(ItemError::TooManyTransactionItems(sizes.len()));
-    }
-    let total: usize = sizes.iter().sum();
-    if total > MAX_TRANSACTION_BYTES {
-        return Err(ItemError::TransactionTooLarge(total));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -132,20 +106,6 @@ mod tests {
             3 + 1 + 3 + 1
         );
         assert_eq!(value_size(&Attr::Ss(vec!["a".into(), "bc".into()])), 3);
-    }
-
-    #[test]
-    fn limits_refuse_what_dynamodb_refuses() {
-        assert!(check_item("k", MAX_ITEM_BYTES).is_ok());
-        let err = check_item("L/sk", MAX_ITEM_BYTES + 1).unwrap_err();
-        assert!(err.to_string().contains("400 KB"), "{err}");
-        assert!(check_transaction(&[1; MAX_TRANSACTION_ITEMS]).is_ok());
-        assert_eq!(
-            check_transaction(&[1; MAX_TRANSACTION_ITEMS + 1]),
-            Err(ItemError::TooManyTransactionItems(101))
-        );
-        let err = check_transaction(&[MAX_ITEM_BYTES; 11]).unwrap_err();
-        assert!(err.to_string().contains("4 MB"), "{err}");
     }
 
     #[test]

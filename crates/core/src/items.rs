@@ -3,6 +3,7 @@
 //! invariants a write must keep, checked where the write is built.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
 
 use thiserror::Error;
 
@@ -63,6 +64,30 @@ impl ItemError {
             message: self.to_string(),
         }
     }
+}
+
+/// Refuses an item of `bytes` over [`MAX_ITEM_BYTES`], naming it by `key`.
+pub fn check_item(key: impl Display, bytes: usize) -> Result<(), ItemError> {
+    if bytes > MAX_ITEM_BYTES {
+        return Err(ItemError::ItemTooLarge {
+            key: key.to_string(),
+            bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a transaction whose items (their sizes as written) are more than
+/// [`MAX_TRANSACTION_ITEMS`] or add up to more than [`MAX_TRANSACTION_BYTES`].
+pub fn check_transaction(sizes: &[usize]) -> Result<(), ItemError> {
+    if sizes.len() > MAX_TRANSACTION_ITEMS {
+        return Err(ItemError::TooManyTransactionItems(sizes.len()));
+    }
+    let total: usize = sizes.iter().sum();
+    if total > MAX_TRANSACTION_BYTES {
+        return Err(ItemError::TransactionTooLarge(total));
+    }
+    Ok(())
 }
 
 /// Sort-key prefix of the ingestion markers in the usage table. It starts with a
@@ -409,6 +434,20 @@ impl CommitWrite {
 mod tests {
     use super::*;
     use crate::time::parse_usage_timestamp;
+
+    #[test]
+    fn limits_refuse_what_dynamodb_refuses() {
+        assert!(check_item("k", MAX_ITEM_BYTES).is_ok());
+        let err = check_item("L/sk", MAX_ITEM_BYTES + 1).unwrap_err();
+        assert!(err.to_string().contains("400 KB"), "{err}");
+        assert!(check_transaction(&[1; MAX_TRANSACTION_ITEMS]).is_ok());
+        assert_eq!(
+            check_transaction(&[1; MAX_TRANSACTION_ITEMS + 1]),
+            Err(ItemError::TooManyTransactionItems(101))
+        );
+        let err = check_transaction(&[MAX_ITEM_BYTES; 11]).unwrap_err();
+        assert!(err.to_string().contains("4 MB"), "{err}");
+    }
 
     fn row(account: &str, dimension: &str, event_id: &str) -> NewUsageRow {
         NewUsageRow {

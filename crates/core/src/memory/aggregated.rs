@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, aggregated_key};
-use crate::item_size::{check_item, check_transaction, item_size, raw_row_size};
-use crate::items::{CommitWrite, aggregated_item, set_expiry};
+use crate::item_size::{item_size, raw_row_size};
+use crate::items::{CommitWrite, aggregated_item, check_item, check_transaction, set_expiry};
 use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
@@ -51,6 +51,15 @@ use crate::time::{HourBucket, Instant, format_instant};
 #[derive(Debug, Clone, Default)]
 pub struct MemoryAggregatedStore {
     pub(crate) tables: MemoryTables,
+}
+
+impl MemoryTables {
+    /// An aggregated-store handle on these tables.
+    pub fn aggregated_store(&self) -> MemoryAggregatedStore {
+        MemoryAggregatedStore {
+            tables: self.clone(),
+        }
+    }
 }
 
 impl MemoryAggregatedStore {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::faults::{Faults, StoreOp};
 use super::tables::TableKey;
-use crate::item_size::check_item;
+use crate::items::check_item;
 use crate::model::{CustomerProfile, attr};
 use crate::ports::{PortError, ProfileStore};
 use crate::stamp::AuditStamp;

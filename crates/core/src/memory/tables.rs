@@ -1,12 +1,13 @@
 //! The usage and aggregated-usage tables in memory: one state behind one lock, shared
-//! by [`MemoryUsageStore`] and [`MemoryAggregatedStore`] so a commit is atomic across both.
+//! by [`MemoryUsageStore`](super::MemoryUsageStore) and
+//! [`MemoryAggregatedStore`](super::MemoryAggregatedStore) (each made from the tables
+//! in its own file, `MemoryTables::usage_store` / `aggregated_store`), so a commit is
+//! atomic across both.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::aggregated::MemoryAggregatedStore;
 use super::faults::{Faults, StoreOp};
-use super::usage::MemoryUsageStore;
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow, attr};
 use crate::ports::PortError;
 use crate::stamp::AuditStamp;
@@ -50,8 +51,8 @@ pub(crate) struct TablesState {
     pub(crate) malformed_aggregated: BTreeMap<TableKey, StoredMalformed>,
 }
 
-/// The usage and aggregated-usage tables, shared by [`MemoryUsageStore`] and
-/// [`MemoryAggregatedStore`] so that a commit is atomic across both.
+/// The usage and aggregated-usage tables, shared by [`MemoryUsageStore`](super::MemoryUsageStore) and
+/// [`MemoryAggregatedStore`](super::MemoryAggregatedStore) so that a commit is atomic across both.
 #[derive(Debug, Clone)]
 pub struct MemoryTables {
     pub(crate) state: Arc<Mutex<TablesState>>,
@@ -77,20 +78,6 @@ impl MemoryTables {
             state: Arc::default(),
             faults: Arc::default(),
             page_size: page_size.max(1),
-        }
-    }
-
-    /// A usage-store handle on these tables.
-    pub fn usage_store(&self) -> MemoryUsageStore {
-        MemoryUsageStore {
-            tables: self.clone(),
-        }
-    }
-
-    /// An aggregated-store handle on these tables.
-    pub fn aggregated_store(&self) -> MemoryAggregatedStore {
-        MemoryAggregatedStore {
-            tables: self.clone(),
         }
     }
 

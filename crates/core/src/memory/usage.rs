@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, TableKey};
-use crate::item_size::{check_item, raw_row_size};
-use crate::items::{IngestionWrite, set_expiry};
+use crate::item_size::raw_row_size;
+use crate::items::{IngestionWrite, check_item, set_expiry};
 use crate::model::{Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
     Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, RowFinal,
@@ -68,6 +68,15 @@ pub fn reference_row(
 #[derive(Debug, Clone, Default)]
 pub struct MemoryUsageStore {
     pub(crate) tables: MemoryTables,
+}
+
+impl MemoryTables {
+    /// A usage-store handle on these tables.
+    pub fn usage_store(&self) -> MemoryUsageStore {
+        MemoryUsageStore {
+            tables: self.clone(),
+        }
+    }
 }
 
 impl MemoryUsageStore {
