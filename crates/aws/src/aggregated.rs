@@ -245,13 +245,15 @@ impl DynamoAggregatedStore {
         let attempts = update.name(attr::ATTEMPT_COUNT);
         let zero = update.value(n(0));
         let one = update.value(n(1));
-        let sent = update.name(attr::SENT_QUANTITY);
+        // `sentQuantity` is what this call sends, and the claim holds only while the
+        // stored quantity is the one read (a direct-submit seller may update it).
         let quantity = update.name(attr::QUANTITY);
+        let read_quantity = update.value(n(expected.quantity));
         update
+            .set(attr::SENT_QUANTITY, n(request.sent_quantity))
             .set_clause(format!(
                 "{attempts} = if_not_exists({attempts}, {zero}) + {one}"
             ))
-            .set_clause(format!("{sent} = if_not_exists({sent}, {quantity})"))
             .stamp(claim.now);
         let version = version_condition(&mut update, expected.version);
         let read_attempts = attempts_condition(&mut update, expected.attempt_count);
@@ -276,7 +278,8 @@ impl DynamoAggregatedStore {
             .update_expression(update.expression())
             .condition_expression(format!(
                 "attribute_exists({pending}) AND attribute_not_exists({folding}) AND {version} \
-                 AND {read_attempts} AND {read_claim} AND {not_in_flight}"
+                 AND {quantity} = {read_quantity} AND {read_attempts} AND {read_claim} \
+                 AND {not_in_flight}"
             ))
             .set_expression_attribute_names(update.names())
             .set_expression_attribute_values(update.values())

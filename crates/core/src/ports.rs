@@ -357,12 +357,15 @@ pub fn check_batch_writes(operation: &'static str, n: usize) -> Result<(), PortE
 
 /// The state a claim expects to find: the record exactly as the submitter read it.
 /// Every fold bumps `version`, every claim bumps `attempt_count` and sets a fresh
-/// `claim_id`, every outcome removes `claim_id`: if all three match, nothing happened
-/// to the record since the read.
+/// `claim_id`, every outcome removes `claim_id`: if all three match, nothing the
+/// pipeline does happened to the record since the read. `quantity` catches what the
+/// pipeline does not count: a seller updating a direct-submit record in place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimExpectation {
     /// `version` as read.
     pub version: u64,
+    /// `quantity` as read.
+    pub quantity: i64,
     /// `attemptCount` as read (0: absent).
     pub attempt_count: u32,
     /// `claimId` as read (`None`: absent).
@@ -378,6 +381,9 @@ pub struct ClaimRequest {
     pub expected: ClaimExpectation,
     /// What an earlier send may have done, as read (the grant's `previously_sent`).
     pub previously_sent: bool,
+    /// The quantity the call will send ([`AggregatedRecord::quantity_to_send`] as
+    /// read): the claim stores it as `sentQuantity`.
+    pub sent_quantity: i64,
     /// The claim to take.
     pub claim: Claim,
 }
@@ -389,10 +395,12 @@ impl ClaimRequest {
             key: record.key.clone(),
             expected: ClaimExpectation {
                 version: record.version,
+                quantity: record.quantity,
                 attempt_count: record.attempt_count,
                 claim_id: record.claim_id.clone(),
             },
             previously_sent: record.sent_quantity.is_some() || record.in_flight_until.is_some(),
+            sent_quantity: record.quantity_to_send(),
             claim,
         }
     }
@@ -435,11 +443,11 @@ pub trait AggregatedStore: Send + Sync {
     /// Claims pending records for sending, in one request where the store can (DynamoDB:
     /// one `TransactWriteItems`, retried without the items whose condition failed).
     /// Each claim sets `inFlightUntil = claim.until`, `claimId = claim.id`,
-    /// `sentQuantity = quantity` if absent, removes `expiresAt` (a pending record never
+    /// `sentQuantity` = the quantity the call sends (the request's), removes `expiresAt` (a pending record never
     /// carries it), and bumps the attempt count, only if the
     /// record is pending, not mid-fold (`aggregationInProgress`), not held by an
     /// unexpired claim at `claim.now`, and still exactly as read ([`ClaimExpectation`]:
-    /// no fold, claim or outcome since), so what the read says about earlier sends is
+    /// no fold, claim or outcome since, the quantity unchanged), so what the read says about earlier sends is
     /// what is true at the claim. One answer per request, in order: `None` where the
     /// condition failed (skip it this run). At most [`MAX_BATCH_WRITES`] requests.
     async fn claim_all(

@@ -31,10 +31,10 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   when `None`), a new `updatedAt`; the record is stored without `expiresAt`. More than [`MAX_ROWS_PER_COMMIT`](crate::ports::MAX_ROWS_PER_COMMIT) rows, or the same row
 ///   twice, is an error (DynamoDB refuses such a transaction). More than
 ///   [`MAX_BATCH_WRITES`](crate::ports::MAX_BATCH_WRITES) claims or outcomes in one call is an error too.
-/// - `claim_all`, each request on its own: pending, exactly as read (version, attempt
-///   count and claim id as expected), not mid-fold, not held by an unexpired claim
-///   (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`, `claimId`,
-///   `sentQuantity` (kept if set), `attemptCount + 1`; the version does not move. The
+/// - `claim_all`, each request on its own: pending, exactly as read (version, quantity,
+///   attempt count and claim id as expected), not mid-fold, not held by an unexpired
+///   claim (`inFlightUntil <= claim.now` counts as expired) -> `inFlightUntil`,
+///   `claimId`, `sentQuantity` = the request's (what the call sends), `attemptCount + 1`; the version does not move. The
 ///   grant says, from the read, whether an earlier send may have billed it.
 /// - `record_all`, each write on its own: only while pending and, with a claim id, only under that claim (without
 ///   one, only while no unexpired claim holds it); releases the claim; a terminal
@@ -143,6 +143,7 @@ fn claim_one(
     let expected = &request.expected;
     if !record.is_pending()
         || record.version != expected.version
+        || record.quantity != expected.quantity
         || record.attempt_count != expected.attempt_count
         || record.claim_id != expected.claim_id
         || record.folding
@@ -153,7 +154,7 @@ fn claim_one(
     let mut next = record.clone();
     next.in_flight_until = Some(claim.until);
     next.claim_id = Some(claim.id.clone());
-    next.sent_quantity = Some(record.sent_quantity.unwrap_or(record.quantity));
+    next.sent_quantity = Some(request.sent_quantity);
     next.attempt_count = record.attempt_count.saturating_add(1);
     let stamp = AuditStamp {
         created_at: stored.stamp.created_at.clone(),

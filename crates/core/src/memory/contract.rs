@@ -129,6 +129,7 @@ macro_rules! store_contract_tests {
             commit_folds_only_into_a_record_no_claim_ever_held,
             claim_and_record_hold_to_the_claim_id,
             claim_all_takes_only_records_exactly_as_read_and_answers_each,
+            a_claim_pins_the_quantity_it_sends_and_holds_only_while_it_is_stored,
             finalize_row_requires_the_row_claim,
             finalize_row_makes_a_pending_row_final_once,
             pending_pages_cover_every_pending_item_once,
@@ -720,6 +721,57 @@ pub async fn claim_all_takes_only_records_exactly_as_read_and_answers_each(b: &d
         agg.claim_all(&too_many).await.is_err(),
         "over the batch size"
     );
+}
+
+/// Direct-submit: the seller may update a record in place (no version bump). A claim
+/// taken on a read whose quantity is no longer stored is refused; a claim stores as
+/// `sentQuantity` exactly the quantity its call sends, never the stored one.
+pub async fn a_claim_pins_the_quantity_it_sends_and_holds_only_while_it_is_stored(
+    b: &dyn Backend,
+) {
+    let agg = b.aggregated();
+    let key = group("2026-11-30T09");
+    let written = record(key.clone(), 5, 0);
+    assert_eq!(
+        agg.put_direct(&written, t("2026-11-30T10:00:00Z"))
+            .await
+            .unwrap(),
+        PutOutcome::Created
+    );
+    // A read that saw 7 (the seller's value before or after), while 5 is stored.
+    let mut seen = read_record(agg, &key).await;
+    seen.quantity = 7;
+    let moved = ClaimRequest::of(
+        &seen,
+        claim("c1", "2026-11-30T10:01:00Z", "2026-11-30T10:05:00Z"),
+    );
+    assert_eq!(moved.sent_quantity, 7);
+    assert_eq!(agg.claim_all(&[moved]).await.unwrap(), vec![None]);
+    let untouched = read_record(agg, &key).await;
+    assert_eq!((untouched.sent_quantity, untouched.claim_id), (None, None));
+    // Read as stored: claimed, and `sentQuantity` is the quantity the call sends.
+    let mut read = read_record(agg, &key).await;
+    let as_read = ClaimRequest::of(
+        &read,
+        claim("c2", "2026-11-30T10:01:00Z", "2026-11-30T10:05:00Z"),
+    );
+    assert!(agg.claim_all(&[as_read]).await.unwrap()[0].is_some());
+    assert_eq!(read_record(agg, &key).await.sent_quantity, Some(5));
+    // A request that sends a pinned quantity stores that one, whatever `quantity` says.
+    let release = SubmissionUpdate::release(true);
+    assert!(
+        agg.record(&key, Some("c2"), &release, t("2026-11-30T10:02:00Z"))
+            .await
+            .unwrap()
+    );
+    read = read_record(agg, &key).await;
+    let mut request = ClaimRequest::of(
+        &read,
+        claim("c3", "2026-11-30T10:03:00Z", "2026-11-30T10:06:00Z"),
+    );
+    request.sent_quantity = 4;
+    assert!(agg.claim_all(&[request]).await.unwrap()[0].is_some());
+    assert_eq!(read_record(agg, &key).await.sent_quantity, Some(4));
 }
 
 async fn read_record(agg: &dyn AggregatedStore, key: &GroupKey) -> AggregatedRecord {
