@@ -192,8 +192,11 @@ pub fn accepted_by_api(t: Instant, now: Instant) -> bool {
 
 /// Whether a bucket has aged out at `now`: its start is 24 h or more ago, or it is
 /// last month's and the month grace has ended. Expired buckets are never submitted.
+/// A bucket that has not begun at `now` has not aged out (a run stamped a little
+/// before an hour began must not expire that hour's records).
 pub fn bucket_expired(bucket: HourBucket, now: Instant) -> bool {
-    !accepted_by_api(bucket.start(), now)
+    let start = bucket.start();
+    start <= now && !accepted_by_api(start, now)
 }
 
 /// Whether `bucket`'s hour has completed and its lock has passed at `now`, so it may be
@@ -382,6 +385,9 @@ mod tests {
         let now = t("2026-11-30T10:30:00Z");
         assert!(!bucket_expired(b("2026-11-29T11"), now));
         assert!(bucket_expired(b("2026-11-29T10"), now));
+        // An hour that has not begun has not aged out (a run stamped just before it).
+        assert!(!bucket_expired(b("2026-11-30T11"), t("2026-11-30T10:59:40Z")));
+        assert!(!bucket_expired(b("2026-12-01T00"), t("2026-11-30T23:59:59Z")));
         assert!(at_oldest_edge(b("2026-11-29T11"), now));
         assert!(!at_oldest_edge(b("2026-11-29T12"), now));
         let expired = expired_buckets(now, 24);

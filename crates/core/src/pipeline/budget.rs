@@ -11,23 +11,32 @@ use crate::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     deadline: Option<Instant>,
+    /// When the invocation itself ends (Lambda stops it): the deadline plus its margin.
+    end: Option<Instant>,
 }
 
 impl Budget {
     /// No deadline (tools and tests that run to completion).
-    pub const UNLIMITED: Budget = Budget { deadline: None };
+    pub const UNLIMITED: Budget = Budget {
+        deadline: None,
+        end: None,
+    };
 
-    /// Stop starting work at `deadline`.
+    /// Stop starting work at `deadline`, which is also when the run ends.
     pub fn until(deadline: Instant) -> Self {
         Budget {
             deadline: Some(deadline),
+            end: Some(deadline),
         }
     }
 
-    /// The budget of a Lambda invocation: its deadline minus `margin` (room to finish
-    /// the write in progress and report).
+    /// The budget of a Lambda invocation that ends at `deadline`: stop starting work
+    /// `margin` before it (room to finish the write in progress and report).
     pub fn before(deadline: Instant, margin: Duration) -> Self {
-        Budget::until(deadline - margin)
+        Budget {
+            deadline: Some(deadline - margin),
+            end: Some(deadline),
+        }
     }
 
     /// The budget of a Lambda invocation whose context deadline is `deadline_ms`
@@ -43,6 +52,11 @@ impl Budget {
     /// The deadline, if any.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// When the invocation ends (nothing it holds outlives this), if it has a deadline.
+    pub fn end(&self) -> Option<Instant> {
+        self.end
     }
 
     /// Whether the deadline has passed on `clock`.

@@ -151,13 +151,13 @@ pub async fn submit(
         ports.clock.as_ref(),
         settings.min_call_interval,
     );
-    // Leases are wall-clock: a retried invocation with a stale event time must not
-    // compute a lease that other stages already see as lapsed.
-    let lease = budget
-        .remaining(ports.clock.as_ref())
-        .map_or(settings.claim_lease, |left| {
-            left + chrono::Duration::minutes(1)
-        });
+    // Leases are wall-clock (a retried invocation with a stale event time must not
+    // compute a lease that other stages already see as lapsed) and end when the
+    // invocation must end: a claim never outlives the function that holds it.
+    let lease = match budget.end() {
+        Some(end) => Lease::Until(end),
+        None => Lease::For(settings.claim_lease),
+    };
     let mut run = Run {
         now,
         lease,
@@ -255,9 +255,17 @@ impl<E: Into<PipelineError>> From<E> for RunError {
     }
 }
 
+/// How long a claim is held: to the invocation's end, or (no deadline: tools, tests)
+/// for the settings' lease from the claim's time.
+#[derive(Debug, Clone, Copy)]
+enum Lease {
+    Until(Instant),
+    For(chrono::Duration),
+}
+
 struct Run<'a> {
     now: Instant,
-    lease: chrono::Duration,
+    lease: Lease,
     settings: &'a SubmitSettings,
     ports: &'a SubmitPorts,
     paced: &'a PacedMeteringApi<'a>,
@@ -541,13 +549,18 @@ impl Run<'_> {
         }
     }
 
-    /// A claim for one record, leased from the wall clock's now.
+    /// A claim for one record, taken at the wall clock's now and held until the lease
+    /// ends.
     fn new_claim(&self) -> Claim {
         let wall = self.ports.clock.now();
+        let until = match self.lease {
+            Lease::Until(end) => end,
+            Lease::For(lease) => wall + lease,
+        };
         Claim {
             id: new_claim_id(),
             now: wall,
-            until: wall + self.lease,
+            until,
         }
     }
 
@@ -932,12 +945,12 @@ impl Run<'_> {
             for item in &page.malformed {
                 self.reject_malformed(item).await?;
             }
-            let now = self.now;
-            for record in page
-                .items
-                .into_iter()
-                .filter(|r| time::bucket_expired(r.key.hour, now))
-            {
+            // Expired by the run's stamp and by the wall clock: a stale or early stamp
+            // never ages out an hour the other still has in its window.
+            let (now, wall) = (self.now, self.ports.clock.now());
+            for record in page.items.into_iter().filter(|r| {
+                time::bucket_expired(r.key.hour, now) && time::bucket_expired(r.key.hour, wall)
+            }) {
                 let quiet = is_skipped_zero(&record, self.settings.zero_policy);
                 let reason = if quiet {
                     Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
@@ -1697,6 +1710,104 @@ mod tests {
         );
         assert_eq!(world.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 2);
         assert_eq!(status(&world, &live_zero), AggregatedStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn a_run_stamped_before_an_hour_began_never_ages_that_hour_out() {
+        // GIVEN a deprovisioning license whose final hour (11) was flushed early, and a
+        // direct-submit row written for hour 11 a little ahead of time
+        let world = World::new(t("2026-11-30T11:00:05Z"));
+        let l = license(1);
+        world.api.entitle(&l, ACCOUNT_A);
+        let next_hour = group(&l, ACCOUNT_A, "a", "2026-11-30T11");
+        world
+            .tables
+            .insert_aggregated(pending(&next_hour, 4), world.clock.now());
+        // WHEN a run whose event time is 10:59:40 (its schedule fired before the hour)
+        // sweeps the index
+        let report = world.submit(t("2026-11-30T10:59:40Z")).await;
+        // THEN the hour is not expired: it is billed by a later run
+        assert_eq!(report.expired, 0);
+        assert_eq!(status(&world, &next_hour), AggregatedStatus::Pending);
+        let later = world.submit(t("2026-11-30T12:05:00Z")).await;
+        assert_eq!(later.success, 1);
+        assert_eq!(world.api.ledger()[&next_hour].quantity, 4);
+    }
+
+    /// Marketplace that notes each sent record's lease as stored while the call is out,
+    /// and lets a minute pass per call.
+    struct LeaseWatch {
+        inner: MemoryMeteringApi,
+        tables: crate::memory::MemoryTables,
+        clock: crate::memory::ManualClock,
+        leases: Mutex<Vec<Option<Instant>>>,
+    }
+
+    #[async_trait]
+    impl MeteringApi for LeaseWatch {
+        async fn batch_meter_usage(
+            &self,
+            records: &[MeteringRecord],
+        ) -> Result<Vec<RecordVerdict>, MeteringError> {
+            for record in records {
+                let stored = self.tables.aggregated_records();
+                let stored = stored.iter().find(|r| r.key == record.key).unwrap();
+                self.leases.lock().unwrap().push(stored.in_flight_until);
+            }
+            self.clock.advance(std::time::Duration::from_secs(60));
+            self.inner.batch_meter_usage(records).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_ends_when_the_invocation_that_holds_it_ends() {
+        // GIVEN an invocation that Lambda ends at 10:34 (the run stops 20 s before)
+        let now = t(NOW);
+        let world = World::new(now);
+        seed(&world, 60, "2026-11-30T09", 1);
+        let end = t("2026-11-30T10:34:00Z");
+        let api = Arc::new(LeaseWatch {
+            inner: world.api.clone(),
+            tables: world.tables.clone(),
+            clock: world.clock.clone(),
+            leases: Mutex::new(Vec::new()),
+        });
+        let ports = SubmitPorts {
+            metering: api.clone(),
+            ..world.submit_ports()
+        };
+        // WHEN it claims batches minutes apart
+        let budget = Budget::before(end, chrono::Duration::seconds(20));
+        submit(now, &world.submit_settings(), &ports, budget)
+            .await
+            .unwrap();
+        // THEN every claim, early or late, lapses at the invocation's end, never after
+        let leases = api.leases.lock().unwrap().clone();
+        assert_eq!(leases.len(), 60);
+        assert!(leases.iter().all(|l| *l == Some(end)), "{leases:?}");
+    }
+
+    #[tokio::test]
+    async fn a_stale_run_expires_only_what_the_wall_clock_expires_too() {
+        // GIVEN an hour that has aged out by the event time but not by the wall clock
+        // (an invocation replayed with a later time, or a skewed clock)
+        let world = World::new(t("2026-11-30T10:30:00Z"));
+        let l = license(1);
+        world.api.entitle(&l, ACCOUNT_A);
+        let edge = group(&l, ACCOUNT_A, "a", "2026-11-29T11");
+        world
+            .tables
+            .insert_aggregated(pending(&edge, 2), world.clock.now());
+        // WHEN a run stamped after the hour's window closed sweeps the index
+        let settings = world.submit_settings();
+        let report = run(&world, t("2026-11-30T11:00:10Z"), &settings)
+            .await
+            .unwrap();
+        // THEN it waits for the wall clock to agree; the hour is still billed in time
+        assert_eq!(report.expired, 0);
+        assert_eq!(status(&world, &edge), AggregatedStatus::Pending);
+        let billed = world.submit(t("2026-11-30T10:31:00Z")).await;
+        assert_eq!(billed.success, 1);
     }
 
     #[tokio::test]
