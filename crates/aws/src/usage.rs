@@ -3,11 +3,12 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
-use awsmp_core::items::IngestionWrite;
-use awsmp_core::model::{GroupKey, RawUsageRow, attr};
+use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
+use awsmp_core::ingestion::judge_repeat;
+use awsmp_core::items::{INGESTION_MARKER_ROW, IngestionWrite};
+use awsmp_core::model::{Attr, GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{
-    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, RowFinal,
+    Cursor, IngestOutcome, NewUsageRow, Page, PendingRawRef, PortError, RowClaim, RowFinal,
     StrayPending, UsageStore,
 };
 use awsmp_core::time::{HourBucket, Instant};
@@ -26,7 +27,8 @@ use crate::item::{
 /// `usageAllocations` and `productCode`, `meteringPending` (the hour bucket),
 /// `createdAt`, `updatedAt`; sort key `<account>#<dimension>#<timestamp>#<eventId>`.
 /// With it, in the same transaction, the event's idempotency marker: sort key
-/// `event#<eventId>`, `ingestedRow` (the row's sort key), `createdAt`, `updatedAt`;
+/// `event#<eventId>`, `ingestedRow` (the row's sort key), `contentDigest` (what a
+/// repeat of the event id must match), `createdAt`, `updatedAt`;
 /// no `meteringPending`, so it is never in the sparse index, and it never matches a
 /// group's sort-key prefix (those start with the 12-digit account).
 #[derive(Debug, Clone)]
@@ -87,6 +89,33 @@ pub(crate) fn raw_row_from_item(table: &str, item: DynamoItem) -> Result<RawUsag
         sort_key,
         attrs,
     })
+}
+
+impl DynamoUsageStore {
+    /// The verdict on `row`, whose event id was written before: `at_key` is the item at
+    /// the row's own key and `marker` the event's marker, as the cancelled transaction
+    /// returned them; the row the marker names is read (consistently) when it is not
+    /// the one at this key.
+    async fn judge(
+        &self,
+        row: &NewUsageRow,
+        row_key: &str,
+        at_key: Option<RawUsageRow>,
+        marker: Option<RawUsageRow>,
+    ) -> Result<IngestOutcome, PortError> {
+        let named = marker
+            .as_ref()
+            .and_then(|m| m.attrs.get(INGESTION_MARKER_ROW))
+            .and_then(Attr::as_s)
+            .map(str::to_string);
+        let first = match named {
+            Some(sort_key) if sort_key != row_key => {
+                self.get_row(&row.license_arn, &sort_key).await?
+            }
+            _ => at_key,
+        };
+        Ok(judge_repeat(row, marker.as_ref(), first.as_ref()))
+    }
 }
 
 #[async_trait]
@@ -252,11 +281,11 @@ impl UsageStore for DynamoUsageStore {
     }
 
     #[instrument(skip(self, row), fields(table = %self.table, license = %row.license_arn, event_id = %row.event_id))]
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError> {
         // The row and the event's marker (`event#<eventId>`, no `meteringPending`: never
         // in the sparse index, never under a group's prefix), shaped in the domain and
-        // written in one transaction, each only if its key is new: a retry of the event
-        // id at any other timestamp finds the marker and writes nothing.
+        // written in one transaction, each only if its key is new: a repeat of the event
+        // id finds the marker, writes nothing, and is judged a duplicate or a conflict.
         let write = IngestionWrite::new(row, now).map_err(|e| e.port_error("put_row"))?;
         let item = raw_row_item(&write.row)?;
         let marker = raw_row_item(&write.marker)?;
@@ -266,10 +295,16 @@ impl UsageStore for DynamoUsageStore {
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(#sk)")
                 .expression_attribute_names("#sk", attr::USAGE_SORT_KEY)
+                // What is there comes back in the cancellation reasons: the marker says
+                // what the first write of the event id carried.
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
                 .build()
                 .map(|put| TransactWriteItem::builder().put(put).build())
                 .map_err(|e| failed("put_row", format!("cannot build the ingestion write: {e}")))
         };
+        let row_key = write.row.sort_key.clone();
         let result = self
             .client
             .transact_write_items()
@@ -278,20 +313,26 @@ impl UsageStore for DynamoUsageStore {
             .send()
             .await;
         let err = match result {
-            Ok(_) => return Ok(PutOutcome::Created),
+            Ok(_) => return Ok(IngestOutcome::Created),
             Err(err) => err,
         };
         if let Some(TransactWriteItemsError::TransactionCanceledException(canceled)) =
             err.as_service_error()
         {
-            let codes: Vec<&str> = canceled
-                .cancellation_reasons()
-                .iter()
-                .map(|r| r.code().unwrap_or("None"))
-                .collect();
-            // The row or the marker exists: this event id was written before.
+            let reasons = canceled.cancellation_reasons();
+            let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+            // The row or the marker exists: this event id was written before. The items
+            // as they are (ALL_OLD) say whether with this usage.
             if codes.contains(&"ConditionalCheckFailed") {
-                return Ok(PutOutcome::AlreadyExists);
+                let old = |i: usize| {
+                    reasons
+                        .get(i)
+                        .and_then(|r| r.item())
+                        .map(|item| self.row_from_item(item.clone()))
+                        .transpose()
+                };
+                let (at_key, marker) = (old(0)?, old(1)?);
+                return self.judge(row, &row_key, at_key, marker).await;
             }
             // DynamoDB cancels a transaction whose item is too large (over 400 KB) with
             // `ValidationError` (moto answers a plain `ValidationException` instead):

@@ -32,8 +32,8 @@ use awsmp_aws::{
 };
 use awsmp_core::model::Subscriber;
 use awsmp_core::ports::{
-    AggregatedStore, MeteringApi, MeteringError, MeteringRecord, NewUsageRow, PortError,
-    PutOutcome, RecordVerdict, SubscriberStore, UsageStore, WorkMessage, WorkQueue,
+    AggregatedStore, IngestOutcome, MeteringApi, MeteringError, MeteringRecord, NewUsageRow,
+    PortError, RecordVerdict, SubscriberStore, UsageStore, WorkMessage, WorkQueue,
 };
 use common::*;
 
@@ -160,6 +160,7 @@ fn new_row(event_id: &str) -> NewUsageRow {
         allocations: None,
         product_code: None,
         event_id: event_id.into(),
+        timestamp_defaulted: false,
     }
 }
 
@@ -292,11 +293,12 @@ async fn ingestion_transactions_keep_their_cancellation_answers() {
         (rule, store)
     };
 
-    // The row or its marker exists: written before.
+    // The row or its marker exists: written before (no item returned to compare: the
+    // retry it most likely is).
     let (_rule, store) = put(|| canceled(&["ConditionalCheckFailed", "None"]));
     assert_eq!(
         store.put_row(&new_row("e-1"), now).await.unwrap(),
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
     // A concurrent transaction holds an item: try again.
     let (_rule, store) = put(|| canceled(&["TransactionConflict", "None"]));
@@ -344,7 +346,7 @@ async fn ingestion_transactions_keep_their_cancellation_answers() {
     );
     assert_eq!(
         store.put_row(&new_row("e-2"), now).await.unwrap(),
-        PutOutcome::Created
+        IngestOutcome::Created
     );
     assert_eq!(rule.num_calls(), 3);
 }

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::memory::fixtures::{all_pages, put_row, team_allocation, usage_row};
 use awsmp_core::model::{Attr, RawStatus};
-use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, RowClaim, RowFinal, UsageStore};
+use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, RowClaim, RowFinal, UsageStore};
 use common::*;
 
 fn new_row(dimension: &str, ts: &str, event_id: &str, quantity: i64) -> NewUsageRow {
@@ -29,19 +29,27 @@ async fn put_row_is_idempotent_per_event_id_and_keeps_same_second_writes_apart()
     row.allocations = Some(team_allocation(5));
     row.product_code = Some("prodcode".into());
 
-    // GIVEN a first write WHEN it is retried THEN nothing changes.
-    assert_eq!(put_row(&store, &row, now).await, PutOutcome::Created);
+    // GIVEN a first write WHEN it is retried THEN nothing changes; WHEN the event id
+    // comes again with other usage THEN a conflict with both, and nothing changes.
+    assert_eq!(put_row(&store, &row, now).await, IngestOutcome::Created);
+    assert_eq!(
+        put_row(&store, &row, t("2026-11-30T10:21:00Z")).await,
+        IngestOutcome::Duplicate
+    );
     let mut retried = row.clone();
     retried.quantity = 999;
-    assert_eq!(
-        put_row(&store, &retried, t("2026-11-30T10:21:00Z")).await,
-        PutOutcome::AlreadyExists
-    );
+    let IngestOutcome::Conflict(conflict) =
+        put_row(&store, &retried, t("2026-11-30T10:21:00Z")).await
+    else {
+        panic!("another quantity under the event id is a conflict")
+    };
+    assert_eq!(conflict.recorded.map(|r| r.quantity), Some(5));
+    assert_eq!(conflict.this.quantity, 999);
     // A second event in the same second is its own row.
     let same_second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 7);
     assert_eq!(
         put_row(&store, &same_second, now).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
 
     let sort_key = format!("{ACCOUNT}#requests#2026-11-30T10:15:42Z#evt-1");
@@ -218,18 +226,26 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_writes_nothing() {
     let first = new_row("requests", "2026-11-30T10:15:42Z", "evt-1", 5);
     assert_eq!(
         put_row(&store, &first, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
-    let retry = new_row("requests", "2026-11-30T10:15:43Z", "evt-1", 5);
+    let mut retry = new_row("requests", "2026-11-30T10:15:43Z", "evt-1", 5);
+    retry.timestamp_defaulted = true;
     assert_eq!(
         put_row(&store, &retry, t("2026-11-30T10:15:43Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
-    let next_hour = new_row("requests", "2026-11-30T11:00:01Z", "evt-1", 8);
+    let mut next_hour = new_row("requests", "2026-11-30T11:00:01Z", "evt-1", 5);
+    next_hour.timestamp_defaulted = true;
     assert_eq!(
         put_row(&store, &next_hour, t("2026-11-30T11:00:01Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
+    // The same id with another quantity in the next hour: a conflict, no row.
+    next_hour.quantity = 8;
+    assert!(matches!(
+        put_row(&store, &next_hour, t("2026-11-30T11:00:01Z")).await,
+        IngestOutcome::Conflict(_)
+    ));
 
     let rows = store
         .group_rows(&group("requests", "2026-11-30T10"))
@@ -270,13 +286,13 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_writes_nothing() {
     let second = new_row("requests", "2026-11-30T10:15:42Z", "evt-2", 1);
     assert_eq!(
         put_row(&store, &second, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
     let mut elsewhere = first.clone();
     elsewhere.license_arn = format!("{LICENSE}-other");
     assert_eq!(
         put_row(&store, &elsewhere, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
     assert_eq!(pending_count(&store, "2026-11-30T10").await, 3);
 }
@@ -301,7 +317,7 @@ async fn a_row_without_a_marker_still_refuses_its_exact_retry() {
         .unwrap();
     assert_eq!(
         put_row(&store, &row, t("2026-11-30T10:21:00Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
     assert!(
         store

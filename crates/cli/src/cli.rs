@@ -15,14 +15,14 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::commands::{CommandError, UsagePut, inspect, parse_tag, usage_put};
 use crate::deployment::{Deployment, DeploymentArgs};
 use crate::ops;
-use crate::output::{EXIT_ATTENTION, Format, Outcome};
+use crate::output::{EXIT_ATTENTION, EXIT_CONFLICT, Format, Outcome};
 
 /// awsmp: operate an awsmp-metering deployment, or run the whole system locally.
 ///
 /// Name the deployment once (--stage and --product-code, or --stack; --region per
 /// metering Region) and every command finds its tables and queues in the stacks'
 /// outputs. Exit codes: 0 done, 1 could not run, 2 bad arguments, 3 something needs
-/// attention, 4 deployment not found.
+/// attention, 4 deployment not found, 5 an event id reused with other usage.
 #[derive(Debug, Parser)]
 #[command(name = "awsmp", version, about, long_about)]
 struct Args {
@@ -231,8 +231,9 @@ enum DlqCommand {
 
 #[derive(Debug, Subcommand)]
 enum UsageCommand {
-    /// Write one usage row; a retry with the same --event-id is a no-op, and writes in
-    /// the same second never overwrite each other.
+    /// Write one usage row into one deployment (one --region); a retry with the same
+    /// --event-id and usage is a no-op, the same id with other usage a conflict (exit
+    /// 5), and writes in the same second never overwrite each other.
     ///
     /// Example: awsmp usage put --license ARN --account 111122223333 --dimension api --quantity 3 --event-id req-42
     Put {
@@ -259,8 +260,10 @@ enum UsageCommand {
         #[arg(long = "tag")]
         tags: Vec<String>,
     },
-    /// Write usage from a CSV or JSON Lines file: every line checked first as the
-    /// aggregator would; resumable; a rerun writes nothing twice.
+    /// Write usage from a CSV or JSON Lines file into one deployment (one --region):
+    /// every line checked first as the aggregator would; resumable per table and per
+    /// version of the file; a rerun writes nothing twice; a line reusing an event id
+    /// with other usage is a conflict (exit 5).
     ///
     /// Example: awsmp usage import usage.csv --product-code abc123 --stage prod
     Import {
@@ -290,14 +293,18 @@ pub async fn run() -> ExitCode {
     match dispatch(args, format).await {
         Ok(outcomes) => {
             let mut attention = false;
+            let mut conflict = false;
             for outcome in outcomes {
                 print!("{}", outcome.text);
                 if !outcome.text.ends_with('\n') {
                     println!();
                 }
                 attention |= outcome.attention;
+                conflict |= outcome.conflict;
             }
-            if attention {
+            if conflict {
+                ExitCode::from(EXIT_CONFLICT)
+            } else if attention {
                 ExitCode::from(EXIT_ATTENTION)
             } else {
                 ExitCode::SUCCESS
@@ -340,10 +347,7 @@ impl From<crate::trail::ReportError> for CommandError {
 }
 
 fn report(r: crate::trail::Report) -> Outcome {
-    Outcome {
-        text: r.text,
-        attention: r.attention,
-    }
+    Outcome::flagged(r.text, r.attention)
 }
 
 fn hour_arg(flag: &str, text: &str) -> Result<HourBucket, CommandError> {
@@ -366,31 +370,42 @@ struct Stores {
 async fn stores(args: &DeploymentArgs) -> Result<Vec<Stores>, CommandError> {
     let mut out = Vec::new();
     for deployment in args.resolve().await? {
-        let config = args.sdk_config(Some(&deployment.region)).await;
-        let client = aws_sdk_dynamodb::Client::new(&config);
-        let subscribers = match &deployment.subscribers {
-            Some((table, region)) => {
-                let config = args.sdk_config(Some(region)).await;
-                Some(DynamoSubscriberStore::new(
-                    aws_sdk_dynamodb::Client::new(&config),
-                    table.clone(),
-                ))
-            }
-            None => None,
-        };
-        out.push(Stores {
-            operator: DynamoOperatorStore::new(
-                client.clone(),
-                deployment.usage_table.clone(),
-                deployment.aggregated_table.clone(),
-            ),
-            sqs: aws_sdk_sqs::Client::new(&config),
-            client,
-            subscribers,
-            deployment,
-        });
+        out.push(stores_of(args, deployment).await);
     }
     Ok(out)
+}
+
+/// The stores of the one deployment a write command (`command`) goes to
+/// ([`DeploymentArgs::resolve_one_for_writes`]).
+async fn write_target(args: &DeploymentArgs, command: &str) -> Result<Stores, CommandError> {
+    let deployment = args.resolve_one_for_writes(command).await?;
+    Ok(stores_of(args, deployment).await)
+}
+
+async fn stores_of(args: &DeploymentArgs, deployment: Deployment) -> Stores {
+    let config = args.sdk_config(Some(&deployment.region)).await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let subscribers = match &deployment.subscribers {
+        Some((table, region)) => {
+            let config = args.sdk_config(Some(region)).await;
+            Some(DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&config),
+                table.clone(),
+            ))
+        }
+        None => None,
+    };
+    Stores {
+        operator: DynamoOperatorStore::new(
+            client.clone(),
+            deployment.usage_table.clone(),
+            deployment.aggregated_table.clone(),
+        ),
+        sqs: aws_sdk_sqs::Client::new(&config),
+        client,
+        subscribers,
+        deployment,
+    }
 }
 
 async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandError> {
@@ -435,12 +450,9 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 event_id,
                 tags,
             };
-            let mut out = Vec::new();
-            for s in stores(deployment).await? {
-                let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
-                out.push(usage_put(&store, &put, now).await?.render(format));
-            }
-            Ok(out)
+            let s = write_target(deployment, "usage put").await?;
+            let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
+            Ok(vec![usage_put(&store, &put, now).await?.render(format)])
         }
         Command::Usage {
             command:
@@ -464,20 +476,21 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                     "--product-code is needed: rows are checked against the stack's product as the aggregator checks them".into(),
                 )
             })?;
+            let s = write_target(deployment, "usage import").await?;
             let options = ops::import::ImportOptions {
                 format: file_format,
                 product_code,
                 write_valid,
                 restart,
+                target: ops::import::progress_target(
+                    &s.deployment.region,
+                    &s.deployment.usage_table,
+                ),
             };
-            let mut out = Vec::new();
-            for s in stores(deployment).await? {
-                let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
-                let report = ops::import::import(&store, &file, &options, now).await?;
-                let written = report.bad.is_empty() || write_valid;
-                out.push(ops::import::render(&report, written, format));
-            }
-            Ok(out)
+            let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
+            let report = ops::import::import(&store, &file, &options, now).await?;
+            let written = report.bad.is_empty() || write_valid;
+            Ok(vec![ops::import::render(&report, written, format)])
         }
         Command::Status { hours } => {
             let mut out = Vec::new();

@@ -31,16 +31,20 @@ pub enum CommandError {
     /// A file could not be read or written.
     #[error("{0}")]
     Io(String),
+    /// An event id was already written with other usage; nothing was written.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl CommandError {
-    /// The process exit code of this failure: 2 a bad argument, 4 not found, 1 a
-    /// failed call or file (3, [`crate::output::EXIT_ATTENTION`], is a run that
+    /// The process exit code of this failure: 2 a bad argument, 4 not found, 5 an
+    /// event id reused with other usage, 1 a failed call or file (3, [`crate::output::EXIT_ATTENTION`], is a run that
     /// succeeded with something to look at).
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             CommandError::Usage(_) => 2,
             CommandError::NotFound(_) => 4,
+            CommandError::Conflict(_) => crate::output::EXIT_CONFLICT,
             CommandError::Store(_) | CommandError::Aws(_) | CommandError::Io(_) => 1,
         })
     }
@@ -103,8 +107,8 @@ impl UsagePut {
 /// What `awsmp usage put` did with one row.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PutResult {
-    /// `written`, or `already_written` (the event id was written before: nothing
-    /// changed).
+    /// `written`, or `already_written` (the event id was written before with the same
+    /// usage: nothing changed).
     pub result: &'static str,
     /// The row's license.
     pub license_arn: String,
@@ -143,9 +147,11 @@ const WRITTEN: &str = "written";
 
 /// Writes one usage row through [`awsmp_usage::Meter`], as a seller's service would:
 /// checked first as the aggregator checks it (a row it would reject is refused with
-/// its reason code, nothing written), then written idempotently. The event id alone
-/// decides: a retry with the same `--event-id` writes nothing, even when its timestamp
-/// (by default "now") differs from the first attempt's.
+/// its reason code, nothing written), then written idempotently: a retry with the same
+/// `--event-id` and the same usage writes nothing, even when its timestamp (by default
+/// "now") differs from the first attempt's; the same id with other usage (or another
+/// `--timestamp` given) is a conflict ([`CommandError::Conflict`], exit 5), nothing
+/// written.
 pub async fn usage_put<S>(
     store: &S,
     put: &UsagePut,
@@ -162,6 +168,11 @@ where
         Ok(Recorded::Written) => WRITTEN,
         Ok(Recorded::AlreadyWritten) => "already_written",
         Err(UsageError::Store(e)) => return Err(CommandError::Store(e)),
+        Err(UsageError::Conflict(conflict)) => {
+            return Err(CommandError::Conflict(format!(
+                "usage not written: {conflict}"
+            )));
+        }
         Err(refused) => return Err(CommandError::Usage(refused.to_string())),
     };
     Ok(PutResult {

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use aws_config::{Region, SdkConfig};
 use clap::Args;
 
+use awsmp_core::pipeline::submit::DeploymentMode;
+
 use crate::commands::CommandError;
 
 /// The Region the events stack (and the subscribers table) lives in.
@@ -103,6 +105,9 @@ pub struct Deployment {
     pub subscribers: Option<(String, String)>,
     /// Queue role (`work`, `cleanup`, `deprovision`) -> URL, from the stack outputs.
     pub queues: BTreeMap<String, String>,
+    /// The stack's `DeploymentMode` output; `None` when the tables were named without
+    /// a stack (or the stack predates the output).
+    pub mode: Option<DeploymentMode>,
 }
 
 /// Stack outputs that name a queue, and the role `awsmp` calls it by.
@@ -139,6 +144,38 @@ impl DeploymentArgs {
             loader = loader.region(Region::new(region.to_string()));
         }
         loader.load().await
+    }
+
+    /// The one deployment a write goes to. Marketplace deduplicates usage per Region,
+    /// so usage written into several Regions' tables is billed once in each: a write
+    /// names exactly one Region (or the profile's), never `--all-regions` or several
+    /// `--region`, and the stack must aggregate raw usage (not direct-submit).
+    pub async fn resolve_one_for_writes(&self, command: &str) -> Result<Deployment, CommandError> {
+        if self.all_regions || self.regions.len() > 1 {
+            let given = if self.all_regions {
+                "--all-regions".to_string()
+            } else {
+                self.regions
+                    .iter()
+                    .map(|r| format!("--region {r}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            return Err(CommandError::Usage(format!(
+                "{command} writes into one deployment, got {given}: Marketplace deduplicates usage per Region, so usage written into several Regions is billed once in each. Name the one Region whose stack meters this usage with --region"
+            )));
+        }
+        let mut found = self.resolve().await?;
+        let deployment = found.pop().ok_or_else(|| {
+            CommandError::NotFound(
+                "no deployment found: name it with --stage, --product-code and --region".into(),
+            )
+        })?;
+        if let Some(mode) = deployment.mode {
+            awsmp_core::operate::import::accepts_raw_usage(mode)
+                .map_err(|e| CommandError::Usage(format!("{command}: {e}")))?;
+        }
+        Ok(deployment)
     }
 
     /// Every deployment the arguments name, one per Region.
@@ -291,7 +328,18 @@ impl DeploymentArgs {
             .iter()
             .filter_map(|(key, role)| output(key).map(|url| (role.to_string(), url)))
             .collect();
+        let mode = output("DeploymentMode")
+            .map(|text| {
+                text.parse::<DeploymentMode>().map_err(|e| {
+                    CommandError::Usage(format!(
+                        "stack {}: the DeploymentMode output: {e}",
+                        stack.as_deref().unwrap_or_default()
+                    ))
+                })
+            })
+            .transpose()?;
         Ok(Deployment {
+            mode,
             region: region.to_string(),
             stack,
             usage_table,

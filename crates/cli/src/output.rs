@@ -8,6 +8,7 @@
 //! | 2 | bad arguments |
 //! | 3 | done, and something needs attention (an urgent item or a warning in status, failures listed or in a report, a disagreement in trail or reconcile, bad import lines, a replay refused) |
 //! | 4 | the deployment was not found (stack, table or queue) |
+//! | 5 | an event id was already written with other usage (`usage put`, `usage import`): that usage was not written |
 //!
 //! A failed command's code is [`CommandError::exit_code`](crate::commands::CommandError::exit_code).
 
@@ -31,6 +32,8 @@ pub struct Outcome {
     pub text: String,
     /// Whether the exit code says "needs attention" (3).
     pub attention: bool,
+    /// Whether an event id was found reused with other usage (exit 5, before 3).
+    pub conflict: bool,
 }
 
 impl Outcome {
@@ -39,12 +42,25 @@ impl Outcome {
         Outcome {
             text,
             attention: false,
+            conflict: false,
+        }
+    }
+
+    /// Printed text that needs attention when `attention` says so.
+    pub fn flagged(text: String, attention: bool) -> Self {
+        Outcome {
+            attention,
+            ..Outcome::ok(text)
         }
     }
 }
 
 /// Exit code 3: ran, and something needs attention.
 pub const EXIT_ATTENTION: u8 = 3;
+
+/// Exit code 5: an event id was already written with other usage (a conflict): that
+/// usage was not written.
+pub const EXIT_CONFLICT: u8 = 5;
 
 /// A table with `headers`, every row a list of cells, in a fixed ASCII style (stable
 /// for golden tests, readable in any terminal or log).

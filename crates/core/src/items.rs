@@ -97,6 +97,64 @@ pub const INGESTION_MARKER_PREFIX: &str = "event#";
 /// Attribute of an ingestion marker naming the sort key of the row its event wrote.
 pub const INGESTION_MARKER_ROW: &str = "ingestedRow";
 
+/// Attribute of an ingestion marker holding its event's [`content_digest`], so a
+/// repeated event id is compared with what the first write carried. Markers written
+/// before it existed have none (their row is read instead).
+pub const INGESTION_MARKER_DIGEST: &str = "contentDigest";
+
+/// The digest of one event's usage as a retry must repeat it: license, account,
+/// dimension, quantity and allocations (in order), never the instant. Hex SHA-256 of
+/// the length-prefixed fields, so no two contents share an encoding.
+pub fn content_digest(
+    license_arn: &str,
+    account: &str,
+    dimension: &str,
+    quantity: i64,
+    allocations: Option<&[Allocation]>,
+) -> String {
+    use sha2::{Digest, Sha256};
+    fn field(hash: &mut Sha256, bytes: &[u8]) {
+        hash.update((bytes.len() as u64).to_be_bytes());
+        hash.update(bytes);
+    }
+    let mut hash = Sha256::new();
+    for text in [
+        "awsmp-usage-v1",
+        license_arn,
+        account,
+        dimension,
+        &quantity.to_string(),
+    ] {
+        field(&mut hash, text.as_bytes());
+    }
+    match allocations {
+        None => field(&mut hash, b"no allocations"),
+        Some(list) => {
+            field(&mut hash, list.len().to_string().as_bytes());
+            for allocation in list {
+                field(&mut hash, allocation.quantity.to_string().as_bytes());
+                field(&mut hash, allocation.tags.len().to_string().as_bytes());
+                for tag in &allocation.tags {
+                    field(&mut hash, tag.key.as_bytes());
+                    field(&mut hash, tag.value.as_bytes());
+                }
+            }
+        }
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// [`content_digest`] of a new row.
+pub fn row_digest(row: &NewUsageRow) -> String {
+    content_digest(
+        &row.license_arn,
+        &row.customer_aws_account_id,
+        &row.dimension,
+        row.quantity,
+        row.allocations.as_deref(),
+    )
+}
+
 /// The usage-table sort key of the ingestion marker of `event_id` (partition key: the
 /// row's license): `event#<eventId>`. [`crate::ports::UsageStore::put_row`] writes the
 /// marker with the row, both or neither, so the event id alone (per license) makes a
@@ -112,14 +170,20 @@ pub fn ingestion_marker_event_id(sort_key: &str) -> Option<&str> {
 }
 
 /// The ingestion marker item for `row`: keys (license, [`ingestion_marker_sort_key`]),
-/// [`INGESTION_MARKER_ROW`] and the audit stamps. Never `meteringPending`,
-/// `customerAWSAccountId` or `dimension`: it is not usage and never enters the sparse
-/// index.
+/// [`INGESTION_MARKER_ROW`], [`INGESTION_MARKER_DIGEST`] and the audit stamps. Never
+/// `meteringPending`, `customerAWSAccountId` or `dimension`: it is not usage and never
+/// enters the sparse index.
 pub fn ingestion_marker_item(row: &NewUsageRow, now: Instant) -> RawUsageRow {
-    let mut attrs = BTreeMap::from([(
-        INGESTION_MARKER_ROW.to_string(),
-        Attr::S(ingestion_sort_key(row)),
-    )]);
+    let mut attrs = BTreeMap::from([
+        (
+            INGESTION_MARKER_ROW.to_string(),
+            Attr::S(ingestion_sort_key(row)),
+        ),
+        (
+            INGESTION_MARKER_DIGEST.to_string(),
+            Attr::S(row_digest(row)),
+        ),
+    ]);
     AuditStamp::at(now).apply(&mut attrs);
     RawUsageRow {
         license_arn: row.license_arn.clone(),
@@ -459,6 +523,7 @@ mod tests {
             allocations: None,
             product_code: None,
             event_id: event_id.into(),
+            timestamp_defaulted: false,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod bisect;
 pub mod clock;
 pub mod config;
 pub mod guardrails;
+pub mod ingestion;
 pub mod item_size;
 pub mod items;
 pub mod lifecycle;

@@ -162,6 +162,51 @@ pub struct NewUsageRow {
     /// Caller-supplied idempotency id; it becomes the sort-key suffix, so a retried
     /// write with the same id is a no-op and same-second writes never collide.
     pub event_id: String,
+    /// Whether `timestamp` is the moment of writing because the caller gave no instant
+    /// ("now"): a retry's "now" is later than the first attempt's, so the instant is
+    /// then no part of what a retry must repeat ([`crate::ingestion::judge_repeat`]).
+    pub timestamp_defaulted: bool,
+}
+
+/// One event's usage: what a write of its event id stored, or what a call carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventContent {
+    /// Buyer account.
+    pub account: String,
+    /// Dimension.
+    pub dimension: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// VMT allocations, if any.
+    pub allocations: Option<Vec<Allocation>>,
+    /// Usage instant.
+    pub timestamp: Instant,
+}
+
+/// An event id written before with other usage: nothing was written, and this call's
+/// usage is not billed under that id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventConflict {
+    /// License (the event id is unique per license).
+    pub license_arn: String,
+    /// The reused event id.
+    pub event_id: String,
+    /// What the first write of the event id stored; `None` when its row can no longer
+    /// be read (deleted by the table's retention).
+    pub recorded: Option<EventContent>,
+    /// What this call carries.
+    pub this: EventContent,
+}
+
+/// Result of an ingestion write ([`UsageStore::put_row`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngestOutcome {
+    /// Written.
+    Created,
+    /// The event id was written before with the same usage (a retry): nothing changed.
+    Duplicate,
+    /// The event id was written before with other usage: nothing changed.
+    Conflict(Box<EventConflict>),
 }
 
 /// Result of an idempotent ingestion write.
@@ -210,8 +255,11 @@ pub trait UsageStore: Send + Sync {
         now: Instant,
     ) -> Result<bool, PortError>;
 
-    /// Writes a new row unless its sort key (which carries the event id) exists.
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError>;
+    /// Writes a new row and its event's marker unless the event id (or the row's key)
+    /// was written before; then reads what the first write stored and answers
+    /// [`IngestOutcome::Duplicate`] or [`IngestOutcome::Conflict`] by
+    /// [`crate::ingestion::judge_repeat`].
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError>;
 
     /// One page of the sweep of the whole sparse pending index (a Scan of the index,
     /// which holds only pending rows, never of the table): the rows whose

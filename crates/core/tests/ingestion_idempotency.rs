@@ -1,6 +1,7 @@
-//! Ingestion idempotency on the in-memory store: the event id alone makes a retry a
-//! no-op, whatever timestamp (or other content) the retry carries, and the marker
-//! that remembers the event id never looks like usage to the pipeline.
+//! Ingestion idempotency on the in-memory store: the event id makes a retry of the
+//! same usage a no-op, whatever "now" its defaulted timestamp is; other usage under the
+//! id is a conflict that writes nothing; and the marker that remembers the event id
+//! never looks like usage to the pipeline.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,7 @@ use awsmp_core::memory::{
     ingestion_sort_key,
 };
 use awsmp_core::model::{Attr, GroupKey, attr};
-use awsmp_core::ports::{NewUsageRow, PutOutcome, UsageStore};
+use awsmp_core::ports::{IngestOutcome, NewUsageRow, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef";
@@ -51,19 +52,27 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_is_a_no_op() {
     let first = row("evt-1", "2026-11-30T10:15:42Z", 5);
     assert_eq!(
         put_row(&store, &first, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
-    let retry = row("evt-1", "2026-11-30T10:15:43Z", 5);
+    let mut retry = row("evt-1", "2026-11-30T10:15:43Z", 5);
+    retry.timestamp_defaulted = true;
     assert_eq!(
         put_row(&store, &retry, t("2026-11-30T10:15:43Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
-    // Even a retry in another hour, with another quantity, is the same event.
-    let later = row("evt-1", "2026-11-30T11:00:05Z", 9);
+    // A retry in another hour is the same event too; with another quantity it is a
+    // conflict, and writes nothing either.
+    let mut later = row("evt-1", "2026-11-30T11:00:05Z", 5);
+    later.timestamp_defaulted = true;
     assert_eq!(
         put_row(&store, &later, t("2026-11-30T11:00:05Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
+    later.quantity = 9;
+    assert!(matches!(
+        put_row(&store, &later, t("2026-11-30T11:00:05Z")).await,
+        IngestOutcome::Conflict(_)
+    ));
 
     let rows = store.group_rows(&group("2026-11-30T10")).await.unwrap();
     assert_eq!(rows.len(), 1, "one usage row: {rows:?}");
@@ -83,7 +92,7 @@ async fn a_retry_with_the_same_event_id_and_another_timestamp_is_a_no_op() {
     let other = row("evt-2", "2026-11-30T10:15:42Z", 7);
     assert_eq!(
         put_row(&store, &other, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
     assert_eq!(
         store
@@ -123,7 +132,7 @@ async fn the_marker_is_keyed_by_license_and_never_looks_like_usage() {
     elsewhere.license_arn = "arn:aws:license-manager::123456789012:license:l-other".into();
     assert_eq!(
         put_row(&store, &elsewhere, t("2026-11-30T10:15:42Z")).await,
-        PutOutcome::Created
+        IngestOutcome::Created
     );
 }
 
@@ -140,7 +149,7 @@ async fn a_row_written_before_markers_existed_still_refuses_its_exact_retry() {
     ));
     assert_eq!(
         put_row(&store, &first, t("2026-11-30T10:16:00Z")).await,
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
     assert!(
         tables

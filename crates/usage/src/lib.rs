@@ -9,7 +9,14 @@
 //!   is conditional on it: record the same [`Usage`] again (after a timeout, a crash,
 //!   a redelivered message) and you get [`Recorded::AlreadyWritten`], never a second
 //!   row. Use an id your service already has for the event (a request id, a message
-//!   id); never a fresh random one per attempt.
+//!   id); never a fresh random one per attempt. The same id with other usage (another
+//!   quantity, dimension, account, allocations, or another instant given with
+//!   [`Usage::at`]) is [`UsageError::Conflict`], with what the first write stored and
+//!   what this call carries: nothing is written, and it is not billed under that id.
+//! - **Only where it is billed.** A stack deployed with `DeploymentMode=direct-submit`
+//!   aggregates no raw usage; tell the meter the stack's `DeploymentMode` output with
+//!   [`Meter::in_mode`] and it refuses such usage ([`UsageError::DirectSubmit`])
+//!   instead of writing rows that would stay pending for ever.
 //! - **Nothing is written that would not be billed.** The row is checked first,
 //!   exactly as the aggregator checks a stored row (the same code): a row the
 //!   aggregator would reject comes back as [`UsageError::Rejected`] with its reason
@@ -27,9 +34,12 @@
 //!     "req-7f3a",
 //! )
 //! .tag("team", "search");
-//! match meter.record(&usage).await? {
-//!     awsmp_usage::Recorded::Written => {}
-//!     awsmp_usage::Recorded::AlreadyWritten => { /* a retry: nothing changed */ }
+//! match meter.record(&usage).await {
+//!     Ok(awsmp_usage::Recorded::Written) => {}
+//!     Ok(awsmp_usage::Recorded::AlreadyWritten) => { /* a retry: nothing changed */ }
+//!     // The id was used before for other usage: a bug in how ids are chosen.
+//!     Err(awsmp_usage::UsageError::Conflict(conflict)) => eprintln!("{conflict}"),
+//!     Err(other) => return Err(other),
 //! }
 //! # Ok(()) }
 //! ```
@@ -46,9 +56,11 @@ pub use awsmp_aws::behavior_version;
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
-use awsmp_core::operate::import::{LineProblem, check_row};
+use awsmp_core::operate::import::{DirectSubmitRefusal, LineProblem, accepts_raw_usage, check_row};
 use awsmp_core::operate::remedy;
-use awsmp_core::ports::{NewUsageRow, PortError, PutOutcome, UsageStore};
+pub use awsmp_core::pipeline::submit::DeploymentMode;
+pub use awsmp_core::ports::EventConflict;
+use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
 use awsmp_core::time::Instant;
 use chrono::{DateTime, SubsecRound, Utc};
 
@@ -149,6 +161,7 @@ impl Usage {
             allocations: self.allocations.clone(),
             product_code: None,
             event_id: self.event_id.clone(),
+            timestamp_defaulted: self.at.is_none(),
         }
     }
 }
@@ -158,8 +171,8 @@ impl Usage {
 pub enum Recorded {
     /// The row was written; the pipeline will bill it.
     Written,
-    /// A row with this event id was already written (this was a retry): nothing
-    /// changed, even if this attempt's quantity or instant differ.
+    /// This event id was already written with the same usage (this was a retry):
+    /// nothing changed. (Its instant may differ only when neither call gave one.)
     AlreadyWritten,
 }
 
@@ -181,6 +194,13 @@ pub enum UsageError {
     /// write may be retried with the same event id.
     #[error("usage not written: {0}")]
     Store(#[from] PortError),
+    /// The event id was already written with other usage: nothing was written. A
+    /// retry must carry exactly the first attempt's usage; new usage needs a new id.
+    #[error("usage not written: {0}")]
+    Conflict(Box<EventConflict>),
+    /// The stack is deployed in direct-submit mode, where no raw usage is billed.
+    #[error("usage not written: {0}")]
+    DirectSubmit(#[from] DirectSubmitRefusal),
 }
 
 impl UsageError {
@@ -195,6 +215,7 @@ impl UsageError {
 pub struct Meter {
     store: Arc<dyn UsageStore>,
     product_code: String,
+    mode: DeploymentMode,
 }
 
 impl std::fmt::Debug for Meter {
@@ -226,7 +247,16 @@ impl Meter {
         Meter {
             store,
             product_code: product_code.into(),
+            mode: DeploymentMode::Full,
         }
+    }
+
+    /// The same meter for a stack deployed in `mode` (its `DeploymentMode` output,
+    /// `"full"` or `"direct-submit"`, parses with `str::parse`). A meter is for a
+    /// `full` stack unless told otherwise; for a direct-submit one every
+    /// [`Meter::record`] is refused with [`UsageError::DirectSubmit`], nothing written.
+    pub fn in_mode(self, mode: DeploymentMode) -> Self {
+        Meter { mode, ..self }
     }
 
     /// Records `usage` now.
@@ -237,6 +267,7 @@ impl Meter {
     /// Records `usage` as of `now` (the instant the checks run against, and the usage
     /// instant when [`Usage::at`] was not given).
     pub async fn record_at(&self, usage: &Usage, now: Instant) -> Result<Recorded, UsageError> {
+        accepts_raw_usage(self.mode)?;
         let row = usage.to_row(now);
         let ctx = GuardrailContext::new(now, self.product_code.clone());
         check_row(&row, &ctx, now).map_err(|problem| match problem {
@@ -246,10 +277,11 @@ impl Meter {
             },
             LineProblem::Unwritable(why) => UsageError::Unwritable(why),
         })?;
-        Ok(match self.store.put_row(&row, now).await? {
-            PutOutcome::Created => Recorded::Written,
-            PutOutcome::AlreadyExists => Recorded::AlreadyWritten,
-        })
+        match self.store.put_row(&row, now).await? {
+            IngestOutcome::Created => Ok(Recorded::Written),
+            IngestOutcome::Duplicate => Ok(Recorded::AlreadyWritten),
+            IngestOutcome::Conflict(conflict) => Err(UsageError::Conflict(conflict)),
+        }
     }
 }
 
@@ -320,6 +352,53 @@ mod tests {
         let rows = tables.usage_store().group_rows(&key).await.unwrap();
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(tables.raw_rows().len(), 2, "the row and its marker");
+    }
+
+    #[tokio::test]
+    async fn an_event_id_reused_with_other_usage_is_a_conflict_never_a_retry() {
+        let tables = MemoryTables::new();
+        let meter = Meter::with_store(Arc::new(tables.usage_store()), "prod");
+        let now = t("2026-11-30T12:30:00Z");
+        let usage = Usage::new(LICENSE, "111122223333", "api", 3, "req-1");
+        assert_eq!(
+            meter.record_at(&usage, now).await.unwrap(),
+            Recorded::Written
+        );
+        // Its retry a minute later ("now" again, later): the same usage.
+        let retry = t("2026-11-30T12:31:00Z");
+        assert_eq!(
+            meter.record_at(&usage, retry).await.unwrap(),
+            Recorded::AlreadyWritten
+        );
+        let other = Usage::new(LICENSE, "111122223333", "api", 4, "req-1");
+        let err = meter.record_at(&other, retry).await.unwrap_err();
+        let UsageError::Conflict(conflict) = &err else {
+            panic!("expected a conflict, got {err}")
+        };
+        assert_eq!(conflict.recorded.as_ref().unwrap().quantity, 3);
+        assert_eq!(conflict.this.quantity, 4);
+        assert!(!err.is_retryable());
+        // A given instant is part of the usage.
+        let at =
+            Usage::new(LICENSE, "111122223333", "api", 3, "req-1").at(t("2026-11-30T12:00:00Z"));
+        assert!(matches!(
+            meter.record_at(&at, retry).await,
+            Err(UsageError::Conflict(_))
+        ));
+        assert_eq!(tables.raw_rows().len(), 2, "one row and its marker");
+    }
+
+    #[tokio::test]
+    async fn a_direct_submit_stack_takes_no_raw_usage() {
+        let tables = MemoryTables::new();
+        let meter = Meter::with_store(Arc::new(tables.usage_store()), "prod")
+            .in_mode("direct-submit".parse().unwrap());
+        let now = t("2026-11-30T12:30:00Z");
+        let usage = Usage::new(LICENSE, "111122223333", "api", 3, "req-1");
+        let err = meter.record_at(&usage, now).await.unwrap_err();
+        assert!(matches!(err, UsageError::DirectSubmit(_)), "{err}");
+        assert!(err.to_string().contains("aggregated-usage"), "{err}");
+        assert!(tables.raw_rows().is_empty());
     }
 
     #[test]

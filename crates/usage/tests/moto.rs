@@ -1,6 +1,7 @@
 //! `Meter` against a real usage table on the moto emulator, through the real SDK
-//! client: a retry writes nothing twice, a row the aggregator would reject is never
-//! written, and what is written is a row the pipeline counts.
+//! client: a retry writes nothing twice, the same event id with other usage is a
+//! conflict, a row the aggregator would reject is never written, and what is written
+//! is a row the pipeline counts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use awsmp_aws::DynamoUsageStore;
@@ -33,6 +34,17 @@ async fn records_once_per_event_id_and_only_what_the_aggregator_counts() {
         meter.record(&usage).await.unwrap(),
         Recorded::AlreadyWritten
     );
+    // The same id with another quantity: a conflict naming both, nothing written.
+    let other = Usage::new(LICENSE, "111122223333", "api_calls", 8, "req-1")
+        .at(at)
+        .tag("team", "search");
+    match meter.record(&other).await.unwrap_err() {
+        UsageError::Conflict(conflict) => {
+            assert_eq!(conflict.recorded.as_ref().map(|r| r.quantity), Some(7));
+            assert_eq!(conflict.this.quantity, 8);
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
 
     let future = Usage::new(LICENSE, "111122223333", "api_calls", 1, "req-2")
         .at(Utc::now() + Duration::hours(2));

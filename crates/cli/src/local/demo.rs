@@ -131,6 +131,7 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
             allocations: None,
             product_code: None,
             event_id: event_id.into(),
+            timestamp_defaulted: false,
         };
         store
             .put_row(&row, system.now)
@@ -179,6 +180,7 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         allocations: None,
         product_code: None,
         event_id: "evt-a5".into(),
+        timestamp_defaulted: false,
     };
     store
         .put_row(&trailing, system.now)

@@ -69,8 +69,5 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
             out
         }
     };
-    Outcome {
-        text,
-        attention: !found.is_empty(),
-    }
+    Outcome::flagged(text, !found.is_empty())
 }

@@ -1,22 +1,26 @@
 //! `awsmp usage import FILE`: usage from a CSV or JSON Lines file. Every line is checked
 //! first, exactly as the aggregator would check the row; a file with a bad line writes
 //! nothing unless `--write-valid` says so, and each bad line is reported with its line
-//! number and reason code. Each line's event id makes a rerun a no-op, and progress is
-//! kept beside the file (`FILE.awsmp-import`) so an interrupted import resumes where
-//! it stopped.
+//! number and reason code. Each line's event id makes a rerun a no-op (a line reusing
+//! an event id with other usage is a conflict, listed and not written), and progress
+//! is kept beside the file (`FILE.awsmp-import`), per target table and per content
+//! hash of the file, so an interrupted import into the same table resumes where it
+//! stopped, while an import into another table, or of an edited file, checks every
+//! line again.
 //!
 //! CSV columns (header required, any order): `licenseArn`, `customerAWSAccountId`,
 //! `dimension`, `timestamp`, `quantity`, `eventId`, optional `productCode` and `tags`
 //! (`key=value;key=value`, for the whole quantity). JSON Lines: the same keys, plus
 //! optional `usageAllocations` (`[{"allocatedUsageQuantity": N, "tags": [{"key","value"}]}]`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
 use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
 use awsmp_core::operate::import::{LineProblem, check_row};
 use awsmp_core::operate::remedy::{for_reason, server_side_pair};
-use awsmp_core::ports::{NewUsageRow, PutOutcome, UsageStore};
+use awsmp_core::ports::{EventContent, IngestOutcome, NewUsageRow, UsageStore};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +59,21 @@ pub struct BadLine {
     pub message: String,
 }
 
+/// A line whose event id was already written with other usage: not written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConflictLine {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// The reused event id.
+    pub event_id: String,
+    /// What the first write of the id stored (`null` when its row is gone).
+    pub recorded: Option<EventContent>,
+    /// What this line carries.
+    pub this: EventContent,
+    /// Both, and what to do.
+    pub message: String,
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ImportReport {
@@ -62,12 +81,15 @@ pub struct ImportReport {
     pub lines: usize,
     /// Rows written now.
     pub written: usize,
-    /// Lines whose event id was already written (a rerun).
+    /// Lines whose event id was already written with the same usage (a rerun).
     pub already_written: usize,
-    /// Lines skipped because an earlier run of this import completed them.
+    /// Lines skipped because an earlier run of this import, into the same table and of
+    /// the same file content, completed them.
     pub resumed_past: usize,
     /// Lines not written.
     pub bad: Vec<BadLine>,
+    /// Lines not written because their event id was already written with other usage.
+    pub conflicts: Vec<ConflictLine>,
 }
 
 /// One parsed line, before the guardrails.
@@ -195,6 +217,7 @@ fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
         allocations,
         product_code: line.product_code.filter(|p| !p.is_empty()),
         event_id: event_id.trim().to_string(),
+        timestamp_defaulted: false,
     })
 }
 
@@ -268,13 +291,37 @@ pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, 
     }
 }
 
-/// Progress kept beside the file, so a rerun resumes after the last completed line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Progress kept beside the file, per target table, so a rerun into the same table
+/// resumes after the last completed line, and an import into another table (another
+/// Region or stage) starts from the first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Progress {
-    /// The file's size when it was imported (a changed file starts over).
-    size: u64,
+    /// [`progress_target`] -> how far the import into it got.
+    targets: BTreeMap<String, TargetProgress>,
+}
+
+/// How far the import of one version of the file into one table got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TargetProgress {
+    /// SHA-256 of the file's content when it was imported: a changed file (even one
+    /// edited to the same length) is checked again from the first line.
+    sha256: String,
     /// Usage lines completed, in order.
     done: usize,
+}
+
+/// The key an import's progress is kept under: the usage table and its Region.
+pub fn progress_target(region: &str, usage_table: &str) -> String {
+    format!("{region}/{usage_table}")
+}
+
+/// Hex SHA-256 of `bytes`.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Where the progress of importing `path` is kept.
@@ -295,6 +342,8 @@ pub struct ImportOptions {
     pub write_valid: bool,
     /// Ignore kept progress and start from the first line.
     pub restart: bool,
+    /// The table written ([`progress_target`]): progress is kept per table.
+    pub target: String,
 }
 
 /// Imports `path` into `store` at `now`.
@@ -306,7 +355,7 @@ pub async fn import(
 ) -> Result<ImportReport, CommandError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CommandError::Io(format!("cannot read {}: {e}", path.display())))?;
-    let size = text.len() as u64;
+    let hash = sha256(text.as_bytes());
     let ctx = GuardrailContext::new(now, options.product_code.clone());
     let mut report = ImportReport::default();
     let mut writes = Vec::new();
@@ -320,7 +369,7 @@ pub async fn import(
                     LineProblem::Unwritable(m) => malformed(number, m),
                 })
         }) {
-            Ok(row) => writes.push(row),
+            Ok(row) => writes.push((number, row)),
             Err(bad) => report.bad.push(bad),
         }
     }
@@ -328,11 +377,14 @@ pub async fn import(
         return Ok(report);
     }
     let progress_file = progress_path(path);
-    let start = match std::fs::read_to_string(&progress_file)
+    // Progress in another shape (an older version's) is dropped: the event ids make
+    // starting over safe.
+    let mut progress = std::fs::read_to_string(&progress_file)
         .ok()
         .and_then(|t| serde_json::from_str::<Progress>(&t).ok())
-    {
-        Some(p) if !options.restart && p.size == size => p.done.min(writes.len()),
+        .unwrap_or_default();
+    let start = match progress.targets.get(&options.target) {
+        Some(p) if !options.restart && p.sha256 == hash => p.done.min(writes.len()),
         _ => 0,
     };
     report.resumed_past = start;
@@ -341,14 +393,27 @@ pub async fn import(
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar.set_position(start as u64);
-    for (i, row) in writes.iter().enumerate().skip(start) {
+    for (i, (number, row)) in writes.iter().enumerate().skip(start) {
         match store.put_row(row, now).await? {
-            PutOutcome::Created => report.written += 1,
-            PutOutcome::AlreadyExists => report.already_written += 1,
+            IngestOutcome::Created => report.written += 1,
+            IngestOutcome::Duplicate => report.already_written += 1,
+            IngestOutcome::Conflict(conflict) => report.conflicts.push(ConflictLine {
+                line: *number,
+                message: conflict.to_string(),
+                event_id: conflict.event_id,
+                recorded: conflict.recorded,
+                this: conflict.this,
+            }),
         }
         bar.inc(1);
         if (i + 1) % 100 == 0 || i + 1 == writes.len() {
-            let progress = Progress { size, done: i + 1 };
+            progress.targets.insert(
+                options.target.clone(),
+                TargetProgress {
+                    sha256: hash.clone(),
+                    done: i + 1,
+                },
+            );
             std::fs::write(
                 &progress_file,
                 serde_json::to_string(&progress).unwrap_or_default(),
@@ -372,6 +437,7 @@ pub fn render(
     format: crate::output::Format,
 ) -> crate::output::Outcome {
     let attention = !report.bad.is_empty();
+    let conflict = !report.conflicts.is_empty();
     let text = match format {
         crate::output::Format::Json => crate::output::json(report),
         crate::output::Format::Human => {
@@ -388,6 +454,9 @@ pub fn render(
                     bad.message
                 ));
             }
+            for c in &report.conflicts {
+                out.push_str(&format!("line {}: conflict: {}\n", c.line, c.message));
+            }
             if attention && !written {
                 out.push_str(&format!(
                     "{} of {} line(s) are bad: nothing was written. Fix them and run again, or pass --write-valid to write the others.\n",
@@ -396,12 +465,20 @@ pub fn render(
                 ));
             } else {
                 out.push_str(&format!(
-                    "{} line(s): {} written, {} already written (same event id){}{}\n",
+                    "{} line(s): {} written, {} already written (same event id){}{}{}\n",
                     report.lines,
                     report.written,
                     report.already_written,
                     if report.resumed_past > 0 {
                         format!(", resumed after line {}", report.resumed_past)
+                    } else {
+                        String::new()
+                    },
+                    if conflict {
+                        format!(
+                            ", {} conflict(s) (event id written before with other usage: not written)",
+                            report.conflicts.len()
+                        )
                     } else {
                         String::new()
                     },
@@ -415,7 +492,11 @@ pub fn render(
             out
         }
     };
-    crate::output::Outcome { text, attention }
+    crate::output::Outcome {
+        text,
+        attention,
+        conflict,
+    }
 }
 
 #[cfg(test)]
@@ -432,6 +513,7 @@ mod tests {
             product_code: "prod".into(),
             write_valid,
             restart: false,
+            target: progress_target("us-east-1", "usage"),
         }
     }
 

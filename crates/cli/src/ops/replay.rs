@@ -59,5 +59,5 @@ pub fn render(lines: &[ReplayLine], format: Format) -> Outcome {
             out
         }
     };
-    Outcome { text, attention }
+    Outcome::flagged(text, attention)
 }

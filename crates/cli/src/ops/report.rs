@@ -94,10 +94,7 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
             out
         }
     };
-    Outcome {
-        text,
-        attention: failed > 0,
-    }
+    Outcome::flagged(text, failed > 0)
 }
 
 #[cfg(test)]

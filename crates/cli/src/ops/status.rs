@@ -56,7 +56,7 @@ pub fn render(place: &Place, report: &StatusReport, format: Format) -> Outcome {
         Format::Json => json(&RegionStatus { place, report }),
         Format::Human => human(place, report),
     };
-    Outcome { text, attention }
+    Outcome::flagged(text, attention)
 }
 
 fn human(place: &Place, report: &StatusReport) -> String {

@@ -14,7 +14,7 @@ struct RawAllocation<'a> {
     tags: Vec<(Option<&'a str>, Option<&'a str>)>,
 }
 
-pub(super) fn allocations_from_attr(
+pub(crate) fn allocations_from_attr(
     value: &Attr,
     quantity: i64,
 ) -> Result<Vec<Allocation>, ReasonCode> {

@@ -64,7 +64,7 @@ pub use group::{
 };
 pub use quantity::quantity_from_text;
 
-use allocations::allocations_from_attr;
+pub(crate) use allocations::allocations_from_attr;
 
 /// Largest quantity Marketplace accepts for a record or an allocation (`i32::MAX`).
 pub const MAX_QUANTITY: i64 = 2_147_483_647;

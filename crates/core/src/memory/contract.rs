@@ -28,7 +28,7 @@ use crate::model::{
     ReasonCode, Tag, attr,
 };
 use crate::ports::{
-    AggregatedStore, Claim, ClaimRequest, CommitOutcome, Cursor, MAX_BATCH_WRITES,
+    AggregatedStore, Claim, ClaimRequest, CommitOutcome, Cursor, IngestOutcome, MAX_BATCH_WRITES,
     MAX_ROWS_PER_COMMIT, NewUsageRow, OperatorStore, OutcomeWrite, Page, PortError, PutOutcome,
     RowClaim, RowFinal, SubmissionUpdate, UsageStore,
 };
@@ -124,6 +124,7 @@ macro_rules! store_contract_tests {
         $crate::store_contract_tests!(@cases $backend;
             put_row_writes_the_shared_shape_once_per_event_id,
             put_row_refuses_an_ambiguous_sort_key,
+            put_row_reports_an_event_id_reused_with_other_usage,
             commit_creates_then_folds_under_the_version_and_claims_rows,
             commit_is_all_or_nothing_when_a_row_condition_fails,
             commit_folds_only_into_a_record_no_claim_ever_held,
@@ -240,8 +241,8 @@ fn big_allocations(bytes: usize) -> Vec<Allocation> {
 // ------------------------------------------------------------------ cases
 
 /// `put_row` writes the row and its event marker in the domain's shape
-/// ([`ingestion_item`], [`ingestion_marker_item`]); the same event id again, at another
-/// timestamp, writes nothing.
+/// ([`ingestion_item`], [`ingestion_marker_item`]); the same event id again with the
+/// same usage, at a defaulted later "now", writes nothing.
 pub async fn put_row_writes_the_shared_shape_once_per_event_id(b: &dyn Backend) {
     let now = t("2026-11-30T10:20:00Z");
     let mut row = new_row("evt-1", "2026-11-30T10:15:42Z", 42);
@@ -255,7 +256,7 @@ pub async fn put_row_writes_the_shared_shape_once_per_event_id(b: &dyn Backend) 
     row.product_code = Some("prodcode".into());
     assert_eq!(
         b.usage().put_row(&row, now).await.expect("put_row"),
-        PutOutcome::Created
+        IngestOutcome::Created
     );
     let expected = ingestion_item(&row, now);
     let stored = b
@@ -273,17 +274,85 @@ pub async fn put_row_writes_the_shared_shape_once_per_event_id(b: &dyn Backend) 
         .expect("the marker");
     assert_eq!(marker, ingestion_marker_item(&row, now));
 
+    // The retry of a call that left the instant to "now": a later "now".
     let mut retry = row.clone();
     retry.timestamp = t("2026-11-30T10:16:00Z");
+    retry.timestamp_defaulted = true;
     assert_eq!(
         b.usage()
             .put_row(&retry, t("2026-11-30T10:21:00Z"))
             .await
             .expect("put_row retry"),
-        PutOutcome::AlreadyExists
+        IngestOutcome::Duplicate
     );
     let rows = b.usage().group_rows(&group("2026-11-30T10")).await.unwrap();
     assert_eq!(rows, vec![expected], "one row, and the marker is not usage");
+}
+
+/// An event id written before answers `Duplicate` only for the same usage; other usage
+/// under it (another quantity, tags, or a given instant) is a `Conflict` carrying what
+/// the first write stored and what the call carries, and writes nothing. A marker
+/// written before markers kept a digest is compared through the row it names.
+pub async fn put_row_reports_an_event_id_reused_with_other_usage(b: &dyn Backend) {
+    let now = t("2026-11-30T10:20:00Z");
+    let mut first = new_row("evt-1", "2026-11-30T10:15:00Z", 3);
+    first.allocations = Some(vec![Allocation {
+        quantity: 3,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]);
+    assert_eq!(
+        b.usage().put_row(&first, now).await.unwrap(),
+        IngestOutcome::Created
+    );
+    assert_eq!(
+        b.usage().put_row(&first, now).await.unwrap(),
+        IngestOutcome::Duplicate
+    );
+    let conflict = |outcome: IngestOutcome| match outcome {
+        IngestOutcome::Conflict(c) => c,
+        other => panic!("expected a conflict, got {other:?}"),
+    };
+    let mut more = first.clone();
+    more.quantity = 4;
+    more.allocations = Some(vec![Allocation {
+        quantity: 4,
+        tags: vec![Tag {
+            key: "team".into(),
+            value: "a".into(),
+        }],
+    }]);
+    let c = conflict(b.usage().put_row(&more, now).await.unwrap());
+    assert_eq!(c.event_id, "evt-1");
+    assert_eq!(c.recorded.as_ref().map(|r| r.quantity), Some(3));
+    assert_eq!(c.this.quantity, 4);
+    let mut later = first.clone();
+    later.timestamp = t("2026-11-30T10:16:00Z");
+    let c = conflict(b.usage().put_row(&later, now).await.unwrap());
+    assert_eq!(
+        c.recorded.as_ref().map(|r| r.timestamp),
+        Some(t("2026-11-30T10:15:00Z"))
+    );
+    let rows = b.usage().group_rows(&group("2026-11-30T10")).await.unwrap();
+    assert_eq!(rows.len(), 1, "nothing written by a conflict: {rows:?}");
+    assert_eq!(rows[0].attrs[attr::QUANTITY], Attr::N("3".into()));
+
+    // A marker as older versions wrote it (no digest): its row decides.
+    let old = new_row("evt-old", "2026-11-30T10:10:00Z", 5);
+    let mut marker = ingestion_marker_item(&old, now);
+    marker.attrs.remove(crate::items::INGESTION_MARKER_DIGEST);
+    b.insert_raw_row(&ingestion_item(&old, now)).await;
+    b.insert_raw_row(&marker).await;
+    assert_eq!(
+        b.usage().put_row(&old, now).await.unwrap(),
+        IngestOutcome::Duplicate
+    );
+    let mut changed = old.clone();
+    changed.quantity = 6;
+    let c = conflict(b.usage().put_row(&changed, now).await.unwrap());
+    assert_eq!(c.recorded.as_ref().map(|r| r.quantity), Some(5));
 }
 
 /// A `#` in a sort-key part, or an empty event id, is refused before any write.
@@ -1101,7 +1170,7 @@ pub async fn an_item_over_400_kb_is_refused(b: &dyn Backend) {
     fits.allocations = Some(big_allocations(300_000));
     assert_eq!(
         b.usage().put_row(&fits, now).await.unwrap(),
-        PutOutcome::Created
+        IngestOutcome::Created
     );
 
     let mut huge = new_row("evt-huge", "2026-11-30T10:16:00Z", 1);
@@ -1186,7 +1255,10 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         other,
         new_row("e-3", "2026-11-30T10:30:00Z", 2),
     ] {
-        assert_eq!(usage.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+        assert_eq!(
+            usage.put_row(&row, now).await.unwrap(),
+            IngestOutcome::Created
+        );
     }
     let all = all_pages(|c| op.raw_rows_page(None, c)).await;
     // Three rows and their three idempotency markers.

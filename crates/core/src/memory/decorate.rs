@@ -16,8 +16,8 @@ use super::faults::StoreOp;
 use crate::model::{AggregatedRecord, GroupKey, RawUsageRow, Subscriber};
 use crate::ports::{
     AggregatedStore, AggregationCommit, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
-    MalformedItem, NewUsageRow, OutcomeWrite, Page, PendingRawRef, PortError, PutOutcome, RowClaim,
-    RowFinal, StrayPending, SubscriberStore, UsageStore,
+    IngestOutcome, MalformedItem, NewUsageRow, OutcomeWrite, Page, PendingRawRef, PortError,
+    PutOutcome, RowClaim, RowFinal, StrayPending, SubscriberStore, UsageStore,
 };
 use crate::time::{HourBucket, Instant};
 
@@ -158,7 +158,7 @@ impl<D: UsageDecorator> UsageStore for D {
             .await
     }
 
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError> {
         let inner = self.inner().put_row(row, now);
         self.around(StoreCall::of(StoreOp::UsagePutRow), inner)
             .await

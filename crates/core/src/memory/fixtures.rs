@@ -3,7 +3,7 @@
 
 use crate::model::{AggregatedRecord, Allocation, GroupKey, RawUsageRow, Tag};
 use crate::ports::{
-    AggregationCommit, Cursor, NewUsageRow, Page, PortError, PutOutcome, UsageStore,
+    AggregationCommit, Cursor, IngestOutcome, NewUsageRow, Page, PortError, UsageStore,
 };
 use crate::time::{Instant, parse_usage_timestamp};
 
@@ -39,6 +39,7 @@ pub fn usage_row(
         allocations: None,
         product_code: None,
         event_id: event_id.into(),
+        timestamp_defaulted: false,
     }
 }
 
@@ -98,7 +99,7 @@ pub fn team_allocation(quantity: i64) -> Vec<Allocation> {
 ///
 /// # Panics
 /// When the write fails, naming the row's event id and the error.
-pub async fn put_row(store: &impl UsageStore, row: &NewUsageRow, now: Instant) -> PutOutcome {
+pub async fn put_row(store: &impl UsageStore, row: &NewUsageRow, now: Instant) -> IngestOutcome {
     store
         .put_row(row, now)
         .await

@@ -7,11 +7,12 @@ use async_trait::async_trait;
 use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, TableKey};
+use crate::ingestion::judge_repeat;
 use crate::item_size::raw_row_size;
-use crate::items::{IngestionWrite, check_item, set_expiry};
+use crate::items::{INGESTION_MARKER_ROW, IngestionWrite, check_item, set_expiry};
 use crate::model::{Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
-    Cursor, NewUsageRow, Page, PendingRawRef, PortError, PutOutcome, RowClaim, RowFinal,
+    Cursor, IngestOutcome, NewUsageRow, Page, PendingRawRef, PortError, RowClaim, RowFinal,
     StrayPending, UsageStore,
 };
 use crate::stamp::AuditStamp;
@@ -60,8 +61,9 @@ pub fn reference_row(
 ///   still has `meteringPending` and its `aggregatedInto` is as the `RowClaim` says;
 ///   `Ok(false)` otherwise.
 /// - `put_row`: writes the [`IngestionWrite`] (row and event marker) together, or
-///   neither when either key exists (the event id alone makes a retry a no-op); refuses
-///   what `IngestionWrite::new` refuses (an empty event id, a `#` in a key part).
+///   neither when either key exists, and then answers what [`judge_repeat`] makes of
+///   the marker and the row it names (a duplicate or a conflict); refuses what
+///   `IngestionWrite::new` refuses (an empty event id, a `#` in a key part).
 /// - Every write refuses an item over DynamoDB's 400 KB ([`crate::item_size`]) as
 ///   [`PortError::Failed`], changing nothing. Rows seeded with
 ///   [`MemoryTables::insert_raw_row`] are not checked (a seller's writer is not ours).
@@ -203,7 +205,7 @@ impl UsageStore for MemoryUsageStore {
         Ok(true)
     }
 
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<PutOutcome, PortError> {
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError> {
         self.tables.faults.check(StoreOp::UsagePutRow)?;
         // The row and its event's marker, both or neither (one transaction in DynamoDB,
         // each conditional on its item not existing).
@@ -215,12 +217,22 @@ impl UsageStore for MemoryUsageStore {
         // DynamoDB validates the items' sizes before it evaluates any condition.
         check_row(&item, "put_row")?;
         check_row(&marker, "put_row")?;
-        if state.usage.contains_key(&key) || state.usage.contains_key(&marker_key) {
-            return Ok(PutOutcome::AlreadyExists);
+        let found_marker = state.usage.get(&marker_key);
+        if found_marker.is_some() || state.usage.contains_key(&key) {
+            // What the first write stored: the row its marker names, else the row at
+            // this key (written before markers existed).
+            let first_key = match found_marker
+                .and_then(|m| m.attrs.get(INGESTION_MARKER_ROW))
+                .and_then(Attr::as_s)
+            {
+                Some(sort_key) => (item.license_arn.clone(), sort_key.to_string()),
+                None => key,
+            };
+            return Ok(judge_repeat(row, found_marker, state.usage.get(&first_key)));
         }
         state.usage.insert(key, item);
         state.usage.insert(marker_key, marker);
-        Ok(PutOutcome::Created)
+        Ok(IngestOutcome::Created)
     }
 
     async fn stray_pending_page(
@@ -297,7 +309,10 @@ mod tests {
         let mut row = new_row("evt-1", "2026-11-30T10:15:42Z", 42);
         row.allocations = Some(team_allocation(42));
         row.product_code = Some("prod".into());
-        assert_eq!(store.put_row(&row, now).await.unwrap(), PutOutcome::Created);
+        assert_eq!(
+            store.put_row(&row, now).await.unwrap(),
+            IngestOutcome::Created
+        );
         let sort_key = "111122223333#requests#2026-11-30T10:15:42Z#evt-1";
         let stored = store.get_row(LICENSE, sort_key).await.unwrap().unwrap();
         let a = &stored.attrs;
@@ -317,16 +332,24 @@ mod tests {
         assert_eq!(first["allocatedUsageQuantity"], Attr::N("42".into()));
         assert!(!a.contains_key("meteringStatus"));
 
-        // A retry with the same event id changes nothing; a new id at the same second is kept.
+        // A retry with the same event id changes nothing; other usage under it is a
+        // conflict that changes nothing either; a new id at the same second is kept.
+        assert_eq!(
+            store
+                .put_row(&row, t("2026-11-30T10:21:00Z"))
+                .await
+                .unwrap(),
+            IngestOutcome::Duplicate
+        );
         let mut retry = row.clone();
         retry.quantity = 7;
-        assert_eq!(
+        assert!(matches!(
             store
                 .put_row(&retry, t("2026-11-30T10:21:00Z"))
                 .await
                 .unwrap(),
-            PutOutcome::AlreadyExists
-        );
+            IngestOutcome::Conflict(_)
+        ));
         assert_eq!(
             store.get_row(LICENSE, sort_key).await.unwrap().unwrap(),
             stored
@@ -334,7 +357,7 @@ mod tests {
         let same_second = new_row("evt-2", "2026-11-30T10:15:42Z", 1);
         assert_eq!(
             store.put_row(&same_second, now).await.unwrap(),
-            PutOutcome::Created
+            IngestOutcome::Created
         );
         // Two rows, each with its event's idempotency marker (`event#<eventId>`).
         assert_eq!(store.tables().raw_rows().len(), 4);

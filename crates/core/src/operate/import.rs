@@ -1,9 +1,11 @@
 //! `awsmp usage import`: a usage line is written only if the aggregator would count
-//! it; otherwise it gets the reason code the aggregator would give.
+//! it; otherwise it gets the reason code the aggregator would give. And only into a
+//! deployment that aggregates raw usage at all ([`accepts_raw_usage`]).
 
 use crate::guardrails::{GuardrailContext, validate_row};
 use crate::items::{IngestionWrite, ItemError};
 use crate::model::ReasonCode;
+use crate::pipeline::submit::DeploymentMode;
 use crate::ports::NewUsageRow;
 use crate::time::Instant;
 
@@ -16,6 +18,22 @@ pub enum LineProblem {
     /// It cannot be written at all (empty event id, `#` in a key part).
     #[error("{0}")]
     Unwritable(String),
+}
+
+/// Raw usage written into a direct-submit deployment: its discoverer, aggregator and
+/// cleanup are not deployed, so the row would stay pending and never be billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the stack is deployed with DeploymentMode=direct-submit: nothing aggregates raw usage there, so a usage row would stay pending and never be billed. Nothing was written. Write finalized hourly records into the aggregated-usage table instead (docs/operate.md, \"Direct-submit mode\"), or deploy the stack with DeploymentMode=full"
+)]
+pub struct DirectSubmitRefusal;
+
+/// Whether a deployment in `mode` takes raw usage rows (only `full` aggregates them).
+pub fn accepts_raw_usage(mode: DeploymentMode) -> Result<(), DirectSubmitRefusal> {
+    match mode {
+        DeploymentMode::Full => Ok(()),
+        DeploymentMode::DirectSubmit => Err(DirectSubmitRefusal),
+    }
 }
 
 /// The write for `row` at `now`, or why the aggregator would not count it (checked
@@ -51,6 +69,7 @@ mod tests {
             allocations: None,
             product_code: None,
             event_id: "e-1".into(),
+            timestamp_defaulted: false,
         };
         assert!(check_row(&good, &ctx, now).is_ok());
         let mut tags = good.clone();
