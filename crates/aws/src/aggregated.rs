@@ -29,7 +29,8 @@ use crate::item::{
 /// `productCode` (absent when empty), `meteringStatus`, optional
 /// `meteringStatusReason`/`meteringRecordId`/`inFlightUntil`, `attemptCount` (N),
 /// `version` (N), `meteringPending` (the hour, only while `Pending`), `rawRowCount`
-/// (N, rows counted in), `createdAt`, `updatedAt`.
+/// (N, rows counted in), `createdAt`, `updatedAt`; `finalWriteId` on a record the
+/// age-out finalized (the id of that write).
 ///
 /// Rows a seller writes in direct-submit mode may lack `version`, `attemptCount` and
 /// `meteringStatus`: they read as version 0, no attempts, and `Pending` while
@@ -310,6 +311,9 @@ impl DynamoAggregatedStore {
             if let Some(id) = &update.metering_record_id {
                 expr.set(attr::METERING_RECORD_ID, s(id));
             }
+            if let Some(id) = update.final_write_id {
+                expr.set(attr::FINAL_WRITE_ID, s(id.to_string()));
+            }
         } else {
             expr.expiry(None);
             if !update.possibly_sent {
@@ -340,6 +344,26 @@ impl DynamoAggregatedStore {
             .build()
             .map_err(|e| build_error("record Update", e))?;
         Ok(TransactWriteItem::builder().update(tx).build())
+    }
+
+    /// Whether an outcome whose condition failed was applied by an earlier attempt of
+    /// the same write (its answer lost): a terminal update with a `finalWriteId` the
+    /// record carries (read strongly consistent). Without one, `false` (no read).
+    async fn applied_earlier(&self, write: &OutcomeWrite) -> Result<bool, PortError> {
+        let update = &write.update;
+        let (Some(id), true) = (update.final_write_id, update.status.is_terminal()) else {
+            return Ok(false);
+        };
+        let sort_key = write.key.aggregated_sort_key();
+        let stored = self
+            .record_key(&write.key.license_arn, &sort_key)
+            .get(&self.client, "GetItem aggregated record")
+            .await?;
+        Ok(stored
+            .as_ref()
+            .and_then(|item| item.get(attr::FINAL_WRITE_ID))
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|stored| *stored == id.to_string()))
     }
 
     /// Applies each item whose condition holds, in as few transactions as it takes:
@@ -650,8 +674,15 @@ impl AggregatedStore for DynamoAggregatedStore {
             .iter()
             .map(|w| self.record_item(w, now))
             .collect::<Result<Vec<_>, _>>()?;
-        self.transact_each(items, "TransactWriteItems aggregated record")
-            .await
+        let mut applied = self
+            .transact_each(items, "TransactWriteItems aggregated record")
+            .await?;
+        for (write, applied) in writes.iter().zip(applied.iter_mut()) {
+            if !*applied {
+                *applied = self.applied_earlier(write).await?;
+            }
+        }
+        Ok(applied)
     }
 
     #[instrument(skip(self, item), fields(table = %self.table, sort_key = %item.sort_key))]

@@ -214,6 +214,7 @@ impl UsageStore for DynamoUsageStore {
                 outcome.reason.map(|r| s(r.as_str())),
             )
             .expiry(outcome.expires_at)
+            .set(attr::FINAL_WRITE_ID, s(outcome.write_id.to_string()))
             .remove(attr::METERING_PENDING)
             .stamp(now);
         let pending = update.name(attr::METERING_PENDING);
@@ -226,14 +227,27 @@ impl UsageStore for DynamoUsageStore {
             RowClaim::Uncounted => format!("attribute_not_exists({into})"),
         };
         let condition = format!("attribute_exists({pending}) AND {claim}");
-        self.row_key(license_arn, sort_key)
+        let key = self.row_key(license_arn, sort_key);
+        if key
             .update(
                 &self.client,
                 &update,
                 Some(condition),
                 "UpdateItem usage finalize",
             )
-            .await
+            .await?
+        {
+            return Ok(true);
+        }
+        // The condition failed: perhaps because this very write applied on an earlier
+        // attempt whose answer was lost (the SDK's retry, or the caller's). The row
+        // then carries its id, and the transition was ours.
+        let stored = key.get(&self.client, "GetItem usage finalize").await?;
+        Ok(stored
+            .as_ref()
+            .and_then(|item| item.get(attr::FINAL_WRITE_ID))
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|stored| *stored == outcome.write_id.to_string()))
     }
 
     #[instrument(skip(self, live), fields(table = %self.table))]

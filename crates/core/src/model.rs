@@ -127,6 +127,11 @@ pub mod attr {
     /// ([`ReasonCode::ReservedAttribute`](super::ReasonCode::ReservedAttribute)); see
     /// [`crate::retention`].
     pub const EXPIRES_AT: &str = "expiresAt";
+    /// On a final raw row, and on a record the age-out finalized: the id of the write
+    /// that made it final ([`FinalWriteId`](crate::ports::FinalWriteId)), so a retry of
+    /// that write whose answer was lost knows the transition was its own (and counts
+    /// its metric), and a racing writer knows it was not.
+    pub const FINAL_WRITE_ID: &str = "finalWriteId";
     /// Audit: write-once creation instant.
     pub const CREATED_AT: &str = "createdAt";
     /// Audit: last write instant.

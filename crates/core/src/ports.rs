@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AggregatedRecord, AggregatedStatus, Allocation, CustomerProfile, GroupKey, RawStatus,
+    AggregatedRecord, AggregatedStatus, Allocation, Attr, CustomerProfile, GroupKey, RawStatus,
     RawUsageRow, ReasonCode, Subscriber,
 };
 use crate::time::{HourBucket, Instant};
@@ -113,9 +113,50 @@ pub enum RowClaim<'a> {
     Uncounted,
 }
 
-/// What the write that makes a raw row final sets: its terminal status, the reason, and
+/// The identity of one logical final write, stored with it (`finalWriteId`): drawn once
+/// by the caller before the write's retries, so that a retry whose condition fails
+/// because the write already took effect (its response was lost: a timeout, the SDK's
+/// own retry, [`crate::pipeline::retry::retry_transient`] after a
+/// [`PortError::Transient`]) learns that the transition was its own, and only its own:
+/// a racing writer draws another. Every terminal status with a metric is counted by the
+/// caller whose write made the transition, exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FinalWriteId {
+    random: u64,
+    process: u32,
+}
+
+impl FinalWriteId {
+    /// A fresh id: 64 random bits ([`crate::pipeline::retry::random_u64`], seeded in a
+    /// simulation so it replays) and the process id, as a claim id is drawn.
+    pub fn fresh() -> Self {
+        FinalWriteId {
+            random: crate::pipeline::retry::random_u64(),
+            process: std::process::id(),
+        }
+    }
+
+    /// The stored attribute (`finalWriteId`, a string).
+    pub fn attr(&self) -> Attr {
+        Attr::S(self.to_string())
+    }
+
+    /// Whether `stored` (an item's `finalWriteId`) is this write's.
+    pub fn is(&self, stored: Option<&Attr>) -> bool {
+        stored == Some(&self.attr())
+    }
+}
+
+impl std::fmt::Display for FinalWriteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}{:08x}", self.random, self.process)
+    }
+}
+
+/// What the write that makes a raw row final sets: its terminal status, the reason,
 /// when DynamoDB may delete it (`expiresAt`; `None`: never, and a stale value is
-/// removed). Build it with [`RowFinal::new`] and [`RowFinal::expiring`].
+/// removed), and the write's identity (`finalWriteId`). Build it with [`RowFinal::new`]
+/// and [`RowFinal::expiring`], once per logical write, before its retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowFinal {
     /// The terminal status.
@@ -124,15 +165,19 @@ pub struct RowFinal {
     pub reason: Option<ReasonCode>,
     /// `expiresAt`, from the stack's retention ([`crate::retention::Retention::expiry`]).
     pub expires_at: Option<Instant>,
+    /// This write's identity: a retry of it that finds it applied answers `true`.
+    pub write_id: FinalWriteId,
 }
 
 impl RowFinal {
-    /// `status` with `reason`, never expiring.
+    /// `status` with `reason`, never expiring, with a fresh [`FinalWriteId`]: build it
+    /// before the retries, never inside them.
     pub fn new(status: RawStatus, reason: Option<ReasonCode>) -> Self {
         RowFinal {
             status,
             reason,
             expires_at: None,
+            write_id: FinalWriteId::fresh(),
         }
     }
 
@@ -240,12 +285,15 @@ pub trait UsageStore: Send + Sync {
     ) -> Result<Option<RawUsageRow>, PortError>;
 
     /// Gives a row its terminal status (`meteringStatus`, `meteringStatusReason`, removed
-    /// when `None`) and its `expiresAt` (removed when `None`), and removes
-    /// `meteringPending`, only if it is still pending and its counting claim is as
-    /// `claim` says: `Counted(record sort key)` requires `aggregatedInto` to be exactly
-    /// that (only a counted row becomes `Aggregated`); `Uncounted` requires no
-    /// `aggregatedInto` (a counted row is never rejected or expired). `Ok(false)` when
-    /// the condition fails (idempotent).
+    /// when `None`), its `expiresAt` (removed when `None`) and `finalWriteId` (the
+    /// write's id), and removes `meteringPending`, only if it is still pending and its
+    /// counting claim is as `claim` says: `Counted(record sort key)` requires
+    /// `aggregatedInto` to be exactly that (only a counted row becomes `Aggregated`);
+    /// `Uncounted` requires no `aggregatedInto` (a counted row is never rejected or
+    /// expired). `Ok(false)` when the condition fails (idempotent), unless the row
+    /// carries this write's `finalWriteId` (an earlier attempt of the same write applied
+    /// and its answer was lost): then `Ok(true)`, and nothing is written again. So
+    /// `true` means "this write made the transition", across retries.
     async fn finalize_row(
         &self,
         license_arn: &str,
@@ -333,6 +381,11 @@ pub struct SubmissionUpdate {
     /// ([`crate::retention::Retention::record_expiry`]); `None` removes it. A `Pending`
     /// update always removes it.
     pub expires_at: Option<Instant>,
+    /// For a terminal status: this write's identity (`finalWriteId`), drawn once before
+    /// its retries, for a write whose caller counts a metric when it applies (the
+    /// claimless age-out): a retry that finds it applied answers `true`. `None`: a
+    /// failed condition always answers `false`.
+    pub final_write_id: Option<FinalWriteId>,
 }
 
 impl SubmissionUpdate {
@@ -348,6 +401,16 @@ impl SubmissionUpdate {
             metering_record_id,
             possibly_sent: false,
             expires_at: None,
+            final_write_id: None,
+        }
+    }
+
+    /// The same update, identified as one logical write by a fresh [`FinalWriteId`]:
+    /// build it before the retries, never inside them.
+    pub fn once(self) -> Self {
+        SubmissionUpdate {
+            final_write_id: Some(FinalWriteId::fresh()),
+            ..self
         }
     }
 
@@ -519,8 +582,11 @@ pub trait AggregatedStore: Send + Sync {
     /// update says (removed when `None`); `Pending` removes `expiresAt`. Each applies only while
     /// the record is still pending and, with a claim id, only while that claim holds
     /// it; without one (age-out, a record that cannot be sent), only while no unexpired
-    /// claim holds it at `now`. One answer per write, in order: whether it applied. At
-    /// most [`MAX_BATCH_WRITES`] writes.
+    /// claim holds it at `now`. A terminal update with a
+    /// [`final_write_id`](SubmissionUpdate::final_write_id) stores it (`finalWriteId`),
+    /// and a write whose condition fails answers `true` when the record carries it (an
+    /// earlier attempt applied, its answer lost). One answer per write, in order:
+    /// whether it applied. At most [`MAX_BATCH_WRITES`] writes.
     async fn record_all(
         &self,
         writes: &[OutcomeWrite],

@@ -39,7 +39,9 @@ use crate::time::{HourBucket, Instant, format_instant};
 /// - `record_all`, each write on its own: only while pending and, with a claim id, only under that claim (without
 ///   one, only while no unexpired claim holds it); releases the claim; a terminal
 ///   status also sets the reason and the record id (an absent record id keeps a stored
-///   one) and `expiresAt` and leaves the pending index. `Pending` releases the claim,
+///   one) and `expiresAt` and leaves the pending index, and stores the update's
+///   `finalWriteId` when it has one; a write whose condition fails answers `true` when
+///   the record carries its `finalWriteId`. `Pending` releases the claim,
 ///   removes `expiresAt` and drops `sentQuantity` unless the update says a send may
 ///   have billed. A claim removes `expiresAt` too (pending).
 /// - `commit` folds only into a record no claim ever held (`accepts_folds`).
@@ -214,6 +216,28 @@ fn record_one(
     Ok(true)
 }
 
+/// A written outcome's `finalWriteId`: stored when `applied` (a terminal update that
+/// has one), and otherwise whether the record carries it (an earlier attempt of the
+/// same write applied, its answer lost: `true`).
+fn final_write(
+    state: &mut super::tables::TablesState,
+    write: &OutcomeWrite,
+    applied: bool,
+) -> bool {
+    let update = &write.update;
+    let (Some(id), true) = (update.final_write_id, update.status.is_terminal()) else {
+        return applied;
+    };
+    let Some(stored) = state.aggregated.get_mut(&aggregated_key(&write.key)) else {
+        return applied;
+    };
+    if applied {
+        stored.final_write_id = Some(id.to_string());
+        return true;
+    }
+    stored.final_write_id.as_deref() == Some(id.to_string().as_str())
+}
+
 fn record_size(
     record: &AggregatedRecord,
     stamp: &AuditStamp,
@@ -325,6 +349,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                 record: commit.record.clone(),
                 stamp: record_stamp,
                 expires_at: None,
+                final_write_id: None,
             },
         );
         Ok(CommitOutcome::Committed)
@@ -387,7 +412,8 @@ impl AggregatedStore for MemoryAggregatedStore {
         let mut state = lock(&self.tables.state);
         let mut applied = Vec::with_capacity(writes.len());
         for write in writes {
-            applied.push(record_one(&mut state, write, now)?);
+            let done = record_one(&mut state, write, now)?;
+            applied.push(final_write(&mut state, write, done));
         }
         Ok(applied)
     }
@@ -467,6 +493,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                 record: record.clone(),
                 stamp,
                 expires_at: None,
+                final_write_id: None,
             },
         );
         Ok(PutOutcome::Created)

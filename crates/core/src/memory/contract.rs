@@ -139,6 +139,7 @@ macro_rules! store_contract_tests {
             a_transaction_over_4_mb_is_refused,
             operator_reads_both_tables_and_replays_only_an_unchanged_error,
             expires_at_only_on_final_writes_and_removed_by_pending_ones,
+            a_final_write_retried_after_it_applied_answers_true_and_only_to_itself,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -514,6 +515,7 @@ pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend)
         metering_record_id: None,
         possibly_sent: true,
         expires_at: None,
+        final_write_id: None,
     };
     assert!(
         agg.record(&key, Some("c1"), &ambiguous, t("2026-11-30T11:07:00Z"))
@@ -599,6 +601,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         metering_record_id: Some("mr-1".into()),
         possibly_sent: false,
         expires_at: None,
+        final_write_id: None,
     };
     let now = t("2026-11-30T11:06:00Z");
     assert!(
@@ -632,6 +635,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         metering_record_id: None,
         possibly_sent: false,
         expires_at: None,
+        final_write_id: None,
     };
     assert!(
         agg.record(&key, Some("c2"), &unsent, t("2026-11-30T11:12:00Z"))
@@ -795,9 +799,7 @@ pub async fn claim_all_takes_only_records_exactly_as_read_and_answers_each(b: &d
 /// Direct-submit: the seller may update a record in place (no version bump). A claim
 /// taken on a read whose quantity is no longer stored is refused; a claim stores as
 /// `sentQuantity` exactly the quantity its call sends, never the stored one.
-pub async fn a_claim_pins_the_quantity_it_sends_and_holds_only_while_it_is_stored(
-    b: &dyn Backend,
-) {
+pub async fn a_claim_pins_the_quantity_it_sends_and_holds_only_while_it_is_stored(b: &dyn Backend) {
     let agg = b.aggregated();
     let key = group("2026-11-30T09");
     let written = record(key.clone(), 5, 0);
@@ -1106,6 +1108,7 @@ pub async fn pending_pages_cover_every_pending_item_once(b: &dyn Backend) {
         metering_record_id: Some("mr-0".into()),
         possibly_sent: false,
         expires_at: None,
+        final_write_id: None,
     };
     assert!(
         agg.record(&done, None, &terminal, t("2026-11-30T12:01:00Z"))
@@ -1288,6 +1291,7 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         metering_record_id: None,
         possibly_sent: false,
         expires_at: None,
+        final_write_id: None,
     };
     let at = t("2026-11-30T11:06:00Z");
     assert!(agg.record(&key, Some("c1"), &error, at).await.unwrap());
@@ -1515,6 +1519,141 @@ pub async fn expires_at_only_on_final_writes_and_removed_by_pending_ones(b: &dyn
             .unwrap()
     );
     assert_eq!(b.record_expiry(&key).await, Some(at));
+}
+
+/// A final write's retry after its answer was lost: the condition fails (the item is
+/// final), and the store answers `true` because the item carries the write's
+/// `finalWriteId`, so its caller counts the transition's metric; a racing write (another
+/// id) answers `false`, and a write without an id too. Raw rows (`finalize_row`) and the
+/// claimless outcome of a record (the age-out, `record`).
+pub async fn a_final_write_retried_after_it_applied_answers_true_and_only_to_itself(
+    b: &dyn Backend,
+) {
+    let (usage, agg) = (b.usage(), b.aggregated());
+    let now = t("2026-11-30T11:00:00Z");
+
+    // A raw row.
+    let row = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let reject = RowFinal::new(
+        RawStatus::RejectedClientSide,
+        Some(ReasonCode::HourAlreadySubmitted),
+    );
+    let sort_key = row.sort_key.as_str();
+    let finalize = |outcome: RowFinal| async move {
+        usage
+            .finalize_row(LICENSE, sort_key, RowClaim::Uncounted, outcome, now)
+            .await
+            .unwrap()
+    };
+    assert!(finalize(reject).await, "the write");
+    assert!(finalize(reject).await, "its retry");
+    assert!(finalize(reject).await, "and again");
+    let stored = usage
+        .get_row(LICENSE, &row.sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.attrs.get(attr::FINAL_WRITE_ID),
+        Some(&Attr::S(reject.write_id.to_string()))
+    );
+    assert_eq!(
+        stored.attrs.get(attr::METERING_STATUS_REASON),
+        Some(&Attr::S("HourAlreadySubmitted".into()))
+    );
+    assert!(
+        !finalize(RowFinal::new(
+            RawStatus::RejectedClientSide,
+            Some(ReasonCode::HourAlreadySubmitted)
+        ))
+        .await,
+        "a racing write: another id"
+    );
+    assert!(
+        !finalize(RowFinal::new(RawStatus::AggregationExpired, None)).await,
+        "another id, another status"
+    );
+    let after = usage
+        .get_row(LICENSE, &row.sort_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after.attrs.get(attr::FINAL_WRITE_ID),
+        Some(&Attr::S(reject.write_id.to_string())),
+        "the losers wrote nothing"
+    );
+    assert_eq!(
+        after.attrs.get(attr::METERING_STATUS),
+        Some(&Attr::S("RejectedClientSide".into()))
+    );
+
+    // A record aged out (no claim).
+    let key = group("2026-11-30T09");
+    let counted = seed(b, "2026-11-30T09:30:00Z", 3).await;
+    let create = commit(
+        record(key.clone(), 3, 1),
+        None,
+        &[&counted],
+        "2026-11-30T10:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    let expire = SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, None, None).once();
+    let record_outcome = |update: SubmissionUpdate| {
+        let key = key.clone();
+        async move { agg.record(&key, None, &update, now).await.unwrap() }
+    };
+    assert!(record_outcome(expire.clone()).await, "the write");
+    assert!(record_outcome(expire.clone()).await, "its retry");
+    assert!(
+        !record_outcome(expire.clone().once()).await,
+        "a racing write: another id"
+    );
+    assert!(
+        !record_outcome(SubmissionUpdate::new(
+            AggregatedStatus::SubmissionExpired,
+            None,
+            None
+        ))
+        .await,
+        "a write without an id"
+    );
+    // In a batch, each write answers for itself: a retry beside a first write.
+    let other = group("2026-11-30T08");
+    let counted = seed(b, "2026-11-30T08:30:00Z", 2).await;
+    let create = commit(
+        record(other.clone(), 2, 1),
+        None,
+        &[&counted],
+        "2026-11-30T10:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    let writes = [
+        OutcomeWrite {
+            key: key.clone(),
+            claim_id: None,
+            update: expire.clone(),
+        },
+        OutcomeWrite {
+            key: other.clone(),
+            claim_id: None,
+            update: expire.clone().once(),
+        },
+    ];
+    assert_eq!(
+        agg.record_all(&writes, now).await.unwrap(),
+        vec![true, true]
+    );
+    assert!(
+        !agg.record(&other, None, &expire, now).await.unwrap(),
+        "an id is its own record's only"
+    );
+    for key in [&key, &other] {
+        assert_eq!(
+            read_record(agg, key).await.status,
+            AggregatedStatus::SubmissionExpired
+        );
+    }
 }
 
 #[cfg(test)]

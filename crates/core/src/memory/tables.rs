@@ -21,13 +21,14 @@ pub const DEFAULT_PAGE_SIZE: usize = 3;
 /// Table key `(partition key, sort key)`.
 pub(crate) type TableKey = (String, String);
 
-/// An aggregated record with its audit stamps and its `expiresAt` (set only by the
-/// write that makes it final).
+/// An aggregated record with its audit stamps, its `expiresAt` (set only by the
+/// write that makes it final) and its `finalWriteId` (set by a final write that has one).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredAggregate {
     pub(crate) record: AggregatedRecord,
     pub(crate) stamp: AuditStamp,
     pub(crate) expires_at: Option<Instant>,
+    pub(crate) final_write_id: Option<String>,
 }
 
 /// An aggregated-table item a seller wrote that cannot be read as a record (kept by
@@ -121,6 +122,7 @@ impl MemoryTables {
                 record,
                 stamp: AuditStamp::at(now),
                 expires_at: None,
+                final_write_id: None,
             },
         );
     }

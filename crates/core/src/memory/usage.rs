@@ -56,10 +56,11 @@ pub fn reference_row(
 ///   value keeps a row out of the sparse index, as in DynamoDB), ordered by
 ///   (license, sort key), paged by the tables' page size.
 /// - `finalize_row`: sets `meteringStatus` (and `meteringStatusReason`, removed when
-///   `None`) and `expiresAt` (removed when `None`), removes `meteringPending`, stamps
-///   `updatedAt`, only if the row exists,
+///   `None`), `expiresAt` (removed when `None`) and `finalWriteId`, removes
+///   `meteringPending`, stamps `updatedAt`, only if the row exists,
 ///   still has `meteringPending` and its `aggregatedInto` is as the `RowClaim` says;
-///   `Ok(false)` otherwise.
+///   otherwise `Ok(true)` when the row carries the write's `finalWriteId` (an earlier
+///   attempt applied), else `Ok(false)`.
 /// - `put_row`: writes the [`IngestionWrite`] (row and event marker) together, or
 ///   neither when either key exists, and then answers what [`judge_repeat`] makes of
 ///   the marker and the row it names (a duplicate or a conflict); refuses what
@@ -165,6 +166,7 @@ impl UsageStore for MemoryUsageStore {
             status,
             reason,
             expires_at,
+            write_id,
         } = outcome;
         let mut state = lock(&self.tables.state);
         let key = (license_arn.to_string(), sort_key.to_string());
@@ -177,7 +179,8 @@ impl UsageStore for MemoryUsageStore {
             (RowClaim::Uncounted, found) => found.is_none(),
         };
         if !claim_ok || !row.is_pending() {
-            return Ok(false);
+            // Applied by an earlier attempt of this very write (its answer was lost).
+            return Ok(write_id.is(row.attrs.get(attr::FINAL_WRITE_ID)));
         }
         // Applied to a copy first: DynamoDB refuses an update that would make the item
         // larger than 400 KB, and then nothing changes.
@@ -199,6 +202,9 @@ impl UsageStore for MemoryUsageStore {
             }
         }
         set_expiry(&mut updated.attrs, expires_at);
+        updated
+            .attrs
+            .insert(attr::FINAL_WRITE_ID.to_string(), write_id.attr());
         AuditStamp::at(now).apply(&mut updated.attrs);
         check_row(&updated, "finalize_row")?;
         *row = updated;

@@ -59,8 +59,10 @@ impl CleanupReport {
 /// the rows already finalized are skipped).
 ///
 /// `UsageRecordRejected{Reason}` (and `LateUsageAfterSubmission` for
-/// `HourAlreadySubmitted`) are emitted here, when the row actually changes, so a
-/// redelivered message never counts a rejection twice.
+/// `HourAlreadySubmitted`) are emitted here, when this write made the row final (its
+/// [`FinalWriteId`](crate::ports::FinalWriteId) tells a retry whose answer was lost
+/// that it did), so a redelivered message or a racing cleanup never counts a rejection
+/// twice and a lost answer never loses it.
 pub async fn cleanup(
     message: &WorkMessage,
     now: Instant,
@@ -186,14 +188,13 @@ impl Cleanup<'_> {
                 return Ok(());
             }
         };
+        // One write across its retries: one id, so a retry that finds it applied (the
+        // answer was lost) still answers `true`, and the metric below is counted.
+        let outcome = RowFinal::new(status, reason).expiring(self.retention.expiry(self.now));
         let changed = retry_transient(self.ports.clock.as_ref(), self.policy, || {
-            self.ports.usage.finalize_row(
-                license,
-                sort_key,
-                claim,
-                RowFinal::new(status, reason).expiring(self.retention.expiry(self.now)),
-                self.now,
-            )
+            self.ports
+                .usage
+                .finalize_row(license, sort_key, claim, outcome, self.now)
         })
         .await?;
         if !changed {
@@ -357,6 +358,56 @@ mod tests {
             "{failed:?}"
         );
         assert_eq!(world.status(&l, &sk2), None);
+    }
+
+    #[tokio::test]
+    async fn a_rejection_whose_answer_was_lost_is_counted_once() {
+        // GIVEN a late row, and a usage store whose first final write takes effect and
+        // then loses its answer (a timeout; the retry's condition then fails)
+        let world = World::new(t(NOW));
+        let l = license(1);
+        let late = world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:04:00Z", 1);
+        let message = WorkMessage::Cleanup {
+            group: group_09(&l),
+            aggregated: vec![],
+            rejected: vec![(late.clone(), ReasonCode::HourAlreadySubmitted)],
+        };
+        let lossy = Arc::new(LostAnswers::new(
+            world.usage.clone(),
+            StoreOp::UsageFinalizeRow,
+            1,
+        ));
+        let ports = CleanupPorts {
+            usage: lossy.clone(),
+            ..world.cleanup_ports()
+        };
+
+        // WHEN cleanup rejects it (the retry finds its own write applied)
+        let report = cleanup(&message, t(NOW), world.retention, &ports)
+            .await
+            .unwrap();
+
+        // THEN the rejection and its metrics are counted, once
+        assert!(lossy.exhausted());
+        assert_eq!(
+            world.reason(&l, &late).as_deref(),
+            Some("HourAlreadySubmitted")
+        );
+        assert_eq!((report.rejected, report.already_final), (1, 0));
+        assert_eq!(
+            world.metrics.get(
+                metric::USAGE_RECORD_REJECTED,
+                &[("Reason", "HourAlreadySubmitted")]
+            ),
+            1
+        );
+        assert_eq!(world.metrics.total(metric::LATE_USAGE_AFTER_SUBMISSION), 1);
+
+        // AND a redelivery counts nothing more
+        let again = apply(&world, &message).await.unwrap();
+        assert_eq!((again.rejected, again.already_final), (0, 1));
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_REJECTED), 1);
+        assert_eq!(world.metrics.total(metric::LATE_USAGE_AFTER_SUBMISSION), 1);
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use crate::guardrails::{self, GuardrailContext};
 use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, SubscriptionStatus, attr};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{
     Clock, MetricsSink, PendingRawRef, RowClaim, RowFinal, SubscriberStore, UsageStore,
     WorkMessage, WorkQueue, metric,
@@ -150,7 +151,9 @@ enum Pass {
 /// hour than its valid timestamp) is routed to the group its timestamp names.
 ///
 /// A failing subscribers read skips the flush (reported), never normal metering.
-/// A store failure ends the run with an error; everything done so far stands.
+/// A store failure ends the run with an error; everything done so far stands. A row's
+/// final write (rejection, age-out) is retried when transient first, as one write, so
+/// a lost answer neither ends the run nor loses the metric.
 pub async fn discover(
     now: Instant,
     settings: &DiscoverSettings,
@@ -393,18 +396,9 @@ impl Run<'_> {
     }
 
     async fn reject(&mut self, row: &RawUsageRow, reason: ReasonCode) -> Result<(), PipelineError> {
-        let changed = self
-            .ports
-            .usage
-            .finalize_row(
-                &row.license_arn,
-                &row.sort_key,
-                RowClaim::Uncounted,
-                RowFinal::new(RawStatus::RejectedClientSide, Some(reason))
-                    .expiring(self.settings.retention.expiry(self.now)),
-                self.now,
-            )
-            .await?;
+        let outcome = RowFinal::new(RawStatus::RejectedClientSide, Some(reason))
+            .expiring(self.settings.retention.expiry(self.now));
+        let changed = self.finalize(row, RowClaim::Uncounted, outcome).await?;
         if changed {
             warn!(
                 license = %row.license_arn,
@@ -420,6 +414,30 @@ impl Run<'_> {
             self.report.rejected_rows += 1;
         }
         Ok(())
+    }
+
+    /// Makes `row` final with `outcome` (one write: one [`RowFinal::write_id`] across
+    /// its retries), retrying transient failures: `true` when this write made the
+    /// transition, even if the answer of the attempt that applied it was lost, so the
+    /// caller counts its metric exactly once.
+    async fn finalize(
+        &self,
+        row: &RawUsageRow,
+        claim: RowClaim<'_>,
+        outcome: RowFinal,
+    ) -> Result<bool, PipelineError> {
+        Ok(
+            retry_transient(self.ports.clock.as_ref(), RetryPolicy::STORE, || {
+                self.ports.usage.finalize_row(
+                    &row.license_arn,
+                    &row.sort_key,
+                    claim,
+                    outcome,
+                    self.now,
+                )
+            })
+            .await?,
+        )
     }
 
     /// Sweeps the whole sparse pending index (a Scan of the index, which holds only
@@ -513,18 +531,9 @@ impl Run<'_> {
             Some(record) => (RowClaim::Counted(record), RawStatus::Aggregated),
             None => (RowClaim::Uncounted, RawStatus::AggregationExpired),
         };
-        let changed = self
-            .ports
-            .usage
-            .finalize_row(
-                &row.license_arn,
-                &row.sort_key,
-                claim,
-                RowFinal::new(status, None).expiring(self.settings.retention.expiry(self.now)),
-                self.now,
-            )
-            .await?;
-        if !changed {
+        let outcome =
+            RowFinal::new(status, None).expiring(self.settings.retention.expiry(self.now));
+        if !self.finalize(row, claim, outcome).await? {
             return Ok(());
         }
         if into.is_some() {
@@ -727,6 +736,58 @@ mod tests {
         // Re-running changes nothing and counts nothing twice.
         world.discover(now).await;
         assert_eq!(world.metrics.total(metric::USAGE_AGGREGATION_EXPIRED), 2);
+    }
+
+    #[tokio::test]
+    async fn expiries_and_rejections_whose_answers_were_lost_are_counted_once() {
+        // GIVEN a row of an expired hour and a row the index cannot place, and a usage
+        // store whose final writes each take effect and then lose their answer
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let expired = world.put(&l, ACCOUNT_A, "requests", "2026-11-29T09:30:00Z", 5);
+        let mut no_dimension =
+            crate::memory::reference_row(&l, ACCOUNT_A, "requests", "2026-11-30T09:01:00Z", 1);
+        no_dimension.attrs.remove(attr::DIMENSION);
+        let no_dimension = world.put_row(no_dimension);
+        let lossy = Arc::new(LostAnswers::new(
+            world.usage.clone(),
+            StoreOp::UsageFinalizeRow,
+            2,
+        ));
+        let ports = DiscoverPorts {
+            usage: lossy.clone(),
+            ..world.discover_ports()
+        };
+
+        // WHEN the discoverer runs (each write's retry finds it applied)
+        let report = discover(now, &world.discover_settings(), &ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+
+        // THEN both are final and each metric is counted once
+        assert!(lossy.exhausted(), "both writes lost an answer");
+        assert_eq!(
+            world.status(&l, &expired).as_deref(),
+            Some("AggregationExpired")
+        );
+        assert_eq!(
+            world.reason(&l, &no_dimension).as_deref(),
+            Some("MissingDimension")
+        );
+        assert_eq!((report.expired_rows, report.rejected_rows), (1, 1));
+        assert_eq!(world.metrics.total(metric::USAGE_AGGREGATION_EXPIRED), 1);
+        assert_eq!(
+            world.metrics.get(
+                metric::USAGE_RECORD_REJECTED,
+                &[("Reason", "MissingDimension")]
+            ),
+            1
+        );
+        // AND the next run counts nothing more
+        world.discover(now).await;
+        assert_eq!(world.metrics.total(metric::USAGE_AGGREGATION_EXPIRED), 1);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_REJECTED), 1);
     }
 
     #[tokio::test]

@@ -416,3 +416,72 @@ pub fn claim_at(id: &str, now: Instant, minutes: i64) -> crate::ports::Claim {
         until: now + chrono::Duration::minutes(minutes),
     }
 }
+
+/// A store whose calls of `op` take effect and then lose their answer
+/// ([`PortError::Transient`], as a timeout or the SDK's retry would), as the
+/// simulation's lost responses do: `times` of them, each followed by one answered call
+/// (the retry), so that consecutive writes each lose one answer.
+pub struct LostAnswers<S> {
+    pub inner: S,
+    pub op: crate::memory::StoreOp,
+    /// (answers still to lose, whether the last call of `op` lost its answer).
+    state: std::sync::Mutex<(usize, bool)>,
+}
+
+impl<S> LostAnswers<S> {
+    pub fn new(inner: S, op: crate::memory::StoreOp, times: usize) -> Self {
+        LostAnswers {
+            inner,
+            op,
+            state: std::sync::Mutex::new((times, false)),
+        }
+    }
+
+    /// Answers lost so far are all there were to lose.
+    pub fn exhausted(&self) -> bool {
+        self.state.lock().unwrap().0 == 0
+    }
+}
+
+#[async_trait]
+impl<S: Send + Sync> crate::memory::Decorator for LostAnswers<S> {
+    async fn around<T: Send>(
+        &self,
+        call: crate::memory::StoreCall,
+        inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
+    ) -> Result<T, PortError> {
+        let out = inner.await?;
+        if call.op != self.op {
+            return Ok(out);
+        }
+        let lose = {
+            let mut state = self.state.lock().unwrap();
+            let (left, just_lost) = *state;
+            let lose = left > 0 && !just_lost;
+            *state = (left - usize::from(lose), lose);
+            lose
+        };
+        if lose {
+            return Err(PortError::Transient {
+                operation: call.op.name(),
+                message: "the call took effect, its answer was lost".into(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl crate::memory::UsageDecorator for LostAnswers<MemoryUsageStore> {
+    type Inner = MemoryUsageStore;
+    fn inner(&self) -> &MemoryUsageStore {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl crate::memory::AggregatedDecorator for LostAnswers<MemoryAggregatedStore> {
+    type Inner = MemoryAggregatedStore;
+    fn inner(&self) -> &MemoryAggregatedStore {
+        &self.inner
+    }
+}

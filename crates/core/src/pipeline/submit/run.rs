@@ -961,8 +961,10 @@ impl Run<'_> {
                 } else {
                     None
                 };
+                // One write across its retries (`once`): a retry that finds it applied
+                // (the answer was lost) answers `true`, so the metric is counted.
                 let update =
-                    SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, reason, None);
+                    SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, reason, None).once();
                 if !self.write(&record.key, None, &update).await? {
                     continue;
                 }
@@ -1710,6 +1712,40 @@ mod tests {
         );
         assert_eq!(world.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 2);
         assert_eq!(status(&world, &live_zero), AggregatedStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn an_age_out_whose_answer_was_lost_is_counted_once() {
+        // GIVEN an expired pending record, and an aggregated store whose first outcome
+        // write takes effect and then loses its answer (the retry's condition fails)
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(1);
+        let lost = group(&l, ACCOUNT_A, "a", "2026-11-29T10");
+        world.tables.insert_aggregated(pending(&lost, 3), now);
+        let lossy = Arc::new(LostAnswers::new(
+            world.aggregated.clone(),
+            crate::memory::StoreOp::AggregatedRecord,
+            1,
+        ));
+        let ports = SubmitPorts {
+            aggregated: lossy.clone(),
+            ..world.submit_ports()
+        };
+
+        // WHEN the submitter ages it out
+        let report = submit(now, &world.submit_settings(), &ports, Budget::UNLIMITED)
+            .await
+            .unwrap();
+
+        // THEN it is expired and counted, once
+        assert!(lossy.exhausted());
+        assert_eq!(status(&world, &lost), AggregatedStatus::SubmissionExpired);
+        assert_eq!(report.expired, 1);
+        assert_eq!(world.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 1);
+        // AND the next run counts nothing more
+        assert_eq!(world.submit(now).await.expired, 0);
+        assert_eq!(world.metrics.total(metric::USAGE_SUBMISSION_EXPIRED), 1);
     }
 
     #[tokio::test]
