@@ -12,8 +12,8 @@
 //! | `Unprocessed` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
-//! | not answered: throttled | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off |
-//! | not answered: transient (internal error, timeout, transport) / malformed answer: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
+//! | ambiguous: in the call that failed transiently (internal error, timeout, transport) or was answered with the wrong number of verdicts: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
+//! | not answered: throttled, or never sent (the bisection stopped first, whatever stopped it) | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off (stop if disabled) |
 //! | not answered: `DisabledApiException` | `Pending` (claim released; nothing billed) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
 //!
 //! Every `Pending` release keeps `sentQuantity` when an earlier send may have billed
@@ -96,8 +96,8 @@ pub fn subscription_known(subscriber: Option<&Subscriber>) -> bool {
 
 /// The row state, metric and run action for one record's result.
 ///
-/// `stop` is the bisection's stop cause ([`BisectReport::stopped`]); it only matters for
-/// [`RecordResult::NotAnswered`]. `subscriber` is the subscribers row for the record's
+/// `stop` is the bisection's stop cause ([`BisectReport::stopped`]); it only decides
+/// what the run does after a [`RecordResult::NotAnswered`]. `subscriber` is the subscribers row for the record's
 /// license and account; it only matters for `CustomerNotSubscribed`.
 ///
 /// `Unprocessed` is mapped as final: the caller retries unprocessed records once (see
@@ -110,7 +110,7 @@ pub fn next_state(
 ) -> Outcome {
     let mut outcome = answer_state(result, stop, subscriber, previously_sent);
     if let Some(update) = outcome.update.as_mut().filter(|u| !u.status.is_terminal()) {
-        update.possibly_sent = previously_sent || reached_marketplace(result, stop);
+        update.possibly_sent = previously_sent || reached_marketplace(result);
     }
     outcome
 }
@@ -119,25 +119,23 @@ pub fn next_state(
 /// is the group's from now on (a record once sent is never folded into again,
 /// architecture.md §4): it may have billed ([`may_have_billed`]), or Marketplace
 /// answered it (`CustomerNotSubscribed` kept pending before activation). Throttling,
-/// `DisabledApiException`, `UnprocessedRecords` and a bisection's depth cap leave the
-/// record unprocessed: it may still take late rows.
-pub fn reached_marketplace(result: &RecordResult, stop: Option<StopKind>) -> bool {
-    may_have_billed(result, stop)
+/// `DisabledApiException`, `UnprocessedRecords`, a bisection's depth cap and a stop
+/// before the record's call leave it unprocessed: it may still take late rows.
+pub fn reached_marketplace(result: &RecordResult) -> bool {
+    may_have_billed(result)
         || matches!(
             result,
             RecordResult::Answered(RecordVerdict::CustomerNotSubscribed)
         )
 }
 
-/// Whether an unanswered call may still have billed the record (a response lost after
-/// the call took effect): an internal error, a timeout or transport failure, or an
-/// answer that could not be read. Throttling and `DisabledApiException` are definite.
-pub fn may_have_billed(result: &RecordResult, stop: Option<StopKind>) -> bool {
-    matches!(result, RecordResult::NotAnswered)
-        && matches!(
-            stop,
-            Some(StopKind::Transient | StopKind::MalformedResponse)
-        )
+/// Whether this send may have billed the record without saying so: it was in the call
+/// that failed without a definite answer (an internal error, a timeout or transport
+/// failure, an answer with the wrong number of verdicts: [`RecordResult::Ambiguous`]).
+/// A record the bisection never sent in such a call was not billed by it, whatever
+/// stopped the batch; throttling and `DisabledApiException` are definite.
+pub fn may_have_billed(result: &RecordResult) -> bool {
+    matches!(result, RecordResult::Ambiguous)
 }
 
 /// Reason on a `DuplicateRecord` that answers a re-send: our earlier call billed it.
@@ -211,13 +209,16 @@ fn answer_state(
             action: RunAction::Continue,
         },
         RecordResult::DepthExceeded { .. } => stays_pending(None, RunAction::Continue),
+        RecordResult::Ambiguous => stays_pending(
+            Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
+            RunAction::BackOff,
+        ),
+        // Never in a call that may have taken effect: nothing billed it.
         RecordResult::NotAnswered => match stop {
             Some(StopKind::Disabled) => stays_pending(None, RunAction::StopRun),
-            Some(StopKind::Throttled) => stays_pending(None, RunAction::BackOff),
-            Some(StopKind::Transient | StopKind::MalformedResponse) => stays_pending(
-                Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
-                RunAction::BackOff,
-            ),
+            Some(StopKind::Throttled | StopKind::Transient | StopKind::MalformedResponse) => {
+                stays_pending(None, RunAction::BackOff)
+            }
             // Unanswered without a stop does not come out of a bisection; pending loses nothing.
             None => stays_pending(None, RunAction::Continue),
         },
@@ -525,40 +526,39 @@ mod tests {
 
     #[test]
     fn unanswered_records_follow_the_stop() {
-        let ambiguous = Some(SubmissionUpdate::release(true));
-        let metric = Some(MetricEvent::plain("AmbiguousSubmission"));
+        // Never sent in a call that may have taken effect: nothing billed them, whatever
+        // stopped the batch; the run backs off or stops as the stop says.
         let cases = [
-            (
-                Some(StopKind::Throttled),
-                pending(),
-                None,
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::Transient),
-                ambiguous.clone(),
-                metric.clone(),
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::MalformedResponse),
-                ambiguous,
-                metric,
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::Disabled),
-                pending(),
-                None,
-                RunAction::StopRun,
-            ),
-            (None, pending(), None, RunAction::Continue),
+            (Some(StopKind::Throttled), RunAction::BackOff),
+            (Some(StopKind::Transient), RunAction::BackOff),
+            (Some(StopKind::MalformedResponse), RunAction::BackOff),
+            (Some(StopKind::Disabled), RunAction::StopRun),
+            (None, RunAction::Continue),
         ];
-        for (stop, expected_update, expected_metric, expected_action) in cases {
+        for (stop, expected_action) in cases {
             let outcome = next_state(&RecordResult::NotAnswered, stop, None, false);
-            assert_eq!(outcome.update, expected_update, "{stop:?}");
+            assert_eq!(outcome.update, pending(), "{stop:?}");
             assert_eq!(outcome.action, expected_action, "{stop:?}");
-            assert_eq!(outcome.metric, expected_metric, "{stop:?}");
+            assert_eq!(outcome.metric, None, "{stop:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_records_of_a_call_that_may_have_billed_keep_their_quantity() {
+        // In the call that failed without a definite answer: it may have billed them.
+        for stop in [StopKind::Transient, StopKind::MalformedResponse] {
+            let outcome = next_state(&RecordResult::Ambiguous, Some(stop), None, false);
+            assert_eq!(
+                outcome.update,
+                Some(SubmissionUpdate::release(true)),
+                "{stop:?}"
+            );
+            assert_eq!(
+                outcome.metric,
+                Some(MetricEvent::plain("AmbiguousSubmission")),
+                "{stop:?}"
+            );
+            assert_eq!(outcome.action, RunAction::BackOff, "{stop:?}");
         }
     }
 

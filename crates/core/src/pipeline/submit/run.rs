@@ -12,7 +12,7 @@ use crate::aggregate::{is_skipped_zero, submission_due};
 use crate::batch::plan_batches;
 use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
-use crate::outcome::{Outcome, RunAction, next_state, report_metrics};
+use crate::outcome::{Outcome, RunAction, may_have_billed, next_state, report_metrics};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::PacedMeteringApi;
@@ -75,7 +75,8 @@ pub struct SubmitReport {
     pub errors: usize,
     /// Records left pending after the unprocessed retry.
     pub unprocessed: usize,
-    /// Records left pending for any other reason (depth cap, throttling, stop).
+    /// Records left pending for any other reason (depth cap, throttling, a stop before
+    /// their call).
     pub left_pending: usize,
     /// Records a claim could not be taken for (moved since read; next run).
     pub claim_skipped: usize,
@@ -861,6 +862,11 @@ impl Run<'_> {
                     "CustomerNotSubscribed before License Updated arrived; retrying on later runs");
             }
             (RecordResult::Answered(RecordVerdict::Unprocessed), _) => self.report.unprocessed += 1,
+            (result, _) if may_have_billed(result) => {
+                self.report.ambiguous += 1;
+                warn!(group = %record.key, quantity = record.quantity_to_send(),
+                    "the call may have billed this record; re-sent later with exactly this quantity");
+            }
             (RecordResult::Isolated { exception, message }, _) => {
                 self.report.errors += 1;
                 error!(group = %record.key, exception = %exception, message = %message,
@@ -1428,8 +1434,13 @@ mod tests {
         // unclaimed; nothing after them was sent.
         assert_eq!(report.stopped.as_deref(), Some("throttled"));
         assert_eq!(
-            (report.success, report.left_pending, report.api_calls),
-            (0, 75, 3)
+            (
+                report.success,
+                report.left_pending,
+                report.ambiguous,
+                report.api_calls
+            ),
+            (0, 50, 25, 3)
         );
         assert!(
             keys.iter()
@@ -1451,6 +1462,46 @@ mod tests {
                 .all(|k| status(&world, k) == AggregatedStatus::Success)
         );
         assert_eq!(world.api.ledger().len(), 100);
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_mid_bisection_pins_only_the_records_of_that_call() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 25, "2026-11-30T09", 2);
+        // GIVEN a batch that fails validation (d022), whose left half is answered, whose
+        // right half fails validation too and whose right half's first sub-call (d013 to
+        // d018) gets an internal error
+        world
+            .api
+            .reject_dimension("d022", "InvalidUsageDimensionException");
+        world.api.fail_after(
+            3,
+            MeteringError::Transient("InternalServiceErrorException".into()),
+        );
+
+        let report = world.submit(now).await;
+
+        assert_eq!(report.success, 13);
+        assert_eq!(world.api.calls()[3].len(), 6);
+        // THEN the records of the failed call may have been billed: their quantity is
+        // pinned, and they are counted ambiguous once each
+        for key in &keys[13..19] {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.status, AggregatedStatus::Pending);
+            assert_eq!(record.sent_quantity, Some(2), "{key}");
+            assert!(!record.accepts_folds());
+        }
+        assert_eq!(world.metrics.total(metric::AMBIGUOUS_SUBMISSION), 6);
+        assert_eq!(report.ambiguous, 6);
+        // AND the records never sent in a call that may have billed are released as
+        // never sent: late rows still fold into them
+        for key in &keys[19..25] {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.status, AggregatedStatus::Pending);
+            assert_eq!(record.sent_quantity, None, "{key}");
+            assert!(record.accepts_folds(), "{key}");
+        }
     }
 
     #[tokio::test]
