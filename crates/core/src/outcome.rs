@@ -9,7 +9,8 @@
 //! | `DuplicateRecord` on a first send | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
 //! | `CustomerNotSubscribed`, subscription known | `CustomerNotSubscribed` | `CustomerNotSubscribed` | continue |
 //! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending`, `sentQuantity` kept (re-sent with it; ages out to `SubmissionExpired`) | | continue |
-//! | `Unprocessed` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
+//! | `Unprocessed`: listed in `UnprocessedRecords` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
+//! | answered ambiguously: in neither `Results` nor `UnprocessedRecords`, an unknown `Status`, or a result that does not echo the record sent: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
 //! | ambiguous: in the call that failed transiently (internal error, timeout, transport) or was answered with the wrong number of verdicts: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
@@ -131,11 +132,16 @@ pub fn reached_marketplace(result: &RecordResult) -> bool {
 
 /// Whether this send may have billed the record without saying so: it was in the call
 /// that failed without a definite answer (an internal error, a timeout or transport
-/// failure, an answer with the wrong number of verdicts: [`RecordResult::Ambiguous`]).
-/// A record the bisection never sent in such a call was not billed by it, whatever
-/// stopped the batch; throttling and `DisabledApiException` are definite.
+/// failure, an answer with the wrong number of verdicts: [`RecordResult::Ambiguous`]),
+/// or the call's answer left it unclear (missing from both lists, an unknown status, a
+/// result that does not echo it: [`RecordVerdict::Ambiguous`]). A record the bisection
+/// never sent in such a call was not billed by it, whatever stopped the batch;
+/// throttling, `DisabledApiException` and `UnprocessedRecords` are definite.
 pub fn may_have_billed(result: &RecordResult) -> bool {
-    matches!(result, RecordResult::Ambiguous)
+    matches!(
+        result,
+        RecordResult::Ambiguous | RecordResult::Answered(RecordVerdict::Ambiguous { .. })
+    )
 }
 
 /// Reason on a `DuplicateRecord` that answers a re-send: our earlier call billed it.
@@ -192,6 +198,10 @@ fn answer_state(
                 stays_pending(None, RunAction::Continue)
             }
         }
+        RecordResult::Answered(RecordVerdict::Ambiguous { .. }) => stays_pending(
+            Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
+            RunAction::Continue,
+        ),
         RecordResult::Answered(RecordVerdict::Unprocessed) => stays_pending(
             Some(MetricEvent::plain(metric::USAGE_RECORD_UNPROCESSED)),
             RunAction::Continue,
@@ -340,6 +350,7 @@ mod tests {
     use super::*;
     use crate::bisect::DepthExceededBatch;
     use crate::model::SubscriptionStatus;
+    use crate::ports::UnclearAnswer;
     use proptest::prelude::*;
     use std::sync::Mutex;
 
@@ -482,6 +493,32 @@ mod tests {
         assert!(!is_unprocessed(&answered(
             RecordVerdict::CustomerNotSubscribed
         )));
+    }
+
+    #[test]
+    fn an_answer_that_leaves_a_record_unclear_keeps_its_quantity() {
+        // Only UnprocessedRecords says "not processed"; anything else unanswered may
+        // have been billed: re-sent later with exactly the quantity sent.
+        for why in [
+            UnclearAnswer::Missing,
+            UnclearAnswer::UnknownStatus("Pending".into()),
+            UnclearAnswer::NotEchoed,
+        ] {
+            let result = answered(RecordVerdict::Ambiguous { why: why.clone() });
+            assert!(!is_unprocessed(&result), "{why}: no immediate retry");
+            let outcome = next_state(&result, None, None, false);
+            assert_eq!(
+                outcome.update,
+                Some(SubmissionUpdate::release(true)),
+                "{why}"
+            );
+            assert_eq!(
+                outcome.metric,
+                Some(MetricEvent::plain("AmbiguousSubmission")),
+                "{why}"
+            );
+            assert_eq!(outcome.action, RunAction::Continue, "{why}");
+        }
     }
 
     #[test]

@@ -653,8 +653,35 @@ pub enum RecordVerdict {
     },
     /// Not entitled.
     CustomerNotSubscribed,
-    /// Returned in `UnprocessedRecords`.
+    /// Returned in `UnprocessedRecords`: not processed, nothing billed.
     Unprocessed,
+    /// The answer does not say what became of the record, so the call may have billed
+    /// it: only `UnprocessedRecords` says "not processed".
+    Ambiguous {
+        /// What was unclear.
+        why: UnclearAnswer,
+    },
+}
+
+/// Why a `BatchMeterUsage` answer leaves one record's fate unclear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnclearAnswer {
+    /// Listed in neither `Results` nor `UnprocessedRecords`.
+    Missing,
+    /// Its result's `Status` is not one AWS documents (the status as answered).
+    UnknownStatus(String),
+    /// Its result does not echo the record as sent (another quantity).
+    NotEchoed,
+}
+
+impl std::fmt::Display for UnclearAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnclearAnswer::Missing => f.write_str("missing from the answer"),
+            UnclearAnswer::UnknownStatus(status) => write!(f, "unknown status {status:?}"),
+            UnclearAnswer::NotEchoed => f.write_str("the result does not echo the record sent"),
+        }
+    }
 }
 
 /// Request-level exceptions that fail a whole batch because of its content

@@ -864,7 +864,11 @@ impl Run<'_> {
             (RecordResult::Answered(RecordVerdict::Unprocessed), _) => self.report.unprocessed += 1,
             (result, _) if may_have_billed(result) => {
                 self.report.ambiguous += 1;
-                warn!(group = %record.key, quantity = record.quantity_to_send(),
+                let why = match result {
+                    RecordResult::Answered(RecordVerdict::Ambiguous { why }) => why.to_string(),
+                    _ => "no definite answer to its call".to_string(),
+                };
+                warn!(group = %record.key, quantity = record.quantity_to_send(), %why,
                     "the call may have billed this record; re-sent later with exactly this quantity");
             }
             (RecordResult::Isolated { exception, message }, _) => {
@@ -1104,7 +1108,7 @@ mod tests {
     use crate::pipeline::pacing::MIN_CALL_INTERVAL;
     use crate::pipeline::submit::DeploymentMode;
     use crate::pipeline::testkit::*;
-    use crate::ports::{MeteringError, PortError};
+    use crate::ports::{MeteringError, PortError, UnclearAnswer};
 
     const NOW: &str = "2026-11-30T10:30:00Z";
 
@@ -1502,6 +1506,43 @@ mod tests {
             assert_eq!(record.sent_quantity, None, "{key}");
             assert!(record.accepts_folds(), "{key}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_record_the_answer_leaves_unclear_is_resent_with_the_same_quantity() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 3, "2026-11-30T09", 4);
+        // GIVEN an answer that bills every record but leaves the last one unclear
+        // (missing from both lists, an unknown status, or another record echoed)
+        world.api.answer_unclearly(1, UnclearAnswer::Missing);
+
+        let report = world.submit(now).await;
+
+        // THEN it may have been billed: pending, its quantity pinned, counted ambiguous,
+        // not unprocessed
+        assert_eq!(
+            (report.success, report.ambiguous, report.unprocessed),
+            (2, 1, 0)
+        );
+        let unclear = world.record(&keys[2]).unwrap();
+        assert_eq!(unclear.status, AggregatedStatus::Pending);
+        assert_eq!(unclear.sent_quantity, Some(4));
+        assert!(
+            !unclear.accepts_folds(),
+            "late rows must not change the quantity"
+        );
+        assert_eq!(world.metrics.total(metric::AMBIGUOUS_SUBMISSION), 1);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_UNPROCESSED), 0);
+        // AND the next run re-sends exactly that quantity; billed once
+        let again = world.submit(now).await;
+        assert_eq!(again.success + again.duplicate, 1);
+        assert!(status(&world, &keys[2]).is_terminal());
+        assert_eq!(world.api.ledger()[&keys[2]].quantity, 4);
+        assert!(
+            world.api.calls()[1].iter().all(|r| r.quantity == 4),
+            "re-sent with the pinned quantity"
+        );
     }
 
     #[tokio::test]
