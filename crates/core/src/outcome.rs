@@ -5,8 +5,8 @@
 //! | result | next row state | metric (per record) | run |
 //! |---|---|---|---|
 //! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` | continue |
-//! | `DuplicateRecord`, an earlier send may have billed it (same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
-//! | `DuplicateRecord` on a first send | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
+//! | `DuplicateRecord`, an earlier call of ours may have billed it (`possiblyBilled`, or a lapsed claim; same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
+//! | `DuplicateRecord` where nothing of ours may have billed it (a first send, a replayed `Error`, a `CustomerNotSubscribed` kept pending) | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
 //! | `CustomerNotSubscribed`, subscription known | `CustomerNotSubscribed` | `CustomerNotSubscribed` | continue |
 //! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending`, `sentQuantity` kept (re-sent with it; ages out to `SubmissionExpired`) | | continue |
 //! | `Unprocessed`: listed in `UnprocessedRecords` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
@@ -17,9 +17,12 @@
 //! | not answered: throttled, or never sent (the bisection stopped first, whatever stopped it) | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off (stop if disabled) |
 //! | not answered: `DisabledApiException` | `Pending` (claim released; nothing billed) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
 //!
-//! Every `Pending` release keeps `sentQuantity` when an earlier send may have billed
-//! the record (`previously_sent`), so a definite "not billed now" never reopens a record
-//! an earlier call may have billed.
+//! Every `Pending` release keeps `sentQuantity` when the record's quantity is pinned
+//! ([`EarlierSends::quantity_pinned`]), so a definite "not billed now" never reopens a
+//! record an earlier call may have billed. Every update says whether a call of ours may
+//! have billed the record, now or earlier (`possiblyBilled`, never cleared); a
+//! `DuplicateRecord` is `BilledByEarlierAttempt` only then
+//! ([`EarlierSends::possibly_billed`]), pinned or not.
 
 use std::time::Duration;
 
@@ -107,13 +110,44 @@ pub fn next_state(
     result: &RecordResult,
     stop: Option<StopKind>,
     subscriber: Option<&Subscriber>,
-    previously_sent: bool,
+    earlier: EarlierSends,
 ) -> Outcome {
-    let mut outcome = answer_state(result, stop, subscriber, previously_sent);
-    if let Some(update) = outcome.update.as_mut().filter(|u| !u.status.is_terminal()) {
-        update.possibly_sent = previously_sent || reached_marketplace(result);
+    let mut outcome = answer_state(result, stop, subscriber, earlier.possibly_billed);
+    if let Some(update) = outcome.update.as_mut() {
+        update.possibly_billed = earlier.possibly_billed || may_have_billed(result);
+        if !update.status.is_terminal() {
+            update.possibly_sent = earlier.quantity_pinned || reached_marketplace(result);
+        }
     }
     outcome
+}
+
+/// What a claim read about the record's earlier sends (true at the claim: it is taken
+/// only on the record exactly as read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EarlierSends {
+    /// Its quantity is pinned (`sentQuantity`, or a lapsed claim): a release keeps it
+    /// ([`crate::ports::ClaimGrant::previously_sent`]).
+    pub quantity_pinned: bool,
+    /// A call of ours may have billed it
+    /// ([`crate::model::AggregatedRecord::may_have_been_billed`]): a `DuplicateRecord`
+    /// now is that call's, with this same quantity. Pinned without it (a replayed
+    /// `Error`, a `CustomerNotSubscribed` kept pending), a `DuplicateRecord` is
+    /// something else's.
+    pub possibly_billed: bool,
+}
+
+impl EarlierSends {
+    /// Never sent.
+    pub const NONE: EarlierSends = EarlierSends {
+        quantity_pinned: false,
+        possibly_billed: false,
+    };
+    /// An earlier call may have billed it (so its quantity is pinned too).
+    pub const POSSIBLY_BILLED: EarlierSends = EarlierSends {
+        quantity_pinned: true,
+        possibly_billed: true,
+    };
 }
 
 /// Whether this send reached Marketplace's processing of the record, so its quantity
@@ -153,7 +187,7 @@ fn answer_state(
     result: &RecordResult,
     stop: Option<StopKind>,
     subscriber: Option<&Subscriber>,
-    previously_sent: bool,
+    possibly_billed: bool,
 ) -> Outcome {
     match result {
         RecordResult::Answered(RecordVerdict::Success { metering_record_id }) => Outcome {
@@ -167,9 +201,10 @@ fn answer_state(
         },
         RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => {
             // Every re-send carries the quantity of the first possibly-billing send, so a
-            // duplicate of a re-send means that quantity is billed. A duplicate of a first
-            // send means another writer billed the hour, maybe with another quantity.
-            let (reason, metric) = if previously_sent {
+            // duplicate after a call of ours may have billed means that quantity is billed.
+            // Otherwise (a first send, a replayed Error, a CustomerNotSubscribed kept
+            // pending) another writer billed the hour, maybe with another quantity.
+            let (reason, metric) = if possibly_billed {
                 (REASON_BILLED_BY_EARLIER_ATTEMPT, None)
             } else {
                 (
@@ -378,7 +413,7 @@ mod tests {
             }),
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         assert_eq!(
             outcome.update,
@@ -401,7 +436,7 @@ mod tests {
                 }),
                 None,
                 None,
-                true,
+                EarlierSends::POSSIBLY_BILLED,
             );
             let update = outcome.update.unwrap();
             assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
@@ -413,6 +448,67 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_where_nothing_of_ours_may_have_billed_raises_the_alarm_metric() {
+        // Pinned without a possible billing: a replayed Error, a CustomerNotSubscribed
+        // kept pending before activation.
+        let pinned_only = EarlierSends {
+            quantity_pinned: true,
+            possibly_billed: false,
+        };
+        let outcome = next_state(
+            &answered(RecordVerdict::DuplicateRecord {
+                metering_record_id: None,
+            }),
+            None,
+            None,
+            pinned_only,
+        );
+        let update = outcome.update.unwrap();
+        assert_eq!(update.reason.as_deref(), Some("UnexpectedDuplicate"));
+        assert!(!update.possibly_billed);
+        assert_eq!(
+            outcome.metric,
+            Some(MetricEvent::plain("UnexpectedDuplicateRecord"))
+        );
+    }
+
+    #[test]
+    fn every_update_says_whether_a_call_of_ours_may_have_billed() {
+        let success = answered(RecordVerdict::Success {
+            metering_record_id: "mr".into(),
+        });
+        let isolated = RecordResult::Isolated {
+            exception: "InvalidTagException".into(),
+            message: "m".into(),
+        };
+        let unclear = answered(RecordVerdict::Ambiguous {
+            why: UnclearAnswer::Missing,
+        });
+        let cases = [
+            (&success, EarlierSends::NONE, false),
+            (&isolated, EarlierSends::NONE, false),
+            // An Error keeps what an earlier call may have done, for a replay.
+            (&isolated, EarlierSends::POSSIBLY_BILLED, true),
+            (&RecordResult::Ambiguous, EarlierSends::NONE, true),
+            (&unclear, EarlierSends::NONE, true),
+            (&RecordResult::NotAnswered, EarlierSends::NONE, false),
+            (
+                &RecordResult::NotAnswered,
+                EarlierSends::POSSIBLY_BILLED,
+                true,
+            ),
+        ];
+        for (result, earlier, billed) in cases {
+            let stop = Some(StopKind::Transient);
+            let update = next_state(result, stop, None, earlier).update.unwrap();
+            assert_eq!(
+                update.possibly_billed, billed,
+                "{result:?} after {earlier:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_duplicate_answering_a_first_send_raises_the_alarm_metric() {
         let outcome = next_state(
             &answered(RecordVerdict::DuplicateRecord {
@@ -420,7 +516,7 @@ mod tests {
             }),
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         let update = outcome.update.unwrap();
         assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
@@ -445,7 +541,7 @@ mod tests {
                 &answered(RecordVerdict::CustomerNotSubscribed),
                 None,
                 Some(&row),
-                false,
+                EarlierSends::NONE,
             );
             // THEN the record closes CustomerNotSubscribed
             assert_eq!(
@@ -470,7 +566,7 @@ mod tests {
                 &answered(RecordVerdict::CustomerNotSubscribed),
                 None,
                 row,
-                false,
+                EarlierSends::NONE,
             );
             // THEN it stays pending for a later run, with no metric, and its quantity
             // is final (Marketplace saw it)
@@ -484,7 +580,7 @@ mod tests {
     fn unprocessed_stays_pending_with_its_metric() {
         let result = answered(RecordVerdict::Unprocessed);
         assert!(is_unprocessed(&result));
-        let outcome = next_state(&result, None, None, false);
+        let outcome = next_state(&result, None, None, EarlierSends::NONE);
         assert_eq!(outcome.update, pending());
         assert_eq!(
             outcome.metric,
@@ -506,10 +602,10 @@ mod tests {
         ] {
             let result = answered(RecordVerdict::Ambiguous { why: why.clone() });
             assert!(!is_unprocessed(&result), "{why}: no immediate retry");
-            let outcome = next_state(&result, None, None, false);
+            let outcome = next_state(&result, None, None, EarlierSends::NONE);
             assert_eq!(
                 outcome.update,
-                Some(SubmissionUpdate::release(true)),
+                Some(SubmissionUpdate::release(true).with_possibly_billed(true)),
                 "{why}"
             );
             assert_eq!(
@@ -528,7 +624,7 @@ mod tests {
                 exception: name.into(),
                 message: "m".into(),
             };
-            let outcome = next_state(&result, None, None, false);
+            let outcome = next_state(&result, None, None, EarlierSends::NONE);
             assert_eq!(
                 outcome.update,
                 Some(update(AggregatedStatus::Error, Some(name.into()), None))
@@ -552,7 +648,7 @@ mod tests {
             },
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         assert_eq!(outcome.update, pending());
         assert_eq!(
@@ -573,7 +669,7 @@ mod tests {
             (None, RunAction::Continue),
         ];
         for (stop, expected_action) in cases {
-            let outcome = next_state(&RecordResult::NotAnswered, stop, None, false);
+            let outcome = next_state(&RecordResult::NotAnswered, stop, None, EarlierSends::NONE);
             assert_eq!(outcome.update, pending(), "{stop:?}");
             assert_eq!(outcome.action, expected_action, "{stop:?}");
             assert_eq!(outcome.metric, None, "{stop:?}");
@@ -584,10 +680,15 @@ mod tests {
     fn only_the_records_of_a_call_that_may_have_billed_keep_their_quantity() {
         // In the call that failed without a definite answer: it may have billed them.
         for stop in [StopKind::Transient, StopKind::MalformedResponse] {
-            let outcome = next_state(&RecordResult::Ambiguous, Some(stop), None, false);
+            let outcome = next_state(
+                &RecordResult::Ambiguous,
+                Some(stop),
+                None,
+                EarlierSends::NONE,
+            );
             assert_eq!(
                 outcome.update,
-                Some(SubmissionUpdate::release(true)),
+                Some(SubmissionUpdate::release(true).with_possibly_billed(true)),
                 "{stop:?}"
             );
             assert_eq!(
@@ -606,9 +707,12 @@ mod tests {
             &RecordResult::NotAnswered,
             Some(StopKind::Throttled),
             None,
-            true,
+            EarlierSends::POSSIBLY_BILLED,
         );
-        assert_eq!(outcome.update, Some(SubmissionUpdate::release(true)));
+        assert_eq!(
+            outcome.update,
+            Some(SubmissionUpdate::release(true).with_possibly_billed(true))
+        );
     }
 
     #[test]
@@ -616,7 +720,7 @@ mod tests {
         let result = answered(RecordVerdict::Success {
             metering_record_id: "mr".into(),
         });
-        let outcome = next_state(&result, Some(StopKind::Disabled), None, false);
+        let outcome = next_state(&result, Some(StopKind::Disabled), None, EarlierSends::NONE);
         assert_eq!(outcome.update.unwrap().status, AggregatedStatus::Success);
         assert_eq!(outcome.action, RunAction::Continue);
     }

@@ -281,6 +281,11 @@ pub struct SubmissionUpdate {
     /// ambiguous outcome now or earlier): `sentQuantity` is kept, so no more folds and
     /// only identical re-sends; `false` removes it (nothing was billed, folds resume).
     pub possibly_sent: bool,
+    /// Whether a call of ours may have billed the record, now or earlier
+    /// (`possiblyBilled`, any status): `true` sets it; `false` under a claim records
+    /// "no" where nothing is stored yet; never cleared (see
+    /// [`AggregatedStore::record_all`]).
+    pub possibly_billed: bool,
     /// For a terminal status: `expiresAt`, when DynamoDB may delete the record
     /// ([`crate::retention::Retention::record_expiry`]); `None` removes it. A `Pending`
     /// update always removes it.
@@ -299,7 +304,16 @@ impl SubmissionUpdate {
             reason,
             metering_record_id,
             possibly_sent: false,
+            possibly_billed: false,
             expires_at: None,
+        }
+    }
+
+    /// The same update, saying whether a call of ours may have billed the record.
+    pub fn with_possibly_billed(self, possibly_billed: bool) -> Self {
+        SubmissionUpdate {
+            possibly_billed,
+            ..self
         }
     }
 
@@ -333,9 +347,10 @@ pub struct Claim {
 /// claim is taken only on the record exactly as read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimGrant {
-    /// An earlier send may have billed the record (it carried `sentQuantity`, or an
-    /// unreleased claim that may have sent): a `DuplicateRecord` now means our own
-    /// earlier call billed it, with this same quantity.
+    /// The record's quantity is pinned (it carried `sentQuantity`, or an unreleased
+    /// claim that may have sent): every re-send carries it, and a definite "not billed
+    /// now" keeps it. Whether a call of ours may have billed it is
+    /// [`AggregatedRecord::may_have_been_billed`] of the record as read.
     pub previously_sent: bool,
 }
 
@@ -460,7 +475,9 @@ pub trait AggregatedStore: Send + Sync {
 
     /// Records submission outcomes and releases their claims, in one request where the
     /// store can. Terminal statuses remove `meteringPending` and set `expiresAt` as the
-    /// update says (removed when `None`); `Pending` removes `expiresAt`. Each applies only while
+    /// update says (removed when `None`); `Pending` removes `expiresAt`. Any status:
+    /// `possiblyBilled` becomes true when the update says so, and, under a claim, false
+    /// where it is absent; it is never cleared. Each applies only while
     /// the record is still pending and, with a claim id, only while that claim holds
     /// it; without one (age-out, a record that cannot be sent), only while no unexpired
     /// claim holds it at `now`. One answer per write, in order: whether it applied. At
