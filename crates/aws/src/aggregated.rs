@@ -28,7 +28,8 @@ use crate::item::{
 /// `dimension`, `hourBucket`, `quantity` (N), optional `usageAllocations`,
 /// `productCode` (absent when empty), `meteringStatus`, optional
 /// `meteringStatusReason`/`meteringRecordId`/`inFlightUntil`, `attemptCount` (N),
-/// `version` (N), `meteringPending` (the hour, only while `Pending`), `rawRowCount`
+/// `version` (N), optional `claimId`/`sentQuantity` (N)/`possiblyBilled` (BOOL),
+/// `meteringPending` (the hour, only while `Pending`), `rawRowCount`
 /// (N, rows counted in), `createdAt`, `updatedAt`; `finalWriteId` on a record the
 /// age-out finalized (the id of that write).
 ///
@@ -223,6 +224,7 @@ pub fn record_from_item(table: &str, item: &DynamoItem) -> Result<AggregatedReco
         in_flight_until: reader.opt_instant(attr::IN_FLIGHT_UNTIL)?,
         claim_id: reader.opt_s(attr::CLAIM_ID)?,
         sent_quantity: reader.opt_i64(attr::SENT_QUANTITY)?,
+        possibly_billed: reader.opt_bool(attr::POSSIBLY_BILLED)?,
         folding: item.contains_key(attr::AGGREGATION_IN_PROGRESS),
     })
 }
@@ -319,6 +321,18 @@ impl DynamoAggregatedStore {
             if !update.possibly_sent {
                 expr.remove(attr::SENT_QUANTITY);
             }
+        }
+        // Never cleared: set when a call may have billed; under a claim, "no" where
+        // nothing is stored yet (an item without it reads sentQuantity instead).
+        if update.possibly_billed {
+            expr.set(
+                attr::POSSIBLY_BILLED,
+                aws_sdk_dynamodb::types::AttributeValue::Bool(true),
+            );
+        } else if write.claim_id.is_some() {
+            let billed = expr.name(attr::POSSIBLY_BILLED);
+            let no = expr.value(aws_sdk_dynamodb::types::AttributeValue::Bool(false));
+            expr.set_clause(format!("{billed} = if_not_exists({billed}, {no})"));
         }
         expr.stamp(now);
         let pending = expr.name(attr::METERING_PENDING);

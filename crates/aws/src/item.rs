@@ -156,6 +156,15 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// An optional boolean attribute (absent -> `None`; another type -> corrupt).
+    pub fn opt_bool(&self, name: &str) -> Result<Option<bool>, PortError> {
+        match self.item.get(name) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::Bool(v)) => Ok(Some(*v)),
+            Some(other) => Err(self.corrupt(format!("{name} is not a boolean: {other:?}"))),
+        }
+    }
+
     /// A required string attribute.
     pub fn s(&self, name: &str) -> Result<String, PortError> {
         self.opt_s(name)?

@@ -20,7 +20,7 @@ use aws_sdk_marketplacemetering::types::{
 use awsmp_core::model::Allocation;
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
-    ResolvedCustomer, VALIDATION_EXCEPTIONS,
+    ResolvedCustomer, UnclearAnswer, VALIDATION_EXCEPTIONS,
 };
 use tracing::instrument;
 
@@ -112,6 +112,11 @@ pub fn usage_record(record: &MeteringRecord) -> Result<UsageRecord, MeteringErro
         .map_err(|e| validation(format!("usage record: {e}")))
 }
 
+/// The quantity a record carries (absent is 0, as on the wire).
+fn quantity_of(record: &UsageRecord) -> i32 {
+    record.quantity().unwrap_or(0)
+}
+
 fn identity_of(record: &UsageRecord) -> RecordIdentity {
     (
         record
@@ -170,6 +175,7 @@ impl MeteringApi for SdkMeteringApi {
                 .or_default()
                 .push_back(index);
         }
+        let sent: Vec<i32> = wire.iter().map(quantity_of).collect();
         let out = self
             .client
             .batch_meter_usage()
@@ -178,16 +184,29 @@ impl MeteringApi for SdkMeteringApi {
             .await
             .map_err(metering_error)?;
 
+        // Only `UnprocessedRecords` says a record was not processed. A record the answer
+        // leaves unclear (missing from both lists, an unknown status, a result that does
+        // not echo what was sent) may have been billed: it is ambiguous.
         let mut verdicts: Vec<Option<RecordVerdict>> = vec![None; records.len()];
         let mut place = |record: Option<&UsageRecord>, verdict: RecordVerdict| {
             let index = record
                 .map(identity_of)
                 .and_then(|id| by_identity.get_mut(&id))
                 .and_then(VecDeque::pop_front);
-            match index {
-                Some(index) => verdicts[index] = Some(verdict),
-                None => tracing::warn!(?verdict, "a result matches no record sent"),
-            }
+            let (Some(index), Some(record)) = (index, record) else {
+                tracing::warn!(?verdict, "a result matches no record sent");
+                return;
+            };
+            let echoed = sent.get(index) == Some(&quantity_of(record));
+            verdicts[index] = Some(if echoed {
+                verdict
+            } else {
+                tracing::warn!(?verdict, echoed = quantity_of(record), sent = ?sent.get(index),
+                    "a result names a record sent with another quantity");
+                RecordVerdict::Ambiguous {
+                    why: UnclearAnswer::NotEchoed,
+                }
+            });
         };
         for result in out.results() {
             let id = result.metering_record_id().map(str::to_string);
@@ -205,9 +224,11 @@ impl MeteringApi for SdkMeteringApi {
                     RecordVerdict::CustomerNotSubscribed
                 }
                 other => {
-                    // Unknown status: keep the record pending; a retry gets a real answer.
-                    tracing::warn!(status = ?other, "unknown BatchMeterUsage result status");
-                    RecordVerdict::Unprocessed
+                    let status = other.map(|s| s.as_str().to_string()).unwrap_or_default();
+                    tracing::warn!(%status, "unknown BatchMeterUsage result status");
+                    RecordVerdict::Ambiguous {
+                        why: UnclearAnswer::UnknownStatus(status),
+                    }
                 }
             };
             place(result.usage_record(), verdict);
@@ -218,8 +239,12 @@ impl MeteringApi for SdkMeteringApi {
         Ok(verdicts
             .into_iter()
             .map(|v| {
-                // A record the service did not mention was not processed.
-                v.unwrap_or(RecordVerdict::Unprocessed)
+                v.unwrap_or_else(|| {
+                    tracing::warn!("a record sent is missing from the answer");
+                    RecordVerdict::Ambiguous {
+                        why: UnclearAnswer::Missing,
+                    }
+                })
             })
             .collect())
     }

@@ -9,6 +9,7 @@ use awsmp_aws::{SdkCustomerResolver, SdkMeteringApi};
 use awsmp_core::model::{Allocation, GroupKey, Tag};
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
+    UnclearAnswer,
 };
 use awsmp_local_aws::SimServer;
 use awsmp_local_aws::marketplace_sim::{
@@ -207,6 +208,56 @@ async fn an_unprocessed_record_comes_back_as_unprocessed_in_its_place() {
         matches!(retried[0], RecordVerdict::Success { .. }),
         "{retried:?}"
     );
+}
+
+#[tokio::test]
+async fn only_unprocessed_records_are_unprocessed_an_unclear_answer_is_ambiguous() {
+    let (sim, api) = api().await;
+    let cases = [
+        (
+            FaultKind::OmitResults { records: 1 },
+            UnclearAnswer::Missing,
+        ),
+        (
+            FaultKind::UnknownStatus { records: 1 },
+            UnclearAnswer::UnknownStatus("Unknown".into()),
+        ),
+        (
+            FaultKind::WrongEcho { records: 1 },
+            UnclearAnswer::NotEchoed,
+        ),
+    ];
+    for (hour, (kind, why)) in ["2026-11-30T09", "2026-11-30T10", "2026-11-30T11"]
+        .into_iter()
+        .zip(cases)
+    {
+        // GIVEN a call Marketplace processes in full whose answer leaves the last record
+        // without a definite verdict
+        sim.handle().inject_fault(fault(kind)).unwrap();
+        let records = vec![
+            metering_record("requests", hour, 1),
+            metering_record("storage", hour, 2),
+        ];
+        let verdicts = api.batch_meter_usage(&records).await.unwrap();
+        // THEN that record may have been billed (it was): ambiguous, not unprocessed
+        assert!(
+            matches!(verdicts[0], RecordVerdict::Success { .. }),
+            "{kind:?}: {verdicts:?}"
+        );
+        assert_eq!(verdicts[1], RecordVerdict::Ambiguous { why }, "{kind:?}");
+        // AND a re-send of exactly what was sent is answered for what was billed
+        let again = api.batch_meter_usage(&records[1..]).await.unwrap();
+        assert!(
+            matches!(
+                again[0],
+                RecordVerdict::DuplicateRecord { .. } | RecordVerdict::Success { .. }
+            ),
+            "{kind:?}: {again:?}"
+        );
+    }
+    let ledger = sim.handle().ledger();
+    assert_eq!(ledger.records.len(), 6);
+    assert!(ledger.conflicts.is_empty(), "{:?}", ledger.conflicts);
 }
 
 #[tokio::test]

@@ -248,6 +248,7 @@ pub fn plan_commits(
     if let Some(record) = existing.filter(|r| r.folding && rows.is_empty()) {
         commits.push(AggregationCommit {
             record: AggregatedRecord {
+                possibly_billed: None,
                 folding: false,
                 version: record.version + 1,
                 ..record.clone()

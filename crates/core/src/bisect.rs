@@ -26,9 +26,15 @@ pub enum RecordResult {
         /// The exception the sub-batch failed with.
         exception: String,
     },
-    /// No answer: the bisection stopped (see [`BisectReport::stopped`]) before this
-    /// record was answered. It stays pending.
+    /// No answer, and no call that may have taken effect carried it: the bisection
+    /// stopped (see [`BisectReport::stopped`]) before it was sent, or it was in a call
+    /// refused as a whole (throttling, `DisabledApiException`). Nothing billed it; it
+    /// stays pending.
     NotAnswered,
+    /// It was in the call that failed without a definite answer (an internal error, a
+    /// timeout or transport failure, an answer with the wrong number of verdicts): that
+    /// call may have billed it. It stays pending with its sent quantity.
+    Ambiguous,
 }
 
 /// Why the bisection stopped before every record had an answer.
@@ -134,9 +140,11 @@ pub async fn send_with_bisection(
 /// - `MeteringError::Validation` on several records at the cap: they become
 ///   [`RecordResult::DepthExceeded`] and the range is listed in
 ///   [`BisectReport::depth_exceeded`].
-/// - Throttled, transient or disabled: nothing more is sent; answered records keep
-///   their verdicts, the rest stay [`RecordResult::NotAnswered`], and
-///   [`BisectReport::stopped`] says why.
+/// - Throttled, transient or disabled, or an answer with the wrong number of verdicts:
+///   nothing more is sent; answered records keep their verdicts, the records of a call
+///   that may have taken effect (transient, wrong answer) are
+///   [`RecordResult::Ambiguous`], the rest (never sent, or refused as a whole) stay
+///   [`RecordResult::NotAnswered`], and [`BisectReport::stopped`] says why.
 ///
 /// Every call is a node of a binary tree whose leaves are disjoint ranges, so at most
 /// `2n - 1` calls are made. Records are sent oldest first, in input order.
@@ -178,6 +186,7 @@ pub async fn send_with_bisection_capped(
                     sent: slice.len(),
                     received: verdicts.len(),
                 });
+                mark_ambiguous(&mut report.results, range);
                 break;
             }
             Err(MeteringError::Validation { name, message }) => {
@@ -225,12 +234,22 @@ pub async fn send_with_bisection_capped(
             }
             Err(error) => {
                 tracing::warn!(%error, records = range.len(), "BatchMeterUsage failed; stopping this batch");
+                if matches!(error, MeteringError::Transient(_)) {
+                    mark_ambiguous(&mut report.results, range);
+                }
                 report.stopped = Some(BisectStop::Api(error));
                 break;
             }
         }
     }
     report
+}
+
+/// The records of a call that may have taken effect without a definite answer.
+fn mark_ambiguous(results: &mut [RecordResult], range: Range<usize>) {
+    for slot in results.get_mut(range).into_iter().flatten() {
+        *slot = RecordResult::Ambiguous;
+    }
 }
 
 #[cfg(test)]
@@ -345,24 +364,23 @@ mod tests {
         })
     }
 
-    /// No record of the run got a verdict.
-    fn nothing_answered(report: &BisectReport) -> bool {
-        report
-            .results
-            .iter()
-            .all(|r| *r == RecordResult::NotAnswered)
+    /// Every record of the run has `result`.
+    fn all_are(report: &BisectReport, result: &RecordResult) -> bool {
+        report.results.iter().all(|r| r == result)
     }
 
-    /// A first call failing with `error` ends the run: no bisection, no verdict.
+    /// A first call failing with `error` ends the run: no bisection, no verdict, every
+    /// record `result` (ambiguous when the call may have taken effect).
     async fn assert_stops_at_the_first_call(
         error: MeteringError,
         batch: &[MeteringRecord],
         kind: StopKind,
+        result: RecordResult,
     ) {
         let api = FakeMetering::failing_call(1, error);
         let report = send_with_bisection(&api, batch).await;
         assert_eq!(report.api_calls, 1);
-        assert!(nothing_answered(&report));
+        assert!(all_are(&report, &result), "{:?}", report.results);
         assert_eq!(report.stopped.as_ref().map(BisectStop::kind), Some(kind));
     }
 
@@ -497,11 +515,65 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn throttling_is_never_bisected() {
+    async fn a_transient_failure_mid_bisection_marks_only_the_records_of_that_call() {
+        // GIVEN 25 records with a poison at 22: the batch fails validation (nothing
+        // billed), the left half (0..13) is answered, the right half (13..25) fails
+        // validation too, and its first sub-call (13..19) gets an internal error
+        let api = FakeMetering::failing_call(4, MeteringError::Transient("HTTP 500".into()));
+        let batch = records(25, &BTreeSet::from([22]));
+        // WHEN sent
+        let report = send_with_bisection(&api, &batch).await;
+        // THEN only the records of the failed call may have been billed
+        assert_eq!(report.api_calls, 4);
+        assert_eq!(api.calls()[3].len(), 6);
+        for i in 0..13 {
+            assert_eq!(report.results[i], success(i));
+        }
+        for i in 13..19 {
+            assert_eq!(report.results[i], RecordResult::Ambiguous, "record {i}");
+        }
+        // AND the records never sent in a call that may have taken effect are unanswered
+        for i in 19..25 {
+            assert_eq!(report.results[i], RecordResult::NotAnswered, "record {i}");
+        }
+        assert_eq!(
+            report.stopped.as_ref().map(BisectStop::kind),
+            Some(StopKind::Transient)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_malformed_answer_mid_bisection_marks_only_the_records_of_that_call() {
+        let api = FakeMetering {
+            short_answer_on_call: Some(2),
+            ..FakeMetering::default()
+        };
+        let batch = records(8, &BTreeSet::from([6]));
+        let report = send_with_bisection(&api, &batch).await;
+        // The first half was sent and answered wrongly: it may have been billed; the
+        // second half was never sent.
+        for i in 0..4 {
+            assert_eq!(report.results[i], RecordResult::Ambiguous, "record {i}");
+        }
+        for i in 4..8 {
+            assert_eq!(report.results[i], RecordResult::NotAnswered, "record {i}");
+        }
+    }
+
+    #[tokio::test]
+    async fn throttling_and_internal_errors_are_never_bisected() {
+        assert_stops_at_the_first_call(
+            MeteringError::Throttled("slow down".into()),
+            &records(25, &BTreeSet::from([3])),
+            StopKind::Throttled,
+            RecordResult::NotAnswered,
+        )
+        .await;
         assert_stops_at_the_first_call(
             MeteringError::Transient("HTTP 500".into()),
-            &records(25, &BTreeSet::new()),
+            &records(25, &BTreeSet::from([3])),
             StopKind::Transient,
+            RecordResult::Ambiguous,
         )
         .await;
     }
@@ -512,6 +584,7 @@ mod tests {
             MeteringError::Disabled("Region disabled".into()),
             &records(4, &BTreeSet::from([1])),
             StopKind::Disabled,
+            RecordResult::NotAnswered,
         )
         .await;
     }
@@ -523,7 +596,7 @@ mod tests {
             ..FakeMetering::default()
         };
         let report = send_with_bisection(&api, &records(3, &BTreeSet::new())).await;
-        assert!(nothing_answered(&report));
+        assert!(all_are(&report, &RecordResult::Ambiguous));
         assert_eq!(
             report.stopped,
             Some(BisectStop::MalformedResponse {
@@ -660,20 +733,38 @@ mod tests {
             n in 2usize..=25,
             at in 0usize..25,
             stop_call in 1usize..12,
+            transient: bool,
         ) {
             let at = at % n;
-            let api = FakeMetering::failing_call(stop_call, MeteringError::Throttled("x".into()));
+            let error = if transient {
+                MeteringError::Transient("x".into())
+            } else {
+                MeteringError::Throttled("x".into())
+            };
+            let api = FakeMetering::failing_call(stop_call, error);
             let batch = records(n, &BTreeSet::from([at]));
             let report = run(send_with_bisection(&api, &batch));
             let calls = api.calls();
             prop_assert_eq!(report.api_calls, calls.len());
             if report.stopped.is_some() {
                 prop_assert_eq!(report.api_calls, stop_call);
-                // Records never sent after the stop (and those in the throttled call) have no verdict.
-                let throttled: Vec<&String> = calls[stop_call - 1].iter().collect();
+                // The records of the failed call are ambiguous if it may have taken
+                // effect (transient), unanswered if refused (throttled).
+                let failed: Vec<&String> = calls[stop_call - 1].iter().collect();
+                let of_failed = if transient { RecordResult::Ambiguous } else { RecordResult::NotAnswered };
+                // Records sent in no call at all have no verdict, and were not billed.
+                let sent: BTreeSet<&String> = calls.iter().flatten().collect();
                 for (i, result) in report.results.iter().enumerate() {
-                    if throttled.contains(&&batch[i].key.dimension) {
+                    let dimension = &batch[i].key.dimension;
+                    if failed.contains(&dimension) {
+                        prop_assert_eq!(result, &of_failed);
+                    } else if !sent.contains(dimension) {
                         prop_assert_eq!(result, &RecordResult::NotAnswered);
+                    } else {
+                        prop_assert!(
+                            !matches!(result, RecordResult::Ambiguous),
+                            "record {} outside the failed call is ambiguous", i
+                        );
                     }
                     prop_assert!(
                         !matches!(result, RecordResult::DepthExceeded { .. }),

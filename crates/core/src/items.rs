@@ -347,6 +347,7 @@ pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
     attr::IN_FLIGHT_UNTIL,
     attr::CLAIM_ID,
     attr::SENT_QUANTITY,
+    attr::POSSIBLY_BILLED,
     attr::AGGREGATION_IN_PROGRESS,
     attr::METERING_PENDING,
 ];
@@ -356,7 +357,8 @@ pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
 /// `customerAWSAccountId`, `dimension`, `hourBucket`, `quantity` (N), `meteringStatus`,
 /// `attemptCount` (N), `version` (N), and when set `usageAllocations`, `productCode`
 /// (absent when empty), `meteringStatusReason`, `meteringRecordId`, `inFlightUntil`,
-/// `claimId`, `sentQuantity` (N), `aggregationInProgress` (BOOL true) and
+/// `claimId`, `sentQuantity` (N), `possiblyBilled` (BOOL, either value),
+/// `aggregationInProgress` (BOOL true) and
 /// `meteringPending` (the hour, only while not terminal).
 pub fn aggregated_item(record: &AggregatedRecord) -> BTreeMap<String, Attr> {
     let key = &record.key;
@@ -412,6 +414,10 @@ pub fn aggregated_item(record: &AggregatedRecord) -> BTreeMap<String, Attr> {
         (
             attr::SENT_QUANTITY,
             record.sent_quantity.map(|q| Attr::N(q.to_string())),
+        ),
+        (
+            attr::POSSIBLY_BILLED,
+            record.possibly_billed.map(Attr::Bool),
         ),
         (
             attr::AGGREGATION_IN_PROGRESS,

@@ -115,6 +115,12 @@ pub mod attr {
     /// by the claim, kept after an ambiguous outcome). While present the record takes
     /// no more folds and is only ever re-sent with exactly this quantity.
     pub const SENT_QUANTITY: &str = "sentQuantity";
+    /// Aggregated (BOOL): whether a `BatchMeterUsage` call of ours may have billed the
+    /// record (a send without a definite answer), written by every outcome under a claim
+    /// and never cleared. Apart from `sentQuantity`, which also pins a quantity nothing
+    /// billed (a replayed `Error`, a `CustomerNotSubscribed` kept pending). Absent on
+    /// items written before it existed: there `sentQuantity` is read as it.
+    pub const POSSIBLY_BILLED: &str = "possiblyBilled";
     /// Aggregated: present while a fold spanning several transactions is incomplete;
     /// the submitter never claims such a record.
     pub const AGGREGATION_IN_PROGRESS: &str = "aggregationInProgress";
@@ -452,6 +458,11 @@ pub struct AggregatedRecord {
     /// re-send carries exactly this quantity (architecture.md §7, ambiguous outcomes).
     #[serde(default)]
     pub sent_quantity: Option<i64>,
+    /// `possiblyBilled` as stored: whether a call of ours may have billed the record
+    /// (`None`: an item written before the attribute; see
+    /// [`AggregatedRecord::may_have_been_billed`]).
+    #[serde(default)]
+    pub possibly_billed: Option<bool>,
     /// A fold of more than one transaction is under way (`aggregationInProgress`): the
     /// record is not submittable until the fold's last commit clears it.
     #[serde(default)]
@@ -475,6 +486,7 @@ impl AggregatedRecord {
             in_flight_until: None,
             claim_id: None,
             sent_quantity: None,
+            possibly_billed: None,
             folding: false,
         }
     }
@@ -493,6 +505,16 @@ impl AggregatedRecord {
     /// The quantity to put on the wire: the one already (possibly) billed, if any.
     pub fn quantity_to_send(&self) -> i64 {
         self.sent_quantity.unwrap_or(self.quantity)
+    }
+
+    /// Whether an earlier call of ours may have billed the record, as read: a claim
+    /// that was never released (`inFlightUntil`: its call may have gone out), or
+    /// `possiblyBilled`; an item written before that attribute existed is read as
+    /// before it, from `sentQuantity`. A `DuplicateRecord` for a record none of ours may
+    /// have billed means something else billed the hour.
+    pub fn may_have_been_billed(&self) -> bool {
+        self.in_flight_until.is_some()
+            || self.possibly_billed.unwrap_or(self.sent_quantity.is_some())
     }
 }
 

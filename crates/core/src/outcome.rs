@@ -5,20 +5,24 @@
 //! | result | next row state | metric (per record) | run |
 //! |---|---|---|---|
 //! | `Success` | `Success` + `meteringRecordId` | `UsageRecordSubmitted` | continue |
-//! | `DuplicateRecord`, an earlier send may have billed it (same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
-//! | `DuplicateRecord` on a first send | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
+//! | `DuplicateRecord`, an earlier call of ours may have billed it (`possiblyBilled`, or a lapsed claim; same quantity, by protocol) | `DuplicateRecord` + reason `BilledByEarlierAttempt` | | continue |
+//! | `DuplicateRecord` where nothing of ours may have billed it (a first send, a replayed `Error`, a `CustomerNotSubscribed` kept pending) | `DuplicateRecord` + reason `UnexpectedDuplicate` | `UnexpectedDuplicateRecord` (alarm: something else billed the hour) | continue |
 //! | `CustomerNotSubscribed`, subscription known | `CustomerNotSubscribed` | `CustomerNotSubscribed` | continue |
 //! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending`, `sentQuantity` kept (re-sent with it; ages out to `SubmissionExpired`) | | continue |
-//! | `Unprocessed` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
+//! | `Unprocessed`: listed in `UnprocessedRecords` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
+//! | answered ambiguously: in neither `Results` nor `UnprocessedRecords`, an unknown `Status`, or a result that does not echo the record sent: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
-//! | not answered: throttled | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off |
-//! | not answered: transient (internal error, timeout, transport) / malformed answer: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
+//! | ambiguous: in the call that failed transiently (internal error, timeout, transport) or was answered with the wrong number of verdicts: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
+//! | not answered: throttled, or never sent (the bisection stopped first, whatever stopped it) | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off (stop if disabled) |
 //! | not answered: `DisabledApiException` | `Pending` (claim released; nothing billed) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
 //!
-//! Every `Pending` release keeps `sentQuantity` when an earlier send may have billed
-//! the record (`previously_sent`), so a definite "not billed now" never reopens a record
-//! an earlier call may have billed.
+//! Every `Pending` release keeps `sentQuantity` when the record's quantity is pinned
+//! ([`EarlierSends::quantity_pinned`]), so a definite "not billed now" never reopens a
+//! record an earlier call may have billed. Every update says whether a call of ours may
+//! have billed the record, now or earlier (`possiblyBilled`, never cleared); a
+//! `DuplicateRecord` is `BilledByEarlierAttempt` only then
+//! ([`EarlierSends::possibly_billed`]), pinned or not.
 
 use std::time::Duration;
 
@@ -96,8 +100,8 @@ pub fn subscription_known(subscriber: Option<&Subscriber>) -> bool {
 
 /// The row state, metric and run action for one record's result.
 ///
-/// `stop` is the bisection's stop cause ([`BisectReport::stopped`]); it only matters for
-/// [`RecordResult::NotAnswered`]. `subscriber` is the subscribers row for the record's
+/// `stop` is the bisection's stop cause ([`BisectReport::stopped`]); it only decides
+/// what the run does after a [`RecordResult::NotAnswered`]. `subscriber` is the subscribers row for the record's
 /// license and account; it only matters for `CustomerNotSubscribed`.
 ///
 /// `Unprocessed` is mapped as final: the caller retries unprocessed records once (see
@@ -106,38 +110,72 @@ pub fn next_state(
     result: &RecordResult,
     stop: Option<StopKind>,
     subscriber: Option<&Subscriber>,
-    previously_sent: bool,
+    earlier: EarlierSends,
 ) -> Outcome {
-    let mut outcome = answer_state(result, stop, subscriber, previously_sent);
-    if let Some(update) = outcome.update.as_mut().filter(|u| !u.status.is_terminal()) {
-        update.possibly_sent = previously_sent || reached_marketplace(result, stop);
+    let mut outcome = answer_state(result, stop, subscriber, earlier.possibly_billed);
+    if let Some(update) = outcome.update.as_mut() {
+        update.possibly_billed = earlier.possibly_billed || may_have_billed(result);
+        if !update.status.is_terminal() {
+            update.possibly_sent = earlier.quantity_pinned || reached_marketplace(result);
+        }
     }
     outcome
+}
+
+/// What a claim read about the record's earlier sends (true at the claim: it is taken
+/// only on the record exactly as read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EarlierSends {
+    /// Its quantity is pinned (`sentQuantity`, or a lapsed claim): a release keeps it
+    /// ([`crate::ports::ClaimGrant::previously_sent`]).
+    pub quantity_pinned: bool,
+    /// A call of ours may have billed it
+    /// ([`crate::model::AggregatedRecord::may_have_been_billed`]): a `DuplicateRecord`
+    /// now is that call's, with this same quantity. Pinned without it (a replayed
+    /// `Error`, a `CustomerNotSubscribed` kept pending), a `DuplicateRecord` is
+    /// something else's.
+    pub possibly_billed: bool,
+}
+
+impl EarlierSends {
+    /// Never sent.
+    pub const NONE: EarlierSends = EarlierSends {
+        quantity_pinned: false,
+        possibly_billed: false,
+    };
+    /// An earlier call may have billed it (so its quantity is pinned too).
+    pub const POSSIBLY_BILLED: EarlierSends = EarlierSends {
+        quantity_pinned: true,
+        possibly_billed: true,
+    };
 }
 
 /// Whether this send reached Marketplace's processing of the record, so its quantity
 /// is the group's from now on (a record once sent is never folded into again,
 /// architecture.md §4): it may have billed ([`may_have_billed`]), or Marketplace
 /// answered it (`CustomerNotSubscribed` kept pending before activation). Throttling,
-/// `DisabledApiException`, `UnprocessedRecords` and a bisection's depth cap leave the
-/// record unprocessed: it may still take late rows.
-pub fn reached_marketplace(result: &RecordResult, stop: Option<StopKind>) -> bool {
-    may_have_billed(result, stop)
+/// `DisabledApiException`, `UnprocessedRecords`, a bisection's depth cap and a stop
+/// before the record's call leave it unprocessed: it may still take late rows.
+pub fn reached_marketplace(result: &RecordResult) -> bool {
+    may_have_billed(result)
         || matches!(
             result,
             RecordResult::Answered(RecordVerdict::CustomerNotSubscribed)
         )
 }
 
-/// Whether an unanswered call may still have billed the record (a response lost after
-/// the call took effect): an internal error, a timeout or transport failure, or an
-/// answer that could not be read. Throttling and `DisabledApiException` are definite.
-pub fn may_have_billed(result: &RecordResult, stop: Option<StopKind>) -> bool {
-    matches!(result, RecordResult::NotAnswered)
-        && matches!(
-            stop,
-            Some(StopKind::Transient | StopKind::MalformedResponse)
-        )
+/// Whether this send may have billed the record without saying so: it was in the call
+/// that failed without a definite answer (an internal error, a timeout or transport
+/// failure, an answer with the wrong number of verdicts: [`RecordResult::Ambiguous`]),
+/// or the call's answer left it unclear (missing from both lists, an unknown status, a
+/// result that does not echo it: [`RecordVerdict::Ambiguous`]). A record the bisection
+/// never sent in such a call was not billed by it, whatever stopped the batch;
+/// throttling, `DisabledApiException` and `UnprocessedRecords` are definite.
+pub fn may_have_billed(result: &RecordResult) -> bool {
+    matches!(
+        result,
+        RecordResult::Ambiguous | RecordResult::Answered(RecordVerdict::Ambiguous { .. })
+    )
 }
 
 /// Reason on a `DuplicateRecord` that answers a re-send: our earlier call billed it.
@@ -149,7 +187,7 @@ fn answer_state(
     result: &RecordResult,
     stop: Option<StopKind>,
     subscriber: Option<&Subscriber>,
-    previously_sent: bool,
+    possibly_billed: bool,
 ) -> Outcome {
     match result {
         RecordResult::Answered(RecordVerdict::Success { metering_record_id }) => Outcome {
@@ -163,9 +201,10 @@ fn answer_state(
         },
         RecordResult::Answered(RecordVerdict::DuplicateRecord { metering_record_id }) => {
             // Every re-send carries the quantity of the first possibly-billing send, so a
-            // duplicate of a re-send means that quantity is billed. A duplicate of a first
-            // send means another writer billed the hour, maybe with another quantity.
-            let (reason, metric) = if previously_sent {
+            // duplicate after a call of ours may have billed means that quantity is billed.
+            // Otherwise (a first send, a replayed Error, a CustomerNotSubscribed kept
+            // pending) another writer billed the hour, maybe with another quantity.
+            let (reason, metric) = if possibly_billed {
                 (REASON_BILLED_BY_EARLIER_ATTEMPT, None)
             } else {
                 (
@@ -194,6 +233,10 @@ fn answer_state(
                 stays_pending(None, RunAction::Continue)
             }
         }
+        RecordResult::Answered(RecordVerdict::Ambiguous { .. }) => stays_pending(
+            Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
+            RunAction::Continue,
+        ),
         RecordResult::Answered(RecordVerdict::Unprocessed) => stays_pending(
             Some(MetricEvent::plain(metric::USAGE_RECORD_UNPROCESSED)),
             RunAction::Continue,
@@ -211,13 +254,16 @@ fn answer_state(
             action: RunAction::Continue,
         },
         RecordResult::DepthExceeded { .. } => stays_pending(None, RunAction::Continue),
+        RecordResult::Ambiguous => stays_pending(
+            Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
+            RunAction::BackOff,
+        ),
+        // Never in a call that may have taken effect: nothing billed it.
         RecordResult::NotAnswered => match stop {
             Some(StopKind::Disabled) => stays_pending(None, RunAction::StopRun),
-            Some(StopKind::Throttled) => stays_pending(None, RunAction::BackOff),
-            Some(StopKind::Transient | StopKind::MalformedResponse) => stays_pending(
-                Some(MetricEvent::plain(metric::AMBIGUOUS_SUBMISSION)),
-                RunAction::BackOff,
-            ),
+            Some(StopKind::Throttled | StopKind::Transient | StopKind::MalformedResponse) => {
+                stays_pending(None, RunAction::BackOff)
+            }
             // Unanswered without a stop does not come out of a bisection; pending loses nothing.
             None => stays_pending(None, RunAction::Continue),
         },
@@ -339,6 +385,7 @@ mod tests {
     use super::*;
     use crate::bisect::DepthExceededBatch;
     use crate::model::SubscriptionStatus;
+    use crate::ports::UnclearAnswer;
     use proptest::prelude::*;
     use std::sync::Mutex;
 
@@ -366,7 +413,7 @@ mod tests {
             }),
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         assert_eq!(
             outcome.update,
@@ -389,7 +436,7 @@ mod tests {
                 }),
                 None,
                 None,
-                true,
+                EarlierSends::POSSIBLY_BILLED,
             );
             let update = outcome.update.unwrap();
             assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
@@ -401,6 +448,67 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_where_nothing_of_ours_may_have_billed_raises_the_alarm_metric() {
+        // Pinned without a possible billing: a replayed Error, a CustomerNotSubscribed
+        // kept pending before activation.
+        let pinned_only = EarlierSends {
+            quantity_pinned: true,
+            possibly_billed: false,
+        };
+        let outcome = next_state(
+            &answered(RecordVerdict::DuplicateRecord {
+                metering_record_id: None,
+            }),
+            None,
+            None,
+            pinned_only,
+        );
+        let update = outcome.update.unwrap();
+        assert_eq!(update.reason.as_deref(), Some("UnexpectedDuplicate"));
+        assert!(!update.possibly_billed);
+        assert_eq!(
+            outcome.metric,
+            Some(MetricEvent::plain("UnexpectedDuplicateRecord"))
+        );
+    }
+
+    #[test]
+    fn every_update_says_whether_a_call_of_ours_may_have_billed() {
+        let success = answered(RecordVerdict::Success {
+            metering_record_id: "mr".into(),
+        });
+        let isolated = RecordResult::Isolated {
+            exception: "InvalidTagException".into(),
+            message: "m".into(),
+        };
+        let unclear = answered(RecordVerdict::Ambiguous {
+            why: UnclearAnswer::Missing,
+        });
+        let cases = [
+            (&success, EarlierSends::NONE, false),
+            (&isolated, EarlierSends::NONE, false),
+            // An Error keeps what an earlier call may have done, for a replay.
+            (&isolated, EarlierSends::POSSIBLY_BILLED, true),
+            (&RecordResult::Ambiguous, EarlierSends::NONE, true),
+            (&unclear, EarlierSends::NONE, true),
+            (&RecordResult::NotAnswered, EarlierSends::NONE, false),
+            (
+                &RecordResult::NotAnswered,
+                EarlierSends::POSSIBLY_BILLED,
+                true,
+            ),
+        ];
+        for (result, earlier, billed) in cases {
+            let stop = Some(StopKind::Transient);
+            let update = next_state(result, stop, None, earlier).update.unwrap();
+            assert_eq!(
+                update.possibly_billed, billed,
+                "{result:?} after {earlier:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_duplicate_answering_a_first_send_raises_the_alarm_metric() {
         let outcome = next_state(
             &answered(RecordVerdict::DuplicateRecord {
@@ -408,7 +516,7 @@ mod tests {
             }),
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         let update = outcome.update.unwrap();
         assert_eq!(update.status, AggregatedStatus::DuplicateRecord);
@@ -433,7 +541,7 @@ mod tests {
                 &answered(RecordVerdict::CustomerNotSubscribed),
                 None,
                 Some(&row),
-                false,
+                EarlierSends::NONE,
             );
             // THEN the record closes CustomerNotSubscribed
             assert_eq!(
@@ -458,7 +566,7 @@ mod tests {
                 &answered(RecordVerdict::CustomerNotSubscribed),
                 None,
                 row,
-                false,
+                EarlierSends::NONE,
             );
             // THEN it stays pending for a later run, with no metric, and its quantity
             // is final (Marketplace saw it)
@@ -472,7 +580,7 @@ mod tests {
     fn unprocessed_stays_pending_with_its_metric() {
         let result = answered(RecordVerdict::Unprocessed);
         assert!(is_unprocessed(&result));
-        let outcome = next_state(&result, None, None, false);
+        let outcome = next_state(&result, None, None, EarlierSends::NONE);
         assert_eq!(outcome.update, pending());
         assert_eq!(
             outcome.metric,
@@ -484,13 +592,39 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_that_leaves_a_record_unclear_keeps_its_quantity() {
+        // Only UnprocessedRecords says "not processed"; anything else unanswered may
+        // have been billed: re-sent later with exactly the quantity sent.
+        for why in [
+            UnclearAnswer::Missing,
+            UnclearAnswer::UnknownStatus("Pending".into()),
+            UnclearAnswer::NotEchoed,
+        ] {
+            let result = answered(RecordVerdict::Ambiguous { why: why.clone() });
+            assert!(!is_unprocessed(&result), "{why}: no immediate retry");
+            let outcome = next_state(&result, None, None, EarlierSends::NONE);
+            assert_eq!(
+                outcome.update,
+                Some(SubmissionUpdate::release(true).with_possibly_billed(true)),
+                "{why}"
+            );
+            assert_eq!(
+                outcome.metric,
+                Some(MetricEvent::plain("AmbiguousSubmission")),
+                "{why}"
+            );
+            assert_eq!(outcome.action, RunAction::Continue, "{why}");
+        }
+    }
+
+    #[test]
     fn every_isolated_exception_becomes_error_with_its_name() {
         for &name in crate::ports::VALIDATION_EXCEPTIONS {
             let result = RecordResult::Isolated {
                 exception: name.into(),
                 message: "m".into(),
             };
-            let outcome = next_state(&result, None, None, false);
+            let outcome = next_state(&result, None, None, EarlierSends::NONE);
             assert_eq!(
                 outcome.update,
                 Some(update(AggregatedStatus::Error, Some(name.into()), None))
@@ -514,7 +648,7 @@ mod tests {
             },
             None,
             None,
-            false,
+            EarlierSends::NONE,
         );
         assert_eq!(outcome.update, pending());
         assert_eq!(
@@ -525,40 +659,44 @@ mod tests {
 
     #[test]
     fn unanswered_records_follow_the_stop() {
-        let ambiguous = Some(SubmissionUpdate::release(true));
-        let metric = Some(MetricEvent::plain("AmbiguousSubmission"));
+        // Never sent in a call that may have taken effect: nothing billed them, whatever
+        // stopped the batch; the run backs off or stops as the stop says.
         let cases = [
-            (
-                Some(StopKind::Throttled),
-                pending(),
-                None,
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::Transient),
-                ambiguous.clone(),
-                metric.clone(),
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::MalformedResponse),
-                ambiguous,
-                metric,
-                RunAction::BackOff,
-            ),
-            (
-                Some(StopKind::Disabled),
-                pending(),
-                None,
-                RunAction::StopRun,
-            ),
-            (None, pending(), None, RunAction::Continue),
+            (Some(StopKind::Throttled), RunAction::BackOff),
+            (Some(StopKind::Transient), RunAction::BackOff),
+            (Some(StopKind::MalformedResponse), RunAction::BackOff),
+            (Some(StopKind::Disabled), RunAction::StopRun),
+            (None, RunAction::Continue),
         ];
-        for (stop, expected_update, expected_metric, expected_action) in cases {
-            let outcome = next_state(&RecordResult::NotAnswered, stop, None, false);
-            assert_eq!(outcome.update, expected_update, "{stop:?}");
+        for (stop, expected_action) in cases {
+            let outcome = next_state(&RecordResult::NotAnswered, stop, None, EarlierSends::NONE);
+            assert_eq!(outcome.update, pending(), "{stop:?}");
             assert_eq!(outcome.action, expected_action, "{stop:?}");
-            assert_eq!(outcome.metric, expected_metric, "{stop:?}");
+            assert_eq!(outcome.metric, None, "{stop:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_records_of_a_call_that_may_have_billed_keep_their_quantity() {
+        // In the call that failed without a definite answer: it may have billed them.
+        for stop in [StopKind::Transient, StopKind::MalformedResponse] {
+            let outcome = next_state(
+                &RecordResult::Ambiguous,
+                Some(stop),
+                None,
+                EarlierSends::NONE,
+            );
+            assert_eq!(
+                outcome.update,
+                Some(SubmissionUpdate::release(true).with_possibly_billed(true)),
+                "{stop:?}"
+            );
+            assert_eq!(
+                outcome.metric,
+                Some(MetricEvent::plain("AmbiguousSubmission")),
+                "{stop:?}"
+            );
+            assert_eq!(outcome.action, RunAction::BackOff, "{stop:?}");
         }
     }
 
@@ -569,9 +707,12 @@ mod tests {
             &RecordResult::NotAnswered,
             Some(StopKind::Throttled),
             None,
-            true,
+            EarlierSends::POSSIBLY_BILLED,
         );
-        assert_eq!(outcome.update, Some(SubmissionUpdate::release(true)));
+        assert_eq!(
+            outcome.update,
+            Some(SubmissionUpdate::release(true).with_possibly_billed(true))
+        );
     }
 
     #[test]
@@ -579,7 +720,7 @@ mod tests {
         let result = answered(RecordVerdict::Success {
             metering_record_id: "mr".into(),
         });
-        let outcome = next_state(&result, Some(StopKind::Disabled), None, false);
+        let outcome = next_state(&result, Some(StopKind::Disabled), None, EarlierSends::NONE);
         assert_eq!(outcome.update.unwrap().status, AggregatedStatus::Success);
         assert_eq!(outcome.action, RunAction::Continue);
     }

@@ -377,6 +377,11 @@ pub struct SubmissionUpdate {
     /// ambiguous outcome now or earlier): `sentQuantity` is kept, so no more folds and
     /// only identical re-sends; `false` removes it (nothing was billed, folds resume).
     pub possibly_sent: bool,
+    /// Whether a call of ours may have billed the record, now or earlier
+    /// (`possiblyBilled`, any status): `true` sets it; `false` under a claim records
+    /// "no" where nothing is stored yet; never cleared (see
+    /// [`AggregatedStore::record_all`]).
+    pub possibly_billed: bool,
     /// For a terminal status: `expiresAt`, when DynamoDB may delete the record
     /// ([`crate::retention::Retention::record_expiry`]); `None` removes it. A `Pending`
     /// update always removes it.
@@ -400,6 +405,7 @@ impl SubmissionUpdate {
             reason,
             metering_record_id,
             possibly_sent: false,
+            possibly_billed: false,
             expires_at: None,
             final_write_id: None,
         }
@@ -410,6 +416,14 @@ impl SubmissionUpdate {
     pub fn once(self) -> Self {
         SubmissionUpdate {
             final_write_id: Some(FinalWriteId::fresh()),
+            ..self
+        }
+    }
+
+    /// The same update, saying whether a call of ours may have billed the record.
+    pub fn with_possibly_billed(self, possibly_billed: bool) -> Self {
+        SubmissionUpdate {
+            possibly_billed,
             ..self
         }
     }
@@ -444,9 +458,10 @@ pub struct Claim {
 /// claim is taken only on the record exactly as read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimGrant {
-    /// An earlier send may have billed the record (it carried `sentQuantity`, or an
-    /// unreleased claim that may have sent): a `DuplicateRecord` now means our own
-    /// earlier call billed it, with this same quantity.
+    /// The record's quantity is pinned (it carried `sentQuantity`, or an unreleased
+    /// claim that may have sent): every re-send carries it, and a definite "not billed
+    /// now" keeps it. Whether a call of ours may have billed it is
+    /// [`AggregatedRecord::may_have_been_billed`] of the record as read.
     pub previously_sent: bool,
 }
 
@@ -579,7 +594,9 @@ pub trait AggregatedStore: Send + Sync {
 
     /// Records submission outcomes and releases their claims, in one request where the
     /// store can. Terminal statuses remove `meteringPending` and set `expiresAt` as the
-    /// update says (removed when `None`); `Pending` removes `expiresAt`. Each applies only while
+    /// update says (removed when `None`); `Pending` removes `expiresAt`. Any status:
+    /// `possiblyBilled` becomes true when the update says so, and, under a claim, false
+    /// where it is absent; it is never cleared. Each applies only while
     /// the record is still pending and, with a claim id, only while that claim holds
     /// it; without one (age-out, a record that cannot be sent), only while no unexpired
     /// claim holds it at `now`. A terminal update with a
@@ -775,8 +792,35 @@ pub enum RecordVerdict {
     },
     /// Not entitled.
     CustomerNotSubscribed,
-    /// Returned in `UnprocessedRecords`.
+    /// Returned in `UnprocessedRecords`: not processed, nothing billed.
     Unprocessed,
+    /// The answer does not say what became of the record, so the call may have billed
+    /// it: only `UnprocessedRecords` says "not processed".
+    Ambiguous {
+        /// What was unclear.
+        why: UnclearAnswer,
+    },
+}
+
+/// Why a `BatchMeterUsage` answer leaves one record's fate unclear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnclearAnswer {
+    /// Listed in neither `Results` nor `UnprocessedRecords`.
+    Missing,
+    /// Its result's `Status` is not one AWS documents (the status as answered).
+    UnknownStatus(String),
+    /// Its result does not echo the record as sent (another quantity).
+    NotEchoed,
+}
+
+impl std::fmt::Display for UnclearAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UnclearAnswer::Missing => f.write_str("missing from the answer"),
+            UnclearAnswer::UnknownStatus(status) => write!(f, "unknown status {status:?}"),
+            UnclearAnswer::NotEchoed => f.write_str("the result does not echo the record sent"),
+        }
+    }
 }
 
 /// Request-level exceptions that fail a whole batch because of its content

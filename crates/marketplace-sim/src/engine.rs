@@ -746,6 +746,9 @@ impl Engine {
                 .or_default() += 1;
             response.results.push(result);
         }
+        if let Some(kind) = self.take_fault(operation, FaultPhase::Garble) {
+            self.garble(&mut response, kind);
+        }
         info!(
             records = record_count,
             unprocessed = unprocessed_count,
@@ -757,6 +760,42 @@ impl Engine {
                 format!("response could not be encoded: {e}"),
             )
         })
+    }
+
+    /// Applies an injected `omit_results`, `unknown_status` or `wrong_echo` fault to the
+    /// last results of a processed call (whatever they billed stays billed).
+    fn garble(&mut self, response: &mut BatchMeterUsageResponse, kind: FaultKind) {
+        let Some((name, records)) = kind.per_record() else {
+            return;
+        };
+        let from = response.results.len().saturating_sub(records);
+        let affected = response.results.len() - from;
+        match kind {
+            FaultKind::OmitResults { .. } => response.results.truncate(from),
+            FaultKind::UnknownStatus { .. } => {
+                for result in response.results.iter_mut().skip(from) {
+                    result.status = RecordStatus::Unknown;
+                }
+            }
+            FaultKind::WrongEcho { .. } => {
+                for result in response.results.iter_mut().skip(from) {
+                    let sent = result
+                        .usage_record
+                        .quantity
+                        .as_ref()
+                        .and_then(serde_json::Number::as_u64)
+                        .unwrap_or(0);
+                    result.usage_record.quantity = Some(serde_json::Number::from(sent + 1));
+                }
+            }
+            _ => {}
+        }
+        self.stats.garbled_results += u64::try_from(affected).unwrap_or(u64::MAX);
+        warn!(
+            fault = name,
+            results = affected,
+            "call processed; some of its results are left out or garbled (injected fault)"
+        );
     }
 
     /// Bills one validated record, first write wins per (account, license,

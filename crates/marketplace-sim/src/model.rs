@@ -130,7 +130,31 @@ pub enum FaultKind {
         #[serde(default)]
         mode: LossMode,
     },
+    /// The call is processed in full (billed, duplicates answered), and then the
+    /// results of its last `records` records are left out of the answer: listed
+    /// neither in `Results` nor in `UnprocessedRecords`. BatchMeterUsage only.
+    OmitResults {
+        /// How many records of each affected call go unanswered.
+        records: usize,
+    },
+    /// The call is processed in full, and then the results of its last `records`
+    /// records carry a `Status` AWS does not document ([`UNKNOWN_STATUS`]).
+    /// BatchMeterUsage only.
+    UnknownStatus {
+        /// How many results of each affected call get the unknown status.
+        records: usize,
+    },
+    /// The call is processed in full, and then the results of its last `records`
+    /// records echo a `UsageRecord` that is not the one sent (its `Quantity` one
+    /// more). BatchMeterUsage only.
+    WrongEcho {
+        /// How many results of each affected call echo another record.
+        records: usize,
+    },
 }
+
+/// The `Status` an [`FaultKind::UnknownStatus`] fault answers.
+pub const UNKNOWN_STATUS: &str = "Unknown";
 
 /// How a [`FaultKind::LoseResponse`] fault loses the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -152,6 +176,8 @@ pub enum FaultPhase {
     Refuse,
     /// During processing: some records are left unprocessed.
     Unprocess,
+    /// After processing: some results are left out of the answer or garbled.
+    Garble,
     /// After processing: the answer is lost.
     LoseAnswer,
 }
@@ -162,7 +188,23 @@ impl FaultKind {
         match self {
             Self::Throttling | Self::InternalError | Self::Disabled => FaultPhase::Refuse,
             Self::Unprocessed { .. } => FaultPhase::Unprocess,
+            Self::OmitResults { .. } | Self::UnknownStatus { .. } | Self::WrongEcho { .. } => {
+                FaultPhase::Garble
+            }
             Self::LoseResponse { .. } => FaultPhase::LoseAnswer,
+        }
+    }
+
+    /// For a fault on some records of a BatchMeterUsage call: its name and how many.
+    pub(crate) fn per_record(self) -> Option<(&'static str, usize)> {
+        match self {
+            Self::Unprocessed { records } => Some(("unprocessed", records)),
+            Self::OmitResults { records } => Some(("omit_results", records)),
+            Self::UnknownStatus { records } => Some(("unknown_status", records)),
+            Self::WrongEcho { records } => Some(("wrong_echo", records)),
+            Self::Throttling | Self::InternalError | Self::Disabled | Self::LoseResponse { .. } => {
+                None
+            }
         }
     }
 
@@ -204,23 +246,25 @@ pub struct FaultSpec {
 }
 
 impl FaultSpec {
-    /// Checks the count, and that `unprocessed` targets BatchMeterUsage only.
+    /// Checks the count, and that a fault on some records of a call (`unprocessed`,
+    /// `omit_results`, `unknown_status`, `wrong_echo`) names at least one record and
+    /// targets BatchMeterUsage only.
     pub fn validate(&self) -> Result<(), AdminError> {
         if self.count == 0 {
             return Err(AdminError::Invalid(
                 "fault count must be at least 1".to_owned(),
             ));
         }
-        if let FaultKind::Unprocessed { records } = self.kind {
+        if let Some((name, records)) = self.kind.per_record() {
             if records == 0 {
-                return Err(AdminError::Invalid(
-                    "an unprocessed fault must leave at least 1 record unprocessed".to_owned(),
-                ));
+                return Err(AdminError::Invalid(format!(
+                    "an {name} fault must affect at least 1 record"
+                )));
             }
             if self.operation != FaultTarget::BatchMeterUsage {
-                return Err(AdminError::Invalid(
-                    "an unprocessed fault applies to batch_meter_usage only".to_owned(),
-                ));
+                return Err(AdminError::Invalid(format!(
+                    "an {name} fault applies to batch_meter_usage only"
+                )));
             }
         }
         Ok(())
@@ -347,6 +391,10 @@ pub struct Stats {
     /// replaced by an HTTP 500 or a dropped connection.
     #[serde(default)]
     pub lost_responses: u64,
+    /// Results an injected `omit_results`, `unknown_status` or `wrong_echo` fault left
+    /// out of an answer or garbled (their records were processed as usual).
+    #[serde(default)]
+    pub garbled_results: u64,
 }
 
 /// What the simulator did with a lifecycle event.

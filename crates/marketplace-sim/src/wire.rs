@@ -96,7 +96,8 @@ pub struct WireUsageRecordResult {
     /// The id of the billed record (for a duplicate: the id of the original).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metering_record_id: Option<String>,
-    /// `Success`, `CustomerNotSubscribed` or `DuplicateRecord`.
+    /// `Success`, `CustomerNotSubscribed` or `DuplicateRecord` (or, under an injected
+    /// `unknown_status` fault, `Unknown`).
     pub status: RecordStatus,
 }
 
@@ -109,6 +110,9 @@ pub enum RecordStatus {
     CustomerNotSubscribed,
     /// The (account, license, dimension, hour) was already billed; nothing new billed.
     DuplicateRecord,
+    /// A status AWS does not document ([`crate::model::UNKNOWN_STATUS`]): only an
+    /// injected `unknown_status` fault answers it, on a record processed as usual.
+    Unknown,
 }
 
 impl RecordStatus {
@@ -118,6 +122,7 @@ impl RecordStatus {
             Self::Success => "Success",
             Self::CustomerNotSubscribed => "CustomerNotSubscribed",
             Self::DuplicateRecord => "DuplicateRecord",
+            Self::Unknown => crate::model::UNKNOWN_STATUS,
         }
     }
 }

@@ -314,3 +314,89 @@ async fn lost_responses_apply_to_their_operation_only() {
     assert_eq!(err.code(), Some("InternalServiceErrorException"));
     assert_eq!(sim.handle().stats().lost_responses, 1);
 }
+
+#[tokio::test]
+async fn garbled_answers_bill_the_call_and_leave_its_last_results_unclear() {
+    let sim = start(config()).await;
+    let admin = sim.endpoint_url();
+    // Queued over the admin API, as the simulation and the e2e tests do.
+    for kind in ["omit_results", "unknown_status", "wrong_echo"] {
+        let (status, pending) = post_json(
+            &format!("{admin}/admin/faults"),
+            &serde_json::json!({"kind": kind, "records": 1}),
+        )
+        .await;
+        assert_eq!(status, 200, "{pending}");
+    }
+    let client = client(&sim).await;
+    // One batch per hour, so no record is a duplicate of another.
+    let batch = |hours_ago: i64| {
+        vec![
+            record(60 * hours_ago, "requests", 4),
+            record(60 * hours_ago, "storage_gb", 5),
+        ]
+    };
+
+    // omit_results: the last record is in neither list.
+    let out = meter_ok(&client, batch(1)).await;
+    assert_eq!(out.results().len(), 1);
+    assert!(out.unprocessed_records().is_empty());
+    assert_eq!(
+        out.results()[0].usage_record().map(|r| r.dimension()),
+        Some("requests")
+    );
+    // unknown_status: the last result's Status is not one the model knows.
+    let out = meter_ok(&client, batch(2)).await;
+    assert_eq!(
+        statuses(&out),
+        vec![
+            Some(UsageRecordResultStatus::Success),
+            Some(UsageRecordResultStatus::from("Unknown")),
+        ]
+    );
+    // wrong_echo: the last result echoes another quantity than sent.
+    let out = meter_ok(&client, batch(3)).await;
+    let echoed: Vec<Option<i32>> = out
+        .results()
+        .iter()
+        .map(|r| r.usage_record().and_then(|u| u.quantity()))
+        .collect();
+    assert_eq!(echoed, vec![Some(4), Some(6)]);
+    assert_eq!(statuses(&out)[1], Some(UsageRecordResultStatus::Success));
+
+    // Every record was processed (billed) as usual, whatever the answer said.
+    let ledger = sim.handle().ledger();
+    assert_eq!(ledger.records.len(), 6);
+    assert!(
+        ledger
+            .records
+            .iter()
+            .all(|r| r.quantity == 4 || r.quantity == 5)
+    );
+    assert_eq!(sim.handle().stats().garbled_results, 3);
+    assert!(sim.handle().pending_faults().is_empty());
+}
+
+#[tokio::test]
+async fn garbling_faults_need_a_record_and_batch_meter_usage() {
+    let sim = start(config()).await;
+    for kind in [
+        FaultKind::OmitResults { records: 0 },
+        FaultKind::UnknownStatus { records: 0 },
+        FaultKind::WrongEcho { records: 0 },
+    ] {
+        let refused = sim.handle().inject_fault(FaultSpec {
+            kind,
+            count: 1,
+            operation: FaultTarget::BatchMeterUsage,
+        });
+        assert!(refused.is_err(), "{kind:?}");
+    }
+    let refused = sim.handle().inject_fault(FaultSpec {
+        kind: FaultKind::OmitResults { records: 1 },
+        count: 1,
+        operation: FaultTarget::Any,
+    });
+    assert!(refused.is_err());
+    assert!(sim.handle().pending_faults().is_empty());
+}

@@ -43,7 +43,9 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   `finalWriteId` when it has one; a write whose condition fails answers `true` when
 ///   the record carries its `finalWriteId`. `Pending` releases the claim,
 ///   removes `expiresAt` and drops `sentQuantity` unless the update says a send may
-///   have billed. A claim removes `expiresAt` too (pending).
+///   have billed. Any status: `possiblyBilled` is set when the update says a call may
+///   have billed, set `false` under a claim where absent, and never cleared. A claim
+///   removes `expiresAt` too (pending).
 /// - `commit` folds only into a record no claim ever held (`accepts_folds`).
 /// - `pending_page`: `Pending` records of `hour`, ordered by (license, sort key), paged.
 /// - DynamoDB's limits ([`crate::item_size`]): an item over 400 KB after the write, or
@@ -205,6 +207,7 @@ fn record_one(
     } else if !update.possibly_sent {
         next.sent_quantity = None;
     }
+    next.possibly_billed = possibly_billed_after(record.possibly_billed, write);
     let stamp = AuditStamp {
         created_at: stored.stamp.created_at.clone(),
         updated_at: format_instant(now),
@@ -236,6 +239,18 @@ fn final_write(
         return true;
     }
     stored.final_write_id.as_deref() == Some(id.to_string().as_str())
+}
+
+/// `possiblyBilled` after an outcome write: set when the update says a call may have
+/// billed; under a claim, `false` where nothing is stored yet; never cleared.
+fn possibly_billed_after(stored: Option<bool>, write: &OutcomeWrite) -> Option<bool> {
+    if write.update.possibly_billed {
+        Some(true)
+    } else if write.claim_id.is_some() {
+        Some(stored.unwrap_or(false))
+    } else {
+        stored
+    }
 }
 
 fn record_size(

@@ -140,6 +140,7 @@ macro_rules! store_contract_tests {
             operator_reads_both_tables_and_replays_only_an_unchanged_error,
             expires_at_only_on_final_writes_and_removed_by_pending_ones,
             a_final_write_retried_after_it_applied_answers_true_and_only_to_itself,
+            possibly_billed_is_written_by_outcomes_and_never_cleared,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {
@@ -514,6 +515,7 @@ pub async fn commit_folds_only_into_a_record_no_claim_ever_held(b: &dyn Backend)
         reason: Some("Timeout".into()),
         metering_record_id: None,
         possibly_sent: true,
+        possibly_billed: true,
         expires_at: None,
         final_write_id: None,
     };
@@ -600,6 +602,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         reason: None,
         metering_record_id: Some("mr-1".into()),
         possibly_sent: false,
+        possibly_billed: false,
         expires_at: None,
         final_write_id: None,
     };
@@ -634,6 +637,7 @@ pub async fn claim_and_record_hold_to_the_claim_id(b: &dyn Backend) {
         reason: Some("Throttled".into()),
         metering_record_id: None,
         possibly_sent: false,
+        possibly_billed: false,
         expires_at: None,
         final_write_id: None,
     };
@@ -1107,6 +1111,7 @@ pub async fn pending_pages_cover_every_pending_item_once(b: &dyn Backend) {
         reason: None,
         metering_record_id: Some("mr-0".into()),
         possibly_sent: false,
+        possibly_billed: false,
         expires_at: None,
         final_write_id: None,
     };
@@ -1290,6 +1295,7 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         reason: Some("InvalidUsageDimensionException".into()),
         metering_record_id: None,
         possibly_sent: false,
+        possibly_billed: false,
         expires_at: None,
         final_write_id: None,
     };
@@ -1331,6 +1337,12 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         ),
         (AggregatedStatus::Pending, None, Some(7), 7, None)
     );
+    assert_eq!(
+        replayed.possibly_billed,
+        Some(false),
+        "nothing of ours billed it: a DuplicateRecord now is something else's"
+    );
+    assert!(!replayed.may_have_been_billed());
     let pending = all_pages(|c| agg.pending_page(key.hour, c)).await;
     assert_eq!(pending.len(), 1, "back in the pending index");
     assert!(
@@ -1346,6 +1358,96 @@ pub async fn operator_reads_both_tables_and_replays_only_an_unchanged_error(b: &
         .unwrap()
         .expect("claimable");
     assert!(grant.previously_sent);
+}
+
+/// `possiblyBilled` (whether a call of ours may have billed the record) is written by
+/// outcomes only: `true` when the update says so; under a claim, `false` where it is
+/// absent; never cleared, by any write. Without it (an item written before it existed)
+/// `sentQuantity` is read as it; a pending release that pins the quantity without a
+/// possible billing stores `false` explicitly, so the record reads as not billed.
+pub async fn possibly_billed_is_written_by_outcomes_and_never_cleared(b: &dyn Backend) {
+    let agg = b.aggregated();
+    let key = group("2026-11-30T10");
+    let r1 = seed(b, "2026-11-30T10:00:00Z", 1).await;
+    let create = commit(
+        record(key.clone(), 3, 1),
+        None,
+        &[&r1],
+        "2026-11-30T11:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    let stored = || async { agg.get(&key).await.unwrap().unwrap() };
+    assert_eq!(
+        stored().await.possibly_billed,
+        None,
+        "a new record has none"
+    );
+
+    // A claim sets sentQuantity and leaves possiblyBilled alone: while it is held (or
+    // after it lapses) the record reads as possibly billed anyway.
+    let c1 = claim("c1", "2026-11-30T11:05:00Z", "2026-11-30T11:10:00Z");
+    assert!(claim_read(agg, &key, 1, &c1).await.unwrap().is_some());
+    let held = stored().await;
+    assert_eq!((held.sent_quantity, held.possibly_billed), (Some(3), None));
+    assert!(held.may_have_been_billed());
+
+    // Released with the quantity pinned but nothing billed (CustomerNotSubscribed
+    // before activation): "no" is stored, so sentQuantity alone no longer reads as billed.
+    let pinned = SubmissionUpdate::release(true);
+    let at = t("2026-11-30T11:06:00Z");
+    assert!(agg.record(&key, Some("c1"), &pinned, at).await.unwrap());
+    let released = stored().await;
+    assert_eq!(
+        (released.sent_quantity, released.possibly_billed),
+        (Some(3), Some(false))
+    );
+    assert!(!released.may_have_been_billed());
+
+    // A send that may have billed sets it.
+    let c2 = claim("c2", "2026-11-30T11:07:00Z", "2026-11-30T11:12:00Z");
+    assert!(agg.claim(&released, &c2).await.unwrap().is_some());
+    let ambiguous = SubmissionUpdate::release(true).with_possibly_billed(true);
+    let at = t("2026-11-30T11:08:00Z");
+    assert!(agg.record(&key, Some("c2"), &ambiguous, at).await.unwrap());
+    let billed = stored().await;
+    assert_eq!(billed.possibly_billed, Some(true));
+
+    // Never cleared: not by a later "no" under a claim, nor by a final write.
+    let c3 = claim("c3", "2026-11-30T11:13:00Z", "2026-11-30T11:18:00Z");
+    assert!(agg.claim(&billed, &c3).await.unwrap().is_some());
+    let at = t("2026-11-30T11:14:00Z");
+    assert!(agg.record(&key, Some("c3"), &pinned, at).await.unwrap());
+    assert_eq!(stored().await.possibly_billed, Some(true));
+    let expired = SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, None, None);
+    let at = t("2026-11-30T11:20:00Z");
+    assert!(agg.record(&key, None, &expired, at).await.unwrap());
+    let done = stored().await;
+    assert_eq!(
+        (done.status, done.possibly_billed),
+        (AggregatedStatus::SubmissionExpired, Some(true))
+    );
+
+    // A write without a claim never stores "no" where nothing is stored.
+    let other = group("2026-11-30T12");
+    let r2 = seed(b, "2026-11-30T12:00:00Z", 1).await;
+    let c = commit(
+        record(other.clone(), 1, 1),
+        None,
+        &[&r2],
+        "2026-11-30T13:00:00Z",
+    );
+    assert_eq!(agg.commit(&c).await.unwrap(), CommitOutcome::Committed);
+    let error = SubmissionUpdate::new(
+        AggregatedStatus::Error,
+        Some("RequestTooLarge".into()),
+        None,
+    );
+    let at = t("2026-11-30T13:01:00Z");
+    assert!(agg.record(&other, None, &error, at).await.unwrap());
+    assert_eq!(
+        agg.get(&other).await.unwrap().unwrap().possibly_billed,
+        None
+    );
 }
 
 /// `expiresAt` (the tables' TTL attribute, epoch seconds) is written only by a final

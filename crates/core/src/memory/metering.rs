@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::model::{Allocation, GroupKey};
-use crate::ports::{MeteringApi, MeteringError, MeteringRecord, RecordVerdict};
+use crate::ports::{MeteringApi, MeteringError, MeteringRecord, RecordVerdict, UnclearAnswer};
 use crate::sync::lock;
 
 /// Most records `BatchMeterUsage` takes in one call.
@@ -32,6 +32,9 @@ struct MeteringState {
     rejected_dimensions: BTreeMap<String, String>,
     /// The next calls' scripted answers, in order: an error, or `None` (answer as usual).
     next_errors: VecDeque<Option<MeteringError>>,
+    /// The next answered calls' unclear answers, in order: how many of the call's
+    /// last records, and why.
+    unclear: VecDeque<(usize, UnclearAnswer)>,
     calls: Vec<Vec<MeteringRecord>>,
     issued_ids: u64,
 }
@@ -47,6 +50,8 @@ struct MeteringState {
 /// Request-level errors, before any record is billed: errors queued with
 /// [`MemoryMeteringApi::fail_next`] or [`MemoryMeteringApi::fail_after`]; more than 25 records (`ValidationException`); any
 /// record whose dimension was set up with [`MemoryMeteringApi::reject_dimension`].
+/// Answers that leave records unclear, after the call is processed as usual: queued
+/// with [`MemoryMeteringApi::answer_unclearly`].
 /// No timestamp window or throttling rules: the simulator has those.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryMeteringApi {
@@ -98,6 +103,15 @@ impl MemoryMeteringApi {
         state
             .next_errors
             .extend(std::iter::repeat_n(None, answered).chain([Some(error)]));
+    }
+
+    /// Processes the next answered call as usual (billing included), then answers its
+    /// last `records` records [`RecordVerdict::Ambiguous`] with `why`: what the
+    /// adapter makes of an answer that omits a record, gives it an unknown status or
+    /// echoes another record (the simulator's `omit_results`, `unknown_status` and
+    /// `wrong_echo` faults). Queued, one call each.
+    pub fn answer_unclearly(&self, records: usize, why: UnclearAnswer) {
+        lock(&self.state).unclear.push_back((records, why));
     }
 
     /// What was billed, per group.
@@ -183,6 +197,12 @@ impl MeteringApi for MemoryMeteringApi {
             };
             verdicts.push(verdict);
         }
+        if let Some((records, why)) = state.unclear.pop_front() {
+            let from = verdicts.len().saturating_sub(records);
+            for verdict in verdicts.iter_mut().skip(from) {
+                *verdict = RecordVerdict::Ambiguous { why: why.clone() };
+            }
+        }
         Ok(verdicts)
     }
 }
@@ -257,6 +277,20 @@ mod tests {
             Err(MeteringError::Validation { .. })
         ));
         assert_eq!(api.calls().len(), 5);
+        // An unclear answer: processed (billed) as usual, then the last record unclear.
+        api.answer_unclearly(1, UnclearAnswer::Missing);
+        let unclear = api
+            .batch_meter_usage(&[rec("a", 1), rec("b", 2)])
+            .await
+            .unwrap();
+        assert!(matches!(unclear[0], RecordVerdict::Success { .. }));
+        assert_eq!(
+            unclear[1],
+            RecordVerdict::Ambiguous {
+                why: UnclearAnswer::Missing
+            }
+        );
+        assert_eq!(api.ledger()[&group("b", "2026-11-30T10")].quantity, 2);
         api.revoke(LICENSE, ACCOUNT);
         assert_eq!(
             api.batch_meter_usage(&[rec("ok", 1)]).await.unwrap(),

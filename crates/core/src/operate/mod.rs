@@ -47,6 +47,7 @@ pub(crate) fn test_record(
         in_flight_until: None,
         claim_id: None,
         sent_quantity: Some(quantity),
+        possibly_billed: None,
         folding: false,
     }
 }

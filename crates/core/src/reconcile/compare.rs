@@ -713,6 +713,7 @@ mod tests {
                 in_flight_until: None,
                 claim_id: None,
                 sent_quantity: None,
+                possibly_billed: None,
                 folding: false,
             },
             recorded_at: Some(at("2026-03-15T13:05:00Z")),

@@ -12,7 +12,9 @@ use crate::aggregate::{is_skipped_zero, submission_due};
 use crate::batch::plan_batches;
 use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
-use crate::outcome::{Outcome, RunAction, next_state, report_metrics};
+use crate::outcome::{
+    EarlierSends, Outcome, RunAction, may_have_billed, next_state, report_metrics,
+};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::pacing::PacedMeteringApi;
@@ -75,7 +77,8 @@ pub struct SubmitReport {
     pub errors: usize,
     /// Records left pending after the unprocessed retry.
     pub unprocessed: usize,
-    /// Records left pending for any other reason (depth cap, throttling, stop).
+    /// Records left pending for any other reason (depth cap, throttling, a stop before
+    /// their call).
     pub left_pending: usize,
     /// Records a claim could not be taken for (moved since read; next run).
     pub claim_skipped: usize,
@@ -541,7 +544,7 @@ impl Run<'_> {
         writes.extend(unsent.iter().map(|h| OutcomeWrite {
             key: h.record.key.clone(),
             claim_id: Some(h.claim_id.clone()),
-            update: SubmissionUpdate::release(h.previously_sent),
+            update: h.release(),
         }));
         if let Err(RunError::Pipeline(error)) = self.write_outcomes(&writes).await {
             warn!(error = %error, records = writes.len(),
@@ -581,9 +584,11 @@ impl Run<'_> {
         for ((record, request), grant) in members.iter().zip(requests).zip(grants) {
             match grant {
                 Some(grant) => claimed.held.push(Held {
-                    record: Arc::clone(record),
                     claim_id: request.claim.id,
                     previously_sent: grant.previously_sent,
+                    // Granted only on the record exactly as read: true at the claim.
+                    possibly_billed: record.may_have_been_billed(),
+                    record: Arc::clone(record),
                 }),
                 None => claimed.skipped += 1,
             }
@@ -709,17 +714,14 @@ impl Run<'_> {
                 let refused = self.dimension_of(&hold.record);
                 self.refused_dimensions.insert(refused);
             }
-            let outcome = next_state(result, stop, subscriber.as_ref(), hold.previously_sent);
+            let outcome = next_state(result, stop, subscriber.as_ref(), hold.earlier());
             self.count(&hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
                 metric.emit(self.ports.metrics.as_ref());
             }
             // A claim whose call never reached Marketplace (DisabledApiException) is
             // released rather than left to lapse, so late usage can still fold in.
-            let update = outcome
-                .update
-                .clone()
-                .unwrap_or_else(|| SubmissionUpdate::release(hold.previously_sent));
+            let update = outcome.update.clone().unwrap_or_else(|| hold.release());
             judged.updates.push(OutcomeWrite {
                 key: hold.record.key.clone(),
                 claim_id: Some(hold.claim_id.clone()),
@@ -874,6 +876,15 @@ impl Run<'_> {
                     "CustomerNotSubscribed before License Updated arrived; retrying on later runs");
             }
             (RecordResult::Answered(RecordVerdict::Unprocessed), _) => self.report.unprocessed += 1,
+            (result, _) if may_have_billed(result) => {
+                self.report.ambiguous += 1;
+                let why = match result {
+                    RecordResult::Answered(RecordVerdict::Ambiguous { why }) => why.to_string(),
+                    _ => "no definite answer to its call".to_string(),
+                };
+                warn!(group = %record.key, quantity = record.quantity_to_send(), %why,
+                    "the call may have billed this record; re-sent later with exactly this quantity");
+            }
             (RecordResult::Isolated { exception, message }, _) => {
                 self.report.errors += 1;
                 error!(group = %record.key, exception = %exception, message = %message,
@@ -1090,7 +1101,25 @@ struct Judged {
 struct Held {
     record: Arc<AggregatedRecord>,
     claim_id: String,
+    /// Its quantity is pinned ([`crate::ports::ClaimGrant::previously_sent`]).
     previously_sent: bool,
+    /// A call of ours may have billed it ([`AggregatedRecord::may_have_been_billed`]).
+    possibly_billed: bool,
+}
+
+impl Held {
+    /// What the claim read about the record's earlier sends.
+    fn earlier(&self) -> EarlierSends {
+        EarlierSends {
+            quantity_pinned: self.previously_sent,
+            possibly_billed: self.possibly_billed,
+        }
+    }
+
+    /// Gives the claim back unsent: pending, keeping what earlier sends pinned.
+    fn release(&self) -> SubmissionUpdate {
+        SubmissionUpdate::release(self.previously_sent).with_possibly_billed(self.possibly_billed)
+    }
 }
 
 /// A fresh claim id (unique per claim; outcomes are written only under it).
@@ -1113,7 +1142,7 @@ mod tests {
     use crate::pipeline::pacing::MIN_CALL_INTERVAL;
     use crate::pipeline::submit::DeploymentMode;
     use crate::pipeline::testkit::*;
-    use crate::ports::{MeteringError, PortError};
+    use crate::ports::{MeteringError, PortError, UnclearAnswer};
 
     const NOW: &str = "2026-11-30T10:30:00Z";
 
@@ -1341,6 +1370,109 @@ mod tests {
         assert_eq!(status(&world, &early), AggregatedStatus::Success);
     }
 
+    /// Bills `key` with `quantity` as some other writer would (another stack, a script).
+    async fn billed_elsewhere(world: &World, key: &GroupKey, quantity: i64) {
+        let mut record = metering_record(&pending(key, quantity));
+        record.product_code = PRODUCT.into();
+        let verdicts = world.api.batch_meter_usage(&[record]).await.unwrap();
+        assert!(matches!(verdicts[0], RecordVerdict::Success { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_of_a_record_only_kept_pending_before_activation_raises_the_alarm() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let l = license(2);
+        let early = group(&l, ACCOUNT_A, "a", "2026-11-30T08");
+        world.tables.insert_aggregated(pending(&early, 4), now);
+        // GIVEN a CustomerNotSubscribed kept pending before License Updated: its
+        // quantity is pinned, but nothing of ours billed it
+        world.submit(now).await;
+        let kept = world.record(&early).unwrap();
+        assert_eq!(kept.sent_quantity, Some(4));
+        // AND something else bills the hour meanwhile, with another quantity
+        world.subscribe(&l, ACCOUNT_A, SubscriptionStatus::Active, None);
+        world.api.entitle(&l, ACCOUNT_A);
+        billed_elsewhere(&world, &early, 9).await;
+
+        // WHEN our re-send is answered DuplicateRecord
+        let report = world.submit(t("2026-11-30T10:35:00Z")).await;
+
+        // THEN it is no earlier attempt of ours: UnexpectedDuplicate, with the alarm metric
+        assert_eq!(report.duplicate, 1);
+        let record = world.record(&early).unwrap();
+        assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
+        assert_eq!(
+            record.status_reason.as_deref(),
+            Some(crate::outcome::REASON_UNEXPECTED_DUPLICATE)
+        );
+        assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 1);
+    }
+
+    #[tokio::test]
+    async fn an_item_from_before_possibly_billed_reads_its_sent_quantity_as_before() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let key = seed(&world, 1, "2026-11-30T09", 5)[0].clone();
+        // GIVEN a record an earlier version left pending with sentQuantity after an
+        // ambiguous send, without possiblyBilled, and Marketplace holding the hour
+        let mut old = pending(&key, 5);
+        old.sent_quantity = Some(5);
+        old.attempt_count = 1;
+        assert_eq!(old.possibly_billed, None);
+        world.tables.insert_aggregated(old, now);
+        billed_elsewhere(&world, &key, 6).await;
+
+        world.submit(now).await;
+
+        // THEN the DuplicateRecord is read as our earlier attempt, as before: no alarm
+        let record = world.record(&key).unwrap();
+        assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
+        assert_eq!(
+            record.status_reason.as_deref(),
+            Some(crate::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT)
+        );
+        assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 0);
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_of_a_replayed_error_nothing_of_ours_billed_raises_the_alarm() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 1, "2026-11-30T09", 3);
+        // GIVEN a record Marketplace refused (Error), replayed by the operator
+        world
+            .api
+            .reject_dimension("d000", "InvalidUsageDimensionException");
+        world.submit(now).await;
+        assert_eq!(status(&world, &keys[0]), AggregatedStatus::Error);
+        world.api.accept_dimension("d000");
+        let lines = crate::operate::replay::replay(
+            &world.aggregated,
+            &world.tables.operator_store(),
+            &crate::operate::replay::Selection::Groups(vec![keys[0].clone()]),
+            now,
+            false,
+        )
+        .await
+        .unwrap();
+        assert_eq!(lines[0].result, "replayed");
+        // AND something else billed the hour with another quantity
+        billed_elsewhere(&world, &keys[0], 8).await;
+
+        // WHEN the replay's send is answered DuplicateRecord
+        world.submit(t("2026-11-30T10:35:00Z")).await;
+
+        // THEN nothing of ours billed it: UnexpectedDuplicate, with the alarm metric
+        let record = world.record(&keys[0]).unwrap();
+        assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
+        assert_eq!(
+            record.status_reason.as_deref(),
+            Some(crate::outcome::REASON_UNEXPECTED_DUPLICATE)
+        );
+        assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 1);
+    }
+
     /// Marketplace that leaves chosen dimensions unprocessed the first `times` calls
     /// that carry them.
     struct Unprocessing {
@@ -1443,8 +1575,13 @@ mod tests {
         // unclaimed; nothing after them was sent.
         assert_eq!(report.stopped.as_deref(), Some("throttled"));
         assert_eq!(
-            (report.success, report.left_pending, report.api_calls),
-            (0, 75, 3)
+            (
+                report.success,
+                report.left_pending,
+                report.ambiguous,
+                report.api_calls
+            ),
+            (0, 50, 25, 3)
         );
         assert!(
             keys.iter()
@@ -1466,6 +1603,83 @@ mod tests {
                 .all(|k| status(&world, k) == AggregatedStatus::Success)
         );
         assert_eq!(world.api.ledger().len(), 100);
+    }
+
+    #[tokio::test]
+    async fn an_internal_error_mid_bisection_pins_only_the_records_of_that_call() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 25, "2026-11-30T09", 2);
+        // GIVEN a batch that fails validation (d022), whose left half is answered, whose
+        // right half fails validation too and whose right half's first sub-call (d013 to
+        // d018) gets an internal error
+        world
+            .api
+            .reject_dimension("d022", "InvalidUsageDimensionException");
+        world.api.fail_after(
+            3,
+            MeteringError::Transient("InternalServiceErrorException".into()),
+        );
+
+        let report = world.submit(now).await;
+
+        assert_eq!(report.success, 13);
+        assert_eq!(world.api.calls()[3].len(), 6);
+        // THEN the records of the failed call may have been billed: their quantity is
+        // pinned, and they are counted ambiguous once each
+        for key in &keys[13..19] {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.status, AggregatedStatus::Pending);
+            assert_eq!(record.sent_quantity, Some(2), "{key}");
+            assert!(!record.accepts_folds());
+        }
+        assert_eq!(world.metrics.total(metric::AMBIGUOUS_SUBMISSION), 6);
+        assert_eq!(report.ambiguous, 6);
+        // AND the records never sent in a call that may have billed are released as
+        // never sent: late rows still fold into them
+        for key in &keys[19..25] {
+            let record = world.record(key).unwrap();
+            assert_eq!(record.status, AggregatedStatus::Pending);
+            assert_eq!(record.sent_quantity, None, "{key}");
+            assert!(record.accepts_folds(), "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_record_the_answer_leaves_unclear_is_resent_with_the_same_quantity() {
+        let now = t(NOW);
+        let world = World::new(now);
+        let keys = seed(&world, 3, "2026-11-30T09", 4);
+        // GIVEN an answer that bills every record but leaves the last one unclear
+        // (missing from both lists, an unknown status, or another record echoed)
+        world.api.answer_unclearly(1, UnclearAnswer::Missing);
+
+        let report = world.submit(now).await;
+
+        // THEN it may have been billed: pending, its quantity pinned, counted ambiguous,
+        // not unprocessed
+        assert_eq!(
+            (report.success, report.ambiguous, report.unprocessed),
+            (2, 1, 0)
+        );
+        let unclear = world.record(&keys[2]).unwrap();
+        assert_eq!(unclear.status, AggregatedStatus::Pending);
+        assert_eq!(unclear.sent_quantity, Some(4));
+        assert!(
+            !unclear.accepts_folds(),
+            "late rows must not change the quantity"
+        );
+        assert_eq!(world.metrics.total(metric::AMBIGUOUS_SUBMISSION), 1);
+        assert_eq!(world.metrics.total(metric::USAGE_RECORD_UNPROCESSED), 0);
+        // AND the next run re-sends exactly that quantity; billed once
+        let again = world.submit(now).await;
+        assert_eq!(again.success + again.duplicate, 1);
+        assert!(status(&world, &keys[2]).is_terminal());
+        assert_eq!(world.api.ledger()[&keys[2]].quantity, 4);
+        assert!(
+            world.api.calls()[1].iter().all(|r| r.quantity == 4),
+            "re-sent with the pinned quantity"
+        );
     }
 
     #[tokio::test]
