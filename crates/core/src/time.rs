@@ -386,8 +386,14 @@ mod tests {
         assert!(!bucket_expired(b("2026-11-29T11"), now));
         assert!(bucket_expired(b("2026-11-29T10"), now));
         // An hour that has not begun has not aged out (a run stamped just before it).
-        assert!(!bucket_expired(b("2026-11-30T11"), t("2026-11-30T10:59:40Z")));
-        assert!(!bucket_expired(b("2026-12-01T00"), t("2026-11-30T23:59:59Z")));
+        assert!(!bucket_expired(
+            b("2026-11-30T11"),
+            t("2026-11-30T10:59:40Z")
+        ));
+        assert!(!bucket_expired(
+            b("2026-12-01T00"),
+            t("2026-11-30T23:59:59Z")
+        ));
         assert!(at_oldest_edge(b("2026-11-29T11"), now));
         assert!(!at_oldest_edge(b("2026-11-29T12"), now));
         let expired = expired_buckets(now, 24);

@@ -35,6 +35,10 @@ struct Args {
     /// With `--replay`: fault decision points to turn off (as a shrink prints them).
     #[arg(long, value_delimiter = ',')]
     mask: Vec<u64>,
+    /// Run every schedule, failing or not, and list each kind of violation found with
+    /// how many schedules had it and the first seed that did (no shrinking).
+    #[arg(long)]
+    survey: bool,
 }
 
 /// Runs the command line; exit code 1 on a violation or too few schedules.
@@ -47,6 +51,9 @@ pub fn main() -> ExitCode {
     }
     let started = Instant::now();
     let budget = Duration::from_secs(args.budget_secs);
+    if args.survey {
+        return survey(args.base, args.schedules, budget);
+    }
     let explored = explore(args.base, args.schedules, budget, args.threads.max(1));
     if let Some(outcome) = explored.failing {
         println!(
@@ -161,4 +168,57 @@ fn report_failure(outcome: &Outcome, mask: &[u64], shrunk: bool) -> ExitCode {
         outcome.seed
     );
     ExitCode::FAILURE
+}
+
+/// Runs schedules `0..count` of `base` (one thread, until the budget is spent) and
+/// prints each kind of violation (its text with keys and numbers blanked) with the
+/// number of schedules that had it and the first seed that did.
+fn survey(base: u64, count: u64, budget: Duration) -> ExitCode {
+    let started = Instant::now();
+    // Kind -> (schedules that had it, first schedule number, its seed).
+    let mut kinds: std::collections::BTreeMap<String, (u64, u64, u64)> = Default::default();
+    let mut ran = 0;
+    for n in 0..count {
+        if started.elapsed() >= budget {
+            break;
+        }
+        let outcome = run_schedule(seed_of(base, n), &[]);
+        ran += 1;
+        let mut seen = std::collections::BTreeSet::new();
+        for violation in &outcome.violations {
+            seen.insert(kind_of(violation));
+        }
+        for kind in seen {
+            let entry = kinds.entry(kind).or_insert((0, n, outcome.seed));
+            entry.0 += 1;
+        }
+    }
+    println!(
+        "survey: {ran} schedules, {} kinds of violation",
+        kinds.len()
+    );
+    for (kind, (schedules, first, seed)) in &kinds {
+        println!("  {schedules:>6} schedules, first #{first} (seed {seed}): {kind}");
+    }
+    if kinds.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A violation's text with what differs between schedules blanked: digits, and the
+/// license and group keys at its start.
+fn kind_of(violation: &str) -> String {
+    let text: String = violation
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .collect();
+    match text.split_once(": ") {
+        Some((head, rest)) => {
+            let head = head.split_whitespace().next().unwrap_or(head);
+            format!("{head} …: {rest}")
+        }
+        None => text,
+    }
 }

@@ -4,13 +4,22 @@
 //! the sum of the rows counted into it; what Marketplace billed for a group is that
 //! record's quantity; no group was ever sent with two different quantities; every
 //! registration answered 200 is stored, and none changed a lifecycle status.
+//!
+//! Liveness as well as safety: every fault of a schedule ends well inside the 24-hour
+//! window, so every row written in time is counted and every group is billed; an
+//! ending other than billed must be explained by the schedule itself (the refused
+//! dimension, a late row for an hour already sent). And metrics are part of it: every
+//! terminal status that has a metric emitted it exactly once, and no record was
+//! reported ambiguous that was never in a call that could have billed it.
 
 use std::collections::BTreeMap;
 
 use awsmp_core::items::expiry_of;
-use awsmp_core::model::{AggregatedStatus, Attr, SubscriptionStatus, attr};
+use awsmp_core::model::{AggregatedStatus, Attr, ReasonCode, SubscriptionStatus, attr};
+use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
+use awsmp_core::ports::metric;
 
-use crate::scenario::{ACCOUNT, REGION, RETENTION, World};
+use crate::scenario::{ACCOUNT, Ingested, POISON, REGION, RETENTION, World};
 
 const RAW_TERMINAL: [&str; 3] = ["Aggregated", "RejectedClientSide", "AggregationExpired"];
 
@@ -128,6 +137,177 @@ pub fn check(world: &World) -> Vec<String> {
         }
     }
     violations.extend(registrations(world));
+    violations.extend(ingestion(world));
+    violations.extend(liveness(world));
+    violations.extend(metrics(world));
+    violations
+}
+
+/// Ingestion by event id: an event answered written or duplicate is stored exactly
+/// once with that usage; an id reused for other usage is answered conflict and never
+/// changes what is stored.
+fn ingestion(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    let rows = world.tables.raw_rows();
+    for (license, event_id, sent, answer) in &world.ingested {
+        let suffix = format!("#{event_id}");
+        let stored: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.license_arn == *license && !r.sort_key.starts_with("event#"))
+            .filter(|r| r.sort_key.ends_with(&suffix))
+            .map(|r| quantity(&r.attrs))
+            .collect();
+        let id = format!("event {event_id} of {license}");
+        match (answer, stored.as_slice()) {
+            (_, []) => violations.push(format!("{id}: answered {answer:?}, never stored")),
+            (Ingested::Created | Ingested::Duplicate, [q]) if q == sent => {}
+            (Ingested::Conflict, [q]) if q != sent => {}
+            (_, [q]) => violations.push(format!(
+                "{id}: {sent} answered {answer:?}, but {q} is stored"
+            )),
+            (_, many) => violations.push(format!("{id}: stored {} times", many.len())),
+        }
+    }
+    violations
+}
+
+/// Every row written in its window was counted (or is a late row for an hour already
+/// sent), and every group was billed: the schedule's faults all end long before the
+/// window closes, and every license stays entitled. Only the refused dimension may end
+/// `Error` (the operator may define it and replay, then it bills).
+fn liveness(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    // The first fault-free runs come 20 minutes after the faults end: an hour whose
+    // window closed by then (last month's hours at 06:00 on the 1st) may age out.
+    let recovered = world.faults_end + chrono::Duration::minutes(20);
+    let closed = |hour| awsmp_core::time::bucket_expired(hour, recovered);
+    let late = ReasonCode::HourAlreadySubmitted.to_string();
+    for row in world.tables.raw_rows() {
+        if row.sort_key.starts_with("event#") {
+            continue;
+        }
+        let id = format!("raw {} {}", row.license_arn, row.sort_key);
+        let hour = text(&row.attrs, attr::TIMESTAMP)
+            .and_then(|t| awsmp_core::time::parse_usage_timestamp(t).ok())
+            .map(awsmp_core::time::HourBucket::containing);
+        if hour.is_some_and(closed) {
+            continue;
+        }
+        match text(&row.attrs, attr::METERING_STATUS) {
+            Some("AggregationExpired") => violations.push(format!(
+                "{id}: written in its window, yet aged out uncounted (liveness)"
+            )),
+            Some("RejectedClientSide")
+                if text(&row.attrs, attr::METERING_STATUS_REASON) != Some(late.as_str()) =>
+            {
+                violations.push(format!(
+                    "{id}: a valid row rejected {:?} (liveness)",
+                    text(&row.attrs, attr::METERING_STATUS_REASON)
+                ))
+            }
+            _ => {}
+        }
+    }
+    let ledger = world.metering.inner.ledger();
+    for record in world.tables.aggregated_records() {
+        let id = format!("aggregated {}", record.key);
+        let billed = ledger.contains_key(&record.key);
+        if closed(record.key.hour) && !billed {
+            continue;
+        }
+        let explained = match record.status {
+            AggregatedStatus::Success => billed,
+            AggregatedStatus::DuplicateRecord => billed,
+            AggregatedStatus::Error => record.key.dimension == POISON,
+            AggregatedStatus::SubmissionExpired => {
+                record.quantity == 0
+                    && record.status_reason.as_deref() == Some(REASON_ZERO_QUANTITY_SKIPPED)
+            }
+            _ => false,
+        };
+        if !explained {
+            violations.push(format!(
+                "{id}: ended {} ({:?}) with no fault of the schedule to explain it; billed: \
+                 {billed} (liveness)",
+                record.status, record.status_reason
+            ));
+        }
+    }
+    violations
+}
+
+/// Every terminal status that has a metric emitted it exactly once (retries, lost
+/// responses and races included), and `AmbiguousSubmission` never counts a record that
+/// was not in a call that may have billed it.
+fn metrics(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    let rows = world.tables.raw_rows();
+    let raw = |status: &str, reason: Option<&str>| -> u64 {
+        rows.iter()
+            .filter(|r| !r.sort_key.starts_with("event#"))
+            .filter(|r| text(&r.attrs, attr::METERING_STATUS) == Some(status))
+            .filter(|r| {
+                reason.is_none_or(|x| text(&r.attrs, attr::METERING_STATUS_REASON) == Some(x))
+            })
+            .count() as u64
+    };
+    let records = world.tables.aggregated_records();
+    let loud_expiries = records
+        .iter()
+        .filter(|r| r.status == AggregatedStatus::SubmissionExpired)
+        .filter(|r| r.status_reason.as_deref() != Some(REASON_ZERO_QUANTITY_SKIPPED))
+        .count() as u64;
+    let late = ReasonCode::HourAlreadySubmitted.to_string();
+    let m = &world.metrics;
+    for (what, metric_name, items) in [
+        (
+            "raw rows RejectedClientSide",
+            metric::USAGE_RECORD_REJECTED,
+            raw("RejectedClientSide", None),
+        ),
+        (
+            "late raw rows (HourAlreadySubmitted)",
+            metric::LATE_USAGE_AFTER_SUBMISSION,
+            raw("RejectedClientSide", Some(late.as_str())),
+        ),
+        (
+            "raw rows AggregationExpired",
+            metric::USAGE_AGGREGATION_EXPIRED,
+            raw("AggregationExpired", None),
+        ),
+        (
+            "records SubmissionExpired",
+            metric::USAGE_SUBMISSION_EXPIRED,
+            loud_expiries,
+        ),
+    ] {
+        let emitted = m.total(metric_name);
+        if emitted != items {
+            violations.push(format!(
+                "metric {metric_name}: emitted {emitted} times for {items} {what}"
+            ));
+        }
+    }
+    let errors = records
+        .iter()
+        .filter(|r| r.status == AggregatedStatus::Error)
+        .count() as u64;
+    if m.total(metric::BATCH_METER_USAGE_EXCEPTION) < errors {
+        violations.push(format!(
+            "metric {}: emitted {} times for {errors} Error records",
+            metric::BATCH_METER_USAGE_EXCEPTION,
+            m.total(metric::BATCH_METER_USAGE_EXCEPTION)
+        ));
+    }
+    let ambiguous = m.total(metric::AMBIGUOUS_SUBMISSION);
+    let could_have_billed = world.metering.ambiguous_sends();
+    if ambiguous > could_have_billed {
+        violations.push(format!(
+            "metric {}: {ambiguous} records reported ambiguous, but only {could_have_billed} \
+             were in calls whose answer was lost or failed",
+            metric::AMBIGUOUS_SUBMISSION
+        ));
+    }
     violations
 }
 

@@ -14,11 +14,12 @@ use awsmp_core::memory::{
     AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
     MemorySubscriberStore, MemoryUsageStore, StoreCall, SubscriberDecorator, UsageDecorator,
 };
-use awsmp_core::model::GroupKey;
+use awsmp_core::model::{AggregatedRecord, GroupKey};
 use awsmp_core::ports::{
-    AggregationCommit, Clock, CommitOutcome, MeteringApi, MeteringError, MeteringRecord, PortError,
-    RecordVerdict,
+    AggregationCommit, Clock, CommitOutcome, Cursor, MeteringApi, MeteringError, MeteringRecord,
+    Page, PendingRawRef, PortError, RecordVerdict,
 };
+use awsmp_core::time::HourBucket;
 
 use crate::sim::{FaultKind, Sim, yield_now};
 
@@ -53,6 +54,54 @@ pub struct Faulty<S> {
     pub inner: S,
     /// The simulation.
     pub sim: Sim,
+    /// The index pages it answered, for stale reads.
+    pub index: StaleIndex,
+}
+
+impl<S> Faulty<S> {
+    /// `inner` with the simulation's faults.
+    pub fn new(inner: S, sim: Sim) -> Self {
+        Faulty {
+            inner,
+            sim,
+            index: StaleIndex::default(),
+        }
+    }
+}
+
+/// A global secondary index read eventually consistently: a query may answer the page
+/// it answered before for the same hour and cursor (new items missing, items since
+/// finalized still listed with their old attributes), as DynamoDB's index may while it
+/// catches up. Base-table reads stay consistent.
+#[derive(Default)]
+pub struct StaleIndex {
+    pages: Mutex<BTreeMap<String, Box<dyn std::any::Any + Send>>>,
+}
+
+impl StaleIndex {
+    /// The page to answer: an earlier one for `(hour, cursor)` when the simulation
+    /// injects a stale read, else `fresh` (remembered for later stale reads).
+    fn answer<T: Clone + Send + 'static>(
+        &self,
+        sim: &Sim,
+        hour: HourBucket,
+        cursor: Option<&Cursor>,
+        fresh: Page<T>,
+    ) -> Page<T> {
+        let key = format!("{hour}|{cursor:?}");
+        let mut pages = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        let stale = pages
+            .get(&key)
+            .and_then(|p| p.downcast_ref::<Page<T>>())
+            .cloned();
+        if let Some(stale) = stale
+            && sim.fault(FaultKind::StaleIndexRead, "index query")
+        {
+            return stale;
+        }
+        pages.insert(key, Box::new(fresh.clone()));
+        fresh
+    }
 }
 
 /// The usage table with faults.
@@ -78,6 +127,15 @@ impl UsageDecorator for FaultyUsage {
     fn inner(&self) -> &MemoryUsageStore {
         &self.inner
     }
+
+    fn index_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<&Cursor>,
+        fresh: Page<PendingRawRef>,
+    ) -> Page<PendingRawRef> {
+        self.index.answer(&self.sim, hour, cursor, fresh)
+    }
 }
 
 #[async_trait]
@@ -92,6 +150,15 @@ impl AggregatedDecorator for FaultyAggregated {
         self.sim
             .fault(FaultKind::TransactionConflict, "aggregated.commit")
             .then_some(CommitOutcome::Conflict)
+    }
+
+    fn index_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<&Cursor>,
+        fresh: Page<AggregatedRecord>,
+    ) -> Page<AggregatedRecord> {
+        self.index.answer(&self.sim, hour, cursor, fresh)
     }
 }
 
@@ -108,12 +175,16 @@ pub struct FaultyMetering {
     pub inner: MemoryMeteringApi,
     /// The simulation.
     pub sim: Sim,
-    /// Calls left in the current `DisabledApiException` storm.
-    disabled_calls: Mutex<u32>,
+    /// When the current `DisabledApiException` storm ends (it is a while, not a number
+    /// of calls: a run that sends one call must not stretch it past the window).
+    disabled_until: Mutex<Option<awsmp_core::time::Instant>>,
     /// Every quantity sent per group (one Marketplace processed).
     sent: Arc<Mutex<BTreeMap<GroupKey, BTreeSet<i64>>>>,
     /// Time (a stalled call lets it run on).
     clock: ManualClock,
+    /// Records sent in calls that failed without a definite answer (an internal error,
+    /// a lost response): the most records the submitter may call ambiguous.
+    ambiguous: Mutex<u64>,
 }
 
 impl FaultyMetering {
@@ -122,10 +193,26 @@ impl FaultyMetering {
         FaultyMetering {
             inner,
             sim,
-            disabled_calls: Mutex::new(0),
+            disabled_until: Mutex::new(None),
             sent: Arc::default(),
             clock,
+            ambiguous: Mutex::new(0),
         }
+    }
+
+    /// Records sent in calls that failed without a definite answer, so far.
+    pub fn ambiguous_sends(&self) -> u64 {
+        *self
+            .ambiguous
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn note_ambiguous(&self, records: &[MeteringRecord]) {
+        *self
+            .ambiguous
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += records.len() as u64;
     }
 
     /// A call that hangs after billing: one to eight minutes pass while every other
@@ -170,15 +257,18 @@ impl MeteringApi for FaultyMetering {
     ) -> Result<Vec<RecordVerdict>, MeteringError> {
         yield_now().await;
         {
-            let mut left = self
-                .disabled_calls
+            let now = self.clock.now();
+            let mut until = self
+                .disabled_until
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if *left == 0 && self.sim.fault(FaultKind::DisabledStorm, "BatchMeterUsage") {
-                *left = 1 + u32::try_from(self.sim.below(6)).unwrap_or(0);
+            if until.is_none_or(|u| u <= now)
+                && self.sim.fault(FaultKind::DisabledStorm, "BatchMeterUsage")
+            {
+                let minutes = 1 + i64::try_from(self.sim.below(10)).unwrap_or(0);
+                *until = Some(now + chrono::Duration::minutes(minutes));
             }
-            if *left > 0 {
-                *left -= 1;
+            if until.is_some_and(|u| u > now) {
                 return Err(MeteringError::Disabled(
                     "injected: Region disabled for a while".into(),
                 ));
@@ -191,6 +281,7 @@ impl MeteringApi for FaultyMetering {
             .sim
             .fault(FaultKind::MeteringTransient, "BatchMeterUsage")
         {
+            self.note_ambiguous(records);
             return Err(MeteringError::Transient(
                 "injected: InternalServiceErrorException".into(),
             ));
@@ -221,6 +312,7 @@ impl MeteringApi for FaultyMetering {
             .sim
             .fault(FaultKind::MeteringLostResponse, "BatchMeterUsage")
         {
+            self.note_ambiguous(records);
             return Err(MeteringError::Transient(
                 "injected: billed, then the response was lost".into(),
             ));

@@ -27,7 +27,7 @@ use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
 };
-use awsmp_core::ports::{Clock, ResolvedCustomer};
+use awsmp_core::ports::{Clock, IngestOutcome, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use lambda_runtime::{Context, LambdaEvent};
@@ -81,6 +81,25 @@ pub struct World {
     pub registrations: Vec<(String, u16)>,
     /// Licenses deprovisioned during the run (the others stay active).
     pub deprovisioned: Vec<String>,
+    /// Every metric the pipeline's stages emitted.
+    pub metrics: RecordingMetrics,
+    /// When the last fault could happen (settling began): an hour whose window closes
+    /// before the first fault-free run after it may age out without a violation.
+    pub faults_end: Instant,
+    /// What the seller's service was answered for each usage event it recorded
+    /// through the ingestion port: (license, event id, quantity, answer).
+    pub ingested: Vec<(String, String, i64, Ingested)>,
+}
+
+/// The answer an ingestion write got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// Written now.
+    Created,
+    /// The same event was written before: nothing changed.
+    Duplicate,
+    /// The event id holds other usage: nothing changed.
+    Conflict,
 }
 
 struct Stack {
@@ -95,10 +114,13 @@ struct Stack {
     deprovision: SimQueue,
     cleanup_queue: SimQueue,
     lock: MeteringLockHours,
+    /// `ZERO_QUANTITY_POLICY`, the same for the aggregator and the submitter.
+    zero_policy: ZeroQuantityPolicy,
     subscription: awsmp_subscription::State,
     deprovision_cleanup: awsmp_deprovision_cleanup::State,
     register: awsmp_register::State,
     registrations: Mutex<Vec<(String, u16)>>,
+    ingested: Mutex<Vec<(String, String, i64, Ingested)>>,
     /// The License Deprovisioned event of the run (redelivered while settling, as SQS
     /// redelivers a message whose handler died).
     deprovisioned: Mutex<Option<(String, Instant)>>,
@@ -125,7 +147,7 @@ impl Stack {
         AggregateSettings {
             product_code: PRODUCT.to_string(),
             lock: self.lock,
-            zero_policy: ZeroQuantityPolicy::Defer,
+            zero_policy: self.zero_policy,
             retention: RETENTION,
         }
     }
@@ -136,7 +158,7 @@ impl Stack {
             ..SubmitSettings::new(
                 PRODUCT,
                 MeteringMode::Live,
-                ZeroQuantityPolicy::Defer,
+                self.zero_policy,
                 DeploymentMode::Full,
             )
         }
@@ -146,7 +168,9 @@ impl Stack {
     fn invocation_time(&self, name: &str) -> Instant {
         let now = self.clock.now();
         if self.sim.fault(FaultKind::StaleInvocation, name) {
-            now - chrono::Duration::minutes(1 + i64::try_from(self.sim.below(20)).unwrap_or(0))
+            // EventBridge retries a failed delivery for hours; a retry's event time may
+            // be in an hour that has since ended.
+            now - chrono::Duration::minutes(1 + i64::try_from(self.sim.below(60)).unwrap_or(0))
         } else {
             now
         }
@@ -275,6 +299,57 @@ impl Stack {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((license_arn.to_string(), status));
+    }
+
+    /// The seller's service recording usage events through the ingestion port, as
+    /// `awsmp usage put` and `awsmp_usage::Meter` do: each event stamped "now" by
+    /// default, retried with the same id (and a later "now") when the answer is lost;
+    /// now and then a buggy client reuses an id for other usage, which must be refused.
+    async fn record_events(&self, license_arn: &str) {
+        let events = 1 + self.sim.below(4);
+        for n in 0..events {
+            let quantity = 1 + i64::try_from(self.sim.below(5)).unwrap_or(0);
+            self.ingest(license_arn, &format!("evt-{n}"), quantity)
+                .await;
+            if self.sim.below(3) == 0 {
+                self.ingest(license_arn, &format!("evt-{n}"), quantity + 1)
+                    .await;
+            }
+            for _ in 0..self.sim.below(10) {
+                yield_now().await;
+            }
+        }
+    }
+
+    /// One event, retried (up to three times) while the store's answer is an error.
+    async fn ingest(&self, license_arn: &str, event_id: &str, quantity: i64) {
+        for _ in 0..3 {
+            let mut row = awsmp_core::memory::fixtures::usage_row(
+                license_arn,
+                ACCOUNT,
+                "events",
+                self.clock.now(),
+                quantity,
+                event_id,
+            );
+            row.timestamp_defaulted = true;
+            let answer = match self.usage.put_row(&row, self.clock.now()).await {
+                Ok(IngestOutcome::Created) => Ingested::Created,
+                Ok(IngestOutcome::Duplicate) => Ingested::Duplicate,
+                Ok(IngestOutcome::Conflict(_)) => Ingested::Conflict,
+                Err(_) => continue,
+            };
+            self.ingested
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((
+                    license_arn.to_string(),
+                    event_id.to_string(),
+                    quantity,
+                    answer,
+                ));
+            return;
+        }
     }
 
     async fn deprovision_cleanup_once(&self) {
@@ -408,13 +483,16 @@ struct Row {
 }
 
 fn row_at(sim: &Sim, license: &str, dimension: &'static str, hour: HourBucket, n: usize) -> Row {
-    // Distinct seconds within the hour keep reference-shaped sort keys unique.
-    let second = i64::try_from(n).unwrap_or(0) % 3600;
+    // Distinct seconds within the hour's first 20 minutes (every schedule starts 20 or
+    // more minutes into its hour, so no row of the open hour is in the future) keep
+    // reference-shaped sort keys unique.
+    let second = i64::try_from(n).unwrap_or(0) % 1200;
     Row {
         license: license.to_string(),
         dimension,
         timestamp: hour.start() + chrono::Duration::seconds(second),
-        quantity: 1 + i64::try_from(sim.below(5)).unwrap_or(0),
+        // Zero now and then: a group may total zero (each zero policy handles it).
+        quantity: i64::try_from(sim.below(6)).unwrap_or(0),
     }
 }
 
@@ -430,7 +508,15 @@ fn write(tables: &MemoryTables, row: &Row) {
 
 /// Runs one schedule for `sim` and returns what it built.
 pub fn run(sim: Sim) -> World {
-    let start = at("2026-11-30T10:20:00Z");
+    // Mid-month, an hour before midnight on the last day of the month (the pending
+    // hours become last month's), or the morning of the 1st (last month's hours age out
+    // at 06:00 while they are pending); 20 to 59 minutes into the hour.
+    let base = [
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T23:00:00Z",
+        "2026-12-01T05:00:00Z",
+    ][sim.below(3)];
+    let start = at(base) + chrono::Duration::seconds(1200 + sim.below(2400) as i64);
     let clock = ManualClock::new(start);
     // Small pages exercise pagination; large ones keep the schedule quick.
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
@@ -442,7 +528,14 @@ pub fn run(sim: Sim) -> World {
     }
     api.reject_dimension(POISON, "InvalidUsageDimensionException");
     let metering = Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()));
-    let lock = MeteringLockHours::DEFAULT;
+    // The settings sellers deploy: a lock of one to three hours, each zero policy.
+    let lock =
+        MeteringLockHours::new(1 + sim.below(3) as i64).unwrap_or(MeteringLockHours::DEFAULT);
+    let zero_policy = [
+        ZeroQuantityPolicy::Defer,
+        ZeroQuantityPolicy::Submit,
+        ZeroQuantityPolicy::Skip,
+    ][sim.below(3)];
     let completed = time::completed_buckets(start, lock);
     let current = HourBucket::containing(start);
     let (h_old, h_new) = match completed.as_slice() {
@@ -451,10 +544,8 @@ pub fn run(sim: Sim) -> World {
     };
     let previous = current.plus_hours(-1);
 
-    let subscription_store: Arc<FaultySubscribers> = Arc::new(FaultySubscribers {
-        inner: subscribers.clone(),
-        sim: sim.clone(),
-    });
+    let subscription_store: Arc<FaultySubscribers> =
+        Arc::new(FaultySubscribers::new(subscribers.clone(), sim.clone()));
     let profiles = MemoryProfileStore::new();
     let register = register_state(
         &[&l1, &l2, &l3],
@@ -465,14 +556,11 @@ pub fn run(sim: Sim) -> World {
     let stack = Stack {
         sim: sim.clone(),
         clock: clock.clone(),
-        usage: Arc::new(FaultyUsage {
-            inner: tables.usage_store(),
-            sim: sim.clone(),
-        }),
-        aggregated: Arc::new(FaultyAggregated {
-            inner: tables.aggregated_store(),
-            sim: sim.clone(),
-        }),
+        usage: Arc::new(FaultyUsage::new(tables.usage_store(), sim.clone())),
+        aggregated: Arc::new(FaultyAggregated::new(
+            tables.aggregated_store(),
+            sim.clone(),
+        )),
         subscribers: subscription_store.clone(),
         metering: metering.clone(),
         metrics: RecordingMetrics::new(),
@@ -480,6 +568,7 @@ pub fn run(sim: Sim) -> World {
         deprovision: SimQueue::new("deprovision", sim.clone()),
         cleanup_queue: SimQueue::new("cleanup", sim.clone()),
         lock,
+        zero_policy,
         subscription: awsmp_subscription::State {
             config: Arc::new(awsmp_subscription::Config {
                 subscribers_table: "subscribers".into(),
@@ -496,6 +585,7 @@ pub fn run(sim: Sim) -> World {
         },
         register,
         registrations: Mutex::new(Vec::new()),
+        ingested: Mutex::new(Vec::new()),
         deprovisioned: Mutex::new(None),
     };
 
@@ -534,7 +624,7 @@ pub fn run(sim: Sim) -> World {
                 2 => (&l3, "requests", current),
                 _ => (&l2, "requests", h_new),
             };
-            row_at(&sim, license, dimension, hour, 2000 + n)
+            row_at(&sim, license, dimension, hour, 800 + n)
         })
         .collect();
 
@@ -555,7 +645,10 @@ pub fn run(sim: Sim) -> World {
     sim.faults_on();
 
     // The concurrent phase, with faults.
-    let deprovisioned_at = start + chrono::Duration::minutes(sim.below(10) as i64);
+    // Deprovisioned up to an hour ago (its event delivered late) or just now: its
+    // final-hour flush and the end of its hour may fall while the faults still run.
+    let deprovisioned_at = start - chrono::Duration::minutes(sim.below(60) as i64)
+        + chrono::Duration::minutes(sim.below(10) as i64);
     *stack
         .deprovisioned
         .lock()
@@ -574,6 +667,12 @@ pub fn run(sim: Sim) -> World {
                         .advance(Duration::from_secs(stack.sim.below(90) as u64));
                     write(tables, row);
                 }
+            }),
+            Task::new("seller-api", async move {
+                for _ in 0..stack.sim.below(40) {
+                    yield_now().await;
+                }
+                stack.record_events(&license(1)).await;
             }),
             Task::new("discoverer#1", async move {
                 stack.discover_once("discoverer#1").await
@@ -656,7 +755,7 @@ pub fn run(sim: Sim) -> World {
                 1 => (&l1, "requests", h_new),
                 _ => (&l3, "requests", current),
             };
-            row_at(&sim, license, dimension, hour, 2500 + n)
+            row_at(&sim, license, dimension, hour, 1100 + n)
         })
         .collect();
     let operator = tables.operator_store();
@@ -720,16 +819,34 @@ pub fn run(sim: Sim) -> World {
     // Settling, fault-free: the hours complete, leases lapse, the pipeline runs until
     // every queue is empty, then again past the 24-hour window.
     sim.faults_off();
+    let faults_end = clock.now();
     for advance in [
         chrono::Duration::minutes(20),
         chrono::Duration::hours(2),
-        chrono::Duration::minutes(30),
-        chrono::Duration::hours(26),
         chrono::Duration::minutes(30),
     ] {
         clock.set(clock.now() + advance);
         settle(&sim, &stack);
     }
+    // Through each written hour's last hour in the window and the 1st's 03:00-06:00 (a
+    // deferred zero hour goes out only there), then past every window.
+    let mut edges = vec![at("2026-12-01T03:30:00Z")];
+    let mut edge = h_old.min(previous).start() + chrono::Duration::minutes(23 * 60 + 30);
+    while edge <= current.start() + chrono::Duration::minutes(23 * 60 + 30) {
+        edges.push(edge);
+        edge += chrono::Duration::hours(1);
+    }
+    edges.sort();
+    for edge in edges {
+        if edge > clock.now() {
+            clock.set(edge);
+            settle(&sim, &stack);
+        }
+    }
+    clock.set(clock.now() + chrono::Duration::hours(26));
+    settle(&sim, &stack);
+    clock.set(clock.now() + chrono::Duration::minutes(30));
+    settle(&sim, &stack);
 
     let registrations = stack
         .registrations
@@ -747,6 +864,13 @@ pub fn run(sim: Sim) -> World {
         profiles,
         registrations,
         deprovisioned: vec![l3.clone()],
+        metrics: stack.metrics.clone(),
+        faults_end,
+        ingested: stack
+            .ingested
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
     }
 }
 

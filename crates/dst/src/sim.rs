@@ -37,6 +37,8 @@ pub enum FaultKind {
     /// retries) while the rest of the system runs on; an invocation whose Lambda
     /// timeout passes meanwhile is killed there, as Lambda kills it.
     Stall,
+    /// A query of a pending index answers an older page (the index lags the table).
+    StaleIndexRead,
 }
 
 impl FaultKind {
@@ -56,6 +58,7 @@ impl FaultKind {
             FaultKind::QueueLostResponse => 300,
             FaultKind::StaleInvocation => 3000,
             FaultKind::Stall => 500,
+            FaultKind::StaleIndexRead => 1500,
         }
     }
 }

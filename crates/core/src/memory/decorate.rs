@@ -79,6 +79,18 @@ pub trait UsageDecorator: Decorator {
     type Inner: UsageStore + ?Sized;
     /// The store it wraps.
     fn inner(&self) -> &Self::Inner;
+
+    /// What a `pending_page` query of the index answers, given the wrapped store's
+    /// fresh page: an eventually consistent index may answer an older one. By default,
+    /// the fresh page.
+    fn index_page(
+        &self,
+        _hour: HourBucket,
+        _cursor: Option<&Cursor>,
+        fresh: Page<PendingRawRef>,
+    ) -> Page<PendingRawRef> {
+        fresh
+    }
 }
 
 /// A decorator of an [`AggregatedStore`]; it is an [`AggregatedStore`] itself.
@@ -93,6 +105,18 @@ pub trait AggregatedDecorator: Decorator {
     /// wrapped store (a spurious transaction conflict); a rival writer may act here.
     async fn before_commit(&self, _commit: &AggregationCommit) -> Option<CommitOutcome> {
         None
+    }
+
+    /// What a `pending_page` query of the index answers, given the wrapped store's
+    /// fresh page: an eventually consistent index may answer an older one. By default,
+    /// the fresh page.
+    fn index_page(
+        &self,
+        _hour: HourBucket,
+        _cursor: Option<&Cursor>,
+        fresh: Page<AggregatedRecord>,
+    ) -> Page<AggregatedRecord> {
+        fresh
     }
 }
 
@@ -122,9 +146,11 @@ impl<D: UsageDecorator> UsageStore for D {
         hour: HourBucket,
         cursor: Option<Cursor>,
     ) -> Result<Page<PendingRawRef>, PortError> {
-        let inner = self.inner().pending_page(hour, cursor);
-        self.around(StoreCall::of(StoreOp::UsagePendingPage), inner)
-            .await
+        let inner = self.inner().pending_page(hour, cursor.clone());
+        let fresh = self
+            .around(StoreCall::of(StoreOp::UsagePendingPage), inner)
+            .await?;
+        Ok(self.index_page(hour, cursor.as_ref(), fresh))
     }
 
     async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
@@ -211,9 +237,11 @@ impl<D: AggregatedDecorator> AggregatedStore for D {
         hour: HourBucket,
         cursor: Option<Cursor>,
     ) -> Result<Page<AggregatedRecord>, PortError> {
-        let inner = self.inner().pending_page(hour, cursor);
-        self.around(StoreCall::of(StoreOp::AggregatedPendingPage), inner)
-            .await
+        let inner = self.inner().pending_page(hour, cursor.clone());
+        let fresh = self
+            .around(StoreCall::of(StoreOp::AggregatedPendingPage), inner)
+            .await?;
+        Ok(self.index_page(hour, cursor.as_ref(), fresh))
     }
 
     async fn claim_all(

@@ -965,7 +965,7 @@ impl Run<'_> {
                 let quiet = is_skipped_zero(&record, self.settings.zero_policy);
                 let reason = if quiet {
                     Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
-                } else if record.in_flight_until.is_some() || record.sent_quantity.is_some() {
+                } else if record.may_have_been_billed() {
                     Some(REASON_INTERRUPTED_SUBMISSION.to_string())
                 } else if self.report.stopped.as_deref() == Some(Stop::Disabled.as_str()) {
                     Some(REASON_METERING_DISABLED.to_string())
