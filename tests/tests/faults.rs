@@ -38,18 +38,30 @@ async fn five_requests_at_nine() -> (Stack, String) {
     (stack, l)
 }
 
-/// A response lost after the call billed (HTTP 500 or a dropped connection): the
-/// record keeps the quantity it was sent with, later rows for the hour are late usage,
-/// and the re-send carries exactly the billed quantity, so nothing is lost unseen and
-/// nothing is billed twice or with a second quantity.
+/// A response lost after the call billed (HTTP 500 or a dropped connection), or an
+/// answer that leaves the record unclear (missing from both lists, an unknown status, a
+/// result echoing another quantity): the record keeps the quantity it was sent with,
+/// later rows for the hour are late usage, and the re-send carries exactly the billed
+/// quantity, so nothing is lost unseen and nothing is billed twice or with a second
+/// quantity.
 #[tokio::test]
 async fn a_response_lost_after_billing_is_resent_with_exactly_the_billed_quantity() {
-    for mode in [LossMode::Http500, LossMode::Drop] {
+    for mode in [
+        FaultKind::LoseResponse {
+            mode: LossMode::Http500,
+        },
+        FaultKind::LoseResponse {
+            mode: LossMode::Drop,
+        },
+        FaultKind::OmitResults { records: 1 },
+        FaultKind::UnknownStatus { records: 1 },
+        FaultKind::WrongEcho { records: 1 },
+    ] {
         let (stack, l) = five_requests_at_nine().await;
         discover_and_aggregate(&stack).await;
 
-        // GIVEN the simulator bills the call and then loses the answer
-        fail_batch_meter_usage(&stack, FaultKind::LoseResponse { mode }, 1);
+        // GIVEN the simulator bills the call and then loses or garbles the answer
+        fail_batch_meter_usage(&stack, mode, 1);
         let first = stack.run_submitter().await.unwrap();
         assert_eq!(first.success, 0, "{mode:?}");
         let hour = key(&l, ACCOUNT_A, "requests", "2026-11-30T09");
