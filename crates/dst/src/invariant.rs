@@ -299,6 +299,7 @@ fn metrics(world: &World) -> Vec<String> {
             m.total(metric::BATCH_METER_USAGE_EXCEPTION)
         ));
     }
+    violations.extend(world.metering.overlong_leases());
     let ambiguous = m.total(metric::AMBIGUOUS_SUBMISSION);
     let could_have_billed = world.metering.ambiguous_sends();
     if ambiguous > could_have_billed {

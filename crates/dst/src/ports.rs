@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use awsmp_core::memory::{
     AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
+    MemoryTables,
     MemorySubscriberStore, MemoryUsageStore, StoreCall, SubscriberDecorator, UsageDecorator,
 };
 use awsmp_core::model::{AggregatedRecord, GroupKey};
@@ -185,6 +186,10 @@ pub struct FaultyMetering {
     /// Records sent in calls that failed without a definite answer (an internal error,
     /// a lost response): the most records the submitter may call ambiguous.
     ambiguous: Mutex<u64>,
+    /// The tables whose records are sent (to read their claims at the call).
+    tables: Option<MemoryTables>,
+    /// Records sent under a claim that outlives the invocation sending them.
+    overlong_leases: Mutex<Vec<String>>,
 }
 
 impl FaultyMetering {
@@ -197,6 +202,48 @@ impl FaultyMetering {
             sent: Arc::default(),
             clock,
             ambiguous: Mutex::new(0),
+            tables: None,
+            overlong_leases: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Checks, at every call, that each record sent is claimed no longer than the
+    /// invocation sending it may run (its Lambda timeout): a claim that outlives its
+    /// invocation keeps the record from every later run until it lapses.
+    pub fn watching(mut self, tables: MemoryTables) -> Self {
+        self.tables = Some(tables);
+        self
+    }
+
+    /// Each record sent under a claim that outlived its invocation.
+    pub fn overlong_leases(&self) -> Vec<String> {
+        self.overlong_leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn check_leases(&self, records: &[MeteringRecord]) {
+        let (Some(tables), Some(deadline)) = (&self.tables, self.sim.deadline()) else {
+            return;
+        };
+        let stored = tables.aggregated_records();
+        for record in records {
+            if let Some(until) = stored
+                .iter()
+                .find(|r| r.key == record.key)
+                .and_then(|r| r.in_flight_until)
+                .filter(|until| *until > deadline)
+            {
+                self.overlong_leases
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(format!(
+                        "aggregated {}: sent under a claim held until {until}, after its \
+                         invocation's end at {deadline}",
+                        record.key
+                    ));
+            }
         }
     }
 
@@ -256,6 +303,7 @@ impl MeteringApi for FaultyMetering {
         records: &[MeteringRecord],
     ) -> Result<Vec<RecordVerdict>, MeteringError> {
         yield_now().await;
+        self.check_leases(records);
         {
             let now = self.clock.now();
             let mut until = self

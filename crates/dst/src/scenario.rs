@@ -527,7 +527,8 @@ pub fn run(sim: Sim) -> World {
         api.entitle(l, ACCOUNT);
     }
     api.reject_dimension(POISON, "InvalidUsageDimensionException");
-    let metering = Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()));
+    let metering =
+        Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()).watching(tables.clone()));
     // The settings sellers deploy: a lock of one to three hours, each zero policy.
     let lock =
         MeteringLockHours::new(1 + sim.below(3) as i64).unwrap_or(MeteringLockHours::DEFAULT);
