@@ -6,21 +6,18 @@
 //! client makes exactly one attempt per call: the submitter owns backoff, pacing and
 //! bisection, and SDK retries would hide throttling from it and spend its quota.
 
-use std::collections::{HashMap, VecDeque};
-
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_marketplacemetering::Client;
 use aws_sdk_marketplacemetering::config::retry::RetryConfig;
 use aws_sdk_marketplacemetering::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_marketplacemetering::primitives::DateTime;
-use aws_sdk_marketplacemetering::types::{
-    Tag, UsageAllocation, UsageRecord, UsageRecordResultStatus,
-};
+use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord};
+use awsmp_core::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::model::Allocation;
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
-    ResolvedCustomer, UnclearAnswer, VALIDATION_EXCEPTIONS,
+    ResolvedCustomer, VALIDATION_EXCEPTIONS,
 };
 use tracing::instrument;
 
@@ -52,9 +49,6 @@ impl SdkMeteringApi {
         }
     }
 }
-
-/// What identifies a record in `Results` and `UnprocessedRecords`.
-type RecordIdentity = (String, String, String, i64);
 
 fn validation(message: impl Into<String>) -> MeteringError {
     MeteringError::Validation {
@@ -112,21 +106,18 @@ pub fn usage_record(record: &MeteringRecord) -> Result<UsageRecord, MeteringErro
         .map_err(|e| validation(format!("usage record: {e}")))
 }
 
-/// The quantity a record carries (absent is 0, as on the wire).
-fn quantity_of(record: &UsageRecord) -> i32 {
-    record.quantity().unwrap_or(0)
-}
-
-fn identity_of(record: &UsageRecord) -> RecordIdentity {
-    (
-        record
+/// A record as the answer echoes it (an absent quantity is 0, as on the wire).
+fn echoed(record: &UsageRecord) -> EchoedRecord {
+    EchoedRecord {
+        account: record
             .customer_aws_account_id()
             .unwrap_or_default()
             .to_string(),
-        record.license_arn().unwrap_or_default().to_string(),
-        record.dimension().to_string(),
-        record.timestamp().secs(),
-    )
+        license_arn: record.license_arn().unwrap_or_default().to_string(),
+        dimension: record.dimension().to_string(),
+        timestamp: record.timestamp().secs(),
+        quantity: i64::from(record.quantity().unwrap_or(0)),
+    }
 }
 
 fn metering_error<E>(
@@ -166,16 +157,6 @@ impl MeteringApi for SdkMeteringApi {
             .iter()
             .map(usage_record)
             .collect::<Result<Vec<_>, _>>()?;
-        // Results come back in any order: match each to its input by identity (a
-        // batch never holds one group twice, but a queue per identity copes if it does).
-        let mut by_identity: HashMap<RecordIdentity, VecDeque<usize>> = HashMap::new();
-        for (index, record) in wire.iter().enumerate() {
-            by_identity
-                .entry(identity_of(record))
-                .or_default()
-                .push_back(index);
-        }
-        let sent: Vec<i32> = wire.iter().map(quantity_of).collect();
         let out = self
             .client
             .batch_meter_usage()
@@ -183,70 +164,19 @@ impl MeteringApi for SdkMeteringApi {
             .send()
             .await
             .map_err(metering_error)?;
-
-        // Only `UnprocessedRecords` says a record was not processed. A record the answer
-        // leaves unclear (missing from both lists, an unknown status, a result that does
-        // not echo what was sent) may have been billed: it is ambiguous.
-        let mut verdicts: Vec<Option<RecordVerdict>> = vec![None; records.len()];
-        let mut place = |record: Option<&UsageRecord>, verdict: RecordVerdict| {
-            let index = record
-                .map(identity_of)
-                .and_then(|id| by_identity.get_mut(&id))
-                .and_then(VecDeque::pop_front);
-            let (Some(index), Some(record)) = (index, record) else {
-                tracing::warn!(?verdict, "a result matches no record sent");
-                return;
-            };
-            let echoed = sent.get(index) == Some(&quantity_of(record));
-            verdicts[index] = Some(if echoed {
-                verdict
-            } else {
-                tracing::warn!(?verdict, echoed = quantity_of(record), sent = ?sent.get(index),
-                    "a result names a record sent with another quantity");
-                RecordVerdict::Ambiguous {
-                    why: UnclearAnswer::NotEchoed,
-                }
-            });
-        };
-        for result in out.results() {
-            let id = result.metering_record_id().map(str::to_string);
-            let verdict = match result.status() {
-                Some(UsageRecordResultStatus::Success) => RecordVerdict::Success {
-                    metering_record_id: id.unwrap_or_else(|| {
-                        tracing::warn!("Success without a MeteringRecordId");
-                        String::new()
-                    }),
-                },
-                Some(UsageRecordResultStatus::DuplicateRecord) => RecordVerdict::DuplicateRecord {
-                    metering_record_id: id,
-                },
-                Some(UsageRecordResultStatus::CustomerNotSubscribed) => {
-                    RecordVerdict::CustomerNotSubscribed
-                }
-                other => {
-                    let status = other.map(|s| s.as_str().to_string()).unwrap_or_default();
-                    tracing::warn!(%status, "unknown BatchMeterUsage result status");
-                    RecordVerdict::Ambiguous {
-                        why: UnclearAnswer::UnknownStatus(status),
-                    }
-                }
-            };
-            place(result.usage_record(), verdict);
-        }
-        for record in out.unprocessed_records() {
-            place(Some(record), RecordVerdict::Unprocessed);
-        }
-        Ok(verdicts
-            .into_iter()
-            .map(|v| {
-                v.unwrap_or_else(|| {
-                    tracing::warn!("a record sent is missing from the answer");
-                    RecordVerdict::Ambiguous {
-                        why: UnclearAnswer::Missing,
-                    }
+        let answer = Answer {
+            results: out
+                .results()
+                .iter()
+                .map(|result| AnsweredResult {
+                    record: result.usage_record().map(echoed),
+                    status: result.status().map(|s| s.as_str().to_string()),
+                    metering_record_id: result.metering_record_id().map(str::to_string),
                 })
-            })
-            .collect())
+                .collect(),
+            unprocessed: out.unprocessed_records().iter().map(echoed).collect(),
+        };
+        Ok(answer::verdicts(records, &answer))
     }
 }
 

@@ -4,6 +4,7 @@
 //! those ports. Nothing here touches an SDK type or does I/O of its own.
 
 pub mod aggregate;
+pub mod answer;
 pub mod batch;
 pub mod bisect;
 pub mod clock;

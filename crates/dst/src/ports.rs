@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use awsmp_core::answer;
 use awsmp_core::memory::{
     AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
-    MemoryTables,
-    MemorySubscriberStore, MemoryUsageStore, StoreCall, SubscriberDecorator, UsageDecorator,
+    MemorySubscriberStore, MemoryTables, MemoryUsageStore, StoreCall, SubscriberDecorator,
+    UsageDecorator,
 };
 use awsmp_core::model::{AggregatedRecord, GroupKey};
 use awsmp_core::ports::{
@@ -184,7 +185,8 @@ pub struct FaultyMetering {
     /// Time (a stalled call lets it run on).
     clock: ManualClock,
     /// Records sent in calls that failed without a definite answer (an internal error,
-    /// a lost response): the most records the submitter may call ambiguous.
+    /// a lost response) or that an answer left unclear: the most records the submitter
+    /// may call ambiguous.
     ambiguous: Mutex<u64>,
     /// The tables whose records are sent (to read their claims at the call).
     tables: Option<MemoryTables>,
@@ -366,7 +368,7 @@ impl MeteringApi for FaultyMetering {
             ));
         }
         let mut answers = answers.into_iter();
-        Ok(unprocessed
+        let given: Vec<RecordVerdict> = unprocessed
             .iter()
             .map(|skip| {
                 if *skip {
@@ -375,6 +377,34 @@ impl MeteringApi for FaultyMetering {
                     answers.next().unwrap_or(RecordVerdict::Unprocessed)
                 }
             })
-            .collect())
+            .collect();
+        // The answer as it travels, read back as the SDK adapter reads it. Now and
+        // then it leaves a billed record unclear, as AWS may: a result left out, a
+        // status AWS does not document, a record echoed with another quantity.
+        let mut answer = answer::answer_of(records, &given);
+        if !answer.results.is_empty() && self.sim.fault(FaultKind::UnclearAnswer, "BatchMeterUsage")
+        {
+            let at = self.sim.below(answer.results.len());
+            *self
+                .ambiguous
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) += 1;
+            match self.sim.below(3) {
+                0 => {
+                    answer.results.remove(at);
+                }
+                1 => {
+                    if let Some(result) = answer.results.get_mut(at) {
+                        result.status = Some("Billed".into());
+                    }
+                }
+                _ => {
+                    if let Some(echo) = answer.results.get_mut(at).and_then(|r| r.record.as_mut()) {
+                        echo.quantity += 1;
+                    }
+                }
+            }
+        }
+        Ok(answer::verdicts(records, &answer))
     }
 }

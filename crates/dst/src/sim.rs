@@ -39,6 +39,9 @@ pub enum FaultKind {
     Stall,
     /// A query of a pending index answers an older page (the index lags the table).
     StaleIndexRead,
+    /// `BatchMeterUsage` bills, and its answer leaves one record unclear (left out, an
+    /// undocumented status, another quantity echoed).
+    UnclearAnswer,
 }
 
 impl FaultKind {
@@ -59,6 +62,7 @@ impl FaultKind {
             FaultKind::StaleInvocation => 3000,
             FaultKind::Stall => 500,
             FaultKind::StaleIndexRead => 1500,
+            FaultKind::UnclearAnswer => 300,
         }
     }
 }
