@@ -99,6 +99,22 @@ pub fn check(world: &World) -> Vec<String> {
             ))
             .copied()
             .unwrap_or(0);
+        if world.direct {
+            // The seller may update a record in place until it is claimed: what was
+            // billed must be what the record says was sent.
+            if let (Some(billed), Some(sent)) = (ledger.get(&record.key), record.sent_quantity)
+                && billed.quantity != sent
+            {
+                violations.push(format!(
+                    "{id}: Marketplace billed {} but the record says {sent} was sent (status {})",
+                    billed.quantity, record.status
+                ));
+            }
+            if ledger.contains_key(&record.key) && record.sent_quantity.is_none() {
+                violations.push(format!("{id}: billed, but no sent quantity is recorded"));
+            }
+            continue;
+        }
         if sum != record.quantity {
             violations.push(format!(
                 "{id}: holds {} but the rows counted into it sum to {sum}",

@@ -83,6 +83,8 @@ pub struct World {
     pub deprovisioned: Vec<String>,
     /// Every metric the pipeline's stages emitted.
     pub metrics: RecordingMetrics,
+    /// A direct-submit stack: the seller wrote the aggregated records (no raw rows).
+    pub direct: bool,
     /// When the last fault could happen (settling began): an hour whose window closes
     /// before the first fault-free run after it may age out without a violation.
     pub faults_end: Instant,
@@ -114,6 +116,8 @@ struct Stack {
     deprovision: SimQueue,
     cleanup_queue: SimQueue,
     lock: MeteringLockHours,
+    /// `DEPLOYMENT_MODE` is `direct-submit`.
+    direct: bool,
     /// `ZERO_QUANTITY_POLICY`, the same for the aggregator and the submitter.
     zero_policy: ZeroQuantityPolicy,
     subscription: awsmp_subscription::State,
@@ -159,7 +163,11 @@ impl Stack {
                 PRODUCT,
                 MeteringMode::Live,
                 self.zero_policy,
-                DeploymentMode::Full,
+                if self.direct {
+                    DeploymentMode::DirectSubmit
+                } else {
+                    DeploymentMode::Full
+                },
             )
         }
     }
@@ -496,14 +504,47 @@ fn row_at(sim: &Sim, license: &str, dimension: &'static str, hour: HourBucket, n
     }
 }
 
-fn write(tables: &MemoryTables, row: &Row) {
-    tables.insert_raw_row(reference_row(
-        &row.license,
-        ACCOUNT,
-        row.dimension,
-        &format_instant(row.timestamp),
-        row.quantity,
-    ));
+/// Writes the seller's usage: a raw row; or, in direct-submit mode, the hour's total in
+/// the aggregated table, created or updated in place (quantity only, while pending) as
+/// a seller's `PutItem` / `UpdateItem` would.
+fn write(tables: &MemoryTables, row: &Row, direct: bool) {
+    if !direct {
+        tables.insert_raw_row(reference_row(
+            &row.license,
+            ACCOUNT,
+            row.dimension,
+            &format_instant(row.timestamp),
+            row.quantity,
+        ));
+        return;
+    }
+    let key = awsmp_core::model::GroupKey {
+        license_arn: row.license.clone(),
+        customer_aws_account_id: ACCOUNT.to_string(),
+        dimension: row.dimension.to_string(),
+        hour: HourBucket::containing(row.timestamp),
+    };
+    match tables
+        .aggregated_records()
+        .into_iter()
+        .find(|r| r.key == key)
+    {
+        Some(stored) => {
+            tables.update_aggregated_quantity(&key, stored.quantity + row.quantity);
+        }
+        None => tables.insert_aggregated(
+            awsmp_core::memory::fixtures::pending_record(key, PRODUCT, row.quantity, 0),
+            row.timestamp,
+        ),
+    }
+}
+
+/// Whether a task runs a stage that a direct-submit stack does not deploy (or writes
+/// raw usage, which such a stack refuses).
+fn raw_usage_stage(name: &str) -> bool {
+    ["discoverer", "aggregator", "cleanup", "seller-api"]
+        .iter()
+        .any(|stage| name.starts_with(stage))
 }
 
 /// Runs one schedule for `sim` and returns what it built.
@@ -518,6 +559,9 @@ pub fn run(sim: Sim) -> World {
     ][sim.below(3)];
     let start = at(base) + chrono::Duration::seconds(1200 + sim.below(2400) as i64);
     let clock = ManualClock::new(start);
+    // One schedule in four is a direct-submit stack: the seller writes hourly totals
+    // into the aggregated table and updates them in place; only the submitter runs.
+    let direct = sim.below(4) == 0;
     // Small pages exercise pagination; large ones keep the schedule quick.
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
     let subscribers = MemorySubscriberStore::new();
@@ -569,6 +613,7 @@ pub fn run(sim: Sim) -> World {
         deprovision: SimQueue::new("deprovision", sim.clone()),
         cleanup_queue: SimQueue::new("cleanup", sim.clone()),
         lock,
+        direct,
         zero_policy,
         subscription: awsmp_subscription::State {
             config: Arc::new(awsmp_subscription::Config {
@@ -609,7 +654,7 @@ pub fn run(sim: Sim) -> World {
         rows.push(row_at(&sim, &l3, "requests", current, n));
     }
     for row in &rows {
-        write(&tables, row);
+        write(&tables, row, direct);
     }
     let initial_rows: Vec<(String, String)> = tables
         .raw_rows()
@@ -666,7 +711,7 @@ pub fn run(sim: Sim) -> World {
                     stack
                         .clock
                         .advance(Duration::from_secs(stack.sim.below(90) as u64));
-                    write(tables, row);
+                    write(tables, row, stack.direct);
                 }
             }),
             Task::new("seller-api", async move {
@@ -732,6 +777,7 @@ pub fn run(sim: Sim) -> World {
                 stack.register_buyer(license).await;
             })
         }))
+        .filter(|task| !(direct && raw_usage_stage(&task.name)))
         .collect()
     };
     let queues = [
@@ -771,7 +817,7 @@ pub fn run(sim: Sim) -> World {
                     for _ in 0..stack.sim.below(20) {
                         yield_now().await;
                     }
-                    write(tables, row);
+                    write(tables, row, stack.direct);
                 }
             }),
             Task::new("discoverer#3", async move {
@@ -810,6 +856,7 @@ pub fn run(sim: Sim) -> World {
                 }
             }));
         }
+        tasks.retain(|task| !(direct && raw_usage_stage(&task.name)));
         tasks
     };
     let second = executor::run(&sim, later, true, MAX_STEPS, &release);
@@ -866,6 +913,7 @@ pub fn run(sim: Sim) -> World {
         registrations,
         deprovisioned: vec![l3.clone()],
         metrics: stack.metrics.clone(),
+        direct,
         faults_end,
         ingested: stack
             .ingested
@@ -891,7 +939,9 @@ fn settle(sim: &Sim, stack: &Stack) {
                 .await;
         }
         stack.deprovision_cleanup_once().await;
-        stack.discover_once("settle").await;
+        if !stack.direct {
+            stack.discover_once("settle").await;
+        }
         // Bounded: a message that keeps failing is left for the next pass.
         for _ in 0..20 {
             for _ in 0..500 {

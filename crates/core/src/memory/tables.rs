@@ -127,6 +127,20 @@ impl MemoryTables {
         );
     }
 
+    /// Sets a stored aggregated record's `quantity` and nothing else, as a direct-submit
+    /// seller's `UpdateItem` does (no version bump); `false` when it is absent or no
+    /// longer pending (the seller's update is conditional on `meteringPending`).
+    pub fn update_aggregated_quantity(&self, key: &GroupKey, quantity: i64) -> bool {
+        let mut state = lock(&self.state);
+        match state.aggregated.get_mut(&aggregated_key(key)) {
+            Some(stored) if stored.record.is_pending() => {
+                stored.record.quantity = quantity;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sets (or removes) a stored aggregated record's `expiresAt` as given, as a seller's
     /// writer could (a direct-submit row that sets it, say).
     pub fn set_aggregated_expiry(&self, key: &GroupKey, expires_at: Option<Instant>) {
