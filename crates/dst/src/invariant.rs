@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use awsmp_core::items::expiry_of;
 use awsmp_core::model::{AggregatedStatus, Attr, ReasonCode, SubscriptionStatus, attr};
+use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DUPLICATE};
 use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
 
@@ -84,6 +85,11 @@ pub fn check(world: &World) -> Vec<String> {
     }
 
     let ledger = world.metering.inner.ledger();
+    let rival = world.metering.rival_groups();
+    // Groups a call of ours may have billed: one of ours got them billed, or one of
+    // ours ended without a definite answer.
+    let mut sent_or_ambiguous = world.metering.ambiguous_groups();
+    sent_or_ambiguous.extend(ledger.keys().filter(|k| !rival.contains(*k)).cloned());
     for record in world.tables.aggregated_records() {
         let id = format!("aggregated {}", record.key);
         if record.status == AggregatedStatus::Pending {
@@ -91,6 +97,27 @@ pub fn check(world: &World) -> Vec<String> {
         }
         if record.folding {
             violations.push(format!("{id}: a fold never completed"));
+        }
+        if rival.contains(&record.key) {
+            // Another writer billed the hour first: ours is never billed, and says so.
+            let reason = record.status_reason.as_deref();
+            let ours_may_have = sent_or_ambiguous.contains(&record.key);
+            let told = match record.status {
+                // Never sent again: nothing of ours was billed.
+                AggregatedStatus::Error | AggregatedStatus::SubmissionExpired => true,
+                AggregatedStatus::DuplicateRecord => {
+                    reason == Some(REASON_UNEXPECTED_DUPLICATE)
+                        || (ours_may_have && reason == Some(REASON_BILLED_BY_EARLIER_ATTEMPT))
+                }
+                _ => false,
+            };
+            if !told {
+                violations.push(format!(
+                    "{id}: another writer billed the hour first, yet the record ended {} ({:?})",
+                    record.status, record.status_reason
+                ));
+            }
+            continue;
         }
         let sum = counted
             .get(&(
@@ -119,6 +146,15 @@ pub fn check(world: &World) -> Vec<String> {
             violations.push(format!(
                 "{id}: holds {} but the rows counted into it sum to {sum}",
                 record.quantity
+            ));
+        }
+        if record.status == AggregatedStatus::DuplicateRecord
+            && record.status_reason.as_deref() == Some(REASON_BILLED_BY_EARLIER_ATTEMPT)
+            && !sent_or_ambiguous.contains(&record.key)
+        {
+            violations.push(format!(
+                "{id}: DuplicateRecord read as billed by our earlier attempt, but no call of ours \
+                 may have billed it"
             ));
         }
         match ledger.get(&record.key) {
@@ -316,6 +352,17 @@ fn metrics(world: &World) -> Vec<String> {
         ));
     }
     violations.extend(world.metering.overlong_leases());
+    let unexpected = records
+        .iter()
+        .filter(|r| r.status_reason.as_deref() == Some(REASON_UNEXPECTED_DUPLICATE))
+        .count() as u64;
+    if m.total(metric::UNEXPECTED_DUPLICATE_RECORD) < unexpected {
+        violations.push(format!(
+            "metric {}: emitted {} times for {unexpected} records something else billed first",
+            metric::UNEXPECTED_DUPLICATE_RECORD,
+            m.total(metric::UNEXPECTED_DUPLICATE_RECORD)
+        ));
+    }
     let ambiguous = m.total(metric::AMBIGUOUS_SUBMISSION);
     let could_have_billed = world.metering.ambiguous_sends();
     if ambiguous > could_have_billed {

@@ -192,6 +192,10 @@ pub struct FaultyMetering {
     tables: Option<MemoryTables>,
     /// Records sent under a claim that outlives the invocation sending them.
     overlong_leases: Mutex<Vec<String>>,
+    /// Groups carried by a call whose answer was lost, failed or left a record unclear.
+    ambiguous_groups: Mutex<BTreeSet<GroupKey>>,
+    /// Groups another writer billed first (another stack, a script).
+    rival: Mutex<BTreeSet<GroupKey>>,
 }
 
 impl FaultyMetering {
@@ -206,7 +210,39 @@ impl FaultyMetering {
             ambiguous: Mutex::new(0),
             tables: None,
             overlong_leases: Mutex::new(Vec::new()),
+            ambiguous_groups: Mutex::new(BTreeSet::new()),
+            rival: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// Another writer (a second stack, a seller's script) bills `record`'s hour with
+    /// its own quantity; remembered when it got there first.
+    pub async fn bill_as_rival(&self, record: MeteringRecord) {
+        let key = record.key.clone();
+        if let Ok(answers) = self.inner.batch_meter_usage(&[record]).await
+            && matches!(answers.first(), Some(RecordVerdict::Success { .. }))
+        {
+            self.rival
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key);
+        }
+    }
+
+    /// Groups another writer billed first.
+    pub fn rival_groups(&self) -> BTreeSet<GroupKey> {
+        self.rival
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Groups carried by a call of ours that may have billed without a definite answer.
+    pub fn ambiguous_groups(&self) -> BTreeSet<GroupKey> {
+        self.ambiguous_groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Checks, at every call, that each record sent is claimed no longer than the
@@ -262,6 +298,10 @@ impl FaultyMetering {
             .ambiguous
             .lock()
             .unwrap_or_else(PoisonError::into_inner) += records.len() as u64;
+        self.ambiguous_groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(records.iter().map(|r| r.key.clone()));
     }
 
     /// A call that hangs after billing: one to eight minutes pass while every other
@@ -389,6 +429,18 @@ impl MeteringApi for FaultyMetering {
                 .ambiguous
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) += 1;
+            if let Some(echo) = answer.results.get(at).and_then(|r| r.record.as_ref())
+                && let Some(sent) = records.iter().find(|r| {
+                    r.key.dimension == echo.dimension
+                        && r.key.license_arn == echo.license_arn
+                        && r.key.hour.start().timestamp() == echo.timestamp
+                })
+            {
+                self.ambiguous_groups
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(sent.key.clone());
+            }
             match self.sim.below(3) {
                 0 => {
                     answer.results.remove(at);

@@ -27,7 +27,7 @@ use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
 };
-use awsmp_core::ports::{Clock, IngestOutcome, ResolvedCustomer, UsageStore};
+use awsmp_core::ports::{Clock, IngestOutcome, MeteringRecord, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use lambda_runtime::{Context, LambdaEvent};
@@ -834,6 +834,24 @@ pub fn run(sim: Sim) -> World {
                 }
                 if stack.sim.below(2) == 0 {
                     stack.metering.inner.accept_dimension(POISON);
+                    // Now and then something else (a second stack, a script) bills the
+                    // refused hour first, before the replay re-sends it.
+                    if stack.sim.below(2) == 0 {
+                        stack
+                            .metering
+                            .bill_as_rival(MeteringRecord {
+                                key: awsmp_core::model::GroupKey {
+                                    license_arn: license(2),
+                                    customer_aws_account_id: ACCOUNT.to_string(),
+                                    dimension: POISON.to_string(),
+                                    hour: h_new,
+                                },
+                                product_code: PRODUCT.to_string(),
+                                quantity: 999,
+                                allocations: None,
+                            })
+                            .await;
+                    }
                 }
                 let selection = replay::Selection::FailedSince(h_old);
                 let now = stack.clock.now();
