@@ -21,6 +21,7 @@ use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
 
 use crate::scenario::{ACCOUNT, Ingested, POISON, REGION, RETENTION, World};
+use crate::sim::FaultKind;
 
 const RAW_TERMINAL: [&str; 3] = ["Aggregated", "RejectedClientSide", "AggregationExpired"];
 
@@ -90,6 +91,13 @@ pub fn check(world: &World) -> Vec<String> {
     // ours ended without a definite answer.
     let mut sent_or_ambiguous = world.metering.ambiguous_groups();
     sent_or_ambiguous.extend(ledger.keys().filter(|k| !rival.contains(*k)).cloned());
+    // A claim nobody released (its invocation crashed or was killed past its timeout,
+    // or the claim's answer was lost) may or may not have been sent: the protocol
+    // rightly reads a lapsed claim as possibly billed.
+    let died_holding_claims = world.sim.injected().iter().any(|f| {
+        matches!(f.kind, FaultKind::Crash | FaultKind::Stall)
+            || (f.kind == FaultKind::StoreLostResponse && f.place == "aggregated.claim_all")
+    });
     for record in world.tables.aggregated_records() {
         let id = format!("aggregated {}", record.key);
         if record.status == AggregatedStatus::Pending {
@@ -101,7 +109,7 @@ pub fn check(world: &World) -> Vec<String> {
         if rival.contains(&record.key) {
             // Another writer billed the hour first: ours is never billed, and says so.
             let reason = record.status_reason.as_deref();
-            let ours_may_have = sent_or_ambiguous.contains(&record.key);
+            let ours_may_have = died_holding_claims || sent_or_ambiguous.contains(&record.key);
             let told = match record.status {
                 // Never sent again: nothing of ours was billed.
                 AggregatedStatus::Error | AggregatedStatus::SubmissionExpired => true,
@@ -150,6 +158,7 @@ pub fn check(world: &World) -> Vec<String> {
         }
         if record.status == AggregatedStatus::DuplicateRecord
             && record.status_reason.as_deref() == Some(REASON_BILLED_BY_EARLIER_ATTEMPT)
+            && !died_holding_claims
             && !sent_or_ambiguous.contains(&record.key)
         {
             violations.push(format!(
