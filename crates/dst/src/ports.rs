@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use awsmp_core::answer;
 use awsmp_core::memory::{
     AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
-    MemorySubscriberStore, MemoryTables, MemoryUsageStore, StoreCall, SubscriberDecorator,
+    MemorySubscriberStore, MemoryTables, MemoryUsageStore, StoreCall, StoreOp, SubscriberDecorator,
     UsageDecorator,
 };
 use awsmp_core::model::{AggregatedRecord, GroupKey};
@@ -41,7 +41,17 @@ async fn guarded<T>(
         });
     }
     let out = inner.await;
-    if call.op.is_write() && out.is_ok() && sim.fault(FaultKind::StoreLostResponse, op) {
+    // Final writes lose their answer more often: their retry must still count the
+    // transition (and its metric) once.
+    let lost = if matches!(
+        call.op,
+        StoreOp::UsageFinalizeRow | StoreOp::AggregatedRecord
+    ) {
+        FaultKind::FinalWriteLostResponse
+    } else {
+        FaultKind::StoreLostResponse
+    };
+    if call.op.is_write() && out.is_ok() && sim.fault(lost, op) {
         return Err(PortError::Transient {
             operation: op,
             message: "injected: the call took effect, its response was lost".into(),

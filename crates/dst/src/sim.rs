@@ -15,6 +15,9 @@ pub enum FaultKind {
     StoreTransient,
     /// A store write takes effect but its response is lost.
     StoreLostResponse,
+    /// A final write (a row's or a record's terminal status) takes effect but its
+    /// response is lost (more often than other writes).
+    FinalWriteLostResponse,
     /// A transaction is cancelled by a conflicting one (`TransactionConflict`).
     TransactionConflict,
     /// `BatchMeterUsage` throttled (nothing billed).
@@ -51,6 +54,7 @@ impl FaultKind {
             FaultKind::Crash => 40,
             FaultKind::StoreTransient => 150,
             FaultKind::StoreLostResponse => 150,
+            FaultKind::FinalWriteLostResponse => 1000,
             FaultKind::TransactionConflict => 300,
             FaultKind::Throttled => 600,
             FaultKind::MeteringTransient => 400,
