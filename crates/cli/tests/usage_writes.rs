@@ -98,6 +98,27 @@ fn args<'a>(head: &'a [String], tail: &[&'a str]) -> Vec<&'a str> {
         .collect()
 }
 
+/// `awsmp usage put` of `quantity` requests under `event`, after the deployment flags.
+fn put_args<'a>(head: &'a [String], event: &'a str, quantity: &'a str) -> Vec<&'a str> {
+    args(
+        head,
+        &[
+            "usage",
+            "put",
+            "--license",
+            LICENSE,
+            "--account",
+            ACCOUNT,
+            "--dimension",
+            "requests",
+            "--quantity",
+            quantity,
+            "--event-id",
+            event,
+        ],
+    )
+}
+
 fn json(ran: &Ran) -> serde_json::Value {
     serde_json::from_str(&ran.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", ran.stdout, ran.stderr))
@@ -151,28 +172,7 @@ async fn usage_writes_name_one_deployment_and_never_skip_or_drop_usage() {
         "{}",
         import_both.stderr
     );
-    let put_both = awsmp(
-        &moto,
-        &home,
-        &args(
-            &both,
-            &[
-                "usage",
-                "put",
-                "--license",
-                LICENSE,
-                "--account",
-                ACCOUNT,
-                "--dimension",
-                "requests",
-                "--quantity",
-                "1",
-                "--event-id",
-                "put-both",
-            ],
-        ),
-    )
-    .await;
+    let put_both = awsmp(&moto, &home, &put_args(&both, "put-both", "1")).await;
     assert_eq!(put_both.code, 2, "{}", put_both.stderr);
     assert!(
         put_both.stderr.contains("one deployment"),
@@ -265,25 +265,7 @@ async fn usage_writes_name_one_deployment_and_never_skip_or_drop_usage() {
 
     // GIVEN an event id written WHEN put again with another quantity THEN exit 5 with
     // both quantities; with the same quantity THEN already written (exit 0).
-    let put = |event: &'static str, quantity: &'static str| {
-        args(
-            &east_args,
-            &[
-                "usage",
-                "put",
-                "--license",
-                LICENSE,
-                "--account",
-                ACCOUNT,
-                "--dimension",
-                "requests",
-                "--quantity",
-                quantity,
-                "--event-id",
-                event,
-            ],
-        )
-    };
+    let put = |event: &'static str, quantity: &'static str| put_args(&east_args, event, quantity);
     let written = awsmp(&moto, &home, &put("put-1", "3")).await;
     assert_eq!(written.code, 0, "{}", written.stderr);
     let same = awsmp(&moto, &home, &put("put-1", "3")).await;
@@ -325,28 +307,7 @@ async fn usage_writes_name_one_deployment_and_never_skip_or_drop_usage() {
         "us-east-1",
     ]
     .map(String::from);
-    let direct_put = awsmp(
-        &moto,
-        &home,
-        &args(
-            &stack,
-            &[
-                "usage",
-                "put",
-                "--license",
-                LICENSE,
-                "--account",
-                ACCOUNT,
-                "--dimension",
-                "requests",
-                "--quantity",
-                "1",
-                "--event-id",
-                "direct-1",
-            ],
-        ),
-    )
-    .await;
+    let direct_put = awsmp(&moto, &home, &put_args(&stack, "direct-1", "1")).await;
     assert_eq!(direct_put.code, 2, "{}", direct_put.stderr);
     assert!(
         direct_put.stderr.contains("direct-submit")
