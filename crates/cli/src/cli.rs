@@ -482,10 +482,8 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 product_code,
                 write_valid,
                 restart,
-                target: ops::import::progress_target(
-                    &s.deployment.region,
-                    &s.deployment.usage_table,
-                ),
+                region: s.deployment.region.clone(),
+                usage_table: s.deployment.usage_table.clone(),
             };
             let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
             let report = ops::import::import(&store, &file, &options, now).await?;

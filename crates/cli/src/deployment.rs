@@ -151,20 +151,16 @@ impl DeploymentArgs {
     /// names exactly one Region (or the profile's), never `--all-regions` or several
     /// `--region`, and the stack must aggregate raw usage (not direct-submit).
     pub async fn resolve_one_for_writes(&self, command: &str) -> Result<Deployment, CommandError> {
-        if self.all_regions || self.regions.len() > 1 {
-            let given = if self.all_regions {
-                "--all-regions".to_string()
-            } else {
-                self.regions
-                    .iter()
-                    .map(|r| format!("--region {r}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+        use awsmp_core::operate::import::{SeveralDeployments, one_deployment};
+        if self.all_regions {
+            let several = SeveralDeployments {
+                command: command.to_string(),
+                given: "--all-regions".into(),
             };
-            return Err(CommandError::Usage(format!(
-                "{command} writes into one deployment, got {given}: Marketplace deduplicates usage per Region, so usage written into several Regions is billed once in each. Name the one Region whose stack meters this usage with --region"
-            )));
+            return Err(CommandError::Usage(several.to_string()));
         }
+        let named = self.regions.iter().map(|r| format!("--region {r}"));
+        one_deployment(command, named.collect()).map_err(|e| CommandError::Usage(e.to_string()))?;
         let mut found = self.resolve().await?;
         let deployment = found.pop().ok_or_else(|| {
             CommandError::NotFound(

@@ -199,8 +199,57 @@ pub fn check(world: &World) -> Vec<String> {
     }
     violations.extend(registrations(world));
     violations.extend(ingestion(world));
+    violations.extend(imports(world));
     violations.extend(liveness(world));
     violations.extend(metrics(world));
+    if let Some(other) = &world.second {
+        violations.extend(
+            check(other)
+                .into_iter()
+                .map(|v| format!("{}: {v}", other.region)),
+        );
+    }
+    violations
+}
+
+/// The operator's imports: a file imported into one deployment and reported done has
+/// every line stored there once, with its quantity; no line is stored in a Region it
+/// was not imported into (Marketplace would bill it once in each); a deployment that
+/// refused raw usage stored nothing.
+fn imports(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    let worlds: Vec<&World> = std::iter::once(world)
+        .chain(world.second.as_deref())
+        .collect();
+    for import in &world.imports {
+        for w in &worlds {
+            let rows = w.tables.raw_rows();
+            for (license, event_id, sent) in &import.lines {
+                let suffix = format!("#{event_id}");
+                let stored: Vec<i64> = rows
+                    .iter()
+                    .filter(|r| r.license_arn == *license && !r.sort_key.starts_with("event#"))
+                    .filter(|r| r.sort_key.ends_with(&suffix))
+                    .map(|r| quantity(&r.attrs))
+                    .collect();
+                let id = format!("imported {event_id} into {}", import.region);
+                let here = w.region == import.region && !import.refused;
+                match (here, import.done, stored.as_slice()) {
+                    (false, _, []) | (true, false, _) => {}
+                    (true, true, [q]) if q == sent => {}
+                    (false, _, _) => violations.push(format!(
+                        "{id}: stored in {} too (refused: {}): billed once in each Region",
+                        w.region, import.refused
+                    )),
+                    (true, true, _) => violations.push(format!(
+                        "{id}: the import reported done, but {} holds {stored:?} for \
+                         quantity {sent}",
+                        w.region
+                    )),
+                }
+            }
+        }
+    }
     violations
 }
 
@@ -220,6 +269,10 @@ fn ingestion(world: &World) -> Vec<String> {
             .collect();
         let id = format!("event {event_id} of {license}");
         match (answer, stored.as_slice()) {
+            (Ingested::Refused, []) => {}
+            (Ingested::Refused, _) => violations.push(format!(
+                "{id}: refused (a direct-submit stack takes no raw usage), yet stored"
+            )),
             (_, []) => violations.push(format!("{id}: answered {answer:?}, never stored")),
             (Ingested::Created | Ingested::Duplicate, [q]) if q == sent => {}
             (Ingested::Conflict, [q]) if q != sent => {}

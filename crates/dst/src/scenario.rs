@@ -3,8 +3,11 @@
 //! real use cases running concurrently as their Lambdas would (two discoverer runs, two
 //! aggregator and one cleanup consumer, two submitter invocations that may overlap with
 //! stale times, the subscription handler, deprovision-cleanup, and buyers registering
-//! through the register handler while their lifecycle events land), then a fault-free
-//! settling phase that runs the pipeline past the 24-hour window.
+//! through the register handler while their lifecycle events land, the seller's service
+//! recording events through `awsmp_usage::Meter`, the operator importing usage files),
+//! now and then a second metering Region with its own pipeline and Marketplace over the
+//! same subscribers table, then a fault-free settling phase that runs the pipeline past
+//! the 24-hour window.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +18,14 @@ use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::memory::{
     ManualClock, MemoryCustomerResolver, MemoryMeteringApi, MemoryProfileStore,
     MemorySubscriberStore, MemoryTables, RecordingMetrics, reference_row,
+};
+use awsmp_core::operate::import::{
+    ImportTarget, Progress, ProgressKeeper, accepts_raw_usage, check_row, one_deployment,
+    write_lines,
 };
 use awsmp_core::operate::replay;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
@@ -27,9 +35,10 @@ use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
 };
-use awsmp_core::ports::{Clock, IngestOutcome, MeteringRecord, ResolvedCustomer, UsageStore};
+use awsmp_core::ports::{Clock, MeteringRecord, NewUsageRow, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
+use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
@@ -46,6 +55,12 @@ pub const ACCOUNT: &str = "111122223333";
 pub const POISON: &str = "poison";
 /// The Region of the main stack (recorded in `registeredRegions` by the register function).
 pub const REGION: &str = "us-west-2";
+/// A second metering Region some schedules deploy: its own usage and aggregated
+/// tables, queues and Marketplace (which deduplicates per Region), the same
+/// subscribers table.
+pub const SECOND_REGION: &str = "eu-west-1";
+/// The dimension the operator imports usage files for.
+pub const IMPORTED: &str = "imported";
 /// The registration page's origin.
 const PAGE_ORIGIN: &str = "https://register.example.com";
 /// The submitter's Lambda timeout (template-main.yaml).
@@ -91,6 +106,25 @@ pub struct World {
     /// What the seller's service was answered for each usage event it recorded
     /// through the ingestion port: (license, event id, quantity, answer).
     pub ingested: Vec<(String, String, i64, Ingested)>,
+    /// This world's metering Region.
+    pub region: &'static str,
+    /// The second metering Region's world, when the schedule deploys one.
+    pub second: Option<Box<World>>,
+    /// The usage files the operator imported.
+    pub imports: Vec<Import>,
+}
+
+/// One usage file the operator imported with `usage import`.
+#[derive(Debug, Clone)]
+pub struct Import {
+    /// The Region of the one deployment it was imported into.
+    pub region: &'static str,
+    /// Its lines: license, event id, quantity.
+    pub lines: Vec<(String, String, i64)>,
+    /// An import of it reported done (every line written or already written).
+    pub done: bool,
+    /// The deployment refused raw usage (direct-submit): nothing may be written.
+    pub refused: bool,
 }
 
 /// The answer an ingestion write got.
@@ -102,9 +136,13 @@ pub enum Ingested {
     Duplicate,
     /// The event id holds other usage: nothing changed.
     Conflict,
+    /// The stack takes no raw usage (direct-submit): nothing written.
+    Refused,
 }
 
 struct Stack {
+    /// The metering Region.
+    region: &'static str,
     sim: Sim,
     clock: ManualClock,
     usage: Arc<FaultyUsage>,
@@ -128,6 +166,9 @@ struct Stack {
     /// The License Deprovisioned event of the run (redelivered while settling, as SQS
     /// redelivers a message whose handler died).
     deprovisioned: Mutex<Option<(String, Instant)>>,
+    /// The events stack's functions (subscription, deprovision-cleanup) run beside this
+    /// Region's pipeline (only one Region's: there is one events stack).
+    events_stack: bool,
 }
 
 /// Every stage's `DATA_RETENTION_DAYS` in the simulation: the floor, so every final
@@ -156,19 +197,18 @@ impl Stack {
         }
     }
 
+    fn mode(&self) -> DeploymentMode {
+        if self.direct {
+            DeploymentMode::DirectSubmit
+        } else {
+            DeploymentMode::Full
+        }
+    }
+
     fn submit_settings(&self) -> SubmitSettings {
         SubmitSettings {
             retention: RETENTION,
-            ..SubmitSettings::new(
-                PRODUCT,
-                MeteringMode::Live,
-                self.zero_policy,
-                if self.direct {
-                    DeploymentMode::DirectSubmit
-                } else {
-                    DeploymentMode::Full
-                },
-            )
+            ..SubmitSettings::new(PRODUCT, MeteringMode::Live, self.zero_policy, self.mode())
         }
     }
 
@@ -329,22 +369,18 @@ impl Stack {
         }
     }
 
-    /// One event, retried (up to three times) while the store's answer is an error.
+    /// One event through the seller's library ([`Meter`], told the stack's mode), retried
+    /// (up to three times) while the store's answer is an error.
     async fn ingest(&self, license_arn: &str, event_id: &str, quantity: i64) {
+        let store: Arc<dyn UsageStore> = self.usage.clone();
+        let meter = Meter::with_store(store, PRODUCT).in_mode(self.mode());
+        let usage = Usage::new(license_arn, ACCOUNT, "events", quantity, event_id);
         for _ in 0..3 {
-            let mut row = awsmp_core::memory::fixtures::usage_row(
-                license_arn,
-                ACCOUNT,
-                "events",
-                self.clock.now(),
-                quantity,
-                event_id,
-            );
-            row.timestamp_defaulted = true;
-            let answer = match self.usage.put_row(&row, self.clock.now()).await {
-                Ok(IngestOutcome::Created) => Ingested::Created,
-                Ok(IngestOutcome::Duplicate) => Ingested::Duplicate,
-                Ok(IngestOutcome::Conflict(_)) => Ingested::Conflict,
+            let answer = match meter.record_at(&usage, self.clock.now()).await {
+                Ok(Recorded::Written) => Ingested::Created,
+                Ok(Recorded::AlreadyWritten) => Ingested::Duplicate,
+                Err(UsageError::Conflict(_)) => Ingested::Conflict,
+                Err(UsageError::DirectSubmit(_)) => Ingested::Refused,
                 Err(_) => continue,
             };
             self.ingested
@@ -368,6 +404,118 @@ impl Stack {
         )
         .await;
     }
+}
+
+/// Progress of an import kept beside its file (one path: both files are exported to it
+/// in turn).
+struct BesideTheFile<'a>(&'a mut Progress);
+
+impl ProgressKeeper for BesideTheFile<'_> {
+    fn keep(&mut self, progress: &Progress) -> Result<(), String> {
+        *self.0 = progress.clone();
+        Ok(())
+    }
+}
+
+/// The operator's `awsmp usage import`, as the command runs it: two usage files exported
+/// to the same path in turn (the second with the same number of lines and the same
+/// length, other events), each imported into one deployment. Now and then the operator
+/// names both Regions and is refused (a write goes into one deployment); an import
+/// whose table answers fail is rerun, resuming from the progress kept beside the file.
+async fn operator_imports(stacks: &[&Stack], hour: HourBucket) -> Vec<Import> {
+    let Some(first) = stacks.first() else {
+        return Vec::new();
+    };
+    let sim = &first.sim;
+    let lines = 1 + sim.below(4);
+    let mut beside = Progress::default();
+    let mut imports = Vec::new();
+    for file in 1..=2 {
+        for _ in 0..sim.below(30) {
+            yield_now().await;
+        }
+        let rows: Vec<(usize, NewUsageRow)> = (0..lines)
+            .map(|n| {
+                let quantity = 1 + i64::try_from(sim.below(9)).unwrap_or(0);
+                let at = hour.start() + chrono::Duration::seconds(1200 + n as i64);
+                let id = format!("imp{file}-{n}");
+                let row = awsmp_core::memory::fixtures::usage_row(
+                    &license(1),
+                    ACCOUNT,
+                    IMPORTED,
+                    at,
+                    quantity,
+                    &id,
+                );
+                (n + 1, row)
+            })
+            .collect();
+        let content: String = rows
+            .iter()
+            .map(|(_, r)| {
+                format!(
+                    "{},{},{},{},{},{}\n",
+                    r.license_arn,
+                    r.customer_aws_account_id,
+                    r.dimension,
+                    format_instant(r.timestamp),
+                    r.quantity,
+                    r.event_id
+                )
+            })
+            .collect();
+        let target = stacks[sim.below(stacks.len())];
+        let named: Vec<&str> = if stacks.len() > 1 && sim.below(3) == 0 {
+            stacks.iter().map(|s| s.region).collect()
+        } else {
+            vec![target.region]
+        };
+        // Refused: the operator reads the message and names the one Region.
+        let region = one_deployment("usage import", named)
+            .ok()
+            .flatten()
+            .unwrap_or(target.region);
+        let Some(stack) = stacks.iter().find(|s| s.region == region) else {
+            continue;
+        };
+        let mut import = Import {
+            region,
+            lines: rows
+                .iter()
+                .map(|(_, r)| (r.license_arn.clone(), r.event_id.clone(), r.quantity))
+                .collect(),
+            done: false,
+            refused: accepts_raw_usage(stack.mode()).is_err(),
+        };
+        if !import.refused {
+            let target = ImportTarget::new(region, "usage", content.as_bytes());
+            for _ in 0..4 {
+                let now = stack.clock.now();
+                let ctx = GuardrailContext::new(now, PRODUCT.to_string());
+                if rows.iter().any(|(_, r)| check_row(r, &ctx, now).is_err()) {
+                    break;
+                }
+                let mut progress = beside.clone();
+                let written = write_lines(
+                    stack.usage.as_ref(),
+                    &rows,
+                    &target,
+                    false,
+                    &mut progress,
+                    &mut BesideTheFile(&mut beside),
+                    now,
+                )
+                .await;
+                if written.is_ok_and(|w| w.conflicts.is_empty()) {
+                    import.done = true;
+                    break;
+                }
+                yield_now().await;
+            }
+        }
+        imports.push(import);
+    }
+    imports
 }
 
 /// An SQS batch holding one Marketplace lifecycle event.
@@ -539,12 +687,91 @@ fn write(tables: &MemoryTables, row: &Row, direct: bool) {
     }
 }
 
-/// Whether a task runs a stage that a direct-submit stack does not deploy (or writes
-/// raw usage, which such a stack refuses).
+/// Whether a task runs a stage that a direct-submit stack does not deploy.
 fn raw_usage_stage(name: &str) -> bool {
-    ["discoverer", "aggregator", "cleanup", "seller-api"]
+    ["discoverer", "aggregator", "cleanup"]
         .iter()
         .any(|stage| name.starts_with(stage))
+}
+
+/// One Region's Marketplace: every buyer entitled, the poison dimension refused.
+fn marketplace(licenses: &[&String]) -> MemoryMeteringApi {
+    let api = MemoryMeteringApi::new();
+    for l in licenses {
+        api.entitle(l, ACCOUNT);
+    }
+    api.reject_dimension(POISON, "InvalidUsageDimensionException");
+    api
+}
+
+/// The settings sellers deploy, the same in every Region of a schedule.
+#[derive(Clone, Copy)]
+struct Settings {
+    lock: MeteringLockHours,
+    direct: bool,
+    zero_policy: ZeroQuantityPolicy,
+}
+
+/// One Region's main stack over its `tables` and `metering`, with the events stack's
+/// subscribers table (shared by every Region) and handlers.
+#[allow(clippy::too_many_arguments)]
+fn region_stack(
+    region: &'static str,
+    sim: &Sim,
+    clock: &ManualClock,
+    tables: &MemoryTables,
+    subscribers: &MemorySubscriberStore,
+    metering: Arc<FaultyMetering>,
+    profiles: &MemoryProfileStore,
+    settings: Settings,
+) -> Stack {
+    let licenses = [license(1), license(2), license(3)];
+    let subscription_store: Arc<FaultySubscribers> =
+        Arc::new(FaultySubscribers::new(subscribers.clone(), sim.clone()));
+    let register = register_state(
+        &licenses.iter().collect::<Vec<_>>(),
+        subscription_store.clone(),
+        profiles,
+        clock,
+    );
+    Stack {
+        region,
+        sim: sim.clone(),
+        clock: clock.clone(),
+        usage: Arc::new(FaultyUsage::new(tables.usage_store(), sim.clone())),
+        aggregated: Arc::new(FaultyAggregated::new(
+            tables.aggregated_store(),
+            sim.clone(),
+        )),
+        subscribers: subscription_store.clone(),
+        metering,
+        metrics: RecordingMetrics::new(),
+        work: SimQueue::new("work", sim.clone()),
+        deprovision: SimQueue::new("deprovision", sim.clone()),
+        cleanup_queue: SimQueue::new("cleanup", sim.clone()),
+        lock: settings.lock,
+        direct: settings.direct,
+        zero_policy: settings.zero_policy,
+        subscription: awsmp_subscription::State {
+            config: Arc::new(awsmp_subscription::Config {
+                subscribers_table: "subscribers".into(),
+            }),
+            subscribers: subscription_store.clone(),
+            clock: Arc::new(clock.clone()),
+        },
+        deprovision_cleanup: awsmp_deprovision_cleanup::State {
+            config: Arc::new(awsmp_deprovision_cleanup::Config {
+                subscribers_table: "subscribers".into(),
+            }),
+            subscribers: subscription_store,
+            clock: Arc::new(clock.clone()),
+        },
+        register,
+        registrations: Mutex::new(Vec::new()),
+        ingested: Mutex::new(Vec::new()),
+        deprovisioned: Mutex::new(None),
+        events_stack: region == REGION,
+    }
 }
 
 /// Runs one schedule for `sim` and returns what it built.
@@ -565,14 +792,11 @@ pub fn run(sim: Sim) -> World {
     // Small pages exercise pagination; large ones keep the schedule quick.
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
     let subscribers = MemorySubscriberStore::new();
-    let api = MemoryMeteringApi::new();
     let (l1, l2, l3) = (license(1), license(2), license(3));
-    for l in [&l1, &l2, &l3] {
-        api.entitle(l, ACCOUNT);
-    }
-    api.reject_dimension(POISON, "InvalidUsageDimensionException");
-    let metering =
-        Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()).watching(tables.clone()));
+    let metering = Arc::new(
+        FaultyMetering::new(marketplace(&[&l1, &l2, &l3]), sim.clone(), clock.clone())
+            .watching(tables.clone()),
+    );
     // The settings sellers deploy: a lock of one to three hours, each zero policy.
     let lock =
         MeteringLockHours::new(1 + sim.below(3) as i64).unwrap_or(MeteringLockHours::DEFAULT);
@@ -589,52 +813,42 @@ pub fn run(sim: Sim) -> World {
     };
     let previous = current.plus_hours(-1);
 
-    let subscription_store: Arc<FaultySubscribers> =
-        Arc::new(FaultySubscribers::new(subscribers.clone(), sim.clone()));
     let profiles = MemoryProfileStore::new();
-    let register = register_state(
-        &[&l1, &l2, &l3],
-        subscription_store.clone(),
-        &profiles,
-        &clock,
-    );
-    let stack = Stack {
-        sim: sim.clone(),
-        clock: clock.clone(),
-        usage: Arc::new(FaultyUsage::new(tables.usage_store(), sim.clone())),
-        aggregated: Arc::new(FaultyAggregated::new(
-            tables.aggregated_store(),
-            sim.clone(),
-        )),
-        subscribers: subscription_store.clone(),
-        metering: metering.clone(),
-        metrics: RecordingMetrics::new(),
-        work: SimQueue::new("work", sim.clone()),
-        deprovision: SimQueue::new("deprovision", sim.clone()),
-        cleanup_queue: SimQueue::new("cleanup", sim.clone()),
+    let settings = Settings {
         lock,
         direct,
         zero_policy,
-        subscription: awsmp_subscription::State {
-            config: Arc::new(awsmp_subscription::Config {
-                subscribers_table: "subscribers".into(),
-            }),
-            subscribers: subscription_store.clone(),
-            clock: Arc::new(clock.clone()),
-        },
-        deprovision_cleanup: awsmp_deprovision_cleanup::State {
-            config: Arc::new(awsmp_deprovision_cleanup::Config {
-                subscribers_table: "subscribers".into(),
-            }),
-            subscribers: subscription_store,
-            clock: Arc::new(clock.clone()),
-        },
-        register,
-        registrations: Mutex::new(Vec::new()),
-        ingested: Mutex::new(Vec::new()),
-        deprovisioned: Mutex::new(None),
     };
-
+    let stack = region_stack(
+        REGION,
+        &sim,
+        &clock,
+        &tables,
+        &subscribers,
+        metering.clone(),
+        &profiles,
+        settings,
+    );
+    // One schedule in three also deploys a second metering Region: its own pipeline and
+    // Marketplace, the same subscribers table.
+    let second_region = (sim.below(3) == 0).then(|| {
+        let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
+        let metering = Arc::new(
+            FaultyMetering::new(marketplace(&[&l1, &l2, &l3]), sim.clone(), clock.clone())
+                .watching(tables.clone()),
+        );
+        let stack = region_stack(
+            SECOND_REGION,
+            &sim,
+            &clock,
+            &tables,
+            &subscribers,
+            metering,
+            &MemoryProfileStore::new(),
+            settings,
+        );
+        (stack, tables)
+    });
     // The seller's usage before the run: a group of more than 99 rows, small groups, a
     // poison dimension, and the open hour of the license about to be deprovisioned.
     let big = 100 + sim.below(40);
@@ -656,6 +870,15 @@ pub fn run(sim: Sim) -> World {
     for row in &rows {
         write(&tables, row, direct);
     }
+    // The second Region meters some of the first buyer's usage too (its own groups:
+    // Marketplace deduplicates per Region).
+    if let Some((_, tables)) = &second_region {
+        for n in 0..(1 + sim.below(3)) {
+            write(tables, &row_at(&sim, &l1, "requests", h_new, n), direct);
+        }
+    }
+    let second_stack = second_region.as_ref().map(|(stack, _)| stack);
+    let imports = Mutex::new(Vec::new());
     let initial_rows: Vec<(String, String)> = tables
         .raw_rows()
         .into_iter()
@@ -704,7 +927,32 @@ pub fn run(sim: Sim) -> World {
         let tables = &tables;
         let late = &late;
         let l3 = &l3;
+        let imports = &imports;
+        let mut regional: Vec<Task<'_>> = Vec::new();
+        if let Some(other) = second_stack {
+            regional.extend([
+                Task::new("discoverer@2", async move {
+                    other.discover_once("discoverer@2").await
+                }),
+                Task::new("aggregator@2", async move { other.consume(true).await }),
+                Task::new("cleanup@2", async move { other.consume(false).await }),
+                Task::new("submitter@2", async move {
+                    for _ in 0..other.sim.below(60) {
+                        yield_now().await;
+                    }
+                    other.submit_once("submitter@2").await;
+                }),
+            ]);
+        }
         vec![
+            Task::new("importer", async move {
+                let stacks: Vec<&Stack> = std::iter::once(stack).chain(second_stack).collect();
+                let done = operator_imports(&stacks, h_new).await;
+                imports
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(done);
+            }),
             Task::new("writer", async move {
                 for row in late {
                     yield_now().await;
@@ -777,14 +1025,20 @@ pub fn run(sim: Sim) -> World {
                 stack.register_buyer(license).await;
             })
         }))
+        .chain(regional)
         .filter(|task| !(direct && raw_usage_stage(&task.name)))
         .collect()
     };
-    let queues = [
-        stack.work.clone(),
-        stack.deprovision.clone(),
-        stack.cleanup_queue.clone(),
-    ];
+    let queues: Vec<SimQueue> = std::iter::once(&stack)
+        .chain(second_stack)
+        .flat_map(|s| {
+            [
+                s.work.clone(),
+                s.deprovision.clone(),
+                s.cleanup_queue.clone(),
+            ]
+        })
+        .collect();
     let release = |task: usize| {
         for queue in &queues {
             queue.release_task(task);
@@ -886,13 +1140,18 @@ pub fn run(sim: Sim) -> World {
     // every queue is empty, then again past the 24-hour window.
     sim.faults_off();
     let faults_end = clock.now();
+    let settle_all = || {
+        for stack in std::iter::once(&stack).chain(second_stack) {
+            settle(&sim, stack);
+        }
+    };
     for advance in [
         chrono::Duration::minutes(20),
         chrono::Duration::hours(2),
         chrono::Duration::minutes(30),
     ] {
         clock.set(clock.now() + advance);
-        settle(&sim, &stack);
+        settle_all();
     }
     // Through each written hour's last hour in the window and the 1st's 03:00-06:00 (a
     // deferred zero hour goes out only there), then past every window.
@@ -906,19 +1165,46 @@ pub fn run(sim: Sim) -> World {
     for edge in edges {
         if edge > clock.now() {
             clock.set(edge);
-            settle(&sim, &stack);
+            settle_all();
         }
     }
     clock.set(clock.now() + chrono::Duration::hours(26));
-    settle(&sim, &stack);
+    settle_all();
     clock.set(clock.now() + chrono::Duration::minutes(30));
-    settle(&sim, &stack);
+    settle_all();
 
     let registrations = stack
         .registrations
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
+    let second = second_region.map(|(other, tables)| {
+        Box::new(World {
+            sim: sim.clone(),
+            initial_rows: tables
+                .raw_rows()
+                .into_iter()
+                .filter(|r| !r.sort_key.starts_with("event#"))
+                .filter(|r| !r.sort_key.contains("#imp"))
+                .map(|r| (r.license_arn, r.sort_key))
+                .collect(),
+            tables,
+            subscribers: subscribers.clone(),
+            metering: other.metering.clone(),
+            clock: clock.clone(),
+            stats: executor::RunStats::default(),
+            profiles: MemoryProfileStore::new(),
+            registrations: Vec::new(),
+            deprovisioned: vec![l3.clone()],
+            metrics: other.metrics.clone(),
+            direct,
+            faults_end,
+            ingested: Vec::new(),
+            region: SECOND_REGION,
+            second: None,
+            imports: Vec::new(),
+        })
+    });
     World {
         sim: sim.clone(),
         tables,
@@ -938,6 +1224,11 @@ pub fn run(sim: Sim) -> World {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone(),
+        region: REGION,
+        second,
+        imports: imports
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
     }
 }
 
@@ -956,7 +1247,9 @@ fn settle(sim: &Sim, stack: &Stack) {
                 .lifecycle("License Deprovisioned - Manufacturer", license, *at)
                 .await;
         }
-        stack.deprovision_cleanup_once().await;
+        if stack.events_stack {
+            stack.deprovision_cleanup_once().await;
+        }
         if !stack.direct {
             stack.discover_once("settle").await;
         }

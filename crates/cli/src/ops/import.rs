@@ -13,14 +13,15 @@
 //! (`key=value;key=value`, for the whole quantity). JSON Lines: the same keys, plus
 //! optional `usageAllocations` (`[{"allocatedUsageQuantity": N, "tags": [{"key","value"}]}]`).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
 use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
-use awsmp_core::operate::import::{LineProblem, check_row};
+use awsmp_core::operate::import::{
+    ImportStopped, ImportTarget, LineProblem, Progress, ProgressKeeper, check_row, write_lines,
+};
 use awsmp_core::operate::remedy::{for_reason, server_side_pair};
-use awsmp_core::ports::{EventContent, IngestOutcome, NewUsageRow, UsageStore};
+use awsmp_core::ports::{EventContent, NewUsageRow, UsageStore};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -291,39 +292,6 @@ pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, 
     }
 }
 
-/// Progress kept beside the file, per target table, so a rerun into the same table
-/// resumes after the last completed line, and an import into another table (another
-/// Region or stage) starts from the first.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Progress {
-    /// [`progress_target`] -> how far the import into it got.
-    targets: BTreeMap<String, TargetProgress>,
-}
-
-/// How far the import of one version of the file into one table got.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct TargetProgress {
-    /// SHA-256 of the file's content when it was imported: a changed file (even one
-    /// edited to the same length) is checked again from the first line.
-    sha256: String,
-    /// Usage lines completed, in order.
-    done: usize,
-}
-
-/// The key an import's progress is kept under: the usage table and its Region.
-pub fn progress_target(region: &str, usage_table: &str) -> String {
-    format!("{region}/{usage_table}")
-}
-
-/// Hex SHA-256 of `bytes`.
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Where the progress of importing `path` is kept.
 pub fn progress_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -342,8 +310,10 @@ pub struct ImportOptions {
     pub write_valid: bool,
     /// Ignore kept progress and start from the first line.
     pub restart: bool,
-    /// The table written ([`progress_target`]): progress is kept per table.
-    pub target: String,
+    /// The Region of the table written (progress is kept per table).
+    pub region: String,
+    /// The usage table written.
+    pub usage_table: String,
 }
 
 /// Imports `path` into `store` at `now`.
@@ -355,7 +325,7 @@ pub async fn import(
 ) -> Result<ImportReport, CommandError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CommandError::Io(format!("cannot read {}: {e}", path.display())))?;
-    let hash = sha256(text.as_bytes());
+    let target = ImportTarget::new(&options.region, &options.usage_table, text.as_bytes());
     let ctx = GuardrailContext::new(now, options.product_code.clone());
     let mut report = ImportReport::default();
     let mut writes = Vec::new();
@@ -376,58 +346,71 @@ pub async fn import(
     if !report.bad.is_empty() && !options.write_valid {
         return Ok(report);
     }
-    let progress_file = progress_path(path);
+    let file = progress_path(path);
     // Progress in another shape (an older version's) is dropped: the event ids make
     // starting over safe.
-    let mut progress = std::fs::read_to_string(&progress_file)
+    let mut progress = std::fs::read_to_string(&file)
         .ok()
         .and_then(|t| serde_json::from_str::<Progress>(&t).ok())
         .unwrap_or_default();
-    let start = match progress.targets.get(&options.target) {
-        Some(p) if !options.restart && p.sha256 == hash => p.done.min(writes.len()),
-        _ => 0,
-    };
-    report.resumed_past = start;
     let bar = indicatif::ProgressBar::new(writes.len() as u64);
     if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    bar.set_position(start as u64);
-    for (i, (number, row)) in writes.iter().enumerate().skip(start) {
-        match store.put_row(row, now).await? {
-            IngestOutcome::Created => report.written += 1,
-            IngestOutcome::Duplicate => report.already_written += 1,
-            IngestOutcome::Conflict(conflict) => report.conflicts.push(ConflictLine {
-                line: *number,
-                message: conflict.to_string(),
-                event_id: conflict.event_id,
-                recorded: conflict.recorded,
-                this: conflict.this,
-            }),
-        }
-        bar.inc(1);
-        if (i + 1) % 100 == 0 || i + 1 == writes.len() {
-            progress.targets.insert(
-                options.target.clone(),
-                TargetProgress {
-                    sha256: hash.clone(),
-                    done: i + 1,
-                },
-            );
-            std::fs::write(
-                &progress_file,
-                serde_json::to_string(&progress).unwrap_or_default(),
-            )
-            .map_err(|e| {
-                CommandError::Io(format!(
-                    "cannot keep progress in {}: {e}",
-                    progress_file.display()
-                ))
-            })?;
-        }
+    if !options.restart {
+        bar.set_position(progress.resume_point(&target).min(writes.len()) as u64);
     }
-    bar.finish_and_clear();
+    let mut keeper = BesideTheFile { file, bar };
+    let written = write_lines(
+        store,
+        &writes,
+        &target,
+        options.restart,
+        &mut progress,
+        &mut keeper,
+        now,
+    )
+    .await
+    .map_err(|stopped| match stopped {
+        ImportStopped::Store(e) => CommandError::from(e),
+        ImportStopped::Keep(m) => CommandError::Io(m),
+    })?;
+    report.written = written.written;
+    report.already_written = written.already_written;
+    report.resumed_past = written.resumed_past;
+    report.conflicts = written
+        .conflicts
+        .into_iter()
+        .map(|(line, conflict)| ConflictLine {
+            line,
+            message: conflict.to_string(),
+            event_id: conflict.event_id,
+            recorded: conflict.recorded,
+            this: conflict.this,
+        })
+        .collect();
+    keeper.bar.finish_and_clear();
     Ok(report)
+}
+
+/// Progress kept beside the file, shown on a bar while the terminal is watched.
+struct BesideTheFile {
+    file: PathBuf,
+    bar: indicatif::ProgressBar,
+}
+
+impl ProgressKeeper for BesideTheFile {
+    fn keep(&mut self, progress: &Progress) -> Result<(), String> {
+        std::fs::write(
+            &self.file,
+            serde_json::to_string(progress).unwrap_or_default(),
+        )
+        .map_err(|e| format!("cannot keep progress in {}: {e}", self.file.display()))
+    }
+
+    fn advanced(&mut self) {
+        self.bar.inc(1);
+    }
 }
 
 /// Renders an import report; attention when a line was bad.
@@ -513,7 +496,8 @@ mod tests {
             product_code: "prod".into(),
             write_valid,
             restart: false,
-            target: progress_target("us-east-1", "usage"),
+            region: "us-east-1".into(),
+            usage_table: "usage".into(),
         }
     }
 
