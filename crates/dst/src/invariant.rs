@@ -20,7 +20,7 @@ use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DU
 use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
 
-use crate::scenario::{ACCOUNT, Ingested, POISON, REGION, RETENTION, World};
+use crate::scenario::{ACCOUNT, GARBAGE, Ingested, POISON, REGION, RETENTION, World};
 use crate::sim::FaultKind;
 
 const RAW_TERMINAL: [&str; 3] = ["Aggregated", "RejectedClientSide", "AggregationExpired"];
@@ -200,6 +200,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(registrations(world));
     violations.extend(ingestion(world));
     violations.extend(imports(world));
+    violations.extend(queues(world));
     violations.extend(liveness(world));
     violations.extend(metrics(world));
     if let Some(other) = &world.second {
@@ -208,6 +209,30 @@ pub fn check(world: &World) -> Vec<String> {
                 .into_iter()
                 .map(|v| format!("{}: {v}", other.region)),
         );
+    }
+    violations
+}
+
+/// Queues: a message that is no work message is never deleted (every receive reports it
+/// failed, so SQS keeps it and dead-letters it after the redrive policy's receives),
+/// and no work message is ever dead-lettered (the pipeline never gives up on work it
+/// was handed).
+fn queues(world: &World) -> Vec<String> {
+    let mut violations = Vec::new();
+    for body in &world.dead_letters {
+        if body != GARBAGE {
+            violations.push(format!("a work message was dead-lettered: {body}"));
+        }
+    }
+    let kept = world
+        .queued
+        .iter()
+        .chain(&world.dead_letters)
+        .any(|b| b == GARBAGE);
+    if world.garbage_sent && !kept {
+        violations.push(format!(
+            "the message {GARBAGE} (no work message) was deleted: a handler took it as done"
+        ));
     }
     violations
 }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use aws_lambda_events::sqs::SqsEvent;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::memory::{
@@ -28,9 +28,9 @@ use awsmp_core::operate::import::{
     write_lines,
 };
 use awsmp_core::operate::replay;
-use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
+use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings};
 use awsmp_core::pipeline::budget::Budget;
-use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
+use awsmp_core::pipeline::cleanup::CleanupPorts;
 use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
@@ -44,7 +44,7 @@ use serde_json::json;
 
 use crate::executor::{self, Task};
 use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage};
-use crate::queue::SimQueue;
+use crate::queue::{QueueSettings, SimQueue};
 use crate::sim::{FaultKind, Sim, yield_now};
 
 /// The stack's product.
@@ -59,12 +59,30 @@ pub const REGION: &str = "us-west-2";
 /// tables, queues and Marketplace (which deduplicates per Region), the same
 /// subscribers table.
 pub const SECOND_REGION: &str = "eu-west-1";
+/// A body on the work queue that is no work message (sent by hand, or by another
+/// version): reported failed by every receive, never deleted, dead-lettered after the
+/// redrive policy's receives.
+pub const GARBAGE: &str = r#"{"kind":"Rollup","version":2}"#;
 /// The dimension the operator imports usage files for.
 pub const IMPORTED: &str = "imported";
 /// The registration page's origin.
 const PAGE_ORIGIN: &str = "https://register.example.com";
 /// The submitter's Lambda timeout (template-main.yaml).
 const SUBMITTER_TIMEOUT_SECONDS: i64 = 240;
+/// The aggregator's Lambda timeout.
+const AGGREGATOR_TIMEOUT_SECONDS: i64 = 120;
+/// The cleanup function's Lambda timeout.
+const CLEANUP_TIMEOUT_SECONDS: i64 = 60;
+/// The work and flush queues' visibility timeout and redrive policy.
+const WORK_QUEUE: QueueSettings = QueueSettings {
+    visibility: Duration::from_secs(720),
+    max_receives: 10,
+};
+/// The cleanup queue's.
+const CLEANUP_QUEUE: QueueSettings = QueueSettings {
+    visibility: Duration::from_secs(360),
+    max_receives: 5,
+};
 /// Most polls of one concurrent phase (a guard; reported when hit).
 const MAX_STEPS: u64 = 200_000;
 
@@ -112,6 +130,12 @@ pub struct World {
     pub second: Option<Box<World>>,
     /// The usage files the operator imported.
     pub imports: Vec<Import>,
+    /// The bodies left in this Region's queues.
+    pub queued: Vec<String>,
+    /// The bodies in this Region's dead-letter queues.
+    pub dead_letters: Vec<String>,
+    /// [`GARBAGE`] was sent to the work queue.
+    pub garbage_sent: bool,
 }
 
 /// One usage file the operator imported with `usage import`.
@@ -197,6 +221,23 @@ impl Stack {
         }
     }
 
+    fn queues(&self) -> [&SimQueue; 3] {
+        [&self.work, &self.deprovision, &self.cleanup_queue]
+    }
+
+    /// The bodies left in the queues.
+    fn queued(&self) -> Vec<String> {
+        self.queues().iter().flat_map(|q| q.bodies()).collect()
+    }
+
+    /// The bodies in the dead-letter queues.
+    fn dead_letters(&self) -> Vec<String> {
+        self.queues()
+            .iter()
+            .flat_map(|q| q.dead_letters())
+            .collect()
+    }
+
     fn mode(&self) -> DeploymentMode {
         if self.direct {
             DeploymentMode::DirectSubmit
@@ -255,50 +296,79 @@ impl Stack {
         self.sim.clear_deadline();
     }
 
-    /// Handles one aggregation message (flush queue first); `false` when none was there.
+    /// One aggregator invocation: a batch from the flush queue, else from the work
+    /// queue, through the Lambda's handler under its timeout; `false` when none was
+    /// visible.
     async fn aggregate_one(&self) -> bool {
-        let (queue, delivery) = match self.deprovision.receive().await {
-            Some(d) => (&self.deprovision, d),
-            None => match self.work.receive().await {
-                Some(d) => (&self.work, d),
-                None => return false,
+        let mut queue = &self.deprovision;
+        let mut batch = queue.receive_batch().await;
+        if batch.is_empty() {
+            queue = &self.work;
+            batch = queue.receive_batch().await;
+        }
+        if batch.is_empty() {
+            return false;
+        }
+        let state = awsmp_aggregator::State {
+            settings: Arc::new(self.aggregate_settings()),
+            ports: AggregatePorts {
+                usage: self.usage.clone(),
+                aggregated: self.aggregated.clone(),
+                cleanup_queue: Arc::new(self.cleanup_queue.clone()),
+                clock: Arc::new(self.clock.clone()),
             },
         };
-        let ports = AggregatePorts {
-            usage: self.usage.clone(),
-            aggregated: self.aggregated.clone(),
-            cleanup_queue: Arc::new(self.cleanup_queue.clone()),
-            clock: Arc::new(self.clock.clone()),
-        };
-        let (id, message) = delivery;
-        match aggregate_group(
-            &message,
-            self.clock.now(),
-            &self.aggregate_settings(),
-            &ports,
-        )
-        .await
-        {
-            Ok(_) => queue.ack(id),
-            Err(_) => queue.nack(id),
-        }
+        let event = self.invocation(&batch, queue, AGGREGATOR_TIMEOUT_SECONDS);
+        let answer = awsmp_aggregator::handler(&state, event).await;
+        settle_batch(queue, &batch, answer);
         true
     }
 
+    /// One cleanup invocation over a batch of the cleanup queue; `false` when none was
+    /// visible.
     async fn cleanup_one(&self) -> bool {
-        let Some((id, message)) = self.cleanup_queue.receive().await else {
+        let batch = self.cleanup_queue.receive_batch().await;
+        if batch.is_empty() {
             return false;
-        };
-        let ports = CleanupPorts {
-            usage: self.usage.clone(),
-            metrics: Arc::new(self.metrics.clone()),
-            clock: Arc::new(self.clock.clone()),
-        };
-        match cleanup(&message, self.clock.now(), RETENTION, &ports).await {
-            Ok(_) => self.cleanup_queue.ack(id),
-            Err(_) => self.cleanup_queue.nack(id),
         }
+        let state = awsmp_cleanup::State {
+            retention: RETENTION,
+            ports: CleanupPorts {
+                usage: self.usage.clone(),
+                metrics: Arc::new(self.metrics.clone()),
+                clock: Arc::new(self.clock.clone()),
+            },
+        };
+        let event = self.invocation(&batch, &self.cleanup_queue, CLEANUP_TIMEOUT_SECONDS);
+        let answer = awsmp_cleanup::handler(&state, event).await;
+        settle_batch(&self.cleanup_queue, &batch, answer);
         true
+    }
+
+    /// The event an SQS event source mapping hands a function for `batch` (each body as
+    /// the SQS adapter writes it), with the function's deadline `timeout_seconds` away.
+    fn invocation(
+        &self,
+        batch: &[(u64, String)],
+        queue: &SimQueue,
+        timeout_seconds: i64,
+    ) -> LambdaEvent<SqsEvent> {
+        let records: Vec<awsmp_local_aws::SqsRecord> = batch
+            .iter()
+            .map(|(id, body)| awsmp_local_aws::SqsRecord {
+                message_id: id.to_string(),
+                receipt_handle: format!("r-{id}"),
+                body: body.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let arn = format!("arn:aws:sqs:{}:123456789012:{}", self.region, queue.name());
+        let event =
+            serde_json::from_value(awsmp_local_aws::sqs_event(&arn, &records)).unwrap_or_default();
+        let mut context = Context::default();
+        let deadline = self.clock.now() + chrono::Duration::seconds(timeout_seconds);
+        context.deadline = u64::try_from(deadline.timestamp_millis()).unwrap_or(0);
+        LambdaEvent::new(event, context)
     }
 
     /// A consumer: handles messages until it finds the queues empty a few times.
@@ -516,6 +586,27 @@ async fn operator_imports(stacks: &[&Stack], hour: HourBucket) -> Vec<Import> {
         imports.push(import);
     }
     imports
+}
+
+/// What SQS does with a batch after its invocation answered: deletes the messages not
+/// reported failed; a reported one, or every one when the invocation failed, becomes
+/// visible again after its visibility timeout.
+fn settle_batch<E>(queue: &SimQueue, batch: &[(u64, String)], answer: Result<SqsBatchResponse, E>) {
+    let failed: Vec<String> = match answer {
+        Ok(response) => response
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect(),
+        Err(_) => batch.iter().map(|(id, _)| id.to_string()).collect(),
+    };
+    for (id, _) in batch {
+        if failed.contains(&id.to_string()) {
+            queue.nack(*id);
+        } else {
+            queue.ack(*id);
+        }
+    }
 }
 
 /// An SQS batch holding one Marketplace lifecycle event.
@@ -746,9 +837,9 @@ fn region_stack(
         subscribers: subscription_store.clone(),
         metering,
         metrics: RecordingMetrics::new(),
-        work: SimQueue::new("work", sim.clone()),
-        deprovision: SimQueue::new("deprovision", sim.clone()),
-        cleanup_queue: SimQueue::new("cleanup", sim.clone()),
+        work: SimQueue::new("work", sim.clone(), clock.clone(), WORK_QUEUE),
+        deprovision: SimQueue::new("deprovision", sim.clone(), clock.clone(), WORK_QUEUE),
+        cleanup_queue: SimQueue::new("cleanup", sim.clone(), clock.clone(), CLEANUP_QUEUE),
         lock: settings.lock,
         direct: settings.direct,
         zero_policy: settings.zero_policy,
@@ -897,6 +988,11 @@ pub fn run(sim: Sim) -> World {
         })
         .collect();
 
+    // Now and then a message that is no work message sits on the work queue.
+    let garbage_sent = !direct && sim.below(4) == 0;
+    if garbage_sent {
+        stack.work.send_garbage(GARBAGE);
+    }
     // License Updated for every buyer, applied before the run.
     let activated = start - chrono::Duration::hours(5);
     let setup: Vec<Task<'_>> = [&l1, &l2, &l3]
@@ -1086,6 +1182,12 @@ pub fn run(sim: Sim) -> World {
                 for _ in 0..stack.sim.below(60) {
                     yield_now().await;
                 }
+                // The dead-letter alarm: `awsmp dlq redrive` moves the messages back.
+                if stack.sim.below(2) == 0 {
+                    for queue in stack.queues() {
+                        queue.redrive();
+                    }
+                }
                 if stack.sim.below(2) == 0 {
                     stack.metering.inner.accept_dimension(POISON);
                     // Now and then something else (a second stack, a script) bills the
@@ -1203,6 +1305,9 @@ pub fn run(sim: Sim) -> World {
             region: SECOND_REGION,
             second: None,
             imports: Vec::new(),
+            queued: other.queued(),
+            dead_letters: other.dead_letters(),
+            garbage_sent: false,
         })
     });
     World {
@@ -1225,6 +1330,9 @@ pub fn run(sim: Sim) -> World {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone(),
         region: REGION,
+        queued: stack.queued(),
+        dead_letters: stack.dead_letters(),
+        garbage_sent,
         second,
         imports: imports
             .into_inner()
@@ -1265,7 +1373,9 @@ fn settle(sim: &Sim, stack: &Stack) {
                     break;
                 }
             }
-            if stack.work.depth() + stack.deprovision.depth() + stack.cleanup_queue.depth() == 0 {
+            if stack.work.visible() + stack.deprovision.visible() + stack.cleanup_queue.visible()
+                == 0
+            {
                 break;
             }
         }
