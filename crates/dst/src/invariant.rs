@@ -20,6 +20,7 @@ use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DU
 use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
 
+use crate::marketplace::INVALID_DIMENSION;
 use crate::scenario::{ACCOUNT, Ingested, POISON, REGION, RETENTION, World};
 use crate::sim::FaultKind;
 
@@ -200,6 +201,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(registrations(world));
     violations.extend(ingestion(world));
     violations.extend(liveness(world));
+    violations.extend(refused_calls(world));
     violations.extend(metrics(world));
     violations
 }
@@ -295,6 +297,26 @@ fn liveness(world: &World) -> Vec<String> {
         }
     }
     violations
+}
+
+/// Every call Marketplace refused with an exception was refused for the dimension the
+/// schedule leaves out of the catalog; any other refusal is something the pipeline
+/// sent that AWS refuses (a record outside the 24-hour window or the month-end grace,
+/// in the future, malformed), which its own checks must have kept back.
+fn refused_calls(world: &World) -> Vec<String> {
+    world
+        .metering
+        .inner
+        .refused_calls()
+        .into_iter()
+        .filter(|refused| refused.error_type != INVALID_DIMENSION)
+        .map(|refused| {
+            format!(
+                "Marketplace refused a call of {} records at {} with {}: {}",
+                refused.record_count, refused.at, refused.error_type, refused.message
+            )
+        })
+        .collect()
 }
 
 /// Every terminal status that has a metric emitted it exactly once (retries, lost

@@ -16,8 +16,8 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::memory::{
-    ManualClock, MemoryCustomerResolver, MemoryMeteringApi, MemoryProfileStore,
-    MemorySubscriberStore, MemoryTables, RecordingMetrics, reference_row,
+    ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore, MemoryTables,
+    RecordingMetrics, reference_row,
 };
 use awsmp_core::operate::replay;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
@@ -30,10 +30,12 @@ use awsmp_core::pipeline::submit::{
 use awsmp_core::ports::{Clock, IngestOutcome, MeteringRecord, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
+use awsmp_marketplace_sim::IdenticalRetryStatus;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
 use crate::executor::{self, Task};
+use crate::marketplace::{INVALID_DIMENSION, SimMarketplace};
 use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage};
 use crate::queue::SimQueue;
 use crate::sim::{FaultKind, Sim, yield_now};
@@ -547,6 +549,35 @@ fn raw_usage_stage(name: &str) -> bool {
         .any(|stage| name.starts_with(stage))
 }
 
+/// Marketplace: the simulator's engine at the schedule's clock, selling [`PRODUCT`]
+/// with the dimensions the seller writes except [`POISON`] (refused until the operator
+/// defines it), every buyer of `licenses` entitled. A resend of a billed record with
+/// the same quantity is answered `Success` or `DuplicateRecord` (AWS documents both
+/// readings; the pipeline must handle either).
+fn marketplace(sim: &Sim, clock: &ManualClock, licenses: &[&String]) -> SimMarketplace {
+    let identical_retry = [
+        IdenticalRetryStatus::DuplicateRecord,
+        IdenticalRetryStatus::Success,
+    ][sim.below(2)];
+    let seed = sim.below(usize::MAX) as u64;
+    // The settings below are valid; a change that breaks them fails every schedule.
+    let api = SimMarketplace::new(
+        PRODUCT,
+        &["storage", "requests", "events", POISON],
+        clock.clone(),
+        seed,
+        identical_retry,
+    )
+    .unwrap_or_else(|e| panic!("marketplace: {e}"));
+    for license in licenses {
+        api.entitle(license, ACCOUNT)
+            .unwrap_or_else(|e| panic!("entitle {license}: {e}"));
+    }
+    api.reject_dimension(POISON, INVALID_DIMENSION)
+        .unwrap_or_else(|e| panic!("refuse {POISON}: {e}"));
+    api
+}
+
 /// Runs one schedule for `sim` and returns what it built.
 pub fn run(sim: Sim) -> World {
     // Mid-month, an hour before midnight on the last day of the month (the pending
@@ -565,12 +596,8 @@ pub fn run(sim: Sim) -> World {
     // Small pages exercise pagination; large ones keep the schedule quick.
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
     let subscribers = MemorySubscriberStore::new();
-    let api = MemoryMeteringApi::new();
     let (l1, l2, l3) = (license(1), license(2), license(3));
-    for l in [&l1, &l2, &l3] {
-        api.entitle(l, ACCOUNT);
-    }
-    api.reject_dimension(POISON, "InvalidUsageDimensionException");
+    let api = marketplace(&sim, &clock, &[&l1, &l2, &l3]);
     let metering =
         Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()).watching(tables.clone()));
     // The settings sellers deploy: a lock of one to three hours, each zero policy.
@@ -833,7 +860,11 @@ pub fn run(sim: Sim) -> World {
                     yield_now().await;
                 }
                 if stack.sim.below(2) == 0 {
-                    stack.metering.inner.accept_dimension(POISON);
+                    stack
+                        .metering
+                        .inner
+                        .accept_dimension(POISON)
+                        .unwrap_or_else(|e| panic!("define {POISON}: {e}"));
                     // Now and then something else (a second stack, a script) bills the
                     // refused hour first, before the replay re-sends it.
                     if stack.sim.below(2) == 0 {
