@@ -180,7 +180,8 @@ pub fn check(world: &World) -> Vec<String> {
                     AggregatedStatus::Success
                         | AggregatedStatus::DuplicateRecord
                         | AggregatedStatus::SubmissionExpired
-                ) {
+                ) && !billed_before_revocation(world, &record)
+                {
                     violations.push(format!(
                         "{id}: billed but the record says {}",
                         record.status
@@ -236,8 +237,9 @@ fn ingestion(world: &World) -> Vec<String> {
 
 /// Every row written in its window was counted (or is a late row for an hour already
 /// sent), and every group was billed: the schedule's faults all end long before the
-/// window closes, and every license stays entitled. Only the refused dimension may end
-/// `Error` (the operator may define it and replay, then it bills).
+/// window closes. Only the refused dimension may end `Error` (the operator may define
+/// it and replay, then it bills), and only a record Marketplace refused after its
+/// buyer's entitlement was revoked may end `CustomerNotSubscribed`.
 fn liveness(world: &World) -> Vec<String> {
     let mut violations = Vec::new();
     // The first fault-free runs come 20 minutes after the faults end: an hour whose
@@ -282,6 +284,7 @@ fn liveness(world: &World) -> Vec<String> {
             AggregatedStatus::Success => billed,
             AggregatedStatus::DuplicateRecord => billed,
             AggregatedStatus::Error => record.key.dimension == POISON,
+            AggregatedStatus::CustomerNotSubscribed => refused_after_revocation(world, &record.key),
             AggregatedStatus::SubmissionExpired => {
                 record.quantity == 0
                     && record.status_reason.as_deref() == Some(REASON_ZERO_QUANTITY_SKIPPED)
@@ -297,6 +300,36 @@ fn liveness(world: &World) -> Vec<String> {
         }
     }
     violations
+}
+
+/// Whether Marketplace answered a record of `key` `CustomerNotSubscribed` after its
+/// buyer's entitlement was revoked: the only reason a record of an entitled buyer may
+/// end `CustomerNotSubscribed`.
+fn refused_after_revocation(world: &World, key: &awsmp_core::model::GroupKey) -> bool {
+    let revocations = world.metering.inner.revocations();
+    world
+        .metering
+        .inner
+        .not_subscribed()
+        .iter()
+        .any(|answered| {
+            answered.key == *key
+                && revocations.iter().any(|revoked| {
+                    revoked.license_arn == key.license_arn
+                        && revoked.customer_aws_account_id == key.customer_aws_account_id
+                        && answered.at >= revoked.at
+                })
+        })
+}
+
+/// A record billed by a call of ours whose answer never came back (a crash, a lost
+/// answer), re-sent after its buyer's entitlement was revoked and then answered
+/// `CustomerNotSubscribed`: nothing more can be learned by sending it again, and the
+/// record must say that it may have been billed.
+fn billed_before_revocation(world: &World, record: &awsmp_core::model::AggregatedRecord) -> bool {
+    record.status == AggregatedStatus::CustomerNotSubscribed
+        && record.possibly_billed == Some(true)
+        && refused_after_revocation(world, &record.key)
 }
 
 /// Every call Marketplace refused with an exception was refused for the dimension the

@@ -578,6 +578,26 @@ fn marketplace(sim: &Sim, clock: &ManualClock, licenses: &[&String]) -> SimMarke
     api
 }
 
+/// One schedule in four, Marketplace revokes one buyer's entitlement while the
+/// pipeline runs (their agreement ended and no lifecycle event has told the stack):
+/// that buyer's records sent from then on are answered `CustomerNotSubscribed`.
+fn revocation<'a>(stack: &'a Stack, licenses: [&'a String; 2]) -> Option<Task<'a>> {
+    if stack.sim.below(4) != 0 {
+        return None;
+    }
+    let license = licenses[stack.sim.below(2)];
+    Some(Task::new("revoke-entitlement", async move {
+        for _ in 0..stack.sim.below(120) {
+            yield_now().await;
+        }
+        stack
+            .metering
+            .inner
+            .revoke(license, ACCOUNT)
+            .unwrap_or_else(|e| panic!("revoke {license}: {e}"));
+    }))
+}
+
 /// Runs one schedule for `sim` and returns what it built.
 pub fn run(sim: Sim) -> World {
     // Mid-month, an hour before midnight on the last day of the month (the pending
@@ -804,6 +824,7 @@ pub fn run(sim: Sim) -> World {
                 stack.register_buyer(license).await;
             })
         }))
+        .chain(revocation(stack, [&l1, &l2]))
         .filter(|task| !(direct && raw_usage_stage(&task.name)))
         .collect()
     };
