@@ -17,7 +17,7 @@ use awsmp_core::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::model::Allocation;
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
-    ResolvedCustomer, VALIDATION_EXCEPTIONS,
+    ResolvedCustomer,
 };
 use tracing::instrument;
 
@@ -130,19 +130,11 @@ where
         // Dispatch failure, timeout, unreadable response: nothing was decided.
         return MeteringError::Transient(DisplayErrorContext(&err).to_string());
     };
-    let code = service.code().unwrap_or_default().to_string();
-    let message = service.message().unwrap_or_default().to_string();
-    match code.as_str() {
-        "ThrottlingException" => MeteringError::Throttled(message),
-        "DisabledApiException" => MeteringError::Disabled(message),
-        c if VALIDATION_EXCEPTIONS.contains(&c) => MeteringError::Validation {
-            name: code,
-            message,
-        },
-        // InternalServiceErrorException, and anything unexpected (auth, unknown): never
-        // bisect and never mark records; they stay pending for a later run.
-        "" => MeteringError::Transient(DisplayErrorContext(&err).to_string()),
-        _ => MeteringError::Transient(format!("{code}: {message}")),
+    // InternalServiceErrorException, and anything unexpected (auth, unknown): never
+    // bisect and never mark records; they stay pending for a later run.
+    match service.code() {
+        None | Some("") => MeteringError::Transient(DisplayErrorContext(&err).to_string()),
+        Some(code) => answer::refusal(code, service.message().unwrap_or_default()),
     }
 }
 

@@ -8,7 +8,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::ports::{MeteringRecord, RecordVerdict, UnclearAnswer};
+use crate::ports::{
+    MeteringError, MeteringRecord, RecordVerdict, UnclearAnswer, VALIDATION_EXCEPTIONS,
+};
 
 /// What identifies a record in `Results` and `UnprocessedRecords`.
 type Identity = (String, String, String, i64);
@@ -144,6 +146,23 @@ pub fn verdicts(sent: &[MeteringRecord], answer: &Answer) -> Vec<RecordVerdict> 
         .collect()
 }
 
+/// The failure a `BatchMeterUsage` call refused with exception `code` (its `__type`,
+/// the model's name) and `message` stands for: throttling and a disabled Region as
+/// such, the validation exceptions (the whole batch refused: bisect), and anything
+/// else (an internal error, auth, an exception nobody expects) transient, so that it
+/// never marks a record.
+pub fn refusal(code: &str, message: &str) -> MeteringError {
+    match code {
+        "ThrottlingException" => MeteringError::Throttled(message.to_string()),
+        "DisabledApiException" => MeteringError::Disabled(message.to_string()),
+        c if VALIDATION_EXCEPTIONS.contains(&c) => MeteringError::Validation {
+            name: code.to_string(),
+            message: message.to_string(),
+        },
+        _ => MeteringError::Transient(format!("{code}: {message}")),
+    }
+}
+
 /// The faithful answer to `sent` of a Marketplace that gave `verdicts` (in order):
 /// each result echoes its record; `Unprocessed` ones are listed in
 /// `UnprocessedRecords`. What the simulation garbles before reading it back.
@@ -193,6 +212,29 @@ mod tests {
             quantity,
             allocations: None,
         }
+    }
+
+    #[test]
+    fn refusals_map_by_exception_name() {
+        assert_eq!(
+            refusal("ThrottlingException", "slow"),
+            MeteringError::Throttled("slow".into())
+        );
+        assert_eq!(
+            refusal("DisabledApiException", "off"),
+            MeteringError::Disabled("off".into())
+        );
+        assert_eq!(
+            refusal("TimestampOutOfBoundsException", "old"),
+            MeteringError::Validation {
+                name: "TimestampOutOfBoundsException".into(),
+                message: "old".into()
+            }
+        );
+        assert!(matches!(
+            refusal("InternalServiceErrorException", "retry"),
+            MeteringError::Transient(m) if m.contains("InternalServiceErrorException")
+        ));
     }
 
     #[test]

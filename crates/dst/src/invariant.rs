@@ -1,5 +1,5 @@
-//! The conservation invariant (architecture.md §4) over the in-memory tables and
-//! Marketplace after a settled schedule: every raw row ended in exactly one terminal
+//! The conservation invariant (ARCHITECTURE.md) over the in-memory tables and the
+//! simulator's Marketplace after a settled schedule, in each metering Region: every raw row ended in exactly one terminal
 //! status, consistent with its counting claim; every aggregated record ended, holding
 //! the sum of the rows counted into it; what Marketplace billed for a group is that
 //! record's quantity; no group was ever sent with two different quantities; every
@@ -10,7 +10,9 @@
 //! ending other than billed must be explained by the schedule itself (the refused
 //! dimension, a late row for an hour already sent). And metrics are part of it: every
 //! terminal status that has a metric emitted it exactly once, and no record was
-//! reported ambiguous that was never in a call that could have billed it.
+//! reported ambiguous that was never in a call that could have billed it. Across
+//! Regions and queues: an imported line is stored only in the Region it was imported
+//! into; no work message is dead-lettered, and none that is not one is ever deleted.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DU
 use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
 
+use crate::marketplace::INVALID_DIMENSION;
 use crate::scenario::{ACCOUNT, GARBAGE, Ingested, POISON, REGION, RETENTION, World};
 use crate::sim::FaultKind;
 
@@ -179,7 +182,8 @@ pub fn check(world: &World) -> Vec<String> {
                     AggregatedStatus::Success
                         | AggregatedStatus::DuplicateRecord
                         | AggregatedStatus::SubmissionExpired
-                ) {
+                ) && !billed_before_revocation(world, &record)
+                {
                     violations.push(format!(
                         "{id}: billed but the record says {}",
                         record.status
@@ -202,6 +206,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(imports(world));
     violations.extend(queues(world));
     violations.extend(liveness(world));
+    violations.extend(refused_calls(world));
     violations.extend(metrics(world));
     if let Some(other) = &world.second {
         violations.extend(
@@ -312,8 +317,9 @@ fn ingestion(world: &World) -> Vec<String> {
 
 /// Every row written in its window was counted (or is a late row for an hour already
 /// sent), and every group was billed: the schedule's faults all end long before the
-/// window closes, and every license stays entitled. Only the refused dimension may end
-/// `Error` (the operator may define it and replay, then it bills).
+/// window closes. Only the refused dimension may end `Error` (the operator may define
+/// it and replay, then it bills), and only a record Marketplace refused after its
+/// buyer's entitlement was revoked may end `CustomerNotSubscribed`.
 fn liveness(world: &World) -> Vec<String> {
     let mut violations = Vec::new();
     // The first fault-free runs come 20 minutes after the faults end: an hour whose
@@ -358,6 +364,7 @@ fn liveness(world: &World) -> Vec<String> {
             AggregatedStatus::Success => billed,
             AggregatedStatus::DuplicateRecord => billed,
             AggregatedStatus::Error => record.key.dimension == POISON,
+            AggregatedStatus::CustomerNotSubscribed => refused_after_revocation(world, &record.key),
             AggregatedStatus::SubmissionExpired => {
                 record.quantity == 0
                     && record.status_reason.as_deref() == Some(REASON_ZERO_QUANTITY_SKIPPED)
@@ -373,6 +380,56 @@ fn liveness(world: &World) -> Vec<String> {
         }
     }
     violations
+}
+
+/// Whether Marketplace answered a record of `key` `CustomerNotSubscribed` after its
+/// buyer's entitlement was revoked: the only reason a record of an entitled buyer may
+/// end `CustomerNotSubscribed`.
+fn refused_after_revocation(world: &World, key: &awsmp_core::model::GroupKey) -> bool {
+    let revocations = world.metering.inner.revocations();
+    world
+        .metering
+        .inner
+        .not_subscribed()
+        .iter()
+        .any(|answered| {
+            answered.key == *key
+                && revocations.iter().any(|revoked| {
+                    revoked.license_arn == key.license_arn
+                        && revoked.customer_aws_account_id == key.customer_aws_account_id
+                        && answered.at >= revoked.at
+                })
+        })
+}
+
+/// A record billed by a call of ours whose answer never came back (a crash, a lost
+/// answer), re-sent after its buyer's entitlement was revoked and then answered
+/// `CustomerNotSubscribed`: nothing more can be learned by sending it again, and the
+/// record must say that it may have been billed.
+fn billed_before_revocation(world: &World, record: &awsmp_core::model::AggregatedRecord) -> bool {
+    record.status == AggregatedStatus::CustomerNotSubscribed
+        && record.possibly_billed == Some(true)
+        && refused_after_revocation(world, &record.key)
+}
+
+/// Every call Marketplace refused with an exception was refused for the dimension the
+/// schedule leaves out of the catalog; any other refusal is something the pipeline
+/// sent that AWS refuses (a record outside the 24-hour window or the month-end grace,
+/// in the future, malformed), which its own checks must have kept back.
+fn refused_calls(world: &World) -> Vec<String> {
+    world
+        .metering
+        .inner
+        .refused_calls()
+        .into_iter()
+        .filter(|refused| refused.error_type != INVALID_DIMENSION)
+        .map(|refused| {
+            format!(
+                "Marketplace refused a call of {} records at {} with {}: {}",
+                refused.record_count, refused.at, refused.error_type, refused.message
+            )
+        })
+        .collect()
 }
 
 /// Every terminal status that has a metric emitted it exactly once (retries, lost

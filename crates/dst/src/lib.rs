@@ -12,6 +12,7 @@
 pub mod cli;
 pub mod executor;
 pub mod invariant;
+pub mod marketplace;
 pub mod ports;
 pub mod queue;
 pub mod scenario;

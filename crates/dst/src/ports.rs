@@ -12,9 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use awsmp_core::answer;
 use awsmp_core::memory::{
-    AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemoryMeteringApi,
-    MemorySubscriberStore, MemoryTables, MemoryUsageStore, StoreCall, StoreOp, SubscriberDecorator,
-    UsageDecorator,
+    AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemorySubscriberStore,
+    MemoryTables, MemoryUsageStore, StoreCall, StoreOp, SubscriberDecorator, UsageDecorator,
 };
 use awsmp_core::model::{AggregatedRecord, GroupKey};
 use awsmp_core::ports::{
@@ -23,6 +22,7 @@ use awsmp_core::ports::{
 };
 use awsmp_core::time::HourBucket;
 
+use crate::marketplace::SimMarketplace;
 use crate::sim::{FaultKind, Sim, yield_now};
 
 /// Runs one store call with the simulation's faults: a yield, maybe a failure before
@@ -183,8 +183,8 @@ impl SubscriberDecorator for FaultySubscribers {
 
 /// `BatchMeterUsage` with faults, recording every quantity it was sent per group.
 pub struct FaultyMetering {
-    /// The in-memory Marketplace (its ledger is what was billed).
-    pub inner: MemoryMeteringApi,
+    /// The Marketplace (the simulator's engine; its ledger is what was billed).
+    pub inner: SimMarketplace,
     /// The simulation.
     pub sim: Sim,
     /// When the current `DisabledApiException` storm ends (it is a while, not a number
@@ -210,7 +210,7 @@ pub struct FaultyMetering {
 
 impl FaultyMetering {
     /// A wrapper around `inner`.
-    pub fn new(inner: MemoryMeteringApi, sim: Sim, clock: ManualClock) -> Self {
+    pub fn new(inner: SimMarketplace, sim: Sim, clock: ManualClock) -> Self {
         FaultyMetering {
             inner,
             sim,

@@ -20,8 +20,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::memory::{
-    ManualClock, MemoryCustomerResolver, MemoryMeteringApi, MemoryProfileStore,
-    MemorySubscriberStore, MemoryTables, RecordingMetrics, reference_row,
+    ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore, MemoryTables,
+    RecordingMetrics, reference_row,
 };
 use awsmp_core::operate::import::{
     ImportTarget, Progress, ProgressKeeper, accepts_raw_usage, check_row, one_deployment,
@@ -38,11 +38,13 @@ use awsmp_core::pipeline::submit::{
 use awsmp_core::ports::{Clock, MeteringRecord, NewUsageRow, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
+use awsmp_marketplace_sim::IdenticalRetryStatus;
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
 use crate::executor::{self, Task};
+use crate::marketplace::{INVALID_DIMENSION, SimMarketplace};
 use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage};
 use crate::queue::{QueueSettings, SimQueue};
 use crate::sim::{FaultKind, Sim, yield_now};
@@ -785,16 +787,6 @@ fn raw_usage_stage(name: &str) -> bool {
         .any(|stage| name.starts_with(stage))
 }
 
-/// One Region's Marketplace: every buyer entitled, the poison dimension refused.
-fn marketplace(licenses: &[&String]) -> MemoryMeteringApi {
-    let api = MemoryMeteringApi::new();
-    for l in licenses {
-        api.entitle(l, ACCOUNT);
-    }
-    api.reject_dimension(POISON, "InvalidUsageDimensionException");
-    api
-}
-
 /// The settings sellers deploy, the same in every Region of a schedule.
 #[derive(Clone, Copy)]
 struct Settings {
@@ -865,6 +857,55 @@ fn region_stack(
     }
 }
 
+/// Marketplace: the simulator's engine at the schedule's clock, selling [`PRODUCT`]
+/// with the dimensions the seller writes except [`POISON`] (refused until the operator
+/// defines it), every buyer of `licenses` entitled. A resend of a billed record with
+/// the same quantity is answered `Success` or `DuplicateRecord` (AWS documents both
+/// readings; the pipeline must handle either).
+fn marketplace(sim: &Sim, clock: &ManualClock, licenses: &[&String]) -> SimMarketplace {
+    let identical_retry = [
+        IdenticalRetryStatus::DuplicateRecord,
+        IdenticalRetryStatus::Success,
+    ][sim.below(2)];
+    let seed = sim.below(usize::MAX) as u64;
+    // The settings below are valid; a change that breaks them fails every schedule.
+    let api = SimMarketplace::new(
+        PRODUCT,
+        &["storage", "requests", "events", IMPORTED, POISON],
+        clock.clone(),
+        seed,
+        identical_retry,
+    )
+    .unwrap_or_else(|e| panic!("marketplace: {e}"));
+    for license in licenses {
+        api.entitle(license, ACCOUNT)
+            .unwrap_or_else(|e| panic!("entitle {license}: {e}"));
+    }
+    api.reject_dimension(POISON, INVALID_DIMENSION)
+        .unwrap_or_else(|e| panic!("refuse {POISON}: {e}"));
+    api
+}
+
+/// One schedule in four, Marketplace revokes one buyer's entitlement while the
+/// pipeline runs (their agreement ended and no lifecycle event has told the stack):
+/// that buyer's records sent from then on are answered `CustomerNotSubscribed`.
+fn revocation<'a>(stack: &'a Stack, licenses: [&'a String; 2]) -> Option<Task<'a>> {
+    if stack.sim.below(4) != 0 {
+        return None;
+    }
+    let license = licenses[stack.sim.below(2)];
+    Some(Task::new("revoke-entitlement", async move {
+        for _ in 0..stack.sim.below(120) {
+            yield_now().await;
+        }
+        stack
+            .metering
+            .inner
+            .revoke(license, ACCOUNT)
+            .unwrap_or_else(|e| panic!("revoke {license}: {e}"));
+    }))
+}
+
 /// Runs one schedule for `sim` and returns what it built.
 pub fn run(sim: Sim) -> World {
     // Mid-month, an hour before midnight on the last day of the month (the pending
@@ -884,10 +925,9 @@ pub fn run(sim: Sim) -> World {
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
     let subscribers = MemorySubscriberStore::new();
     let (l1, l2, l3) = (license(1), license(2), license(3));
-    let metering = Arc::new(
-        FaultyMetering::new(marketplace(&[&l1, &l2, &l3]), sim.clone(), clock.clone())
-            .watching(tables.clone()),
-    );
+    let api = marketplace(&sim, &clock, &[&l1, &l2, &l3]);
+    let metering =
+        Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()).watching(tables.clone()));
     // The settings sellers deploy: a lock of one to three hours, each zero policy.
     let lock =
         MeteringLockHours::new(1 + sim.below(3) as i64).unwrap_or(MeteringLockHours::DEFAULT);
@@ -925,8 +965,12 @@ pub fn run(sim: Sim) -> World {
     let second_region = (sim.below(3) == 0).then(|| {
         let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
         let metering = Arc::new(
-            FaultyMetering::new(marketplace(&[&l1, &l2, &l3]), sim.clone(), clock.clone())
-                .watching(tables.clone()),
+            FaultyMetering::new(
+                marketplace(&sim, &clock, &[&l1, &l2, &l3]),
+                sim.clone(),
+                clock.clone(),
+            )
+            .watching(tables.clone()),
         );
         let stack = region_stack(
             SECOND_REGION,
@@ -1122,6 +1166,7 @@ pub fn run(sim: Sim) -> World {
             })
         }))
         .chain(regional)
+        .chain(revocation(stack, [&l1, &l2]))
         .filter(|task| !(direct && raw_usage_stage(&task.name)))
         .collect()
     };
@@ -1189,7 +1234,11 @@ pub fn run(sim: Sim) -> World {
                     }
                 }
                 if stack.sim.below(2) == 0 {
-                    stack.metering.inner.accept_dimension(POISON);
+                    stack
+                        .metering
+                        .inner
+                        .accept_dimension(POISON)
+                        .unwrap_or_else(|e| panic!("define {POISON}: {e}"));
                     // Now and then something else (a second stack, a script) bills the
                     // refused hour first, before the replay re-sends it.
                     if stack.sim.below(2) == 0 {

@@ -146,6 +146,10 @@ impl RecordIdGenerator {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x9e37_79b9_7f4a_7c15);
+        Self::seeded(seed)
+    }
+
+    fn seeded(seed: u64) -> Self {
         Self { seed, counter: 0 }
     }
 
@@ -447,6 +451,13 @@ impl Engine {
                 operation: f.operation,
             })
             .collect()
+    }
+
+    /// Issues `MeteringRecordId`s and CloudTrail ids from `seed` from now on, so that a
+    /// caller replaying a run (a deterministic simulation) gets the same ids again.
+    pub fn seed_record_ids(&mut self, seed: u64) {
+        self.ids = RecordIdGenerator::seeded(seed);
+        self.trail_ids = RecordIdGenerator::seeded(RecordIdGenerator::mix(seed));
     }
 
     /// Drops every pending fault.
@@ -971,6 +982,16 @@ mod tests {
         let one = all.iter().next().expect("some id");
         assert_eq!(one.len(), 36);
         assert_eq!(&one[14..15], "4");
+    }
+
+    #[test]
+    fn seeded_record_ids_repeat_with_their_seed() {
+        let ids = |seed| {
+            let mut ids = RecordIdGenerator::seeded(seed);
+            (0..3).map(|_| ids.next_id()).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(7), ids(7));
+        assert_ne!(ids(7), ids(8));
     }
 
     #[test]
