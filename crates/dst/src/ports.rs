@@ -470,3 +470,29 @@ impl MeteringApi for FaultyMetering {
         Ok(answer::verdicts(records, &answer))
     }
 }
+
+/// One Lambda execution environment's clock: the simulation's, off by a fixed amount
+/// (each host keeps its own time; AWS keeps them close, not equal). Sleeping lets the
+/// simulation's time pass.
+pub struct SkewedClock {
+    clock: ManualClock,
+    skew: chrono::Duration,
+}
+
+impl SkewedClock {
+    /// `clock`, `skew` ahead (behind when negative).
+    pub fn new(clock: ManualClock, skew: chrono::Duration) -> Self {
+        SkewedClock { clock, skew }
+    }
+}
+
+#[async_trait]
+impl Clock for SkewedClock {
+    fn now(&self) -> awsmp_core::time::Instant {
+        self.clock.now() + self.skew
+    }
+
+    async fn sleep(&self, duration: Duration) {
+        self.clock.sleep(duration).await;
+    }
+}

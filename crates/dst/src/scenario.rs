@@ -45,7 +45,7 @@ use serde_json::json;
 
 use crate::executor::{self, Task};
 use crate::marketplace::{INVALID_DIMENSION, SimMarketplace};
-use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage};
+use crate::ports::{FaultyAggregated, FaultyMetering, FaultySubscribers, FaultyUsage, SkewedClock};
 use crate::queue::{QueueSettings, SimQueue};
 use crate::sim::{FaultKind, Sim, yield_now};
 
@@ -71,6 +71,8 @@ pub const IMPORTED: &str = "imported";
 const PAGE_ORIGIN: &str = "https://register.example.com";
 /// The submitter's Lambda timeout (template-main.yaml).
 const SUBMITTER_TIMEOUT_SECONDS: i64 = 240;
+/// Most an execution environment's clock is off the simulation's, in milliseconds.
+pub const MAX_CLOCK_SKEW_MS: i64 = 2000;
 /// The aggregator's Lambda timeout.
 const AGGREGATOR_TIMEOUT_SECONDS: i64 = 120;
 /// The cleanup function's Lambda timeout.
@@ -255,6 +257,12 @@ impl Stack {
         }
     }
 
+    /// The clock of the execution environment an invocation lands on: up to
+    /// [`MAX_CLOCK_SKEW_MS`] off the simulation's, either way.
+    fn lambda_clock(&self) -> Arc<dyn Clock> {
+        skewed(&self.sim, &self.clock)
+    }
+
     /// The event time of a scheduled run: now, or (a retried schedule) minutes ago.
     fn invocation_time(&self, name: &str) -> Instant {
         let now = self.clock.now();
@@ -275,7 +283,7 @@ impl Stack {
             work_queue: Arc::new(self.work.clone()),
             deprovision_queue: Arc::new(self.deprovision.clone()),
             metrics: Arc::new(self.metrics.clone()),
-            clock: Arc::new(self.clock.clone()),
+            clock: self.lambda_clock(),
         };
         let _ = discover(now, &self.discover_settings(), &ports, Budget::UNLIMITED).await;
     }
@@ -289,7 +297,7 @@ impl Stack {
             subscribers: self.subscribers.clone(),
             metering: self.metering.clone(),
             metrics: Arc::new(self.metrics.clone()),
-            clock: Arc::new(self.clock.clone()),
+            clock: self.lambda_clock(),
         };
         let deadline = self.clock.now() + chrono::Duration::seconds(SUBMITTER_TIMEOUT_SECONDS);
         self.sim.set_deadline(deadline);
@@ -317,7 +325,7 @@ impl Stack {
                 usage: self.usage.clone(),
                 aggregated: self.aggregated.clone(),
                 cleanup_queue: Arc::new(self.cleanup_queue.clone()),
-                clock: Arc::new(self.clock.clone()),
+                clock: self.lambda_clock(),
             },
         };
         let event = self.invocation(&batch, queue, AGGREGATOR_TIMEOUT_SECONDS);
@@ -338,7 +346,7 @@ impl Stack {
             ports: CleanupPorts {
                 usage: self.usage.clone(),
                 metrics: Arc::new(self.metrics.clone()),
-                clock: Arc::new(self.clock.clone()),
+                clock: self.lambda_clock(),
             },
         };
         let event = self.invocation(&batch, &self.cleanup_queue, CLEANUP_TIMEOUT_SECONDS);
@@ -787,6 +795,16 @@ fn raw_usage_stage(name: &str) -> bool {
         .any(|stage| name.starts_with(stage))
 }
 
+/// A function's clock for the whole schedule: up to [`MAX_CLOCK_SKEW_MS`] off.
+fn skewed(sim: &Sim, clock: &ManualClock) -> Arc<dyn Clock> {
+    let spread = 2 * MAX_CLOCK_SKEW_MS as usize + 1;
+    let skew = sim.below(spread) as i64 - MAX_CLOCK_SKEW_MS;
+    Arc::new(SkewedClock::new(
+        clock.clone(),
+        chrono::Duration::milliseconds(skew),
+    ))
+}
+
 /// The settings sellers deploy, the same in every Region of a schedule.
 #[derive(Clone, Copy)]
 struct Settings {
@@ -840,14 +858,14 @@ fn region_stack(
                 subscribers_table: "subscribers".into(),
             }),
             subscribers: subscription_store.clone(),
-            clock: Arc::new(clock.clone()),
+            clock: skewed(sim, clock),
         },
         deprovision_cleanup: awsmp_deprovision_cleanup::State {
             config: Arc::new(awsmp_deprovision_cleanup::Config {
                 subscribers_table: "subscribers".into(),
             }),
             subscribers: subscription_store,
-            clock: Arc::new(clock.clone()),
+            clock: skewed(sim, clock),
         },
         register,
         registrations: Mutex::new(Vec::new()),
