@@ -59,6 +59,7 @@ pub fn run(
         };
         // A task that has started may die before its next port call; one whose Lambda
         // timeout passed while it was stalled is dead already.
+        sim.set_current(id);
         if sim.take_killed(id)
             || (crashes && stats.steps > 0 && sim.fault(FaultKind::Crash, &task.name))
         {

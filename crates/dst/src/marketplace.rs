@@ -55,6 +55,9 @@ pub struct LedgerEntry {
     pub metering_record_id: String,
     /// When it was billed (simulation time).
     pub billed_at: Instant,
+    /// The billed allocations: quantity per tag set (its `(key, value)` pairs sorted);
+    /// empty when none were sent.
+    pub allocations: BTreeMap<Vec<(String, String)>, i64>,
 }
 
 /// A record Marketplace answered `CustomerNotSubscribed`, and when.
@@ -228,6 +231,22 @@ impl SimMarketplace {
                     product_code: billed.product_code,
                     metering_record_id: billed.metering_record_id,
                     billed_at: billed.billed_at,
+                    allocations: billed
+                        .allocations
+                        .iter()
+                        .map(|a| {
+                            let mut tags: Vec<(String, String)> = a
+                                .tags
+                                .iter()
+                                .map(|t| (t.key.clone(), t.value.clone()))
+                                .collect();
+                            tags.sort();
+                            (tags, i64::from(a.allocated_usage_quantity))
+                        })
+                        .fold(BTreeMap::new(), |mut all, (tags, quantity)| {
+                            *all.entry(tags).or_insert(0) += quantity;
+                            all
+                        }),
                 };
                 (key, entry)
             })

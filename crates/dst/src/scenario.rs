@@ -127,7 +127,7 @@ pub struct World {
     pub faults_end: Instant,
     /// What the seller's service was answered for each usage event it recorded
     /// through the ingestion port: (license, event id, quantity, answer).
-    pub ingested: Vec<(String, String, i64, Ingested)>,
+    pub ingested: Vec<Event>,
     /// This world's metering Region.
     pub region: &'static str,
     /// The second metering Region's world, when the schedule deploys one.
@@ -153,6 +153,24 @@ pub struct Import {
     pub done: bool,
     /// The deployment refused raw usage (direct-submit): nothing may be written.
     pub refused: bool,
+}
+
+/// The `team` tags the seller's service allocates usage to.
+const TEAMS: [&str; 2] = ["search", "ads"];
+
+/// One usage event the seller's service recorded, and the answer it got.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// License.
+    pub license: String,
+    /// Its event id.
+    pub event_id: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// The `team` tag its whole quantity is allocated to, if any.
+    pub team: Option<&'static str>,
+    /// The answer.
+    pub answer: Ingested,
 }
 
 /// The answer an ingestion write got.
@@ -190,7 +208,7 @@ struct Stack {
     deprovision_cleanup: awsmp_deprovision_cleanup::State,
     register: awsmp_register::State,
     registrations: Mutex<Vec<(String, u16)>>,
-    ingested: Mutex<Vec<(String, String, i64, Ingested)>>,
+    ingested: Mutex<Vec<Event>>,
     /// The License Deprovisioned event of the run (redelivered while settling, as SQS
     /// redelivers a message whose handler died).
     deprovisioned: Mutex<Option<(String, Instant)>>,
@@ -435,13 +453,26 @@ impl Stack {
     /// now and then a buggy client reuses an id for other usage, which must be refused.
     async fn record_events(&self, license_arn: &str) {
         let events = 1 + self.sim.below(4);
+        // Vendor-metered tagging, or none: a seller tags every event or none (a group
+        // mixing both is refused, `MixedAllocatedAndUnallocated`).
+        let tagged = self.sim.below(2) == 0;
         for n in 0..events {
             let quantity = 1 + i64::try_from(self.sim.below(5)).unwrap_or(0);
-            self.ingest(license_arn, &format!("evt-{n}"), quantity)
-                .await;
+            let team = tagged.then(|| TEAMS[self.sim.below(TEAMS.len())]);
+            let event = Event {
+                license: license_arn.to_string(),
+                event_id: format!("evt-{n}"),
+                quantity,
+                team,
+                answer: Ingested::Created,
+            };
+            self.ingest(event.clone()).await;
             if self.sim.below(3) == 0 {
-                self.ingest(license_arn, &format!("evt-{n}"), quantity + 1)
-                    .await;
+                self.ingest(Event {
+                    quantity: quantity + 1,
+                    ..event
+                })
+                .await;
             }
             for _ in 0..self.sim.below(10) {
                 yield_now().await;
@@ -451,10 +482,19 @@ impl Stack {
 
     /// One event through the seller's library ([`Meter`], told the stack's mode), retried
     /// (up to three times) while the store's answer is an error.
-    async fn ingest(&self, license_arn: &str, event_id: &str, quantity: i64) {
+    async fn ingest(&self, mut event: Event) {
         let store: Arc<dyn UsageStore> = self.usage.clone();
         let meter = Meter::with_store(store, PRODUCT).in_mode(self.mode());
-        let usage = Usage::new(license_arn, ACCOUNT, "events", quantity, event_id);
+        let mut usage = Usage::new(
+            &event.license,
+            ACCOUNT,
+            "events",
+            event.quantity,
+            &event.event_id,
+        );
+        if let Some(team) = event.team {
+            usage = usage.tag("team", team);
+        }
         for _ in 0..3 {
             let answer = match meter.record_at(&usage, self.clock.now()).await {
                 Ok(Recorded::Written) => Ingested::Created,
@@ -463,15 +503,11 @@ impl Stack {
                 Err(UsageError::DirectSubmit(_)) => Ingested::Refused,
                 Err(_) => continue,
             };
+            event.answer = answer;
             self.ingested
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((
-                    license_arn.to_string(),
-                    event_id.to_string(),
-                    quantity,
-                    answer,
-                ));
+                .push(event);
             return;
         }
     }

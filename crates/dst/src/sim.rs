@@ -80,6 +80,8 @@ pub struct Injected {
     pub kind: FaultKind,
     /// Where (task or operation).
     pub place: String,
+    /// The task running when it was drawn (its index in its phase).
+    pub task: usize,
 }
 
 #[derive(Debug)]
@@ -161,10 +163,12 @@ impl Sim {
         {
             return false;
         }
+        let task = state.current;
         state.injected.push(Injected {
             point,
             kind,
             place: place.to_string(),
+            task,
         });
         true
     }
