@@ -116,6 +116,8 @@ pub fn check(world: &World) -> Vec<String> {
             let told = match record.status {
                 // Never sent again: nothing of ours was billed.
                 AggregatedStatus::Error | AggregatedStatus::SubmissionExpired => true,
+                // A dry run never sends.
+                AggregatedStatus::DryRunSubmitted => world.dry_run == Some(true),
                 AggregatedStatus::DuplicateRecord => {
                     reason == Some(REASON_UNEXPECTED_DUPLICATE)
                         || (ours_may_have && reason == Some(REASON_BILLED_BY_EARLIER_ATTEMPT))
@@ -194,6 +196,11 @@ pub fn check(world: &World) -> Vec<String> {
                 violations.push(format!("{id}: Success but Marketplace billed nothing"))
             }
             None => {}
+        }
+    }
+    if world.dry_run.is_some() {
+        for key in ledger.keys().filter(|k| !rival.contains(*k)) {
+            violations.push(format!("group {key}: billed by a dry run"));
         }
     }
     for (key, quantities) in world.metering.sent() {
@@ -428,6 +435,10 @@ fn liveness(world: &World) -> Vec<String> {
             AggregatedStatus::DuplicateRecord => billed,
             AggregatedStatus::Error => record.key.dimension == POISON,
             AggregatedStatus::CustomerNotSubscribed => refused_after_revocation(world, &record.key),
+            // A dry run never sends: its test accounts' records end DryRunSubmitted, every
+            // other account's stays pending until its window closes.
+            AggregatedStatus::DryRunSubmitted => world.dry_run == Some(true),
+            AggregatedStatus::SubmissionExpired if world.dry_run == Some(false) => true,
             AggregatedStatus::SubmissionExpired => {
                 record.quantity == 0
                     && record.status_reason.as_deref() == Some(REASON_ZERO_QUANTITY_SKIPPED)

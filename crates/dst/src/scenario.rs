@@ -122,6 +122,9 @@ pub struct World {
     pub metrics: RecordingMetrics,
     /// A direct-submit stack: the seller wrote the aggregated records (no raw rows).
     pub direct: bool,
+    /// A dry run (`METERING_MODE=dry-run`): whether the buyer's account is on its
+    /// allowlist. `None`: live.
+    pub dry_run: Option<bool>,
     /// When the last fault could happen (settling began): an hour whose window closes
     /// before the first fault-free run after it may age out without a violation.
     pub faults_end: Instant,
@@ -204,6 +207,8 @@ struct Stack {
     direct: bool,
     /// `ZERO_QUANTITY_POLICY`, the same for the aggregator and the submitter.
     zero_policy: ZeroQuantityPolicy,
+    /// `METERING_MODE` with its test-account allowlist.
+    metering_mode: MeteringMode,
     subscription: awsmp_subscription::State,
     deprovision_cleanup: awsmp_deprovision_cleanup::State,
     register: awsmp_register::State,
@@ -271,7 +276,12 @@ impl Stack {
     fn submit_settings(&self) -> SubmitSettings {
         SubmitSettings {
             retention: RETENTION,
-            ..SubmitSettings::new(PRODUCT, MeteringMode::Live, self.zero_policy, self.mode())
+            ..SubmitSettings::new(
+                PRODUCT,
+                self.metering_mode.clone(),
+                self.zero_policy,
+                self.mode(),
+            )
         }
     }
 
@@ -847,6 +857,8 @@ struct Settings {
     lock: MeteringLockHours,
     direct: bool,
     zero_policy: ZeroQuantityPolicy,
+    metering_mode: &'static str,
+    allowlist: &'static str,
 }
 
 /// One Region's main stack over its `tables` and `metering`, with the events stack's
@@ -889,6 +901,16 @@ fn region_stack(
         lock: settings.lock,
         direct: settings.direct,
         zero_policy: settings.zero_policy,
+        // The same pair the submitter's config validates (a dry run needs an allowlist).
+        metering_mode: MeteringMode::from_parts(
+            settings.metering_mode,
+            &[settings.allowlist]
+                .into_iter()
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_else(|e| panic!("metering mode: {e}")),
         subscription: awsmp_subscription::State {
             config: Arc::new(awsmp_subscription::Config {
                 subscribers_table: "subscribers".into(),
@@ -999,10 +1021,19 @@ pub fn run(sim: Sim) -> World {
     let previous = current.plus_hours(-1);
 
     let profiles = MemoryProfileStore::new();
+    // One schedule in six is a dry run: nothing may be billed; the buyer's account is
+    // on the test allowlist (its records end DryRunSubmitted), or another one is.
+    let dry_run = (sim.below(6) == 0).then(|| sim.below(3) != 0);
     let settings = Settings {
         lock,
         direct,
         zero_policy,
+        metering_mode: if dry_run.is_some() { "dry-run" } else { "live" },
+        allowlist: match dry_run {
+            Some(true) => ACCOUNT,
+            Some(false) => "444455556666",
+            None => "",
+        },
     };
     let stack = region_stack(
         REGION,
@@ -1403,6 +1434,7 @@ pub fn run(sim: Sim) -> World {
             deprovisioned: vec![l3.clone()],
             metrics: other.metrics.clone(),
             direct,
+            dry_run,
             faults_end,
             ingested: Vec::new(),
             region: SECOND_REGION,
@@ -1426,6 +1458,7 @@ pub fn run(sim: Sim) -> World {
         deprovisioned: vec![l3.clone()],
         metrics: stack.metrics.clone(),
         direct,
+        dry_run,
         faults_end,
         ingested: stack
             .ingested
