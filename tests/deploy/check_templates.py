@@ -270,6 +270,12 @@ def main() -> int:
         re.search(r"NonKeyAttributes:\s*\n\s+- customerAWSAccountId\n\s+- dimension", usage_gsi) is not None,
         "usage metering_pending projects customerAWSAccountId and dimension",
     )
+    usage_props = "\n".join(section(main_t.resources["UsageTable"], "Properties", 4) or [])
+    check(
+        re.search(r"ResourcePolicy: !If\n\s+- IsFullMode\n\s+- !Ref \"AWS::NoValue\"\n\s+- PolicyDocument:", usage_props) is not None
+        and re.search(r"Effect: Deny\n\s+Principal: \"\*\"\n\s+Action:\n\s+- dynamodb:PutItem\n\s+- dynamodb:UpdateItem\n\s+- dynamodb:BatchWriteItem", usage_props) is not None,
+        "usage table refuses every write in direct-submit mode (raw usage would stay pending unbilled)",
+    )
     table(main_t, "AggregatedUsageTable", "awsmp-${ProductCode}-aggregated-usage-${StageName}", "licenseArn", "account_dimension_hour", {
         "metering_pending": ("meteringPending", "licenseArn", "ProjectionType: ALL"),
     })

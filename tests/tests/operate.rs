@@ -262,7 +262,8 @@ async fn an_import_is_checked_first_and_counted_once() {
         product_code: stack.options.product_code.clone(),
         write_valid: false,
         restart: false,
-        target: ops::import::progress_target("us-east-1", USAGE_TABLE),
+        region: "us-east-1".into(),
+        usage_table: USAGE_TABLE.into(),
     };
     let report = ops::import::import(&usage, &file, &options, stack.now())
         .await
