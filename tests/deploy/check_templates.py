@@ -342,6 +342,7 @@ def main() -> int:
         "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
         "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem", "LateUsageAfterSubmission",
+        "AmbiguousSubmission",
     ]:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:

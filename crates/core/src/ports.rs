@@ -933,7 +933,7 @@ pub mod metric {
     /// something else billed the hour, perhaps with another quantity (alarm).
     pub const UNEXPECTED_DUPLICATE_RECORD: &str = "UnexpectedDuplicateRecord";
     /// A send whose outcome is unknown (the call may have billed): the record is
-    /// re-sent with exactly the same quantity until a definite answer.
+    /// re-sent with exactly the same quantity until a definite answer (alarm).
     pub const AMBIGUOUS_SUBMISSION: &str = "AmbiguousSubmission";
     /// A run that could not do all it should (unreadable index, store failure,
     /// deadline with work left): dimension `Function` (alarm).
