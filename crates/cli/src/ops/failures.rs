@@ -63,6 +63,17 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
                     ));
                 }
             }
+            let billed: Vec<&str> = found
+                .iter()
+                .filter(|f| f.possibly_billed)
+                .map(|f| f.key.as_str())
+                .collect();
+            if !billed.is_empty() {
+                out.push_str(&format!(
+                    "possibly billed already (a call of ours may have billed them before they ended so; its answer was lost or unclear): {}. Check awsmp reconcile before settling any of them outside metering, or the buyer may pay twice\n",
+                    billed.join(", ")
+                ));
+            }
             if found.iter().any(|f| f.replayable) {
                 out.push_str("replay a fixed record: awsmp replay '<license>|<account>|<dimension>|<hour>' (or --failed-since HOUR)\n");
             }

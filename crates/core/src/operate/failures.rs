@@ -36,6 +36,9 @@ pub struct Failure {
     pub remedy: String,
     /// Whether `awsmp replay` would send it again now.
     pub replayable: bool,
+    /// A call of ours may have billed the record before it ended so (its answer was
+    /// lost or unclear): settling it outside metering could bill the buyer twice.
+    pub possibly_billed: bool,
 }
 
 /// Every failure of usage hours from `since` on (unreadable items always), records
@@ -72,6 +75,7 @@ pub fn failures(
             hour: Some(record.key.hour),
             quantity: Some(record.quantity_to_send()),
             replayable: check_replay(record, now).is_ok(),
+            possibly_billed: record.may_have_been_billed(),
         });
     }
     for item in unreadable {
@@ -87,6 +91,7 @@ pub fn failures(
             quantity: None,
             remedy: "the aggregated item cannot be read as a record: fix or delete it".into(),
             replayable: false,
+            possibly_billed: false,
         });
     }
     for row in rows {
@@ -116,6 +121,7 @@ pub fn failures(
             hour,
             quantity: row_quantity(row),
             replayable: false,
+            possibly_billed: false,
         });
     }
     out
@@ -165,5 +171,40 @@ mod tests {
         assert!(!found[1].replayable);
         let later = failures(&[], &[], &[], "2026-11-30T12".parse().unwrap(), now);
         assert!(later.is_empty());
+    }
+
+    /// GIVEN a record answered CustomerNotSubscribed after an earlier send of ours may
+    /// have billed it WHEN failures are listed THEN it says so (settling it outside
+    /// metering could bill the buyer twice); one never sent does not.
+    #[test]
+    fn a_failure_an_earlier_send_may_have_billed_says_so() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let mut sent = crate::operate::test_record(
+            "Api",
+            "2026-11-30T10",
+            AggregatedStatus::CustomerNotSubscribed,
+            4,
+            None,
+        );
+        sent.sent_quantity = Some(4);
+        sent.possibly_billed = Some(true);
+        // A definite answer to our only send stores possiblyBilled = false.
+        let mut never = crate::operate::test_record(
+            "Api",
+            "2026-11-30T11",
+            AggregatedStatus::CustomerNotSubscribed,
+            2,
+            None,
+        );
+        never.possibly_billed = Some(false);
+        let found = failures(
+            &[],
+            &[sent, never],
+            &[],
+            "2026-11-30T00".parse().unwrap(),
+            now,
+        );
+        let billed: Vec<bool> = found.iter().map(|f| f.possibly_billed).collect();
+        assert_eq!(billed, [true, false]);
     }
 }
