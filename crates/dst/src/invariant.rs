@@ -220,7 +220,7 @@ pub fn check(world: &World) -> Vec<String> {
         violations.extend(
             check(other)
                 .into_iter()
-                .map(|v| format!("{}: {v}", other.region)),
+                .map(|v| format!("{} {}: {v}", other.product, other.region)),
         );
     }
     violations
@@ -271,7 +271,8 @@ fn imports(world: &World) -> Vec<String> {
                     .map(|r| quantity(&r.attrs))
                     .collect();
                 let id = format!("imported {event_id} into {}", import.region);
-                let here = w.region == import.region && !import.refused;
+                let here =
+                    w.region == import.region && w.product == import.product && !import.refused;
                 match (here, import.done, stored.as_slice()) {
                     (false, _, []) | (true, false, _) => {}
                     (true, true, [q]) if q == sent => {}

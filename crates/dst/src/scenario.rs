@@ -5,8 +5,9 @@
 //! stale times, the subscription handler, deprovision-cleanup, and buyers registering
 //! through the register handler while their lifecycle events land, the seller's service
 //! recording events through `awsmp_usage::Meter`, the operator importing usage files),
-//! now and then a second metering Region with its own pipeline and Marketplace over the
-//! same subscribers table, then a fault-free settling phase that runs the pipeline past
+//! now and then a second main stack (the product's second metering Region, or another
+//! product in the same Region) with its own pipeline and Marketplace over the same
+//! subscribers table, then a fault-free settling phase that runs the pipeline past
 //! the 24-hour window.
 
 use std::sync::Arc;
@@ -51,6 +52,9 @@ use crate::sim::{FaultKind, Sim, yield_now};
 
 /// The stack's product.
 pub const PRODUCT: &str = "prod-sim";
+/// Another product of the same seller, with its own main stack in the same Region and
+/// the same events stack (subscribers table).
+pub const SECOND_PRODUCT: &str = "prod-two";
 /// The buyer account.
 pub const ACCOUNT: &str = "111122223333";
 /// The dimension Marketplace rejects (`InvalidUsageDimensionException`).
@@ -133,6 +137,8 @@ pub struct World {
     pub ingested: Vec<Event>,
     /// This world's metering Region.
     pub region: &'static str,
+    /// This world's product.
+    pub product: &'static str,
     /// The second metering Region's world, when the schedule deploys one.
     pub second: Option<Box<World>>,
     /// The usage files the operator imported.
@@ -150,6 +156,8 @@ pub struct World {
 pub struct Import {
     /// The Region of the one deployment it was imported into.
     pub region: &'static str,
+    /// That deployment's product.
+    pub product: &'static str,
     /// Its lines: license, event id, quantity.
     pub lines: Vec<(String, String, i64)>,
     /// An import of it reported done (every line written or already written).
@@ -192,6 +200,8 @@ pub enum Ingested {
 struct Stack {
     /// The metering Region.
     region: &'static str,
+    /// The product it meters.
+    product: &'static str,
     sim: Sim,
     clock: ManualClock,
     usage: Arc<FaultyUsage>,
@@ -235,13 +245,13 @@ impl Stack {
     fn discover_settings(&self) -> DiscoverSettings {
         DiscoverSettings {
             retention: RETENTION,
-            ..DiscoverSettings::new(PRODUCT, self.lock)
+            ..DiscoverSettings::new(self.product, self.lock)
         }
     }
 
     fn aggregate_settings(&self) -> AggregateSettings {
         AggregateSettings {
-            product_code: PRODUCT.to_string(),
+            product_code: self.product.to_string(),
             lock: self.lock,
             zero_policy: self.zero_policy,
             retention: RETENTION,
@@ -277,7 +287,7 @@ impl Stack {
         SubmitSettings {
             retention: RETENTION,
             ..SubmitSettings::new(
-                PRODUCT,
+                self.product,
                 self.metering_mode.clone(),
                 self.zero_policy,
                 self.mode(),
@@ -439,7 +449,7 @@ impl Stack {
         let _ = awsmp_subscription::handler(
             &self.subscription,
             LambdaEvent::new(
-                lifecycle_event(detail_type, license_arn, time),
+                lifecycle_event(self.product, detail_type, license_arn, time),
                 Context::default(),
             ),
         )
@@ -502,7 +512,7 @@ impl Stack {
     /// (up to three times) while the store's answer is an error.
     async fn ingest(&self, mut event: Event) {
         let store: Arc<dyn UsageStore> = self.usage.clone();
-        let meter = Meter::with_store(store, PRODUCT).in_mode(self.mode());
+        let meter = Meter::with_store(store, self.product).in_mode(self.mode());
         let mut usage = Usage::new(
             &event.license,
             ACCOUNT,
@@ -614,6 +624,7 @@ async fn operator_imports(stacks: &[&Stack], hour: HourBucket) -> Vec<Import> {
         };
         let mut import = Import {
             region,
+            product: stack.product,
             lines: rows
                 .iter()
                 .map(|(_, r)| (r.license_arn.clone(), r.event_id.clone(), r.quantity))
@@ -625,7 +636,7 @@ async fn operator_imports(stacks: &[&Stack], hour: HourBucket) -> Vec<Import> {
             let target = ImportTarget::new(region, "usage", content.as_bytes());
             for _ in 0..4 {
                 let now = stack.clock.now();
-                let ctx = GuardrailContext::new(now, PRODUCT.to_string());
+                let ctx = GuardrailContext::new(now, stack.product.to_string());
                 if rows.iter().any(|(_, r)| check_row(r, &ctx, now).is_err()) {
                     break;
                 }
@@ -674,7 +685,7 @@ fn settle_batch<E>(queue: &SimQueue, batch: &[(u64, String)], answer: Result<Sqs
 }
 
 /// An SQS batch holding one Marketplace lifecycle event.
-fn lifecycle_event(detail_type: &str, license_arn: &str, time: Instant) -> SqsEvent {
+fn lifecycle_event(product: &str, detail_type: &str, license_arn: &str, time: Instant) -> SqsEvent {
     let event = json!({
         "version": "0",
         "id": format!("{detail_type}-{license_arn}-{}", time.timestamp()),
@@ -686,7 +697,7 @@ fn lifecycle_event(detail_type: &str, license_arn: &str, time: Instant) -> SqsEv
         "resources": [],
         "detail": {
             "agreement": {"id": format!("agmt-{}", &license_arn[license_arn.len() - 4..])},
-            "product": {"code": PRODUCT},
+            "product": {"code": product},
             "license": {"arn": license_arn},
             "acceptor": {"accountId": ACCOUNT}
         }
@@ -810,7 +821,7 @@ fn row_at(sim: &Sim, license: &str, dimension: &'static str, hour: HourBucket, n
 /// Writes the seller's usage: a raw row; or, in direct-submit mode, the hour's total in
 /// the aggregated table, created or updated in place (quantity only, while pending) as
 /// a seller's `PutItem` / `UpdateItem` would.
-fn write(tables: &MemoryTables, row: &Row, direct: bool) {
+fn write(tables: &MemoryTables, product: &str, row: &Row, direct: bool) {
     if !direct {
         tables.insert_raw_row(reference_row(
             &row.license,
@@ -836,7 +847,7 @@ fn write(tables: &MemoryTables, row: &Row, direct: bool) {
             tables.update_aggregated_quantity(&key, stored.quantity + row.quantity);
         }
         None => tables.insert_aggregated(
-            awsmp_core::memory::fixtures::pending_record(key, PRODUCT, row.quantity, 0),
+            awsmp_core::memory::fixtures::pending_record(key, product, row.quantity, 0),
             row.timestamp,
         ),
     }
@@ -873,7 +884,7 @@ struct Settings {
 /// subscribers table (shared by every Region) and handlers.
 #[allow(clippy::too_many_arguments)]
 fn region_stack(
-    region: &'static str,
+    (region, product): (&'static str, &'static str),
     sim: &Sim,
     clock: &ManualClock,
     tables: &MemoryTables,
@@ -893,6 +904,7 @@ fn region_stack(
     );
     Stack {
         region,
+        product,
         sim: sim.clone(),
         clock: clock.clone(),
         usage: Arc::new(FaultyUsage::new(tables.usage_store(), sim.clone())),
@@ -946,7 +958,12 @@ fn region_stack(
 /// defines it), every buyer of `licenses` entitled. A resend of a billed record with
 /// the same quantity is answered `Success` or `DuplicateRecord` (AWS documents both
 /// readings; the pipeline must handle either).
-fn marketplace(sim: &Sim, clock: &ManualClock, licenses: &[&String]) -> SimMarketplace {
+fn marketplace(
+    sim: &Sim,
+    clock: &ManualClock,
+    product: &str,
+    licenses: &[&String],
+) -> SimMarketplace {
     let identical_retry = [
         IdenticalRetryStatus::DuplicateRecord,
         IdenticalRetryStatus::Success,
@@ -954,7 +971,7 @@ fn marketplace(sim: &Sim, clock: &ManualClock, licenses: &[&String]) -> SimMarke
     let seed = sim.below(usize::MAX) as u64;
     // The settings below are valid; a change that breaks them fails every schedule.
     let api = SimMarketplace::new(
-        PRODUCT,
+        product,
         &["storage", "requests", "events", IMPORTED, POISON],
         clock.clone(),
         seed,
@@ -1009,7 +1026,7 @@ pub fn run(sim: Sim) -> World {
     let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
     let subscribers = MemorySubscriberStore::new();
     let (l1, l2, l3) = (license(1), license(2), license(3));
-    let api = marketplace(&sim, &clock, &[&l1, &l2, &l3]);
+    let api = marketplace(&sim, &clock, PRODUCT, &[&l1, &l2, &l3]);
     let metering =
         Arc::new(FaultyMetering::new(api, sim.clone(), clock.clone()).watching(tables.clone()));
     // The settings sellers deploy: a lock of one to three hours, each zero policy.
@@ -1044,7 +1061,7 @@ pub fn run(sim: Sim) -> World {
         },
     };
     let stack = region_stack(
-        REGION,
+        (REGION, PRODUCT),
         &sim,
         &clock,
         &tables,
@@ -1055,18 +1072,26 @@ pub fn run(sim: Sim) -> World {
     );
     // One schedule in three also deploys a second metering Region: its own pipeline and
     // Marketplace, the same subscribers table.
+    // Or, as often, a second product's main stack in the same Region, over the same
+    // events stack: its own buyer (l4), tables, pipeline and Marketplace records.
+    let l4 = license(4);
     let second_region = (sim.below(3) == 0).then(|| {
+        let (deployment, buyers) = if sim.below(2) == 0 {
+            ((SECOND_REGION, PRODUCT), vec![&l1, &l2, &l3])
+        } else {
+            ((REGION, SECOND_PRODUCT), vec![&l4])
+        };
         let tables = MemoryTables::with_page_size([2, 10, 100][sim.below(3)]);
         let metering = Arc::new(
             FaultyMetering::new(
-                marketplace(&sim, &clock, &[&l1, &l2, &l3]),
+                marketplace(&sim, &clock, deployment.1, &buyers),
                 sim.clone(),
                 clock.clone(),
             )
             .watching(tables.clone()),
         );
         let stack = region_stack(
-            SECOND_REGION,
+            deployment,
             &sim,
             &clock,
             &tables,
@@ -1096,13 +1121,19 @@ pub fn run(sim: Sim) -> World {
         rows.push(row_at(&sim, &l3, "requests", current, n));
     }
     for row in &rows {
-        write(&tables, row, direct);
+        write(&tables, PRODUCT, row, direct);
     }
     // The second Region meters some of the first buyer's usage too (its own groups:
     // Marketplace deduplicates per Region).
-    if let Some((_, tables)) = &second_region {
+    if let Some((other, tables)) = &second_region {
+        let buyer = if other.product == PRODUCT { &l1 } else { &l4 };
         for n in 0..(1 + sim.below(3)) {
-            write(tables, &row_at(&sim, &l1, "requests", h_new, n), direct);
+            write(
+                tables,
+                other.product,
+                &row_at(&sim, buyer, "requests", h_new, n),
+                direct,
+            );
         }
     }
     let second_stack = second_region.as_ref().map(|(stack, _)| stack);
@@ -1132,7 +1163,7 @@ pub fn run(sim: Sim) -> World {
     }
     // License Updated for every buyer, applied before the run.
     let activated = start - chrono::Duration::hours(5);
-    let setup: Vec<Task<'_>> = [&l1, &l2, &l3]
+    let mut setup: Vec<Task<'_>> = [&l1, &l2, &l3]
         .into_iter()
         .map(|l| {
             let stack = &stack;
@@ -1142,6 +1173,17 @@ pub fn run(sim: Sim) -> World {
             )
         })
         .collect();
+    // The other product's buyer, through the same events stack.
+    if let Some(other) = second_region
+        .as_ref()
+        .map(|(other, _)| other)
+        .filter(|other| other.product != PRODUCT)
+    {
+        setup.push(Task::new(
+            "license-updated",
+            other.lifecycle("License Updated - Manufacturer", &l4, activated),
+        ));
+    }
     sim.faults_off();
     executor::run(&sim, setup, false, MAX_STEPS, &|_| {});
     sim.faults_on();
@@ -1179,7 +1221,10 @@ pub fn run(sim: Sim) -> World {
         }
         vec![
             Task::new("importer", async move {
-                let stacks: Vec<&Stack> = std::iter::once(stack).chain(second_stack).collect();
+                // The operator's deployments of this product: one or two Regions.
+                let stacks: Vec<&Stack> = std::iter::once(stack)
+                    .chain(second_stack.filter(|other| other.product == PRODUCT))
+                    .collect();
                 let done = operator_imports(&stacks, h_new).await;
                 imports
                     .lock()
@@ -1192,7 +1237,7 @@ pub fn run(sim: Sim) -> World {
                     stack
                         .clock
                         .advance(Duration::from_secs(stack.sim.below(90) as u64));
-                    write(tables, row, stack.direct);
+                    write(tables, PRODUCT, row, stack.direct);
                 }
             }),
             Task::new("seller-api", async move {
@@ -1305,7 +1350,7 @@ pub fn run(sim: Sim) -> World {
                     for _ in 0..stack.sim.below(20) {
                         yield_now().await;
                     }
-                    write(tables, row, stack.direct);
+                    write(tables, PRODUCT, row, stack.direct);
                 }
             }),
             Task::new("discoverer#3", async move {
@@ -1445,7 +1490,8 @@ pub fn run(sim: Sim) -> World {
             dry_run,
             faults_end,
             ingested: Vec::new(),
-            region: SECOND_REGION,
+            region: other.region,
+            product: other.product,
             second: None,
             imports: Vec::new(),
             queued: other.queued(),
@@ -1474,6 +1520,7 @@ pub fn run(sim: Sim) -> World {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone(),
         region: REGION,
+        product: PRODUCT,
         queued: stack.queued(),
         dead_letters: stack.dead_letters(),
         garbage_sent,
