@@ -17,7 +17,9 @@
 use std::collections::BTreeMap;
 
 use awsmp_core::items::expiry_of;
-use awsmp_core::model::{AggregatedStatus, Attr, ReasonCode, SubscriptionStatus, attr};
+use awsmp_core::model::{
+    AggregatedStatus, Attr, RawUsageRow, ReasonCode, SubscriptionStatus, attr,
+};
 use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DUPLICATE};
 use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
@@ -37,6 +39,20 @@ fn quantity(attrs: &BTreeMap<String, Attr>) -> i64 {
         Some(Attr::N(n)) => n.parse().unwrap_or(0),
         _ => 0,
     }
+}
+
+/// The usage rows (not the event-id markers) of `license` written with `event_id`.
+fn rows_of_event<'a>(
+    rows: &'a [RawUsageRow],
+    license: &'a str,
+    event_id: &str,
+) -> impl Iterator<Item = &'a RawUsageRow> {
+    let suffix = format!("#{event_id}");
+    rows.iter().filter(move |r| {
+        r.license_arn == license
+            && !r.sort_key.starts_with("event#")
+            && r.sort_key.ends_with(&suffix)
+    })
 }
 
 /// Every violation found (empty when the invariant holds).
@@ -263,11 +279,7 @@ fn imports(world: &World) -> Vec<String> {
         for w in &worlds {
             let rows = w.tables.raw_rows();
             for (license, event_id, sent) in &import.lines {
-                let suffix = format!("#{event_id}");
-                let stored: Vec<i64> = rows
-                    .iter()
-                    .filter(|r| r.license_arn == *license && !r.sort_key.starts_with("event#"))
-                    .filter(|r| r.sort_key.ends_with(&suffix))
+                let stored: Vec<i64> = rows_of_event(&rows, license, event_id)
                     .map(|r| quantity(&r.attrs))
                     .collect();
                 let id = format!("imported {event_id} into {}", import.region);
@@ -324,13 +336,8 @@ fn allocations(world: &World) -> Vec<String> {
             {
                 continue;
             }
-            let suffix = format!("#{}", event.event_id);
-            let counted = rows.iter().any(|r| {
-                r.license_arn == event.license
-                    && !r.sort_key.starts_with("event#")
-                    && r.sort_key.ends_with(&suffix)
-                    && text(&r.attrs, attr::AGGREGATED_INTO) == Some(into.as_str())
-            });
+            let counted = rows_of_event(&rows, &event.license, &event.event_id)
+                .any(|r| text(&r.attrs, attr::AGGREGATED_INTO) == Some(into.as_str()));
             if counted {
                 *once
                     .entry(vec![("team".to_string(), team.to_string())])
@@ -361,11 +368,7 @@ fn ingestion(world: &World) -> Vec<String> {
             &event.quantity,
             &event.answer,
         );
-        let suffix = format!("#{event_id}");
-        let stored: Vec<i64> = rows
-            .iter()
-            .filter(|r| r.license_arn == *license && !r.sort_key.starts_with("event#"))
-            .filter(|r| r.sort_key.ends_with(&suffix))
+        let stored: Vec<i64> = rows_of_event(&rows, license, event_id)
             .map(|r| quantity(&r.attrs))
             .collect();
         let id = format!("event {event_id} of {license}");
