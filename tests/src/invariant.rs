@@ -1,4 +1,4 @@
-//! The conservation invariant (architecture.md §4) checked over the stored tables and
+//! The conservation invariant (ARCHITECTURE.md: status transitions) checked over the stored tables and
 //! the simulator's ledger: every raw row ends in exactly one terminal status; the
 //! quantity billed for a group equals the sum of its counted rows; no group is ever
 //! submitted with two different quantities; nothing is billed twice.

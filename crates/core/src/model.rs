@@ -338,7 +338,7 @@ string_enum! {
         Success,
         /// Marketplace already had a record for this group and hour (first write wins).
         DuplicateRecord,
-        /// The license cannot be metered (final, see architecture.md §5).
+        /// The license cannot be metered (final, see ARCHITECTURE.md: status transitions).
         CustomerNotSubscribed,
         /// A request-level exception isolated to this record; reason holds its name.
         Error,
@@ -455,7 +455,7 @@ pub struct AggregatedRecord {
     #[serde(default)]
     pub claim_id: Option<String>,
     /// The quantity a send may already have billed; once set, no more folds and every
-    /// re-send carries exactly this quantity (architecture.md §7, ambiguous outcomes).
+    /// re-send carries exactly this quantity (ARCHITECTURE.md: aggregation commit).
     #[serde(default)]
     pub sent_quantity: Option<i64>,
     /// `possiblyBilled` as stored: whether a call of ours may have billed the record

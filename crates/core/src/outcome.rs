@@ -1,5 +1,6 @@
 //! Mapping of one record's `BatchMeterUsage` result to its aggregated row's next state,
-//! the metric it emits and what the run does next (architecture.md §5 and §7), plus
+//! the metric it emits and what the run does next (ARCHITECTURE.md:
+//! status transitions, aggregation commit), plus
 //! the full-jitter backoff between retries. Pure: no I/O, randomness passed in.
 //!
 //! | result | next row state | metric (per record) | run |
@@ -93,7 +94,7 @@ pub struct Outcome {
 
 /// Whether `CustomerNotSubscribed` is final for a license: the subscribers row exists
 /// and License Updated has set its `subscriptionStatus` (any value). Without that the
-/// buyer may simply not be activated yet, so the record stays pending (architecture.md §5).
+/// buyer may simply not be activated yet, so the record stays pending (ARCHITECTURE.md: status transitions).
 pub fn subscription_known(subscriber: Option<&Subscriber>) -> bool {
     subscriber.is_some_and(|row| row.subscription_status.is_some())
 }
@@ -152,7 +153,7 @@ impl EarlierSends {
 
 /// Whether this send reached Marketplace's processing of the record, so its quantity
 /// is the group's from now on (a record once sent is never folded into again,
-/// architecture.md §4): it may have billed ([`may_have_billed`]), or Marketplace
+/// ARCHITECTURE.md: status transitions): it may have billed ([`may_have_billed`]), or Marketplace
 /// answered it (`CustomerNotSubscribed` kept pending before activation). Throttling,
 /// `DisabledApiException`, `UnprocessedRecords`, a bisection's depth cap and a stop
 /// before the record's call leave it unprocessed: it may still take late rows.

@@ -895,7 +895,7 @@ impl Run<'_> {
     }
 
     /// The subscribers row of the record's license and account (cached per run): it
-    /// decides whether `CustomerNotSubscribed` is final (architecture.md §5).
+    /// decides whether `CustomerNotSubscribed` is final (ARCHITECTURE.md: status transitions).
     async fn subscriber(&mut self, key: &GroupKey) -> Result<Option<Subscriber>, RunError> {
         let cache_key = (key.license_arn.clone(), key.customer_aws_account_id.clone());
         if let Some(row) = self.subscribers.get(&cache_key) {
