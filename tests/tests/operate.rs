@@ -15,10 +15,10 @@ use awsmp_cli::deployment::DeploymentArgs;
 use awsmp_cli::ops;
 use awsmp_cli::output::Format;
 use awsmp_core::model::{AggregatedStatus, attr};
-use awsmp_core::operate::license::ChainFilter;
 use awsmp_core::ports::AggregatedStore;
 use awsmp_e2e::{AGGREGATED_TABLE, USAGE_TABLE, license};
 use awsmp_marketplace_sim::ProductSeed;
+use awsmp_operate::license::ChainFilter;
 use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";

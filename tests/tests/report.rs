@@ -18,8 +18,8 @@ use std::process::Command;
 use awsmp_aws::DynamoOperatorStore;
 use awsmp_cli::ops;
 use awsmp_cli::output::Format;
-use awsmp_core::operate::report::{RegionReport, ReportPage};
 use awsmp_e2e::{AGGREGATED_TABLE, USAGE_TABLE, license};
+use awsmp_operate::report::{RegionReport, ReportPage};
 use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";

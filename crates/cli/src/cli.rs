@@ -7,9 +7,9 @@ use awsmp_aws::{
     DynamoAggregatedStore, DynamoOperatorStore, DynamoSubscriberStore, DynamoUsageStore,
 };
 use awsmp_core::model::GroupKey;
-use awsmp_core::operate::license::ChainFilter;
 use awsmp_core::ports::SubscriberStore;
 use awsmp_core::time::HourBucket;
+use awsmp_operate::license::ChainFilter;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{CommandError, UsagePut, inspect, parse_tag, usage_put};
@@ -517,13 +517,13 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
             }
             let mut regions = Vec::new();
             for s in stores(deployment).await? {
-                regions.push(awsmp_core::operate::report::RegionReport {
+                regions.push(awsmp_operate::report::RegionReport {
                     series: ops::report::read(&s.operator, now, hours).await?,
                     region: s.deployment.region,
                     stack: s.deployment.stack,
                 });
             }
-            let page = awsmp_core::operate::report::ReportPage {
+            let page = awsmp_operate::report::ReportPage {
                 product_code: deployment.product_code.clone(),
                 stage: deployment.stage.clone(),
                 generated: now,

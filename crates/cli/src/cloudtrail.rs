@@ -17,10 +17,10 @@ use aws_sdk_cloudtrail::Client;
 use aws_sdk_cloudtrail::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudtrail::primitives::DateTime;
 use aws_sdk_cloudtrail::types::{LookupAttribute, LookupAttributeKey};
-use awsmp_core::reconcile::{
+use awsmp_core::time::Instant;
+use awsmp_operate::reconcile::{
     EVENT_NAME, MAX_RESULTS, RawTrailEvent, TrailError, TrailEvents, TrailPage,
 };
-use awsmp_core::time::Instant;
 
 /// The least time between two `LookupEvents` calls of one adapter (the API allows
 /// two per second per account and Region).

@@ -151,7 +151,7 @@ impl DeploymentArgs {
     /// names exactly one Region (or the profile's), never `--all-regions` or several
     /// `--region`, and the stack must aggregate raw usage (not direct-submit).
     pub async fn resolve_one_for_writes(&self, command: &str) -> Result<Deployment, CommandError> {
-        use awsmp_core::operate::import::{SeveralDeployments, one_deployment};
+        use awsmp_operate::import::{SeveralDeployments, one_deployment};
         if self.all_regions {
             let several = SeveralDeployments {
                 command: command.to_string(),
@@ -168,7 +168,7 @@ impl DeploymentArgs {
             )
         })?;
         if let Some(mode) = deployment.mode {
-            awsmp_core::operate::import::accepts_raw_usage(mode)
+            awsmp_core::guardrails::write::accepts_raw_usage(mode)
                 .map_err(|e| CommandError::Usage(format!("{command}: {e}")))?;
         }
         Ok(deployment)

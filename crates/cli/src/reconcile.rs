@@ -8,15 +8,15 @@
 pub mod s3;
 
 use awsmp_core::ports::{MalformedItem, OperatorStore};
-use awsmp_core::reconcile::sdds::{
+use awsmp_core::time::{HourBucket, Instant, format_instant};
+use awsmp_operate::reconcile::sdds::{
     ParsedFeed, parse_account_feed, parse_product_feed, parse_usage_feed,
 };
-use awsmp_core::reconcile::{
+use awsmp_operate::reconcile::{
     DayWindow, DiscrepancyKind, EventHistoryWindow, FeedFile, LineProblem, OurRecord,
     Reconciliation, TrailEvents, TrailWindow, join_feeds, reconcile_with_sdds,
     reconcile_with_trail,
 };
-use awsmp_core::time::{HourBucket, Instant, format_instant};
 use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::Serialize;
 
@@ -350,7 +350,7 @@ pub async fn reconcile_report(
             .collect::<Vec<Vec<String>>>(),
     ));
     out.push('\n');
-    let rows = |list: &[awsmp_core::reconcile::Discrepancy]| -> Vec<Vec<String>> {
+    let rows = |list: &[awsmp_operate::reconcile::Discrepancy]| -> Vec<Vec<String>> {
         list.iter()
             .map(|d| {
                 vec![

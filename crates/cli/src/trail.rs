@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use awsmp_core::model::{AggregatedRecord, GroupKey};
 use awsmp_core::ports::{AggregatedStore, PortError};
-use awsmp_core::reconcile::{
+use awsmp_core::time::{Instant, format_instant};
+use awsmp_operate::reconcile::{
     EventHistoryWindow, TrailError, TrailEvents, TrailLog, TrailRow, UnreadableEvent, join_trail,
     read_trail,
 };
-use awsmp_core::time::{Instant, format_instant};
 use chrono::Duration;
 use serde::Serialize;
 

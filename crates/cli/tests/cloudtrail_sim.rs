@@ -17,14 +17,14 @@ use awsmp_cli::trail::{Report, TrailArgs, trail_report};
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::{AggregatedStatus, GroupKey};
 use awsmp_core::ports::{MalformedItem, MeteringApi, MeteringRecord, RecordVerdict};
-use awsmp_core::reconcile::{
-    EVENT_SOURCE, OurRecord, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event,
-    read_trail,
-};
 use awsmp_core::time::Instant;
 use awsmp_local_aws::SimServer;
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementSeed, ProductSeed, SimConfig, ThrottleConfig,
+};
+use awsmp_operate::reconcile::{
+    EVENT_SOURCE, OurRecord, TrailEvents, TrailOutcome, TrailStatus, parse_cloudtrail_event,
+    read_trail,
 };
 use chrono::{DateTime, Duration, Utc};
 use common::*;

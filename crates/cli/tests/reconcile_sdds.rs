@@ -18,7 +18,7 @@ use common::{LICENSE, LICENSE_2, group, json_of, march_as_json, our_records, sen
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../core/tests/fixtures/sdds")
+        .join("../operate/tests/fixtures/sdds")
         .join(name)
 }
 

@@ -20,15 +20,11 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::guardrails::GuardrailContext;
+use awsmp_core::guardrails::write::{accepts_raw_usage, check_row};
 use awsmp_core::memory::{
     ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore, MemoryTables,
     RecordingMetrics, reference_row,
 };
-use awsmp_core::operate::import::{
-    ImportTarget, Progress, ProgressKeeper, accepts_raw_usage, check_row, one_deployment,
-    write_lines,
-};
-use awsmp_core::operate::replay;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::cleanup::CleanupPorts;
@@ -40,6 +36,8 @@ use awsmp_core::ports::{Clock, MeteringRecord, NewUsageRow, ResolvedCustomer, Us
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use awsmp_marketplace_sim::IdenticalRetryStatus;
+use awsmp_operate::import::{ImportTarget, Progress, ProgressKeeper, one_deployment, write_lines};
+use awsmp_operate::replay;
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;

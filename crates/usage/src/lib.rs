@@ -55,12 +55,14 @@ pub use awsmp_aws::behavior_version;
 
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::guardrails::GuardrailContext;
+use awsmp_core::guardrails::write::{
+    DirectSubmitRefusal, RowProblem, accepts_raw_usage, check_row,
+};
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
-use awsmp_core::operate::import::{DirectSubmitRefusal, LineProblem, accepts_raw_usage, check_row};
-use awsmp_core::operate::remedy;
 pub use awsmp_core::pipeline::submit::DeploymentMode;
 pub use awsmp_core::ports::EventConflict;
 use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
+use awsmp_core::remedy;
 use awsmp_core::time::Instant;
 use chrono::{DateTime, SubsecRound, Utc};
 
@@ -271,11 +273,11 @@ impl Meter {
         let row = usage.to_row(now);
         let ctx = GuardrailContext::new(now, self.product_code.clone());
         check_row(&row, &ctx, now).map_err(|problem| match problem {
-            LineProblem::Rejected(reason) => UsageError::Rejected {
+            RowProblem::Rejected(reason) => UsageError::Rejected {
                 reason,
                 hint: remedy::for_reason(reason),
             },
-            LineProblem::Unwritable(why) => UsageError::Unwritable(why),
+            RowProblem::Unwritable(why) => UsageError::Unwritable(why),
         })?;
         match self.store.put_row(&row, now).await? {
             IngestOutcome::Created => Ok(Recorded::Written),

@@ -1,9 +1,9 @@
 //! `awsmp failures`: everything that ended unbilled since an hour, with both codes and
 //! the remedy.
 
-use awsmp_core::operate::failures::{Failure, failures};
 use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::{HourBucket, Instant};
+use awsmp_operate::failures::{Failure, failures};
 
 use super::{all_records, all_rows};
 use crate::commands::CommandError;

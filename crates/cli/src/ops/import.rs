@@ -15,14 +15,13 @@
 
 use std::path::{Path, PathBuf};
 
+use awsmp_core::guardrails::write::{RowProblem, check_row};
 use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
 use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
-use awsmp_core::operate::import::{
-    ImportStopped, ImportTarget, LineProblem, Progress, ProgressKeeper, check_row, write_lines,
-};
-use awsmp_core::operate::remedy::{for_reason, server_side_pair};
 use awsmp_core::ports::{EventContent, NewUsageRow, UsageStore};
+use awsmp_core::remedy::{for_reason, server_side_pair};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
+use awsmp_operate::import::{ImportStopped, ImportTarget, Progress, ProgressKeeper, write_lines};
 use serde::{Deserialize, Serialize};
 
 use crate::commands::CommandError;
@@ -335,8 +334,8 @@ pub async fn import(
             check_row(&row, &ctx, now)
                 .map(|_| row)
                 .map_err(|problem| match problem {
-                    LineProblem::Rejected(code) => rejected(number, code),
-                    LineProblem::Unwritable(m) => malformed(number, m),
+                    RowProblem::Rejected(code) => rejected(number, code),
+                    RowProblem::Unwritable(m) => malformed(number, m),
                 })
         }) {
             Ok(row) => writes.push((number, row)),

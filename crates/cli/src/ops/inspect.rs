@@ -2,8 +2,8 @@
 //! group's raw rows and record.
 
 use awsmp_core::model::Subscriber;
-use awsmp_core::operate::license::{ChainFilter, GroupChain, chains};
 use awsmp_core::ports::{OperatorStore, SubscriberStore};
+use awsmp_operate::license::{ChainFilter, GroupChain, chains};
 use serde::Serialize;
 
 use super::{all_records, all_rows};

@@ -1,5 +1,5 @@
 //! The operator commands over a deployment's tables and queues: each reads through
-//! the ports, computes with `awsmp_core::operate`, and renders a table or JSON.
+//! the ports, computes with `awsmp_operate`, and renders a table or JSON.
 
 pub mod dlq;
 pub mod failures;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use awsmp_core::operate::status::QueueDepth;
+use awsmp_operate::status::QueueDepth;
 
 use crate::commands::CommandError;
 

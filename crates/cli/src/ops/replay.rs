@@ -2,9 +2,9 @@
 //! inside the 24 h window and only with their stored quantity; every refusal says why.
 
 use awsmp_core::model::GroupKey;
-pub use awsmp_core::operate::replay::{ReplayLine, Selection};
 use awsmp_core::ports::{AggregatedStore, OperatorStore};
 use awsmp_core::time::Instant;
+pub use awsmp_operate::replay::{ReplayLine, Selection};
 
 use crate::commands::CommandError;
 use crate::output::{Format, Outcome, json, spinner, table};
@@ -27,7 +27,7 @@ pub async fn replay(
 ) -> Result<Vec<ReplayLine>, CommandError> {
     let bar = spinner("replaying");
     let lines =
-        awsmp_core::operate::replay::replay(aggregated, operator, selection, now, dry_run).await?;
+        awsmp_operate::replay::replay(aggregated, operator, selection, now, dry_run).await?;
     bar.finish_and_clear();
     Ok(lines)
 }

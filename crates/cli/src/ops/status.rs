@@ -1,8 +1,8 @@
 //! `awsmp status`: one screen per Region.
 
-use awsmp_core::operate::status::{QueueDepth, StatusInputs, StatusReport, Urgency, status};
 use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::Instant;
+use awsmp_operate::status::{QueueDepth, StatusInputs, StatusReport, Urgency, status};
 use serde::Serialize;
 
 use super::{all_records, all_rows};
@@ -132,7 +132,7 @@ fn human(place: &Place, report: &StatusReport) -> String {
             "limits: busiest ingest hour {hour}: {rows} rows, {}.{}% of the {} rows/s one metering_pending key takes\n",
             limits.ingest_per_mille / 10,
             limits.ingest_per_mille % 10,
-            awsmp_core::operate::status::PENDING_KEY_ROWS_PER_SECOND
+            awsmp_operate::status::PENDING_KEY_ROWS_PER_SECOND
         ));
     }
     if let Some((hour, records)) = limits.busiest_records_hour {
@@ -140,7 +140,7 @@ fn human(place: &Place, report: &StatusReport) -> String {
             "limits: busiest hour {hour}: {records} records, {}.{}% of the {} per hour the submitter sends at 10 requests/s\n",
             limits.records_per_mille / 10,
             limits.records_per_mille % 10,
-            awsmp_core::operate::status::SUBMITTER_RECORDS_PER_HOUR
+            awsmp_operate::status::SUBMITTER_RECORDS_PER_HOUR
         ));
     }
     if report.attention.is_empty() {

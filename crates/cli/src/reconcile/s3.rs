@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use aws_config::SdkConfig;
 use aws_sdk_s3::error::ProvideErrorMetadata;
-use awsmp_core::reconcile::FeedFile;
+use awsmp_operate::reconcile::FeedFile;
 
 use super::SddsFiles;
 

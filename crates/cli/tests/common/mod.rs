@@ -9,8 +9,8 @@ use awsmp_cli::trail::Report;
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
 use awsmp_core::ports::MalformedItem;
-use awsmp_core::reconcile::OurRecord;
 use awsmp_core::time::HourBucket;
+use awsmp_operate::reconcile::OurRecord;
 
 /// The product the simulator's licenses belong to.
 pub const PRODUCT: &str = "prodsim1234567890abcdef";

@@ -50,6 +50,7 @@ mod allocations;
 pub(crate) mod fixtures;
 mod group;
 mod quantity;
+pub mod write;
 
 use std::sync::LazyLock;
 

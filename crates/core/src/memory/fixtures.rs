@@ -133,6 +133,40 @@ where
 #[cfg(test)]
 pub(crate) use unit::*;
 
+/// An aggregated record of license `l-1` and account `111122223333` that has been sent
+/// (`sentQuantity` = `quantity`), in `status` with `reason`: the record the operator
+/// views' tests share.
+#[allow(clippy::unwrap_used)]
+pub fn operator_record(
+    dimension: &str,
+    hour: &str,
+    status: crate::model::AggregatedStatus,
+    quantity: i64,
+    reason: Option<&str>,
+) -> crate::model::AggregatedRecord {
+    crate::model::AggregatedRecord {
+        key: crate::model::GroupKey {
+            license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
+            customer_aws_account_id: "111122223333".into(),
+            dimension: dimension.into(),
+            hour: hour.parse().unwrap(),
+        },
+        product_code: "prod".into(),
+        quantity,
+        allocations: None,
+        status,
+        status_reason: reason.map(str::to_string),
+        metering_record_id: None,
+        attempt_count: 1,
+        version: 1,
+        in_flight_until: None,
+        claim_id: None,
+        sent_quantity: Some(quantity),
+        possibly_billed: None,
+        folding: false,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod unit {

@@ -1142,7 +1142,7 @@ mod tests {
     use crate::pipeline::pacing::MIN_CALL_INTERVAL;
     use crate::pipeline::submit::DeploymentMode;
     use crate::pipeline::testkit::*;
-    use crate::ports::{MeteringError, PortError, UnclearAnswer};
+    use crate::ports::{MeteringError, OperatorStore, PortError, UnclearAnswer};
 
     const NOW: &str = "2026-11-30T10:30:00Z";
 
@@ -1447,16 +1447,15 @@ mod tests {
         world.submit(now).await;
         assert_eq!(status(&world, &keys[0]), AggregatedStatus::Error);
         world.api.accept_dimension("d000");
-        let lines = crate::operate::replay::replay(
-            &world.aggregated,
-            &world.tables.operator_store(),
-            &crate::operate::replay::Selection::Groups(vec![keys[0].clone()]),
-            now,
-            false,
-        )
-        .await
-        .unwrap();
-        assert_eq!(lines[0].result, "replayed");
+        let record = world.record(&keys[0]).unwrap();
+        assert!(
+            world
+                .tables
+                .operator_store()
+                .replay(&record, now)
+                .await
+                .unwrap()
+        );
         // AND something else billed the hour with another quantity
         billed_elsewhere(&world, &keys[0], 8).await;
 

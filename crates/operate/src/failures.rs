@@ -3,12 +3,12 @@
 
 use serde::Serialize;
 
-use super::remedy::{FailureStatus, for_status, server_side_pair};
 use super::replay::check_replay;
 use super::rows::{RowState, row_account_dimension, row_hour, row_quantity, row_state};
-use crate::model::{AggregatedRecord, AggregatedStatus, RawStatus, RawUsageRow, ReasonCode};
-use crate::ports::MalformedItem;
-use crate::time::{HourBucket, Instant};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawStatus, RawUsageRow, ReasonCode};
+use awsmp_core::ports::MalformedItem;
+use awsmp_core::remedy::{FailureStatus, for_status, server_side_pair};
+use awsmp_core::time::{HourBucket, Instant};
 
 /// One failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -131,9 +131,9 @@ pub fn failures(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::memory::reference_row;
-    use crate::model::{Attr, attr};
-    use crate::time::parse_usage_timestamp;
+    use awsmp_core::memory::reference_row;
+    use awsmp_core::model::{Attr, attr};
+    use awsmp_core::time::parse_usage_timestamp;
 
     #[test]
     fn names_both_codes_of_a_rejection_and_offers_replay_for_a_fixable_error() {
@@ -147,7 +147,7 @@ mod tests {
         ] {
             row.attrs.insert(k.into(), Attr::S(v.into()));
         }
-        let mut record = crate::operate::test_record(
+        let mut record = awsmp_core::memory::fixtures::operator_record(
             "Api",
             "2026-11-30T11",
             AggregatedStatus::Error,
@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn a_failure_an_earlier_send_may_have_billed_says_so() {
         let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
-        let mut sent = crate::operate::test_record(
+        let mut sent = awsmp_core::memory::fixtures::operator_record(
             "Api",
             "2026-11-30T10",
             AggregatedStatus::CustomerNotSubscribed,
@@ -189,7 +189,7 @@ mod tests {
         sent.sent_quantity = Some(4);
         sent.possibly_billed = Some(true);
         // A definite answer to our only send stores possiblyBilled = false.
-        let mut never = crate::operate::test_record(
+        let mut never = awsmp_core::memory::fixtures::operator_record(
             "Api",
             "2026-11-30T11",
             AggregatedStatus::CustomerNotSubscribed,

@@ -1,11 +1,13 @@
 //! `awsmp report`: the billed quantity, status mix and failures of each Region as one
 //! self-contained HTML page (`--html FILE`), or their series as JSON (`--json`).
 
+pub mod html;
+
 use std::path::{Path, PathBuf};
 
-use awsmp_core::operate::report::{ReportPage, Series, html, series};
 use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::Instant;
+use awsmp_operate::report::{ReportPage, Series, series};
 use serde::Serialize;
 
 use super::{all_records, all_rows};
@@ -102,8 +104,8 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
 mod tests {
     use super::*;
     use awsmp_core::memory::MemoryTables;
-    use awsmp_core::operate::report::RegionReport;
     use awsmp_core::time::parse_usage_timestamp;
+    use awsmp_operate::report::RegionReport;
 
     #[tokio::test]
     async fn writes_the_page_and_says_where() {
@@ -143,7 +145,7 @@ mod tests {
         failing.regions[0]
             .series
             .rejections
-            .push(awsmp_core::operate::report::Rejection {
+            .push(awsmp_operate::report::Rejection {
                 status: "RejectedClientSide",
                 reason: Some("NegativeQuantity".into()),
                 server_side: Some("ValidationException".into()),

@@ -4,10 +4,20 @@
 //! stack names) is escaped; each chart has an SVG title and description and is followed
 //! by its numbers as a table.
 
-use super::sha256::csp_source;
-use super::{Rejection, ReportPage, Series};
-use crate::operate::status::HourCounts;
-use crate::time::HourBucket;
+use awsmp_core::time::HourBucket;
+use awsmp_operate::report::{MAX_AXIS_HOURS, Rejection, ReportPage, Series};
+use awsmp_operate::status::HourCounts;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use sha2::{Digest, Sha256};
+
+/// The CSP source that allows exactly the inline text `text`: `'sha256-<base64>'`.
+fn csp_source(text: &str) -> String {
+    format!(
+        "'sha256-{}'",
+        BASE64.encode(Sha256::digest(text.as_bytes()))
+    )
+}
 
 /// Okabe–Ito colours (distinguishable with the common colour-vision deficiencies);
 /// `k<n>` in the stylesheet. Dimensions cycle through them.
@@ -257,8 +267,7 @@ fn totals(series: &Series) -> String {
     if series.hours_off_axis > 0 {
         notes.push(format!(
             "{} hour(s) with data fall outside the charts' {}-hour axis; the tables list them",
-            series.hours_off_axis,
-            super::MAX_AXIS_HOURS
+            series.hours_off_axis, MAX_AXIS_HOURS
         ));
     }
     if series.axis_from < series.from {
@@ -777,14 +786,14 @@ fn rejections_figure(id: &str, region: &str, rejections: &[Rejection]) -> String
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::model::AggregatedStatus;
-    use crate::operate::report::{RegionReport, series};
-    use crate::operate::test_record;
-    use crate::time::parse_usage_timestamp;
+    use awsmp_core::memory::fixtures::operator_record;
+    use awsmp_core::model::AggregatedStatus;
+    use awsmp_core::time::parse_usage_timestamp;
+    use awsmp_operate::report::{RegionReport, series};
 
     fn page(dimension: &str, reason: &str, region: &str) -> ReportPage {
         let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
-        let mut billed = test_record(
+        let mut billed = operator_record(
             dimension,
             "2026-11-30T10",
             AggregatedStatus::Success,
@@ -794,7 +803,7 @@ mod tests {
         billed.key.license_arn = "arn:aws:license-manager::1:license:l-\"><b>x</b>".into();
         let records = [
             billed,
-            test_record(
+            operator_record(
                 "api",
                 "2026-11-30T11",
                 AggregatedStatus::Error,
@@ -852,13 +861,23 @@ mod tests {
         assert!(html.contains(&format!("<style>{css}</style>")));
         let policy = format!(
             "default-src &#39;none&#39;; style-src &#39;sha256-{}&#39;;",
-            super::super::sha256::base64(&super::super::sha256::digest(css.as_bytes()))
+            BASE64.encode(Sha256::digest(css.as_bytes()))
         );
         assert!(html.contains(&policy), "{html}");
         assert!(!html.contains("unsafe-inline"));
         // No style attribute (the hash does not cover them), nothing fetched.
         assert!(!html.contains(" style=\""));
         assert!(!html.contains("http://") && !html.contains("https://"));
+    }
+
+    #[test]
+    fn writes_the_source_chromium_asks_for() {
+        // Chromium's own console message for `<style>body{background:#fc0}</style>`
+        // under a wrong hash names this source.
+        assert_eq!(
+            csp_source("body{background:#fc0}"),
+            "'sha256-ZXvBwLRXbqnIHHj2uyK58i1jutKEPHVRb7VwacY2IoA='"
+        );
     }
 
     #[test]

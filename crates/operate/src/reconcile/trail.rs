@@ -16,8 +16,8 @@ use chrono::{NaiveDateTime, TimeZone, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::model::GroupKey;
-use crate::time::{HourBucket, Instant};
+use awsmp_core::model::GroupKey;
+use awsmp_core::time::{HourBucket, Instant};
 
 use super::quantity::Quantity;
 

@@ -5,10 +5,10 @@
 
 use serde::Serialize;
 
-use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey};
-use crate::pipeline::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
-use crate::ports::{AggregatedStore, OperatorStore, PortError};
-use crate::time::{HourBucket, Instant, bucket_expired};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use awsmp_core::pipeline::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
+use awsmp_core::ports::{AggregatedStore, OperatorStore, PortError};
+use awsmp_core::time::{HourBucket, Instant, bucket_expired};
 
 /// Why a record is not replayed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -185,10 +185,10 @@ pub async fn replay(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::time::parse_usage_timestamp;
+    use awsmp_core::time::parse_usage_timestamp;
 
     fn record(hour: &str, status: AggregatedStatus, reason: &str) -> AggregatedRecord {
-        crate::operate::test_record("api", hour, status, 4, Some(reason))
+        awsmp_core::memory::fixtures::operator_record("api", hour, status, 4, Some(reason))
     }
 
     #[test]

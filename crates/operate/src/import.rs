@@ -1,46 +1,14 @@
-//! `awsmp usage import` and `usage put`: a usage line is written only if the aggregator
-//! would count it; otherwise it gets the reason code the aggregator would give. Only
-//! into a deployment that aggregates raw usage at all ([`accepts_raw_usage`]), and
-//! into exactly one ([`one_deployment`]); an interrupted import resumes from progress
-//! kept per target table and per content of the file ([`write_lines`]).
+//! `awsmp usage import` and `usage put`: each line is checked as the aggregator will
+//! check it (`awsmp_core::guardrails::write`), written into exactly one deployment
+//! ([`one_deployment`]), and an interrupted import resumes from progress kept per
+//! target table and per content of the file ([`write_lines`]).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::guardrails::{GuardrailContext, validate_row};
-use crate::items::{IngestionWrite, ItemError};
-use crate::model::ReasonCode;
-use crate::pipeline::submit::DeploymentMode;
-use crate::ports::{EventConflict, IngestOutcome, NewUsageRow, PortError, UsageStore};
-use crate::time::Instant;
-
-/// Why a usage line is not written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LineProblem {
-    /// The aggregator would reject it with this reason code.
-    #[error("{0}")]
-    Rejected(ReasonCode),
-    /// It cannot be written at all (empty event id, `#` in a key part).
-    #[error("{0}")]
-    Unwritable(String),
-}
-
-/// Raw usage written into a direct-submit deployment: its discoverer, aggregator and
-/// cleanup are not deployed, so the row would stay pending and never be billed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the stack is deployed with DeploymentMode=direct-submit: nothing aggregates raw usage there, so a usage row would stay pending and never be billed. Nothing was written. Write finalized hourly records into the aggregated-usage table instead (docs/operate.md, \"Direct-submit mode\"), or deploy the stack with DeploymentMode=full"
-)]
-pub struct DirectSubmitRefusal;
-
-/// Whether a deployment in `mode` takes raw usage rows (only `full` aggregates them).
-pub fn accepts_raw_usage(mode: DeploymentMode) -> Result<(), DirectSubmitRefusal> {
-    match mode {
-        DeploymentMode::Full => Ok(()),
-        DeploymentMode::DirectSubmit => Err(DirectSubmitRefusal),
-    }
-}
+use awsmp_core::ports::{EventConflict, IngestOutcome, NewUsageRow, PortError, UsageStore};
+use awsmp_core::time::Instant;
 
 /// A write command naming several deployments. Marketplace deduplicates usage per
 /// Region, so usage written into several Regions' tables is billed once in each.
@@ -209,69 +177,11 @@ pub async fn write_lines(
     Ok(out)
 }
 
-/// The write for `row` at `now`, or why the aggregator would not count it (checked
-/// exactly as it checks a stored row, against the stack's product code).
-pub fn check_row(
-    row: &NewUsageRow,
-    ctx: &GuardrailContext,
-    now: Instant,
-) -> Result<IngestionWrite, LineProblem> {
-    let write = IngestionWrite::new(row, now)
-        .map_err(|e: ItemError| LineProblem::Unwritable(e.to_string()))?;
-    validate_row(&write.row, ctx).map_err(LineProblem::Rejected)?;
-    Ok(write)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::model::{Allocation, Tag};
-    use crate::time::parse_usage_timestamp;
-
-    #[test]
-    fn gives_the_aggregators_reason_code_and_writes_nothing_for_a_bad_row() {
-        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
-        let ctx = GuardrailContext::new(now, "prod");
-        let good = NewUsageRow {
-            license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
-            customer_aws_account_id: "111122223333".into(),
-            dimension: "api".into(),
-            timestamp: parse_usage_timestamp("2026-11-30T11:00:00Z").unwrap(),
-            quantity: 3,
-            allocations: None,
-            product_code: None,
-            event_id: "e-1".into(),
-            timestamp_defaulted: false,
-        };
-        assert!(check_row(&good, &ctx, now).is_ok());
-        let mut tags = good.clone();
-        tags.allocations = Some(vec![Allocation {
-            quantity: 3,
-            tags: (0..6)
-                .map(|i| Tag {
-                    key: format!("k{i}"),
-                    value: "v".into(),
-                })
-                .collect(),
-        }]);
-        assert_eq!(
-            check_row(&tags, &ctx, now).unwrap_err(),
-            LineProblem::Rejected(ReasonCode::TooManyTags)
-        );
-        let mut old = good.clone();
-        old.timestamp = parse_usage_timestamp("2026-11-29T11:00:00Z").unwrap();
-        assert_eq!(
-            check_row(&old, &ctx, now).unwrap_err(),
-            LineProblem::Rejected(ReasonCode::TimestampOutOfWindow)
-        );
-        let mut hash = good;
-        hash.dimension = "a#b".into();
-        assert!(matches!(
-            check_row(&hash, &ctx, now),
-            Err(LineProblem::Unwritable(_))
-        ));
-    }
+    use awsmp_core::time::parse_usage_timestamp;
 
     #[test]
     fn a_write_names_one_deployment() {
@@ -296,14 +206,14 @@ mod tests {
     /// table resumes; every other import checks each line again.
     #[tokio::test]
     async fn progress_resumes_only_the_same_content_into_the_same_table() {
-        let tables = crate::memory::MemoryTables::new();
+        let tables = awsmp_core::memory::MemoryTables::new();
         let store = tables.usage_store();
         let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
         let hour = parse_usage_timestamp("2026-11-30T11:00:00Z").unwrap();
         let license = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
         let lines: Vec<(usize, NewUsageRow)> = (0..3)
             .map(|n| {
-                let row = crate::memory::fixtures::usage_row(
+                let row = awsmp_core::memory::fixtures::usage_row(
                     license,
                     "111122223333",
                     "requests",

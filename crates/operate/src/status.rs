@@ -9,8 +9,8 @@ use chrono::Duration;
 use serde::Serialize;
 
 use super::rows::{RowState, row_hour, row_state};
-use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
-use crate::time::{HourBucket, Instant, WINDOW_HOURS};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use awsmp_core::time::{HourBucket, Instant, WINDOW_HOURS};
 
 /// One hour's counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -95,7 +95,7 @@ pub struct Limits {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
     /// When it was taken.
-    #[serde(serialize_with = "crate::operate::serialize_instant")]
+    #[serde(serialize_with = "crate::serialize_instant")]
     pub now: Instant,
     /// The first hour shown.
     pub from: HourBucket,
@@ -342,14 +342,14 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::memory::reference_row;
-    use crate::model::{Attr, attr};
-    use crate::time::parse_usage_timestamp;
+    use awsmp_core::memory::reference_row;
+    use awsmp_core::model::{Attr, attr};
+    use awsmp_core::time::parse_usage_timestamp;
 
     const LIC: &str = "arn:aws:license-manager::123456789012:license:l-1";
 
     fn record(hour: &str, status: AggregatedStatus, quantity: i64) -> AggregatedRecord {
-        crate::operate::test_record("api", hour, status, quantity, None)
+        awsmp_core::memory::fixtures::operator_record("api", hour, status, quantity, None)
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::NaiveDate;
 use serde::Serialize;
 
-use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey};
-use crate::time::{HourBucket, Instant};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
+use awsmp_core::time::{HourBucket, Instant};
 
 use super::quantity::Quantity;
 use super::sdds::AwsDailyUsage;

@@ -1,9 +1,9 @@
 //! Where a stored raw row stands, read from its attributes the way the pipeline wrote
 //! them: pending, counted, rejected (with its reason) or expired, and its hour.
 
-use crate::items::ingestion_marker_event_id;
-use crate::model::{Attr, RawStatus, RawUsageRow, attr};
-use crate::time::{HourBucket, parse_usage_timestamp};
+use awsmp_core::items::ingestion_marker_event_id;
+use awsmp_core::model::{Attr, RawStatus, RawUsageRow, attr};
+use awsmp_core::time::{HourBucket, parse_usage_timestamp};
 
 /// A raw row's state as the operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +72,7 @@ pub fn row_account_dimension(row: &RawUsageRow) -> (Option<&str>, Option<&str>) 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::memory::reference_row;
+    use awsmp_core::memory::reference_row;
 
     fn with(mut row: RawUsageRow, name: &str, value: &str) -> RawUsageRow {
         row.attrs.insert(name.into(), Attr::S(value.into()));

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::rows::{RowState, row_account_dimension, row_hour, row_quantity, row_state};
-use crate::model::{AggregatedRecord, RawUsageRow};
-use crate::time::HourBucket;
+use awsmp_core::model::{AggregatedRecord, RawUsageRow};
+use awsmp_core::time::HourBucket;
 
 /// One group's chain.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -126,8 +126,8 @@ pub fn chains(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::memory::reference_row;
-    use crate::model::{AggregatedStatus, Attr, attr};
+    use awsmp_core::memory::reference_row;
+    use awsmp_core::model::{AggregatedStatus, Attr, attr};
 
     #[test]
     fn joins_each_groups_rows_to_its_record_and_filters() {
@@ -138,8 +138,13 @@ mod tests {
             .attrs
             .insert(attr::METERING_STATUS.into(), Attr::S("Aggregated".into()));
         let pending = reference_row(lic, "111122223333", "gb", "2026-11-30T11:15:00Z", 1);
-        let mut record =
-            crate::operate::test_record("api", "2026-11-30T10", AggregatedStatus::Success, 3, None);
+        let mut record = awsmp_core::memory::fixtures::operator_record(
+            "api",
+            "2026-11-30T10",
+            AggregatedStatus::Success,
+            3,
+            None,
+        );
         record.metering_record_id = Some("mr-1".into());
         let all = chains(
             &[counted.clone(), pending.clone()],

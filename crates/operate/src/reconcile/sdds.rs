@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use chrono::{NaiveDate, NaiveDateTime, TimeZone, Utc};
 use serde::Serialize;
 
-use crate::time::Instant;
+use awsmp_core::time::Instant;
 
 use super::quantity::Quantity;
 

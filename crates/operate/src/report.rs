@@ -1,9 +1,7 @@
 //! `awsmp report`: the series behind the operator's HTML page (billed quantity per hour
 //! and dimension, status mix per hour, failures by reason), computed with the rules of
-//! `status` and `failures` so the page never disagrees with them; [`html`] renders it.
-
-pub mod html;
-mod sha256;
+//! `status` and `failures` so the page never disagrees with them; the CLI renders it as
+//! one HTML page.
 
 use std::collections::BTreeMap;
 
@@ -11,9 +9,9 @@ use serde::Serialize;
 
 use super::failures::failures;
 use super::status::{HourCounts, StatusInputs, status};
-use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
-use crate::ports::MalformedItem;
-use crate::time::{HourBucket, Instant};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use awsmp_core::ports::MalformedItem;
+use awsmp_core::time::{HourBucket, Instant};
 
 /// The most hours one chart's axis spans; data outside it stays in the tables.
 pub const MAX_AXIS_HOURS: i64 = 24 * 31;
@@ -89,7 +87,7 @@ pub struct ReportPage {
     /// Stage, when the deployment was named by it.
     pub stage: Option<String>,
     /// When the tables were read.
-    #[serde(serialize_with = "crate::operate::serialize_instant")]
+    #[serde(serialize_with = "crate::serialize_instant")]
     pub generated: Instant,
     /// Hours asked for.
     pub hours: u32,
@@ -201,10 +199,10 @@ pub fn series(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::memory::reference_row;
-    use crate::model::{Attr, attr};
-    use crate::operate::test_record;
-    use crate::time::parse_usage_timestamp;
+    use awsmp_core::memory::fixtures::operator_record;
+    use awsmp_core::memory::reference_row;
+    use awsmp_core::model::{Attr, attr};
+    use awsmp_core::time::parse_usage_timestamp;
 
     const LIC: &str = "arn:aws:license-manager::123456789012:license:l-1";
 
@@ -230,24 +228,24 @@ mod tests {
         // error, a pending record, and a billed record before the range.
         let now = at("2026-11-30T12:30:00Z");
         let records = [
-            test_record("api", "2026-11-30T10", AggregatedStatus::Success, 3, None),
-            test_record("seats", "2026-11-30T10", AggregatedStatus::Success, 2, None),
-            test_record(
+            operator_record("api", "2026-11-30T10", AggregatedStatus::Success, 3, None),
+            operator_record("seats", "2026-11-30T10", AggregatedStatus::Success, 2, None),
+            operator_record(
                 "api",
                 "2026-11-30T11",
                 AggregatedStatus::DuplicateRecord,
                 5,
                 None,
             ),
-            test_record(
+            operator_record(
                 "api",
                 "2026-11-30T11",
                 AggregatedStatus::Error,
                 7,
                 Some("X"),
             ),
-            test_record("api", "2026-11-30T12", AggregatedStatus::Pending, 1, None),
-            test_record("api", "2026-11-29T01", AggregatedStatus::Success, 100, None),
+            operator_record("api", "2026-11-30T12", AggregatedStatus::Pending, 1, None),
+            operator_record("api", "2026-11-29T01", AggregatedStatus::Success, 100, None),
         ];
         // WHEN the series covers the last 6 hours
         let s = series(&[], &records, &[], now, 6);
@@ -296,7 +294,7 @@ mod tests {
             // Before the range: not counted.
             rejected("2026-11-28T11:03:00Z", "TooManyTags", 3),
         ];
-        let records = [test_record(
+        let records = [operator_record(
             "api",
             "2026-11-30T11",
             AggregatedStatus::Error,
