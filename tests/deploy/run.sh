@@ -1199,6 +1199,30 @@ else
 fi
 end
 
+begin "crate boundaries: the seller's awsmp-usage links no Lambda runtime, SQS or Metering SDK; no Lambda links the operator's code"
+if command -v cargo >/dev/null 2>&1; then
+  # awsmp-usage writes one row: core and the DynamoDB adapter (awsmp-aws without its
+  # sqs and metering features), never the Lambda skeleton (awsmp-lambda).
+  (cd "$ROOT" && cargo tree -p awsmp-usage -e normal --prefix none) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_out 'aws-sdk-dynamodb'
+  expect_no_out 'lambda_runtime'
+  expect_no_out 'aws-sdk-sqs'
+  expect_no_out 'aws-sdk-marketplacemetering'
+  expect_no_out 'tracing-subscriber'
+  expect_no_out 'awsmp-lambda'
+  expect_no_out 'awsmp-operate'
+  # A Lambda: the skeleton and its adapters, never the operator's crate (csv, reports).
+  (cd "$ROOT" && cargo tree -p awsmp-submitter -e normal --prefix none) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_out 'awsmp-lambda'
+  expect_no_out 'awsmp-operate'
+  expect_no_out 'csv v'
+else
+  fail "cargo is needed for this check"
+fi
+end
+
 begin "sam build's root build resolves no tokio process or signal support for the Lambdas"
 if command -v cargo >/dev/null 2>&1; then
   # Each crate names the tokio features it uses; only the simulator, the operator CLI
@@ -1219,7 +1243,7 @@ end
 begin "sam build's root build has one TLS stack, rustls on ring: no aws-lc, no SDK default HTTPS client"
 if command -v cargo >/dev/null 2>&1; then
   # The SDK's `default-https-client` is rustls on aws-lc (C code, the largest part of a
-  # bootstrap); the Lambdas set their own client on ring (awsmp_aws::sdk::https_client),
+  # bootstrap); the Lambdas set their own client on ring (awsmp_lambda::sdk::https_client),
   # so no default member may turn it, or rustls's aws-lc provider, on. For the deployed
   # architecture (the templates' arm64), whole tree, no -i: aws-lc must not appear at all.
   (cd "$ROOT" && cargo tree -e features,normal,build --target aarch64-unknown-linux-gnu \

@@ -55,7 +55,7 @@ impl CallLog {
         let client = RecordingClient {
             inner: sdk
                 .http_client()
-                .unwrap_or_else(awsmp_aws::sdk::https_client),
+                .unwrap_or_else(awsmp_lambda::sdk::https_client),
             function: function.to_string(),
             log: self.clone(),
         };

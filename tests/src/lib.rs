@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_types::SdkConfig;
-use awsmp_aws::lambda::ConfigError;
 use awsmp_cli::local::LocalError;
 use awsmp_cli::local::resources::LocalStack;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
@@ -35,6 +34,7 @@ use awsmp_core::pipeline::submit::{MeteringMode, SubmitReport};
 use awsmp_core::ports::{AggregatedStore, SubscriberStore, UsageStore};
 use awsmp_core::retention::MIN_RETENTION_DAYS;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
+use awsmp_lambda::ConfigError;
 use awsmp_local_aws::{MotoServer, TEST_REGION, workspace_root};
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,

@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, invocation_budget, work_batch};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
+use awsmp_lambda::{BatchError, ConfigError, EnvReader, invocation_budget, work_batch};
 use lambda_runtime::LambdaEvent;
 use tracing::info;
 
 /// Why one message was not handled now: the failure of every work-message function.
-pub use awsmp_aws::lambda::MessageError;
+pub use awsmp_lambda::MessageError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -122,7 +122,7 @@ pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 /// in flight, contention, refused cleanup) is reported by id and redelivered by SQS;
 /// the others are deleted. Messages not started before the deadline margin are
 /// reported as failures too (redelivered, never lost). A record without a message id
-/// fails the whole batch before any message is handled ([`sqs_batch`](awsmp_aws::lambda::sqs_batch)).
+/// fails the whole batch before any message is handled ([`sqs_batch`](awsmp_lambda::sqs_batch)).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,

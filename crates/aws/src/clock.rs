@@ -9,8 +9,8 @@ use awsmp_core::time::Instant;
 /// The real clock: UTC now at full precision (the submitter spaces its calls 100 ms
 /// apart, and deadlines are milliseconds), `tokio::time::sleep`. Where an instant has
 /// whole-second meaning (a scheduled run's or a message's "now", every stored stamp),
-/// the caller truncates it: [`crate::lambda::scheduled_now`],
-/// [`crate::lambda::message_now`], [`awsmp_core::time::format_instant`].
+/// the caller truncates it: `awsmp_lambda::scheduled_now`,
+/// `awsmp_lambda::message_now`, [`awsmp_core::time::format_instant`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 

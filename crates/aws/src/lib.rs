@@ -15,24 +15,25 @@
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
 //!
-//! Beside the adapters, what every Lambda's `main.rs` and `lib.rs` share: [`sdk`] (the
-//! pinned behaviour version, one config per Region), [`logging`] (JSON tracing),
-//! [`message`] (reading work messages), [`clock`] (the real clock), [`local`] (the local
-//! stack's SDK config) and [`lambda`] (config from the environment, the SQS
-//! partial-batch loop, the scheduled run's "now", the `Diagnostic` of every error).
+//! Beside the adapters: [`sdk`] (the pinned behaviour version, one config per Region),
+//! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
+//! local stack's SDK config). The Lambda skeleton the functions share is `awsmp-lambda`.
+//!
+//! The SQS and Marketplace Metering adapters are behind the `sqs` and `metering`
+//! features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
 
 pub mod aggregated;
 pub mod clock;
 mod error;
 pub mod item;
-pub mod lambda;
 pub mod local;
-pub mod logging;
 pub mod message;
+#[cfg(feature = "metering")]
 pub mod metering;
 pub mod metrics;
 pub mod operator;
 pub mod sdk;
+#[cfg(feature = "sqs")]
 pub mod sqs;
 pub mod subscribers;
 pub mod usage;
@@ -40,12 +41,13 @@ pub mod usage;
 pub use aggregated::DynamoAggregatedStore;
 pub use clock::SystemClock;
 pub use local::LocalEndpoints;
-pub use logging::init_tracing;
 pub use message::{WorkMessageError, parse_work_message};
+#[cfg(feature = "metering")]
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use operator::DynamoOperatorStore;
 pub use sdk::{behavior_version, in_region};
+#[cfg(feature = "sqs")]
 pub use sqs::SqsWorkQueue;
 pub use subscribers::{DynamoProfileStore, DynamoSubscriberStore};
 pub use usage::DynamoUsageStore;

@@ -17,7 +17,6 @@
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::lambda::EnvReader;
 use awsmp_core::ports::{MetricsSink, metric};
 use serde_json::{Map, Value, json};
 
@@ -40,18 +39,6 @@ pub fn stage_problem(stage: &str) -> Option<String> {
              letters, digits or hyphens: the template sets it from StageName)"
         ))
     }
-}
-
-/// Reads `STAGE` (required: the template sets it from `StageName`) and records a
-/// problem on `env` when it is not a stage name.
-pub fn read_stage(env: &mut EnvReader<'_>) -> String {
-    let stage = env.required("STAGE");
-    if !stage.is_empty()
-        && let Some(problem) = stage_problem(&stage)
-    {
-        env.problem(problem);
-    }
-    stage
 }
 
 /// Writes EMF lines to stdout (or any writer, for tests), each with the deployment's

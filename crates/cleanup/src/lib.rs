@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::lambda::{BatchError, ConfigError, EnvReader, work_batch};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
 use awsmp_core::retention::Retention;
+use awsmp_lambda::{BatchError, ConfigError, EnvReader, work_batch};
 use lambda_runtime::LambdaEvent;
 use tracing::info;
 
 /// Why one message was not handled now: the failure of every work-message function.
-pub use awsmp_aws::lambda::MessageError;
+pub use awsmp_lambda::MessageError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[
@@ -85,7 +85,7 @@ impl State {
 
 /// Handles one SQS batch; failed messages (malformed, wrong kind, store failure after
 /// retries) are reported by id for redelivery. A record without a message id fails the
-/// whole batch before any message is handled ([`sqs_batch`](awsmp_aws::lambda::sqs_batch)).
+/// whole batch before any message is handled ([`sqs_batch`](awsmp_lambda::sqs_batch)).
 pub async fn handler(
     state: &State,
     event: LambdaEvent<SqsEvent>,

@@ -1,6 +1,6 @@
 //! What a function's configuration reports when it is wrong: every problem at once, so
 //! a bad deploy fails at init with one clear list. Reading the environment is I/O, so
-//! it lives beside the adapters (`awsmp_aws::lambda::EnvReader`).
+//! it lives beside the adapters (`awsmp_lambda::EnvReader`).
 
 use std::fmt;
 

@@ -1,8 +1,8 @@
 //! Failures of a deprovision-cleanup run, mapped to Lambda diagnostics so the
 //! function's error metric (and its alarm) sees them; the next run retries.
 
-use awsmp_aws::lambda::{FunctionError, diagnostic};
 use awsmp_core::ports::PortError;
+use awsmp_lambda::{FunctionError, diagnostic};
 use lambda_runtime::Diagnostic;
 
 use crate::{CleanupReport, RowFailure};

@@ -8,18 +8,18 @@
 pub mod error;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::scheduled_now;
 use awsmp_core::time::Instant;
+use awsmp_lambda::scheduled_now;
 use lambda_runtime::LambdaEvent;
 
-/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
-/// and the variables its template sets: those of every subscribers-table function.
-pub use awsmp_aws::lambda::{
-    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
-    SubscribersTableState as State,
-};
 pub use awsmp_core::pipeline::deprovision::{
     CleanupReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
+};
+/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
+/// and the variables its template sets: those of every subscribers-table function.
+pub use awsmp_lambda::{
+    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
+    SubscribersTableState as State,
 };
 pub use error::CleanupError;
 

@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
+use awsmp_lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use lambda_runtime::LambdaEvent;
 use tracing::info;
 
 /// Why an invocation failed (the schedule retries on its next tick): the failure of
 /// every scheduled pipeline run.
-pub use awsmp_aws::lambda::RunError as HandlerError;
+pub use awsmp_lambda::RunError as HandlerError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[

@@ -3,7 +3,7 @@
 //! exception to failing init: the spec wants an unset or empty value answered per
 //! request with HTTP 500 "Registration store not configured", so it stays optional here.
 
-use awsmp_aws::lambda::{ConfigError, EnvReader};
+use awsmp_lambda::{ConfigError, EnvReader};
 use url::Url;
 
 use crate::form::{MAX_ALLOWED_FIELDS, MAX_FIELD_NAME_CHARS, TOKEN_FIELD};

@@ -1,4 +1,4 @@
-//! Bootstrap of the `register` function: its state built once ([`awsmp_aws::lambda::init`]:
+//! Bootstrap of the `register` function: its state built once ([`awsmp_lambda::init`]:
 //! tracing, config, SDK config, clients), then the runtime loop on its handler.
 
 use awsmp_register::{Config, State, handler};
@@ -6,6 +6,6 @@ use lambda_runtime::{Error, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let state = awsmp_aws::lambda::init(Config::from_lookup, State::connect).await?;
+    let state = awsmp_lambda::init(Config::from_lookup, State::connect).await?;
     lambda_runtime::run(service_fn(|event| handler(&state, event))).await
 }

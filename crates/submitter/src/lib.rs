@@ -7,19 +7,19 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_aws::lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::pipeline::submit::{
     DeploymentMode, MeteringMode, PENDING_PAGE_RECORDS, SubmitPorts, SubmitReport, SubmitSettings,
     submit,
 };
 use awsmp_core::retention::Retention;
+use awsmp_lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use lambda_runtime::LambdaEvent;
 use tracing::info;
 
 /// Why an invocation failed (the schedule runs again in five minutes): the failure of
 /// every scheduled pipeline run.
-pub use awsmp_aws::lambda::RunError as HandlerError;
+pub use awsmp_lambda::RunError as HandlerError;
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &[

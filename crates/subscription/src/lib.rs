@@ -12,17 +12,17 @@
 pub mod error;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_aws::lambda::{BatchError, sqs_batch};
+use awsmp_lambda::{BatchError, sqs_batch};
 use lambda_runtime::LambdaEvent;
 
-/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
-/// and the variables its template sets: those of every subscribers-table function.
-pub use awsmp_aws::lambda::{
-    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
-    SubscribersTableState as State,
-};
 pub use awsmp_core::pipeline::subscription::{
     EventError, EventOutcome, MAX_WRITE_ATTEMPTS, apply_event,
+};
+/// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
+/// and the variables its template sets: those of every subscribers-table function.
+pub use awsmp_lambda::{
+    SUBSCRIBERS_TABLE_ENV_VARS as ENV_VARS, SubscribersTableConfig as Config,
+    SubscribersTableState as State,
 };
 pub use error::Failure;
 

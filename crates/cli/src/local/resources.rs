@@ -7,7 +7,7 @@ use std::path::Path;
 
 use aws_config::SdkConfig;
 use aws_sdk_sqs::types::QueueAttributeName;
-use awsmp_aws::lambda::ConfigError;
+use awsmp_lambda::ConfigError;
 use awsmp_local_aws::create_tables;
 use serde_norway::Value;
 

@@ -1,4 +1,6 @@
-//! What every Lambda crate of ours shares beside its handler: its bootstrap ([`init`]),
+//! awsmp-lambda: the one Lambda skeleton every function crate of ours shares beside its
+//! handler: its bootstrap ([`init`]: JSON tracing from [`logging`], the SDK config from
+//! [`sdk`]),
 //! its configuration read from the environment ([`EnvReader`], with the variables
 //! several functions read in one place), the SQS partial-batch loop ([`sqs_batch`]) and
 //! the work-message loop on it ([`work_batch`], [`MessageError`]), the scheduled run's
@@ -17,7 +19,9 @@
 mod batch;
 mod env;
 mod init;
+pub mod logging;
 mod scheduled;
+pub mod sdk;
 mod subscribers;
 mod vars;
 mod work;
@@ -33,6 +37,7 @@ pub use awsmp_core::config::ConfigError;
 pub use batch::{BatchError, MessageFailure, sqs_batch};
 pub use env::{EnvReader, process_env};
 pub use init::init;
+pub use logging::init_tracing;
 pub use scheduled::{RunError, RunReport, finish_run};
 pub use subscribers::{SUBSCRIBERS_TABLE_ENV_VARS, SubscribersTableConfig, SubscribersTableState};
 pub use work::{MessageError, work_batch};
@@ -60,7 +65,7 @@ pub fn scheduled_now(event: &EventBridgeEvent, clock: &dyn Clock) -> Instant {
 }
 
 /// The instant one SQS message is handled at: the clock, in whole seconds (instants
-/// have whole-second meaning in the domain; [`crate::SystemClock`] has full precision).
+/// have whole-second meaning in the domain; [`awsmp_aws::SystemClock`] has full precision).
 pub fn message_now(clock: &dyn Clock) -> Instant {
     let now = clock.now();
     now.with_nanosecond(0).unwrap_or(now)

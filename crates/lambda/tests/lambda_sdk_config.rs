@@ -1,4 +1,4 @@
-//! The config every Lambda's `main.rs` loads (`awsmp_aws::sdk::load_sdk_config`)
+//! The config every Lambda's `main.rs` loads (`awsmp_lambda::sdk::load_sdk_config`)
 //! makes real calls: over HTTP to moto, and over HTTPS to moto behind a certificate
 //! from a throwaway CA, so that the Lambdas' own client (rustls on ring; a root build
 //! has no SDK default client) completes a TLS handshake and verifies the server's
@@ -29,7 +29,7 @@ async fn child_lists_tables_through_load_sdk_config() {
     if std::env::var_os(CHILD_MARKER).is_none() {
         return;
     }
-    let sdk = awsmp_aws::sdk::load_sdk_config().await;
+    let sdk = awsmp_lambda::sdk::load_sdk_config().await;
     assert!(
         sdk.http_client().is_some(),
         "no HTTP client in the Lambdas' config"

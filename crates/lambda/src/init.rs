@@ -18,7 +18,7 @@ use super::{ConfigError, process_env};
 /// Tracing, config, SDK config, state (see the module docs), for `main.rs`:
 ///
 /// ```ignore
-/// let state = awsmp_aws::lambda::init(Config::from_lookup, State::connect).await?;
+/// let state = awsmp_lambda::init(Config::from_lookup, State::connect).await?;
 /// lambda_runtime::run(service_fn(|event| handler(&state, event))).await
 /// ```
 ///

@@ -12,7 +12,7 @@ use awsmp_core::time::Instant;
 use tracing::{error, info, warn};
 
 use super::{BatchError, MessageFailure, message_now, sqs_batch};
-use crate::message::{WorkMessageError, parse_work_message};
+use awsmp_aws::message::{WorkMessageError, parse_work_message};
 
 /// Why one work message was not handled now (reported by id; SQS redelivers it).
 #[derive(Debug, thiserror::Error)]

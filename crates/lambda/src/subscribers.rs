@@ -43,11 +43,11 @@ impl SubscribersTableState {
     /// Builds the AWS clients once, on `sdk`, for `config`: the DynamoDB adapter.
     pub fn connect(sdk: &SdkConfig, config: &SubscribersTableConfig) -> Self {
         SubscribersTableState {
-            subscribers: Arc::new(crate::DynamoSubscriberStore::new(
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
                 aws_sdk_dynamodb::Client::new(sdk),
                 &config.subscribers_table,
             )),
-            clock: Arc::new(crate::SystemClock),
+            clock: Arc::new(awsmp_aws::SystemClock),
             config: Arc::new(config.clone()),
         }
     }

@@ -16,7 +16,13 @@ impl EnvReader<'_> {
 
     /// `STAGE` (required, a stage name): the stack's stage, a dimension of every metric.
     pub fn stage(&mut self) -> String {
-        crate::metrics::read_stage(self)
+        let stage = self.required("STAGE");
+        if !stage.is_empty()
+            && let Some(problem) = awsmp_aws::metrics::stage_problem(&stage)
+        {
+            self.problem(problem);
+        }
+        stage
     }
 
     /// `SUBSCRIBERS_TABLE` (required).
