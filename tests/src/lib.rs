@@ -1,5 +1,5 @@
 //! awsmp-e2e: the end-to-end harness. One [`Stack`] is both stacks on one machine, as
-//! `awsmp local up` deploys them (`awsmp_cli::local`): moto (DynamoDB + SQS) with the
+//! `awsmp local up` deploys them (`awsmp_local_stack`): moto (DynamoDB + SQS) with the
 //! tables and queues the templates declare, the Marketplace simulator, and the four
 //! metering handlers (discoverer, aggregator, cleanup, submitter), each with the
 //! `Config` its template environment gives it and the `State` its `State::connect`
@@ -23,8 +23,6 @@ use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_types::SdkConfig;
-use awsmp_cli::local::LocalError;
-use awsmp_cli::local::resources::LocalStack;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::clock::ManualClock;
 use awsmp_core::metrics::RecordingMetrics;
@@ -36,6 +34,8 @@ use awsmp_core::retention::MIN_RETENTION_DAYS;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 use awsmp_lambda::ConfigError;
 use awsmp_local_aws::{MotoServer, TEST_REGION, workspace_root};
+use awsmp_local_stack::LocalError;
+use awsmp_local_stack::resources::LocalStack;
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementKey, EntitlementSeed, LedgerSnapshot, ProductSeed, RunningSim,
     SimConfig, Simulator, ThrottleConfig, TokenSeed,
@@ -74,7 +74,7 @@ pub const CLEANUP_QUEUE: &str = "awsmp-prod-e2e-cleanup-test";
 pub enum HarnessError {
     /// moto.
     #[error("test support: {0}")]
-    Support(#[from] awsmp_local_aws::TestSupportError),
+    Support(#[from] awsmp_local_aws::LocalAwsError),
     /// The templates' tables, queues or function environments (the local stack's code).
     #[error("local stack: {0}")]
     Local(#[from] LocalError),

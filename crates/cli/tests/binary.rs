@@ -13,9 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use awsmp_cli::local::system::{LOCAL_PRODUCT_CODE, LOCAL_STAGE, LocalPaths, LocalSystem};
-use awsmp_cli::local::{demo, demo_start};
 use awsmp_core::time::{HourBucket, Instant};
+use awsmp_local_stack::system::{LOCAL_PRODUCT_CODE, LOCAL_STAGE, LocalPaths, LocalSystem};
+use awsmp_local_stack::{demo, demo_start};
 use chrono::{Duration, Timelike};
 use regex::{Captures, Regex};
 

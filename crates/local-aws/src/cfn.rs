@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_norway::{Mapping, Value};
 
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// The account id the pseudo parameter `AWS::AccountId` resolves to by default (moto's).
 pub const DEFAULT_ACCOUNT: &str = "123456789012";
@@ -52,7 +52,7 @@ impl StackTemplate {
     /// parameters (`AWS::Region` us-east-1, `AWS::AccountId` [`DEFAULT_ACCOUNT`],
     /// `AWS::Partition` aws, ...), then `parameters` (which may also set pseudo
     /// parameters, e.g. `("AWS::Region", "eu-west-1")`).
-    pub fn load(path: &Path, parameters: &[(&str, &str)]) -> Result<Self, TestSupportError> {
+    pub fn load(path: &Path, parameters: &[(&str, &str)]) -> Result<Self, LocalAwsError> {
         Self::load_with(
             path,
             parameters
@@ -65,8 +65,8 @@ impl StackTemplate {
     pub fn load_with(
         path: &Path,
         parameters: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, TestSupportError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TestSupportError::Template {
+    ) -> Result<Self, LocalAwsError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LocalAwsError::Template {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
         })?;
@@ -79,8 +79,8 @@ impl StackTemplate {
         path: &Path,
         text: &str,
         parameters: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, TestSupportError> {
-        let doc: Value = serde_norway::from_str(text).map_err(|e| TestSupportError::Template {
+    ) -> Result<Self, LocalAwsError> {
+        let doc: Value = serde_norway::from_str(text).map_err(|e| LocalAwsError::Template {
             path: path.to_path_buf(),
             message: format!("not valid YAML: {e}"),
         })?;
@@ -160,8 +160,8 @@ impl StackTemplate {
     }
 
     /// An error about this template.
-    pub fn error(&self, message: impl Into<String>) -> TestSupportError {
-        TestSupportError::Template {
+    pub fn error(&self, message: impl Into<String>) -> LocalAwsError {
+        LocalAwsError::Template {
             path: self.path.clone(),
             message: message.into(),
         }
@@ -184,7 +184,7 @@ impl StackTemplate {
     }
 
     /// One resource's definition.
-    pub fn resource(&self, logical_id: &str) -> Result<&Value, TestSupportError> {
+    pub fn resource(&self, logical_id: &str) -> Result<&Value, LocalAwsError> {
         self.doc
             .get("Resources")
             .and_then(|r| r.get(logical_id))
@@ -192,7 +192,7 @@ impl StackTemplate {
     }
 
     /// A resource's `Type`.
-    pub fn resource_type(&self, logical_id: &str) -> Result<String, TestSupportError> {
+    pub fn resource_type(&self, logical_id: &str) -> Result<String, LocalAwsError> {
         self.resource(logical_id)?
             .get("Type")
             .and_then(Value::as_str)
@@ -240,7 +240,7 @@ impl StackTemplate {
     }
 
     /// Whether a resource is created under these parameters (its `Condition`).
-    pub fn is_deployed(&self, logical_id: &str) -> Result<bool, TestSupportError> {
+    pub fn is_deployed(&self, logical_id: &str) -> Result<bool, LocalAwsError> {
         match self
             .resource(logical_id)?
             .get("Condition")
@@ -252,7 +252,7 @@ impl StackTemplate {
     }
 
     /// A named condition of the template.
-    pub fn condition(&self, name: &str) -> Result<bool, TestSupportError> {
+    pub fn condition(&self, name: &str) -> Result<bool, LocalAwsError> {
         let definition = self
             .doc
             .get("Conditions")
@@ -261,10 +261,10 @@ impl StackTemplate {
         self.condition_value(definition)
     }
 
-    fn condition_value(&self, value: &Value) -> Result<bool, TestSupportError> {
+    fn condition_value(&self, value: &Value) -> Result<bool, LocalAwsError> {
         let (function, argument) = intrinsic(value)
             .ok_or_else(|| self.error(format!("condition {value:?} is not a function")))?;
-        let args = |n: usize| -> Result<&Vec<Value>, TestSupportError> {
+        let args = |n: usize| -> Result<&Vec<Value>, LocalAwsError> {
             match argument {
                 Value::Sequence(items) if n == 0 || items.len() == n => Ok(items),
                 _ => Err(self.error(format!("Fn::{function} needs a list: {argument:?}"))),
@@ -304,7 +304,7 @@ impl StackTemplate {
 
     /// Resolves every intrinsic in `value`. `None` is `AWS::NoValue` (the property is
     /// left out); list items and map entries that resolve to it are dropped.
-    pub fn resolve(&self, value: &Value) -> Result<Option<Value>, TestSupportError> {
+    pub fn resolve(&self, value: &Value) -> Result<Option<Value>, LocalAwsError> {
         if let Some((function, argument)) = intrinsic(value) {
             return self.intrinsic_function(&function, argument);
         }
@@ -335,7 +335,7 @@ impl StackTemplate {
     }
 
     /// Resolves `value` to one string (a scalar after resolution).
-    pub fn string(&self, value: &Value, what: &str) -> Result<String, TestSupportError> {
+    pub fn string(&self, value: &Value, what: &str) -> Result<String, LocalAwsError> {
         let resolved = self
             .resolve(value)?
             .ok_or_else(|| self.error(format!("{what}: resolves to AWS::NoValue")))?;
@@ -344,7 +344,7 @@ impl StackTemplate {
     }
 
     /// Resolves `value` to a list of strings (a single string is a list of one).
-    pub fn strings(&self, value: &Value, what: &str) -> Result<Vec<String>, TestSupportError> {
+    pub fn strings(&self, value: &Value, what: &str) -> Result<Vec<String>, LocalAwsError> {
         match self.resolve(value)? {
             None => Ok(Vec::new()),
             Some(Value::Sequence(items)) => items
@@ -364,8 +364,8 @@ impl StackTemplate {
         &self,
         function: &str,
         argument: &Value,
-    ) -> Result<Option<Value>, TestSupportError> {
-        let list = |what: &str| -> Result<&Vec<Value>, TestSupportError> {
+    ) -> Result<Option<Value>, LocalAwsError> {
+        let list = |what: &str| -> Result<&Vec<Value>, LocalAwsError> {
             match argument {
                 Value::Sequence(items) => Ok(items),
                 _ => Err(self.error(format!("Fn::{what} needs a list: {argument:?}"))),
@@ -453,7 +453,7 @@ impl StackTemplate {
         }
     }
 
-    fn sub(&self, argument: &Value) -> Result<String, TestSupportError> {
+    fn sub(&self, argument: &Value) -> Result<String, LocalAwsError> {
         let (text, vars) = match argument {
             Value::String(s) => (s.as_str(), BTreeMap::new()),
             Value::Sequence(items) if items.len() == 2 => {
@@ -506,7 +506,7 @@ impl StackTemplate {
     }
 
     /// `Ref` of a parameter, pseudo parameter or resource.
-    pub fn reference(&self, name: &str) -> Result<String, TestSupportError> {
+    pub fn reference(&self, name: &str) -> Result<String, LocalAwsError> {
         if let Some(v) = self.parameters.get(name) {
             return Ok(v.clone());
         }
@@ -545,7 +545,7 @@ impl StackTemplate {
     }
 
     /// `Fn::GetAtt resource.attribute`.
-    pub fn attribute(&self, resource: &str, attribute: &str) -> Result<String, TestSupportError> {
+    pub fn attribute(&self, resource: &str, attribute: &str) -> Result<String, LocalAwsError> {
         let key = (resource.to_string(), attribute.to_string());
         if let Some(bound) = self.attributes.get(&key) {
             return Ok(bound.clone());
@@ -601,7 +601,7 @@ impl StackTemplate {
         self.parameters.get(name).cloned().unwrap_or_default()
     }
 
-    fn deployed(&self, logical_id: &str) -> Result<(), TestSupportError> {
+    fn deployed(&self, logical_id: &str) -> Result<(), LocalAwsError> {
         if self.is_deployed(logical_id)? {
             Ok(())
         } else {
@@ -612,7 +612,7 @@ impl StackTemplate {
     }
 
     /// A resource's property, resolved to a string.
-    pub fn property(&self, logical_id: &str, property: &str) -> Result<String, TestSupportError> {
+    pub fn property(&self, logical_id: &str, property: &str) -> Result<String, LocalAwsError> {
         let value = self
             .resource(logical_id)?
             .get("Properties")
@@ -710,7 +710,7 @@ Resources:
         parsed(file, TEMPLATE, params)
     }
 
-    fn prop(t: &StackTemplate, name: &str) -> Result<Option<Value>, TestSupportError> {
+    fn prop(t: &StackTemplate, name: &str) -> Result<Option<Value>, LocalAwsError> {
         t.resolve(
             t.resource("Thing")
                 .unwrap()

@@ -1,10 +1,11 @@
-//! Errors of the test tooling: each names what failed and what to do about it.
+//! Errors of the local AWS (moto, the simulator, the templates): each names what failed
+//! and what to do about it.
 
 use std::path::PathBuf;
 
-/// A test-tooling failure.
+/// A local-AWS failure: moto, the simulator or a template.
 #[derive(Debug, thiserror::Error)]
-pub enum TestSupportError {
+pub enum LocalAwsError {
     /// The Python venv with moto is not there.
     #[error(
         "moto is not installed: {venv}/bin/moto_server is missing. Run `make venv` at the \
@@ -65,7 +66,7 @@ pub enum TestSupportError {
     Simulator(String),
 }
 
-impl TestSupportError {
+impl LocalAwsError {
     /// Wraps an SDK error with its whole source chain (the SDK's `Display` alone often
     /// says only "service error").
     pub fn aws(operation: impl Into<String>, error: &(dyn std::error::Error + 'static)) -> Self {
@@ -76,7 +77,7 @@ impl TestSupportError {
             message.push_str(&inner.to_string());
             source = inner.source();
         }
-        TestSupportError::Aws {
+        LocalAwsError::Aws {
             operation: operation.into(),
             message,
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_norway::Value;
 
 use crate::cfn::{StackTemplate, intrinsic};
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// An event source of a function.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,7 +64,7 @@ fn variables(environment: Option<&Value>) -> impl Iterator<Item = (String, Value
 
 impl StackTemplate {
     /// Every serverless function, with `Globals.Function.Environment` merged in.
-    pub fn functions(&self) -> Result<Vec<FunctionSpec>, TestSupportError> {
+    pub fn functions(&self) -> Result<Vec<FunctionSpec>, LocalAwsError> {
         let globals = self.section("Globals").and_then(|g| g.get("Function"));
         let global_timeout = globals
             .and_then(|f| f.get("Timeout"))
@@ -112,7 +112,7 @@ impl StackTemplate {
     }
 
     /// The function whose binary (`Metadata.BuildProperties.Binary`) is `binary`.
-    pub fn function(&self, binary: &str) -> Result<FunctionSpec, TestSupportError> {
+    pub fn function(&self, binary: &str) -> Result<FunctionSpec, LocalAwsError> {
         self.functions()?
             .into_iter()
             .find(|f| f.binary == binary)

@@ -21,7 +21,7 @@
 use serde_norway::Value;
 
 use crate::cfn::StackTemplate;
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// `Allow` or `Deny`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +362,7 @@ pub struct FunctionWiring {
 pub fn function_wiring(
     template: &StackTemplate,
     binary: &str,
-) -> Result<FunctionWiring, TestSupportError> {
+) -> Result<FunctionWiring, LocalAwsError> {
     let logical_id = template.function(binary)?.logical_id;
     let function = template.resource(&logical_id)?;
     let props = function
@@ -447,7 +447,7 @@ pub fn function_wiring(
 
 /// Every statement of the role's inline policies and of the `AWS::IAM::Policy`
 /// resources attached to it.
-fn role_policy(template: &StackTemplate, role: &str) -> Result<Policy, TestSupportError> {
+fn role_policy(template: &StackTemplate, role: &str) -> Result<Policy, LocalAwsError> {
     let resource = template.resource(role)?;
     if template.resource_type(role)? != "AWS::IAM::Role" {
         return Err(template.error(format!("{role} is not an AWS::IAM::Role")));

@@ -18,7 +18,7 @@ pub mod tables;
 pub mod template;
 
 pub use cfn::StackTemplate;
-pub use error::TestSupportError;
+pub use error::LocalAwsError;
 pub use events::{SqsRecord, scheduled_event, sqs_event};
 pub use functions::{EventSource, FunctionSpec, parse_rate};
 pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};

@@ -17,7 +17,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// Region every test client uses.
 pub const TEST_REGION: &str = "us-east-1";
@@ -53,17 +53,17 @@ impl MotoServer {
     ///
     /// The venv is `$AWSMP_VENV` if set, else `<workspace>/.venv`. A missing venv is an
     /// error that names `make venv`, never a skip.
-    pub async fn start() -> Result<MotoServer, TestSupportError> {
+    pub async fn start() -> Result<MotoServer, LocalAwsError> {
         let venv = venv_dir();
         Self::start_from(&venv).await
     }
 
     /// Starts moto from the given venv (see [`MotoServer::start`]).
-    pub async fn start_from(venv: &Path) -> Result<MotoServer, TestSupportError> {
+    pub async fn start_from(venv: &Path) -> Result<MotoServer, LocalAwsError> {
         let moto_server = venv.join("bin").join("moto_server");
         let python = venv.join("bin").join("python");
         if !moto_server.exists() || !python.exists() {
-            return Err(TestSupportError::VenvMissing {
+            return Err(LocalAwsError::VenvMissing {
                 venv: venv.to_path_buf(),
             });
         }
@@ -72,17 +72,17 @@ impl MotoServer {
             match Self::start_once(&python).await {
                 Ok(server) => return Ok(server),
                 // Another process took the port between our probe and moto's bind.
-                Err(e @ TestSupportError::ServerExited { .. }) => last_error = Some(e),
+                Err(e @ LocalAwsError::ServerExited { .. }) => last_error = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        Err(last_error.unwrap_or(TestSupportError::NotReady {
+        Err(last_error.unwrap_or(LocalAwsError::NotReady {
             what: "moto".into(),
             output: String::new(),
         }))
     }
 
-    async fn start_once(python: &Path) -> Result<MotoServer, TestSupportError> {
+    async fn start_once(python: &Path) -> Result<MotoServer, LocalAwsError> {
         let port = free_port()?;
         let mut command = Command::new(python);
         command
@@ -95,7 +95,7 @@ impl MotoServer {
             // Its own process group, so Drop can kill everything it started.
             .process_group(0)
             .env("PYTHONUNBUFFERED", "1");
-        let mut child = command.spawn().map_err(|source| TestSupportError::Spawn {
+        let mut child = command.spawn().map_err(|source| LocalAwsError::Spawn {
             program: python.display().to_string(),
             source,
         })?;
@@ -146,13 +146,13 @@ impl MotoServer {
             }
             Ok(_) => {
                 let status = server.child.wait().ok();
-                Err(TestSupportError::ServerExited {
+                Err(LocalAwsError::ServerExited {
                     what: "moto".into(),
                     status: status.map(|s| s.to_string()).unwrap_or_default(),
                     output: output(),
                 })
             }
-            Err(_) => Err(TestSupportError::NotReady {
+            Err(_) => Err(LocalAwsError::NotReady {
                 what: format!("moto on port {port} within {STARTUP_TIMEOUT:?}"),
                 output: output(),
             }),
@@ -258,10 +258,10 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// A port that was free on 127.0.0.1 a moment ago.
-pub fn free_port() -> Result<u16, TestSupportError> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(TestSupportError::FreePort)?;
+pub fn free_port() -> Result<u16, LocalAwsError> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(LocalAwsError::FreePort)?;
     listener
         .local_addr()
         .map(|a| a.port())
-        .map_err(TestSupportError::FreePort)
+        .map_err(LocalAwsError::FreePort)
 }

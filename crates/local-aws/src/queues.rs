@@ -4,7 +4,7 @@
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// How to create a queue.
 #[derive(Debug, Clone, Default)]
@@ -25,7 +25,7 @@ pub struct CreatedQueue {
 }
 
 /// Creates a plain queue; returns its URL.
-pub async fn create_queue(client: &Client, name: &str) -> Result<String, TestSupportError> {
+pub async fn create_queue(client: &Client, name: &str) -> Result<String, LocalAwsError> {
     Ok(create_queue_with(client, name, &QueueOptions::default())
         .await?
         .url)
@@ -36,7 +36,7 @@ pub async fn create_queue_with_dlq(
     client: &Client,
     name: &str,
     max_receive_count: u32,
-) -> Result<CreatedQueue, TestSupportError> {
+) -> Result<CreatedQueue, LocalAwsError> {
     let options = QueueOptions {
         dlq_max_receive_count: Some(max_receive_count),
         ..QueueOptions::default()
@@ -49,7 +49,7 @@ pub async fn create_queue_with(
     client: &Client,
     name: &str,
     options: &QueueOptions,
-) -> Result<CreatedQueue, TestSupportError> {
+) -> Result<CreatedQueue, LocalAwsError> {
     let mut dlq_url = None;
     let mut request = client.create_queue().queue_name(name);
     if let Some(max_receive_count) = options.dlq_max_receive_count {
@@ -64,12 +64,12 @@ pub async fn create_queue_with(
             .attribute_names(QueueAttributeName::QueueArn)
             .send()
             .await
-            .map_err(|e| TestSupportError::aws(format!("GetQueueAttributes {dlq_name}"), &e))?;
+            .map_err(|e| LocalAwsError::aws(format!("GetQueueAttributes {dlq_name}"), &e))?;
         let arn = attrs
             .attributes()
             .and_then(|a| a.get(&QueueAttributeName::QueueArn))
             .cloned()
-            .ok_or_else(|| TestSupportError::Aws {
+            .ok_or_else(|| LocalAwsError::Aws {
                 operation: format!("GetQueueAttributes {dlq_name}"),
                 message: "no QueueArn returned".into(),
             })?;
@@ -92,13 +92,13 @@ fn queue_url_of<E, R>(
         aws_sdk_sqs::error::SdkError<E, R>,
     >,
     name: &str,
-) -> Result<String, TestSupportError>
+) -> Result<String, LocalAwsError>
 where
     E: std::error::Error + 'static,
     R: std::fmt::Debug + 'static,
 {
-    let out = result.map_err(|e| TestSupportError::aws(format!("CreateQueue {name}"), &e))?;
-    out.queue_url.ok_or_else(|| TestSupportError::Aws {
+    let out = result.map_err(|e| LocalAwsError::aws(format!("CreateQueue {name}"), &e))?;
+    out.queue_url.ok_or_else(|| LocalAwsError::Aws {
         operation: format!("CreateQueue {name}"),
         message: "no QueueUrl returned".into(),
     })

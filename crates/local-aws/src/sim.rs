@@ -4,7 +4,7 @@
 use aws_config::SdkConfig;
 use awsmp_marketplace_sim::{RunningSim, SimConfig, SimHandle, Simulator};
 
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 use crate::moto::{TEST_ACCESS_KEY, TEST_REGION, TEST_SECRET_KEY, test_sdk_config};
 
 /// A running simulator. Dropping it stops the server.
@@ -15,11 +15,11 @@ pub struct SimServer {
 
 impl SimServer {
     /// Starts the simulator with `config` on a free port (`config.port` is ignored).
-    pub async fn start(config: SimConfig) -> Result<SimServer, TestSupportError> {
+    pub async fn start(config: SimConfig) -> Result<SimServer, LocalAwsError> {
         let config = SimConfig { port: 0, ..config };
         let sim = Simulator::start(config)
             .await
-            .map_err(|e| TestSupportError::Simulator(e.to_string()))?;
+            .map_err(|e| LocalAwsError::Simulator(e.to_string()))?;
         Ok(SimServer { sim })
     }
 
@@ -59,10 +59,10 @@ impl SimServer {
     }
 
     /// Stops the server and waits for calls in progress to finish.
-    pub async fn shutdown(self) -> Result<(), TestSupportError> {
+    pub async fn shutdown(self) -> Result<(), LocalAwsError> {
         self.sim
             .shutdown()
             .await
-            .map_err(|e| TestSupportError::Simulator(e.to_string()))
+            .map_err(|e| LocalAwsError::Simulator(e.to_string()))
     }
 }

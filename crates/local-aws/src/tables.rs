@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType,
 };
 
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 
 /// A key attribute: name and scalar type (`S`, `N` or `B`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -162,37 +162,37 @@ pub fn profile_table_spec(name: &str) -> TableSpec {
 }
 
 /// Creates the usage table named `name` (see [`usage_table_spec`]).
-pub async fn create_usage_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+pub async fn create_usage_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
     create_table(client, &usage_table_spec(name)).await
 }
 
 /// Creates the aggregated-usage table named `name` (see [`aggregated_table_spec`]).
-pub async fn create_aggregated_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+pub async fn create_aggregated_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
     create_table(client, &aggregated_table_spec(name)).await
 }
 
 /// Creates the subscribers table named `name` (see [`subscribers_table_spec`]).
-pub async fn create_subscribers_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+pub async fn create_subscribers_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
     create_table(client, &subscribers_table_spec(name)).await
 }
 
 /// Creates the customer-profile table named `name` (see [`profile_table_spec`]).
-pub async fn create_profile_table(client: &Client, name: &str) -> Result<(), TestSupportError> {
+pub async fn create_profile_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
     create_table(client, &profile_table_spec(name)).await
 }
 
-fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement, TestSupportError> {
+fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement, LocalAwsError> {
     KeySchemaElement::builder()
         .attribute_name(&attr.name)
         .key_type(key_type)
         .build()
-        .map_err(|e| TestSupportError::aws("build KeySchemaElement", &e))
+        .map_err(|e| LocalAwsError::aws("build KeySchemaElement", &e))
 }
 
 fn key_schema(
     hash: &KeyAttr,
     range: &Option<KeyAttr>,
-) -> Result<Vec<KeySchemaElement>, TestSupportError> {
+) -> Result<Vec<KeySchemaElement>, LocalAwsError> {
     let mut schema = vec![key_element(hash, KeyType::Hash)?];
     if let Some(range) = range {
         schema.push(key_element(range, KeyType::Range)?);
@@ -201,7 +201,7 @@ fn key_schema(
 }
 
 /// Creates a table (pay-per-request) from a spec. moto creates tables ACTIVE at once.
-pub async fn create_table(client: &Client, spec: &TableSpec) -> Result<(), TestSupportError> {
+pub async fn create_table(client: &Client, spec: &TableSpec) -> Result<(), LocalAwsError> {
     // Every key attribute of the table and its indexes, once each.
     let mut attrs: Vec<&KeyAttr> = vec![&spec.hash];
     attrs.extend(spec.range.iter());
@@ -218,7 +218,7 @@ pub async fn create_table(client: &Client, spec: &TableSpec) -> Result<(), TestS
                     .attribute_name(&attr.name)
                     .attribute_type(ScalarAttributeType::from(attr.kind.as_str()))
                     .build()
-                    .map_err(|e| TestSupportError::aws("build AttributeDefinition", &e))?,
+                    .map_err(|e| LocalAwsError::aws("build AttributeDefinition", &e))?,
             );
         }
     }
@@ -247,28 +247,25 @@ pub async fn create_table(client: &Client, spec: &TableSpec) -> Result<(), TestS
                 .set_key_schema(Some(key_schema(&index.hash, &index.range)?))
                 .projection(projection)
                 .build()
-                .map_err(|e| TestSupportError::aws("build GlobalSecondaryIndex", &e))?,
+                .map_err(|e| LocalAwsError::aws("build GlobalSecondaryIndex", &e))?,
         );
     }
     request
         .send()
         .await
-        .map_err(|e| TestSupportError::aws(format!("CreateTable {}", spec.name), &e))?;
+        .map_err(|e| LocalAwsError::aws(format!("CreateTable {}", spec.name), &e))?;
     Ok(())
 }
 
 /// Reads a live table's keys and GSIs back as a [`TableSpec`] (to check what was made).
-pub async fn describe_table_spec(
-    client: &Client,
-    name: &str,
-) -> Result<TableSpec, TestSupportError> {
+pub async fn describe_table_spec(client: &Client, name: &str) -> Result<TableSpec, LocalAwsError> {
     let out = client
         .describe_table()
         .table_name(name)
         .send()
         .await
-        .map_err(|e| TestSupportError::aws(format!("DescribeTable {name}"), &e))?;
-    let bad = |message: String| TestSupportError::Aws {
+        .map_err(|e| LocalAwsError::aws(format!("DescribeTable {name}"), &e))?;
+    let bad = |message: String| LocalAwsError::Aws {
         operation: format!("DescribeTable {name}"),
         message,
     };

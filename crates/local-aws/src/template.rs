@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::Client;
 use serde_norway::Value;
 
 use crate::cfn::StackTemplate;
-use crate::error::TestSupportError;
+use crate::error::LocalAwsError;
 use crate::tables::{IndexProjection, IndexSpec, KeyAttr, TableSpec, create_table};
 
 /// Names and parameters for reading a template's tables.
@@ -56,7 +56,7 @@ impl StackTemplate {
     pub fn tables(
         &self,
         names: &BTreeMap<String, String>,
-    ) -> Result<Vec<TemplateTable>, TestSupportError> {
+    ) -> Result<Vec<TemplateTable>, LocalAwsError> {
         if self.section("Resources").is_none() {
             return Err(self.error("no Resources section"));
         }
@@ -108,7 +108,7 @@ impl StackTemplate {
         gsi: &Value,
         kinds: &BTreeMap<String, String>,
         what: &str,
-    ) -> Result<IndexSpec, TestSupportError> {
+    ) -> Result<IndexSpec, LocalAwsError> {
         let index_name = self.string(self.field(gsi, "IndexName", what)?, what)?;
         let index_what = format!("{what} index {index_name}");
         let (hash, range) = self.keys(gsi.get("KeySchema"), kinds, &index_what)?;
@@ -139,11 +139,7 @@ impl StackTemplate {
         })
     }
 
-    fn list<'v>(
-        &self,
-        value: Option<&'v Value>,
-        what: &str,
-    ) -> Result<&'v [Value], TestSupportError> {
+    fn list<'v>(&self, value: Option<&'v Value>, what: &str) -> Result<&'v [Value], LocalAwsError> {
         match value {
             Some(Value::Sequence(items)) => Ok(items),
             None => Ok(&[]),
@@ -153,12 +149,7 @@ impl StackTemplate {
         }
     }
 
-    fn field<'v>(
-        &self,
-        map: &'v Value,
-        key: &str,
-        what: &str,
-    ) -> Result<&'v Value, TestSupportError> {
+    fn field<'v>(&self, map: &'v Value, key: &str, what: &str) -> Result<&'v Value, LocalAwsError> {
         map.get(key)
             .ok_or_else(|| self.error(format!("{what}: missing {key}")))
     }
@@ -168,7 +159,7 @@ impl StackTemplate {
         schema: Option<&Value>,
         kinds: &BTreeMap<String, String>,
         what: &str,
-    ) -> Result<(KeyAttr, Option<KeyAttr>), TestSupportError> {
+    ) -> Result<(KeyAttr, Option<KeyAttr>), LocalAwsError> {
         let mut hash = None;
         let mut range = None;
         for element in self.list(schema, &format!("{what} KeySchema"))? {
@@ -193,7 +184,7 @@ impl StackTemplate {
 pub fn tables_in_template(
     path: &Path,
     options: &TemplateOptions,
-) -> Result<Vec<TemplateTable>, TestSupportError> {
+) -> Result<Vec<TemplateTable>, LocalAwsError> {
     StackTemplate::load_with(path, options.parameters.clone())?.tables(&options.names)
 }
 
@@ -201,7 +192,7 @@ pub fn tables_in_template(
 pub async fn create_tables(
     client: &Client,
     tables: &[TemplateTable],
-) -> Result<BTreeMap<String, String>, TestSupportError> {
+) -> Result<BTreeMap<String, String>, LocalAwsError> {
     let mut created = BTreeMap::new();
     for table in tables {
         create_table(client, &table.spec).await?;
@@ -215,7 +206,7 @@ pub async fn create_tables_from_template(
     client: &Client,
     path: &Path,
     options: &TemplateOptions,
-) -> Result<BTreeMap<String, String>, TestSupportError> {
+) -> Result<BTreeMap<String, String>, LocalAwsError> {
     create_tables(client, &tables_in_template(path, options)?).await
 }
 
@@ -224,7 +215,7 @@ pub async fn create_tables_from_template(
 pub fn event_rule_detail_types(
     path: &Path,
     logical_id: &str,
-) -> Result<Vec<String>, TestSupportError> {
+) -> Result<Vec<String>, LocalAwsError> {
     let template = StackTemplate::load(path, &[])?;
     let error = |message: String| template.error(message);
     let resource = template.resource(logical_id)?;

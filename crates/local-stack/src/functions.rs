@@ -16,9 +16,9 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 
-use crate::local::LocalError;
-use crate::local::resources::LocalStack;
-use crate::local::runtime::LocalFunction;
+use crate::LocalError;
+use crate::resources::LocalStack;
+use crate::runtime::LocalFunction;
 use awsmp_local_aws::EventSource;
 
 /// A function of one of the stacks, ready to invoke.

@@ -12,7 +12,7 @@ use awsmp_core::time::Instant;
 use awsmp_local_aws::SqsRecord;
 use lambda_runtime::{Context, LambdaEvent};
 
-use crate::local::LocalError;
+use crate::LocalError;
 
 /// A handler the local runtime can invoke.
 #[async_trait]
@@ -57,8 +57,8 @@ pub fn context(function: &str, timeout: Duration) -> Context {
     .unwrap_or(0);
     ctx.invoked_function_arn = format!(
         "arn:aws:lambda:{}:{}:function:{function}",
-        crate::local::resources::LOCAL_REGION,
-        crate::local::resources::LOCAL_ACCOUNT
+        crate::resources::LOCAL_REGION,
+        crate::resources::LOCAL_ACCOUNT
     );
     ctx
 }
@@ -67,8 +67,8 @@ pub fn context(function: &str, timeout: Duration) -> Context {
 /// and Region.
 pub fn scheduled_event(rule: &str, time: Instant) -> serde_json::Value {
     awsmp_local_aws::scheduled_event(
-        crate::local::resources::LOCAL_ACCOUNT,
-        crate::local::resources::LOCAL_REGION,
+        crate::resources::LOCAL_ACCOUNT,
+        crate::resources::LOCAL_REGION,
         rule,
         time,
     )

@@ -11,7 +11,7 @@ use awsmp_lambda::ConfigError;
 use awsmp_local_aws::create_tables;
 use serde_norway::Value;
 
-use crate::local::LocalError;
+use crate::LocalError;
 use awsmp_local_aws::cfn::StackTemplate;
 
 /// Account id the local stack pretends to run in.

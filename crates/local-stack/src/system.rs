@@ -12,10 +12,10 @@ use awsmp_local_aws::MotoServer;
 use awsmp_marketplace_sim::{ClockSetting, RunningSim, SimConfig, Simulator};
 use lambda_runtime::LambdaEvent;
 
-use crate::local::LocalError;
-use crate::local::functions::{WiredFunction, wire_functions};
-use crate::local::resources::{LOCAL_REGION, LocalStack};
-use crate::local::runtime::{SqsMapping, context, queue_depth, scheduled_event};
+use crate::LocalError;
+use crate::functions::{WiredFunction, wire_functions};
+use crate::resources::{LOCAL_REGION, LocalStack};
+use crate::runtime::{SqsMapping, context, queue_depth, scheduled_event};
 use awsmp_local_aws::EventSource;
 
 /// Product code of the local main stack.

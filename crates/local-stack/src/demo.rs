@@ -13,8 +13,8 @@ use awsmp_core::time::{HourBucket, Instant, format_instant};
 use awsmp_marketplace_sim::model::{ProductSeed, TokenSeed};
 use chrono::Duration;
 
-use crate::local::LocalError;
-use crate::local::system::{LOCAL_PRODUCT_CODE, LocalSystem};
+use crate::LocalError;
+use crate::system::{LOCAL_PRODUCT_CODE, LocalSystem};
 
 /// The demo buyer's account (holds two licenses).
 pub const BUYER_ACCOUNT: &str = "111122223333";
