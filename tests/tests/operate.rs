@@ -183,8 +183,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     assert_eq!(billed.quantity_counted, 10);
 
     // replay: refused while billed, done for the error once the catalog has the dimension.
-    let aggregated =
-        DynamoAggregatedStore::new(stack.dynamodb.clone(), AGGREGATED_TABLE, USAGE_TABLE);
+    let aggregated = DynamoAggregatedStore::new(stack.dynamodb.clone(), AGGREGATED_TABLE);
     let billed_group =
         ops::replay::parse_group(&format!("{l1}|{ACCOUNT_A}|requests|2026-11-30T08")).unwrap();
     let failed_group =

@@ -718,11 +718,8 @@ async fn malformed_messages_fail_alone() {
 #[tokio::test]
 async fn dry_run_marks_test_accounts_and_never_calls_marketplace() {
     let stack = stack_with(NOW, |o| {
-        o.mode = awsmp_core::pipeline::submit::MeteringMode::from_parts(
-            "dry-run",
-            &[ACCOUNT_A.to_string()],
-        )
-        .unwrap();
+        o.mode = awsmp_core::submit::MeteringMode::from_parts("dry-run", &[ACCOUNT_A.to_string()])
+            .unwrap();
     })
     .await;
     let l1 = active_license(&stack, 1, ACCOUNT_A).await;

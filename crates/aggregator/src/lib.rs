@@ -1,6 +1,6 @@
 //! The aggregator Lambda (SQS, partial batch failures): for each work message, counts
 //! the group's pending raw rows into its aggregated record with the atomic commit and
-//! enqueues cleanup. The use case is `awsmp_core::pipeline::aggregation`; this crate is
+//! enqueues cleanup. The use case is `awsmp_core::aggregate::run`; this crate is
 //! config and wiring.
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings, aggregate_group};
+use awsmp_core::aggregate::run::{AggregatePorts, AggregateSettings, aggregate_group};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use awsmp_lambda::{BatchError, ConfigError, EnvReader, invocation_budget, work_batch};
@@ -98,11 +98,13 @@ impl State {
                     dynamodb.clone(),
                     config.usage_table.clone(),
                 )),
-                aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
-                    dynamodb,
-                    config.aggregated_table.clone(),
-                    config.usage_table.clone(),
-                )),
+                aggregated: Arc::new(
+                    awsmp_aws::DynamoAggregatedStore::new(
+                        dynamodb,
+                        config.aggregated_table.clone(),
+                    )
+                    .claiming_rows_of(config.usage_table.clone()),
+                ),
                 cleanup_queue: Arc::new(awsmp_aws::SqsWorkQueue::new(
                     aws_sdk_sqs::Client::new(sdk),
                     config.cleanup_queue_url.clone(),

@@ -40,23 +40,27 @@ use crate::item::{
 pub struct DynamoAggregatedStore {
     client: Client,
     table: String,
-    usage_table: String,
+    /// The usage table whose rows a commit claims: only the aggregator's store has one.
+    usage_table: Option<String>,
     page_limit: Option<i32>,
 }
 
 impl DynamoAggregatedStore {
-    /// A store on `aggregated_table` that claims rows of `usage_table`.
-    pub fn new(
-        client: Client,
-        aggregated_table: impl Into<String>,
-        usage_table: impl Into<String>,
-    ) -> Self {
+    /// A store on `aggregated_table` that reads and updates records; it cannot commit
+    /// an aggregation until it is told the usage table ([`Self::claiming_rows_of`]).
+    pub fn new(client: Client, aggregated_table: impl Into<String>) -> Self {
         DynamoAggregatedStore {
             client,
             table: aggregated_table.into(),
-            usage_table: usage_table.into(),
+            usage_table: None,
             page_limit: None,
         }
+    }
+
+    /// The aggregator's store: its commits claim rows of `usage_table`.
+    pub fn claiming_rows_of(mut self, usage_table: impl Into<String>) -> Self {
+        self.usage_table = Some(usage_table.into());
+        self
     }
 
     /// Caps each `pending_page` at `limit` items (DynamoDB `Limit`).
@@ -491,6 +495,13 @@ impl AggregatedStore for DynamoAggregatedStore {
         )
     )]
     async fn commit(&self, commit: &AggregationCommit) -> Result<CommitOutcome, PortError> {
+        let usage_table = self.usage_table.as_deref().ok_or_else(|| PortError::Failed {
+            operation: "commit",
+            message: format!(
+                "the store on {} was built without the usage table, so it cannot claim rows (only the aggregator's store commits)",
+                self.table
+            ),
+        })?;
         let write = CommitWrite::new(commit).map_err(|e| e.port_error("commit"))?;
         let record = &commit.record;
         let row_count = commit.claimed_rows.len();
@@ -564,7 +575,7 @@ impl AggregatedStore for DynamoAggregatedStore {
             let pending = update.name(attr::METERING_PENDING);
             let claimed = update.name(attr::AGGREGATED_INTO);
             let tx = TxUpdate::builder()
-                .table_name(&self.usage_table)
+                .table_name(usage_table)
                 .key(attr::LICENSE_ARN, s(license_arn))
                 .key(attr::USAGE_SORT_KEY, s(sort_key))
                 .update_expression(update.expression())

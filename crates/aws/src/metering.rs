@@ -13,12 +13,12 @@ use aws_sdk_marketplacemetering::config::retry::RetryConfig;
 use aws_sdk_marketplacemetering::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_marketplacemetering::primitives::DateTime;
 use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord};
-use awsmp_core::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::model::Allocation;
 use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
     ResolvedCustomer,
 };
+use awsmp_core::submit::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use tracing::instrument;
 
 /// A Marketplace Metering client for [`SdkMeteringApi`]: one attempt per call.

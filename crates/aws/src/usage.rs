@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
-use awsmp_core::ingestion::judge_repeat;
+use awsmp_core::items::ingestion::judge_repeat;
 use awsmp_core::items::{INGESTION_MARKER_ROW, IngestionWrite};
 use awsmp_core::model::{Attr, GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{

@@ -39,7 +39,7 @@ async fn world() -> World {
     let (moto, db) = moto_with_tables().await;
     World {
         usage: DynamoUsageStore::new(db.clone(), USAGE),
-        aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED, USAGE),
+        aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED).claiming_rows_of(USAGE),
         db,
         _moto: moto,
     }
@@ -225,6 +225,27 @@ async fn commit_creates_then_folds_and_claims_rows_atomically() {
         item["updatedAt"],
         AttributeValue::S("2026-11-30T11:20:00Z".into())
     );
+}
+
+#[tokio::test]
+async fn a_store_built_without_the_usage_table_commits_nothing() {
+    let w = world().await;
+    let key = group("requests", "2026-11-30T10");
+    let row = w.raw("2026-11-30T10:00:00Z", "a", 1).await;
+    // GIVEN the store the submitter and the operator build: no usage table named
+    let reader = DynamoAggregatedStore::new(w.db.clone(), AGGREGATED);
+    // WHEN it is asked to commit THEN it refuses, saying why, and writes nothing
+    let commit = AggregationCommit {
+        record: record(&key, 1, 1),
+        expected_version: None,
+        claimed_rows: vec![row.clone()],
+        rows_expire_at: None,
+        now: t("2026-11-30T11:10:00Z"),
+    };
+    let err = reader.commit(&commit).await.unwrap_err();
+    assert!(err.to_string().contains("without the usage table"), "{err}");
+    assert_eq!(w.get(&key).await, None);
+    assert_eq!(w.claim_of(&row).await, None);
 }
 
 #[tokio::test]
@@ -501,7 +522,9 @@ async fn a_record_mid_fold_is_not_claimable_until_its_last_commit() {
 #[tokio::test]
 async fn pending_page_returns_whole_records_over_several_pages() {
     let w = world().await;
-    let aggregated = DynamoAggregatedStore::new(w.db.clone(), AGGREGATED, USAGE).with_page_limit(2);
+    let aggregated = DynamoAggregatedStore::new(w.db.clone(), AGGREGATED)
+        .claiming_rows_of(USAGE)
+        .with_page_limit(2);
     for i in 0..5 {
         let key = group(&format!("dim{i}"), "2026-11-30T10");
         put_direct(&aggregated, &record(&key, i, 1), "2026-11-30T11:00:00Z").await;

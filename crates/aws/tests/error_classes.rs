@@ -188,7 +188,7 @@ async fn dynamodb_reads_class_every_retryable_answer_as_transient() {
         let client = dynamo(&rule, 1);
         let usage = DynamoUsageStore::new(client.clone(), USAGE);
         assert_transient(&case, usage.get_row(LICENSE, "111122223333#x").await);
-        let aggregated = DynamoAggregatedStore::new(client, AGGREGATED, USAGE);
+        let aggregated = DynamoAggregatedStore::new(client, AGGREGATED).claiming_rows_of(USAGE);
         assert_transient(
             &case,
             aggregated.get(&group("requests", "2026-11-30T10")).await,

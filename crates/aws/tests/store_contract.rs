@@ -29,7 +29,8 @@ async fn moto() -> MotoBackend {
     let limit = i32::try_from(PAGE_SIZE).unwrap();
     MotoBackend {
         usage: DynamoUsageStore::new(db.clone(), USAGE).with_page_limit(limit),
-        aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED, USAGE)
+        aggregated: DynamoAggregatedStore::new(db.clone(), AGGREGATED)
+            .claiming_rows_of(USAGE)
             .with_page_limit(limit),
         operator: DynamoOperatorStore::new(db.clone(), USAGE, AGGREGATED).with_page_limit(limit),
         db,

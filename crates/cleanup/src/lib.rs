@@ -1,14 +1,14 @@
 //! The cleanup Lambda (SQS, partial batch failures): finalizes the raw rows an
 //! aggregation message names (`Aggregated` only for rows carrying the claim,
 //! `RejectedClientSide` with the reason otherwise), retrying throttled writes with
-//! jittered backoff. The use case is `awsmp_core::pipeline::cleanup`.
+//! jittered backoff. The use case is `awsmp_core::cleanup`.
 
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use awsmp_core::cleanup::{CleanupPorts, cleanup};
 use awsmp_core::pipeline::budget::Budget;
-use awsmp_core::pipeline::cleanup::{CleanupPorts, cleanup};
 use awsmp_core::retention::Retention;
 use awsmp_lambda::{BatchError, ConfigError, EnvReader, work_batch};
 use lambda_runtime::LambdaEvent;

@@ -587,11 +587,8 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
             for s in stores(deployment).await? {
                 let usage =
                     DynamoUsageStore::new(s.client.clone(), s.deployment.usage_table.clone());
-                let aggregated = DynamoAggregatedStore::new(
-                    s.client,
-                    s.deployment.aggregated_table,
-                    s.deployment.usage_table,
-                );
+                let aggregated =
+                    DynamoAggregatedStore::new(s.client, s.deployment.aggregated_table);
                 out.push(inspect(&usage, &aggregated, &key).await?.render(format));
             }
             Ok(out)
@@ -622,7 +619,6 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 let aggregated = DynamoAggregatedStore::new(
                     s.client.clone(),
                     s.deployment.aggregated_table.clone(),
-                    s.deployment.usage_table.clone(),
                 );
                 let lines =
                     ops::replay::replay(&aggregated, &s.operator, &selection, now, dry_run).await?;
@@ -645,7 +641,6 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
                 let aggregated = DynamoAggregatedStore::new(
                     s.client.clone(),
                     s.deployment.aggregated_table.clone(),
-                    s.deployment.usage_table.clone(),
                 );
                 let args = crate::trail::TrailArgs {
                     since,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use aws_config::{Region, SdkConfig};
 use clap::Args;
 
-use awsmp_core::pipeline::submit::DeploymentMode;
+use awsmp_core::submit::DeploymentMode;
 
 use crate::commands::CommandError;
 

@@ -209,7 +209,7 @@ pub struct NewUsageRow {
     pub event_id: String,
     /// Whether `timestamp` is the moment of writing because the caller gave no instant
     /// ("now"): a retry's "now" is later than the first attempt's, so the instant is
-    /// then no part of what a retry must repeat ([`crate::ingestion::judge_repeat`]).
+    /// then no part of what a retry must repeat ([`crate::items::ingestion::judge_repeat`]).
     pub timestamp_defaulted: bool,
 }
 
@@ -306,7 +306,7 @@ pub trait UsageStore: Send + Sync {
     /// Writes a new row and its event's marker unless the event id (or the row's key)
     /// was written before; then reads what the first write stored and answers
     /// [`IngestOutcome::Duplicate`] or [`IngestOutcome::Conflict`] by
-    /// [`crate::ingestion::judge_repeat`].
+    /// [`crate::items::ingestion::judge_repeat`].
     async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError>;
 
     /// One page of the sweep of the whole sparse pending index (a Scan of the index,

@@ -3,7 +3,7 @@
 //! record can end with, and the remediation `awsmp failures` prints.
 
 use crate::model::{AggregatedStatus, RawStatus, ReasonCode};
-use crate::pipeline::submit::{
+use crate::submit::{
     REASON_INTERRUPTED_SUBMISSION, REASON_MALFORMED_ITEM, REASON_METERING_DISABLED,
     REASON_REQUEST_TOO_LARGE,
 };

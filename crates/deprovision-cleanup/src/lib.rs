@@ -1,5 +1,5 @@
 //! The deprovision-cleanup Lambda (events stack, `rate(15 minutes)`): runs the use
-//! case [`awsmp_core::pipeline::deprovision`] (every subscriber still `deprovisioning`
+//! case [`awsmp_core::lifecycle::deprovision`] (every subscriber still `deprovisioning`
 //! whose `deprovisioningExpiry` has passed is set `subscriptionStatus=inactive`, each
 //! write conditional on the version read) and fails the invocation, for the error
 //! metric and its alarm, when a row could not be closed. "Now" is the scheduled event's
@@ -12,7 +12,7 @@ use awsmp_core::time::Instant;
 use awsmp_lambda::scheduled_now;
 use lambda_runtime::LambdaEvent;
 
-pub use awsmp_core::pipeline::deprovision::{
+pub use awsmp_core::lifecycle::deprovision::{
     CleanupReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
 };
 /// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)

@@ -1,13 +1,13 @@
 //! The discoverer Lambda (`rate(15 minutes)`): takes "now" from the scheduled event,
 //! walks the completed hours through the sparse `metering_pending` index, and enqueues
 //! one aggregation message per group (deprovisioning flushes on their own queue first).
-//! The use case is `awsmp_core::pipeline::discover`; this crate is config and wiring.
+//! The use case is `awsmp_core::discover`; this crate is config and wiring.
 
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
+use awsmp_core::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use awsmp_core::retention::Retention;
 use awsmp_core::time::MeteringLockHours;
 use awsmp_lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
@@ -79,7 +79,7 @@ impl Config {
             lock: env.metering_lock(),
             flush_margin_minutes: env.parsed_or(
                 "FLUSH_MARGIN_MINUTES",
-                awsmp_core::pipeline::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
+                awsmp_core::discover::DEFAULT_FLUSH_MARGIN_MINUTES,
             ),
             stage: env.stage(),
             retention: env.retention(),

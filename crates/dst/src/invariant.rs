@@ -20,9 +20,9 @@ use awsmp_core::items::expiry_of;
 use awsmp_core::model::{
     AggregatedStatus, Attr, RawUsageRow, ReasonCode, SubscriptionStatus, attr,
 };
-use awsmp_core::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DUPLICATE};
-use awsmp_core::pipeline::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::ports::metric;
+use awsmp_core::submit::REASON_ZERO_QUANTITY_SKIPPED;
+use awsmp_core::submit::outcome::{REASON_BILLED_BY_EARLIER_ATTEMPT, REASON_UNEXPECTED_DUPLICATE};
 
 use crate::marketplace::INVALID_DIMENSION;
 use crate::scenario::{ACCOUNT, GARBAGE, Ingested, POISON, REGION, RETENTION, World};

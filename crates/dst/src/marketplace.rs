@@ -10,10 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use async_trait::async_trait;
-use awsmp_core::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::memory::ManualClock;
 use awsmp_core::model::{Allocation, GroupKey};
 use awsmp_core::ports::{Clock, MeteringApi, MeteringError, MeteringRecord, RecordVerdict};
+use awsmp_core::submit::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::time::{HourBucket, Instant};
 use awsmp_marketplace_sim::engine::{Engine, RequestBody};
 use awsmp_marketplace_sim::validate::Patterns;

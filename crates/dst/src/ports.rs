@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use awsmp_core::answer;
 use awsmp_core::memory::{
     AggregatedDecorator, Decorator, ManualClock, MemoryAggregatedStore, MemorySubscriberStore,
     MemoryTables, MemoryUsageStore, StoreCall, StoreOp, SubscriberDecorator, UsageDecorator,
@@ -20,6 +19,7 @@ use awsmp_core::ports::{
     AggregationCommit, Clock, CommitOutcome, Cursor, MeteringApi, MeteringError, MeteringRecord,
     Page, PendingRawRef, PortError, RecordVerdict,
 };
+use awsmp_core::submit::answer;
 use awsmp_core::time::HourBucket;
 
 use crate::marketplace::SimMarketplace;

@@ -19,21 +19,19 @@ use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
+use awsmp_core::aggregate::run::{AggregatePorts, AggregateSettings};
+use awsmp_core::cleanup::CleanupPorts;
+use awsmp_core::discover::{DiscoverPorts, DiscoverSettings, discover};
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::guardrails::write::{accepts_raw_usage, check_row};
 use awsmp_core::memory::{
     ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore, MemoryTables,
     RecordingMetrics, reference_row,
 };
-use awsmp_core::pipeline::aggregation::{AggregatePorts, AggregateSettings};
 use awsmp_core::pipeline::budget::Budget;
-use awsmp_core::pipeline::cleanup::CleanupPorts;
-use awsmp_core::pipeline::discover::{DiscoverPorts, DiscoverSettings, discover};
-use awsmp_core::pipeline::submit::{
-    DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit,
-};
 use awsmp_core::ports::{Clock, MeteringRecord, NewUsageRow, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
+use awsmp_core::submit::{DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit};
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use awsmp_marketplace_sim::IdenticalRetryStatus;
 use awsmp_operate::import::{ImportTarget, Progress, ProgressKeeper, one_deployment, write_lines};

@@ -2,9 +2,9 @@
 //! report or a [`RunError`] (one `errorType` per cause), and [`finish_run`], which fails
 //! a run whose deprovisioning flush could not run.
 
-use awsmp_core::pipeline::discover::DiscoverReport;
+use awsmp_core::discover::DiscoverReport;
 use awsmp_core::pipeline::error::PipelineError;
-use awsmp_core::pipeline::submit::SubmitReport;
+use awsmp_core::submit::SubmitReport;
 use lambda_runtime::Diagnostic;
 
 use super::{FunctionError, diagnostic};

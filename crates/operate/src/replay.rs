@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
-use awsmp_core::pipeline::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
 use awsmp_core::ports::{AggregatedStore, OperatorStore, PortError};
+use awsmp_core::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
 use awsmp_core::time::{HourBucket, Instant, bucket_expired};
 
 /// Why a record is not replayed.

@@ -1,18 +1,18 @@
 //! The submitter Lambda (`rate(5 minutes)`, reserved concurrency 1): takes "now" from
 //! the scheduled event and drains pending aggregated records to `BatchMeterUsage`
 //! (or, in dry-run mode, marks test accounts' records `DryRunSubmitted` without
-//! calling it). The use case is `awsmp_core::pipeline::submit`.
+//! calling it). The use case is `awsmp_core::submit`.
 
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
-use awsmp_core::pipeline::submit::{
+use awsmp_core::retention::Retention;
+use awsmp_core::submit::{
     DeploymentMode, MeteringMode, PENDING_PAGE_RECORDS, SubmitPorts, SubmitReport, SubmitSettings,
     submit,
 };
-use awsmp_core::retention::Retention;
 use awsmp_lambda::{ConfigError, EnvReader, finish_run, invocation_budget, scheduled_now};
 use lambda_runtime::LambdaEvent;
 use tracing::info;
@@ -108,7 +108,7 @@ impl Config {
             DeploymentMode::Full
         } else {
             deployment_text.parse().unwrap_or_else(
-                |e: awsmp_core::pipeline::submit::InvalidDeploymentMode| {
+                |e: awsmp_core::submit::InvalidDeploymentMode| {
                     env.problem(e.to_string());
                     DeploymentMode::Full
                 },
@@ -167,12 +167,11 @@ impl State {
         State {
             settings: Arc::new(config.settings()),
             ports: SubmitPorts {
-                // The submitter never commits aggregations, so it names no usage table.
+                // The submitter never commits aggregations: no usage table.
                 aggregated: Arc::new(
                     awsmp_aws::DynamoAggregatedStore::new(
                         aws_sdk_dynamodb::Client::new(sdk),
                         config.aggregated_table.clone(),
-                        String::new(),
                     )
                     .with_page_limit(i32::try_from(PENDING_PAGE_RECORDS).unwrap_or(i32::MAX)),
                 ),

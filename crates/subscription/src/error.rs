@@ -1,10 +1,10 @@
 //! How the subscription function reports an event it could not handle
-//! ([`awsmp_core::pipeline::subscription::EventError`]): as a batch item failure, so
+//! ([`awsmp_core::lifecycle::subscription::EventError`]): as a batch item failure, so
 //! SQS redelivers and eventually dead-letters the message, logged once at the level its
 //! cause deserves; a batch fails as a whole only as `awsmp_lambda::BatchError`
 //! says.
 
-use awsmp_core::pipeline::subscription::EventError;
+use awsmp_core::lifecycle::subscription::EventError;
 use awsmp_lambda::MessageFailure;
 
 /// One message's failure, as the SQS batch loop reports it.

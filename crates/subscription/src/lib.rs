@@ -1,6 +1,6 @@
 //! The subscription Lambda (events stack, us-east-1): reads AWS Marketplace
 //! EventBridge events from SQS and applies each to the PII-free subscribers table
-//! through the use case [`awsmp_core::pipeline::subscription`] (parse, find the row(s),
+//! through the use case [`awsmp_core::lifecycle::subscription`] (parse, find the row(s),
 //! apply the order-safe transition, write at the version read).
 //!
 //! A message that cannot be handled now (malformed, a store failure, an Ended whose
@@ -15,7 +15,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use awsmp_lambda::{BatchError, sqs_batch};
 use lambda_runtime::LambdaEvent;
 
-pub use awsmp_core::pipeline::subscription::{
+pub use awsmp_core::lifecycle::subscription::{
     EventError, EventOutcome, MAX_WRITE_ATTEMPTS, apply_event,
 };
 /// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)

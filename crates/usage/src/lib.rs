@@ -59,10 +59,10 @@ use awsmp_core::guardrails::write::{
     DirectSubmitRefusal, RowProblem, accepts_raw_usage, check_row,
 };
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
-pub use awsmp_core::pipeline::submit::DeploymentMode;
 pub use awsmp_core::ports::EventConflict;
 use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
 use awsmp_core::remedy;
+pub use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::Instant;
 use chrono::{DateTime, SubsecRound, Utc};
 

@@ -2,11 +2,11 @@
 //! judged together with its existing aggregated record, so an hour never mixes tagged and
 //! untagged usage and its merged allocations always fit one record.
 
+use crate::aggregate::vmt::{AllocationMerge, TagSet};
 use crate::model::{
     AggregatedRecord, Allocation, GroupKey, RawUsageRow, ReasonCode, ValidUsageRow,
 };
 use crate::time::HourBucket;
-use crate::vmt::{AllocationMerge, TagSet};
 
 use super::{
     GuardrailContext, GuardrailOutcome, MAX_ALLOCATIONS_PER_RECORD, RejectedRow, validate_rows,

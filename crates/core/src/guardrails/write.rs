@@ -6,8 +6,8 @@
 use crate::guardrails::{GuardrailContext, validate_row};
 use crate::items::{IngestionWrite, ItemError};
 use crate::model::ReasonCode;
-use crate::pipeline::submit::DeploymentMode;
 use crate::ports::NewUsageRow;
+use crate::submit::DeploymentMode;
 use crate::time::Instant;
 
 /// Why a usage row is not written.

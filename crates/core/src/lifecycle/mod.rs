@@ -15,9 +15,12 @@
 //! does to a row, and in which order events may apply, is `transition`'s status
 //! machine.
 
+pub mod deprovision;
 mod event;
 #[cfg(test)]
 mod fixtures;
+pub mod subscribers;
+pub mod subscription;
 mod transition;
 
 pub use event::{

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, aggregated_key};
-use crate::item_size::{item_size, raw_row_size};
+use crate::items::size::{item_size, raw_row_size};
 use crate::items::{CommitWrite, aggregated_item, check_item, check_transaction, set_expiry};
 use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
@@ -48,7 +48,7 @@ use crate::time::{HourBucket, Instant, format_instant};
 ///   removes `expiresAt` too (pending).
 /// - `commit` folds only into a record no claim ever held (`accepts_folds`).
 /// - `pending_page`: `Pending` records of `hour`, ordered by (license, sort key), paged.
-/// - DynamoDB's limits ([`crate::item_size`]): an item over 400 KB after the write, or
+/// - DynamoDB's limits ([`crate::items::size`]): an item over 400 KB after the write, or
 ///   a commit transaction (the record and its claimed rows, each as it would be after
 ///   the write) of more than 100 items or 4 MB, is [`PortError::Failed`] and changes
 ///   nothing. Every condition is evaluated under the one lock that applies the write.
@@ -108,7 +108,7 @@ fn split_malformed(page: Page<Result<AggregatedRecord, MalformedItem>>) -> Page<
     out
 }
 
-/// The size of an aggregated item as DynamoDB counts it ([`crate::item_size`]): the
+/// The size of an aggregated item as DynamoDB counts it ([`crate::items::size`]): the
 /// record's attributes ([`aggregated_item`]), its audit stamps and `rawRowCount`
 /// (taken as `raw_rows`; the real item adds up every commit's rows, a few bytes'
 /// difference); refused over 400 KB.

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 
 use super::{MemoryTables, claim_read, reference_row};
-use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES};
+use crate::items::size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES};
 use crate::items::{
     ingestion_item, ingestion_marker_item, ingestion_marker_sort_key, ingestion_sort_key,
 };

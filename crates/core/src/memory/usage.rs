@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use super::faults::StoreOp;
 use super::page::paginate;
 use super::tables::{MemoryTables, TableKey};
-use crate::ingestion::judge_repeat;
-use crate::item_size::raw_row_size;
+use crate::items::ingestion::judge_repeat;
+use crate::items::size::raw_row_size;
 use crate::items::{INGESTION_MARKER_ROW, IngestionWrite, check_item, set_expiry};
 use crate::model::{Attr, GroupKey, RawUsageRow, attr};
 use crate::ports::{
@@ -65,7 +65,7 @@ pub fn reference_row(
 ///   neither when either key exists, and then answers what [`judge_repeat`] makes of
 ///   the marker and the row it names (a duplicate or a conflict); refuses what
 ///   `IngestionWrite::new` refuses (an empty event id, a `#` in a key part).
-/// - Every write refuses an item over DynamoDB's 400 KB ([`crate::item_size`]) as
+/// - Every write refuses an item over DynamoDB's 400 KB ([`crate::items::size`]) as
 ///   [`PortError::Failed`], changing nothing. Rows seeded with
 ///   [`MemoryTables::insert_raw_row`] are not checked (a seller's writer is not ours).
 #[derive(Debug, Clone, Default)]

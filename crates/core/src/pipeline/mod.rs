@@ -1,22 +1,16 @@
-//! The use cases each Lambda runs over the ports: discover, aggregate, clean up,
-//! submit (main stack); apply a Marketplace event, close expired deprovisioning
-//! windows (events stack). Pure orchestration: every decision comes from the domain modules, every
-//! effect goes through a `&dyn Port`, and each is tested with the in-memory ports.
+//! What every use case shares (each use case lives with its feature: `discover`,
+//! `aggregate::run`, `cleanup`, `submit`; `lifecycle::subscription` and
+//! `lifecycle::deprovision` in the events stack): the invocation's time [`budget`], the
+//! use-case [`error`], [`retry`] of transient store failures, and the run's "now".
+//! Use cases are pure orchestration: every decision comes from the domain modules,
+//! every effect goes through a `&dyn Port`, and each is tested with the in-memory ports.
 //!
 //! Which function writes each status transition: the map in ARCHITECTURE.md
 //! ("Status transitions and their code"), kept in one place.
 
-pub mod aggregation;
 pub mod budget;
-pub mod cleanup;
-pub mod deprovision;
-pub mod discover;
 pub mod error;
-pub mod pacing;
 pub mod retry;
-pub mod submit;
-pub mod subscribers;
-pub mod subscription;
 
 use chrono::Timelike;
 

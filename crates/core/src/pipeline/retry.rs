@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use crate::outcome::Backoff;
 use crate::ports::{Clock, PortError};
+use crate::submit::outcome::Backoff;
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

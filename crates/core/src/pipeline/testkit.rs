@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 
 use crate::aggregate::ZeroQuantityPolicy;
+use crate::aggregate::run::{AggregatePorts, AggregateReport, AggregateSettings, aggregate_group};
+use crate::cleanup::{CleanupPorts, CleanupReport, cleanup};
+use crate::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use crate::memory::{
     ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
     MemoryUsageStore, MemoryWorkQueue, RecordingMetrics, reference_row,
@@ -17,18 +20,13 @@ use crate::memory::{
 use crate::model::{
     AggregatedRecord, Attr, GroupKey, RawUsageRow, Subscriber, SubscriptionStatus, attr,
 };
-use crate::pipeline::aggregation::{
-    AggregatePorts, AggregateReport, AggregateSettings, aggregate_group,
-};
 use crate::pipeline::budget::Budget;
-use crate::pipeline::cleanup::{CleanupPorts, CleanupReport, cleanup};
-use crate::pipeline::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use crate::pipeline::error::PipelineError;
-use crate::pipeline::submit::{
-    DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
-};
 use crate::ports::{Clock, PortError, WorkMessage};
 use crate::retention::Retention;
+use crate::submit::{
+    DeploymentMode, MeteringMode, SubmitPorts, SubmitReport, SubmitSettings, submit,
+};
 use crate::time::{HourBucket, Instant, MeteringLockHours, parse_usage_timestamp};
 
 pub const PRODUCT: &str = "prod-abc123";
@@ -301,7 +299,7 @@ impl World {
             let report = cleanup(&message, now, self.retention, &self.cleanup_ports())
                 .await
                 .unwrap();
-            total = crate::pipeline::cleanup::merge_reports([&total, &report]);
+            total = crate::cleanup::merge_reports([&total, &report]);
         }
         self.assert_no_pending_expiry();
         total

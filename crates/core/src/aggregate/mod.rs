@@ -14,6 +14,9 @@
 //!   the VMT merge of the existing ones and the rows', and always sum to its quantity.
 //!   An untagged non-zero record has none; a zero record keeps what it had.
 
+pub mod run;
+pub mod vmt;
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -27,7 +30,6 @@ use crate::model::{
 };
 use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT};
 use crate::time::{Instant, MONTH_LOCK_DROP_HOUR, at_oldest_edge, bucket_expired};
-use crate::vmt;
 
 /// Why a fold cannot be computed. Each is a caller error or a state the caller must
 /// act on (retry later, reject the rows); none is a seller's bad write (those are

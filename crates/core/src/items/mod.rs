@@ -2,12 +2,15 @@
 //! in-memory fakes build their items here, so there is one definition), and the
 //! invariants a write must keep, checked where the write is built.
 
+pub mod ingestion;
+pub mod size;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
 
 use thiserror::Error;
 
-use crate::item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+use crate::items::size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 use crate::model::{AggregatedRecord, Allocation, Attr, RawStatus, RawUsageRow, attr};
 use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT, NewUsageRow, PortError};
 use crate::stamp::AuditStamp;
@@ -41,7 +44,7 @@ pub enum ItemError {
     ItemTooLarge {
         /// `<partition key>/<sort key>` of the item.
         key: String,
-        /// Its size as DynamoDB counts it ([`crate::item_size`]).
+        /// Its size as DynamoDB counts it ([`crate::items::size`]).
         bytes: usize,
     },
     /// A transaction of more items than DynamoDB's 100.

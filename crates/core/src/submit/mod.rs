@@ -24,6 +24,11 @@
 //! The submitter's modes and knobs are `settings`; one run, its claims, sends and
 //! write-backs, is `run`.
 
+pub mod answer;
+pub mod batch;
+pub mod bisect;
+pub mod outcome;
+pub mod pacing;
 mod run;
 mod settings;
 

@@ -27,9 +27,9 @@
 
 use std::time::Duration;
 
-use crate::bisect::{BisectReport, BisectStop, RecordResult, StopKind};
 use crate::model::{AggregatedStatus, Subscriber};
 use crate::ports::{MeteringError, MetricsSink, RecordVerdict, SubmissionUpdate, metric};
+use crate::submit::bisect::{BisectReport, BisectStop, RecordResult, StopKind};
 
 /// Dimension name carrying the exception on `BatchMeterUsageException` and
 /// `BisectDepthExceeded`.
@@ -384,9 +384,9 @@ pub fn backoff_delay(retry: u32, random: u64) -> Duration {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::bisect::DepthExceededBatch;
     use crate::model::SubscriptionStatus;
     use crate::ports::UnclearAnswer;
+    use crate::submit::bisect::DepthExceededBatch;
     use proptest::prelude::*;
     use std::sync::Mutex;
 

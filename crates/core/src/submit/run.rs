@@ -9,21 +9,21 @@ use futures_util::StreamExt;
 use tracing::{error, info, warn};
 
 use crate::aggregate::{is_skipped_zero, submission_due};
-use crate::batch::plan_batches;
-use crate::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
-use crate::outcome::{
-    EarlierSends, Outcome, RunAction, may_have_billed, next_state, report_metrics,
-};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
-use crate::pipeline::pacing::PacedMeteringApi;
 use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
 use crate::ports::{
     AggregatedStore, Claim, ClaimRequest, Clock, Cursor, MAX_BATCH_WRITES, MalformedItem,
     MeteringApi, MeteringRecord, MetricsSink, OutcomeWrite, Page, RecordVerdict, SubmissionUpdate,
     SubscriberStore, metric,
 };
+use crate::submit::batch::plan_batches;
+use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
+use crate::submit::outcome::{
+    EarlierSends, Outcome, RunAction, may_have_billed, next_state, report_metrics,
+};
+use crate::submit::pacing::PacedMeteringApi;
 use crate::time::{self, HourBucket, Instant};
 
 use super::settings::{MeteringMode, SubmitSettings};
@@ -398,7 +398,7 @@ impl Run<'_> {
                 );
             }
         }
-        let product_of = |batch: &crate::batch::Batch| {
+        let product_of = |batch: &crate::submit::batch::Batch| {
             batch
                 .input_indexes()
                 .first()
@@ -740,7 +740,7 @@ impl Run<'_> {
     async fn after_batch(
         &mut self,
         action: RunAction,
-        stop: Option<crate::bisect::StopKind>,
+        stop: Option<crate::submit::bisect::StopKind>,
     ) -> Result<(), RunError> {
         match action {
             RunAction::Continue => {
@@ -1092,7 +1092,7 @@ struct Claimed {
 struct Judged {
     updates: Vec<OutcomeWrite>,
     action: RunAction,
-    stop: Option<crate::bisect::StopKind>,
+    stop: Option<crate::submit::bisect::StopKind>,
     lookup_failure: Option<RunError>,
 }
 
@@ -1136,13 +1136,13 @@ mod tests {
 
     use super::*;
     use crate::aggregate::ZeroQuantityPolicy;
-    use crate::batch::BatchLimits;
     use crate::memory::{MemoryMeteringApi, claim_read};
     use crate::model::{Allocation, SubscriptionStatus, Tag};
-    use crate::pipeline::pacing::MIN_CALL_INTERVAL;
-    use crate::pipeline::submit::DeploymentMode;
     use crate::pipeline::testkit::*;
     use crate::ports::{MeteringError, OperatorStore, PortError, UnclearAnswer};
+    use crate::submit::DeploymentMode;
+    use crate::submit::batch::BatchLimits;
+    use crate::submit::pacing::MIN_CALL_INTERVAL;
 
     const NOW: &str = "2026-11-30T10:30:00Z";
 
@@ -1404,7 +1404,7 @@ mod tests {
         assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
         assert_eq!(
             record.status_reason.as_deref(),
-            Some(crate::outcome::REASON_UNEXPECTED_DUPLICATE)
+            Some(crate::submit::outcome::REASON_UNEXPECTED_DUPLICATE)
         );
         assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 1);
     }
@@ -1430,7 +1430,7 @@ mod tests {
         assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
         assert_eq!(
             record.status_reason.as_deref(),
-            Some(crate::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT)
+            Some(crate::submit::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT)
         );
         assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 0);
     }
@@ -1467,7 +1467,7 @@ mod tests {
         assert_eq!(record.status, AggregatedStatus::DuplicateRecord);
         assert_eq!(
             record.status_reason.as_deref(),
-            Some(crate::outcome::REASON_UNEXPECTED_DUPLICATE)
+            Some(crate::submit::outcome::REASON_UNEXPECTED_DUPLICATE)
         );
         assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 1);
     }

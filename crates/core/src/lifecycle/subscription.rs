@@ -184,7 +184,7 @@ impl Apply<'_> {
         let clock = self.clock;
         let updated = update_subscriber(
             self.store,
-            &|| super::now_from_event(None, clock),
+            &|| crate::pipeline::now_from_event(None, clock),
             license_arn,
             account,
             current,
