@@ -2,8 +2,8 @@
 //! every feature shares ([`model`], [`time`], [`retention`], [`remedy`]), the stored
 //! item shapes ([`items`]), the [`ports`] every external service sits behind, and each
 //! step with its rules and the use case its Lambda runs over the ports:
-//! [`lifecycle`] (events stack), [`guardrails`], [`discover`], [`aggregate`],
-//! [`cleanup`], [`submit`]; [`pipeline`] is what the use cases share. Nothing here
+//! [`lifecycle`] (events stack), [`register`], [`guardrails`], [`discover`],
+//! [`aggregate`], [`cleanup`], [`submit`]; [`pipeline`] is what the use cases share. Nothing here
 //! touches an SDK type or does I/O of its own; the operator's views are `awsmp-operate`.
 
 pub mod aggregate;
@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod model;
 pub mod pipeline;
 pub mod ports;
+pub mod register;
 pub mod remedy;
 pub mod retention;
 pub mod stamp;

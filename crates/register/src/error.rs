@@ -3,6 +3,7 @@
 //! may name internals); [`RegisterError::buyer_message`] is what the buyer sees.
 
 use awsmp_core::ports::{PortError, ResolveError};
+use awsmp_core::register::RegistrationError;
 
 use crate::form::FormError;
 
@@ -60,6 +61,18 @@ pub enum RegisterError {
         /// The request path.
         path: String,
     },
+}
+
+impl From<RegistrationError> for RegisterError {
+    fn from(e: RegistrationError) -> Self {
+        match e {
+            RegistrationError::Resolve(e) => e.into(),
+            RegistrationError::WrongProduct { expected, found } => {
+                RegisterError::WrongProduct { expected, found }
+            }
+            RegistrationError::Store(e) => RegisterError::Store(e),
+        }
+    }
 }
 
 impl From<ResolveError> for RegisterError {

@@ -3,7 +3,7 @@
 //! | route | what it does |
 //! |---|---|
 //! | `POST /fulfillment` | Marketplace's browser form POST: `303` to `REGISTRATION_PAGE_URL#token=...` (the token travels in the fragment, which never reaches a server log or a third party) |
-//! | `POST /register` | the page's post: `ResolveCustomer`, then the in-Region customer-profile row and the PII-free subscriber row (`registeredRegions`) |
+//! | `POST /register` | the page's post: the use case `awsmp_core::register` (`ResolveCustomer`, then the in-Region customer-profile row and the PII-free subscriber row, `registeredRegions`) |
 //! | `OPTIONS /register` | CORS preflight for `ALLOWED_ORIGIN` only |
 //!
 //! Every answer is JSON with a `code` and a buyer-actionable `message` (see
@@ -21,10 +21,8 @@ use std::sync::Arc;
 use aws_config::SdkConfig;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::http::{HeaderValue, Method};
-use awsmp_core::model::CustomerProfile;
-use awsmp_core::ports::{
-    Clock, CustomerResolver, MetricsSink, ProfileStore, SubscriberStore, metric,
-};
+use awsmp_core::ports::{Clock, CustomerResolver, MetricsSink, ProfileStore, SubscriberStore};
+use awsmp_core::register::{RegisterPorts, Registration};
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
 
@@ -213,7 +211,8 @@ fn check_origin(config: &Config, request: &ApiGatewayProxyRequest) -> Result<(),
     }
 }
 
-/// The page's post: resolve the token, then write the profile and the subscriber row.
+/// The page's post: read the form, then register (`awsmp_core::register`: resolve the
+/// token, write the profile and the subscriber row).
 async fn register(
     state: &State,
     request: &ApiGatewayProxyRequest,
@@ -225,56 +224,20 @@ async fn register(
     check_origin(config, request)?;
     let form = read_form(state, request).await?;
     let token = form.token.as_ref().ok_or(RegisterError::MissingToken)?;
-    let customer = state.resolver.resolve(token.expose()).await?;
-    if customer.product_code != config.product_code {
-        return Err(RegisterError::WrongProduct {
-            expected: config.product_code.clone(),
-            found: customer.product_code,
-        });
-    }
-    let now = state.clock.now();
-    let profile = CustomerProfile {
-        license_arn: customer.license_arn.clone(),
-        customer_aws_account_id: customer.customer_aws_account_id.clone(),
-        product_code: customer.product_code.clone(),
-        fields: form.fields,
+    let ports = RegisterPorts {
+        resolver: state.resolver.clone(),
+        subscribers: state.subscribers.clone(),
+        profiles: profiles.clone(),
+        clock: state.clock.clone(),
+        metrics: state.metrics.clone(),
     };
-    profiles
-        .upsert(&profile, now)
-        .await
-        .map_err(RegisterError::Store)?;
-    state
-        .subscribers
-        .add_registered_region(
-            &customer.license_arn,
-            &customer.customer_aws_account_id,
-            &customer.product_code,
-            &config.region,
-            now,
-        )
-        .await
-        .map_err(RegisterError::Store)?;
-    if form.dropped > 0 {
-        // The page asked for something the allowlist does not keep: the seller loses
-        // what the buyer typed until the two agree (metric, alarm-able).
-        tracing::warn!(
-            dropped_fields = form.dropped,
-            "registration fields not in ALLOWED_REGISTRATION_FIELDS were dropped"
-        );
-        state.metrics.count(
-            metric::REGISTRATION_FIELD_DROPPED,
-            &[],
-            u64::try_from(form.dropped).unwrap_or(u64::MAX),
-        );
-    }
-    tracing::info!(
-        license = %customer.license_arn,
-        account = %customer.customer_aws_account_id,
-        region = %config.region,
-        fields = profile.fields.len(),
-        dropped_fields = form.dropped,
-        "buyer registered"
-    );
+    let registration = Registration {
+        token: token.expose(),
+        fields: form.fields,
+        dropped: form.dropped,
+    };
+    awsmp_core::register::register(&ports, &config.product_code, &config.region, registration)
+        .await?;
     Ok(response::json(
         200,
         &json!({
