@@ -1,4 +1,5 @@
-//! ARCHITECTURE.md stays true: every crate of the workspace is in its crate table, every
+//! ARCHITECTURE.md stays true: every crate of the workspace is in its crate table, no
+//! import runs back up (its "The flow" rules, read from each Cargo.toml), every
 //! file it names exists, and every function its tables name (`Type::method` or a
 //! `snake_case` name) is still defined in the workspace's sources. A rename, a move or
 //! a deletion that forgets the map fails here.
@@ -145,4 +146,64 @@ fn every_path_and_function_the_map_names_exists() {
         "ARCHITECTURE.md is out of date:\n{}",
         problems.join("\n")
     );
+}
+
+/// The `awsmp-*` crates a member's `[dependencies]` name (dev-dependencies aside).
+fn normal_dependencies(manifest: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut in_deps = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('[') {
+            in_deps = line.trim() == "[dependencies]";
+        } else if in_deps && line.starts_with("awsmp-") {
+            out.push(line.split(['.', ' ', '=']).next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn no_import_runs_back_up() {
+    // The product's crates never link the dev tooling, the operator's code or the
+    // operator's binary; the seller's writer never links the Lambda skeleton.
+    let product = [
+        "core",
+        "aws",
+        "lambda",
+        "usage",
+        "operate",
+        "subscription",
+        "register",
+        "discoverer",
+        "aggregator",
+        "cleanup",
+        "submitter",
+        "deprovision-cleanup",
+    ];
+    let tooling = [
+        "awsmp-local-aws",
+        "awsmp-local-stack",
+        "awsmp-marketplace-sim",
+        "awsmp-apigw-local",
+        "awsmp-dst",
+        "awsmp-cli",
+    ];
+    let mut problems = Vec::new();
+    for name in product {
+        let deps = normal_dependencies(&root().join("crates").join(name).join("Cargo.toml"));
+        for dep in &deps {
+            let operator_only = dep == "awsmp-operate" && name != "operate";
+            if tooling.contains(&dep.as_str()) || operator_only {
+                problems.push(format!("awsmp-{name} depends on {dep}"));
+            }
+        }
+        if name == "core" && !deps.is_empty() {
+            problems.push(format!("awsmp-core depends on {deps:?}"));
+        }
+        if name == "usage" && deps.iter().any(|d| d == "awsmp-lambda") {
+            problems.push("awsmp-usage depends on awsmp-lambda".into());
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
