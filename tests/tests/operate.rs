@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoAggregatedStore, DynamoOperatorStore, DynamoUsageStore};
+use awsmp_cli::commands;
 use awsmp_cli::deployment::DeploymentArgs;
-use awsmp_cli::ops;
 use awsmp_cli::output::Format;
 use awsmp_core::model::{AggregatedStatus, attr};
 use awsmp_core::ports::AggregatedStore;
@@ -84,7 +84,9 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     let store = operator(&stack);
 
     // status: the 08 hour billed 10, one error, one rejection; 10 still open.
-    let report = ops::status::read(&store, &[], 0, now, 6).await.unwrap();
+    let report = commands::status::read(&store, &[], 0, now, 6)
+        .await
+        .unwrap();
     let eight = &report.hours[&"2026-11-30T08".parse().unwrap()];
     assert_eq!(
         (
@@ -99,11 +101,11 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     );
     let ten = &report.hours[&"2026-11-30T10".parse().unwrap()];
     assert_eq!(ten.rows_pending, 1);
-    let place = ops::status::Place {
+    let place = commands::status::Place {
         region: "us-east-1".into(),
         stack: Some("awsmp-main-prod-e2e-test".into()),
     };
-    let shown = ops::status::render(&place, &report, Format::Human);
+    let shown = commands::status::render(&place, &report, Format::Human);
     assert!(shown.attention, "an Error record needs attention");
     let table_lines: Vec<&str> = shown
         .text
@@ -127,7 +129,8 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         shown.text
     );
     let json: serde_json::Value =
-        serde_json::from_str(&ops::status::render(&place, &report, Format::Json).text).unwrap();
+        serde_json::from_str(&commands::status::render(&place, &report, Format::Json).text)
+            .unwrap();
     assert_eq!(json["region"], "us-east-1");
     assert_eq!(json["hours"]["2026-11-30T08"]["quantity_billed"], 10);
     assert!(
@@ -139,7 +142,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     );
 
     // failures: both codes and the remedy.
-    let found = ops::failures::read(&store, "2026-11-30T00".parse().unwrap(), now)
+    let found = commands::failures::read(&store, "2026-11-30T00".parse().unwrap(), now)
         .await
         .unwrap();
     assert_eq!(found.len(), 2, "{found:?}");
@@ -158,12 +161,12 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         (rejected.reason.as_deref(), rejected.server_side.as_deref()),
         (Some("TooManyTags"), Some("InvalidTagException"))
     );
-    let listed = ops::failures::render(&found, Format::Human);
+    let listed = commands::failures::render(&found, Format::Human);
     assert!(listed.attention);
     assert!(listed.text.contains("what to do:"), "{}", listed.text);
 
     // inspect license: the chain with Marketplace's record id.
-    let view = ops::inspect::license(
+    let view = commands::inspect::license(
         &store,
         Some(stack.subscribers.as_ref()),
         &l1,
@@ -185,11 +188,11 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     // replay: refused while billed, done for the error once the catalog has the dimension.
     let aggregated = DynamoAggregatedStore::new(stack.dynamodb.clone(), AGGREGATED_TABLE);
     let billed_group =
-        ops::replay::parse_group(&format!("{l1}|{ACCOUNT_A}|requests|2026-11-30T08")).unwrap();
+        commands::replay::parse_group(&format!("{l1}|{ACCOUNT_A}|requests|2026-11-30T08")).unwrap();
     let failed_group =
-        ops::replay::parse_group(&format!("{l1}|{ACCOUNT_A}|Seats|2026-11-30T08")).unwrap();
-    let selection = ops::replay::Selection::Groups(vec![billed_group, failed_group.clone()]);
-    let dry = ops::replay::replay(&aggregated, &store, &selection, now, true)
+        commands::replay::parse_group(&format!("{l1}|{ACCOUNT_A}|Seats|2026-11-30T08")).unwrap();
+    let selection = commands::replay::Selection::Groups(vec![billed_group, failed_group.clone()]);
+    let dry = commands::replay::replay(&aggregated, &store, &selection, now, true)
         .await
         .unwrap();
     assert_eq!(
@@ -210,7 +213,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
             ],
         })
         .unwrap();
-    let done = ops::replay::replay(&aggregated, &store, &selection, now, false)
+    let done = commands::replay::replay(&aggregated, &store, &selection, now, false)
         .await
         .unwrap();
     assert_eq!(done[1].result, "replayed");
@@ -225,7 +228,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         .map(|(_, q)| *q)
         .sum();
     assert_eq!(billed_seats, 3, "billed once with the stored quantity");
-    let again = ops::replay::replay(&aggregated, &store, &selection, now, false)
+    let again = commands::replay::replay(&aggregated, &store, &selection, now, false)
         .await
         .unwrap();
     assert!(again.iter().all(|l| l.result == "refused"));
@@ -256,15 +259,15 @@ async fn an_import_is_checked_first_and_counted_once() {
     .concat();
     std::fs::write(&file, text).unwrap();
     let usage = DynamoUsageStore::new(stack.dynamodb.clone(), USAGE_TABLE);
-    let mut options = ops::import::ImportOptions {
-        format: ops::import::FileFormat::Jsonl,
+    let mut options = commands::usage::import::ImportOptions {
+        format: commands::usage::import::FileFormat::Jsonl,
         product_code: stack.options.product_code.clone(),
         write_valid: false,
         restart: false,
         region: "us-east-1".into(),
         usage_table: USAGE_TABLE.into(),
     };
-    let report = ops::import::import(&usage, &file, &options, stack.now())
+    let report = commands::usage::import::import(&usage, &file, &options, stack.now())
         .await
         .unwrap();
     let bad: Vec<_> = report
@@ -283,7 +286,7 @@ async fn an_import_is_checked_first_and_counted_once() {
         stack.raw_rows().await.unwrap().is_empty(),
         "nothing written"
     );
-    let shown = ops::import::render(&report, false, Format::Human);
+    let shown = commands::usage::import::render(&report, false, Format::Human);
     assert!(
         shown
             .text
@@ -294,12 +297,12 @@ async fn an_import_is_checked_first_and_counted_once() {
     assert!(shown.text.contains("nothing was written"));
 
     options.write_valid = true;
-    let written = ops::import::import(&usage, &file, &options, stack.now())
+    let written = commands::usage::import::import(&usage, &file, &options, stack.now())
         .await
         .unwrap();
     assert_eq!(written.written, 2);
     options.restart = true;
-    let rerun = ops::import::import(&usage, &file, &options, stack.now())
+    let rerun = commands::usage::import::import(&usage, &file, &options, stack.now())
         .await
         .unwrap();
     assert_eq!((rerun.written, rerun.already_written), (0, 2));
@@ -400,10 +403,7 @@ async fn finds_the_deployment_from_its_outputs_and_redrives_a_dlq() {
             .contains("no stack awsmp-main-prod-e2e-prod"),
         "{error}"
     );
-    assert!(matches!(
-        error,
-        awsmp_cli::commands::CommandError::NotFound(_)
-    ));
+    assert!(matches!(error, awsmp_cli::error::CommandError::NotFound(_)));
 
     // Two messages in the DLQ: status counts them, the redrive moves both back.
     for body in ["{\"a\":1}", "{\"a\":2}"] {
@@ -414,13 +414,17 @@ async fn finds_the_deployment_from_its_outputs_and_redrives_a_dlq() {
             .await
             .unwrap();
     }
-    let depths = ops::queues::depths(&sqs, &found.queues).await.unwrap();
+    let depths = commands::queues::depths(&sqs, &found.queues).await.unwrap();
     assert_eq!(depths[0].dead_letters, Some(2));
-    let dry = ops::dlq::redrive(&sqs, &work_url, 10, true).await.unwrap();
+    let dry = commands::dlq::redrive(&sqs, &work_url, 10, true)
+        .await
+        .unwrap();
     assert_eq!((dry.found, dry.moved, dry.samples.len()), (2, 0, 2));
-    let moved = ops::dlq::redrive(&sqs, &work_url, 10, false).await.unwrap();
+    let moved = commands::dlq::redrive(&sqs, &work_url, 10, false)
+        .await
+        .unwrap();
     assert_eq!(moved.moved, 2);
-    let after = ops::queues::depths(&sqs, &found.queues).await.unwrap();
+    let after = commands::queues::depths(&sqs, &found.queues).await.unwrap();
     assert_eq!((after[0].depth, after[0].dead_letters), (2, Some(0)));
 }
 
@@ -474,10 +478,7 @@ async fn all_regions_finds_every_region_with_the_main_stack() {
         ..args.clone()
     };
     let error = elsewhere.find_regions_with(configs()).await.unwrap_err();
-    assert!(matches!(
-        error,
-        awsmp_cli::commands::CommandError::NotFound(_)
-    ));
+    assert!(matches!(error, awsmp_cli::error::CommandError::NotFound(_)));
     assert!(
         error.to_string().contains(&format!(
             "no stack awsmp-main-prod-e2e-nowhere in any of the {} Regions probed",

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use awsmp_aws::DynamoOperatorStore;
-use awsmp_cli::ops;
+use awsmp_cli::commands;
 use awsmp_cli::output::Format;
 use awsmp_e2e::{AGGREGATED_TABLE, USAGE_TABLE, license};
 use awsmp_operate::report::{RegionReport, ReportPage};
@@ -186,7 +186,7 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     let store = DynamoOperatorStore::new(stack.dynamodb.clone(), USAGE_TABLE, AGGREGATED_TABLE);
 
     // WHEN `awsmp report --html` runs (the code the binary runs)
-    let series = ops::report::read(&store, now, 6).await.unwrap();
+    let series = commands::report::read(&store, now, 6).await.unwrap();
     let page = ReportPage {
         product_code: Some(stack.options.product_code.clone()),
         stage: Some("test".into()),
@@ -199,8 +199,8 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
         }],
     };
     let dir = artifacts();
-    let path = ops::report::write_html(&page, &dir.join("report.html")).unwrap();
-    let shown = ops::report::render(&page, Some(&path), Format::Human);
+    let path = commands::report::write_html(&page, &dir.join("report.html")).unwrap();
+    let shown = commands::report::render(&page, Some(&path), Format::Human);
     assert!(
         shown.text.starts_with(&format!("wrote {}", path.display())),
         "{}",
@@ -253,7 +253,9 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     );
 
     // The status table agrees with `awsmp status`, hour by hour.
-    let status = ops::status::read(&store, &[], 0, now, 6).await.unwrap();
+    let status = commands::status::read(&store, &[], 0, now, 6)
+        .await
+        .unwrap();
     let records = table_rows(&html, "r0-records-table");
     assert_eq!(
         records[0][1..3],
@@ -291,7 +293,8 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
 
     // The series as `--json` prints it.
     let json: serde_json::Value =
-        serde_json::from_str(&ops::report::render(&page, Some(&path), Format::Json).text).unwrap();
+        serde_json::from_str(&commands::report::render(&page, Some(&path), Format::Json).text)
+            .unwrap();
     assert_eq!(
         json["regions"][0]["billed"]["2026-11-30T07"]["requests"],
         15

@@ -11,7 +11,7 @@ use clap::Args;
 
 use awsmp_core::submit::DeploymentMode;
 
-use crate::commands::CommandError;
+use crate::error::CommandError;
 
 /// The Region the events stack (and the subscribers table) lives in.
 pub const EVENTS_REGION: &str = "us-east-1";

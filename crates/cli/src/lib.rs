@@ -1,12 +1,11 @@
-//! awsmp-cli: the operator CLI's commands and the local stack, as a library so the
-//! binary stays a thin entry point and tests call the same code.
+//! awsmp-cli: the operator CLI, as a library so the binary stays a thin entry point
+//! and tests call the same code. `cli` is the argument surface and the dispatch;
+//! `commands` holds one module per command; `deployment` finds a deployment's tables
+//! and queues in its stacks' outputs; `cloudtrail` is the CloudTrail adapter.
 
 pub mod cli;
 pub mod cloudtrail;
 pub mod commands;
 pub mod deployment;
-pub mod local;
-pub mod ops;
+pub mod error;
 pub mod output;
-pub mod reconcile;
-pub mod trail;

@@ -10,7 +10,7 @@
 //! | 4 | the deployment was not found (stack, table or queue) |
 //! | 5 | an event id was already written with other usage (`usage put`, `usage import`): that usage was not written |
 //!
-//! A failed command's code is [`CommandError::exit_code`](crate::commands::CommandError::exit_code).
+//! A failed command's code is [`CommandError::exit_code`](crate::error::CommandError::exit_code).
 
 use comfy_table::{ContentArrangement, Table, presets};
 use serde::Serialize;

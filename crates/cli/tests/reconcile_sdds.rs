@@ -9,8 +9,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use awsmp_cli::reconcile::{AwsRecords, ReconcileArgs, SddsFiles, reconcile_report};
-use awsmp_cli::trail::ReportError;
+use awsmp_cli::commands::reconcile::{AwsRecords, ReconcileArgs, SddsFiles, reconcile_report};
+use awsmp_cli::commands::trail::ReportError;
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::AggregatedStatus;
 use awsmp_core::time::Instant;
@@ -183,7 +183,7 @@ fn a_missing_feed_file_says_which() {
 
 // ---- The same feeds read from the data feed bucket (moto's S3, the real client) ----
 
-use awsmp_cli::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
+use awsmp_cli::commands::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
 use awsmp_local_aws::MotoServer;
 
 const BUCKET: &str = "seller-data-feeds";

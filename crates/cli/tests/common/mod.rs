@@ -4,8 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use awsmp_cli::reconcile::{ReconcileArgs, load_our_records};
-use awsmp_cli::trail::Report;
+use awsmp_cli::commands::reconcile::{ReconcileArgs, load_our_records};
+use awsmp_cli::commands::trail::Report;
 use awsmp_core::memory::MemoryTables;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
 use awsmp_core::ports::MalformedItem;

@@ -1,54 +1,15 @@
-//! The operator commands that talk to a deployed (or local) stack: write usage the
-//! collision-free way, and inspect what happened to one license, dimension and hour.
-
-use std::fmt::Write as _;
-use std::process::ExitCode;
+//! `awsmp usage put`: one usage row, written the way a seller's service writes it
+//! (through `awsmp_usage::Meter`), checked first and idempotent by event id.
 
 use std::sync::Arc;
 
-use awsmp_core::model::{Attr, GroupKey, Tag, attr};
-use awsmp_core::ports::{AggregatedStore, PortError, UsageStore};
+use awsmp_core::model::Tag;
+use awsmp_core::ports::UsageStore;
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 
+use crate::error::CommandError;
 use crate::output::{Format, Outcome, json};
-
-/// A command failure, worded for the operator.
-#[derive(Debug, thiserror::Error)]
-pub enum CommandError {
-    /// A bad argument.
-    #[error("{0}")]
-    Usage(String),
-    /// A store call failed.
-    #[error(transparent)]
-    Store(#[from] PortError),
-    /// An AWS call outside the stores failed (CloudFormation, SQS).
-    #[error("{0}")]
-    Aws(String),
-    /// The deployment, a table or a queue was not found.
-    #[error("{0}")]
-    NotFound(String),
-    /// A file could not be read or written.
-    #[error("{0}")]
-    Io(String),
-    /// An event id was already written with other usage; nothing was written.
-    #[error("{0}")]
-    Conflict(String),
-}
-
-impl CommandError {
-    /// The process exit code of this failure: 2 a bad argument, 4 not found, 5 an
-    /// event id reused with other usage, 1 a failed call or file (3, [`crate::output::EXIT_ATTENTION`], is a run that
-    /// succeeded with something to look at).
-    pub fn exit_code(&self) -> ExitCode {
-        ExitCode::from(match self {
-            CommandError::Usage(_) => 2,
-            CommandError::NotFound(_) => 4,
-            CommandError::Conflict(_) => crate::output::EXIT_CONFLICT,
-            CommandError::Store(_) | CommandError::Aws(_) | CommandError::Io(_) => 1,
-        })
-    }
-}
 
 /// Parses `key=value` VMT tags (`--tag team=a`).
 pub fn parse_tag(text: &str) -> Result<Tag, CommandError> {
@@ -152,11 +113,7 @@ const WRITTEN: &str = "written";
 /// "now") differs from the first attempt's; the same id with other usage (or another
 /// `--timestamp` given) is a conflict ([`CommandError::Conflict`], exit 5), nothing
 /// written.
-pub async fn usage_put<S>(
-    store: &S,
-    put: &UsagePut,
-    now: Instant,
-) -> Result<PutResult, CommandError>
+pub async fn put<S>(store: &S, put: &UsagePut, now: Instant) -> Result<PutResult, CommandError>
 where
     S: UsageStore + Clone + 'static,
 {
@@ -187,132 +144,13 @@ where
     })
 }
 
-fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> Option<String> {
-    match attrs.get(name) {
-        Some(Attr::S(s)) | Some(Attr::N(s)) => Some(s.clone()),
-        Some(other) => Some(format!("{other:?}")),
-        None => None,
-    }
-}
-
-/// One raw row as `inspect group` shows it (the stored attributes as text).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RawRowView {
-    /// The row's sort key (`account#dimension#timestamp[#eventId]`).
-    pub sort_key: String,
-    /// `quantity` as stored.
-    pub quantity: Option<String>,
-    /// `meteringStatus`, absent while pending.
-    pub status: Option<String>,
-    /// `meteringStatusReason` (a client-side reason code).
-    pub reason: Option<String>,
-    /// `meteringPending` (the hour bucket), present while the row is pending.
-    pub pending: Option<String>,
-}
-
-/// The aggregated record as `inspect group` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RecordView {
-    /// The hour's total.
-    pub quantity: i64,
-    /// Its status.
-    pub status: String,
-    /// `meteringStatusReason`.
-    pub reason: Option<String>,
-    /// Marketplace's id for a billed record.
-    pub metering_record_id: Option<String>,
-    /// Send attempts so far.
-    pub attempts: u32,
-}
-
-/// One group's raw rows and its aggregated record (`awsmp inspect group`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct GroupView {
-    /// `license|account|dimension|hour`.
-    pub group: String,
-    /// Every raw row of the group.
-    pub rows: Vec<RawRowView>,
-    /// The aggregated record; `null` before the hour is aggregated.
-    pub record: Option<RecordView>,
-}
-
-impl GroupView {
-    /// Lines for people, or one JSON document.
-    pub fn render(&self, format: Format) -> Outcome {
-        if format == Format::Json {
-            return Outcome::ok(json(self));
-        }
-        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-        let mut out = String::new();
-        let _ = writeln!(out, "group {}", self.group);
-        let _ = writeln!(out, "raw rows ({}):", self.rows.len());
-        for row in &self.rows {
-            let _ = writeln!(
-                out,
-                "  {}  quantity={}  status={}  reason={}  pending={}",
-                row.sort_key,
-                dash(&row.quantity),
-                dash(&row.status),
-                dash(&row.reason),
-                dash(&row.pending),
-            );
-        }
-        match &self.record {
-            None => {
-                let _ = writeln!(out, "aggregated: none yet (the hour is not aggregated)");
-            }
-            Some(r) => {
-                let _ = writeln!(
-                    out,
-                    "aggregated: quantity={} status={} reason={} meteringRecordId={} attempts={}",
-                    r.quantity,
-                    r.status,
-                    dash(&r.reason),
-                    dash(&r.metering_record_id),
-                    r.attempts
-                );
-            }
-        }
-        Outcome::ok(out)
-    }
-}
-
-/// Reads every raw row of a group and its aggregated record.
-pub async fn inspect(
-    usage: &dyn UsageStore,
-    aggregated: &dyn AggregatedStore,
-    key: &GroupKey,
-) -> Result<GroupView, CommandError> {
-    let rows = usage.group_rows(key).await?;
-    let record = aggregated.get(key).await?;
-    Ok(GroupView {
-        group: key.to_string(),
-        rows: rows
-            .iter()
-            .map(|row| RawRowView {
-                sort_key: row.sort_key.clone(),
-                quantity: show(&row.attrs, attr::QUANTITY),
-                status: show(&row.attrs, attr::METERING_STATUS),
-                reason: show(&row.attrs, attr::METERING_STATUS_REASON),
-                pending: show(&row.attrs, attr::METERING_PENDING),
-            })
-            .collect(),
-        record: record.map(|r| RecordView {
-            quantity: r.quantity,
-            status: r.status.to_string(),
-            reason: r.status_reason.clone(),
-            metering_record_id: r.metering_record_id.clone(),
-            attempts: r.attempt_count,
-        }),
-    })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use awsmp_core::model::{Attr, GroupKey, attr};
 
-    fn put() -> UsagePut {
+    fn arguments() -> UsagePut {
         UsagePut {
             license_arn: "arn:aws:license-manager::123456789012:license:l-1".into(),
             account: "111122223333".into(),
@@ -326,7 +164,7 @@ mod tests {
 
     #[test]
     fn builds_a_tagged_row_with_the_event_id() {
-        let row = put().to_usage().unwrap().to_row(chrono::Utc::now());
+        let row = arguments().to_usage().unwrap().to_row(chrono::Utc::now());
         assert_eq!(row.event_id, "evt-1");
         assert_eq!(row.allocations.unwrap()[0].quantity, 5);
     }
@@ -336,20 +174,20 @@ mod tests {
         let tables = awsmp_core::memory::MemoryTables::new();
         let store = tables.usage_store();
         let now = parse_usage_timestamp("2026-11-30T10:20:00Z").unwrap();
-        let refused = |put: UsagePut| {
+        let refused = |args: UsagePut| {
             let store = store.clone();
-            async move { usage_put(&store, &put, now).await.unwrap_err().to_string() }
+            async move { put(&store, &args, now).await.unwrap_err().to_string() }
         };
-        let mut bad = put();
+        let mut bad = arguments();
         bad.event_id = "a#b".into();
         assert!(refused(bad).await.contains("event id"));
-        let mut bad = put();
+        let mut bad = arguments();
         bad.quantity = -1;
         assert!(refused(bad).await.contains("NegativeQuantity"));
-        let mut bad = put();
+        let mut bad = arguments();
         bad.timestamp = Some("2026-11-30 10:15".into());
         assert!(refused(bad).await.contains("UTC"));
-        let mut bad = put();
+        let mut bad = arguments();
         bad.timestamp = Some("2026-11-29T09:00:00Z".into());
         assert!(refused(bad).await.contains("TimestampOutOfWindow"));
         assert!(parse_tag("nokey").is_err());
@@ -360,15 +198,15 @@ mod tests {
     async fn a_retry_with_the_same_event_id_and_the_default_timestamp_writes_one_row() {
         let tables = awsmp_core::memory::MemoryTables::new();
         let store = tables.usage_store();
-        let mut put = put();
-        put.timestamp = None;
+        let mut args = arguments();
+        args.timestamp = None;
         let first_try = parse_usage_timestamp("2026-11-30T10:15:42Z").unwrap();
         let retry = parse_usage_timestamp("2026-11-30T10:15:43Z").unwrap();
 
-        let first = usage_put(&store, &put, first_try).await.unwrap();
+        let first = put(&store, &args, first_try).await.unwrap();
         let first = first.render(Format::Human).text;
         assert!(first.starts_with("written:"), "{first}");
-        let again = usage_put(&store, &put, retry).await.unwrap();
+        let again = put(&store, &args, retry).await.unwrap();
         assert_eq!(again.result, "already_written");
         let again = again.render(Format::Human).text;
         assert!(
@@ -377,9 +215,9 @@ mod tests {
         );
 
         let group = GroupKey {
-            license_arn: put.license_arn.clone(),
-            customer_aws_account_id: put.account.clone(),
-            dimension: put.dimension.clone(),
+            license_arn: args.license_arn.clone(),
+            customer_aws_account_id: args.account.clone(),
+            dimension: args.dimension.clone(),
             hour: HourBucket::containing(first_try),
         };
         let rows = store.group_rows(&group).await.unwrap();
@@ -389,7 +227,7 @@ mod tests {
             Some(&Attr::S("2026-11-30T10:15:42Z".into()))
         );
         // `inspect` reads the group: it shows the one row, not the event's marker.
-        let view = inspect(&store, &tables.aggregated_store(), &group)
+        let view = crate::commands::inspect::group(&store, &tables.aggregated_store(), &group)
             .await
             .unwrap();
         let shown = view.render(Format::Human).text;

@@ -1,12 +1,12 @@
 //! `awsmp status`: one screen per Region.
 
-use awsmp_core::ports::OperatorStore;
+use awsmp_core::ports::{OperatorStore, SubscriberStore};
 use awsmp_core::time::Instant;
 use awsmp_operate::status::{QueueDepth, StatusInputs, StatusReport, Urgency, status};
 use serde::Serialize;
 
-use super::{all_records, all_rows};
-use crate::commands::CommandError;
+use super::{Ctx, all_records, all_rows, queues, stores};
+use crate::error::CommandError;
 use crate::output::{Format, Outcome, json, table};
 
 /// Where the status was taken.
@@ -157,4 +157,35 @@ fn human(place: &Place, report: &StatusReport) -> String {
         }
     }
     out
+}
+
+/// Per hour, what is pending, billed and failed; queues; what needs attention first.
+///
+/// Example: awsmp status --stage prod --product-code abc123 --region us-east-1
+#[derive(Debug, clap::Args)]
+pub struct Command {
+    /// Hours to show, ending with the current one (pending usage older than that is shown too).
+    #[arg(long, default_value_t = 24)]
+    hours: u32,
+}
+
+impl Command {
+    /// Reads each deployment named and renders its status.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let mut out = Vec::new();
+        for s in stores(ctx.deployment).await? {
+            let queues = queues::depths(&s.sqs, &s.deployment.queues).await?;
+            let deprovisioning = match &s.subscribers {
+                Some(store) => store.deprovisioning().await?.len() as u64,
+                None => 0,
+            };
+            let report = read(&s.operator, &queues, deprovisioning, ctx.now, self.hours).await?;
+            let place = Place {
+                region: s.deployment.region.clone(),
+                stack: s.deployment.stack.clone(),
+            };
+            out.push(render(&place, &report, ctx.format));
+        }
+        Ok(out)
+    }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use aws_sdk_sqs::types::QueueAttributeName;
 use awsmp_operate::status::QueueDepth;
 
-use crate::commands::CommandError;
+use crate::error::CommandError;
 
 fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
     CommandError::Aws(format!(

@@ -7,6 +7,8 @@
 
 pub mod s3;
 
+use std::path::PathBuf;
+
 use awsmp_core::ports::{MalformedItem, OperatorStore};
 use awsmp_core::time::{HourBucket, Instant, format_instant};
 use awsmp_operate::reconcile::sdds::{
@@ -20,9 +22,12 @@ use awsmp_operate::reconcile::{
 use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::Serialize;
 
-use crate::trail::{
+use super::{Ctx, stores};
+use crate::commands::trail::{
     Report, ReportError, problem_lines, read_window, short_license, table, window_lines,
 };
+use crate::error::CommandError;
+use crate::output::{Format, Outcome};
 
 /// The three SDDS feeds' files, as text, each feed's oldest first (read from disk,
 /// one file each, or from the bucket by [`s3::SddsBucket::read_month`]).
@@ -416,6 +421,95 @@ pub async fn reconcile_report(
         text: out,
         attention,
     })
+}
+
+/// What we billed against AWS's records: CloudTrail (last 90 days), or the Seller
+/// Delivery Data Feed's daily usage with its account and product feeds, from the
+/// feed's S3 bucket or local files.
+///
+/// Example: awsmp reconcile --month 2026-11 --sdds-bucket my-marketplace-feeds
+///
+/// Example: awsmp reconcile --month 2026-11 --sdds-usage data.csv --sdds-accounts account.csv --sdds-products product.csv
+#[derive(Debug, clap::Args)]
+pub struct Command {
+    /// The month `YYYY-MM` (default: this month, UTC).
+    #[arg(long)]
+    month: Option<String>,
+    /// Only this license.
+    #[arg(long)]
+    license: Option<String>,
+    /// The data feed bucket: the three feeds' files of the month are found in it
+    /// (`<Feed>_V<n>/year=YYYY/month=MM/data.csv`). Needs s3:ListBucket and
+    /// s3:GetObject (and kms:Decrypt on the bucket's key).
+    #[arg(long, conflicts_with_all = ["sdds_usage", "sdds_accounts", "sdds_products"])]
+    sdds_bucket: Option<String>,
+    /// The folder in the bucket the feeds are under (the data feed configuration's prefix).
+    #[arg(long, requires = "sdds_bucket")]
+    sdds_prefix: Option<String>,
+    /// SDDS daily usage feed (CSV); with --sdds-accounts and --sdds-products.
+    #[arg(long, requires_all = ["sdds_accounts", "sdds_products"])]
+    sdds_usage: Option<PathBuf>,
+    /// SDDS account feed (CSV).
+    #[arg(long)]
+    sdds_accounts: Option<PathBuf>,
+    /// SDDS product feed (CSV).
+    #[arg(long)]
+    sdds_products: Option<PathBuf>,
+}
+
+impl Command {
+    /// Reconciles each deployment named with CloudTrail, or with the data feeds.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let all = stores(ctx.deployment).await?;
+        let sdds = match (self.sdds_usage, self.sdds_accounts, self.sdds_products) {
+            (Some(u), Some(a), Some(p)) => Some(SddsFiles::read(&u, &a, &p)?),
+            (None, None, None) => match &self.sdds_bucket {
+                Some(bucket) => {
+                    let region = all.first().map(|s| s.deployment.region.clone());
+                    let config = ctx.deployment.sdk_config(region.as_deref()).await;
+                    Some(
+                        read_sdds_bucket(
+                            &config,
+                            bucket,
+                            self.sdds_prefix.as_deref(),
+                            self.month.as_deref(),
+                            ctx.now,
+                        )
+                        .await?,
+                    )
+                }
+                None => None,
+            },
+            _ => {
+                return Err(CommandError::Usage(
+                    "give all three SDDS feeds: --sdds-usage, --sdds-accounts and --sdds-products"
+                        .into(),
+                ));
+            }
+        };
+        let mut out = Vec::new();
+        for s in all {
+            let config = ctx.deployment.sdk_config(Some(&s.deployment.region)).await;
+            let trail = crate::cloudtrail::SdkTrailEvents::in_region(&config, &s.deployment.region);
+            let (ours, malformed) = load_our_records(&s.operator, self.license.as_deref()).await?;
+            let aws = match &sdds {
+                Some(files) => AwsRecords::Sdds(files),
+                None => AwsRecords::CloudTrail(&trail),
+            };
+            let args = ReconcileArgs {
+                month: self.month.clone(),
+                license: self.license.clone(),
+                region: s.deployment.region.clone(),
+                json: ctx.format == Format::Json,
+            };
+            out.push(
+                reconcile_report(aws, &ours, &malformed, &args, ctx.now)
+                    .await?
+                    .outcome(),
+            );
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use awsmp_core::time::{Instant, parse_usage_timestamp};
 use awsmp_operate::import::{ImportStopped, ImportTarget, Progress, ProgressKeeper, write_lines};
 use serde::{Deserialize, Serialize};
 
-use crate::commands::CommandError;
+use crate::error::CommandError;
 
 /// File format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

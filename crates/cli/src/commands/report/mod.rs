@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::Instant;
-use awsmp_operate::report::{ReportPage, Series, series};
+use awsmp_operate::report::{RegionReport, ReportPage, Series, series};
 use serde::Serialize;
 
-use super::{all_records, all_rows};
-use crate::commands::CommandError;
+use super::{Ctx, all_records, all_rows, stores};
+use crate::error::CommandError;
 use crate::output::{Format, Outcome, json};
 
 /// Reads both tables (as `status` and `failures` read them) and computes one Region's
@@ -97,6 +97,52 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
         }
     };
     Outcome::flagged(text, failed > 0)
+}
+
+/// One self-contained HTML page with charts: billed quantity per hour and dimension,
+/// status mix per hour, rejections and failures by reason (--json: the series).
+///
+/// The page loads nothing and runs no script (open it from disk, mail it, archive it);
+/// each chart has its numbers in a table beneath it.
+///
+/// Example: awsmp report --stage prod --product-code abc123 --region us-east-1 --html billing.html --hours 48
+#[derive(Debug, clap::Args)]
+pub struct Command {
+    /// Write the page here (replaced whole). With --json the series is printed too.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Hours to chart (1 to 744), ending with the current one (pending usage older than
+    /// that is shown too).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=744))]
+    hours: u32,
+}
+
+impl Command {
+    /// Reads each deployment named and writes the one page of them all.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        if self.html.is_none() && ctx.format != Format::Json {
+            return Err(CommandError::Usage(
+                "name the page to write with --html FILE (or pass --json for the series)".into(),
+            ));
+        }
+        let mut regions = Vec::new();
+        for s in stores(ctx.deployment).await? {
+            regions.push(RegionReport {
+                series: read(&s.operator, ctx.now, self.hours).await?,
+                region: s.deployment.region,
+                stack: s.deployment.stack,
+            });
+        }
+        let page = ReportPage {
+            product_code: ctx.deployment.product_code.clone(),
+            stage: ctx.deployment.stage.clone(),
+            generated: ctx.now,
+            hours: self.hours,
+            regions,
+        };
+        let written = self.html.map(|path| write_html(&page, &path)).transpose()?;
+        Ok(vec![render(&page, written.as_deref(), ctx.format)])
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,39 @@ use std::path::Path;
 
 use awsmp_local_stack::{LocalError, demo, demo_start, ensure_venv, resources, system};
 
+use crate::error::CommandError;
+use crate::output::Outcome;
+
+/// The local stack: both stacks on this machine, no AWS account needed.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Start everything, run the scripted buyer lifecycle, print what was billed.
+    ///
+    /// Example: awsmp local up --serve --speed 60 (./deploy.sh --local passes its options here)
+    Up {
+        /// Keep running after the demo and print the endpoints; Ctrl-C stops it all.
+        #[arg(long)]
+        serve: bool,
+        /// In --serve mode, virtual seconds per real second (schedules fire on the virtual clock).
+        #[arg(long, default_value_t = 1)]
+        speed: u32,
+        /// Repository root holding the templates and web/ (default: current directory).
+        #[arg(long)]
+        root: Option<std::path::PathBuf>,
+    },
+}
+
+impl Command {
+    /// Runs `awsmp local up` (it prints as it goes: nothing is left to print after).
+    pub async fn run(self) -> Result<Vec<Outcome>, CommandError> {
+        let Command::Up { serve, speed, root } = self;
+        up(root.as_deref(), serve, speed)
+            .await
+            .map(|()| Vec::new())
+            .map_err(|e| CommandError::Io(e.to_string()))
+    }
+}
+
 /// `awsmp local up`: starts everything, runs the scripted lifecycle, prints the
 /// summary; with `serve`, keeps running on a virtual clock at `speed` until Ctrl-C.
 pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), LocalError> {
@@ -68,7 +101,7 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
         regions: vec![resources::LOCAL_REGION.into()],
         ..crate::deployment::DeploymentArgs::default()
     };
-    let failed = |e: crate::commands::CommandError| LocalError::Check(format!("awsmp status: {e}"));
+    let failed = |e: crate::error::CommandError| LocalError::Check(format!("awsmp status: {e}"));
     let events = crate::deployment::stack_outputs(&config, &system.events.stack_name)
         .await
         .map_err(failed)?;
@@ -82,17 +115,17 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
         &deployment.usage_table,
         &deployment.aggregated_table,
     );
-    let queues = crate::ops::queues::depths(&system.sqs, &deployment.queues)
+    let queues = crate::commands::queues::depths(&system.sqs, &deployment.queues)
         .await
         .map_err(failed)?;
-    let report = crate::ops::status::read(&store, &queues, 0, system.now, 6)
+    let report = crate::commands::status::read(&store, &queues, 0, system.now, 6)
         .await
         .map_err(failed)?;
-    let place = crate::ops::status::Place {
+    let place = crate::commands::status::Place {
         region: deployment.region,
         stack: deployment.stack,
     };
-    let shown = crate::ops::status::render(&place, &report, crate::output::Format::Human);
+    let shown = crate::commands::status::render(&place, &report, crate::output::Format::Human);
     Ok(format!(
         "awsmp {} status, as the operator sees the local stack:\n{}",
         "--stage local --product-code awsmplocaldemo", shown.text

@@ -5,8 +5,8 @@ use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::{HourBucket, Instant};
 use awsmp_operate::failures::{Failure, failures};
 
-use super::{all_records, all_rows};
-use crate::commands::CommandError;
+use super::{Ctx, all_records, all_rows, hour_arg, stores};
+use crate::error::CommandError;
 use crate::output::{Format, Outcome, cell, json, table};
 
 /// Reads both tables and lists the failures of usage hours from `since`.
@@ -81,4 +81,30 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
         }
     };
     Outcome::flagged(text, !found.is_empty())
+}
+
+/// Every row and record that ended unbilled, with both codes and what to do.
+///
+/// Example: awsmp failures --stage prod --product-code abc123 --since 2026-11-30T00
+#[derive(Debug, clap::Args)]
+pub struct Command {
+    /// First usage hour `YYYY-MM-DDTHH` (default: 48 hours ago).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+impl Command {
+    /// Lists each deployment's failures.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let since = match self.since {
+            Some(text) => hour_arg("--since", &text)?,
+            None => HourBucket::containing(ctx.now).plus_hours(-48),
+        };
+        let mut out = Vec::new();
+        for s in stores(ctx.deployment).await? {
+            let found = read(&s.operator, since, ctx.now).await?;
+            out.push(render(&found, ctx.format));
+        }
+        Ok(out)
+    }
 }

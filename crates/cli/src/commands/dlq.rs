@@ -4,8 +4,10 @@
 
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 
-use crate::commands::CommandError;
-use crate::ops::queues::depth;
+use super::{Ctx, stores};
+use crate::commands::queues::depth;
+use crate::error::CommandError;
+use crate::output::Outcome;
 
 fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
     CommandError::Aws(format!(
@@ -149,4 +151,50 @@ pub fn render(
         ),
     };
     crate::output::Outcome::ok(text)
+}
+
+/// Dead-letter queues.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Move messages from a queue's DLQ back to it (sent, then deleted: none lost).
+    ///
+    /// Example: awsmp dlq redrive work --count 10 --dry-run
+    Redrive {
+        /// The queue: work, cleanup, deprovision (from the stack outputs), or a queue URL.
+        queue: String,
+        /// At most this many messages.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// Count and show up to 10 messages; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+impl Command {
+    /// Redrives the queue of each deployment named.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let Command::Redrive {
+            queue,
+            count,
+            dry_run,
+        } = self;
+        let mut out = Vec::new();
+        for s in stores(ctx.deployment).await? {
+            let url =
+                if queue.starts_with("http") {
+                    queue.clone()
+                } else {
+                    s.deployment.queues.get(&queue).cloned().ok_or_else(|| {
+                    CommandError::NotFound(format!(
+                        "no queue {queue:?} in the stack outputs (known: {}); pass its URL instead",
+                        s.deployment.queues.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ))
+                })?
+                };
+            let report = redrive(&s.sqs, &url, count, dry_run).await?;
+            out.push(render(&report, &queue, dry_run, ctx.format));
+        }
+        Ok(out)
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use awsmp_aws::DynamoAggregatedStore;
 use awsmp_core::model::{AggregatedRecord, GroupKey};
 use awsmp_core::ports::{AggregatedStore, PortError};
 use awsmp_core::time::{Instant, format_instant};
@@ -14,7 +15,10 @@ use awsmp_operate::reconcile::{
 use chrono::Duration;
 use serde::Serialize;
 
+use super::{Ctx, instant_arg, stores};
+use crate::error::CommandError;
 pub(crate) use crate::output::table;
+use crate::output::{Format, Outcome};
 
 /// Hours `awsmp trail` looks back without `--since`.
 pub const DEFAULT_TRAIL_HOURS: i64 = 24;
@@ -37,7 +41,25 @@ pub enum ReportError {
     /// The data feed bucket could not be read (exit code 4 when something is not
     /// there, else 1).
     #[error(transparent)]
-    Sdds(#[from] crate::reconcile::s3::SddsS3Error),
+    Sdds(#[from] crate::commands::reconcile::s3::SddsS3Error),
+}
+
+impl From<ReportError> for CommandError {
+    fn from(e: ReportError) -> Self {
+        use crate::commands::reconcile::s3::SddsS3Error;
+        match e {
+            ReportError::Usage(m) => CommandError::Usage(m),
+            ReportError::Trail(t) => CommandError::Aws(t.to_string()),
+            ReportError::Store(p) => CommandError::Store(p),
+            ReportError::Io(m) => CommandError::Io(m),
+            ReportError::Sdds(e) => match e {
+                SddsS3Error::NoBucket { .. }
+                | SddsS3Error::NoFeed { .. }
+                | SddsS3Error::NoMonthFile { .. } => CommandError::NotFound(e.to_string()),
+                _ => CommandError::Aws(e.to_string()),
+            },
+        }
+    }
 }
 
 /// What a report produced: its text, and whether something needs attention
@@ -51,6 +73,11 @@ pub struct Report {
 }
 
 impl Report {
+    /// What the command prints, flagged when something needs attention.
+    pub fn outcome(self) -> Outcome {
+        Outcome::flagged(self.text, self.attention)
+    }
+
     /// `doc` as the report's text: one pretty JSON document on its own lines.
     pub(crate) fn json(doc: &impl Serialize, attention: bool) -> Result<Self, ReportError> {
         let text = serde_json::to_string_pretty(doc)
@@ -316,4 +343,49 @@ pub async fn trail_report(
         text: out,
         attention,
     })
+}
+
+/// CloudTrail Event History of the BatchMeterUsage calls (about 15 minutes behind,
+/// at most 90 days), each record joined to our aggregated record.
+///
+/// Example: awsmp trail --stage prod --product-code abc123 --since 2026-11-30T00:00:00Z
+#[derive(Debug, clap::Args)]
+pub struct Command {
+    /// First call time `YYYY-MM-DDTHH:MM:SSZ` (default: 24 hours ago).
+    #[arg(long)]
+    since: Option<String>,
+    /// Last call time (default: now).
+    #[arg(long)]
+    until: Option<String>,
+    /// Only this license's records.
+    #[arg(long)]
+    license: Option<String>,
+}
+
+impl Command {
+    /// Reads each deployment's trail, in its Region.
+    pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let since = self.since.map(|t| instant_arg("--since", &t)).transpose()?;
+        let until = self.until.map(|t| instant_arg("--until", &t)).transpose()?;
+        let mut out = Vec::new();
+        for s in stores(ctx.deployment).await? {
+            let config = ctx.deployment.sdk_config(Some(&s.deployment.region)).await;
+            let trail = crate::cloudtrail::SdkTrailEvents::in_region(&config, &s.deployment.region);
+            let aggregated =
+                DynamoAggregatedStore::new(s.client.clone(), s.deployment.aggregated_table.clone());
+            let args = TrailArgs {
+                since,
+                until,
+                license: self.license.clone(),
+                region: s.deployment.region.clone(),
+                json: ctx.format == Format::Json,
+            };
+            out.push(
+                trail_report(&trail, &aggregated, &args, ctx.now)
+                    .await?
+                    .outcome(),
+            );
+        }
+        Ok(out)
+    }
 }

@@ -1,0 +1,158 @@
+//! One module per `awsmp` command: its arguments (clap) and its `run`, which reads
+//! through the ports, computes with `awsmp_operate`, and renders a table or JSON.
+//! What several commands share is here: the context of a run, each deployment's stores,
+//! reading whole tables, and the time arguments.
+
+pub mod dlq;
+pub mod failures;
+pub mod inspect;
+pub mod local;
+pub mod queues;
+pub mod reconcile;
+pub mod replay;
+pub mod report;
+pub mod status;
+pub mod trail;
+pub mod usage;
+
+use awsmp_aws::{DynamoOperatorStore, DynamoSubscriberStore};
+use awsmp_core::model::{AggregatedRecord, RawUsageRow};
+use awsmp_core::ports::{MalformedItem, OperatorStore};
+use awsmp_core::time::{HourBucket, Instant};
+
+use crate::deployment::{Deployment, DeploymentArgs};
+use crate::error::CommandError;
+use crate::output::{Format, spinner};
+
+/// What every command runs with: the deployment it names, the output format, and the
+/// instant the run started.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    /// `--stage`, `--product-code`, `--stack`, `--region`.
+    pub deployment: &'a DeploymentArgs,
+    /// Tables or `--json`.
+    pub format: Format,
+    /// Now.
+    pub now: Instant,
+}
+
+/// One deployment's stores.
+pub struct Stores {
+    /// The deployment, from its stacks' outputs.
+    pub deployment: Deployment,
+    /// DynamoDB in its Region.
+    pub client: aws_sdk_dynamodb::Client,
+    /// SQS in its Region.
+    pub sqs: aws_sdk_sqs::Client,
+    /// Its usage and aggregated tables, read for the operator.
+    pub operator: DynamoOperatorStore,
+    /// The subscribers table, when the events stack was found.
+    pub subscribers: Option<DynamoSubscriberStore>,
+}
+
+/// The stores of every deployment `args` names.
+pub async fn stores(args: &DeploymentArgs) -> Result<Vec<Stores>, CommandError> {
+    let mut out = Vec::new();
+    for deployment in args.resolve().await? {
+        out.push(stores_of(args, deployment).await);
+    }
+    Ok(out)
+}
+
+/// The stores of the one deployment a write command (`command`) goes to
+/// ([`DeploymentArgs::resolve_one_for_writes`]).
+pub async fn write_target(args: &DeploymentArgs, command: &str) -> Result<Stores, CommandError> {
+    let deployment = args.resolve_one_for_writes(command).await?;
+    Ok(stores_of(args, deployment).await)
+}
+
+async fn stores_of(args: &DeploymentArgs, deployment: Deployment) -> Stores {
+    let config = args.sdk_config(Some(&deployment.region)).await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let subscribers = match &deployment.subscribers {
+        Some((table, region)) => {
+            let config = args.sdk_config(Some(region)).await;
+            Some(DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&config),
+                table.clone(),
+            ))
+        }
+        None => None,
+    };
+    Stores {
+        operator: DynamoOperatorStore::new(
+            client.clone(),
+            deployment.usage_table.clone(),
+            deployment.aggregated_table.clone(),
+        ),
+        sqs: aws_sdk_sqs::Client::new(&config),
+        client,
+        subscribers,
+        deployment,
+    }
+}
+
+/// An instant argument (`--since`, `--until`).
+pub fn instant_arg(flag: &str, text: &str) -> Result<Instant, CommandError> {
+    awsmp_core::time::parse_usage_timestamp(text).map_err(|e| {
+        CommandError::Usage(format!(
+            "{flag}: {e} (write it as YYYY-MM-DDTHH:MM:SSZ, UTC)"
+        ))
+    })
+}
+
+/// An hour argument (`--since`, `--hour`, `--failed-since`).
+pub fn hour_arg(flag: &str, text: &str) -> Result<HourBucket, CommandError> {
+    text.parse().map_err(|e| {
+        CommandError::Usage(format!(
+            "{flag}: {e} (write the hour as YYYY-MM-DDTHH, UTC)"
+        ))
+    })
+}
+
+/// Every raw usage item (of one license when given), following pages to the end.
+pub async fn all_rows(
+    store: &dyn OperatorStore,
+    license_arn: Option<&str>,
+) -> Result<Vec<RawUsageRow>, CommandError> {
+    let bar = spinner("reading the usage table");
+    let mut rows = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.raw_rows_page(license_arn, cursor).await?;
+        rows.extend(page.items);
+        bar.set_message(format!("reading the usage table: {} items", rows.len()));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    bar.finish_and_clear();
+    Ok(rows)
+}
+
+/// Every aggregated record (of one license when given) and the items that cannot be
+/// read as records.
+pub async fn all_records(
+    store: &dyn OperatorStore,
+    license_arn: Option<&str>,
+) -> Result<(Vec<AggregatedRecord>, Vec<MalformedItem>), CommandError> {
+    let bar = spinner("reading the aggregated table");
+    let (mut records, mut malformed) = (Vec::new(), Vec::new());
+    let mut cursor = None;
+    loop {
+        let page = store.records_page(license_arn, cursor).await?;
+        records.extend(page.items);
+        malformed.extend(page.malformed);
+        bar.set_message(format!(
+            "reading the aggregated table: {} records",
+            records.len()
+        ));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    bar.finish_and_clear();
+    Ok((records, malformed))
+}
