@@ -1,5 +1,9 @@
-//! The project's DynamoDB tables as data ([`TableSpec`]), the fixed definitions from
-//! ARCHITECTURE.md's Tables section, and creating any spec on an emulator.
+//! The project's DynamoDB tables as data ([`TableSpec`]), each read from the template
+//! that deploys it (compiled in, so there is one source), and creating any spec on an
+//! emulator.
+
+use std::collections::BTreeMap;
+use std::path::Path;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
@@ -7,6 +11,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType,
 };
 
+use crate::cfn::StackTemplate;
 use crate::error::LocalAwsError;
 
 /// A key attribute: name and scalar type (`S`, `N` or `B`).
@@ -87,98 +92,81 @@ impl TableSpec {
     }
 }
 
-/// `awsmp-subscribers-<stage>`: PK `licenseArn`, SK `customerAWSAccountId`; GSIs
-/// `agreement` (agreementId/licenseArn, KEYS_ONLY) and the sparse `deprovisioning`
+/// The templates, compiled in: the one source of every table's keys and indexes.
+const MAIN_TEMPLATE: (&str, &str) = (
+    "template-main.yaml",
+    include_str!("../../../template-main.yaml"),
+);
+const EVENTS_TEMPLATE: (&str, &str) = (
+    "template-events.yaml",
+    include_str!("../../../template-events.yaml"),
+);
+
+/// The shape of the table resource `logical_id` in `template`, named `name`.
+fn template_table(
+    (file, text): (&str, &str),
+    logical_id: &str,
+    name: &str,
+) -> Result<TableSpec, LocalAwsError> {
+    // Every table's name is resolved on the way; only `logical_id`'s is used.
+    let placeholders = [("ProductCode", "spec"), ("StageName", "spec")]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+    let template = StackTemplate::parse(Path::new(file), text, placeholders)?;
+    let names = BTreeMap::from([(logical_id.to_string(), name.to_string())]);
+    template
+        .tables(&names)?
+        .into_iter()
+        .find(|t| t.logical_id == logical_id)
+        .map(|t| t.spec)
+        .ok_or_else(|| template.error(format!("no table resource {logical_id}")))
+}
+
+/// The subscribers table (`SubscribersTable` in template-events.yaml): PK
+/// `licenseArn`, SK `customerAWSAccountId`; GSIs `agreement`
+/// (agreementId/licenseArn, KEYS_ONLY) and the sparse `deprovisioning`
 /// (deprovisioningIndex/deprovisioningExpiry, ALL).
-pub fn subscribers_table_spec(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.to_string(),
-        hash: KeyAttr::s("licenseArn"),
-        range: Some(KeyAttr::s("customerAWSAccountId")),
-        indexes: vec![
-            IndexSpec {
-                name: "agreement".into(),
-                hash: KeyAttr::s("agreementId"),
-                range: Some(KeyAttr::s("licenseArn")),
-                projection: IndexProjection::KeysOnly,
-            },
-            IndexSpec {
-                name: "deprovisioning".into(),
-                hash: KeyAttr::s("deprovisioningIndex"),
-                range: Some(KeyAttr::s("deprovisioningExpiry")),
-                projection: IndexProjection::All,
-            },
-        ],
-    }
-    .normalized()
+pub fn subscribers_table_spec(name: &str) -> Result<TableSpec, LocalAwsError> {
+    template_table(EVENTS_TEMPLATE, "SubscribersTable", name)
 }
 
-/// The raw usage table: PK `licenseArn`, SK `customerAWSAccountId_dimension_timestamp`;
-/// sparse GSI `metering_pending` (meteringPending/licenseArn, INCLUDE
-/// customerAWSAccountId, dimension).
-pub fn usage_table_spec(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.to_string(),
-        hash: KeyAttr::s("licenseArn"),
-        range: Some(KeyAttr::s("customerAWSAccountId_dimension_timestamp")),
-        indexes: vec![IndexSpec {
-            name: "metering_pending".into(),
-            hash: KeyAttr::s("meteringPending"),
-            range: Some(KeyAttr::s("licenseArn")),
-            projection: IndexProjection::Include(vec![
-                "customerAWSAccountId".into(),
-                "dimension".into(),
-            ]),
-        }],
-    }
-    .normalized()
+/// The raw usage table (`UsageTable` in template-main.yaml): PK `licenseArn`, SK
+/// `customerAWSAccountId_dimension_timestamp`; sparse GSI `metering_pending`
+/// (meteringPending/licenseArn, INCLUDE customerAWSAccountId, dimension).
+pub fn usage_table_spec(name: &str) -> Result<TableSpec, LocalAwsError> {
+    template_table(MAIN_TEMPLATE, "UsageTable", name)
 }
 
-/// The aggregated-usage table: PK `licenseArn`, SK `account_dimension_hour`; sparse
-/// GSI `metering_pending` (meteringPending/licenseArn, ALL).
-pub fn aggregated_table_spec(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.to_string(),
-        hash: KeyAttr::s("licenseArn"),
-        range: Some(KeyAttr::s("account_dimension_hour")),
-        indexes: vec![IndexSpec {
-            name: "metering_pending".into(),
-            hash: KeyAttr::s("meteringPending"),
-            range: Some(KeyAttr::s("licenseArn")),
-            projection: IndexProjection::All,
-        }],
-    }
-    .normalized()
+/// The aggregated-usage table (`AggregatedUsageTable`): PK `licenseArn`, SK
+/// `account_dimension_hour`; sparse GSI `metering_pending` (meteringPending/licenseArn,
+/// ALL).
+pub fn aggregated_table_spec(name: &str) -> Result<TableSpec, LocalAwsError> {
+    template_table(MAIN_TEMPLATE, "AggregatedUsageTable", name)
 }
 
-/// The customer-profile table: PK `licenseArn`, SK `customerAWSAccountId`, no GSI.
-pub fn profile_table_spec(name: &str) -> TableSpec {
-    TableSpec {
-        name: name.to_string(),
-        hash: KeyAttr::s("licenseArn"),
-        range: Some(KeyAttr::s("customerAWSAccountId")),
-        indexes: Vec::new(),
-    }
+/// The customer-profile table (`CustomerProfileTable`): PK `licenseArn`, SK
+/// `customerAWSAccountId`, no GSI.
+pub fn profile_table_spec(name: &str) -> Result<TableSpec, LocalAwsError> {
+    template_table(MAIN_TEMPLATE, "CustomerProfileTable", name)
 }
 
 /// Creates the usage table named `name` (see [`usage_table_spec`]).
 pub async fn create_usage_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
-    create_table(client, &usage_table_spec(name)).await
+    create_table(client, &usage_table_spec(name)?).await
 }
 
 /// Creates the aggregated-usage table named `name` (see [`aggregated_table_spec`]).
 pub async fn create_aggregated_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
-    create_table(client, &aggregated_table_spec(name)).await
+    create_table(client, &aggregated_table_spec(name)?).await
 }
 
 /// Creates the subscribers table named `name` (see [`subscribers_table_spec`]).
 pub async fn create_subscribers_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
-    create_table(client, &subscribers_table_spec(name)).await
+    create_table(client, &subscribers_table_spec(name)?).await
 }
 
 /// Creates the customer-profile table named `name` (see [`profile_table_spec`]).
 pub async fn create_profile_table(client: &Client, name: &str) -> Result<(), LocalAwsError> {
-    create_table(client, &profile_table_spec(name)).await
+    create_table(client, &profile_table_spec(name)?).await
 }
 
 fn key_element(attr: &KeyAttr, key_type: KeyType) -> Result<KeySchemaElement, LocalAwsError> {

@@ -69,32 +69,33 @@ async fn fixed_tables_match_architecture_and_describe_back() {
     create_profile_table(&db, "profile").await.unwrap();
     assert_eq!(
         describe_table_spec(&db, "usage").await.unwrap(),
-        usage_table_spec("usage")
+        usage_table_spec("usage").unwrap()
     );
     assert_eq!(
         describe_table_spec(&db, "aggregated").await.unwrap(),
-        aggregated_table_spec("aggregated")
+        aggregated_table_spec("aggregated").unwrap()
     );
     assert_eq!(
         describe_table_spec(&db, "subscribers").await.unwrap(),
-        subscribers_table_spec("subscribers")
+        subscribers_table_spec("subscribers").unwrap()
     );
     assert_eq!(
         describe_table_spec(&db, "profile").await.unwrap(),
-        profile_table_spec("profile")
+        profile_table_spec("profile").unwrap()
     );
 }
 
-/// Each table a template defines must have exactly the shape ARCHITECTURE.md gives
-/// one of our tables (so tests built on the fixed builders test what gets deployed).
+/// Each table a template defines has the shape of one of our four tables (the specs
+/// the tests build tables with, read from the templates): a fifth table, or one the
+/// spec readers do not know, fails here.
 #[tokio::test]
 async fn template_tables_match_the_fixed_definitions_and_create_on_moto() {
     let templates = workspace_templates();
     let fixed = [
-        ("subscribers", subscribers_table_spec("x")),
-        ("usage", usage_table_spec("x")),
-        ("aggregated-usage", aggregated_table_spec("x")),
-        ("customer-profile", profile_table_spec("x")),
+        ("subscribers", subscribers_table_spec("x").unwrap()),
+        ("usage", usage_table_spec("x").unwrap()),
+        ("aggregated-usage", aggregated_table_spec("x").unwrap()),
+        ("customer-profile", profile_table_spec("x").unwrap()),
     ];
     let moto = MotoServer::start().await.unwrap();
     let db = moto.dynamodb();
@@ -192,10 +193,13 @@ Resources:
         .iter()
         .map(|t| (t.logical_id.as_str(), &t.spec))
         .collect();
-    assert_eq!(*by_id["UsageTable"], usage_table_spec("awsmp-p1-usage-dev"));
+    assert_eq!(
+        *by_id["UsageTable"],
+        usage_table_spec("awsmp-p1-usage-dev").unwrap()
+    );
     assert_eq!(
         *by_id["Profile"],
-        profile_table_spec("awsmp-p1-customer-profile")
+        profile_table_spec("awsmp-p1-customer-profile").unwrap()
     );
 
     let renamed = tables_in_template(
