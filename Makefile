@@ -20,7 +20,7 @@ SHELL := bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 VENV ?= $(ROOT)/.venv
 SAM_VENV ?= $(ROOT)/.venv-sam
-# crates/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
+# crates/dev/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
 .PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
@@ -78,7 +78,7 @@ unit-and-integration: venv
 	  cargo test --workspace --no-fail-fast; \
 	fi
 
-# The deterministic simulation (crates/dst): at least SIM_SCHEDULES schedules of the
+# The deterministic simulation (crates/dev/dst): at least SIM_SCHEDULES schedules of the
 # whole pipeline under concurrent faults inside SIM_BUDGET seconds, one summary line.
 # A failure prints the shrunk schedule and the command that replays it.
 SIM_SCHEDULES ?= 10000

@@ -69,7 +69,9 @@ def crate_lines(crate: Path):
 
 
 def main(repo: Path):
-    members = sorted(p.parent for p in repo.glob("crates/*/Cargo.toml")) + [repo / "tests"]
+    members = sorted(
+        p.parent for pattern in ("crates/*/Cargo.toml", "crates/*/*/Cargo.toml") for p in repo.glob(pattern)
+    ) + [repo / "tests"]
     manifests = {m: tomllib.loads((m / "Cargo.toml").read_text()) for m in members}
     names = {d["package"]["name"] for d in manifests.values()}
     rows = []

@@ -7,7 +7,7 @@
 //! This directory is not a crate of its own: it is compiled into two, by `#[path]`,
 //! so that each check is written once. The cargo-fuzz crate (`fuzz/src/lib.rs`, its
 //! binaries in `fuzz/fuzz_targets/`) runs the checks under libFuzzer; the workspace
-//! crate `crates/fuzz-replay` runs them on every committed input of
+//! crate `crates/dev/fuzz-replay` runs them on every committed input of
 //! `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` in `make test`. Both get
 //! the in-memory ports (`awsmp-core`'s `test-util` feature) as a dev/fuzz-only
 //! dependency, never into a Lambda build. Paths inside are relative (`super::`), so

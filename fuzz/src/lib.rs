@@ -1,5 +1,5 @@
 //! awsmp-fuzz: the fuzz targets' checks (`fuzz/checks/`, also mounted by the corpus
-//! replay test in `crates/fuzz-replay`), for the libFuzzer binaries in `fuzz_targets/`.
+//! replay test in `crates/dev/fuzz-replay`), for the libFuzzer binaries in `fuzz_targets/`.
 
 #[path = "../checks/mod.rs"]
 pub mod checks;

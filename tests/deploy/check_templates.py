@@ -468,7 +468,7 @@ def main() -> int:
 
     # ---- one body-size limit: WAF's common rule set blocks bodies over 8 KB
     # (SizeRestrictions_BODY); the register function must refuse the same size itself
-    form = (ROOT / "crates/register/src/form.rs").read_text()
+    form = (ROOT / "crates/functions/register/src/form.rs").read_text()
     m = re.search(r"pub const MAX_BODY_BYTES: usize = ([0-9* ]+);", form)
     limit = eval(m.group(1)) if m else None  # digits and * only
     acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))

@@ -76,7 +76,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
 
 fn fixture(crate_dir: &str, name: &str) -> serde_json::Value {
     let path = workspace_root()
-        .join("crates")
+        .join("crates/functions")
         .join(crate_dir)
         .join("tests/fixtures")
         .join(name);

@@ -6,7 +6,7 @@
 # Makes sure Chromium (scripts/ensure-chromium.sh) and the pinned npm driver
 # (playwright-core, from package-lock.json) are installed, then runs the Rust test
 # that serves the page and the register endpoint locally and drives the browser
-# (crates/register/tests/browser.rs). Screenshots go to test-artifacts/browser/.
+# (crates/functions/register/tests/browser.rs). Screenshots go to test-artifacts/browser/.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

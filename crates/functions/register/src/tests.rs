@@ -221,7 +221,7 @@ async fn a_field_the_allowlist_lacks_is_dropped_and_counted() {
 /// buyer for is exactly what the template keeps by default.
 #[test]
 fn the_default_allowlist_keeps_every_field_the_default_page_asks_for() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..");
     let page = std::fs::read_to_string(root.join("web/config.js")).unwrap();
     let fields_block = page
         .split("fields: [")

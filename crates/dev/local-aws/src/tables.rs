@@ -95,11 +95,11 @@ impl TableSpec {
 /// The templates, compiled in: the one source of every table's keys and indexes.
 const MAIN_TEMPLATE: (&str, &str) = (
     "template-main.yaml",
-    include_str!("../../../template-main.yaml"),
+    include_str!("../../../../template-main.yaml"),
 );
 const EVENTS_TEMPLATE: (&str, &str) = (
     "template-events.yaml",
-    include_str!("../../../template-events.yaml"),
+    include_str!("../../../../template-events.yaml"),
 );
 
 /// The shape of the table resource `logical_id` in `template`, named `name`.

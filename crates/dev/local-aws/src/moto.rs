@@ -247,11 +247,12 @@ pub fn venv_dir() -> PathBuf {
     }
 }
 
-/// The workspace root (two levels above this crate's manifest).
+/// The workspace root (three levels above this crate's manifest, `crates/dev/local-aws`).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
         .parent()
+        .and_then(Path::parent)
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| manifest.to_path_buf())

@@ -123,7 +123,7 @@ mod tests {
     /// subscription crate's tests read too), as `detail_type`.
     fn license_event(detail_type: &str) -> serde_json::Value {
         let mut event: serde_json::Value = serde_json::from_str(include_str!(
-            "../../subscription/tests/fixtures/license-updated-manufacturer.json"
+            "../../../functions/subscription/tests/fixtures/license-updated-manufacturer.json"
         ))
         .expect("the fixture is JSON");
         event["detail-type"] = serde_json::json!(detail_type);

@@ -19,7 +19,7 @@ const BUYER: &str = "845735284135";
 /// tests read too.
 fn documented(name: &str) -> Value {
     let path = format!(
-        "{}/../subscription/tests/fixtures/{name}.json",
+        "{}/../../functions/subscription/tests/fixtures/{name}.json",
         env!("CARGO_MANIFEST_DIR")
     );
     serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture readable"))

@@ -8,13 +8,13 @@ use std::fs;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-#[path = "../../../fuzz/checks/mod.rs"]
+#[path = "../../../../fuzz/checks/mod.rs"]
 mod checks;
 
 use checks::TARGETS;
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../fuzz")
 }
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {
