@@ -1218,6 +1218,7 @@ if command -v cargo >/dev/null 2>&1; then
   expect_out 'awsmp-lambda'
   expect_no_out 'awsmp-operate'
   expect_no_out 'csv v'
+  expect_no_out 'schemars'
 else
   fail "cargo is needed for this check"
 fi

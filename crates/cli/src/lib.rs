@@ -9,3 +9,4 @@ pub mod commands;
 pub mod deployment;
 pub mod error;
 pub mod output;
+pub mod schemas;

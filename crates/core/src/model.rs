@@ -13,6 +13,7 @@ use crate::time::{HourBucket, Instant};
 /// without the SDK). Guardrails validate these into typed rows, so a seller's bad
 /// write becomes a reason code instead of a crash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Attr {
     /// A string (`S`).
     S(String),
@@ -45,6 +46,7 @@ impl Attr {
 /// A raw usage row exactly as read from the usage table: its keys plus every
 /// attribute, unvalidated. The seller writes these; the pipeline never trusts them.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RawUsageRow {
     /// Partition key `licenseArn`.
     pub license_arn: String,
@@ -174,6 +176,7 @@ pub mod subscriber_attr {
 
 /// The unit of metering: one `BatchMeterUsage` record per group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct GroupKey {
     /// License the usage is attributed to.
     pub license_arn: String,
@@ -248,6 +251,7 @@ impl FromStr for GroupKey {
 
 /// One VMT tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Tag {
     /// Tag key.
     pub key: String,
@@ -257,6 +261,7 @@ pub struct Tag {
 
 /// One VMT allocation: a quantity attributed to a tag set (possibly empty).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Allocation {
     /// Allocated quantity (0..=2147483647).
     pub quantity: i64,
@@ -266,6 +271,7 @@ pub struct Allocation {
 
 /// A raw row that passed every per-row guardrail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ValidUsageRow {
     /// Partition key.
     pub license_arn: String,
@@ -318,6 +324,7 @@ macro_rules! string_enum {
 string_enum! {
     /// Status of a raw usage row.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
     pub enum RawStatus {
         /// Counted into its group's aggregated record.
         Aggregated,
@@ -331,6 +338,7 @@ string_enum! {
 string_enum! {
     /// Status of an aggregated record.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
     pub enum AggregatedStatus {
         /// Awaiting submission (not terminal; `meteringPending` present).
         Pending,
@@ -370,6 +378,7 @@ string_enum! {
     /// Client-side rejection reason codes. The table of checks and their order is in
     /// [`crate::guardrails`].
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
     pub enum ReasonCode {
         /// Sort key is not `<account>#<dimension>#<timestamp>[#<suffix>]`.
         MalformedSortKey,
@@ -430,6 +439,7 @@ string_enum! {
 
 /// The one aggregated record per group: what the submitter sends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AggregatedRecord {
     /// The group.
     pub key: GroupKey,
@@ -520,6 +530,7 @@ impl AggregatedRecord {
 
 /// Agreement lifecycle (`agreementStatus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AgreementStatus {
     /// License Updated seen.
@@ -530,6 +541,7 @@ pub enum AgreementStatus {
 
 /// Subscription lifecycle (`subscriptionStatus`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SubscriptionStatus {
     /// License Updated seen.
@@ -593,6 +605,7 @@ impl FromStr for SubscriptionStatus {
 /// One row of the PII-free subscribers table. Nothing else is ever stored there
 /// (plus the audit stamps and the index markers the adapter derives from these fields).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Subscriber {
     /// Partition key.
     pub license_arn: String,
@@ -639,6 +652,7 @@ impl Subscriber {
 
 /// The allowlisted registration fields of one buyer, stored in-Region only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CustomerProfile {
     /// Partition key.
     pub license_arn: String,

@@ -215,6 +215,7 @@ pub struct NewUsageRow {
 
 /// One event's usage: what a write of its event id stored, or what a call carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EventContent {
     /// Buyer account.
     pub account: String,
@@ -231,6 +232,7 @@ pub struct EventContent {
 /// An event id written before with other usage: nothing was written, and this call's
 /// usage is not billed under that id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EventConflict {
     /// License (the event id is unique per license).
     pub license_arn: String,
@@ -727,6 +729,7 @@ pub trait ProfileStore: Send + Sync {
 
 /// A work message between pipeline stages (JSON in SQS).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum WorkMessage {
     /// Aggregate one group (discoverer -> aggregator).
@@ -766,6 +769,7 @@ pub trait WorkQueue: Send + Sync {
 
 /// One usage record as sent to `BatchMeterUsage` (CustomerAWSAccountId + LicenseArn).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MeteringRecord {
     /// The group (its hour start is the record's timestamp).
     pub key: GroupKey,

@@ -38,6 +38,7 @@ pub const MAX_RETENTION_DAYS: u32 = 3653;
 /// How long a final item is kept: for ever (the default), or a number of days from the
 /// write that made it final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Retention(Option<u32>);
 
 /// A `DataRetentionDays` that is not 0 or a whole number of days in

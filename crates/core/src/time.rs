@@ -99,6 +99,21 @@ impl HourBucket {
     }
 }
 
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for HourBucket {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HourBucket".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^\\d{4}-\\d{2}-\\d{2}T\\d{2}$",
+            "description": "A UTC hour, YYYY-MM-DDTHH."
+        })
+    }
+}
+
 impl fmt::Display for HourBucket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0.format("%Y-%m-%dT%H"))
@@ -137,6 +152,7 @@ impl From<HourBucket> for String {
 
 /// `MeteringLockHours`: how many hours an hour stays open for late usage (1..=20).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MeteringLockHours(u8);
 
 /// A `MeteringLockHours` outside 1..=20 (configuration error; never clamped).

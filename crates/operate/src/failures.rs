@@ -11,7 +11,7 @@ use awsmp_core::remedy::{FailureStatus, for_status, server_side_pair};
 use awsmp_core::time::{HourBucket, Instant};
 
 /// One failure.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Failure {
     /// `RejectedClientSide`, `AggregationExpired`, `Error`, `CustomerNotSubscribed`,
     /// `SubmissionExpired`.

@@ -69,14 +69,14 @@ impl ImportTarget {
 /// the same content resumes after the last completed line; an import into another
 /// table (another Region or stage), or of a changed file (even one edited to the same
 /// length), starts from the first line (the event ids make that safe).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Progress {
     /// [`ImportTarget::table`] -> how far the import into it got.
     targets: BTreeMap<String, TargetProgress>,
 }
 
 /// How far the import of one version of the file into one table got.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 struct TargetProgress {
     /// [`ImportTarget::sha256`] of the file imported.
     sha256: String,

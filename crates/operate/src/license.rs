@@ -10,7 +10,7 @@ use awsmp_core::model::{AggregatedRecord, RawUsageRow};
 use awsmp_core::time::HourBucket;
 
 /// One group's chain.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct GroupChain {
     /// Buyer account.
     pub account: String,

@@ -52,7 +52,7 @@ pub struct RawTrailEvent {
 }
 
 /// An event that could not be used, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct UnreadableEvent {
     /// `EventId`, if known.
     pub event_id: Option<String>,
@@ -120,7 +120,7 @@ pub trait TrailEvents: Send + Sync {
 
 /// The span Event History can answer for: at most 90 days back, and complete only
 /// up to about 15 minutes ago.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct EventHistoryWindow {
     /// First instant asked for (after clamping to 90 days).
     pub since: Instant,

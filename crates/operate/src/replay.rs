@@ -97,7 +97,7 @@ pub enum Selection {
 }
 
 /// What happened to one record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReplayLine {
     /// The group (`license|account|dimension|hour`).
     pub group: String,

@@ -17,7 +17,7 @@ use awsmp_core::time::{HourBucket, Instant};
 pub const MAX_AXIS_HOURS: i64 = 24 * 31;
 
 /// Failures of one kind: a status and its stored reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Rejection {
     /// `RejectedClientSide`, `AggregationExpired`, `Error`, `CustomerNotSubscribed` or
     /// `SubmissionExpired`.
@@ -34,7 +34,7 @@ pub struct Rejection {
 }
 
 /// One Region's series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Series {
     /// The first hour asked for (`hours` back, ending with the current hour).
     pub from: HourBucket,
@@ -80,7 +80,7 @@ impl Series {
 }
 
 /// The whole page: the deployment and each Region's series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ReportPage {
     /// Product code, when the deployment was named by it.
     pub product_code: Option<String>,
@@ -96,7 +96,7 @@ pub struct ReportPage {
 }
 
 /// One Region's part of the page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RegionReport {
     /// Metering Region.
     pub region: String,

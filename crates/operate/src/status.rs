@@ -13,7 +13,7 @@ use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
 use awsmp_core::time::{HourBucket, Instant, WINDOW_HOURS};
 
 /// One hour's counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct HourCounts {
     /// Raw rows awaiting aggregation.
     pub rows_pending: u64,
@@ -40,7 +40,7 @@ pub struct HourCounts {
 }
 
 /// One queue's depth, as the status screen shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct QueueDepth {
     /// The queue's role (`work`, `cleanup`, ...).
     pub name: String,
@@ -51,7 +51,7 @@ pub struct QueueDepth {
 }
 
 /// How soon something must be looked at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Urgency {
     /// Money is being lost or soon will be.
@@ -63,7 +63,7 @@ pub enum Urgency {
 }
 
 /// One line of "what needs attention first".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Attention {
     /// How soon.
     pub urgency: Urgency,
@@ -79,7 +79,7 @@ pub const PENDING_KEY_ROWS_PER_SECOND: u64 = 1_000;
 pub const SUBMITTER_RECORDS_PER_HOUR: u64 = 660_000;
 
 /// How close the busiest hour of the window came to each documented limit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Limits {
     /// The hour with the most raw rows, and how many.
     pub busiest_ingest_hour: Option<(HourBucket, u64)>,
@@ -92,7 +92,7 @@ pub struct Limits {
 }
 
 /// One Region's status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct StatusReport {
     /// When it was taken.
     #[serde(serialize_with = "crate::serialize_instant")]

@@ -17,7 +17,7 @@ fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
 }
 
 /// What a redrive did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Redrive {
     /// Messages in the DLQ before.
     pub found: u64,

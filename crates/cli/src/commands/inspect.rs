@@ -14,7 +14,7 @@ use crate::error::CommandError;
 use crate::output::{Format, Outcome, cell, json, table};
 
 /// What `inspect license` found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LicenseView {
     /// The license.
     pub license_arn: String,
@@ -27,7 +27,7 @@ pub struct LicenseView {
 }
 
 /// One subscriber row, PII-free as stored.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SubscriberView {
     /// Buyer account.
     pub account: String,
@@ -177,7 +177,7 @@ fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> Option<
 }
 
 /// One raw row as `inspect group` shows it (the stored attributes as text).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RawRowView {
     /// The row's sort key (`account#dimension#timestamp[#eventId]`).
     pub sort_key: String,
@@ -192,7 +192,7 @@ pub struct RawRowView {
 }
 
 /// The aggregated record as `inspect group` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RecordView {
     /// The hour's total.
     pub quantity: i64,
@@ -207,7 +207,7 @@ pub struct RecordView {
 }
 
 /// One group's raw rows and its aggregated record (`awsmp inspect group`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct GroupView {
     /// `license|account|dimension|hour`.
     pub group: String,

@@ -10,7 +10,7 @@ use crate::error::CommandError;
 use crate::output::{Format, Outcome, json, table};
 
 /// Where the status was taken.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Place {
     /// Metering Region.
     pub region: String,
@@ -18,8 +18,8 @@ pub struct Place {
     pub stack: Option<String>,
 }
 
-#[derive(Serialize)]
-struct RegionStatus<'a> {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct RegionStatus<'a> {
     #[serde(flatten)]
     place: &'a Place,
     #[serde(flatten)]

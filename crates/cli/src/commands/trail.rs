@@ -166,8 +166,8 @@ pub(crate) fn problem_lines(log: &TrailLog) -> Vec<String> {
     lines
 }
 
-#[derive(Serialize)]
-struct TrailJson<'a> {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct TrailJson<'a> {
     region: &'a str,
     window: &'a EventHistoryWindow,
     calls: usize,
@@ -176,8 +176,8 @@ struct TrailJson<'a> {
     problems: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct FailedCall {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct FailedCall {
     event_id: String,
     event_time: String,
     error_code: String,

@@ -28,7 +28,7 @@ pub const SDDS_ROUNDING: Quantity = Quantity::from_micros(5_000);
 
 /// One of our aggregated records, with when it was last written (the `updatedAt`
 /// audit stamp), which tells whether CloudTrail can show its call yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct OurRecord {
     /// The record.
     pub record: AggregatedRecord,
@@ -46,7 +46,7 @@ pub fn is_billed(status: AggregatedStatus) -> bool {
 }
 
 /// The period a compared quantity covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Period {
     /// A UTC hour (CloudTrail: one record per group and hour).
@@ -65,7 +65,7 @@ impl std::fmt::Display for Period {
 }
 
 /// What a compared quantity is of.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 pub struct ReconcileKey {
     /// Buyer AWS account.
     pub account: String,
@@ -93,7 +93,9 @@ impl ReconcileKey {
 }
 
 /// How the two sides disagree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema,
+)]
 pub enum DiscrepancyKind {
     /// We billed it; AWS's record has nothing.
     MissingOnAws,
@@ -122,7 +124,7 @@ impl DiscrepancyKind {
 }
 
 /// One key where we and AWS disagree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Discrepancy {
     /// How.
     pub kind: DiscrepancyKind,
@@ -143,7 +145,7 @@ pub struct Discrepancy {
 }
 
 /// Count and quantities of one kind of discrepancy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
 pub struct KindTotal {
     /// How many keys.
     pub count: usize,
@@ -154,7 +156,7 @@ pub struct KindTotal {
 }
 
 /// Which AWS record was compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub enum AwsSource {
     /// CloudTrail Event History (`LookupEvents`).
     CloudTrail,
@@ -163,7 +165,7 @@ pub enum AwsSource {
 }
 
 /// The outcome of one reconciliation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Reconciliation {
     /// Against what.
     pub source: AwsSource,
@@ -216,7 +218,7 @@ impl Reconciliation {
 }
 
 /// The hours compared against CloudTrail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TrailWindow {
     /// First hour compared.
     pub from: HourBucket,
@@ -395,7 +397,7 @@ pub fn reconcile_with_trail(
 }
 
 /// The days compared against SDDS (`to` excluded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct DayWindow {
     /// First day compared.
     pub from: NaiveDate,
@@ -510,7 +512,7 @@ pub fn reconcile_with_sdds(
 }
 
 /// One record of a CloudTrail call next to our aggregated record (`awsmp trail`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TrailRow {
     /// When the call was made.
     pub event_time: Instant,

@@ -90,6 +90,20 @@ impl Serialize for Quantity {
     }
 }
 
+impl schemars::JsonSchema for Quantity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^-?\\d+(\\.\\d+)?$",
+            "description": "A decimal quantity, as text (exact)."
+        })
+    }
+}
+
 impl Add for Quantity {
     type Output = Quantity;
     fn add(self, rhs: Quantity) -> Quantity {

@@ -24,7 +24,7 @@ use awsmp_core::time::Instant;
 use super::quantity::Quantity;
 
 /// A line of a feed file that cannot be used, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LineProblem {
     /// Which feed (`daily usage`, `account`, `product`).
     pub feed: &'static str,
@@ -51,7 +51,7 @@ impl std::fmt::Display for LineProblem {
 }
 
 /// One version of a keyed row, with its bi-temporal columns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Versioned<T> {
     /// The row's key (`usage_feed_id`, `account_id`, `product_id`).
     pub key: String,
@@ -123,7 +123,7 @@ impl<T> ParsedFeed<T> {
 }
 
 /// A Daily Usage row's own columns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct UsageRow {
     /// `usage_date`: the UTC day the usage is aggregated over.
     pub usage_date: NaiveDate,
@@ -144,7 +144,7 @@ pub struct UsageRow {
 }
 
 /// An Account feed row's own columns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct AccountRow {
     /// `aws_account_id`, left-padded to 12 digits.
     pub aws_account_id: String,
@@ -153,7 +153,7 @@ pub struct AccountRow {
 }
 
 /// A Product feed row's own columns.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProductRow {
     /// `product_code`.
     pub product_code: String,
@@ -482,7 +482,7 @@ pub fn resolve<T: Clone>(rows: &[Versioned<T>]) -> BTreeMap<String, Versioned<T>
 }
 
 /// One day of usage of one account, product and dimension as AWS metered it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct AwsDailyUsage {
     /// The buyer's 12-digit AWS account (through the Account feed).
     pub aws_account_id: String,

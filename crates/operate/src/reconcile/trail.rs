@@ -34,7 +34,7 @@ pub fn is_metering_source(source: &str) -> bool {
 }
 
 /// One `BatchMeterUsage` call as CloudTrail recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TrailEvent {
     /// `eventID`.
     pub event_id: String,
@@ -58,7 +58,7 @@ pub struct TrailEvent {
 }
 
 /// A request-level failure CloudTrail recorded (`errorCode`, `errorMessage`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct CallError {
     /// The exception name, e.g. `InvalidUsageDimensionException`.
     pub code: String,
@@ -67,7 +67,7 @@ pub struct CallError {
 }
 
 /// One usage record of a call and its outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TrailRecord {
     /// The record as submitted (for a result: as Marketplace echoed it).
     pub submitted: SubmittedRecord,
@@ -76,7 +76,7 @@ pub struct TrailRecord {
 }
 
 /// A usage record as it appears in CloudTrail.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SubmittedRecord {
     /// `customerAWSAccountId` (Concurrent Agreements integrations).
     pub customer_aws_account_id: Option<String>,
@@ -106,7 +106,7 @@ impl SubmittedRecord {
 }
 
 /// What Marketplace answered for one record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "outcome", rename_all = "camelCase")]
 pub enum TrailOutcome {
     /// In `results[]`.
@@ -152,7 +152,7 @@ impl TrailOutcome {
 }
 
 /// `results[].status`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 pub enum TrailStatus {
     /// Accepted and billed.
     Success,

@@ -185,8 +185,8 @@ pub fn month_bounds(month: &str) -> Result<(Instant, Instant), ReportError> {
     Ok((at(start)?, at(next)?))
 }
 
-#[derive(Serialize)]
-struct ReconcileJson<'a> {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct ReconcileJson<'a> {
     region: &'a str,
     month: String,
     compared_from: String,

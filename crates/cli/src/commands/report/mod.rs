@@ -46,8 +46,8 @@ pub fn write_html(page: &ReportPage, path: &Path) -> Result<PathBuf, CommandErro
     Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
-#[derive(Serialize)]
-struct Written<'a> {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Written<'a> {
     /// Where the page was written, when it was.
     html: Option<String>,
     #[serde(flatten)]

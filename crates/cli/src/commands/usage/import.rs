@@ -47,7 +47,7 @@ impl FileFormat {
 }
 
 /// A line that will not be written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BadLine {
     /// 1-based line number in the file.
     pub line: usize,
@@ -60,7 +60,7 @@ pub struct BadLine {
 }
 
 /// A line whose event id was already written with other usage: not written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ConflictLine {
     /// 1-based line number in the file.
     pub line: usize,
@@ -75,7 +75,7 @@ pub struct ConflictLine {
 }
 
 /// What an import did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ImportReport {
     /// Usage lines in the file.
     pub lines: usize,

@@ -66,7 +66,7 @@ impl UsagePut {
 }
 
 /// What `awsmp usage put` did with one row.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct PutResult {
     /// `written`, or `already_written` (the event id was written before with the same
     /// usage: nothing changed).
