@@ -379,8 +379,8 @@ def main() -> int:
             ok = re.search(r"- Name: ProductCode\n\s+Value: !Ref ProductCode", dims) and re.search(r"- Name: Stage\n\s+Value: !Ref StageName", dims)
             check(bool(ok), f"{logical}: metric in AwsMarketplace/Metering has dimensions ProductCode and Stage", dims.strip())
 
-    # ---- every metric a template names is one the code emits (crates/core/src/ports.rs)
-    ports = (ROOT / "crates/core/src/ports.rs").read_text()
+    # ---- every metric a template names is one the code emits (crates/core/src/ports/metrics.rs)
+    ports = (ROOT / "crates/core/src/ports/metrics.rs").read_text()
     emitted = set(re.findall(r'pub const [A-Z_]+: &str = "([A-Za-z]+)";', ports.split("pub mod metric", 1)[1].split("\n}", 1)[0]))
     for t in templates:
         text = "\n".join(t.lines)

@@ -1,0 +1,47 @@
+//! The PII-free subscribers table (us-east-1) and the in-Region customer-profile table.
+
+use async_trait::async_trait;
+
+use crate::model::{CustomerProfile, Subscriber};
+use crate::time::Instant;
+
+use super::PortError;
+
+/// The PII-free subscribers table (in us-east-1, read cross-Region).
+#[async_trait]
+pub trait SubscriberStore: Send + Sync {
+    /// Reads one row.
+    async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError>;
+
+    /// Rows for a license (any account).
+    async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Rows of an agreement (through the agreement index).
+    async fn by_agreement(&self, agreement_id: &str) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Rows whose `subscriptionStatus` is `deprovisioning` (through the deprovisioning index).
+    async fn deprovisioning(&self) -> Result<Vec<Subscriber>, PortError>;
+
+    /// Writes the row's lifecycle fields if the stored version is still
+    /// `row.version` (0 = must not exist); stores `row.version + 1`. Never touches
+    /// `registeredRegions`. `Ok(false)` on a version conflict (re-read and retry).
+    async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError>;
+
+    /// Registration: sets `productCode` if absent and `ADD registeredRegions :region`
+    /// (idempotent), creating the row if needed. Never touches lifecycle fields.
+    async fn add_registered_region(
+        &self,
+        license_arn: &str,
+        account: &str,
+        product_code: &str,
+        region: &str,
+        now: Instant,
+    ) -> Result<(), PortError>;
+}
+
+/// The in-Region customer-profile table (buyer PII stays here).
+#[async_trait]
+pub trait ProfileStore: Send + Sync {
+    /// Upserts the allowlisted fields (always writes the identity row, even with none).
+    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError>;
+}
