@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tracing::{error, info, warn};
 
-use crate::aggregate::{is_skipped_zero, submission_due};
+use crate::aggregate::submission_due;
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
@@ -19,18 +19,16 @@ use crate::ports::{
     SubscriberStore, metric,
 };
 use crate::submit::batch::plan_batches;
-use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
-use crate::submit::outcome::{
-    EarlierSends, Outcome, RunAction, may_have_billed, next_state, report_metrics,
-};
+use crate::submit::bisect::{BisectReport, RecordResult};
+use crate::submit::outcome::{EarlierSends, Outcome, RunAction, may_have_billed, next_state};
 use crate::submit::pacing::PacedMeteringApi;
 use crate::time::{self, HourBucket, Instant};
 
 use super::settings::{MeteringMode, SubmitSettings};
-use super::{
-    REASON_INTERRUPTED_SUBMISSION, REASON_MALFORMED_ITEM, REASON_METERING_DISABLED,
-    REASON_REQUEST_TOO_LARGE, REASON_ZERO_QUANTITY_SKIPPED,
-};
+use super::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
+
+mod age_out;
+mod send;
 
 /// The request-level exception of a dimension the product's catalog lacks: every
 /// record of that dimension fails the same way, whatever it is batched with.
@@ -596,93 +594,6 @@ impl Run<'_> {
         Ok(claimed)
     }
 
-    /// Sends the held records. Records of a (product, dimension) Marketplace already
-    /// refused this run (`InvalidUsageDimensionException`, which fails the whole request)
-    /// go alone, after the others as one batch: a known-bad dimension costs one call per
-    /// record instead of a bisection of every batch it lands in. Stops at the first stop.
-    async fn send_held(&self, held: &[Held]) -> BisectReport {
-        let (suspects, clean): (Vec<usize>, Vec<usize>) = (0..held.len()).partition(|i| {
-            held.get(*i).is_some_and(|h| {
-                self.refused_dimensions
-                    .contains(&self.dimension_of(&h.record))
-            })
-        });
-        if suspects.is_empty() {
-            return self.send_group(held).await;
-        }
-        let mut report = BisectReport {
-            results: vec![RecordResult::NotAnswered; held.len()],
-            ..BisectReport::default()
-        };
-        let groups = std::iter::once(clean).chain(suspects.into_iter().map(|i| vec![i]));
-        for group in groups.filter(|g| !g.is_empty()) {
-            let members: Vec<Held> = group.iter().filter_map(|i| held.get(*i).cloned()).collect();
-            let part = self.send_group(&members).await;
-            for (index, result) in group.iter().zip(part.results) {
-                if let Some(slot) = report.results.get_mut(*index) {
-                    *slot = result;
-                }
-            }
-            report.api_calls += part.api_calls;
-            report.validation_failures += part.validation_failures;
-            if part.stopped.is_some() {
-                report.stopped = part.stopped;
-                break;
-            }
-        }
-        report
-    }
-
-    /// The (product, dimension) a record is billed under.
-    fn dimension_of(&self, record: &AggregatedRecord) -> (String, String) {
-        let wire = self.metering_record(record);
-        (wire.product_code, wire.key.dimension)
-    }
-
-    /// Sends `held` as one batch (bisecting rejections), retrying unprocessed records
-    /// once after a jittered backoff; emits the call metrics.
-    async fn send_group(&self, held: &[Held]) -> BisectReport {
-        if held.is_empty() {
-            return BisectReport::default();
-        }
-        let batch: Vec<MeteringRecord> = held
-            .iter()
-            .map(|h| self.metering_record(&h.record))
-            .collect();
-        let mut sent = send_with_bisection(self.paced, &batch).await;
-        let mut events = report_metrics(&sent);
-
-        // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
-        let unprocessed: Vec<usize> = unprocessed_indexes(&sent);
-        if !unprocessed.is_empty() && sent.stopped.is_none() {
-            let delay = self.settings.backoff(1);
-            warn!(
-                records = unprocessed.len(),
-                ?delay,
-                "unprocessed records; retrying once"
-            );
-            self.ports.clock.sleep(delay).await;
-            let retry: Vec<MeteringRecord> = unprocessed
-                .iter()
-                .filter_map(|i| batch.get(*i).cloned())
-                .collect();
-            let again = send_with_bisection(self.paced, &retry).await;
-            events.extend(report_metrics(&again));
-            for (position, index) in unprocessed.iter().enumerate() {
-                if let (Some(slot), Some(result)) =
-                    (sent.results.get_mut(*index), again.results.get(position))
-                {
-                    *slot = result.clone();
-                }
-            }
-            sent.stopped = again.stopped;
-        }
-        for event in &events {
-            event.emit(self.ports.metrics.as_ref());
-        }
-        sent
-    }
-
     /// Each held record's outcome (counted, its metric emitted) and what the run does next.
     async fn judge(&mut self, held: &[Held], sent: BisectReport) -> Judged {
         let stop = sent.stopped.as_ref().map(|s| s.kind());
@@ -936,63 +847,6 @@ impl Run<'_> {
             }
         }
         Ok(())
-    }
-
-    /// Gives every record still pending in an expired hour `SubmissionExpired`, however
-    /// old: a sweep of the whole sparse index (it holds only pending records), so no
-    /// record outlives its window unseen. Items that cannot be read are closed `Error`.
-    async fn age_out(&mut self) -> Result<(), RunError> {
-        let live = time::live_buckets(self.now);
-        let mut cursor = None;
-        loop {
-            self.check_budget()?;
-            let policy = RetryPolicy::STORE;
-            let page = retry_transient(self.ports.clock.as_ref(), policy, || {
-                self.ports
-                    .aggregated
-                    .stray_pending_page(&live, cursor.clone())
-            })
-            .await?;
-            for item in &page.malformed {
-                self.reject_malformed(item).await?;
-            }
-            // Expired by the run's stamp and by the wall clock: a stale or early stamp
-            // never ages out an hour the other still has in its window.
-            let (now, wall) = (self.now, self.ports.clock.now());
-            for record in page.items.into_iter().filter(|r| {
-                time::bucket_expired(r.key.hour, now) && time::bucket_expired(r.key.hour, wall)
-            }) {
-                let quiet = is_skipped_zero(&record, self.settings.zero_policy);
-                let reason = if quiet {
-                    Some(REASON_ZERO_QUANTITY_SKIPPED.to_string())
-                } else if record.may_have_been_billed() {
-                    Some(REASON_INTERRUPTED_SUBMISSION.to_string())
-                } else if self.report.stopped.as_deref() == Some(Stop::Disabled.as_str()) {
-                    Some(REASON_METERING_DISABLED.to_string())
-                } else {
-                    None
-                };
-                // One write across its retries (`once`): a retry that finds it applied
-                // (the answer was lost) answers `true`, so the metric is counted.
-                let update =
-                    SubmissionUpdate::new(AggregatedStatus::SubmissionExpired, reason, None).once();
-                if !self.write(&record.key, None, &update).await? {
-                    continue;
-                }
-                self.report.expired += 1;
-                if !quiet {
-                    warn!(group = %record.key, quantity = record.quantity,
-                        "aggregated record aged out before it was submitted");
-                    self.ports
-                        .metrics
-                        .count(metric::USAGE_SUBMISSION_EXPIRED, &[], 1);
-                }
-            }
-            match page.next {
-                Some(next) => cursor = Some(next),
-                None => return Ok(()),
-            }
-        }
     }
 }
 

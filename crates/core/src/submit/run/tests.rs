@@ -13,6 +13,7 @@ use crate::ports::{MeteringError, OperatorStore, PortError, UnclearAnswer};
 use crate::submit::DeploymentMode;
 use crate::submit::batch::BatchLimits;
 use crate::submit::pacing::MIN_CALL_INTERVAL;
+use crate::submit::{REASON_INTERRUPTED_SUBMISSION, REASON_ZERO_QUANTITY_SKIPPED};
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 

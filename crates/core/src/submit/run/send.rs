@@ -1,0 +1,100 @@
+//! One batch on the wire: records of a dimension refused this run go alone, the rest
+//! as one call with bisection under the pacing, unprocessed records retried once.
+
+use tracing::warn;
+
+use crate::model::AggregatedRecord;
+use crate::ports::MeteringRecord;
+use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
+use crate::submit::outcome::report_metrics;
+
+use super::{Held, Run, unprocessed_indexes};
+
+impl Run<'_> {
+    /// Sends the held records. Records of a (product, dimension) Marketplace already
+    /// refused this run (`InvalidUsageDimensionException`, which fails the whole request)
+    /// go alone, after the others as one batch: a known-bad dimension costs one call per
+    /// record instead of a bisection of every batch it lands in. Stops at the first stop.
+    pub(super) async fn send_held(&self, held: &[Held]) -> BisectReport {
+        let (suspects, clean): (Vec<usize>, Vec<usize>) = (0..held.len()).partition(|i| {
+            held.get(*i).is_some_and(|h| {
+                self.refused_dimensions
+                    .contains(&self.dimension_of(&h.record))
+            })
+        });
+        if suspects.is_empty() {
+            return self.send_group(held).await;
+        }
+        let mut report = BisectReport {
+            results: vec![RecordResult::NotAnswered; held.len()],
+            ..BisectReport::default()
+        };
+        let groups = std::iter::once(clean).chain(suspects.into_iter().map(|i| vec![i]));
+        for group in groups.filter(|g| !g.is_empty()) {
+            let members: Vec<Held> = group.iter().filter_map(|i| held.get(*i).cloned()).collect();
+            let part = self.send_group(&members).await;
+            for (index, result) in group.iter().zip(part.results) {
+                if let Some(slot) = report.results.get_mut(*index) {
+                    *slot = result;
+                }
+            }
+            report.api_calls += part.api_calls;
+            report.validation_failures += part.validation_failures;
+            if part.stopped.is_some() {
+                report.stopped = part.stopped;
+                break;
+            }
+        }
+        report
+    }
+
+    /// The (product, dimension) a record is billed under.
+    pub(super) fn dimension_of(&self, record: &AggregatedRecord) -> (String, String) {
+        let wire = self.metering_record(record);
+        (wire.product_code, wire.key.dimension)
+    }
+
+    /// Sends `held` as one batch (bisecting rejections), retrying unprocessed records
+    /// once after a jittered backoff; emits the call metrics.
+    pub(super) async fn send_group(&self, held: &[Held]) -> BisectReport {
+        if held.is_empty() {
+            return BisectReport::default();
+        }
+        let batch: Vec<MeteringRecord> = held
+            .iter()
+            .map(|h| self.metering_record(&h.record))
+            .collect();
+        let mut sent = send_with_bisection(self.paced, &batch).await;
+        let mut events = report_metrics(&sent);
+
+        // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
+        let unprocessed: Vec<usize> = unprocessed_indexes(&sent);
+        if !unprocessed.is_empty() && sent.stopped.is_none() {
+            let delay = self.settings.backoff(1);
+            warn!(
+                records = unprocessed.len(),
+                ?delay,
+                "unprocessed records; retrying once"
+            );
+            self.ports.clock.sleep(delay).await;
+            let retry: Vec<MeteringRecord> = unprocessed
+                .iter()
+                .filter_map(|i| batch.get(*i).cloned())
+                .collect();
+            let again = send_with_bisection(self.paced, &retry).await;
+            events.extend(report_metrics(&again));
+            for (position, index) in unprocessed.iter().enumerate() {
+                if let (Some(slot), Some(result)) =
+                    (sent.results.get_mut(*index), again.results.get(position))
+                {
+                    *slot = result.clone();
+                }
+            }
+            sent.stopped = again.stopped;
+        }
+        for event in &events {
+            event.emit(self.ports.metrics.as_ref());
+        }
+        sent
+    }
+}
