@@ -81,11 +81,29 @@ pub fn all() -> Vec<CommandSchema> {
     ]
 }
 
-/// The file's text: pretty JSON and a final newline.
+/// The file's text: pretty JSON with every object's keys sorted, and a final newline.
+/// Sorted here, not by the map: whether serde_json keeps insertion order depends on the
+/// features the build unifies (`preserve_order`), and the file must not.
 pub fn text(schema: &CommandSchema) -> String {
-    let mut text = serde_json::to_string_pretty(&schema.schema).unwrap_or_default();
+    let value = sorted(schema.schema.as_value().clone());
+    let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// `value` with the keys of every object in sorted order.
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted).collect())
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

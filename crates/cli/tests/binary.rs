@@ -298,6 +298,30 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     )
     .unwrap();
     let import = import.to_str().unwrap();
+    // A file whose first line is data, and an empty one: both refused whole.
+    let no_header = tmp.join("no-header.csv");
+    std::fs::write(
+        &no_header,
+        format!("{LICENSE},{ACCOUNT},requests,{put_at},2,golden-import-9\n"),
+    )
+    .unwrap();
+    let no_header = no_header.to_str().unwrap();
+    let empty = tmp.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let empty = empty.to_str().unwrap();
+    let inspect_other_case = [
+        &[
+            "inspect",
+            "group",
+            "--license",
+            LICENSE,
+            "--account",
+            ACCOUNT,
+        ][..],
+        &["--dimension", "Requests", "--hour", &h0],
+    ]
+    .concat();
+    let bare_license = LICENSE.rsplit(':').next().unwrap();
     let put = |event: &str, quantity: &str| -> Vec<String> {
         [
             &["usage", "put"][..],
@@ -367,6 +391,18 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
             "usage-import",
             &["usage", "import", import],
         ),
+        case("usage-import-no-header", &["usage", "import", no_header]),
+        case("usage-import-empty", &["usage", "import", empty]),
+        case(
+            "inspect-license-bare-id",
+            &["inspect", "license", bare_license],
+        ),
+        case("inspect-group-other-case", &inspect_other_case),
+        case(
+            "dlq-redrive-unknown-queue",
+            &["dlq", "redrive", "nosuchqueue", "--dry-run"],
+        ),
+        case("status-no-hours", &["status", "--hours", "0"]),
         case("not-found", &["--stage", "nosuchstage", "status"]),
         case("bad-arguments", &["replay"]),
         case("bad-hour", &["replay", "--failed-since", "yesterday"]),

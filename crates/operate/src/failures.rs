@@ -36,6 +36,9 @@ pub struct Failure {
     pub remedy: String,
     /// Whether `awsmp replay` would send it again now.
     pub replayable: bool,
+    /// The record's group as `awsmp replay` takes it (`license|account|dimension|hour`);
+    /// `null` for a raw row.
+    pub group: Option<String>,
     /// A call of ours may have billed the record before it ended so (its answer was
     /// lost or unclear): settling it outside metering could bill the buyer twice.
     pub possibly_billed: bool,
@@ -75,6 +78,7 @@ pub fn failures(
             hour: Some(record.key.hour),
             quantity: Some(record.quantity_to_send()),
             replayable: check_replay(record, now).is_ok(),
+            group: Some(record.key.to_string()),
             possibly_billed: record.may_have_been_billed(),
         });
     }
@@ -91,6 +95,7 @@ pub fn failures(
             quantity: None,
             remedy: "the aggregated item cannot be read as a record: fix or delete it".into(),
             replayable: false,
+            group: None,
             possibly_billed: false,
         });
     }
@@ -121,6 +126,7 @@ pub fn failures(
             hour,
             quantity: row_quantity(row),
             replayable: false,
+            group: None,
             possibly_billed: false,
         });
     }
@@ -165,6 +171,14 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert_eq!(found[0].status, "Error");
         assert!(found[0].replayable);
+        // The group as `awsmp replay` takes it; a raw row has none.
+        assert_eq!(
+            found[0].group.as_deref(),
+            Some(
+                "arn:aws:license-manager::123456789012:license:l-1|111122223333|Api|2026-11-30T11"
+            )
+        );
+        assert_eq!(found[1].group, None);
         assert!(found[0].remedy.contains("catalog"));
         assert_eq!(found[1].reason.as_deref(), Some("TooManyTags"));
         assert_eq!(found[1].server_side.as_deref(), Some("InvalidTagException"));

@@ -185,8 +185,10 @@ impl Command {
                 if queue.starts_with("http") {
                     queue.clone()
                 } else {
+                    // A name the stack does not output is a bad argument, not a missing
+                    // deployment: the deployment was found.
                     s.deployment.queues.get(&queue).cloned().ok_or_else(|| {
-                    CommandError::NotFound(format!(
+                    CommandError::Usage(format!(
                         "no queue {queue:?} in the stack outputs (known: {}); pass its URL instead",
                         s.deployment.queues.keys().cloned().collect::<Vec<_>>().join(", ")
                     ))

@@ -74,8 +74,16 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
                     billed.join(", ")
                 ));
             }
-            if found.iter().any(|f| f.replayable) {
-                out.push_str("replay a fixed record: awsmp replay '<license>|<account>|<dimension>|<hour>' (or --failed-since HOUR)\n");
+            let replayable: Vec<&str> = found
+                .iter()
+                .filter(|f| f.replayable)
+                .filter_map(|f| f.group.as_deref())
+                .collect();
+            if !replayable.is_empty() {
+                out.push_str("replay a record once its cause is fixed (or every one: awsmp replay --failed-since HOUR):\n");
+                for group in replayable {
+                    out.push_str(&format!("  awsmp replay '{group}'\n"));
+                }
             }
             out
         }
@@ -106,5 +114,34 @@ impl Command {
             out.push(render(&found, ctx.format));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use awsmp_core::model::AggregatedStatus;
+
+    use super::*;
+
+    /// GIVEN a replayable Error record WHEN failures are printed for people THEN the
+    /// exact `awsmp replay` line for it is printed, in the format `replay` takes.
+    #[test]
+    fn prints_the_replay_command_of_each_replayable_record() {
+        let now = awsmp_core::time::parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let record = awsmp_core::memory::fixtures::operator_record(
+            "api",
+            "2026-11-30T11",
+            AggregatedStatus::Error,
+            4,
+            Some("InvalidUsageDimensionException"),
+        );
+        let found = failures(&[], &[record], &[], "2026-11-30T00".parse().unwrap(), now);
+        let shown = render(&found, Format::Human).text;
+        let line = "  awsmp replay 'arn:aws:license-manager::123456789012:license:l-1|111122223333|api|2026-11-30T11'";
+        assert!(shown.contains(line), "{shown}");
+        // and the group parses back as `replay` reads it.
+        let group = found[0].group.as_deref().unwrap();
+        assert!(crate::commands::replay::parse_group(group).is_ok());
     }
 }

@@ -4,9 +4,11 @@
 use std::fmt::Write as _;
 
 use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
+use awsmp_core::guardrails::is_license_arn;
 use awsmp_core::model::{Attr, GroupKey, Subscriber, attr};
 use awsmp_core::ports::{AggregatedStore, OperatorStore, SubscriberStore, UsageStore};
 use awsmp_operate::license::{ChainFilter, GroupChain, chains};
+use awsmp_operate::rows::{row_account_dimension, row_hour};
 use serde::Serialize;
 
 use super::{Ctx, all_records, all_rows, hour_arg, stores};
@@ -215,6 +217,10 @@ pub struct GroupView {
     pub rows: Vec<RawRowView>,
     /// The aggregated record; `null` before the hour is aggregated.
     pub record: Option<RecordView>,
+    /// When the group has neither: the dimensions this license, account and hour do
+    /// have usage under (dimensions are case-sensitive, so `Requests` is not `requests`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_dimensions: Vec<String>,
 }
 
 impl GroupView {
@@ -239,6 +245,16 @@ impl GroupView {
             );
         }
         match &self.record {
+            None if self.rows.is_empty() => {
+                let _ = writeln!(out, "aggregated: none (no usage under this dimension)");
+                if !self.other_dimensions.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "this license, account and hour have usage under: {} (dimensions are case-sensitive)",
+                        self.other_dimensions.join(", ")
+                    );
+                }
+            }
             None => {
                 let _ = writeln!(out, "aggregated: none yet (the hour is not aggregated)");
             }
@@ -285,6 +301,7 @@ pub async fn group(
             metering_record_id: r.metering_record_id.clone(),
             attempts: r.attempt_count,
         }),
+        other_dimensions: Vec::new(),
     })
 }
 
@@ -324,6 +341,43 @@ pub enum Command {
     },
 }
 
+/// The dimensions `key`'s license, account and hour have raw usage under.
+async fn dimensions_in_hour(
+    store: &dyn OperatorStore,
+    key: &GroupKey,
+) -> Result<Vec<String>, CommandError> {
+    let rows = all_rows(store, Some(&key.license_arn)).await?;
+    let mut found: Vec<String> = rows
+        .iter()
+        .filter(|row| row_hour(row) == Some(key.hour))
+        .filter_map(|row| match row_account_dimension(row) {
+            (Some(account), Some(dimension)) if account == key.customer_aws_account_id => {
+                Some(dimension.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// A license argument must be the license's ARN: the tables are keyed by it, so a bare
+/// `l-…` id (as the demo and `trail` show it) would find nothing and say so wrongly.
+fn license_arg(text: &str) -> Result<(), CommandError> {
+    if is_license_arn(text) {
+        return Ok(());
+    }
+    if text.starts_with("l-") {
+        return Err(CommandError::Usage(format!(
+            "{text:?} is a license id: name the license by its ARN, arn:aws:license-manager::<seller account id>:license:{text}, as `awsmp failures` prints it"
+        )));
+    }
+    Err(CommandError::Usage(format!(
+        "{text:?} is not a license ARN: name the license by its ARN, arn:aws:license-manager::<seller account id>:license:l-…"
+    )))
+}
+
 impl Command {
     /// Reads and renders the license or the group in each deployment named.
     pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
@@ -334,6 +388,7 @@ impl Command {
                 hour,
                 dimension,
             } => {
+                license_arg(&arn)?;
                 let filter = ChainFilter {
                     hour: hour.map(|h| hour_arg("--hour", &h)).transpose()?,
                     dimension,
@@ -350,6 +405,7 @@ impl Command {
                 dimension,
                 hour,
             } => {
+                license_arg(&license)?;
                 let key = GroupKey {
                     license_arn: license,
                     customer_aws_account_id: account,
@@ -361,7 +417,11 @@ impl Command {
                         DynamoUsageStore::new(s.client.clone(), s.deployment.usage_table.clone());
                     let aggregated =
                         DynamoAggregatedStore::new(s.client, s.deployment.aggregated_table);
-                    out.push(group(&usage, &aggregated, &key).await?.render(ctx.format));
+                    let mut view = group(&usage, &aggregated, &key).await?;
+                    if view.rows.is_empty() && view.record.is_none() {
+                        view.other_dimensions = dimensions_in_hour(&s.operator, &key).await?;
+                    }
+                    out.push(view.render(ctx.format));
                 }
             }
         }

@@ -164,8 +164,9 @@ fn human(place: &Place, report: &StatusReport) -> String {
 /// Example: awsmp status --stage prod --product-code abc123 --region us-east-1
 #[derive(Debug, clap::Args)]
 pub struct Command {
-    /// Hours to show, ending with the current one (pending usage older than that is shown too).
-    #[arg(long, default_value_t = 24)]
+    /// Hours to show (1 to 744), ending with the current one (pending usage older than
+    /// that is shown too).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=744))]
     hours: u32,
 }
 

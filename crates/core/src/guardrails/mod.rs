@@ -92,6 +92,11 @@ static LICENSE_ARN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(LICENSE_ARN_PATTERN).expect("LICENSE_ARN_PATTERN is a valid regex")
 });
 
+/// Whether `text` is a License Manager license ARN ([`LICENSE_ARN_PATTERN`]).
+pub fn is_license_arn(text: &str) -> bool {
+    LICENSE_ARN.is_match(text)
+}
+
 /// What the per-row checks need besides the row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardrailContext {

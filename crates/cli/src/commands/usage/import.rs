@@ -26,6 +26,35 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CommandError;
 
+/// The columns a CSV file's header line must name (any order; `productCode` and `tags`
+/// may follow).
+pub const CSV_COLUMNS: [&str; 6] = [
+    "licenseArn",
+    "customerAWSAccountId",
+    "dimension",
+    "timestamp",
+    "quantity",
+    "eventId",
+];
+
+/// What `awsmp usage import --help` says a file holds.
+pub const FILE_HELP: &str = "\
+The file:
+  CSV: a header line naming the columns (any order), then one line per usage row:
+    licenseArn,customerAWSAccountId,dimension,timestamp,quantity,eventId
+    arn:aws:license-manager::123456789012:license:l-1,111122223333,api,2026-11-30T10:15:00Z,3,req-42
+  optional columns: productCode (must be the stack's), tags (key=value;key=value, for the
+  whole quantity).
+  JSON Lines: one object per line with the same keys; quantity may be a number, and
+  usageAllocations ([{\"allocatedUsageQuantity\": 3, \"tags\": [{\"key\": \"team\", \"value\": \"a\"}]}])
+  takes the place of tags:
+    {\"licenseArn\": \"arn:aws:license-manager::123456789012:license:l-1\", \"customerAWSAccountId\": \"111122223333\", \"dimension\": \"api\", \"timestamp\": \"2026-11-30T10:15:00Z\", \"quantity\": 3, \"eventId\": \"req-42\"}
+Timestamps are UTC, YYYY-MM-DDTHH:MM:SS[Z], inside Marketplace's 24 h window. An empty
+file, or a CSV file without its header line, is refused.";
+
+/// One line of a file: its number, and its row or why it is bad.
+pub type ParsedLine = (usize, Result<NewUsageRow, BadLine>);
+
 /// File format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FileFormat {
@@ -222,8 +251,36 @@ fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
 }
 
 /// Parses a whole file: each usage line's number and row, or why it is bad.
-pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, BadLine>)> {
+///
+/// A file with no usage line at all, or a CSV file whose first line is not a header
+/// naming [`CSV_COLUMNS`], is refused whole: what is wrong, and what to write.
+pub fn parse(text: &str, format: FileFormat) -> Result<Vec<ParsedLine>, String> {
+    let lines = parse_lines(text, format)?;
+    if lines.is_empty() {
+        return Err(format!(
+            "the file has no usage lines: {}",
+            expected_shape(format)
+        ));
+    }
+    Ok(lines)
+}
+
+/// What a file of `format` holds, for the messages that refuse one.
+fn expected_shape(format: FileFormat) -> String {
     match format {
+        FileFormat::Csv => format!(
+            "a CSV file starts with the header line `{}` (optional `productCode` and `tags` columns may follow), then one line per usage row",
+            CSV_COLUMNS.join(",")
+        ),
+        FileFormat::Jsonl => format!(
+            "a JSON Lines file holds one object per line with the keys {} (optional `productCode` and `usageAllocations`)",
+            CSV_COLUMNS.join(", ")
+        ),
+    }
+}
+
+fn parse_lines(text: &str, format: FileFormat) -> Result<Vec<ParsedLine>, String> {
+    Ok(match format {
         FileFormat::Jsonl => text
             .lines()
             .enumerate()
@@ -243,8 +300,20 @@ pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, 
                 .from_reader(text.as_bytes());
             let headers = match reader.headers() {
                 Ok(h) => h.clone(),
-                Err(e) => return vec![(1, Err(malformed(1, format!("header line: {e}"))))],
+                Err(e) => return Ok(vec![(1, Err(malformed(1, format!("header line: {e}"))))]),
             };
+            let missing: Vec<&str> = CSV_COLUMNS
+                .iter()
+                .filter(|c| !headers.iter().any(|h| h == **c))
+                .copied()
+                .collect();
+            if !headers.is_empty() && !missing.is_empty() {
+                return Err(format!(
+                    "the header line names no column {}: {}",
+                    missing.join(", "),
+                    expected_shape(format)
+                ));
+            }
             reader
                 .records()
                 .map(|record| {
@@ -288,7 +357,7 @@ pub fn parse(text: &str, format: FileFormat) -> Vec<(usize, Result<NewUsageRow, 
                 })
                 .collect()
         }
-    }
+    })
 }
 
 /// Where the progress of importing `path` is kept.
@@ -328,7 +397,9 @@ pub async fn import(
     let ctx = GuardrailContext::new(now, options.product_code.clone());
     let mut report = ImportReport::default();
     let mut writes = Vec::new();
-    for (number, parsed) in parse(&text, options.format) {
+    let parsed = parse(&text, options.format)
+        .map_err(|e| CommandError::Usage(format!("{}: {e}", path.display())))?;
+    for (number, parsed) in parsed {
         report.lines += 1;
         match parsed.and_then(|row| {
             check_row(&row, &ctx, now)
@@ -510,7 +581,7 @@ mod tests {
              {LIC},111122223333,api,2026-11-30T11:00:00Z,3,e-1,1893456000\n"
         );
         for (text, format) in [(jsonl, FileFormat::Jsonl), (csv, FileFormat::Csv)] {
-            let parsed = parse(&text, format);
+            let parsed = parse(&text, format).unwrap();
             let bad = parsed[0].1.as_ref().unwrap_err();
             assert_eq!(
                 bad.reason.as_deref(),
@@ -585,12 +656,38 @@ mod tests {
         let text = format!(
             "{{\"licenseArn\":\"{LIC}\",\"customerAWSAccountId\":\"111122223333\",\"dimension\":\"api\",\"timestamp\":\"2026-11-30T11:00:00Z\",\"quantity\":4,\"eventId\":\"e-1\",\"usageAllocations\":[{{\"allocatedUsageQuantity\":4,\"tags\":[{{\"key\":\"team\",\"value\":\"a\"}}]}}]}}\n\nnot json\n"
         );
-        let parsed = parse(&text, FileFormat::Jsonl);
+        let parsed = parse(&text, FileFormat::Jsonl).unwrap();
         assert_eq!(parsed.len(), 2);
         let row = parsed[0].1.as_ref().unwrap();
         assert_eq!(row.allocations.as_ref().unwrap()[0].tags[0].key, "team");
         let bad = parsed[1].1.as_ref().unwrap_err();
         assert_eq!(bad.line, 3);
         assert!(bad.message.contains("not a JSON object"), "{}", bad.message);
+    }
+
+    #[test]
+    fn an_empty_file_or_a_csv_without_its_header_is_refused_with_the_shape_to_write() {
+        for format in [FileFormat::Csv, FileFormat::Jsonl] {
+            let empty = parse("", format).unwrap_err();
+            assert!(empty.contains("no usage lines"), "{empty}");
+            let header_only = parse("\n\n", format).unwrap_err();
+            assert!(header_only.contains("no usage lines"), "{header_only}");
+        }
+        let header_only = parse(&format!("{}\n", CSV_COLUMNS.join(",")), FileFormat::Csv);
+        assert!(header_only.unwrap_err().contains("no usage lines"));
+        let no_header = parse(
+            &format!("{LIC},111122223333,api,2026-11-30T11:00:00Z,3,e-1\n"),
+            FileFormat::Csv,
+        )
+        .unwrap_err();
+        assert!(
+            no_header.contains("names no column licenseArn"),
+            "{no_header}"
+        );
+        assert!(
+            no_header
+                .contains("licenseArn,customerAWSAccountId,dimension,timestamp,quantity,eventId"),
+            "{no_header}"
+        );
     }
 }

@@ -50,6 +50,7 @@ pub enum Command {
     /// with other usage is a conflict (exit 5).
     ///
     /// Example: awsmp usage import usage.csv --product-code abc123 --stage prod
+    #[command(after_long_help = import::FILE_HELP)]
     Import {
         /// The file (`.csv` with a header line, or `.jsonl`).
         file: PathBuf,
