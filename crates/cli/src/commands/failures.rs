@@ -5,7 +5,7 @@ use awsmp_core::ports::OperatorStore;
 use awsmp_core::time::{HourBucket, Instant};
 use awsmp_operate::failures::{Failure, failures};
 
-use super::{Ctx, all_records, all_rows, hour_arg, stores};
+use super::{Ctx, all_records, all_rows, since_hour_arg, stores};
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, cell, json, table};
 
@@ -96,7 +96,8 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
 /// Example: awsmp failures --stage prod --product-code abc123 --since 2026-11-30T00
 #[derive(Debug, clap::Args)]
 pub struct Command {
-    /// First usage hour `YYYY-MM-DDTHH` (default: 48 hours ago).
+    /// First usage hour `YYYY-MM-DDTHH`, or an instant `YYYY-MM-DDTHH:MM:SSZ` for its
+    /// hour (default: 48 hours ago).
     #[arg(long)]
     since: Option<String>,
 }
@@ -105,7 +106,7 @@ impl Command {
     /// Lists each deployment's failures.
     pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
         let since = match self.since {
-            Some(text) => hour_arg("--since", &text)?,
+            Some(text) => since_hour_arg("--since", &text)?,
             None => HourBucket::containing(ctx.now).plus_hours(-48),
         };
         let mut out = Vec::new();

@@ -92,13 +92,30 @@ async fn stores_of(args: &DeploymentArgs, deployment: Deployment) -> Stores {
     }
 }
 
-/// An instant argument (`--since`, `--until`).
+/// An instant argument (`trail --since`, `--until`): `YYYY-MM-DDTHH:MM:SS[Z]`, or an
+/// hour `YYYY-MM-DDTHH` for its first instant, so every `--since` takes both forms.
 pub fn instant_arg(flag: &str, text: &str) -> Result<Instant, CommandError> {
+    if let Ok(hour) = text.parse::<HourBucket>() {
+        return Ok(hour.start());
+    }
     awsmp_core::time::parse_usage_timestamp(text).map_err(|e| {
         CommandError::Usage(format!(
-            "{flag}: {e} (write it as YYYY-MM-DDTHH:MM:SSZ, UTC)"
+            "{flag}: {e} (write it as YYYY-MM-DDTHH:MM:SSZ, or an hour YYYY-MM-DDTHH, UTC)"
         ))
     })
+}
+
+/// The first hour of a range (`failures --since`, `replay --failed-since`): an hour
+/// `YYYY-MM-DDTHH`, or an instant `YYYY-MM-DDTHH:MM:SS[Z]` for the hour it falls in.
+pub fn since_hour_arg(flag: &str, text: &str) -> Result<HourBucket, CommandError> {
+    match awsmp_core::time::parse_usage_timestamp(text) {
+        Ok(instant) => Ok(HourBucket::containing(instant)),
+        Err(_) => text.parse().map_err(|e| {
+            CommandError::Usage(format!(
+                "{flag}: {e} (write the hour as YYYY-MM-DDTHH, or an instant YYYY-MM-DDTHH:MM:SSZ, UTC)"
+            ))
+        }),
+    }
 }
 
 /// An hour argument (`--since`, `--hour`, `--failed-since`).
@@ -155,4 +172,36 @@ pub async fn all_records(
     }
     bar.finish_and_clear();
     Ok((records, malformed))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Every `--since` takes an hour or an instant: the hour's start, or the instant's hour.
+    #[test]
+    fn a_since_takes_an_hour_or_an_instant() {
+        let at = |t: &str| awsmp_core::time::parse_usage_timestamp(t).unwrap();
+        assert_eq!(
+            instant_arg("--since", "2026-11-30T10").unwrap(),
+            at("2026-11-30T10:00:00Z")
+        );
+        assert_eq!(
+            instant_arg("--since", "2026-11-30T10:15:00Z").unwrap(),
+            at("2026-11-30T10:15:00Z")
+        );
+        let hour: HourBucket = "2026-11-30T10".parse().unwrap();
+        assert_eq!(since_hour_arg("--since", "2026-11-30T10").unwrap(), hour);
+        assert_eq!(
+            since_hour_arg("--since", "2026-11-30T10:59:59Z").unwrap(),
+            hour
+        );
+        for bad in ["yesterday", "2026-11-30", "2026-11-30 10:15"] {
+            let e = since_hour_arg("--since", bad).unwrap_err().to_string();
+            assert!(e.contains("YYYY-MM-DDTHH"), "{e}");
+            let e = instant_arg("--since", bad).unwrap_err().to_string();
+            assert!(e.contains("YYYY-MM-DDTHH:MM:SSZ"), "{e}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use awsmp_core::ports::{AggregatedStore, OperatorStore};
 use awsmp_core::time::Instant;
 pub use awsmp_operate::replay::{ReplayLine, Selection};
 
-use super::{Ctx, hour_arg, stores};
+use super::{Ctx, since_hour_arg, stores};
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, json, spinner, table};
 
@@ -84,7 +84,7 @@ impl Command {
     /// Replays the selection in each deployment named.
     pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
         let selection = match self.failed_since {
-            Some(text) => Selection::FailedSince(hour_arg("--failed-since", &text)?),
+            Some(text) => Selection::FailedSince(since_hour_arg("--failed-since", &text)?),
             None if self.groups.is_empty() => {
                 return Err(CommandError::Usage(
                     "name the groups to replay (as `awsmp failures` prints them) or pass --failed-since HOUR".into(),

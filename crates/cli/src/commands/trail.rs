@@ -94,7 +94,7 @@ impl Report {
 pub struct TrailArgs {
     /// First call time (default: 24 hours ago; at most 90 days back).
     pub since: Option<Instant>,
-    /// Last call time (default: now).
+    /// Last call time, in the same forms (default: now).
     pub until: Option<Instant>,
     /// Only records of this license.
     pub license: Option<String>,
@@ -351,10 +351,11 @@ pub async fn trail_report(
 /// Example: awsmp trail --stage prod --product-code abc123 --since 2026-11-30T00:00:00Z
 #[derive(Debug, clap::Args)]
 pub struct Command {
-    /// First call time `YYYY-MM-DDTHH:MM:SSZ` (default: 24 hours ago).
+    /// First call time `YYYY-MM-DDTHH:MM:SSZ`, or an hour `YYYY-MM-DDTHH` for its start
+    /// (default: 24 hours ago).
     #[arg(long)]
     since: Option<String>,
-    /// Last call time (default: now).
+    /// Last call time, in the same forms (default: now).
     #[arg(long)]
     until: Option<String>,
     /// Only this license's records.
