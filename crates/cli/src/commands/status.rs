@@ -129,9 +129,10 @@ fn human(place: &Place, report: &StatusReport) -> String {
     let limits = &report.limits;
     if let Some((hour, rows)) = limits.busiest_ingest_hour {
         out.push_str(&format!(
-            "limits: busiest ingest hour {hour}: {rows} rows, {}.{}% of the {} rows/s one metering_pending key takes\n",
+            "limits: busiest ingest hour {hour}: {rows} rows, {}.{}% of the {} rows an hour one metering_pending key takes ({} rows/s)\n",
             limits.ingest_per_mille / 10,
             limits.ingest_per_mille % 10,
+            awsmp_operate::status::PENDING_KEY_ROWS_PER_SECOND * 3600,
             awsmp_operate::status::PENDING_KEY_ROWS_PER_SECOND
         ));
     }
