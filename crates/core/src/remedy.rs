@@ -113,7 +113,7 @@ pub fn for_exception(reason: &str) -> &'static str {
             "the product code is not this seller's or not this product's: check PRODUCT_CODE / the row's productCode"
         }
         "InvalidLicenseException" => {
-            "the LicenseArn is unknown to Marketplace: check the writer uses the license from ResolveCustomer"
+            "Marketplace refused the LicenseArn for this customer and hour (unknown, another customer's, or outside its activation period); a replay sends the same license and is refused again: check the writer uses the license ResolveCustomer returned for this customer, and write the usage anew under it inside the 24 h window"
         }
         "TimestampOutOfBoundsException" => {
             "the hour was outside Marketplace's 24 h window when sent: it cannot be billed"

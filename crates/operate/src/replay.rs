@@ -8,6 +8,9 @@ use serde::Serialize;
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey};
 use awsmp_core::ports::{AggregatedStore, OperatorStore, PortError};
 use awsmp_core::submit::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
+
+/// The exception of a license Marketplace refuses for the record's customer and hour.
+const INVALID_LICENSE: &str = "InvalidLicenseException";
 use awsmp_core::time::{HourBucket, Instant, bucket_expired};
 
 /// Why a record is not replayed.
@@ -78,7 +81,13 @@ pub fn check_replay(record: &AggregatedRecord, now: Instant) -> Result<(), Repla
         });
     }
     let reason = record.status_reason.as_deref().unwrap_or_default();
-    if reason == REASON_REQUEST_TOO_LARGE || reason.starts_with(REASON_MALFORMED_ITEM) {
+    // The license, the account and the hour are the record's own: a license Marketplace
+    // refused for them (unknown, another customer's, outside its activation period) is
+    // refused again, so the usage must be written anew under the right license.
+    if reason == REASON_REQUEST_TOO_LARGE
+        || reason.starts_with(REASON_MALFORMED_ITEM)
+        || reason == INVALID_LICENSE
+    {
         return Err(ReplayRefusal::CannotSucceed {
             key,
             reason: reason.to_string(),
@@ -219,6 +228,16 @@ mod tests {
         );
         assert!(matches!(
             check_replay(&large, now),
+            Err(ReplayRefusal::CannotSucceed { .. })
+        ));
+        // A license refused for this customer and hour is refused again.
+        let license = record(
+            "2026-11-30T10",
+            AggregatedStatus::Error,
+            "InvalidLicenseException",
+        );
+        assert!(matches!(
+            check_replay(&license, now),
             Err(ReplayRefusal::CannotSucceed { .. })
         ));
     }
