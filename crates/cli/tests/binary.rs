@@ -22,6 +22,9 @@ use regex::{Captures, Regex};
 /// The demo's first license (billed usage in two hours) and its buyer.
 const LICENSE: &str =
     "arn:aws:license-manager::123456789012:license:l-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+/// The demo's other license, still active at its end.
+const ACTIVE_LICENSE: &str =
+    "arn:aws:license-manager::123456789012:license:l-1f2e3d4c5b6a79807162534a5b6c7d8e";
 const ACCOUNT: &str = "111122223333";
 /// The license's requests from that account, as `usage put` and `inspect group` name them.
 const REQUESTS: [&str; 6] = [
@@ -322,10 +325,19 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     ]
     .concat();
     let bare_license = LICENSE.rsplit(':').next().unwrap();
+    // `usage put` writes for the license that stays active (the demo deprovisions
+    // LICENSE, and a put for an inactive license is refused: its own case below).
     let put = |event: &str, quantity: &str| -> Vec<String> {
         [
             &["usage", "put"][..],
-            &REQUESTS,
+            &[
+                "--license",
+                ACTIVE_LICENSE,
+                "--account",
+                ACCOUNT,
+                "--dimension",
+                "requests",
+            ],
             &[
                 "--quantity",
                 quantity,
@@ -420,6 +432,51 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     cases.push(Case {
         args: put("golden-put-2", "-1"),
         ..case("usage-put-refused", &[])
+    });
+    // The license the demo deprovisioned (inactive by its end): refused, nothing written.
+    cases.push(Case {
+        args: [
+            &["usage", "put"][..],
+            &REQUESTS,
+            &[
+                "--quantity",
+                "1",
+                "--timestamp",
+                &put_at,
+                "--event-id",
+                "golden-put-4",
+            ],
+        ]
+        .concat()
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        ..case("usage-put-inactive-license", &[])
+    });
+    // A license the subscribers table does not know: written, with a warning.
+    let unknown =
+        "arn:aws:license-manager::123456789012:license:l-00000000000000000000000000000000";
+    cases.push(Case {
+        args: [
+            "usage",
+            "put",
+            "--license",
+            unknown,
+            "--account",
+            ACCOUNT,
+            "--dimension",
+            "requests",
+            "--quantity",
+            "1",
+            "--timestamp",
+            &put_at,
+            "--event-id",
+            "golden-put-3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        ..case("usage-put-unknown-license", &[])
     });
     cases.push(Case {
         without: &["AWS_ENDPOINT_URL_CLOUDTRAIL"],

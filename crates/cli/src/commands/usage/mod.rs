@@ -43,6 +43,10 @@ pub enum Command {
         /// VMT tag `key=value` for the whole quantity (repeatable, at most 5).
         #[arg(long = "tag")]
         tags: Vec<String>,
+        /// Write even when the subscribers table shows the license inactive for the
+        /// account (Marketplace will answer CustomerNotSubscribed).
+        #[arg(long)]
+        force: bool,
     },
     /// Write usage from a CSV or JSON Lines file into one deployment (one --region):
     /// every line checked first as the aggregator would; resumable per table and per
@@ -78,6 +82,7 @@ impl Command {
                 timestamp,
                 event_id,
                 tags,
+                force,
             } => {
                 let tags = tags
                     .iter()
@@ -93,10 +98,27 @@ impl Command {
                     tags,
                 };
                 let s = write_target(ctx.deployment, "usage put").await?;
+                // Only when the events stack was found: without it there is no
+                // subscribers table to ask, and the write goes ahead as before. An
+                // inactive license stops here; a warning is printed once written.
+                let warning = match &s.subscribers {
+                    Some(subscribers) => {
+                        put::check_subscription(
+                            subscribers,
+                            &usage.license_arn,
+                            &usage.account,
+                            force,
+                        )
+                        .await?
+                    }
+                    None => None,
+                };
                 let store = DynamoUsageStore::new(s.client, s.deployment.usage_table);
-                Ok(vec![
-                    put::put(&store, &usage, ctx.now).await?.render(ctx.format),
-                ])
+                let written = put::put(&store, &usage, ctx.now).await?;
+                if let Some(warning) = warning {
+                    eprintln!("awsmp: warning: {warning}");
+                }
+                Ok(vec![written.render(ctx.format)])
             }
             Command::Import {
                 file,

@@ -3,13 +3,41 @@
 
 use std::sync::Arc;
 
-use awsmp_core::model::Tag;
-use awsmp_core::ports::UsageStore;
+use awsmp_core::lifecycle::normalize_license_arn;
+use awsmp_core::model::{SubscriptionStatus, Tag};
+use awsmp_core::ports::{SubscriberStore, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, parse_usage_timestamp};
 use awsmp_usage::{Meter, Recorded, Usage, UsageError};
 
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, json};
+
+/// What the subscribers table says of the license and account a row is for, before it
+/// is written: an `inactive` subscription is refused unless `force` (Marketplace answers
+/// `CustomerNotSubscribed`: the usage could never be billed); no row at all is written
+/// with a warning (the subscription event may still be on its way, and the submitter
+/// keeps such usage pending inside its window; or the license is not this product's).
+pub async fn check_subscription(
+    subscribers: &dyn SubscriberStore,
+    license_arn: &str,
+    account: &str,
+    force: bool,
+) -> Result<Option<String>, CommandError> {
+    let license = normalize_license_arn(license_arn);
+    let row = subscribers.get(&license, account).await?;
+    match row.and_then(|r| r.subscription_status) {
+        Some(SubscriptionStatus::Active | SubscriptionStatus::Deprovisioning) => Ok(None),
+        Some(SubscriptionStatus::Inactive) if force => Ok(Some(format!(
+            "{license} is inactive for {account} (written because of --force): Marketplace will answer CustomerNotSubscribed"
+        ))),
+        Some(SubscriptionStatus::Inactive) => Err(CommandError::Usage(format!(
+            "{license} is inactive for {account} in the subscribers table (its deprovisioning window closed): Marketplace would answer CustomerNotSubscribed and the usage could never be billed. Nothing was written; pass --force to write it anyway"
+        ))),
+        None => Ok(Some(format!(
+            "the subscribers table has no active subscription of {license} for {account}: written, but it is billed only once Marketplace's subscription event arrives (the submitter keeps it pending inside the 24 h window); if the license is not this product's, Marketplace will refuse it (InvalidLicenseException)"
+        ))),
+    }
+}
 
 /// Parses `key=value` VMT tags (`--tag team=a`).
 pub fn parse_tag(text: &str) -> Result<Tag, CommandError> {
@@ -233,5 +261,36 @@ mod tests {
         let shown = view.render(Format::Human).text;
         assert!(shown.contains("raw rows (1):"), "{shown}");
         assert!(!shown.contains("event#"), "{shown}");
+    }
+
+    /// GIVEN the subscribers table WHEN usage is put for a license THEN an inactive one
+    /// is refused unless forced, an unknown one is written with a warning, an active or
+    /// deprovisioning one is written quietly.
+    #[tokio::test]
+    async fn an_inactive_license_is_refused_and_an_unknown_one_warned_about() {
+        use awsmp_core::memory::MemorySubscriberStore;
+        use awsmp_core::model::Subscriber;
+        let now = parse_usage_timestamp("2026-11-30T10:20:00Z").unwrap();
+        let store = MemorySubscriberStore::new();
+        let license = "arn:aws:license-manager::123456789012:license:l-1";
+        let row = |account: &str, status| Subscriber {
+            subscription_status: Some(status),
+            ..Subscriber::new(license, account)
+        };
+        store.insert(row("111111111111", SubscriptionStatus::Active), now);
+        store.insert(row("222222222222", SubscriptionStatus::Deprovisioning), now);
+        store.insert(row("333333333333", SubscriptionStatus::Inactive), now);
+        let check = |account: &'static str, force| {
+            let store = store.clone();
+            async move { check_subscription(&store, license, account, force).await }
+        };
+        assert_eq!(check("111111111111", false).await.unwrap(), None);
+        assert_eq!(check("222222222222", false).await.unwrap(), None);
+        let refused = check("333333333333", false).await.unwrap_err();
+        assert!(matches!(refused, CommandError::Usage(_)));
+        assert!(refused.to_string().contains("--force"), "{refused}");
+        assert!(check("333333333333", true).await.unwrap().is_some());
+        let unknown = check("444444444444", false).await.unwrap().unwrap();
+        assert!(unknown.contains("no active subscription"), "{unknown}");
     }
 }
