@@ -68,6 +68,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("subscription", "template-events.yaml"),
     ("deprovision-cleanup", "template-events.yaml"),
     ("register", "template-main.yaml"),
+    ("usage-api", "template-main.yaml"),
     ("discoverer", "template-main.yaml"),
     ("aggregator", "template-main.yaml"),
     ("cleanup", "template-main.yaml"),
@@ -185,6 +186,53 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
         other => format!("{other:?}"),
     };
     assert_eq!(response.status_code, 200, "registration failed: {body}");
+}
+
+/// The usage API function as `LocalStack::connect` builds it, its calls recorded, its
+/// "when received" the harness's clock.
+fn usage_api(stack: &Stack) -> awsmp_usage_api::State {
+    let mut state = stack
+        .connect(
+            &stack.main,
+            "usage-api",
+            &BTreeMap::new(),
+            awsmp_usage_api::Config::from_lookup,
+            awsmp_usage_api::State::connect,
+        )
+        .unwrap();
+    state.clock = Arc::new(stack.clock.clone());
+    state
+}
+
+/// One request to the usage API's handler; its JSON answer (a 200 expected).
+async fn call_usage_api(
+    state: &awsmp_usage_api::State,
+    method: &str,
+    path: &str,
+    license_arn: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut request = ApiGatewayProxyRequest::default();
+    request.http_method = method.parse().unwrap();
+    request.path = Some(path.to_string());
+    if let Some(body) = body {
+        request
+            .headers
+            .insert("content-type", "application/json".parse().unwrap());
+        request.body = Some(body.to_string());
+    }
+    if let Some(license_arn) = license_arn {
+        request.query_string_parameters =
+            std::collections::HashMap::from([("licenseArn".to_string(), license_arn.to_string())])
+                .into();
+    }
+    let response = awsmp_usage_api::handle(state, request).await;
+    let body = match &response.body {
+        Some(Body::Text(text)) => text.clone(),
+        other => format!("{other:?}"),
+    };
+    assert_eq!(response.status_code, 200, "{method} {path}: {body}");
+    serde_json::from_str(&body).unwrap()
 }
 
 /// The function's real store, with a concurrent lifecycle writer (the harness's own,
@@ -385,6 +433,26 @@ async fn drive_every_function() -> Stack {
     stack.advance(chrono::Duration::minutes(5));
     stack.run_pipeline().await.unwrap();
     assert!(stack.peek(QueueKind::Cleanup).await.unwrap().is_empty());
+
+    // The usage API: a batch accepted, sent again (duplicates read back their first
+    // write), an id reused for other usage (a conflict reads the marker and row); the
+    // pipeline meters it, and the event is read back with its hour's record.
+    let api = usage_api(&stack);
+    let event = |quantity: i64| {
+        serde_json::json!({"events": [{
+            "id": "api-1", "licenseArn": staying, "customerAWSAccountId": ACCOUNT_A,
+            "dimension": "api_calls", "quantity": quantity,
+        }]})
+    };
+    for (quantity, want) in [(3, "accepted"), (3, "duplicate"), (4, "conflict")] {
+        let answer =
+            call_usage_api(&api, "POST", "/usage/events", None, Some(event(quantity))).await;
+        assert_eq!(answer["results"][0]["status"], want, "{answer}");
+    }
+    stack.advance(chrono::Duration::minutes(65));
+    stack.run_pipeline().await.unwrap();
+    let fate = call_usage_api(&api, "GET", "/usage/events/api-1", Some(&staying), None).await;
+    assert_eq!(fate["fate"]["state"], "counted", "{fate}");
 
     // The deprovisioning window closes; deprovision-cleanup ends it.
     stack.advance(chrono::Duration::minutes(30));

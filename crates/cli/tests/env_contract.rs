@@ -70,6 +70,7 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
                 "aggregator" => asked(&with_runtime, awsmp_aggregator::Config::from_lookup),
                 "cleanup" => asked(&with_runtime, awsmp_cleanup::Config::from_lookup),
                 "submitter" => asked(&with_runtime, awsmp_submitter::Config::from_lookup),
+                "usage-api" => asked(&with_runtime, awsmp_usage_api::Config::from_lookup),
                 other => panic!(
                     "{file}: {} declares unknown binary {other}",
                     function.logical_id
@@ -95,7 +96,7 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
     }
     assert_eq!(
         checked.len(),
-        7,
+        8,
         "every function is in a template: {checked:?}"
     );
 }

@@ -27,3 +27,4 @@ pub mod stamp;
 pub mod submit;
 mod sync;
 pub mod time;
+pub mod usage_api;

@@ -4,6 +4,7 @@
 
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::retention::Retention;
+use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::MeteringLockHours;
 
 use super::EnvReader;
@@ -59,5 +60,19 @@ impl EnvReader<'_> {
     /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item the function makes final.
     pub fn retention(&mut self) -> Retention {
         self.parsed_or("DATA_RETENTION_DAYS", Retention::FOREVER)
+    }
+
+    /// `DEPLOYMENT_MODE` (required): `full` or `direct-submit`.
+    pub fn deployment_mode(&mut self) -> DeploymentMode {
+        let text = self.required("DEPLOYMENT_MODE");
+        match text.parse() {
+            Ok(mode) => mode,
+            Err(e) => {
+                if !text.is_empty() {
+                    self.problem(e.to_string());
+                }
+                DeploymentMode::Full
+            }
+        }
     }
 }

@@ -1,47 +1,10 @@
 //! Where a stored raw row stands, read from its attributes the way the pipeline wrote
 //! them: pending, counted, rejected (with its reason) or expired, and its hour.
 
-use awsmp_core::items::ingestion_marker_event_id;
-use awsmp_core::model::{Attr, RawStatus, RawUsageRow, attr};
+use awsmp_core::items::state::attr_text as text;
+pub use awsmp_core::items::state::{RowState, row_state};
+use awsmp_core::model::{RawUsageRow, attr};
 use awsmp_core::time::{HourBucket, parse_usage_timestamp};
-
-/// A raw row's state as the operator sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RowState {
-    /// Still awaiting aggregation (`meteringPending` present, not counted).
-    Pending,
-    /// Counted into its group's aggregated record.
-    Counted,
-    /// Rejected client-side; the stored reason code.
-    Rejected(Option<String>),
-    /// Aged out before it was aggregated.
-    Expired,
-}
-
-fn text<'a>(row: &'a RawUsageRow, name: &str) -> Option<&'a str> {
-    match row.attrs.get(name) {
-        Some(Attr::S(s)) | Some(Attr::N(s)) => Some(s.as_str()),
-        _ => None,
-    }
-}
-
-/// The row's state, or `None` for an ingestion marker (`event#<id>`: not usage).
-pub fn row_state(row: &RawUsageRow) -> Option<RowState> {
-    if ingestion_marker_event_id(&row.sort_key).is_some() {
-        return None;
-    }
-    let status = text(row, attr::METERING_STATUS).and_then(|s| s.parse::<RawStatus>().ok());
-    Some(match status {
-        Some(RawStatus::Aggregated) => RowState::Counted,
-        Some(RawStatus::RejectedClientSide) => {
-            RowState::Rejected(text(row, attr::METERING_STATUS_REASON).map(str::to_string))
-        }
-        Some(RawStatus::AggregationExpired) => RowState::Expired,
-        // Counted by an earlier version's commit that left the row pending.
-        None if row.attrs.contains_key(attr::AGGREGATED_INTO) => RowState::Counted,
-        None => RowState::Pending,
-    })
-}
 
 /// The row's hour: its `meteringPending` bucket while pending, else its timestamp's
 /// hour; `None` when neither can be read (a malformed row).
@@ -73,6 +36,7 @@ pub fn row_account_dimension(row: &RawUsageRow) -> (Option<&str>, Option<&str>) 
 mod tests {
     use super::*;
     use awsmp_core::memory::reference_row;
+    use awsmp_core::model::Attr;
 
     fn with(mut row: RawUsageRow, name: &str, value: &str) -> RawUsageRow {
         row.attrs.insert(name.into(), Attr::S(value.into()));

@@ -55,9 +55,7 @@ pub use awsmp_aws::behavior_version;
 
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::guardrails::GuardrailContext;
-use awsmp_core::guardrails::write::{
-    DirectSubmitRefusal, RowProblem, accepts_raw_usage, check_row,
-};
+use awsmp_core::guardrails::write::{DirectSubmitRefusal, RowProblem, WriteRefused, write_checked};
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
 pub use awsmp_core::ports::EventConflict;
 use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
@@ -269,17 +267,20 @@ impl Meter {
     /// Records `usage` as of `now` (the instant the checks run against, and the usage
     /// instant when [`Usage::at`] was not given).
     pub async fn record_at(&self, usage: &Usage, now: Instant) -> Result<Recorded, UsageError> {
-        accepts_raw_usage(self.mode)?;
         let row = usage.to_row(now);
         let ctx = GuardrailContext::new(now, self.product_code.clone());
-        check_row(&row, &ctx, now).map_err(|problem| match problem {
-            RowProblem::Rejected(reason) => UsageError::Rejected {
-                reason,
-                hint: remedy::for_reason(reason),
-            },
-            RowProblem::Unwritable(why) => UsageError::Unwritable(why),
-        })?;
-        match self.store.put_row(&row, now).await? {
+        let written = write_checked(self.store.as_ref(), self.mode, &row, &ctx, now)
+            .await
+            .map_err(|refused| match refused {
+                WriteRefused::DirectSubmit(refusal) => UsageError::DirectSubmit(refusal),
+                WriteRefused::Row(RowProblem::Rejected(reason)) => UsageError::Rejected {
+                    reason,
+                    hint: remedy::for_reason(reason),
+                },
+                WriteRefused::Row(RowProblem::Unwritable(why)) => UsageError::Unwritable(why),
+                WriteRefused::Store(e) => UsageError::Store(e),
+            })?;
+        match written {
             IngestOutcome::Created => Ok(Recorded::Written),
             IngestOutcome::Duplicate => Ok(Recorded::AlreadyWritten),
             IngestOutcome::Conflict(conflict) => Err(UsageError::Conflict(conflict)),

@@ -79,6 +79,9 @@ fn print_endpoints(system: &system::LocalSystem) {
     println!("register URL:     {}/register", system.api.url());
     println!("fulfillment URL:  {}/fulfillment", system.api.url());
     println!("page URL:         {}/", system.page.url());
+    if let Some(api) = &system.usage_api {
+        println!("usage API:        {}/usage/events", api.url());
+    }
     println!("emulator:         {}", system.moto.endpoint());
     println!(
         "simulator ledger: {}/admin/ledger",
@@ -163,4 +166,26 @@ fn print_commands(system: &system::LocalSystem) {
     for command in ["trail", "reconcile"] {
         println!("  {trail_env} awsmp {target} {command}");
     }
+    if let Some(api) = &system.usage_api {
+        println!("record usage through the usage API (signed with SigV4, as in AWS):");
+        println!(
+            "  {}",
+            curl_command(&api.url(), resources::LOCAL_REGION, system.now)
+        );
+    }
+}
+
+/// A `curl` line that posts one usage event to the usage API at `url`, signed with the
+/// local stack's credentials (`test`/`test`).
+pub fn curl_command(url: &str, region: &str, now: awsmp_core::time::Instant) -> String {
+    let event = serde_json::json!({"events": [{
+        "id": format!("curl-{}", now.timestamp()),
+        "licenseArn": awsmp_local_stack::demo::LICENSE_B,
+        "customerAWSAccountId": awsmp_local_stack::demo::BUYER_ACCOUNT,
+        "dimension": "requests",
+        "quantity": 1,
+    }]});
+    format!(
+        "curl -sS --aws-sigv4 'aws:amz:{region}:execute-api' --user test:test -H 'content-type: application/json' --data '{event}' {url}/usage/events"
+    )
 }

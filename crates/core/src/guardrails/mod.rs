@@ -63,7 +63,7 @@ pub use group::{
     AllocationMode, MAX_ALLOCATION_BYTES_PER_RECORD, ScreenedGroup, allocation_item_bytes,
     row_in_group, screen_group, validate_group,
 };
-pub use quantity::quantity_from_text;
+pub use quantity::{quantity_from_text, quantity_of_json};
 
 pub(crate) use allocations::allocations_from_attr;
 

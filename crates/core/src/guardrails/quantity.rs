@@ -124,6 +124,17 @@ pub fn quantity_from_text(text: &str) -> Result<i64, ReasonCode> {
     })
 }
 
+/// A usage quantity given as a JSON number (or a string holding one): the integer in
+/// `0..=2147483647`, or the reason code the aggregator gives a stored quantity that is
+/// not one.
+pub fn quantity_of_json(value: &serde_json::Value) -> Result<i64, ReasonCode> {
+    match value {
+        serde_json::Value::Number(n) => quantity_from_text(&n.to_string()),
+        serde_json::Value::String(s) => quantity_from_text(s.trim()),
+        _ => Err(ReasonCode::NonNumericQuantity),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

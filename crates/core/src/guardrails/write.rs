@@ -6,7 +6,7 @@
 use crate::guardrails::{GuardrailContext, validate_row};
 use crate::items::{IngestionWrite, ItemError};
 use crate::model::ReasonCode;
-use crate::ports::NewUsageRow;
+use crate::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
 use crate::submit::DeploymentMode;
 use crate::time::Instant;
 
@@ -48,6 +48,36 @@ pub fn check_row(
         .map_err(|e: ItemError| RowProblem::Unwritable(e.to_string()))?;
     validate_row(&write.row, ctx).map_err(RowProblem::Rejected)?;
     Ok(write)
+}
+
+/// Why [`write_checked`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteRefused {
+    /// The deployment aggregates no raw usage.
+    #[error(transparent)]
+    DirectSubmit(#[from] DirectSubmitRefusal),
+    /// The row would be rejected, or cannot be stored.
+    #[error(transparent)]
+    Row(#[from] RowProblem),
+    /// The table could not be written.
+    #[error(transparent)]
+    Store(#[from] PortError),
+}
+
+/// Writes `row` into a deployment in `mode` at `now`, only if it would be billed: the
+/// deployment aggregates raw usage ([`accepts_raw_usage`]) and the aggregator would
+/// count the row ([`check_row`]); then the idempotent ingestion write (the row and its
+/// event's marker). The one write path of `awsmp_usage::Meter` and the HTTP usage API.
+pub async fn write_checked(
+    store: &dyn UsageStore,
+    mode: DeploymentMode,
+    row: &NewUsageRow,
+    ctx: &GuardrailContext,
+    now: Instant,
+) -> Result<IngestOutcome, WriteRefused> {
+    accepts_raw_usage(mode)?;
+    check_row(row, ctx, now)?;
+    Ok(store.put_row(row, now).await?)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod ingestion;
 pub mod size;
+pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
@@ -288,8 +289,9 @@ pub struct IngestionWrite {
 }
 
 impl IngestionWrite {
-    /// The write for `row` at `now`, refused when the event id is empty or a part of
-    /// the sort key contains `#` (the key would be ambiguous).
+    /// The write for `row` at `now`, refused when the event id is empty, a part of the
+    /// sort key contains `#` (the key would be ambiguous), or an item would exceed
+    /// DynamoDB's 400 KB item limit.
     pub fn new(row: &NewUsageRow, now: Instant) -> Result<Self, ItemError> {
         if row.event_id.is_empty() {
             return Err(ItemError::EmptyEventId);
@@ -305,10 +307,19 @@ impl IngestionWrite {
                 value: value.clone(),
             });
         }
-        Ok(IngestionWrite {
+        let write = IngestionWrite {
             row: ingestion_item(row, now),
             marker: ingestion_marker_item(row, now),
-        })
+        };
+        // A row over DynamoDB's item limit would fail its transaction with a
+        // ValidationError: refuse it here, with its size, before any call.
+        for item in [&write.row, &write.marker] {
+            check_item(
+                format_args!("{}/{}", item.license_arn, item.sort_key),
+                size::raw_row_size(item),
+            )?;
+        }
+        Ok(write)
     }
 }
 

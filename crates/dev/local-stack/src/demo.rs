@@ -1,5 +1,5 @@
 //! The scripted buyer lifecycle `awsmp local up` drives: subscribe, register through
-//! the page's endpoints, write usage, meter, deprovision, final flush, inactive; then
+//! the page's endpoints, post usage to the usage API, meter, deprovision, final flush, inactive; then
 //! a summary of what happened to every row and what was billed, checked against the
 //! conservation invariant.
 
@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_aws::DynamoUsageStore;
-use awsmp_core::ports::{NewUsageRow, UsageStore};
 use awsmp_core::time::{HourBucket, Instant, format_instant};
 use awsmp_marketplace_sim::model::{ProductSeed, TokenSeed};
 use chrono::Duration;
@@ -111,37 +109,53 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         "buyer registered through /fulfillment and /register",
     );
 
-    // 3. Usage in the current hour, including two writes in the same second and one bad row.
-    let store = DynamoUsageStore::new(system.dynamodb.clone(), system.table("UsageTable")?);
-    let writes = [
+    // 3. Usage in the current hour, including two events in the same second, sent
+    //    through the usage API as a seller's service in any language would; the batch
+    //    sent again (a client retrying after a timeout) writes nothing. Then one bad
+    //    row, as a seller's own buggy writer would store it.
+    let events: Vec<serde_json::Value> = [
         (LICENSE_A, "requests", 10, 10, "evt-a1"),
         (LICENSE_A, "requests", 20, 20, "evt-a2"),
         (LICENSE_A, "requests", 20, 12, "evt-a3"),
         (LICENSE_A, "storage_gb", 25, 5, "evt-a4"),
         (LICENSE_B, "requests", 30, 7, "evt-b1"),
         (LICENSE_B, "requests", 40, 8, "evt-b2"),
-    ];
-    for (license, dimension, minute, quantity, event_id) in writes {
-        let row = NewUsageRow {
-            license_arn: license.into(),
-            customer_aws_account_id: BUYER_ACCOUNT.into(),
-            dimension: dimension.into(),
-            timestamp: at(minute),
-            quantity,
-            allocations: None,
-            product_code: None,
-            event_id: event_id.into(),
-            timestamp_defaulted: false,
-        };
-        store
-            .put_row(&row, system.now)
-            .await
-            .map_err(|e| LocalError::Aws(e.to_string()))?;
+    ]
+    .into_iter()
+    .map(|(license, dimension, minute, quantity, id)| {
+        serde_json::json!({
+            "id": id,
+            "licenseArn": license,
+            "customerAWSAccountId": BUYER_ACCOUNT,
+            "dimension": dimension,
+            "quantity": quantity,
+            "timestamp": format_instant(at(minute)),
+        })
+    })
+    .collect();
+    // Sent once the hour's events have happened (the API refuses a future instant).
+    system.advance(at(45), step).await?;
+    let unsigned =
+        crate::usage_api::post_unsigned(system, &serde_json::json!({ "events": events })).await?;
+    if unsigned != 403 {
+        return Err(LocalError::Check(format!(
+            "an unsigned POST /usage/events answered {unsigned}, expected 403 (no unauthenticated mode)"
+        )));
+    }
+    expect_verdicts(system, &events, "accepted").await?;
+    expect_verdicts(system, &events, "duplicate").await?;
+    // A Python service (botocore's signer) sending one of them again: a duplicate.
+    let resent = serde_json::Value::Array(events[4..5].to_vec());
+    let answer = crate::usage_api::post_with_python_client(system, &system.root, &resent)?;
+    if answer["results"][0]["status"] != "duplicate" {
+        return Err(LocalError::Check(format!(
+            "examples/usage-api/post_usage.py resent evt-b1: expected duplicate, got {answer}"
+        )));
     }
     put_bad_row(system, at(45)).await?;
     say(
         system,
-        "usage written: 6 rows (two in the same second), plus 1 malformed row",
+        "usage posted to /usage/events (SigV4; unsigned refused 403): 6 events accepted (two in the same second), the retried batch all duplicate, evt-b1 resent by the Python client duplicate; plus 1 malformed row",
     );
 
     // 4. Let the hour complete and the schedules meter it (15-minute steps: the
@@ -171,22 +185,18 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
 
     // 6. Trailing usage in the hour the window closes in, which is still open.
     system.advance(at(120), step).await?;
-    let trailing = NewUsageRow {
-        license_arn: LICENSE_A.into(),
-        customer_aws_account_id: BUYER_ACCOUNT.into(),
-        dimension: "requests".into(),
-        timestamp: at(120),
-        quantity: 4,
-        allocations: None,
-        product_code: None,
-        event_id: "evt-a5".into(),
-        timestamp_defaulted: false,
-    };
-    store
-        .put_row(&trailing, system.now)
-        .await
-        .map_err(|e| LocalError::Aws(e.to_string()))?;
-    say(system, "trailing usage written in the still-open hour");
+    let trailing = serde_json::json!({
+        "id": "evt-a5",
+        "licenseArn": LICENSE_A,
+        "customerAWSAccountId": BUYER_ACCOUNT,
+        "dimension": "requests",
+        "quantity": 4,
+    });
+    expect_verdicts(system, &[trailing], "accepted").await?;
+    say(
+        system,
+        "trailing usage posted in the still-open hour (no timestamp: when received)",
+    );
 
     // 7. The flush meters the open hour before the window closes (5-minute steps so
     //    the submitter runs inside the window); then deprovision-cleanup goes inactive.
@@ -199,7 +209,45 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         .await?;
     say(system, "deprovision-cleanup closed the subscription");
 
+    // 8. The seller's service reads an event's fate back by its id.
+    let (status, fate) = crate::usage_api::get_event(system, "evt-a1", LICENSE_A).await?;
+    let record = &fate["fate"]["record"];
+    if status != 200
+        || record["meteringStatus"] != "Success"
+        || record["meteringRecordId"].is_null()
+    {
+        return Err(LocalError::Check(format!(
+            "GET /usage/events/evt-a1 answered {status}: {fate}, expected its record billed"
+        )));
+    }
+    say(
+        system,
+        &format!(
+            "GET /usage/events/evt-a1: counted into {} {}, Success, meteringRecordId {}",
+            record["hourBucket"].as_str().unwrap_or("?"),
+            fate["usage"]["dimension"].as_str().unwrap_or("?"),
+            record["meteringRecordId"].as_str().unwrap_or("?"),
+        ),
+    );
+
     summary(system).await
+}
+
+/// Posts `events` to the local usage API and checks every verdict is `want`.
+async fn expect_verdicts(
+    system: &LocalSystem,
+    events: &[serde_json::Value],
+    want: &str,
+) -> Result<(), LocalError> {
+    let answer =
+        crate::usage_api::post_events(system, &serde_json::json!({ "events": events })).await?;
+    let results = answer["results"].as_array().cloned().unwrap_or_default();
+    if results.len() != events.len() || results.iter().any(|r| r["status"] != want) {
+        return Err(LocalError::Check(format!(
+            "POST /usage/events: expected every event {want}, got {answer}"
+        )));
+    }
+    Ok(())
 }
 
 async fn register(system: &LocalSystem) -> Result<(), LocalError> {

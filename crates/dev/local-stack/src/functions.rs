@@ -14,6 +14,7 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::clock::ManualClock;
 use lambda_runtime::LambdaEvent;
 
 use crate::LocalError;
@@ -44,6 +45,7 @@ enum Handler {
     Aggregator(awsmp_aggregator::State),
     Cleanup(awsmp_cleanup::State),
     Submitter(awsmp_submitter::State),
+    UsageApi(awsmp_usage_api::State),
 }
 
 struct Local {
@@ -110,6 +112,7 @@ impl LocalFunction for Local {
     ) -> Result<ApiGatewayProxyResponse, LocalError> {
         match &self.handler {
             Handler::Register(s) => Ok(awsmp_register::handle(s, request).await),
+            Handler::UsageApi(s) => Ok(awsmp_usage_api::handle(s, request).await),
             _ => Err(LocalError::Wiring(format!(
                 "{} takes no API requests",
                 self.name
@@ -146,12 +149,14 @@ impl LocalFunction for Local {
 
 /// Builds every function of `stacks` whose condition holds, its clients on `sdk`, its
 /// metrics appended to `metrics_log`. `overrides` replace template values that only
-/// make sense in AWS (the page URL and CORS origin).
+/// make sense in AWS (the page URL and CORS origin). `clock` is the system's virtual
+/// time, which the usage API's "when received" follows.
 pub fn wire_functions(
     stacks: &[&LocalStack],
     overrides: &BTreeMap<String, String>,
     sdk: &SdkConfig,
     metrics_log: &Path,
+    clock: &ManualClock,
 ) -> Result<Vec<WiredFunction>, LocalError> {
     let mut out = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
@@ -188,6 +193,11 @@ pub fn wire_functions(
                     Handler::Discoverer(connect!(awsmp_discoverer, metrics in ports.metrics))
                 }
                 "aggregator" => Handler::Aggregator(connect!(awsmp_aggregator).0),
+                "usage-api" => {
+                    let mut state = connect!(awsmp_usage_api).0;
+                    state.clock = Arc::new(clock.clone());
+                    Handler::UsageApi(state)
+                }
                 "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metrics in ports.metrics)),
                 "submitter" => {
                     Handler::Submitter(connect!(awsmp_submitter, metrics in ports.metrics))

@@ -10,6 +10,7 @@ pub mod functions;
 pub mod resources;
 pub mod runtime;
 pub mod system;
+pub mod usage_api;
 
 use std::path::Path;
 

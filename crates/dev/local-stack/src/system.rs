@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use awsmp_apigw_local::{LOOPBACK_ANY_PORT, LocalServer, lambda_router, serve, serve_static};
+use awsmp_apigw_local::{
+    LOOPBACK_ANY_PORT, LocalServer, Sigv4Verifier, lambda_router, require_sigv4, serve,
+    serve_static,
+};
+use awsmp_core::clock::ManualClock;
 use awsmp_core::time::Instant;
 use awsmp_local_aws::MotoServer;
 use awsmp_marketplace_sim::{ClockSetting, RunningSim, SimConfig, Simulator};
@@ -41,6 +45,12 @@ pub struct LocalSystem {
     pub sqs: aws_sdk_sqs::Client,
     /// The register API (`/register`, `/fulfillment`).
     pub api: LocalServer,
+    /// The usage API (`/usage/events`), when the main stack deploys it.
+    pub usage_api: Option<LocalServer>,
+    /// The virtual clock the usage API reads "when received" from (`now`).
+    pub clock: ManualClock,
+    /// The workspace root (templates, `web/`, `examples/`).
+    pub root: PathBuf,
     /// The registration page.
     pub page: LocalServer,
     /// Virtual now.
@@ -157,7 +167,8 @@ impl LocalSystem {
             metering: sim.endpoint_url(),
         }
         .sdk_config(LOCAL_REGION);
-        let functions = wire_functions(&[&events, &main], &overrides, &sdk, &metrics_log)?;
+        let clock = ManualClock::new(start);
+        let functions = wire_functions(&[&events, &main], &overrides, &sdk, &metrics_log, &clock)?;
 
         let register = functions
             .iter()
@@ -175,6 +186,26 @@ impl LocalSystem {
         )
         .await
         .map_err(|e| LocalError::Setup(format!("register API server: {e}")))?;
+        let usage_api = match functions.iter().find(|f| f.name == "usage-api") {
+            None => None,
+            Some(function) => {
+                let function = function.function.clone();
+                // SigV4 required, as the template's IAM authorization does in AWS.
+                let (key, secret) = crate::usage_api::LOCAL_API_CREDENTIALS;
+                let router = require_sigv4(
+                    lambda_router(move |request| {
+                        let function = function.clone();
+                        async move { function.api(request).await }
+                    }),
+                    Sigv4Verifier::new(key, secret, LOCAL_REGION),
+                );
+                Some(
+                    serve(router, LOOPBACK_ANY_PORT)
+                        .await
+                        .map_err(|e| LocalError::Setup(format!("usage API server: {e}")))?,
+                )
+            }
+        };
 
         Ok(LocalSystem {
             moto,
@@ -185,6 +216,9 @@ impl LocalSystem {
             dynamodb,
             sqs,
             api,
+            usage_api,
+            clock,
+            root: paths.root.clone(),
             page,
             now: start,
             last_run: BTreeMap::new(),
@@ -262,6 +296,7 @@ impl LocalSystem {
     pub async fn advance(&mut self, to: Instant, step: chrono::Duration) -> Result<(), LocalError> {
         while self.now < to {
             self.now = (self.now + step).min(to);
+            self.clock.set(self.now);
             self.sim
                 .handle()
                 .set_clock(ClockSetting::Fixed { at: self.now });

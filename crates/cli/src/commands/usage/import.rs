@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use awsmp_core::guardrails::write::{RowProblem, check_row};
-use awsmp_core::guardrails::{GuardrailContext, quantity_from_text};
+use awsmp_core::guardrails::{GuardrailContext, quantity_of_json};
 use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
 use awsmp_core::ports::{EventContent, NewUsageRow, UsageStore};
 use awsmp_core::remedy::{for_reason, server_side_pair};
@@ -165,14 +165,6 @@ fn malformed(line: usize, message: String) -> BadLine {
     }
 }
 
-fn quantity_of(value: &serde_json::Value) -> Result<i64, ReasonCode> {
-    match value {
-        serde_json::Value::Number(n) => quantity_from_text(&n.to_string()),
-        serde_json::Value::String(s) => quantity_from_text(s.trim()),
-        _ => Err(ReasonCode::NonNumericQuantity),
-    }
-}
-
 fn tags_column(text: &str) -> Result<Vec<Tag>, String> {
     text.split(';')
         .filter(|t| !t.trim().is_empty())
@@ -205,7 +197,7 @@ fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
     let timestamp = parse_usage_timestamp(timestamp_text.trim())
         .map_err(|_| rejected(number, ReasonCode::MalformedTimestamp))?;
     let quantity = match &line.quantity {
-        Some(v) => quantity_of(v).map_err(|code| rejected(number, code))?,
+        Some(v) => quantity_of_json(v).map_err(|code| rejected(number, code))?,
         None => return Err(rejected(number, ReasonCode::NonNumericQuantity)),
     };
     let allocations = match (line.usage_allocations, line.tags) {
@@ -219,7 +211,7 @@ fn to_row(number: usize, line: Line) -> Result<NewUsageRow, BadLine> {
             list.into_iter()
                 .map(|a| {
                     Ok(Allocation {
-                        quantity: quantity_of(&a.allocated_usage_quantity).map_err(|_| {
+                        quantity: quantity_of_json(&a.allocated_usage_quantity).map_err(|_| {
                             rejected(number, ReasonCode::NegativeOrNonIntegerAllocation)
                         })?,
                         tags: a.tags,

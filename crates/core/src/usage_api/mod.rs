@@ -1,0 +1,26 @@
+//! The HTTP usage API's use cases, for sellers who record usage from any language or
+//! cloud: `POST /usage/events` ([`envelope`] reads the batch, [`record`] writes each
+//! event through the one checked, idempotent write every writer shares) and
+//! `GET /usage/events/{id}` ([`fate`]: how far the event has gone). The Lambda
+//! (`awsmp-usage-api`) turns HTTP into these calls and their answers back into HTTP.
+//!
+//! Event ids are idempotency keys per license, as for every writer of the usage table:
+//! a retried id with the same usage writes nothing and answers `duplicate`, with the
+//! same id and other usage it answers `conflict`.
+
+pub mod envelope;
+pub mod fate;
+pub mod record;
+
+pub use envelope::{EnvelopeError, EventRefusal, MediaType, PostedEvent, parse_batch};
+pub use fate::{EventFate, Fate, event_fate};
+pub use record::{BatchError, Target, Verdict, record_batch};
+
+/// The most events one `POST /usage/events` carries.
+pub const MAX_EVENTS: usize = 100;
+
+/// The largest body one `POST /usage/events` carries (1 MB).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+#[cfg(test)]
+mod tests;

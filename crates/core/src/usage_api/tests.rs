@@ -1,0 +1,404 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+
+use super::envelope::{CLOUDEVENTS_BATCH, JSON};
+use super::*;
+use crate::guardrails::quantity_of_json;
+use crate::memory::StoreOp;
+use crate::model::{ReasonCode, SubscriptionStatus};
+use crate::pipeline::testkit::{ACCOUNT_A, PRODUCT, World, license, t};
+use crate::ports::PortError;
+use crate::submit::DeploymentMode;
+
+fn event(id: &str, quantity: i64) -> Value {
+    json!({
+        "id": id,
+        "licenseArn": license(1),
+        "customerAWSAccountId": ACCOUNT_A,
+        "dimension": "api_calls",
+        "quantity": quantity,
+    })
+}
+
+fn batch(events: Vec<Value>) -> Vec<PostedEvent> {
+    let body = serde_json::to_vec(&json!({ "events": events })).unwrap();
+    parse_batch(MediaType::Json, &body).unwrap()
+}
+
+async fn post(world: &World, events: Vec<Value>, now: &str) -> Vec<Verdict> {
+    let target = Target {
+        store: &world.usage,
+        mode: DeploymentMode::Full,
+        product_code: PRODUCT,
+    };
+    record_batch(target, batch(events), t(now)).await.unwrap()
+}
+
+fn statuses(verdicts: &[Verdict]) -> Vec<&'static str> {
+    verdicts.iter().map(Verdict::status).collect()
+}
+
+fn reason(verdict: &Verdict) -> &str {
+    match verdict {
+        Verdict::Rejected { reason, .. } => reason,
+        other => panic!("not rejected: {other:?}"),
+    }
+}
+
+#[test]
+fn the_envelope_is_refused_whole_with_the_status_that_says_why() {
+    assert_eq!(
+        MediaType::of(Some("application/json; charset=utf-8")),
+        Ok(MediaType::Json)
+    );
+    assert_eq!(
+        MediaType::of(Some("Application/CloudEvents-Batch+JSON")),
+        Ok(MediaType::CloudEventsBatch)
+    );
+    for given in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let refused = MediaType::of(given).unwrap_err();
+        assert_eq!(refused.status(), 415);
+        assert!(
+            refused.to_string().contains(JSON) && refused.to_string().contains(CLOUDEVENTS_BATCH)
+        );
+    }
+    let refused = |media, body: &[u8]| parse_batch(media, body).unwrap_err();
+    assert_eq!(refused(MediaType::Json, b"{not json").status(), 400);
+    assert_eq!(refused(MediaType::Json, b"[]").status(), 400);
+    assert_eq!(refused(MediaType::Json, br#"{"events": []}"#).status(), 400);
+    assert_eq!(
+        refused(MediaType::Json, br#"{"events": [], "x": 1}"#).status(),
+        400
+    );
+    assert_eq!(
+        refused(MediaType::CloudEventsBatch, br#"{"events": []}"#).status(),
+        400
+    );
+    let many =
+        serde_json::to_vec(&json!({ "events": vec![event("e", 1); MAX_EVENTS + 1] })).unwrap();
+    assert_eq!(
+        refused(MediaType::Json, &many),
+        EnvelopeError::TooManyEvents(101)
+    );
+    assert_eq!(refused(MediaType::Json, &many).status(), 413);
+    let big = vec![b' '; MAX_BODY_BYTES + 1];
+    assert_eq!(refused(MediaType::Json, &big).status(), 413);
+    let full = serde_json::to_vec(&json!({ "events": vec![event("e", 1); MAX_EVENTS] })).unwrap();
+    assert_eq!(
+        parse_batch(MediaType::Json, &full).unwrap().len(),
+        MAX_EVENTS
+    );
+}
+
+#[test]
+fn each_event_is_read_as_far_as_it_goes_and_a_bad_one_says_what_to_fix() {
+    let mut no_id = event("x", 1);
+    no_id.as_object_mut().unwrap().remove("id");
+    let mut typo = event("typo", 1);
+    typo["quantitiy"] = json!(3);
+    let mut ttl = event("ttl", 1);
+    ttl["expiresAt"] = json!(1);
+    let mut both = event("both", 1);
+    both["tags"] = json!({"team": "a"});
+    both["usageAllocations"] = json!([]);
+    let mut numeric_license = event("num", 1);
+    numeric_license["licenseArn"] = json!(7);
+    let mut fractional = event("frac", 1);
+    fractional["quantity"] = json!(1.5);
+    let mut text_quantity = event("text", 1);
+    text_quantity["quantity"] = json!("12");
+    let mut offset = event("offset", 1);
+    offset["timestamp"] = json!("2026-12-03T11:15:42.750+01:00");
+    let mut bad_time = event("bad-time", 1);
+    bad_time["timestamp"] = json!("yesterday");
+    let mut tags = event("tags", 4);
+    tags["tags"] = json!({"z": "1", "a": "2"});
+    let parsed = batch(vec![
+        no_id,
+        typo,
+        ttl,
+        both,
+        numeric_license,
+        fractional,
+        text_quantity,
+        offset,
+        bad_time,
+        json!(3),
+        tags,
+    ]);
+    let refusal = |i: usize| parsed[i].usage.clone().unwrap_err();
+    assert_eq!(parsed[0].id, None);
+    assert_eq!(refusal(0).reason, "MissingId");
+    assert!(
+        refusal(1).message.contains("\"quantitiy\""),
+        "{:?}",
+        refusal(1)
+    );
+    assert_eq!(refusal(2).code, Some(ReasonCode::ReservedAttribute));
+    assert_eq!(refusal(3).reason, "MalformedEvent");
+    assert!(refusal(4).message.contains("licenseArn is a string"));
+    assert_eq!(refusal(5).code, Some(ReasonCode::NonIntegerQuantity));
+    assert_eq!(parsed[6].usage.as_ref().unwrap().quantity, 12);
+    // Any RFC 3339 offset, read as UTC with the fraction dropped.
+    assert_eq!(
+        parsed[7].usage.as_ref().unwrap().timestamp,
+        Some(t("2026-12-03T10:15:42Z"))
+    );
+    assert_eq!(refusal(8).code, Some(ReasonCode::MalformedTimestamp));
+    assert_eq!(parsed[9].id, None);
+    assert_eq!(refusal(9).reason, "MalformedEvent");
+    // Tags given as an object: one tag set of the whole quantity, in key order.
+    let allocations = parsed[10]
+        .usage
+        .as_ref()
+        .unwrap()
+        .allocations
+        .clone()
+        .unwrap();
+    assert_eq!(allocations.len(), 1);
+    assert_eq!(allocations[0].quantity, 4);
+    let keys: Vec<&str> = allocations[0].tags.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, ["a", "z"]);
+    assert_eq!(
+        quantity_of_json(&json!(-1)),
+        Err(ReasonCode::NegativeQuantity)
+    );
+    assert_eq!(
+        quantity_of_json(&json!(null)),
+        Err(ReasonCode::NonNumericQuantity)
+    );
+}
+
+#[test]
+fn a_cloudevents_batch_carries_the_same_usage() {
+    let body = serde_json::to_vec(&json!([
+        {
+            "specversion": "1.0", "id": "ce-1", "source": "/billing/api", "type": "com.example.usage",
+            "time": "2026-12-03T10:00:05Z", "datacontenttype": "application/json",
+            "traceparent": "00-abc-def-01",
+            "data": {"licenseArn": license(1), "customerAWSAccountId": ACCOUNT_A, "dimension": "api_calls", "quantity": 2}
+        },
+        {"specversion": "0.3", "id": "ce-2", "data": {}},
+        {"specversion": "1.0", "id": "ce-3", "data": {"id": "x", "quantity": 1}},
+        {"specversion": "1.0", "id": "ce-4", "Weird-Name": 1, "data": {}},
+        {"specversion": "1.0", "id": "ce-5", "data": "text"},
+    ]))
+    .unwrap();
+    let parsed = parse_batch(MediaType::CloudEventsBatch, &body).unwrap();
+    let usage = parsed[0].usage.as_ref().unwrap();
+    assert_eq!(parsed[0].id.as_deref(), Some("ce-1"));
+    assert_eq!(usage.timestamp, Some(t("2026-12-03T10:00:05Z")));
+    assert_eq!(usage.quantity, 2);
+    for refused in &parsed[1..] {
+        assert_eq!(
+            refused.usage.as_ref().unwrap_err().reason,
+            "MalformedEvent",
+            "{refused:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_event_gets_its_verdict_in_order_and_a_retry_writes_nothing() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    let mut late = event("late", 1);
+    late["timestamp"] = json!("2026-12-01T10:00:00Z");
+    let mut bad_license = event("bad-license", 1);
+    bad_license["licenseArn"] = json!("l-0123");
+    let mut hash = event("a#b", 1);
+    hash["dimension"] = json!("api");
+    let first = post(
+        &world,
+        vec![
+            event("e-1", 3),
+            late.clone(),
+            bad_license,
+            event("e-2", 4),
+            hash,
+        ],
+        "2026-12-03T10:30:00Z",
+    )
+    .await;
+    assert_eq!(
+        statuses(&first),
+        ["accepted", "rejected", "rejected", "accepted", "rejected"]
+    );
+    assert_eq!(reason(&first[1]), "TimestampOutOfWindow");
+    assert!(matches!(
+        &first[1],
+        Verdict::Rejected {
+            server_side: Some("TimestampOutOfBoundsException"),
+            ..
+        }
+    ));
+    assert_eq!(reason(&first[2]), "InvalidLicenseArn");
+    assert_eq!(reason(&first[4]), "Unwritable");
+    let rows = world.tables.raw_rows().len();
+    assert_eq!(rows, 4, "two rows and their two markers");
+
+    // The whole batch again, a minute later (a client retrying after a timeout): the
+    // defaulted timestamps are a later "now", and still nothing is written.
+    let again = post(
+        &world,
+        vec![event("e-1", 3), late, event("e-2", 4)],
+        "2026-12-03T10:31:00Z",
+    )
+    .await;
+    assert_eq!(statuses(&again), ["duplicate", "rejected", "duplicate"]);
+    let Verdict::Duplicate {
+        recorded: Some(recorded),
+        ..
+    } = &again[0]
+    else {
+        panic!("{:?}", again[0]);
+    };
+    assert_eq!(
+        recorded.timestamp,
+        t("2026-12-03T10:30:00Z"),
+        "the first write's instant"
+    );
+    assert_eq!(recorded.quantity, 3);
+    assert_eq!(world.tables.raw_rows().len(), rows);
+
+    // The same id with other usage: a conflict naming both, nothing written.
+    let conflict = post(&world, vec![event("e-1", 30)], "2026-12-03T10:32:00Z").await;
+    let Verdict::Conflict {
+        recorded,
+        this,
+        message,
+        ..
+    } = &conflict[0]
+    else {
+        panic!("{:?}", conflict[0]);
+    };
+    assert_eq!(
+        (recorded.as_ref().unwrap().quantity, this.quantity),
+        (3, 30)
+    );
+    assert!(message.contains("new id"));
+    assert_eq!(world.tables.raw_rows().len(), rows);
+    let wire = serde_json::to_value(&conflict[0]).unwrap();
+    assert_eq!(wire["status"], "conflict");
+    assert_eq!(wire["recorded"]["customerAWSAccountId"], ACCOUNT_A);
+    assert_eq!(wire["this"]["quantity"], 30);
+}
+
+#[tokio::test]
+async fn an_id_repeated_inside_one_batch_is_judged_against_its_first_occurrence() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    let verdicts = post(
+        &world,
+        vec![
+            event("same", 2),
+            event("other", 1),
+            event("same", 2),
+            event("same", 5),
+        ],
+        "2026-12-03T10:30:00Z",
+    )
+    .await;
+    assert_eq!(
+        statuses(&verdicts),
+        ["accepted", "accepted", "duplicate", "conflict"]
+    );
+    assert_eq!(world.tables.raw_rows().len(), 4);
+}
+
+#[tokio::test]
+async fn a_direct_submit_stack_or_a_throttled_table_gets_no_verdicts() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    let direct = Target {
+        store: &world.usage,
+        mode: DeploymentMode::DirectSubmit,
+        product_code: PRODUCT,
+    };
+    let refused = record_batch(
+        direct,
+        batch(vec![event("e", 1)]),
+        t("2026-12-03T10:30:00Z"),
+    )
+    .await;
+    assert!(matches!(refused, Err(BatchError::DirectSubmit(_))));
+    assert!(world.tables.raw_rows().is_empty());
+
+    world.tables.fail_after(
+        StoreOp::UsagePutRow,
+        1,
+        PortError::Transient {
+            operation: "put_row",
+            message: "ProvisionedThroughputExceededException".into(),
+        },
+    );
+    let full = Target {
+        mode: DeploymentMode::Full,
+        ..direct
+    };
+    let events = || batch(vec![event("a", 1), event("a", 1), event("b", 2)]);
+    let throttled = record_batch(full, events(), t("2026-12-03T10:30:00Z")).await;
+    assert!(matches!(
+        throttled,
+        Err(BatchError::Store(PortError::Transient { .. }))
+    ));
+    // The retry of the whole batch finds what the first attempt wrote and writes the rest.
+    let retried = record_batch(full, events(), t("2026-12-03T10:30:05Z"))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&retried), ["duplicate", "duplicate", "accepted"]);
+    assert_eq!(world.tables.raw_rows().len(), 4);
+}
+
+#[tokio::test]
+async fn an_events_fate_follows_it_from_pending_through_its_hours_record_to_billed() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    world.subscribe(&license(1), ACCOUNT_A, SubscriptionStatus::Active, None);
+    world.api.entitle(&license(1), ACCOUNT_A);
+    post(
+        &world,
+        vec![event("e-1", 3), event("e-2", 4)],
+        "2026-12-03T10:30:00Z",
+    )
+    .await;
+    let fate = |id: &'static str| {
+        let world = world.clone();
+        async move {
+            event_fate(&world.usage, &world.aggregated, &license(1), id)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(fate("never").await, None);
+    let pending = fate("e-1").await.unwrap();
+    assert_eq!(pending.fate, Fate::Pending);
+    assert_eq!(pending.usage.unwrap().quantity, 3);
+
+    // The hour closes; the pipeline aggregates and bills it.
+    world.run_upstream(t("2026-12-03T11:05:00Z")).await;
+    let counted = fate("e-2").await.unwrap();
+    let Fate::Counted { record } = &counted.fate else {
+        panic!("{counted:?}");
+    };
+    assert_eq!(record.quantity, 7);
+    assert_eq!(
+        record.metering_status,
+        crate::model::AggregatedStatus::Pending
+    );
+    world.submit(t("2026-12-03T11:06:00Z")).await;
+    let billed = fate("e-2").await.unwrap();
+    let Fate::Counted { record } = &billed.fate else {
+        panic!("{billed:?}");
+    };
+    assert_eq!(
+        record.metering_status,
+        crate::model::AggregatedStatus::Success
+    );
+    assert!(record.metering_record_id.is_some());
+    let wire = serde_json::to_value(&billed).unwrap();
+    assert_eq!(wire["fate"]["state"], "counted");
+    assert_eq!(wire["fate"]["record"]["meteringStatus"], "Success");
+    assert_eq!(wire["fate"]["record"]["hourBucket"], "2026-12-03T10");
+}

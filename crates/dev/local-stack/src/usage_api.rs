@@ -1,0 +1,193 @@
+//! Calls to the local usage API as a seller's service makes them (over HTTP, JSON in
+//! and out, signed with SigV4 for `execute-api` as in AWS): the demo posts its usage
+//! through it, and the tests read events back.
+
+use std::time::SystemTime;
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use serde_json::Value;
+
+use crate::LocalError;
+use crate::resources::LOCAL_REGION;
+use crate::system::LocalSystem;
+
+/// The credentials the local usage API accepts (what `awsmp local up` prints for the
+/// emulator too): access key id and secret.
+pub const LOCAL_API_CREDENTIALS: (&str, &str) = ("test", "test");
+
+/// The SigV4 headers (`authorization`, `x-amz-date`) of `method url` with `headers` and
+/// `body`, signed with [`LOCAL_API_CREDENTIALS`] for `execute-api` in the local Region.
+pub fn signed_headers(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Vec<(String, String)>, LocalError> {
+    let failed =
+        |e: &dyn std::fmt::Display| LocalError::Check(format!("signing {method} {url}: {e}"));
+    let (key, secret) = LOCAL_API_CREDENTIALS;
+    let identity = Credentials::new(key, secret, None, None, "awsmp-local").into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(LOCAL_REGION)
+        .name("execute-api")
+        .time(SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| failed(&e))?
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        url,
+        headers.iter().copied(),
+        SignableBody::Bytes(body),
+    )
+    .map_err(|e| failed(&e))?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| failed(&e))?
+        .into_parts();
+    Ok(instructions
+        .headers()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect())
+}
+
+async fn send(
+    method: reqwest::Method,
+    url: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> Result<reqwest::Response, LocalError> {
+    let headers: Vec<(&str, &str)> = content_type
+        .map(|t| ("content-type", t))
+        .into_iter()
+        .collect();
+    let mut request = reqwest::Client::new().request(method.clone(), url);
+    for (name, value) in signed_headers(method.as_str(), url, &headers, &body)? {
+        request = request.header(name, value);
+    }
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    request
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| LocalError::Check(format!("{method} {url}: {e}")))
+}
+
+fn url(system: &LocalSystem, path: &str) -> Result<String, LocalError> {
+    let server = system.usage_api.as_ref().ok_or_else(|| {
+        LocalError::Wiring("the main stack deploys no usage API (UsageApi=disabled)".into())
+    })?;
+    Ok(format!("{}{path}", server.url()))
+}
+
+async fn answer(response: reqwest::Response, what: &str) -> Result<(u16, Value), LocalError> {
+    let status = response.status().as_u16();
+    let text = response
+        .text()
+        .await
+        .map_err(|e| LocalError::Check(format!("{what}: {e}")))?;
+    let body = serde_json::from_str(&text).map_err(|e| {
+        LocalError::Check(format!(
+            "{what} answered {status} with no JSON ({e}): {text}"
+        ))
+    })?;
+    Ok((status, body))
+}
+
+/// `POST /usage/events` with `body` (`{"events": [...]}`); the answer of a `200`.
+pub async fn post_events(system: &LocalSystem, body: &Value) -> Result<Value, LocalError> {
+    let response = send(
+        reqwest::Method::POST,
+        &url(system, "/usage/events")?,
+        Some("application/json"),
+        body.to_string().into_bytes(),
+    )
+    .await?;
+    match answer(response, "POST /usage/events").await? {
+        (200, body) => Ok(body),
+        (status, body) => Err(LocalError::Check(format!(
+            "POST /usage/events answered {status}: {body}"
+        ))),
+    }
+}
+
+/// `POST /usage/events` without a signature: the status (the API refuses it, 403).
+pub async fn post_unsigned(system: &LocalSystem, body: &Value) -> Result<u16, LocalError> {
+    let url = url(system, "/usage/events")?;
+    let response = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| LocalError::Check(format!("POST {url}: {e}")))?;
+    Ok(response.status().as_u16())
+}
+
+/// `GET /usage/events/{id}?licenseArn=`: the status and the answer.
+pub async fn get_event(
+    system: &LocalSystem,
+    id: &str,
+    license_arn: &str,
+) -> Result<(u16, Value), LocalError> {
+    let mut target = reqwest::Url::parse(&url(system, "/usage/events/")?)
+        .map_err(|e| LocalError::Check(e.to_string()))?;
+    target
+        .path_segments_mut()
+        .map_err(|()| LocalError::Check("usage API URL has no path".into()))?
+        .pop_if_empty()
+        .push(id);
+    target
+        .query_pairs_mut()
+        .append_pair("licenseArn", license_arn);
+    let response = send(reqwest::Method::GET, target.as_str(), None, Vec::new()).await?;
+    answer(response, "GET /usage/events").await
+}
+
+/// Runs the Python client (`examples/usage-api/post_usage.py`, botocore's SigV4 signer)
+/// with the venv's Python, posting `events`; its printed answer.
+pub fn post_with_python_client(
+    system: &LocalSystem,
+    root: &std::path::Path,
+    events: &Value,
+) -> Result<Value, LocalError> {
+    let server = system
+        .usage_api
+        .as_ref()
+        .ok_or_else(|| LocalError::Wiring("the main stack deploys no usage API".into()))?;
+    let file = std::env::temp_dir().join(format!("awsmp-usage-events-{}.json", std::process::id()));
+    std::fs::write(&file, events.to_string())
+        .map_err(|e| LocalError::Setup(format!("{}: {e}", file.display())))?;
+    let (key, secret) = LOCAL_API_CREDENTIALS;
+    let python = awsmp_local_aws::venv_dir().join("bin/python");
+    let output = std::process::Command::new(&python)
+        .arg(root.join("examples/usage-api/post_usage.py"))
+        .arg(server.url())
+        .arg(&file)
+        .env("AWS_ACCESS_KEY_ID", key)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_REGION", LOCAL_REGION)
+        .output()
+        .map_err(|e| LocalError::Setup(format!("{}: {e}", python.display())))?;
+    let _ = std::fs::remove_file(&file);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(LocalError::Check(format!(
+            "the Python client failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    serde_json::from_str(stdout.trim()).map_err(|e| {
+        LocalError::Check(format!(
+            "the Python client printed no answer ({e}): {stdout}"
+        ))
+    })
+}

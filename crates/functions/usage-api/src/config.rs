@@ -1,0 +1,40 @@
+//! The usage API function's configuration, read once at init.
+
+use awsmp_core::submit::DeploymentMode;
+use awsmp_lambda::{ConfigError, EnvReader};
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &[
+    "USAGE_TABLE",
+    "AGGREGATED_TABLE",
+    "PRODUCT_CODE",
+    "DEPLOYMENT_MODE",
+];
+
+/// The usage API's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `USAGE_TABLE`: where events are written.
+    pub usage_table: String,
+    /// `AGGREGATED_TABLE`: read for an event's record.
+    pub aggregated_table: String,
+    /// `PRODUCT_CODE`: the product every event is checked against.
+    pub product_code: String,
+    /// `DEPLOYMENT_MODE`: a direct-submit stack takes no raw usage.
+    pub deployment_mode: DeploymentMode,
+}
+
+impl Config {
+    /// Reads the variables through `lookup` (the process environment in Lambda; tests
+    /// pass a map); every problem is reported at once.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Config {
+            usage_table: env.usage_table(),
+            aggregated_table: env.aggregated_table(),
+            product_code: env.product_code(),
+            deployment_mode: env.deployment_mode(),
+        };
+        env.finish(config)
+    }
+}

@@ -1,0 +1,348 @@
+//! The usage API Lambda (main stack, behind an API Gateway HTTP API, payload format
+//! 1.0, IAM or JWT authorization):
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `POST /usage/events` | a batch of up to 100 events (1 MB): each checked as the aggregator checks it and written idempotently by its id ([`awsmp_core::usage_api::record_batch`]); `200` with every event's verdict in order |
+//! | `GET /usage/events/{id}?licenseArn=` | the event's fate so far ([`awsmp_core::usage_api::event_fate`]) |
+//!
+//! The status says only whether the envelope was understood: `400` malformed, `413` too
+//! large, `415` media type, `409` a direct-submit stack (no raw usage there), `503` with
+//! `Retry-After` when the table throttles (a retry of the whole batch is always safe:
+//! what was written answers `duplicate`); `429` comes from the API's own throttling.
+//! Every error is JSON `{"code", "message"}`.
+
+pub mod config;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
+use aws_lambda_events::encodings::Body;
+use aws_lambda_events::http::Method;
+use aws_lambda_events::http::header::{HeaderName, HeaderValue};
+use awsmp_core::ports::{AggregatedStore, Clock, PortError, UsageStore};
+use awsmp_core::submit::DeploymentMode;
+use awsmp_core::usage_api::{
+    BatchError, EnvelopeError, MediaType, Target, Verdict, event_fate, parse_batch, record_batch,
+};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use lambda_runtime::LambdaEvent;
+use serde_json::{Value, json};
+
+pub use config::{Config, ENV_VARS};
+
+/// Seconds a client waits before retrying a batch the table throttled.
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// The handler's dependencies, built once per process and shared by every invocation.
+#[derive(Clone)]
+pub struct State {
+    /// Settings.
+    pub config: Arc<Config>,
+    /// The usage table.
+    pub usage: Arc<dyn UsageStore>,
+    /// The aggregated-usage table (read by `GET`).
+    pub aggregated: Arc<dyn AggregatedStore>,
+    /// "When received", the default instant of an event without one.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl State {
+    /// Builds the AWS clients once, on `sdk`, for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        let client = aws_sdk_dynamodb::Client::new(sdk);
+        State {
+            usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
+                client.clone(),
+                config.usage_table.clone(),
+            )),
+            aggregated: Arc::new(awsmp_aws::DynamoAggregatedStore::new(
+                client,
+                config.aggregated_table.clone(),
+            )),
+            clock: Arc::new(awsmp_aws::SystemClock),
+            config: Arc::new(config.clone()),
+        }
+    }
+}
+
+/// Which route a request is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Events,
+    Event(String),
+}
+
+/// The route, from the path's last segments (so a custom domain's base path in front
+/// of it does not matter); the event id from the path parameter API Gateway decoded,
+/// else from the path itself.
+fn route_of(request: &ApiGatewayProxyRequest) -> Option<Route> {
+    let path = request.path.as_deref().unwrap_or("/");
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    match segments.as_slice() {
+        [.., "usage", "events"] => Some(Route::Events),
+        [.., "usage", "events", id] => {
+            let id = request
+                .path_parameters
+                .get("id")
+                .cloned()
+                .unwrap_or_else(|| percent_decoded(id));
+            Some(Route::Event(id))
+        }
+        _ => None,
+    }
+}
+
+/// A path segment with its `%XX` escapes decoded (`+` stays `+`: this is a path, not
+/// a form); an escape that is not valid UTF-8 is kept as written.
+fn percent_decoded(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
+}
+
+/// The Lambda entry point: every outcome is an HTTP answer, so it never fails.
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<ApiGatewayProxyRequest>,
+) -> Result<ApiGatewayProxyResponse, Infallible> {
+    Ok(handle(state, event.payload).await)
+}
+
+/// Answers one proxy request.
+pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+    let method = request.http_method.clone();
+    match (route_of(&request), method) {
+        (Some(Route::Events), Method::POST) => post_events(state, &request).await,
+        (Some(Route::Event(id)), Method::GET) => get_event(state, &request, &id).await,
+        (Some(route), method) => {
+            let mut response = error(
+                405,
+                "MethodNotAllowed",
+                &format!("{method} is not answered here"),
+            );
+            let allow = match route {
+                Route::Events => "POST",
+                Route::Event(_) => "GET",
+            };
+            response
+                .headers
+                .insert("allow", HeaderValue::from_static(allow));
+            response
+        }
+        (None, _) => error(
+            404,
+            "NotFound",
+            "the usage API answers POST /usage/events and GET /usage/events/{id}?licenseArn=...",
+        ),
+    }
+}
+
+fn header<'a>(request: &'a ApiGatewayProxyRequest, name: &str) -> Option<&'a str> {
+    request.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The body's bytes (API Gateway delivers some media types base64-encoded).
+fn body_of(request: &ApiGatewayProxyRequest) -> Result<Vec<u8>, EnvelopeError> {
+    let text = request.body.as_deref().unwrap_or("");
+    if request.is_base64_encoded {
+        BASE64
+            .decode(text)
+            .map_err(|e| EnvelopeError::Malformed(format!("the body is not valid base64: {e}")))
+    } else {
+        Ok(text.as_bytes().to_vec())
+    }
+}
+
+async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+    let now = state.clock.now();
+    let parsed = MediaType::of(header(request, "content-type"))
+        .and_then(|media| Ok((media, body_of(request)?)))
+        .and_then(|(media, body)| parse_batch(media, &body));
+    let events = match parsed {
+        Ok(events) => events,
+        Err(e) => {
+            tracing::warn!(status = e.status(), code = e.code(), "batch refused: {e}");
+            return error(e.status(), e.code(), &e.to_string());
+        }
+    };
+    let target = Target {
+        store: state.usage.as_ref(),
+        mode: state.config.deployment_mode,
+        product_code: &state.config.product_code,
+    };
+    match record_batch(target, events, now).await {
+        Ok(verdicts) => {
+            let count = |status: &str| verdicts.iter().filter(|v| v.status() == status).count();
+            let summary = json!({
+                "accepted": count("accepted"),
+                "duplicate": count("duplicate"),
+                "conflict": count("conflict"),
+                "rejected": count("rejected"),
+            });
+            tracing::info!(%summary, caller = caller(request), "batch recorded");
+            let results: Vec<Value> = verdicts.iter().map(verdict_json).collect();
+            json_response(200, &json!({ "results": results, "summary": summary }))
+        }
+        Err(e) => batch_error(&e),
+    }
+}
+
+fn verdict_json(verdict: &Verdict) -> Value {
+    serde_json::to_value(verdict).unwrap_or_else(
+        |e| json!({"status": "rejected", "reason": "Unwritable", "message": e.to_string()}),
+    )
+}
+
+fn batch_error(e: &BatchError) -> ApiGatewayProxyResponse {
+    match e {
+        BatchError::DirectSubmit(refusal) => {
+            tracing::warn!("usage refused: {refusal}");
+            error(409, "DirectSubmitStack", &refusal.to_string())
+        }
+        BatchError::Store(store) => store_error(store),
+    }
+}
+
+fn store_error(e: &PortError) -> ApiGatewayProxyResponse {
+    match e {
+        PortError::Transient { .. } => {
+            tracing::warn!(error = %e, "usage table throttled");
+            let mut response = error(
+                503,
+                "Throttled",
+                &format!(
+                    "the usage table is throttling ({e}); retry the whole request after {RETRY_AFTER_SECONDS} s: events already written answer duplicate"
+                ),
+            );
+            response.headers.insert(
+                "retry-after",
+                HeaderValue::from_str(&RETRY_AFTER_SECONDS.to_string())
+                    .unwrap_or(HeaderValue::from_static("1")),
+            );
+            response
+        }
+        other => {
+            tracing::error!(error = %other, "usage table unavailable");
+            error(
+                500,
+                "StoreFailed",
+                &format!(
+                    "the usage table could not be used ({other}); retry the whole request later: events already written answer duplicate"
+                ),
+            )
+        }
+    }
+}
+
+async fn get_event(
+    state: &State,
+    request: &ApiGatewayProxyRequest,
+    id: &str,
+) -> ApiGatewayProxyResponse {
+    if state.config.deployment_mode == DeploymentMode::DirectSubmit {
+        return batch_error(&BatchError::DirectSubmit(
+            awsmp_core::guardrails::write::DirectSubmitRefusal,
+        ));
+    }
+    let Some(license_arn) = request
+        .query_string_parameters
+        .first("licenseArn")
+        .filter(|l| !l.is_empty())
+    else {
+        return error(
+            400,
+            "MissingLicenseArn",
+            "name the event's license: GET /usage/events/{id}?licenseArn=<the licenseArn it was posted with> (event ids are unique per license)",
+        );
+    };
+    match event_fate(
+        state.usage.as_ref(),
+        state.aggregated.as_ref(),
+        license_arn,
+        id,
+    )
+    .await
+    {
+        Ok(Some(fate)) => json_response(
+            200,
+            &serde_json::to_value(&fate)
+                .unwrap_or_else(|e| json!({"id": id, "error": e.to_string()})),
+        ),
+        Ok(None) => error(
+            404,
+            "UnknownEvent",
+            &format!(
+                "no event {id:?} was written for license {license_arn}: check the id and the license it was posted with"
+            ),
+        ),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// Who called, for the log: the IAM principal or the JWT's subject.
+fn caller(request: &ApiGatewayProxyRequest) -> String {
+    let context = &request.request_context;
+    context
+        .identity
+        .user_arn
+        .clone()
+        .or_else(|| {
+            context
+                .authorizer
+                .fields
+                .get("claims")
+                .and_then(|claims| claims.get("sub"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+/// The headers every answer carries.
+const HEADERS: &[(&str, &str)] = &[
+    ("cache-control", "no-store"),
+    ("x-content-type-options", "nosniff"),
+    ("content-type", "application/json; charset=utf-8"),
+];
+
+fn json_response(status: u16, body: &Value) -> ApiGatewayProxyResponse {
+    let mut response = ApiGatewayProxyResponse::default();
+    response.status_code = i64::from(status);
+    for (name, value) in HEADERS {
+        response.headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    response.body = Some(Body::Text(body.to_string()));
+    response
+}
+
+fn error(status: u16, code: &str, message: &str) -> ApiGatewayProxyResponse {
+    json_response(status, &json!({ "code": code, "message": message }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests;

@@ -1,0 +1,256 @@
+use std::collections::HashMap;
+
+use aws_lambda_events::query_map::QueryMap;
+use awsmp_core::memory::{ManualClock, MemoryTables, StoreOp};
+use awsmp_core::time::parse_usage_timestamp;
+
+use super::*;
+
+const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
+
+fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
+    State {
+        config: Arc::new(Config {
+            usage_table: "usage".into(),
+            aggregated_table: "aggregated".into(),
+            product_code: "prod".into(),
+            deployment_mode: mode,
+        }),
+        usage: Arc::new(tables.usage_store()),
+        aggregated: Arc::new(tables.aggregated_store()),
+        clock: Arc::new(ManualClock::new(
+            parse_usage_timestamp("2026-12-03T10:30:00Z").unwrap(),
+        )),
+    }
+}
+
+fn request(
+    method: Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: &str,
+) -> ApiGatewayProxyRequest {
+    let mut request = ApiGatewayProxyRequest::default();
+    request.http_method = method;
+    request.path = Some(path.to_string());
+    if let Some(content_type) = content_type {
+        request
+            .headers
+            .insert("content-type", HeaderValue::from_str(content_type).unwrap());
+    }
+    request.body = Some(body.to_string());
+    request
+}
+
+fn post(body: &Value) -> ApiGatewayProxyRequest {
+    request(
+        Method::POST,
+        "/usage/events",
+        Some("application/json"),
+        &body.to_string(),
+    )
+}
+
+fn get(id: &str, license: Option<&str>) -> ApiGatewayProxyRequest {
+    let mut request = request(Method::GET, &format!("/usage/events/{id}"), None, "");
+    if let Some(license) = license {
+        request.query_string_parameters = QueryMap::from(HashMap::from([(
+            "licenseArn".to_string(),
+            license.to_string(),
+        )]));
+    }
+    request
+}
+
+fn answer(response: &ApiGatewayProxyResponse) -> (i64, Value) {
+    let body = match &response.body {
+        Some(Body::Text(text)) => serde_json::from_str(text).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    (response.status_code, body)
+}
+
+fn events(quantity: i64) -> Value {
+    json!({"events": [
+        {"id": "e-1", "licenseArn": LICENSE, "customerAWSAccountId": "111122223333",
+         "dimension": "api_calls", "quantity": quantity},
+        {"id": "e-2", "licenseArn": "l-bad", "customerAWSAccountId": "111122223333",
+         "dimension": "api_calls", "quantity": 1},
+    ]})
+}
+
+#[tokio::test]
+async fn a_batch_gets_a_verdict_per_event_and_its_retry_writes_nothing() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    let (status, body) = answer(&handle(&state, post(&events(3))).await);
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["results"][0],
+        json!({"id": "e-1", "status": "accepted"})
+    );
+    assert_eq!(body["results"][1]["status"], "rejected");
+    assert_eq!(body["results"][1]["reason"], "InvalidLicenseArn");
+    assert_eq!(
+        body["results"][1]["serverSideException"],
+        "InvalidLicenseException"
+    );
+    assert_eq!(
+        body["summary"],
+        json!({"accepted": 1, "duplicate": 0, "conflict": 0, "rejected": 1})
+    );
+    let (_, again) = answer(&handle(&state, post(&events(3))).await);
+    assert_eq!(again["results"][0]["status"], "duplicate");
+    assert_eq!(again["results"][0]["recorded"]["quantity"], 3);
+    let (_, other) = answer(&handle(&state, post(&events(4))).await);
+    assert_eq!(other["results"][0]["status"], "conflict");
+    assert_eq!(tables.raw_rows().len(), 2, "one row and its marker");
+
+    // Delivered base64-encoded, as API Gateway does for binary media types.
+    let mut encoded = post(&json!({"events": [{"id": "e-3", "licenseArn": LICENSE,
+        "customerAWSAccountId": "111122223333", "dimension": "api_calls", "quantity": 1}]}));
+    encoded.body = encoded.body.map(|b| BASE64.encode(b));
+    encoded.is_base64_encoded = true;
+    let (_, decoded) = answer(&handle(&state, encoded).await);
+    assert_eq!(decoded["results"][0]["status"], "accepted");
+}
+
+#[tokio::test]
+async fn an_envelope_it_cannot_read_is_refused_whole_with_a_status_that_says_why() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    let body = events(1).to_string();
+    let cases = [
+        (
+            request(Method::POST, "/usage/events", None, &body),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            request(Method::POST, "/usage/events", Some("text/plain"), &body),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            request(Method::POST, "/usage/events", Some("application/json"), "{"),
+            400,
+            "MalformedBatch",
+        ),
+        (
+            request(
+                Method::POST,
+                "/usage/events",
+                Some("application/json"),
+                &" ".repeat(1024 * 1024 + 1),
+            ),
+            413,
+            "BatchTooLarge",
+        ),
+        (
+            request(Method::GET, "/usage/events", None, ""),
+            405,
+            "MethodNotAllowed",
+        ),
+        (
+            request(Method::DELETE, "/usage/events/e-1", None, ""),
+            405,
+            "MethodNotAllowed",
+        ),
+        (
+            request(Method::POST, "/usage", Some("application/json"), &body),
+            404,
+            "NotFound",
+        ),
+        (get("e-1", None), 400, "MissingLicenseArn"),
+        (get("e-1", Some(LICENSE)), 404, "UnknownEvent"),
+    ];
+    for (request, want_status, want_code) in cases {
+        let response = handle(&state, request).await;
+        let (status, body) = answer(&response);
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (want_status, want_code),
+            "{body}"
+        );
+        assert!(!body["message"].as_str().unwrap().is_empty());
+        if status == 405 {
+            assert!(response.headers.contains_key("allow"));
+        }
+    }
+    assert!(tables.raw_rows().is_empty());
+}
+
+#[tokio::test]
+async fn a_throttled_table_answers_503_with_retry_after_and_a_direct_submit_stack_409() {
+    let tables = MemoryTables::new();
+    tables.fail_next(
+        StoreOp::UsagePutRow,
+        PortError::Transient {
+            operation: "put_row",
+            message: "throttled".into(),
+        },
+    );
+    let response = handle(&state(&tables, DeploymentMode::Full), post(&events(1))).await;
+    assert_eq!(answer(&response).0, 503);
+    assert_eq!(response.headers["retry-after"], "1");
+    let direct = state(&tables, DeploymentMode::DirectSubmit);
+    let (status, body) = answer(&handle(&direct, post(&events(1))).await);
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (409, "DirectSubmitStack")
+    );
+    assert!(body["message"].as_str().unwrap().contains("direct-submit"));
+    assert_eq!(
+        answer(&handle(&direct, get("e-1", Some(LICENSE))).await).0,
+        409
+    );
+    assert!(tables.raw_rows().is_empty());
+}
+
+#[tokio::test]
+async fn an_event_is_read_back_by_its_id_and_license() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    handle(&state, post(&events(3))).await;
+    // An id with characters a path must escape.
+    let odd = json!({"events": [{"id": "order 7/a+b", "licenseArn": LICENSE,
+        "customerAWSAccountId": "111122223333", "dimension": "api_calls", "quantity": 2}]});
+    handle(&state, post(&odd)).await;
+    let (status, body) = answer(&handle(&state, get("e-1", Some(LICENSE))).await);
+    assert_eq!(status, 200);
+    assert_eq!(body["id"], "e-1");
+    assert_eq!(body["fate"]["state"], "pending");
+    assert_eq!(body["usage"]["quantity"], 3);
+    assert_eq!(body["usage"]["timestamp"], "2026-12-03T10:30:00Z");
+    let mut escaped = get("order%207%2Fa+b", Some(LICENSE));
+    escaped.path_parameters = HashMap::from([("id".to_string(), "order 7/a+b".to_string())]);
+    let (status, body) = answer(&handle(&state, escaped).await);
+    assert_eq!((status, body["usage"]["quantity"].as_i64()), (200, Some(2)));
+    // Without API Gateway's decoded parameter (the local stand-in), from the path.
+    let (status, _) = answer(&handle(&state, get("order%207%2Fa+b", Some(LICENSE))).await);
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn reads_exactly_its_declared_variables() {
+    let asked = std::cell::RefCell::new(Vec::new());
+    let config = Config::from_lookup(&|n| {
+        asked.borrow_mut().push(n.to_string());
+        Some(match n {
+            "DEPLOYMENT_MODE" => "direct-submit".to_string(),
+            "PRODUCT_CODE" => "abc123".to_string(),
+            _ => format!("table-{n}"),
+        })
+    })
+    .unwrap();
+    assert_eq!(asked.into_inner(), ENV_VARS);
+    assert_eq!(config.deployment_mode, DeploymentMode::DirectSubmit);
+    assert_eq!(config.usage_table, "table-USAGE_TABLE");
+    let err = Config::from_lookup(&|n| (n == "DEPLOYMENT_MODE").then(|| "partial".to_string()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("USAGE_TABLE is not set") && err.contains("\"partial\""),
+        "{err}"
+    );
+}
