@@ -152,10 +152,32 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
             "examples/usage-api/post_usage.py resent evt-b1: expected duplicate, got {answer}"
         )));
     }
+    // A Node.js service (the AWS SDK's signer) sending another one again: a duplicate.
+    // Required where AWSMP_DEMO_NODE_CLIENT=require (make test); otherwise run when
+    // `node` is installed, since ./deploy.sh --local needs no Node.js.
+    let node_required = std::env::var("AWSMP_DEMO_NODE_CLIENT").as_deref() == Ok("require");
+    let node_present = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let node_line = if node_required || node_present {
+        let resent = serde_json::Value::Array(events[5..6].to_vec());
+        let answer = crate::usage_api::post_with_node_client(system, &system.root, &resent)?;
+        if answer["results"][0]["status"] != "duplicate" {
+            return Err(LocalError::Check(format!(
+                "examples/usage-api/node/post_usage.mjs resent evt-b2: expected duplicate, got {answer}"
+            )));
+        }
+        "evt-b1 resent by the Python client and evt-b2 by the Node client, both duplicate"
+    } else {
+        "evt-b1 resent by the Python client duplicate (the Node client skipped: no node on PATH)"
+    };
     put_bad_row(system, at(45)).await?;
     say(
         system,
-        "usage posted to /usage/events (SigV4; unsigned refused 403): 6 events accepted (two in the same second), the retried batch all duplicate, evt-b1 resent by the Python client duplicate; plus 1 malformed row",
+        &format!(
+            "usage posted to /usage/events (SigV4; unsigned refused 403): 6 events accepted (two in the same second), the retried batch all duplicate, {node_line}; plus 1 malformed row"
+        ),
     );
 
     // 4. Let the hour complete and the schedules meter it (15-minute steps: the

@@ -156,6 +156,74 @@ pub fn post_with_python_client(
     root: &std::path::Path,
     events: &Value,
 ) -> Result<Value, LocalError> {
+    let python = awsmp_local_aws::venv_dir().join("bin/python");
+    run_client(
+        "the Python client",
+        &python,
+        &root.join("examples/usage-api/post_usage.py"),
+        system,
+        events,
+    )
+}
+
+/// Runs the Node.js client (`examples/usage-api/node/post_usage.mjs`, the AWS SDK's
+/// SigV4 signer), posting `events`; its printed answer. Installs its pinned packages
+/// (`npm ci`) first when `node_modules` is missing there; fails, saying what to install,
+/// when Node.js or npm is.
+pub fn post_with_node_client(
+    system: &LocalSystem,
+    root: &std::path::Path,
+    events: &Value,
+) -> Result<Value, LocalError> {
+    const INSTALL: &str = "install Node.js 18+ and npm (apt-get install -y nodejs npm)";
+    let dir = root.join("examples/usage-api/node");
+    let missing = |tool: &str, e: &dyn std::fmt::Display| {
+        LocalError::Setup(format!(
+            "the Node.js usage API client needs `{tool}` ({e}): {INSTALL}"
+        ))
+    };
+    let version = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| missing("node", &e))?;
+    if !version.status.success() {
+        return Err(missing("node", &version.status));
+    }
+    if !dir.join("node_modules").is_dir() {
+        let npm = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .output()
+            .map_err(|e| missing("npm", &e))?;
+        if !npm.status.success() {
+            return Err(LocalError::Setup(format!(
+                "npm ci in {} failed ({}): {}{}",
+                dir.display(),
+                npm.status,
+                String::from_utf8_lossy(&npm.stdout),
+                String::from_utf8_lossy(&npm.stderr)
+            )));
+        }
+    }
+    run_client(
+        "the Node.js client",
+        std::path::Path::new("node"),
+        &dir.join("post_usage.mjs"),
+        system,
+        events,
+    )
+}
+
+/// Runs `program script URL events.json` as a seller's service would, with
+/// [`LOCAL_API_CREDENTIALS`] in the environment (the default credential chain's first
+/// source) and the local Region; the answer it printed, or what it said when it failed.
+fn run_client(
+    what: &str,
+    program: &std::path::Path,
+    script: &std::path::Path,
+    system: &LocalSystem,
+    events: &Value,
+) -> Result<Value, LocalError> {
     let server = system
         .usage_api
         .as_ref()
@@ -164,9 +232,8 @@ pub fn post_with_python_client(
     std::fs::write(&file, events.to_string())
         .map_err(|e| LocalError::Setup(format!("{}: {e}", file.display())))?;
     let (key, secret) = LOCAL_API_CREDENTIALS;
-    let python = awsmp_local_aws::venv_dir().join("bin/python");
-    let output = std::process::Command::new(&python)
-        .arg(root.join("examples/usage-api/post_usage.py"))
+    let output = std::process::Command::new(program)
+        .arg(script)
         .arg(server.url())
         .arg(&file)
         .env("AWS_ACCESS_KEY_ID", key)
@@ -175,19 +242,17 @@ pub fn post_with_python_client(
         .env_remove("AWS_PROFILE")
         .env("AWS_REGION", LOCAL_REGION)
         .output()
-        .map_err(|e| LocalError::Setup(format!("{}: {e}", python.display())))?;
+        .map_err(|e| LocalError::Setup(format!("{what} ({}): {e}", program.display())));
     let _ = std::fs::remove_file(&file);
+    let output = output?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(LocalError::Check(format!(
-            "the Python client failed ({}): {stdout}{}",
+            "{what} failed ({}): {stdout}{}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         )));
     }
-    serde_json::from_str(stdout.trim()).map_err(|e| {
-        LocalError::Check(format!(
-            "the Python client printed no answer ({e}): {stdout}"
-        ))
-    })
+    serde_json::from_str(stdout.trim())
+        .map_err(|e| LocalError::Check(format!("{what} printed no answer ({e}): {stdout}")))
 }
