@@ -24,9 +24,10 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 export AWSMP_VENV := $(VENV)
 
 .PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
-        browser-test report-test local-demo fuzz fuzz-cmin bench
+        browser-test report-test local-demo usage-api-test fuzz fuzz-cmin bench
 
-test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo
+test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo \
+      usage-api-test
 	@echo "make test: all stages finished"
 
 prereqs:
@@ -128,6 +129,12 @@ local-demo: venv
 	  echo "local-demo: skipped (scripts/local-demo.sh not written yet)"; \
 	fi
 
+# Property-based test of the usage API from docs/usage-api.openapi.yaml (schemathesis,
+# every request SigV4-signed) against `awsmp local up --serve`: no 5xx, every answer as
+# the contract says, no usage-table item for an event answered `rejected`. About a minute.
+usage-api-test: venv
+	@bash tests/usage-api/run.sh
+
 # Performance figures (prints numbers, asserts nothing; goals and limits beside each).
 # The pipeline's figures, then each Lambda artifact's size and init time, for this
 # machine and for arm64, what the templates deploy (each part builds every Lambda with
@@ -135,6 +142,7 @@ local-demo: venv
 # and aarch64's standard library or rust-src, and says which is missing).
 bench: venv
 	cargo bench -p awsmp-e2e --bench pipeline_figures
+	cargo bench -p awsmp-e2e --bench usage_api_figures
 	bash scripts/lambda-artifacts.sh
 	@bash scripts/lambda-artifacts.sh --target aarch64-unknown-linux-gnu || \
 	  echo "bench: no arm64 figures here (the line above says what is missing)"

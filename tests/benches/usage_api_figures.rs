@@ -167,8 +167,8 @@ async fn requests_and_units() {
     let api = DOLLARS_PER_MILLION_HTTP_REQUESTS / 100.0;
     // One invocation per batch; 100 ms of a 256 MB function per batch as the paper
     // figure (in AWS each batch waits for its DynamoDB round trips, 16 at a time).
-    let lambda = (DOLLARS_PER_MILLION_INVOCATIONS + 1e6 * FUNCTION_GB * 0.1 * DOLLARS_PER_GB_SECOND)
-        / 100.0;
+    let lambda =
+        (DOLLARS_PER_MILLION_INVOCATIONS + 1e6 * FUNCTION_GB * 0.1 * DOLLARS_PER_GB_SECOND) / 100.0;
     println!(
         "  dollars per million accepted events, batches of 100: DynamoDB ${dynamodb:.2} + API Gateway ${api:.3} + Lambda ${lambda:.3} = ${:.2}",
         dynamodb + api + lambda

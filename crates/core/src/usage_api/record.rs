@@ -38,7 +38,8 @@ pub enum Verdict {
         /// The event's id.
         id: String,
         /// What the first write recorded (its instant may be the first attempt's
-        /// "when received"); `None` when its row was since deleted by retention.
+        /// "when received"); `None` when its row was since deleted by retention or could
+        /// not be read back just now.
         recorded: Option<UsageView>,
     },
     /// The id was written before with other usage: nothing was written.
@@ -180,11 +181,17 @@ async fn one(
     let row = usage.to_row(id, now);
     match write_checked(target.store, target.mode, &row, ctx, now).await {
         Ok(IngestOutcome::Created) => Ok(Verdict::Accepted { id: id.clone() }),
+        // The verdict is known; what the first write recorded is read back on a best
+        // effort: a failed read answers `recorded: null` rather than failing the batch.
         Ok(IngestOutcome::Duplicate) => Ok(Verdict::Duplicate {
             id: id.clone(),
-            recorded: recorded_content(target.store, &row.license_arn, id)
-                .await?
-                .map(|content| UsageView::of(&row.license_arn, &content)),
+            recorded: match recorded_content(target.store, &row.license_arn, id).await {
+                Ok(content) => content.map(|content| UsageView::of(&row.license_arn, &content)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "duplicate: the first write could not be read back");
+                    None
+                }
+            },
         }),
         Ok(IngestOutcome::Conflict(conflict)) => Ok(Verdict::Conflict {
             id: id.clone(),

@@ -331,7 +331,12 @@ fn allocations(world: &World) -> Vec<String> {
         let mut once: BTreeMap<Vec<(String, String)>, i64> = BTreeMap::new();
         for event in &world.ingested {
             let Some(team) = event.team else { continue };
-            if !matches!(event.answer, Ingested::Created | Ingested::Duplicate)
+            // An unanswered event counts when the row its id wrote holds its usage.
+            let answered_written = matches!(event.answer, Ingested::Created | Ingested::Duplicate);
+            let unanswered_written = event.answer == Ingested::Unanswered
+                && rows_of_event(&rows, &event.license, &event.event_id)
+                    .any(|r| quantity(&r.attrs) == event.quantity);
+            if !(answered_written || unanswered_written)
                 || !seen.insert((event.license.clone(), event.event_id.clone()))
             {
                 continue;
@@ -377,6 +382,8 @@ fn ingestion(world: &World) -> Vec<String> {
             (Ingested::Refused, _) => violations.push(format!(
                 "{id}: refused (a direct-submit stack takes no raw usage), yet stored"
             )),
+            // Unanswered: stored or not, but never twice (the arm below).
+            (Ingested::Unanswered, [] | [_]) => {}
             (_, []) => violations.push(format!("{id}: answered {answer:?}, never stored")),
             (Ingested::Created | Ingested::Duplicate, [q]) if q == sent => {}
             (Ingested::Conflict, [q]) if q != sent => {}

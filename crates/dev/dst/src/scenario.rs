@@ -191,6 +191,9 @@ pub enum Ingested {
     Conflict,
     /// The stack takes no raw usage (direct-submit): nothing written.
     Refused,
+    /// Every attempt failed (the table's errors, lost answers): written or not, the
+    /// client cannot tell.
+    Unanswered,
 }
 
 struct Stack {
@@ -504,9 +507,114 @@ impl Stack {
         }
     }
 
-    /// One event through the seller's library ([`Meter`], told the stack's mode), retried
-    /// (up to three times) while the store's answer is an error.
-    async fn ingest(&self, mut event: Event) {
+    /// One event through the seller's library ([`Meter`], told the stack's mode) or, half
+    /// the time, posted to the usage API (its real handler on the same store), retried
+    /// (up to three times) while the answer is an error.
+    async fn ingest(&self, event: Event) {
+        if self.sim.below(2) == 0 {
+            self.ingest_through_api(event).await;
+        } else {
+            self.ingest_through_meter(event).await;
+        }
+    }
+
+    /// One event as a service in another language sends it: a batch holding it twice
+    /// now and then (the second occurrence is judged against the first), retried whole
+    /// after a 5xx (the table's error), as the API's clients do.
+    async fn ingest_through_api(&self, event: Event) {
+        let state = awsmp_usage_api::State {
+            config: Arc::new(awsmp_usage_api::Config {
+                usage_table: "usage".into(),
+                aggregated_table: "aggregated".into(),
+                product_code: self.product.into(),
+                deployment_mode: self.mode(),
+            }),
+            usage: self.usage.clone(),
+            aggregated: self.aggregated.clone(),
+            clock: Arc::new(self.clock.clone()),
+        };
+        let mut posted = serde_json::json!({
+            "id": event.event_id,
+            "licenseArn": event.license,
+            "customerAWSAccountId": ACCOUNT,
+            "dimension": "events",
+            "quantity": event.quantity,
+        });
+        if let Some(team) = event.team {
+            posted["tags"] = serde_json::json!({ "team": team });
+        }
+        let copies = if self.sim.below(4) == 0 { 2 } else { 1 };
+        let body = serde_json::json!({ "events": vec![posted; copies] }).to_string();
+        let slots = self.sending(&event, copies);
+        for _ in 0..3 {
+            let mut request = ApiGatewayProxyRequest::default();
+            request.http_method = aws_lambda_events::http::Method::POST;
+            request.path = Some("/usage/events".into());
+            request.headers.insert(
+                "content-type",
+                aws_lambda_events::http::HeaderValue::from_static("application/json"),
+            );
+            request.body = Some(body.clone());
+            let response = awsmp_usage_api::handle(&state, request).await;
+            let answer: serde_json::Value = match &response.body {
+                Some(aws_lambda_events::encodings::Body::Text(text)) => {
+                    serde_json::from_str(text).unwrap_or_default()
+                }
+                _ => serde_json::Value::Null,
+            };
+            let verdict = |i: usize| match (
+                response.status_code,
+                answer["results"][i]["status"].as_str(),
+            ) {
+                (200, Some("accepted")) => Some(Ingested::Created),
+                (200, Some("duplicate")) => Some(Ingested::Duplicate),
+                (200, Some("conflict")) => Some(Ingested::Conflict),
+                (409, _) => Some(Ingested::Refused),
+                _ => None,
+            };
+            // Each copy's own verdict: the invariant holds every one to what is stored
+            // (an identical second copy is a duplicate, never a conflict or a row).
+            let verdicts: Option<Vec<Ingested>> = (0..copies).map(verdict).collect();
+            let Some(verdicts) = verdicts else { continue };
+            for (slot, answer) in slots.iter().zip(verdicts) {
+                self.answered(*slot, answer);
+            }
+            return;
+        }
+    }
+
+    /// Notes `copies` sends of `event` as [`Ingested::Unanswered`] before they are sent
+    /// (a crash or a lost answer leaves them so); their slots, for [`Self::answered`].
+    fn sending(&self, event: &Event, copies: usize) -> Vec<usize> {
+        let mut ingested = self
+            .ingested
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (0..copies)
+            .map(|_| {
+                ingested.push(Event {
+                    answer: Ingested::Unanswered,
+                    ..event.clone()
+                });
+                ingested.len() - 1
+            })
+            .collect()
+    }
+
+    /// The answer the send in `slot` got.
+    fn answered(&self, slot: usize, answer: Ingested) {
+        if let Some(event) = self
+            .ingested
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(slot)
+        {
+            event.answer = answer;
+        }
+    }
+
+    async fn ingest_through_meter(&self, event: Event) {
+        let slot = self.sending(&event, 1)[0];
         let store: Arc<dyn UsageStore> = self.usage.clone();
         let meter = Meter::with_store(store, self.product).in_mode(self.mode());
         let mut usage = Usage::new(
@@ -527,11 +635,7 @@ impl Stack {
                 Err(UsageError::DirectSubmit(_)) => Ingested::Refused,
                 Err(_) => continue,
             };
-            event.answer = answer;
-            self.ingested
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(event);
+            self.answered(slot, answer);
             return;
         }
     }
