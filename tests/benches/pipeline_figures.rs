@@ -28,7 +28,7 @@ use awsmp_core::ports::{
 };
 use awsmp_core::time::{Instant, format_instant, parse_usage_timestamp};
 use awsmp_e2e::counting::{CountingAggregated, OpCounts};
-use awsmp_e2e::{Stack, StackOptions, license};
+use awsmp_e2e::{Stack, StackOptions, license, wanted};
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 const ACCOUNT: &str = "111122223333";
@@ -383,14 +383,6 @@ impl std::fmt::Display for Cost {
 }
 
 /// The labels asked for after `--` (none: every figure).
-fn wanted(label: &str) -> bool {
-    let words: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    words.is_empty() || words.iter().any(|w| label.contains(w.as_str()))
-}
-
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -27,7 +27,7 @@ use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::{Instant, parse_usage_timestamp};
 use awsmp_core::usage_api::envelope::PostedUsage;
 use awsmp_e2e::counting::{Counting, OpCounts};
-use awsmp_e2e::{Stack, StackOptions, license};
+use awsmp_e2e::{Stack, StackOptions, license, wanted};
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-11-30T10:30:00Z";
@@ -45,14 +45,6 @@ const FUNCTION_GB: f64 = 0.25;
 
 fn at(text: &str) -> Instant {
     parse_usage_timestamp(text).expect("instant")
-}
-
-fn wanted(label: &str) -> bool {
-    let words: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    words.is_empty() || words.iter().any(|w| label.contains(w.as_str()))
 }
 
 /// One event as a seller's service sends it: a UUID-long id, the catalog's dimension.
@@ -204,16 +196,7 @@ async fn throughput() {
     }
     if wanted("usage API events per second, one instance, moto") {
         let stack = Stack::start(StackOptions::at(at(NOW))).await.unwrap();
-        let mut state = stack
-            .connect(
-                &stack.main,
-                "usage-api",
-                &BTreeMap::new(),
-                awsmp_usage_api::Config::from_lookup,
-                awsmp_usage_api::State::connect,
-            )
-            .unwrap();
-        state.clock = Arc::new(stack.clock.clone());
+        let state = stack.usage_api().unwrap();
         events_per_second("moto (a local DynamoDB over HTTP)", &state, 10).await;
     }
 }

@@ -399,6 +399,20 @@ impl Stack {
         Ok(state)
     }
 
+    /// The usage API function as `LocalStack::connect` builds it (its calls recorded),
+    /// its "when received" the harness's clock.
+    pub fn usage_api(&self) -> Result<awsmp_usage_api::State, HarnessError> {
+        let mut state = self.connect(
+            &self.main,
+            "usage-api",
+            &BTreeMap::new(),
+            awsmp_usage_api::Config::from_lookup,
+            awsmp_usage_api::State::connect,
+        )?;
+        state.clock = Arc::new(self.clock.clone());
+        Ok(state)
+    }
+
     // ----------------------------------------------------------------- time
 
     /// The scenario's "now".
@@ -905,6 +919,16 @@ fn handler_error(handler: &'static str, e: impl std::fmt::Display) -> HarnessErr
         handler,
         message: e.to_string(),
     }
+}
+
+/// Whether a benchmark figure labelled `label` is wanted: the words after `--` on the
+/// bench's command line pick figures whose label contains one (none: every figure).
+pub fn wanted(label: &str) -> bool {
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    words.is_empty() || words.iter().any(|w| label.contains(w.as_str()))
 }
 
 /// A license ARN of the License Manager shape, numbered.

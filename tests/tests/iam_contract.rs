@@ -188,22 +188,6 @@ async fn register(stack: &Stack, license_arn: &str, account: &str) {
     assert_eq!(response.status_code, 200, "registration failed: {body}");
 }
 
-/// The usage API function as `LocalStack::connect` builds it, its calls recorded, its
-/// "when received" the harness's clock.
-fn usage_api(stack: &Stack) -> awsmp_usage_api::State {
-    let mut state = stack
-        .connect(
-            &stack.main,
-            "usage-api",
-            &BTreeMap::new(),
-            awsmp_usage_api::Config::from_lookup,
-            awsmp_usage_api::State::connect,
-        )
-        .unwrap();
-    state.clock = Arc::new(stack.clock.clone());
-    state
-}
-
 /// One request to the usage API's handler; its JSON answer (a 200 expected).
 async fn call_usage_api(
     state: &awsmp_usage_api::State,
@@ -437,7 +421,7 @@ async fn drive_every_function() -> Stack {
     // The usage API: a batch accepted, sent again (duplicates read back their first
     // write), an id reused for other usage (a conflict reads the marker and row); the
     // pipeline meters it, and the event is read back with its hour's record.
-    let api = usage_api(&stack);
+    let api = stack.usage_api().unwrap();
     let event = |quantity: i64| {
         serde_json::json!({"events": [{
             "id": "api-1", "licenseArn": staying, "customerAWSAccountId": ACCOUNT_A,
