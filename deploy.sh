@@ -1160,9 +1160,15 @@ if [ "$WANT_MAIN" = 1 ]; then
     fi
     fulfillment=$(stack_output "$stack" "$region" FulfillmentUrl)
     page=$(stack_output "$stack" "$region" RegistrationPageUrl)
+    usage_api=$(stack_output "$stack" "$region" UsageApiUrl)
     SUMMARY="${SUMMARY}  $region: Fulfillment URL $fulfillment
       registration page $page
 "
+    # UsageApi=disabled: no output.
+    if [ -n "$usage_api" ] && [ "$usage_api" != None ]; then
+      SUMMARY="${SUMMARY}      usage API $usage_api/usage/events (docs/usage-api.md)
+"
+    fi
   done <<EOF
 $MAIN_PLAN
 EOF
