@@ -146,6 +146,24 @@ impl DeploymentArgs {
         loader.load().await
     }
 
+    /// The Region the environment (`AWS_REGION`, `AWS_DEFAULT_REGION`) or the profile
+    /// names, if any. Never the instance metadata service: off EC2 its probes time out
+    /// and print the SDK's warnings before the useful message (name the Region there).
+    pub async fn configured_region(&self) -> Option<String> {
+        use aws_config::environment::region::EnvironmentVariableRegionProvider;
+        use aws_config::meta::region::RegionProviderChain;
+        use aws_config::profile::ProfileFileRegionProvider;
+        let mut profile = ProfileFileRegionProvider::builder();
+        if let Some(name) = &self.profile {
+            profile = profile.profile_name(name);
+        }
+        RegionProviderChain::first_try(EnvironmentVariableRegionProvider::new())
+            .or_else(profile.build())
+            .region()
+            .await
+            .map(|r| r.to_string())
+    }
+
     /// The one deployment a write goes to. Marketplace deduplicates usage per Region,
     /// so usage written into several Regions' tables is billed once in each: a write
     /// names exactly one Region (or the profile's), never `--all-regions` or several
@@ -180,10 +198,8 @@ impl DeploymentArgs {
             self.find_regions(METERING_REGIONS).await?
         } else if self.regions.is_empty() {
             let region = self
-                .sdk_config(None)
+                .configured_region()
                 .await
-                .region()
-                .map(|r| r.to_string())
                 .ok_or_else(|| {
                     CommandError::Usage(
                         "no Region: pass --region (the metering Region of the main stack) or set AWS_REGION / the profile's region".into(),

@@ -482,6 +482,11 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         without: &["AWS_ENDPOINT_URL_CLOUDTRAIL"],
         ..case("trail-wrong-endpoint", &["trail", "--since", &since])
     });
+    // No Region anywhere: the message, and none of the SDK's metadata-service warnings.
+    cases.push(Case {
+        without: &["AWS_REGION"],
+        ..case("no-region", &["status"])
+    });
 
     let mask = Mask::new(base, &tmp);
     let golden = root.join("crates/cli/tests/golden");
