@@ -210,6 +210,7 @@ impl DeploymentArgs {
             self.regions.clone()
         };
         let mut out = Vec::new();
+        let mut missing = None;
         for region in regions {
             let config = self.sdk_config(Some(&region)).await;
             let events = match self.events_stack() {
@@ -219,9 +220,21 @@ impl DeploymentArgs {
                 }
                 _ => None,
             };
-            out.push(self.resolve_in(&config, &region, events.as_ref()).await?);
+            match self.resolve_in(&config, &region, events.as_ref()).await {
+                Ok(deployment) => out.push(deployment),
+                // Several Regions named: one without the stack is said, and the others
+                // are answered for (only none found at all is an error).
+                Err(CommandError::NotFound(why)) if self.regions.len() > 1 => {
+                    eprintln!("awsmp: warning: {why}; answering for the other Regions");
+                    missing.get_or_insert(why);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(out)
+        match missing {
+            Some(why) if out.is_empty() => Err(CommandError::NotFound(why)),
+            _ => Ok(out),
+        }
     }
 
     /// The Regions among `candidates` where the main stack exists: DescribeStacks in

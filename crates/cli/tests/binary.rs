@@ -482,6 +482,11 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         without: &["AWS_ENDPOINT_URL_CLOUDTRAIL"],
         ..case("trail-wrong-endpoint", &["trail", "--since", &since])
     });
+    // Two Regions named, the stack in one: that one is answered, the other said.
+    cases.push(case(
+        "status-one-region-missing",
+        &["status", "--region", "us-east-1", "--region", "eu-west-1"],
+    ));
     // No Region anywhere: the message, and none of the SDK's metadata-service warnings.
     cases.push(Case {
         without: &["AWS_REGION"],
