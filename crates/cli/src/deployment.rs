@@ -211,6 +211,14 @@ impl DeploymentArgs {
         };
         let mut out = Vec::new();
         let mut missing = None;
+        for region in &regions {
+            if !METERING_REGIONS.contains(&region.as_str()) {
+                eprintln!(
+                    "awsmp: warning: {region} is not one of the Regions AWS Marketplace Metering serves (a typo?): {}",
+                    METERING_REGIONS.join(", ")
+                );
+            }
+        }
         for region in regions {
             let config = self.sdk_config(Some(&region)).await;
             let events = match self.events_stack() {
@@ -420,10 +428,85 @@ pub async fn stack_outputs(
         Err(e) => {
             let text = aws_sdk_cloudformation::error::DisplayErrorContext(&e).to_string();
             if text.contains("does not exist") {
-                Ok(None)
-            } else {
-                Err(CommandError::Aws(format!("DescribeStacks {stack}: {text}")))
+                return Ok(None);
             }
+            let region = config.region().map_or("-", |r| r.as_ref());
+            Err(CommandError::Aws(describe_failure(
+                stack, region, &e, &text,
+            )))
         }
+    }
+}
+
+/// What a failed `DescribeStacks` means, said without the SDK's debug dump when the
+/// call never got an AWS answer: an endpoint that does not resolve (a Region typo), a
+/// network that does not reach it, or something other than CloudFormation answering
+/// (a proxy, a wrong `AWS_ENDPOINT_URL`).
+fn describe_failure<E>(
+    stack: &str,
+    region: &str,
+    error: &aws_sdk_cloudformation::error::SdkError<
+        E,
+        aws_sdk_cloudformation::config::http::HttpResponse,
+    >,
+    text: &str,
+) -> String {
+    use aws_sdk_cloudformation::error::SdkError;
+    let check = format!(
+        "check the Region name (--region {region}), the network or proxy, and AWS_ENDPOINT_URL if set"
+    );
+    match error {
+        SdkError::DispatchFailure(_) if text.contains("dns error") => format!(
+            "DescribeStacks {stack}: CloudFormation's endpoint for {region} does not resolve: {check}"
+        ),
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => format!(
+            "DescribeStacks {stack}: CloudFormation in {region} could not be reached: {check}"
+        ),
+        SdkError::ResponseError(_) => format!(
+            "DescribeStacks {stack}: what answered in {region} is not CloudFormation (its answer could not be read): {check}"
+        ),
+        // An answer that is no AWS error document (an HTML page from a proxy, an
+        // emulator that does not know the Region): say what came, not the XML parser's
+        // complaint about it.
+        SdkError::ServiceError(context) if text.contains("error parsing XML") => {
+            let raw = context.raw();
+            format!(
+                "DescribeStacks {stack}: what answered in {region} is not CloudFormation (HTTP {}, {}): {check}",
+                raw.status().as_u16(),
+                raw.headers()
+                    .get("content-type")
+                    .unwrap_or("no content type")
+            )
+        }
+        _ => format!("DescribeStacks {stack}: {text}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_cloudformation::error::SdkError;
+    use aws_sdk_cloudformation::operation::describe_stacks::DescribeStacksError;
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+
+    type Failure = SdkError<DescribeStacksError, HttpResponse>;
+
+    #[test]
+    fn a_call_that_never_reached_cloudformation_says_what_to_check() {
+        let unresolved: Failure = SdkError::dispatch_failure(ConnectorError::io(
+            "dns error: failed to lookup address information".into(),
+        ));
+        let text = aws_sdk_cloudformation::error::DisplayErrorContext(&unresolved).to_string();
+        let said = describe_failure("awsmp-main-p-s", "us-east-11", &unresolved, &text);
+        assert!(said.contains("does not resolve"), "{said}");
+        assert!(said.contains("--region us-east-11"), "{said}");
+        assert!(!said.contains("DispatchFailure"), "{said}");
+
+        let refused: Failure =
+            SdkError::dispatch_failure(ConnectorError::io("connection refused".into()));
+        let text = aws_sdk_cloudformation::error::DisplayErrorContext(&refused).to_string();
+        let said = describe_failure("awsmp-main-p-s", "eu-west-1", &refused, &text);
+        assert!(said.contains("could not be reached"), "{said}");
     }
 }

@@ -487,6 +487,11 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         "status-one-region-missing",
         &["status", "--region", "us-east-1", "--region", "eu-west-1"],
     ));
+    // A Region name Marketplace Metering does not serve (a typo): said first.
+    cases.push(case(
+        "status-region-typo",
+        &["status", "--region", "us-east-11"],
+    ));
     // No Region anywhere: the message, and none of the SDK's metadata-service warnings.
     cases.push(Case {
         without: &["AWS_REGION"],
