@@ -70,14 +70,34 @@ impl MetricEvent {
         }
     }
 
+    /// Adds each of `events` to `sink` as one count per metric and dimensions (the
+    /// number of events that share them): one EMF line per series for a whole batch,
+    /// not one per record. Sums, and so alarms, are the same.
+    pub fn emit_tallied(events: &[MetricEvent], sink: &dyn MetricsSink) {
+        let mut tally: Vec<(&MetricEvent, u64)> = Vec::new();
+        for event in events {
+            match tally.iter_mut().find(|(seen, _)| *seen == event) {
+                Some((_, n)) => *n += 1,
+                None => tally.push((event, 1)),
+            }
+        }
+        for (event, n) in tally {
+            event.emit_count(sink, n);
+        }
+    }
+
     /// Adds 1 to the metric in `sink`.
     pub fn emit(&self, sink: &dyn MetricsSink) {
+        self.emit_count(sink, 1);
+    }
+
+    fn emit_count(&self, sink: &dyn MetricsSink, n: u64) {
         let dimensions: Vec<(&str, &str)> = self
             .dimensions
             .iter()
             .map(|(name, value)| (*name, value.as_str()))
             .collect();
-        sink.count(self.name, &dimensions, 1);
+        sink.count(self.name, &dimensions, n);
     }
 }
 

@@ -20,7 +20,9 @@ use crate::ports::{
 };
 use crate::submit::batch::plan_batches;
 use crate::submit::bisect::{BisectReport, RecordResult};
-use crate::submit::outcome::{EarlierSends, Outcome, RunAction, may_have_billed, next_state};
+use crate::submit::outcome::{
+    EarlierSends, MetricEvent, Outcome, RunAction, may_have_billed, next_state,
+};
 use crate::submit::pacing::PacedMeteringApi;
 use crate::time::{self, HourBucket, Instant};
 
@@ -606,6 +608,7 @@ impl Run<'_> {
         // A subscribers-table failure must not discard the outcomes already known: it
         // only keeps a CustomerNotSubscribed pending (retried next run), and is
         // returned after every outcome is written.
+        let mut metrics = Vec::new();
         for (hold, result) in held.iter().zip(sent.results.iter()) {
             let subscriber = match result {
                 RecordResult::Answered(RecordVerdict::CustomerNotSubscribed) => {
@@ -628,7 +631,7 @@ impl Run<'_> {
             let outcome = next_state(result, stop, subscriber.as_ref(), hold.earlier());
             self.count(&hold.record, result, &outcome);
             if let Some(metric) = &outcome.metric {
-                metric.emit(self.ports.metrics.as_ref());
+                metrics.push(metric.clone());
             }
             // A claim whose call never reached Marketplace (DisabledApiException) is
             // released rather than left to lapse, so late usage can still fold in.
@@ -644,6 +647,8 @@ impl Run<'_> {
                 _ => RunAction::Continue,
             };
         }
+        // One count per metric and dimensions for the whole batch, not a line per record.
+        MetricEvent::emit_tallied(&metrics, self.ports.metrics.as_ref());
         judged
     }
 

@@ -6,7 +6,7 @@ use tracing::warn;
 use crate::model::AggregatedRecord;
 use crate::ports::MeteringRecord;
 use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
-use crate::submit::outcome::report_metrics;
+use crate::submit::outcome::{MetricEvent, report_metrics};
 
 use super::{Held, Run, unprocessed_indexes};
 
@@ -92,9 +92,7 @@ impl Run<'_> {
             }
             sent.stopped = again.stopped;
         }
-        for event in &events {
-            event.emit(self.ports.metrics.as_ref());
-        }
+        MetricEvent::emit_tallied(&events, self.ports.metrics.as_ref());
         sent
     }
 }

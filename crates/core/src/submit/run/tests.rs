@@ -93,6 +93,45 @@ async fn completed_hours_are_billed_in_paced_batches_of_25() {
     assert_eq!(again.api_calls, 0);
 }
 
+/// A sink that keeps every call, to see how many lines a run writes.
+#[derive(Default)]
+struct Lines(Mutex<Vec<(String, u64)>>);
+
+impl crate::ports::MetricsSink for Lines {
+    fn count(&self, name: &str, _dimensions: &[(&str, &str)], value: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name.to_string(), value));
+    }
+}
+
+#[tokio::test]
+async fn a_batch_writes_one_metric_line_per_series_not_one_per_record() {
+    let now = t(NOW);
+    let world = World::new(now);
+    seed(&world, 30, "2026-11-30T09", 5);
+    let lines = Arc::new(Lines::default());
+    let ports = SubmitPorts {
+        metrics: lines.clone(),
+        ..world.submit_ports()
+    };
+    let report = submit(now, &world.submit_settings(), &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+    assert_eq!(report.success, 30);
+    let submitted: Vec<u64> = lines
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name == metric::USAGE_RECORD_SUBMITTED)
+        .map(|(_, n)| *n)
+        .collect();
+    // Two batches (25 and 5): two lines, the same sum as one per record.
+    assert_eq!(submitted, vec![25, 5]);
+}
+
 #[tokio::test]
 async fn oldest_hours_go_first_and_deprovisioning_licenses_before_everyone() {
     let now = t(NOW);
