@@ -224,6 +224,7 @@ done
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-events-prod --region us-east-1"
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod --region us-west-2"
 expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "usage API https://usageus-west-2.execute-api.us-west-2.amazonaws.com/usage/events"
 expect_out "Enter the Fulfillment URL in the AWS Marketplace Management Portal"
 # Without --review, sam executes the change set itself.
 expect_not_in_call "sam deploy" "--no-execute-changeset"
