@@ -187,6 +187,7 @@ impl RecordedCall {
         match prefix {
             p if p.starts_with("DynamoDB_") => self.dynamodb(operation, account),
             "AmazonSQS" => self.sqs(operation),
+            "AWSEvents" => self.events(operation, account),
             "AWSMPMeteringService" => Ok(vec![Authorization::new(
                 format!("aws-marketplace:{operation}"),
                 "*",
@@ -346,6 +347,46 @@ impl RecordedCall {
             }
         };
         Ok(vec![Authorization::new(format!("sqs:{action}"), resource)])
+    }
+
+    /// `PutEvents`: one `events:PutEvents` per bus its entries name (the default bus
+    /// when an entry names none).
+    fn events(&self, operation: &str, account: &str) -> Result<Vec<Authorization>, CallError> {
+        if operation != "PutEvents" {
+            return Err(CallError::UnknownTarget {
+                function: self.function.clone(),
+                target: self.target.clone(),
+            });
+        }
+        let entries = self
+            .body
+            .get("Entries")
+            .and_then(Value::as_array)
+            .ok_or_else(|| self.missing(operation, "Entries"))?;
+        let mut buses: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                let bus = e
+                    .get("EventBusName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                if bus.starts_with("arn:") {
+                    bus.to_string()
+                } else {
+                    format!(
+                        "arn:{}:events:{}:{account}:event-bus/{bus}",
+                        partition(&self.region),
+                        self.region
+                    )
+                }
+            })
+            .collect();
+        buses.sort();
+        buses.dedup();
+        Ok(buses
+            .into_iter()
+            .map(|bus| Authorization::new("events:PutEvents", bus))
+            .collect())
     }
 
     fn queue_arn(&self, owner: &str, name: &str) -> String {

@@ -247,6 +247,8 @@ impl Stack {
             // Every final write on DynamoDB carries expiresAt; pending ones never do.
             ("DataRetentionDays", retention.as_str()),
             ("FlushMarginMinutes", FLUSH_MARGIN_MINUTES),
+            // The tables' streams on, and the outcome-events function wired.
+            ("OutcomeEvents", "enabled"),
         ];
         let main = LocalStack::deploy_in(
             &root.join("template-main.yaml"),
@@ -411,6 +413,18 @@ impl Stack {
         )?;
         state.clock = Arc::new(self.clock.clone());
         Ok(state)
+    }
+
+    /// The outcome-events function as `LocalStack::connect` builds it (its calls
+    /// recorded).
+    pub fn outcome_events(&self) -> Result<awsmp_outcome_events::State, HarnessError> {
+        self.connect(
+            &self.main,
+            "outcome-events",
+            &BTreeMap::new(),
+            awsmp_outcome_events::Config::from_lookup,
+            awsmp_outcome_events::State::connect,
+        )
     }
 
     // ----------------------------------------------------------------- time

@@ -69,6 +69,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("deprovision-cleanup", "template-events.yaml"),
     ("register", "template-main.yaml"),
     ("usage-api", "template-main.yaml"),
+    ("outcome-events", "template-main.yaml"),
     ("discoverer", "template-main.yaml"),
     ("aggregator", "template-main.yaml"),
     ("cleanup", "template-main.yaml"),
@@ -438,6 +439,10 @@ async fn drive_every_function() -> Stack {
     let fate = call_usage_api(&api, "GET", "/usage/events/api-1", Some(&staying), None).await;
     assert_eq!(fate["fate"]["state"], "counted", "{fate}");
 
+    // The outcome events of what the run made final: the aggregated table's records as
+    // its stream tells them (each the change from Pending to its status).
+    publish_outcomes(&stack).await;
+
     // The deprovisioning window closes; deprovision-cleanup ends it.
     stack.advance(chrono::Duration::minutes(30));
     let report = run_deprovision_cleanup(&stack).await;
@@ -448,6 +453,68 @@ async fn drive_every_function() -> Stack {
         Some(SubscriptionStatus::Inactive)
     );
     stack
+}
+
+/// Plays the outcome-events function on a stream batch built from the aggregated
+/// table's final records (its calls recorded) and checks the bus took every event.
+async fn publish_outcomes(stack: &Stack) {
+    let state = stack.outcome_events().unwrap();
+    let table = stack.main.tables.get("AggregatedUsageTable").unwrap();
+    let stream_arn = stack
+        .main
+        .attribute("AggregatedUsageTable", "StreamArn")
+        .unwrap();
+    let items = stack
+        .dynamodb
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let records: Vec<serde_json::Value> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let image: serde_json::Map<String, serde_json::Value> = item
+                .iter()
+                .filter_map(|(k, v)| {
+                    let value = match v {
+                        aws_sdk_dynamodb::types::AttributeValue::S(s) => serde_json::json!({"S": s}),
+                        aws_sdk_dynamodb::types::AttributeValue::N(n) => serde_json::json!({"N": n}),
+                        _ => return None,
+                    };
+                    Some((k.clone(), value))
+                })
+                .collect();
+            let status = image.get("meteringStatus")?["S"].as_str()?.to_string();
+            (status != "Pending").then(|| {
+                let mut old = image.clone();
+                old.insert("meteringStatus".into(), serde_json::json!({"S": "Pending"}));
+                serde_json::json!({
+                    "eventID": format!("iam-{i}"),
+                    "eventName": "MODIFY",
+                    "eventSourceARN": stream_arn,
+                    "dynamodb": {"SequenceNumber": format!("{}", 1000 + i), "NewImage": image, "OldImage": old},
+                })
+            })
+        })
+        .collect();
+    assert!(!records.is_empty(), "the run made no record final");
+    let event: awsmp_outcome_events::StreamEvent =
+        serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
+    let response = awsmp_outcome_events::handler(
+        &state,
+        lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "the bus refused outcome events: {:?}",
+        response.batch_item_failures
+    );
 }
 
 /// One thing a function needs IAM to allow, and why.
@@ -466,6 +533,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ("ProductCode", PRODUCT),
             ("StageName", STAGE),
             ("AWS::Region", MAIN_REGION),
+            ("OutcomeEvents", "enabled"),
         ],
     )
     .unwrap();
@@ -518,6 +586,33 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                     because: "its SQS event source mapping".to_string(),
                 });
             }
+        }
+        for stream in &wiring.stream_sources {
+            for action in [
+                "dynamodb:DescribeStream",
+                "dynamodb:GetRecords",
+                "dynamodb:GetShardIterator",
+                "dynamodb:ListStreams",
+            ] {
+                needs.insert(Need {
+                    request: Authorization {
+                        action: action.to_string(),
+                        resource: stream.clone(),
+                        attributes: Vec::new(),
+                    },
+                    because: "its DynamoDB stream event source mapping".to_string(),
+                });
+            }
+        }
+        for queue in &wiring.failure_destinations {
+            needs.insert(Need {
+                request: Authorization {
+                    action: "sqs:SendMessage".to_string(),
+                    resource: queue.clone(),
+                    attributes: Vec::new(),
+                },
+                because: "its mapping's on-failure destination".to_string(),
+            });
         }
         if let Some(group) = &wiring.log_group_arn {
             for action in ["logs:CreateLogStream", "logs:PutLogEvents"] {

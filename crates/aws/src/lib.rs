@@ -19,12 +19,14 @@
 //! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
 //! local stack's SDK config). The Lambda skeleton the functions share is `awsmp-lambda`.
 //!
-//! The SQS and Marketplace Metering adapters are behind the `sqs` and `metering`
-//! features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
+//! The SQS, Marketplace Metering and EventBridge adapters are behind the `sqs`,
+//! `metering` and `eventbridge` features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
 
 pub mod aggregated;
 pub mod clock;
 mod error;
+#[cfg(feature = "eventbridge")]
+pub mod events;
 pub mod item;
 pub mod local;
 pub mod message;
@@ -40,6 +42,8 @@ pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
 pub use clock::SystemClock;
+#[cfg(feature = "eventbridge")]
+pub use events::EventBridgeBus;
 pub use local::LocalEndpoints;
 pub use message::{WorkMessageError, parse_work_message};
 #[cfg(feature = "metering")]

@@ -1,8 +1,6 @@
 //! [`WorkQueue`] on SQS: `SendMessageBatch` in tens and within the batch payload
 //! limit, JSON bodies, every refused message reported by its index.
 
-use std::ops::Range;
-
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
@@ -20,27 +18,7 @@ pub const SQS_MAX_BODY_BYTES: usize = 256 * 1024;
 /// the limit it was configured with, so the conservative one is used everywhere).
 pub const SQS_MAX_BATCH_BYTES: usize = 256 * 1024;
 
-/// Splits bodies of `sizes` bytes, in order, into consecutive batches of at most
-/// `max_entries` entries whose sizes add up to at most `max_bytes`. A body larger than
-/// `max_bytes` gets a batch of its own (callers refuse those before sending).
-pub fn batch_ranges(sizes: &[usize], max_entries: usize, max_bytes: usize) -> Vec<Range<usize>> {
-    let mut ranges = Vec::new();
-    let mut start = 0;
-    let mut bytes = 0usize;
-    for (i, size) in sizes.iter().enumerate() {
-        let full = i - start >= max_entries.max(1) || bytes.saturating_add(*size) > max_bytes;
-        if i > start && full {
-            ranges.push(start..i);
-            start = i;
-            bytes = 0;
-        }
-        bytes = bytes.saturating_add(*size);
-    }
-    if start < sizes.len() {
-        ranges.push(start..sizes.len());
-    }
-    ranges
-}
+pub use awsmp_core::pipeline::batch_ranges;
 
 /// A work queue by URL. Bodies are the serde JSON of [`WorkMessage`]; read them back
 /// with [`crate::parse_work_message`].

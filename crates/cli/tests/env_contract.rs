@@ -71,6 +71,7 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
                 "cleanup" => asked(&with_runtime, awsmp_cleanup::Config::from_lookup),
                 "submitter" => asked(&with_runtime, awsmp_submitter::Config::from_lookup),
                 "usage-api" => asked(&with_runtime, awsmp_usage_api::Config::from_lookup),
+                "outcome-events" => asked(&with_runtime, awsmp_outcome_events::Config::from_lookup),
                 other => panic!(
                     "{file}: {} declares unknown binary {other}",
                     function.logical_id
@@ -96,7 +97,7 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
     }
     assert_eq!(
         checked.len(),
-        8,
+        9,
         "every function is in a template: {checked:?}"
     );
 }

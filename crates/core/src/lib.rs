@@ -3,7 +3,7 @@
 //! item shapes ([`items`]), the [`ports`] every external service sits behind, and each
 //! step with its rules and the use case its Lambda runs over the ports:
 //! [`lifecycle`] (events stack), [`register`], [`guardrails`], [`discover`],
-//! [`aggregate`], [`cleanup`], [`submit`]; [`pipeline`] is what the use cases share. Nothing here
+//! [`aggregate`], [`cleanup`], [`submit`], [`outcomes`] (events from the tables' streams); [`pipeline`] is what the use cases share. Nothing here
 //! touches an SDK type or does I/O of its own; the operator's views are `awsmp-operate`.
 
 pub mod aggregate;
@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod memory;
 pub mod metrics;
 pub mod model;
+pub mod outcomes;
 pub mod pipeline;
 pub mod ports;
 pub mod register;

@@ -15,6 +15,7 @@
 //! counting, a rival writer) implements a [`Decorator`] instead of every port method.
 
 mod aggregated;
+mod bus;
 pub mod contract;
 mod decorate;
 mod faults;
@@ -37,6 +38,7 @@ pub use crate::items::{
 };
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
+pub use bus::MemoryBus;
 pub use decorate::{
     AggregatedDecorator, Decorator, StoreCall, SubscriberDecorator, UsageDecorator, yield_now,
 };

@@ -4,6 +4,7 @@
 //! port there too), and the `awsmp-aws` crate implements them with the AWS SDK.
 
 mod aggregated;
+mod bus;
 mod clock;
 mod metering;
 mod metrics;
@@ -13,6 +14,7 @@ mod subscribers;
 mod usage;
 
 pub use aggregated::*;
+pub use bus::*;
 pub use clock::*;
 pub use metering::*;
 pub use metrics::*;

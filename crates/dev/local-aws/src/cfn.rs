@@ -567,6 +567,11 @@ impl StackTemplate {
                 "arn:{partition}:dynamodb:{region}:{account}:table/{}",
                 self.property(resource, "TableName")?
             )),
+            // A stream's label is the time it was enabled; any one stands in.
+            ("AWS::DynamoDB::Table", "StreamArn") => Ok(format!(
+                "arn:{partition}:dynamodb:{region}:{account}:table/{}/stream/2026-11-30T00:00:00.000",
+                self.property(resource, "TableName")?
+            )),
             ("AWS::SQS::Queue", "Arn") => Ok(format!(
                 "arn:{partition}:sqs:{region}:{account}:{}",
                 self.property(resource, "QueueName")?

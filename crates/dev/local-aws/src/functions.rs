@@ -27,6 +27,18 @@ pub enum EventSource {
         /// Period in minutes.
         every_minutes: u32,
     },
+    /// A DynamoDB stream event-source mapping.
+    DynamoDbStream {
+        /// Logical id of the table whose stream it reads.
+        table: String,
+        /// Batch size (default 100).
+        batch_size: u32,
+        /// Whether partial batch failures are reported.
+        report_batch_item_failures: bool,
+        /// `FilterCriteria.Filters[].Pattern`, each a JSON event pattern; a record is
+        /// delivered when any matches (all, when there are none).
+        filters: Vec<String>,
+    },
     /// An API Gateway route.
     Api {
         /// Path.
@@ -138,17 +150,40 @@ fn parse_event(ev: &Value) -> Option<EventSource> {
                 .and_then(Value::as_u64)
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(10);
-            let report_batch_item_failures = props
-                .get("FunctionResponseTypes")
-                .and_then(Value::as_sequence)
-                .is_some_and(|s| {
-                    s.iter()
-                        .any(|v| v.as_str() == Some("ReportBatchItemFailures"))
-                });
             Some(EventSource::Sqs {
                 queue,
                 batch_size,
-                report_batch_item_failures,
+                report_batch_item_failures: reports_batch_item_failures(props),
+            })
+        }
+        "DynamoDB" => {
+            let table = match intrinsic(props.get("Stream")?)? {
+                (name, Value::String(s)) if name == "GetAtt" => s.split('.').next()?.to_string(),
+                (name, Value::Sequence(seq)) if name == "GetAtt" => {
+                    seq.first()?.as_str()?.to_string()
+                }
+                _ => return None,
+            };
+            let filters = props
+                .get("FilterCriteria")
+                .and_then(|f| f.get("Filters"))
+                .and_then(Value::as_sequence)
+                .map(|filters| {
+                    filters
+                        .iter()
+                        .filter_map(|f| f.get("Pattern")?.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(EventSource::DynamoDbStream {
+                table,
+                batch_size: props
+                    .get("BatchSize")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(100),
+                report_batch_item_failures: reports_batch_item_failures(props),
+                filters,
             })
         }
         "Schedule" | "ScheduleV2" => {
@@ -164,6 +199,17 @@ fn parse_event(ev: &Value) -> Option<EventSource> {
         }),
         _ => None,
     }
+}
+
+/// Whether a mapping's `FunctionResponseTypes` asks for partial batch failures.
+fn reports_batch_item_failures(props: &Value) -> bool {
+    props
+        .get("FunctionResponseTypes")
+        .and_then(Value::as_sequence)
+        .is_some_and(|s| {
+            s.iter()
+                .any(|v| v.as_str() == Some("ReportBatchItemFailures"))
+        })
 }
 
 /// Parses `rate(N minute|minutes|hour|hours|day|days)` into minutes.

@@ -353,6 +353,11 @@ pub struct FunctionWiring {
     pub policy: Policy,
     /// ARNs of the queues its SQS event source mappings read.
     pub sqs_sources: Vec<String>,
+    /// ARNs of the streams its DynamoDB event source mappings read.
+    pub stream_sources: Vec<String>,
+    /// ARNs of the queues its mappings send a batch they gave up on
+    /// (`DestinationConfig.OnFailure`), with the function's role.
+    pub failure_destinations: Vec<String>,
     /// Its log group's ARN (`LoggingConfig.LogGroup`), if it names one.
     pub log_group_arn: Option<String>,
 }
@@ -395,6 +400,8 @@ pub fn function_wiring(
     let policy = role_policy(template, &role)?;
 
     let mut sqs_sources = Vec::new();
+    let mut stream_sources = Vec::new();
+    let mut failure_destinations = Vec::new();
     if let Some(Value::Mapping(events)) = props.get("Events") {
         for (name, event) in events {
             let name = name.as_str().unwrap_or_default();
@@ -412,6 +419,21 @@ pub fn function_wiring(
                         })?;
                     sqs_sources
                         .push(template.string(queue, &format!("{logical_id} event {name}"))?);
+                }
+                "DynamoDB" => {
+                    let what = format!("{logical_id} event {name}");
+                    let properties = event.get("Properties");
+                    let stream = properties
+                        .and_then(|p| p.get("Stream"))
+                        .ok_or_else(|| template.error(format!("{what}: no Stream")))?;
+                    stream_sources.push(template.string(stream, &what)?);
+                    if let Some(destination) = properties
+                        .and_then(|p| p.get("DestinationConfig"))
+                        .and_then(|d| d.get("OnFailure"))
+                        .and_then(|o| o.get("Destination"))
+                    {
+                        failure_destinations.push(template.string(destination, &what)?);
+                    }
                 }
                 "Schedule" | "ScheduleV2" | "Api" | "HttpApi" | "EventBridgeRule" => {}
                 other => {
@@ -441,6 +463,8 @@ pub fn function_wiring(
         role,
         policy,
         sqs_sources,
+        stream_sources,
+        failure_destinations,
         log_group_arn,
     })
 }

@@ -12,6 +12,7 @@ pub mod events;
 pub mod functions;
 pub mod iam;
 pub mod moto;
+pub mod pattern;
 pub mod queues;
 pub mod sim;
 pub mod tables;

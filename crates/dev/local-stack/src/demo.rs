@@ -252,7 +252,85 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         ),
     );
 
+    // 9. Every outcome reached the seller's rule on the default bus, once.
+    let line = check_outcome_events(system).await?;
+    say(system, &line);
+
     summary(system).await
+}
+
+/// Checks the outcome events the local rule caught against the tables: one `Usage
+/// Record Outcome` per aggregated record in a terminal status and one `Usage Row Not
+/// Billed` per raw row rejected or aged out, each exactly once, with the status the
+/// table holds. Without outcome events in the stack, says so.
+async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError> {
+    if system.outcome_queue.is_none() {
+        return Ok("outcome events are disabled in this stack".into());
+    }
+    use awsmp_core::outcomes::{RECORD_OUTCOME, ROW_NOT_BILLED, SOURCE, Table};
+    let told = |table: Table, status: &str| table.told_statuses().contains(&status);
+    let mut expected: Vec<(String, String, String)> = Vec::new();
+    for item in scan(system, system.table("AggregatedUsageTable")?).await? {
+        let status = item.get("meteringStatus").cloned().unwrap_or_default();
+        if told(Table::Aggregated, &status) {
+            expected.push((
+                item.get("licenseArn").cloned().unwrap_or_default(),
+                item.get("account_dimension_hour")
+                    .cloned()
+                    .unwrap_or_default(),
+                status,
+            ));
+        }
+    }
+    let records = expected.len();
+    for item in scan(system, system.table("UsageTable")?).await? {
+        let status = item.get("meteringStatus").cloned().unwrap_or_default();
+        if told(Table::Usage, &status) {
+            expected.push((
+                item.get("licenseArn").cloned().unwrap_or_default(),
+                item.get("customerAWSAccountId_dimension_timestamp")
+                    .cloned()
+                    .unwrap_or_default(),
+                status,
+            ));
+        }
+    }
+    let mut got: Vec<(String, String, String)> = Vec::new();
+    for event in system.take_outcome_events().await? {
+        let d = &event["detail"];
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        if event["source"] != SOURCE {
+            return Err(LocalError::Check(format!(
+                "an event from another source: {event}"
+            )));
+        }
+        let key = match event["detail-type"].as_str() {
+            Some(RECORD_OUTCOME) => format!(
+                "{}#{}#{}",
+                text(&d["customerAWSAccountId"]),
+                text(&d["dimension"]),
+                text(&d["hour"])
+            ),
+            Some(ROW_NOT_BILLED) => text(&d["usageRowKey"]),
+            _ => {
+                return Err(LocalError::Check(format!(
+                    "an unknown outcome event: {event}"
+                )));
+            }
+        };
+        got.push((text(&d["licenseArn"]), key, text(&d["status"])));
+    }
+    expected.sort();
+    got.sort();
+    if got != expected || expected.is_empty() {
+        return Err(LocalError::Check(format!(
+            "outcome events on the default bus: expected one per final record and not-billed row {expected:?}, got {got:?}"
+        )));
+    }
+    Ok(format!(
+        "outcome events on the default bus (source {SOURCE}): {records} {RECORD_OUTCOME}, {} {ROW_NOT_BILLED}, each once",
+        expected.len() - records
+    ))
 }
 
 /// Posts `events` to the local usage API and checks every verdict is `want`.

@@ -46,6 +46,7 @@ enum Handler {
     Cleanup(awsmp_cleanup::State),
     Submitter(awsmp_submitter::State),
     UsageApi(awsmp_usage_api::State),
+    OutcomeEvents(awsmp_outcome_events::State),
 }
 
 struct Local {
@@ -118,6 +119,22 @@ impl LocalFunction for Local {
                 self.name
             ))),
         }
+    }
+
+    async fn stream(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<serde_json::Value, LocalError> {
+        let n = &self.name;
+        let Handler::OutcomeEvents(s) = &self.handler else {
+            return Err(LocalError::Wiring(format!("{n} takes no stream records")));
+        };
+        let payload: awsmp_outcome_events::StreamEvent = serde_json::from_value(event.payload)
+            .map_err(|e| LocalError::Wiring(format!("{n}: stream event: {e}")))?;
+        let response = awsmp_outcome_events::handler(s, LambdaEvent::new(payload, event.context))
+            .await
+            .map_err(|e| failed(n, e))?;
+        serde_json::to_value(response).map_err(|e| failed(n, e))
     }
 
     async fn scheduled(&self, event: LambdaEvent<serde_json::Value>) -> Result<(), LocalError> {
@@ -198,6 +215,7 @@ pub fn wire_functions(
                     state.clock = Arc::new(clock.clone());
                     Handler::UsageApi(state)
                 }
+                "outcome-events" => Handler::OutcomeEvents(connect!(awsmp_outcome_events).0),
                 "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metrics in ports.metrics)),
                 "submitter" => {
                     Handler::Submitter(connect!(awsmp_submitter, metrics in ports.metrics))

@@ -2,13 +2,14 @@
 //! the end-to-end tests deploy. moto serves DynamoDB and SQS, our simulator serves
 //! Marketplace Metering, the tables and queues come from the SAM templates
 //! ([`resources`]), and every handler runs wired as its template wires it
-//! ([`functions`], [`runtime`]), on a virtual clock so a day of metering takes seconds
+//! ([`functions`], [`runtime`], [`streams`]), on a virtual clock so a day of metering takes seconds
 //! ([`system`]); [`demo`] is the scripted lifecycle it shows.
 
 pub mod demo;
 pub mod functions;
 pub mod resources;
 pub mod runtime;
+pub mod streams;
 pub mod system;
 pub mod usage_api;
 
@@ -34,6 +35,13 @@ pub enum LocalError {
     /// The demo's own check failed: what was billed differs from what was expected.
     #[error("demo check failed: {0}")]
     Check(String),
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A template that cannot be read or wired (the workspace's one template reader,

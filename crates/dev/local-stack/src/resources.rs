@@ -101,8 +101,61 @@ impl LocalStack {
             );
             stack.template.bind(id, name, &[("Arn", &arn)]);
         }
+        stack.enable_streams(dynamodb).await?;
         stack.create_queues(sqs).await?;
         Ok(stack)
+    }
+
+    /// Turns on the stream of every table whose `StreamSpecification` the parameters
+    /// leave in place, and binds its `StreamArn`.
+    async fn enable_streams(
+        &mut self,
+        dynamodb: &aws_sdk_dynamodb::Client,
+    ) -> Result<(), LocalError> {
+        use aws_sdk_dynamodb::types::{StreamSpecification, StreamViewType};
+        for (id, name) in self.tables.clone() {
+            let Some(spec) = self
+                .template
+                .properties(&id)
+                .and_then(|p| p.get("StreamSpecification"))
+                .cloned()
+            else {
+                continue;
+            };
+            let Some(spec) = self.template.resolve(&spec).map_err(template_error)? else {
+                continue;
+            };
+            let view = spec
+                .get("StreamViewType")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    LocalError::Template(format!(
+                        "{id}: StreamSpecification without StreamViewType"
+                    ))
+                })?;
+            let out = dynamodb
+                .update_table()
+                .table_name(&name)
+                .stream_specification(
+                    StreamSpecification::builder()
+                        .stream_enabled(true)
+                        .stream_view_type(StreamViewType::from(view))
+                        .build()
+                        .map_err(|e| LocalError::Aws(format!("StreamSpecification: {e}")))?,
+                )
+                .send()
+                .await
+                .map_err(|e| LocalError::Aws(format!("UpdateTable {name} (stream): {e}")))?;
+            let stream_arn = out
+                .table_description()
+                .and_then(|t| t.latest_stream_arn())
+                .ok_or_else(|| {
+                    LocalError::Aws(format!("UpdateTable {name} returned no stream ARN"))
+                })?
+                .to_string();
+            self.template.set_attribute(&id, "StreamArn", &stream_arn);
+        }
+        Ok(())
     }
 
     /// A property value resolved to text against the local resources.

@@ -1,6 +1,7 @@
 //! The local Lambda runtime: invokes handlers the way the templates wire them, with
 //! SQS event-source mappings (batch size, partial batch failures, redelivery through
-//! the queue's own visibility timeout and redrive) and schedules on a virtual clock.
+//! the queue's own visibility timeout and redrive) and schedules on a virtual clock;
+//! stream mappings are [`crate::streams`].
 
 use std::time::Duration;
 
@@ -33,6 +34,17 @@ pub trait LocalFunction: Send + Sync {
     ) -> Result<ApiGatewayProxyResponse, LocalError> {
         Err(LocalError::Wiring(format!(
             "{} takes no API requests",
+            self.name()
+        )))
+    }
+    /// Handles a batch of DynamoDB stream records (the event as JSON); returns the
+    /// partial batch response as JSON.
+    async fn stream(
+        &self,
+        _event: LambdaEvent<serde_json::Value>,
+    ) -> Result<serde_json::Value, LocalError> {
+        Err(LocalError::Wiring(format!(
+            "{} takes no stream records",
             self.name()
         )))
     }

@@ -20,6 +20,7 @@ use crate::LocalError;
 use crate::functions::{WiredFunction, wire_functions};
 use crate::resources::{LOCAL_REGION, LocalStack};
 use crate::runtime::{SqsMapping, context, queue_depth, scheduled_event};
+use crate::streams::StreamMapping;
 use awsmp_local_aws::EventSource;
 
 /// Product code of the local main stack.
@@ -57,8 +58,16 @@ pub struct LocalSystem {
     pub now: Instant,
     /// The EMF metric lines the functions wrote.
     pub metrics_log: PathBuf,
+    /// The tables' stream mappings (outcome events).
+    pub streams: Vec<StreamMapping>,
+    /// The queue a rule on the default bus fills with every `awsmp.metering` event, as
+    /// a seller's own rule would (when the main stack has outcome events).
+    pub outcome_queue: Option<String>,
     last_run: BTreeMap<String, Instant>,
 }
+
+/// The local rule on the default bus that catches the outcome events.
+pub const LOCAL_OUTCOME_RULE: &str = "awsmp-local-outcome-events";
 
 /// Where the templates and the page live.
 #[derive(Debug, Clone)]
@@ -135,6 +144,7 @@ impl LocalSystem {
             ("SubscribersTableName", subscribers_table.as_str()),
             ("SubscribersTableRegion", LOCAL_REGION),
             ("ResolveCustomerRegion", LOCAL_REGION),
+            ("OutcomeEvents", "enabled"),
         ];
         let main = LocalStack::deploy(
             &paths.template("template-main.yaml"),
@@ -207,6 +217,41 @@ impl LocalSystem {
             }
         };
 
+        let mut streams = Vec::new();
+        for (i, f) in functions.iter().enumerate() {
+            for ev in &f.events {
+                if let EventSource::DynamoDbStream {
+                    table,
+                    batch_size,
+                    report_batch_item_failures,
+                    filters,
+                } = ev
+                {
+                    let stack = if f.stack == 0 { &events } else { &main };
+                    let stream_arn = stack.attribute(table, "StreamArn").ok_or_else(|| {
+                        LocalError::Wiring(format!(
+                            "{} reads the stream of {table}, which has none",
+                            f.name
+                        ))
+                    })?;
+                    streams.push(StreamMapping::new(
+                        moto.endpoint(),
+                        i,
+                        stream_arn,
+                        *batch_size,
+                        *report_batch_item_failures,
+                        filters.clone(),
+                        f.timeout,
+                    ));
+                }
+            }
+        }
+        let outcome_queue = if streams.is_empty() {
+            None
+        } else {
+            Some(catch_outcome_events(&moto, &sqs).await?)
+        };
+
         Ok(LocalSystem {
             moto,
             sim,
@@ -223,6 +268,8 @@ impl LocalSystem {
             now: start,
             last_run: BTreeMap::new(),
             metrics_log,
+            streams,
+            outcome_queue,
         })
     }
 
@@ -273,6 +320,12 @@ impl LocalSystem {
             for (i, mapping) in &mappings {
                 let stats = mapping
                     .poll_once(self.functions[*i].function.as_ref())
+                    .await?;
+                busy |= stats.received > 0;
+            }
+            for stream in &self.streams {
+                let stats = stream
+                    .poll_once(self.functions[stream.function].function.as_ref())
                     .await?;
                 busy |= stats.received > 0;
             }
@@ -349,6 +402,44 @@ impl LocalSystem {
         Ok(())
     }
 
+    /// Every event the local rule caught on the default bus since the last call (the
+    /// outcome events), as EventBridge delivered them; empty without outcome events.
+    pub async fn take_outcome_events(&self) -> Result<Vec<serde_json::Value>, LocalError> {
+        let Some(url) = &self.outcome_queue else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .map_err(|e| LocalError::Aws(format!("ReceiveMessage {url}: {e}")))?;
+            let messages = received.messages.unwrap_or_default();
+            if messages.is_empty() {
+                return Ok(out);
+            }
+            for m in messages {
+                let body = m.body.unwrap_or_default();
+                out.push(serde_json::from_str(&body).map_err(|e| {
+                    LocalError::Check(format!("an outcome event is not JSON ({e}): {body}"))
+                })?);
+                if let Some(handle) = m.receipt_handle {
+                    self.sqs
+                        .delete_message()
+                        .queue_url(url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .map_err(|e| LocalError::Aws(format!("DeleteMessage: {e}")))?;
+                }
+            }
+        }
+    }
+
     /// The usage table name.
     pub fn table(&self, logical_id: &str) -> Result<&str, LocalError> {
         self.main
@@ -358,6 +449,43 @@ impl LocalSystem {
             .map(String::as_str)
             .ok_or_else(|| LocalError::Template(format!("no table {logical_id}")))
     }
+}
+
+/// A queue and a rule on the emulator's default bus sending it every `awsmp.metering`
+/// event: what a seller's rule routing outcome events to their own queue does.
+async fn catch_outcome_events(
+    moto: &MotoServer,
+    sqs: &aws_sdk_sqs::Client,
+) -> Result<String, LocalError> {
+    let url = awsmp_local_aws::create_queue(sqs, LOCAL_OUTCOME_RULE).await?;
+    let arn = format!(
+        "arn:aws:sqs:{LOCAL_REGION}:{}:{LOCAL_OUTCOME_RULE}",
+        crate::resources::LOCAL_ACCOUNT
+    );
+    let events = aws_sdk_eventbridge::Client::new(&moto.sdk_config());
+    events
+        .put_rule()
+        .name(LOCAL_OUTCOME_RULE)
+        .event_bus_name("default")
+        .event_pattern(serde_json::json!({ "source": [awsmp_core::outcomes::SOURCE] }).to_string())
+        .send()
+        .await
+        .map_err(|e| LocalError::Aws(format!("PutRule: {e}")))?;
+    events
+        .put_targets()
+        .rule(LOCAL_OUTCOME_RULE)
+        .event_bus_name("default")
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("outcome-queue")
+                .arn(arn)
+                .build()
+                .map_err(|e| LocalError::Aws(format!("Target: {e}")))?,
+        )
+        .send()
+        .await
+        .map_err(|e| LocalError::Aws(format!("PutTargets: {e}")))?;
+    Ok(url)
 }
 
 /// The workspace root: `--root`, else the current directory if it holds the templates.

@@ -1,0 +1,321 @@
+//! Which changes tell what, and how a batch is put on the bus.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::memory::MemoryBus;
+use crate::model::Attr;
+use crate::ports::PortError;
+
+const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
+
+fn item(pairs: &[(&str, &str)]) -> BTreeMap<String, Attr> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let value = if matches!(*k, "quantity" | "attemptCount") {
+                Attr::N((*v).to_string())
+            } else {
+                Attr::S((*v).to_string())
+            };
+            ((*k).to_string(), value)
+        })
+        .collect()
+}
+
+fn record(status: &str, extra: &[(&str, &str)]) -> BTreeMap<String, Attr> {
+    let mut pairs = vec![
+        ("licenseArn", LICENSE),
+        (
+            "account_dimension_hour",
+            "111122223333#requests#2026-12-03T10",
+        ),
+        ("customerAWSAccountId", "111122223333"),
+        ("dimension", "requests"),
+        ("hourBucket", "2026-12-03T10"),
+        ("quantity", "42"),
+        ("meteringStatus", status),
+    ];
+    pairs.extend_from_slice(extra);
+    item(&pairs)
+}
+
+fn row(status: &str, extra: &[(&str, &str)]) -> BTreeMap<String, Attr> {
+    let mut pairs = vec![
+        ("licenseArn", LICENSE),
+        (
+            "customerAWSAccountId_dimension_timestamp",
+            "111122223333#requests#2026-12-03T10:15:00Z#evt-7",
+        ),
+        ("customerAWSAccountId", "111122223333"),
+        ("dimension", "requests"),
+        ("timestamp", "2026-12-03T10:15:00Z"),
+        ("quantity", "5"),
+        ("meteringStatus", status),
+    ];
+    pairs.extend_from_slice(extra);
+    item(&pairs)
+}
+
+fn change(
+    id: &str,
+    old: Option<BTreeMap<String, Attr>>,
+    new: Option<BTreeMap<String, Attr>>,
+) -> Change {
+    Change {
+        change_id: id.to_string(),
+        position: format!("seq-{id}"),
+        old,
+        new,
+    }
+}
+
+fn detail(event: &crate::ports::BusEvent) -> serde_json::Value {
+    serde_json::from_str(&event.detail).unwrap()
+}
+
+#[test]
+fn a_record_billed_tells_its_outcome_once() {
+    let pending = record("Pending", &[("meteringPending", "2026-12-03T10")]);
+    let billed = record(
+        "Success",
+        &[("meteringRecordId", "mr-1"), ("attemptCount", "1")],
+    );
+    let event = outcome(
+        Table::Aggregated,
+        &change("c1", Some(pending), Some(billed.clone())),
+    )
+    .unwrap();
+    assert_eq!(event.source, "awsmp.metering");
+    assert_eq!(event.detail_type, "Usage Record Outcome");
+    assert_eq!(event.resources, vec![LICENSE.to_string()]);
+    assert_eq!(
+        detail(&event),
+        serde_json::json!({
+            "detailVersion": 1,
+            "outcomeId": "c1",
+            "licenseArn": LICENSE,
+            "customerAWSAccountId": "111122223333",
+            "dimension": "requests",
+            "hour": "2026-12-03T10",
+            "quantity": 42,
+            "status": "Success",
+            "meteringRecordId": "mr-1",
+            "attempts": 1,
+            "billed": true,
+        })
+    );
+    // A later write that leaves the status as it was (retention, a re-stamp) tells nothing.
+    assert_eq!(
+        outcome(
+            Table::Aggregated,
+            &change("c2", Some(billed.clone()), Some(billed.clone()))
+        ),
+        None
+    );
+    // Nor does its removal, or a record still pending.
+    assert_eq!(
+        outcome(Table::Aggregated, &change("c3", Some(billed), None)),
+        None
+    );
+    let pending = record("Pending", &[]);
+    assert_eq!(
+        outcome(Table::Aggregated, &change("c4", None, Some(pending))),
+        None
+    );
+}
+
+#[test]
+fn a_failed_record_carries_its_reason_and_remedy() {
+    let failed = record(
+        "Error",
+        &[("meteringStatusReason", "InvalidUsageDimensionException")],
+    );
+    let event = outcome(
+        Table::Aggregated,
+        &change("c1", Some(record("Pending", &[])), Some(failed)),
+    )
+    .unwrap();
+    let d = detail(&event);
+    assert_eq!(d["status"], "Error");
+    assert_eq!(d["reason"], "InvalidUsageDimensionException");
+    assert_eq!(d["billed"], false);
+    assert!(d["remedy"].as_str().unwrap().len() > 10, "{d}");
+    // A record written terminal at once (an insert) tells too.
+    let expired = record("SubmissionExpired", &[]);
+    assert!(outcome(Table::Aggregated, &change("c2", None, Some(expired))).is_some());
+}
+
+#[test]
+fn a_replayed_record_tells_its_second_outcome() {
+    let error = record("Error", &[("meteringStatusReason", "ThrottlingException")]);
+    let pending = record("Pending", &[]);
+    let billed = record("Success", &[("meteringRecordId", "mr-2")]);
+    assert!(
+        outcome(
+            Table::Aggregated,
+            &change("c1", Some(pending.clone()), Some(error.clone()))
+        )
+        .is_some()
+    );
+    assert_eq!(
+        outcome(
+            Table::Aggregated,
+            &change("c2", Some(error), Some(pending.clone()))
+        ),
+        None
+    );
+    let second = outcome(
+        Table::Aggregated,
+        &change("c3", Some(pending), Some(billed)),
+    )
+    .unwrap();
+    assert_eq!(detail(&second)["outcomeId"], "c3");
+}
+
+#[test]
+fn a_rejected_row_tells_its_reason_and_event_id() {
+    let rejected = row(
+        "RejectedClientSide",
+        &[("meteringStatusReason", "InvalidDimension")],
+    );
+    let event = outcome(
+        Table::Usage,
+        &change("r1", Some(row("", &[])), Some(rejected)),
+    )
+    .unwrap();
+    assert_eq!(event.detail_type, "Usage Row Not Billed");
+    let d = detail(&event);
+    assert_eq!(d["status"], "RejectedClientSide");
+    assert_eq!(d["reasonCode"], "InvalidDimension");
+    assert_eq!(d["eventId"], "evt-7");
+    assert_eq!(
+        d["usageRowKey"],
+        "111122223333#requests#2026-12-03T10:15:00Z#evt-7"
+    );
+    assert_eq!(d["quantity"], 5);
+    assert!(!d["remedy"].as_str().unwrap().is_empty());
+
+    let expired = row("AggregationExpired", &[]);
+    let d = detail(&outcome(Table::Usage, &change("r2", None, Some(expired))).unwrap());
+    assert_eq!(d["status"], "AggregationExpired");
+    assert!(d.get("reasonCode").is_none());
+}
+
+#[test]
+fn a_counted_row_and_a_marker_tell_nothing() {
+    let counted = row("Aggregated", &[]);
+    assert_eq!(
+        outcome(Table::Usage, &change("r1", None, Some(counted))),
+        None
+    );
+    let marker = item(&[
+        ("licenseArn", LICENSE),
+        ("customerAWSAccountId_dimension_timestamp", "event#evt-7"),
+        ("meteringStatus", "RejectedClientSide"),
+    ]);
+    assert_eq!(
+        outcome(Table::Usage, &change("r2", None, Some(marker))),
+        None
+    );
+    // A malformed row is still told, with what it holds.
+    let malformed = item(&[
+        ("licenseArn", LICENSE),
+        ("customerAWSAccountId_dimension_timestamp", "garbage"),
+        ("quantity", "-3"),
+        ("meteringStatus", "RejectedClientSide"),
+        ("meteringStatusReason", "MalformedSortKey"),
+    ]);
+    let d = detail(&outcome(Table::Usage, &change("r3", None, Some(malformed))).unwrap());
+    assert_eq!(d["usageRowKey"], "garbage");
+    assert!(d.get("eventId").is_none());
+}
+
+#[test]
+fn the_told_statuses_are_every_terminal_one() {
+    assert_eq!(
+        Table::Usage.told_statuses(),
+        vec!["RejectedClientSide", "AggregationExpired"]
+    );
+    assert_eq!(
+        Table::Aggregated.told_statuses(),
+        vec![
+            "Success",
+            "DuplicateRecord",
+            "CustomerNotSubscribed",
+            "Error",
+            "SubmissionExpired",
+            "DryRunSubmitted"
+        ]
+    );
+}
+
+fn billed_changes(n: usize) -> Vec<Change> {
+    (0..n)
+        .map(|i| {
+            change(
+                &format!("c{i}"),
+                Some(record("Pending", &[])),
+                Some(record("Success", &[])),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_batch_goes_out_ten_at_a_time_and_silent_changes_are_counted() {
+    let bus = MemoryBus::new();
+    let mut changes = billed_changes(25);
+    changes.push(change("quiet", None, Some(record("Pending", &[]))));
+    let report = publish(Table::Aggregated, &changes, &bus).await;
+    assert_eq!(report.published, 25);
+    assert_eq!(report.silent, 1);
+    assert!(report.failed.is_empty());
+    assert_eq!(bus.calls(), 3);
+    assert_eq!(bus.taken().len(), 25);
+}
+
+#[tokio::test]
+async fn refused_entries_and_failed_calls_name_their_changes_for_redelivery() {
+    let bus = MemoryBus::new();
+    bus.refuse_next(&[3], "ThrottlingException");
+    bus.fail_next_put(PortError::Transient {
+        operation: "PutEvents",
+        message: "503".into(),
+    });
+    // The failure is queued before the refusal is used: call 1 fails whole, call 2
+    // refuses its fourth entry.
+    let report = publish(Table::Aggregated, &billed_changes(20), &bus).await;
+    let expected: Vec<String> = (0..10)
+        .map(|i| format!("seq-c{i}"))
+        .chain(std::iter::once("seq-c13".to_string()))
+        .collect();
+    assert_eq!(report.failed, expected);
+    assert_eq!(report.published, 9);
+    assert_eq!(bus.taken().len(), 9);
+}
+
+#[tokio::test]
+async fn large_details_are_split_by_bytes() {
+    let bus = MemoryBus::new();
+    let long_reason = "x".repeat(60 * 1024);
+    let changes: Vec<Change> = (0..8)
+        .map(|i| {
+            change(
+                &format!("c{i}"),
+                None,
+                Some(record(
+                    "Error",
+                    &[("meteringStatusReason", long_reason.as_str())],
+                )),
+            )
+        })
+        .collect();
+    let report = publish(Table::Aggregated, &changes, &bus).await;
+    assert_eq!(report.published, 8);
+    assert!(report.failed.is_empty());
+    // Four details of ~60 KB fill 256 KB: at least two calls.
+    assert!(bus.calls() >= 2, "{} calls", bus.calls());
+}

@@ -1,0 +1,137 @@
+//! The outcome-events Lambda (main stack, only with `OutcomeEvents=enabled`): two
+//! DynamoDB stream event-source mappings, one per usage table, whose filters pass only
+//! items moving into a told status. Each change becomes at most one event on the
+//! account's default bus ([`awsmp_core::outcomes`]); a change whose event the bus did
+//! not take is reported as a batch item failure, so the stream delivers it (and the
+//! changes after it) again. It reads nothing and writes nothing but the bus.
+
+mod stream;
+
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use awsmp_core::config::ConfigError;
+use awsmp_core::outcomes::{Change, Table, publish};
+use awsmp_core::ports::EventBus;
+use awsmp_lambda::EnvReader;
+use lambda_runtime::LambdaEvent;
+use tracing::{error, info};
+
+pub use stream::{StreamEvent, StreamRecord, dynamodb_attr, table_name_of};
+
+/// The bus every outcome event goes to: the account's default bus in the stack's Region.
+pub const EVENT_BUS: &str = "default";
+
+/// Every environment variable this function reads (its template sets exactly these).
+pub const ENV_VARS: &[&str] = &["USAGE_TABLE", "AGGREGATED_TABLE"];
+
+/// The function's configuration, read once at init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `USAGE_TABLE`: changes from its stream are raw rows.
+    pub usage_table: String,
+    /// `AGGREGATED_TABLE`: changes from its stream are aggregated records.
+    pub aggregated_table: String,
+}
+
+impl Config {
+    /// Reads the variables through `lookup`; every problem is reported at once.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Config {
+            usage_table: env.usage_table(),
+            aggregated_table: env.aggregated_table(),
+        };
+        env.finish(config)
+    }
+
+    /// Which table a stream's source ARN belongs to.
+    pub fn table_of(&self, event_source_arn: &str) -> Option<Table> {
+        match table_name_of(event_source_arn)? {
+            name if name == self.usage_table => Some(Table::Usage),
+            name if name == self.aggregated_table => Some(Table::Aggregated),
+            _ => None,
+        }
+    }
+}
+
+/// Handler state.
+#[derive(Clone)]
+pub struct State {
+    /// Settings.
+    pub config: Arc<Config>,
+    /// The default event bus.
+    pub bus: Arc<dyn EventBus>,
+}
+
+impl State {
+    /// Builds the EventBridge client once, on `sdk`, for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
+        State {
+            config: Arc::new(config.clone()),
+            bus: Arc::new(awsmp_aws::EventBridgeBus::new(
+                aws_sdk_eventbridge::Client::new(sdk),
+                EVENT_BUS,
+            )),
+        }
+    }
+}
+
+/// Handles one batch of stream records: publishes their outcome events and names the
+/// records whose event was not taken. A record from a table the function does not know
+/// is logged and skipped (retrying it could never succeed and would hold the shard).
+pub async fn handler(
+    state: &State,
+    event: LambdaEvent<StreamEvent>,
+) -> Result<DynamoDbEventResponse, std::convert::Infallible> {
+    let mut failures = Vec::new();
+    let mut published = 0;
+    let mut silent = 0;
+    // The records of one invocation come from one mapping (one table); runs of the
+    // same table are published together, in stream order.
+    let mut run: Vec<Change> = Vec::new();
+    let mut run_table = None;
+    for record in &event.payload.records {
+        let Some(table) = state.config.table_of(&record.event_source_arn) else {
+            error!(source = %record.event_source_arn, position = %record.dynamodb.sequence_number, "a stream record from a table this function does not know; skipped");
+            silent += 1;
+            continue;
+        };
+        if run_table.is_some_and(|t| t != table) {
+            let report = publish(run_table.unwrap_or(table), &run, state.bus.as_ref()).await;
+            published += report.published;
+            silent += report.silent;
+            failures.extend(report.failed);
+            run.clear();
+        }
+        run_table = Some(table);
+        run.push(record.change());
+    }
+    if let Some(table) = run_table {
+        let report = publish(table, &run, state.bus.as_ref()).await;
+        published += report.published;
+        silent += report.silent;
+        failures.extend(report.failed);
+    }
+    info!(
+        records = event.payload.records.len(),
+        published,
+        silent,
+        failed = failures.len(),
+        "outcome events put"
+    );
+    let mut response = DynamoDbEventResponse::default();
+    response.batch_item_failures = failures
+        .into_iter()
+        .map(|position| {
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(position);
+            failure
+        })
+        .collect();
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests;

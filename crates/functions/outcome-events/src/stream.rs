@@ -1,0 +1,102 @@
+//! The DynamoDB stream event Lambda's event-source mapping delivers (the documented
+//! JSON: `Records[].eventID`, `eventName`, `eventSourceARN`, `dynamodb.SequenceNumber`,
+//! `NewImage`, `OldImage` in DynamoDB's attribute-value JSON), read into
+//! [`awsmp_core::outcomes::Change`]s.
+
+use std::collections::BTreeMap;
+
+use awsmp_core::model::Attr;
+use awsmp_core::outcomes::Change;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The event: its records, in stream order.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamEvent {
+    /// `Records`.
+    #[serde(rename = "Records", default)]
+    pub records: Vec<StreamRecord>,
+}
+
+/// One stream record.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamRecord {
+    /// `eventID`: the same on every delivery of this change.
+    #[serde(rename = "eventID")]
+    pub event_id: String,
+    /// `eventName`: `INSERT`, `MODIFY` or `REMOVE`.
+    #[serde(rename = "eventName", default)]
+    pub event_name: String,
+    /// `eventSourceARN`: the table's stream.
+    #[serde(rename = "eventSourceARN", default)]
+    pub event_source_arn: String,
+    /// `dynamodb`.
+    pub dynamodb: StreamChange,
+}
+
+/// The change itself.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamChange {
+    /// `SequenceNumber`: what a batch item failure names.
+    #[serde(rename = "SequenceNumber")]
+    pub sequence_number: String,
+    /// `NewImage` (absent for `REMOVE`).
+    #[serde(rename = "NewImage", default)]
+    pub new_image: Option<serde_json::Map<String, Value>>,
+    /// `OldImage` (absent for `INSERT`).
+    #[serde(rename = "OldImage", default)]
+    pub old_image: Option<serde_json::Map<String, Value>>,
+}
+
+impl StreamRecord {
+    /// The change as the domain reads it.
+    pub fn change(&self) -> Change {
+        let image = |image: &Option<serde_json::Map<String, Value>>| {
+            image.as_ref().map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), dynamodb_attr(v)))
+                    .collect::<BTreeMap<_, _>>()
+            })
+        };
+        Change {
+            change_id: self.event_id.clone(),
+            position: self.dynamodb.sequence_number.clone(),
+            old: image(&self.dynamodb.old_image),
+            new: image(&self.dynamodb.new_image),
+        }
+    }
+}
+
+/// One attribute value in DynamoDB's JSON (`{"S": "..."}`, `{"N": "5"}`, ...).
+pub fn dynamodb_attr(value: &Value) -> Attr {
+    let Some((kind, inner)) = value.as_object().and_then(|o| o.iter().next()) else {
+        return Attr::Other("not an attribute value".to_string());
+    };
+    match (kind.as_str(), inner) {
+        ("S", Value::String(s)) => Attr::S(s.clone()),
+        ("N", Value::String(n)) => Attr::N(n.clone()),
+        ("BOOL", Value::Bool(b)) => Attr::Bool(*b),
+        ("NULL", _) => Attr::Null,
+        ("L", Value::Array(items)) => Attr::L(items.iter().map(dynamodb_attr).collect()),
+        ("M", Value::Object(map)) => Attr::M(
+            map.iter()
+                .map(|(k, v)| (k.clone(), dynamodb_attr(v)))
+                .collect(),
+        ),
+        ("SS", Value::Array(items)) => Attr::Ss(
+            items
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect(),
+        ),
+        (other, _) => Attr::Other(other.to_string()),
+    }
+}
+
+/// The table name in a stream ARN (`arn:aws:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL`).
+pub fn table_name_of(stream_arn: &str) -> Option<&str> {
+    let resource = stream_arn.splitn(6, ':').nth(5)?;
+    let mut parts = resource.split('/');
+    (parts.next()? == "table").then_some(())?;
+    parts.next()
+}
