@@ -196,7 +196,7 @@ def main() -> int:
     for binary, rate in [
         ("deprovision-cleanup", "rate(15 minutes)"),
         ("discoverer", "rate(15 minutes)"),
-        ("submitter", "rate(5 minutes)"),
+        ("submitter", "rate(1 minute)"),
     ]:
         schedules = [scalar(ev, "Schedule", 12) for ev in event_blocks(function_by_binary(binary)).values()]
         check(schedules == [rate], f"{binary} runs on {rate}", f"got {schedules}")

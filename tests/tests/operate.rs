@@ -84,7 +84,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     let store = operator(&stack);
 
     // status: the 08 hour billed 10, one error, one rejection; 10 still open.
-    let report = commands::status::read(&store, &[], 0, now, 6)
+    let report = commands::status::read(&store, &[], 0, None, now, 6)
         .await
         .unwrap();
     let eight = &report.hours[&"2026-11-30T08".parse().unwrap()];
@@ -124,7 +124,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     assert!(
         shown
             .text
-            .contains("limits: busiest hour 2026-11-30T08: 2 records, 0.0% of the 660000 per hour"),
+            .contains("limits: busiest hour 2026-11-30T08: 2 records, 0.0% of the 870000 per hour"),
         "{}",
         shown.text
     );

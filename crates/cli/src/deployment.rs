@@ -108,6 +108,9 @@ pub struct Deployment {
     /// The stack's `DeploymentMode` output; `None` when the tables were named without
     /// a stack (or the stack predates the output).
     pub mode: Option<DeploymentMode>,
+    /// The submitter's share of the quota (the `MeteringRequestsPerSecond` output);
+    /// `None` without it.
+    pub requests_per_second: Option<u32>,
 }
 
 /// Stack outputs that name a queue, and the role `awsmp` calls it by.
@@ -371,8 +374,10 @@ impl DeploymentArgs {
                 })
             })
             .transpose()?;
+        let requests_per_second = output("MeteringRequestsPerSecond").and_then(|t| t.parse().ok());
         Ok(Deployment {
             mode,
+            requests_per_second,
             region: region.to_string(),
             stack,
             usage_table,

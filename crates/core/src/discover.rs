@@ -24,9 +24,11 @@ use crate::retention::Retention;
 use crate::time::{self, HourBucket, Instant, MeteringLockHours};
 
 /// Default minutes before `deprovisioningExpiry` by which the open hour is flushed: one
-/// submitter period (`rate(5 minutes)`) for the next submitter run to send it, plus a
-/// minute for the call itself. Any larger margin only moves the last billable minute
-/// earlier; a smaller one risks the send landing after the window closed.
+/// submitter period for the next submitter run to send it, plus a minute for the call
+/// itself. It was sized for a 5-minute period; the submitter now runs every minute
+/// (`submit::schedule`), so 6 leaves room to spare. Any larger margin only moves the
+/// last billable minute earlier; a smaller one risks the send landing after the window
+/// closed.
 ///
 /// With a discoverer every 15 minutes, the flush happens in the last run at or before
 /// `expiry - margin`, so usage written up to 6 to 21 minutes (with this default) before

@@ -123,6 +123,7 @@ pub fn series(
             records_unreadable: unreadable.len() as u64,
             queues: &[],
             deprovisioning: 0,
+            requests_per_second: crate::status::DEFAULT_REQUESTS_PER_SECOND,
         },
         now,
         hours,

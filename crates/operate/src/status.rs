@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::rows::{RowState, row_hour, row_state};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use awsmp_core::submit::schedule::scheduled_records_per_hour;
 use awsmp_core::time::{HourBucket, Instant, WINDOW_HOURS};
 
 /// One hour's counts.
@@ -74,9 +75,24 @@ pub struct Attention {
 /// Raw rows per second one hour's `metering_pending` key takes (one partition's
 /// 1,000 WCU/s at <= 1 KB a row; docs/performance.md, "Scale on paper").
 pub const PENDING_KEY_ROWS_PER_SECOND: u64 = 1_000;
-/// Records per hour one submitter sends at the full quota (10 requests/s x 25 records,
-/// one 240 s run every 5 minutes: 220 s x 250 x 12).
-pub const SUBMITTER_RECORDS_PER_HOUR: u64 = 660_000;
+/// The submitter's share of the quota when the stack does not say (the whole quota).
+pub const DEFAULT_REQUESTS_PER_SECOND: u32 = 10;
+
+/// What is waiting to be sent, and how long the submitter takes to send it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Backlog {
+    /// Aggregated records pending, every hour.
+    pub records_pending: u64,
+    /// Raw rows still to be aggregated (each becomes part of a record).
+    pub rows_pending: u64,
+    /// The stack's share of the account's `BatchMeterUsage` quota (requests/s).
+    pub requests_per_second: u32,
+    /// Records an hour the submitter sends at that share with a backlog
+    /// (`awsmp_core::submit::schedule::scheduled_records_per_hour`).
+    pub records_per_hour: u64,
+    /// Minutes to send every pending record at that rate (rounded up).
+    pub drain_minutes: u64,
+}
 
 /// How close the busiest hour of the window came to each documented limit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -113,6 +129,8 @@ pub struct StatusReport {
     pub queues: Vec<QueueDepth>,
     /// Subscribers in their final-usage window (deprovisioning).
     pub deprovisioning: u64,
+    /// What is waiting to be sent and how long it takes.
+    pub backlog: Backlog,
     /// How close the busiest hour came to the documented limits.
     pub limits: Limits,
     /// What needs attention, most urgent first.
@@ -132,6 +150,8 @@ pub struct StatusInputs<'a> {
     pub queues: &'a [QueueDepth],
     /// Subscribers deprovisioning.
     pub deprovisioning: u64,
+    /// The stack's share of the quota (`MeteringRequestsPerSecond`).
+    pub requests_per_second: u32,
 }
 
 /// The status at `now` for hours from `hours` back (pending usage older than that is
@@ -200,6 +220,13 @@ pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusRepor
         records_unreadable: inputs.records_unreadable,
         queues: inputs.queues.to_vec(),
         deprovisioning: inputs.deprovisioning,
+        backlog: Backlog {
+            records_pending: 0,
+            rows_pending: 0,
+            requests_per_second: inputs.requests_per_second,
+            records_per_hour: 0,
+            drain_minutes: 0,
+        },
         limits: Limits {
             busiest_ingest_hour: None,
             ingest_per_mille: 0,
@@ -208,12 +235,25 @@ pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusRepor
         },
         attention: Vec::new(),
     };
-    report.limits = limits(&report.hours);
+    report.backlog = backlog(&report.hours, inputs.requests_per_second);
+    report.limits = limits(&report.hours, report.backlog.records_per_hour);
     report.attention = attention(&report);
     report
 }
 
-fn limits(hours: &BTreeMap<HourBucket, HourCounts>) -> Limits {
+fn backlog(hours: &BTreeMap<HourBucket, HourCounts>, requests_per_second: u32) -> Backlog {
+    let records_pending: u64 = hours.values().map(|c| c.records_pending).sum();
+    let records_per_hour = scheduled_records_per_hour(requests_per_second).max(1);
+    Backlog {
+        records_pending,
+        rows_pending: hours.values().map(|c| c.rows_pending).sum(),
+        requests_per_second,
+        records_per_hour,
+        drain_minutes: (records_pending * 60).div_ceil(records_per_hour),
+    }
+}
+
+fn limits(hours: &BTreeMap<HourBucket, HourCounts>, records_per_hour: u64) -> Limits {
     let busiest = |count: fn(&HourCounts) -> u64| {
         hours
             .iter()
@@ -235,8 +275,17 @@ fn limits(hours: &BTreeMap<HourBucket, HourCounts>) -> Limits {
         ingest_per_mille: ingest
             .map_or(0, |(_, n)| per_mille(n, PENDING_KEY_ROWS_PER_SECOND * 3600)),
         busiest_ingest_hour: ingest,
-        records_per_mille: records.map_or(0, |(_, n)| per_mille(n, SUBMITTER_RECORDS_PER_HOUR)),
+        records_per_mille: records.map_or(0, |(_, n)| per_mille(n, records_per_hour.max(1))),
         busiest_records_hour: records,
+    }
+}
+
+/// `95 min` as `1 h 35 min`; under an hour as minutes.
+pub fn minutes_text(minutes: u64) -> String {
+    match (minutes / 60, minutes % 60) {
+        (0, m) => format!("{m} min"),
+        (h, 0) => format!("{h} h"),
+        (h, m) => format!("{h} h {m} min"),
     }
 }
 
@@ -254,6 +303,23 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
                 },
                 format!(
                     "usage of {hour} is still pending and leaves the 24 h window in {left} h: check the discoverer, aggregator and submitter (alarms, logs, DLQs)"
+                ),
+            );
+        }
+    }
+    let backlog = &report.backlog;
+    if let (Some(hour), Some(left)) = (report.oldest_pending, report.oldest_pending_hours_left) {
+        // Sent oldest first: the last of the backlog goes out after all of it.
+        if backlog.records_pending > 0
+            && backlog.drain_minutes > u64::try_from(left.max(0) * 60).unwrap_or(0)
+        {
+            add(
+                Urgency::Urgent,
+                format!(
+                    "{} pending record(s) take about {} to send at {} requests/s, but usage of {hour} leaves the 24 h window in {left} h: records will age out unbilled; raise MeteringRequestsPerSecond (the stack's share of the quota) or ask AWS Marketplace for a higher BatchMeterUsage quota",
+                    backlog.records_pending,
+                    minutes_text(backlog.drain_minutes),
+                    backlog.requests_per_second
                 ),
             );
         }
@@ -378,6 +444,7 @@ mod tests {
                 records_unreadable: 0,
                 queues: &queues,
                 deprovisioning: 0,
+                requests_per_second: DEFAULT_REQUESTS_PER_SECOND,
             },
             now,
             6,
@@ -410,5 +477,97 @@ mod tests {
                 .iter()
                 .any(|a| a.message.contains("1 record(s) ended Error"))
         );
+    }
+
+    #[test]
+    fn the_backlog_says_how_long_it_takes_and_warns_before_usage_ages_out() {
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        // 90,000 records pending, the oldest from 2026-11-29T16 (3 h 30 min left in the window).
+        let records: Vec<AggregatedRecord> = (0..90_000)
+            .map(|i| {
+                let mut r = record(
+                    if i % 2 == 0 {
+                        "2026-11-29T16"
+                    } else {
+                        "2026-11-30T11"
+                    },
+                    AggregatedStatus::Pending,
+                    1,
+                );
+                r.key.license_arn = format!("arn:aws:license-manager::123456789012:license:l-{i}");
+                r
+            })
+            .collect();
+        let at = |requests_per_second| {
+            status(
+                StatusInputs {
+                    rows: &[],
+                    records: &records,
+                    records_unreadable: 0,
+                    queues: &[],
+                    deprovisioning: 0,
+                    requests_per_second,
+                },
+                now,
+                24,
+            )
+        };
+        let full = at(10);
+        assert_eq!(full.backlog.records_pending, 90_000);
+        assert_eq!(full.backlog.records_per_hour, 870_000);
+        assert_eq!(full.backlog.drain_minutes, 7);
+        assert_eq!(full.oldest_pending_hours_left, Some(3));
+        assert!(
+            !full
+                .attention
+                .iter()
+                .any(|a| a.message.contains("take about")),
+            "{:?}",
+            full.attention
+        );
+        // At 1 request/s: 87,000 an hour, about 63 minutes; still inside 3 h.
+        assert_eq!(at(1).backlog.drain_minutes, 63);
+        // A backlog ten times larger at 1 request/s takes over 10 h: urgent.
+        let many: Vec<AggregatedRecord> = records
+            .iter()
+            .cycle()
+            .take(900_000)
+            .enumerate()
+            .map(|(i, r)| {
+                let mut r = r.clone();
+                r.key.customer_aws_account_id = format!("{i:012}");
+                r
+            })
+            .collect();
+        let slow = status(
+            StatusInputs {
+                rows: &[],
+                records: &many,
+                records_unreadable: 0,
+                queues: &[],
+                deprovisioning: 0,
+                requests_per_second: 1,
+            },
+            now,
+            24,
+        );
+        assert_eq!(slow.backlog.drain_minutes, 621);
+        let warning = slow
+            .attention
+            .iter()
+            .find(|a| a.message.contains("take about"))
+            .unwrap();
+        assert_eq!(warning.urgency, Urgency::Urgent);
+        assert!(
+            warning
+                .message
+                .contains("take about 10 h 21 min to send at 1 requests/s")
+                && warning.message.contains("2026-11-29T16")
+                && warning.message.contains("MeteringRequestsPerSecond"),
+            "{}",
+            warning.message
+        );
+        assert_eq!(minutes_text(45), "45 min");
+        assert_eq!(minutes_text(120), "2 h");
     }
 }

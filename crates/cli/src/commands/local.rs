@@ -18,7 +18,8 @@ pub enum Command {
         /// Keep running after the demo and print the endpoints; Ctrl-C stops it all.
         #[arg(long)]
         serve: bool,
-        /// In --serve mode, virtual seconds per real second (schedules fire on the virtual clock).
+        /// In --serve mode, the stack's seconds per real second once it has caught up
+        /// with the real clock (1: the stack's time is the real time).
         #[arg(long, default_value_t = 1)]
         speed: u32,
         /// Repository root holding the templates and web/ (default: current directory).
@@ -54,24 +55,37 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
     println!("{}", operator_status(&system).await?);
     if serve {
         print_commands(&system);
-        println!("serving; Ctrl-C stops everything (virtual clock x{speed})");
+        system.catch_up_and_run(speed).await?;
+        println!("{}", clock_note(system.now, speed));
+        println!("serving; Ctrl-C stops everything");
         let tick = std::time::Duration::from_secs(1);
-        let step = chrono::Duration::seconds(i64::from(speed.max(1)));
         // One listener for the whole loop, so a Ctrl-C during a tick is not lost.
         let ctrl_c = tokio::signal::ctrl_c();
         tokio::pin!(ctrl_c);
         loop {
             tokio::select! {
                 _ = &mut ctrl_c => break,
-                _ = tokio::time::sleep(tick) => {
-                    let to = system.now + step;
-                    system.advance(to, step).await?;
-                }
+                _ = tokio::time::sleep(tick) => system.step_to_clock().await?,
             }
         }
         println!("stopped");
     }
     Ok(())
+}
+
+/// What the stack's clock reads once serving, and what that means for usage written
+/// from outside it.
+pub fn clock_note(now: awsmp_core::time::Instant, speed: u32) -> String {
+    let now = awsmp_core::time::format_instant(now);
+    if speed <= 1 {
+        format!(
+            "the stack's clock caught up with yours ({now}) and runs with it: usage stamped now (awsmp usage put's default, the usage API without a timestamp, your app) bills once its hour has ended and the metering lock (1 h by default) has passed"
+        )
+    } else {
+        format!(
+            "the stack's clock caught up with yours ({now}) and runs {speed}x faster from there, so it gets ahead of yours: stamp usage with the stack's time (post it to the usage API without a timestamp: it stamps the stack's now) rather than your clock's, or run at --speed 1; it bills once its hour has ended and the metering lock has passed on the stack's clock"
+        )
+    }
 }
 
 fn print_endpoints(system: &system::LocalSystem) {
@@ -121,9 +135,16 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
     let queues = crate::commands::queues::depths(&system.sqs, &deployment.queues)
         .await
         .map_err(failed)?;
-    let report = crate::commands::status::read(&store, &queues, 0, system.now, 6)
-        .await
-        .map_err(failed)?;
+    let report = crate::commands::status::read(
+        &store,
+        &queues,
+        0,
+        deployment.requests_per_second,
+        system.now,
+        6,
+    )
+    .await
+    .map_err(failed)?;
     let place = crate::commands::status::Place {
         region: deployment.region,
         stack: deployment.stack,

@@ -2,7 +2,10 @@
 
 use awsmp_core::ports::{OperatorStore, SubscriberStore};
 use awsmp_core::time::Instant;
-use awsmp_operate::status::{QueueDepth, StatusInputs, StatusReport, Urgency, status};
+use awsmp_operate::status::{
+    DEFAULT_REQUESTS_PER_SECOND, QueueDepth, StatusInputs, StatusReport, Urgency, minutes_text,
+    status,
+};
 use serde::Serialize;
 
 use super::{Ctx, all_records, all_rows, queues, stores};
@@ -31,6 +34,7 @@ pub async fn read(
     store: &dyn OperatorStore,
     queues: &[QueueDepth],
     deprovisioning: u64,
+    requests_per_second: Option<u32>,
     now: Instant,
     hours: u32,
 ) -> Result<StatusReport, CommandError> {
@@ -43,6 +47,7 @@ pub async fn read(
             records_unreadable: malformed.len() as u64,
             queues,
             deprovisioning,
+            requests_per_second: requests_per_second.unwrap_or(DEFAULT_REQUESTS_PER_SECOND),
         },
         now,
         hours,
@@ -111,6 +116,22 @@ fn human(place: &Place, report: &StatusReport) -> String {
         )),
         _ => out.push_str("nothing pending\n"),
     }
+    let backlog = &report.backlog;
+    let rows = match backlog.rows_pending {
+        0 => String::new(),
+        n => format!(", {n} raw row(s) to aggregate"),
+    };
+    if backlog.records_pending > 0 {
+        out.push_str(&format!(
+            "backlog: {} record(s) pending{rows}; at {} requests/s the submitter sends about {} records an hour: they drain in about {}\n",
+            backlog.records_pending,
+            backlog.requests_per_second,
+            backlog.records_per_hour,
+            minutes_text(backlog.drain_minutes)
+        ));
+    } else if backlog.rows_pending > 0 {
+        out.push_str(&format!("backlog: no record pending yet{rows}\n"));
+    }
     if !report.queues.is_empty() {
         let queues: Vec<String> = report
             .queues
@@ -138,10 +159,11 @@ fn human(place: &Place, report: &StatusReport) -> String {
     }
     if let Some((hour, records)) = limits.busiest_records_hour {
         out.push_str(&format!(
-            "limits: busiest hour {hour}: {records} records, {}.{}% of the {} per hour the submitter sends at 10 requests/s\n",
+            "limits: busiest hour {hour}: {records} records, {}.{}% of the {} per hour the submitter sends at {} requests/s\n",
             limits.records_per_mille / 10,
             limits.records_per_mille % 10,
-            awsmp_operate::status::SUBMITTER_RECORDS_PER_HOUR
+            backlog.records_per_hour,
+            backlog.requests_per_second
         ));
     }
     if report.attention.is_empty() {
@@ -181,7 +203,15 @@ impl Command {
                 Some(store) => store.deprovisioning().await?.len() as u64,
                 None => 0,
             };
-            let report = read(&s.operator, &queues, deprovisioning, ctx.now, self.hours).await?;
+            let report = read(
+                &s.operator,
+                &queues,
+                deprovisioning,
+                s.deployment.requests_per_second,
+                ctx.now,
+                self.hours,
+            )
+            .await?;
             let place = Place {
                 region: s.deployment.region.clone(),
                 stack: s.deployment.stack.clone(),

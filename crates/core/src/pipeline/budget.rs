@@ -49,6 +49,15 @@ impl Budget {
             .map_or(Budget::UNLIMITED, |d| Budget::before(d, margin))
     }
 
+    /// The same budget, but starting no work after `at` either (the end, and so every
+    /// claim's lease, is unchanged).
+    pub fn stopping_by(self, at: Instant) -> Self {
+        Budget {
+            deadline: Some(self.deadline.map_or(at, |d| d.min(at))),
+            end: self.end,
+        }
+    }
+
     /// The deadline, if any.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline

@@ -22,7 +22,7 @@
 //! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
 //!
 //! The submitter's modes and knobs are `settings`; one run, its claims, sends and
-//! write-backs, is `run`.
+//! write-backs, is `run`; when runs start and stop, `schedule`.
 
 pub mod answer;
 pub mod batch;
@@ -30,6 +30,7 @@ pub mod bisect;
 pub mod outcome;
 pub mod pacing;
 mod run;
+pub mod schedule;
 mod settings;
 
 pub use run::{SubmitPorts, SubmitReport, metering_record, submit};

@@ -373,7 +373,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// `BatchMeterUsage` retries: 200 ms doubling to 5 s, inside a 5-minute submitter run
+    /// `BatchMeterUsage` retries: 200 ms doubling to 5 s, inside a one-minute submitter run
     /// whose calls are paced at the 10 requests/s quota.
     pub const METERING: Backoff = Backoff {
         base: Duration::from_millis(200),

@@ -8,7 +8,9 @@
 //! a disabled Region for a while, poison records, lifecycle events racing usage). After
 //! each schedule the conservation invariant is checked; a failing seed is shrunk to
 //! the fewest faults that still fail and printed with the command that replays it.
+//! [`ceiling`] drains a backlog at the quota on the submitter's schedule instead.
 
+pub mod ceiling;
 pub mod cli;
 pub mod executor;
 pub mod invariant;

@@ -92,7 +92,7 @@ struct State {
 #[derive(Clone)]
 pub struct SimMarketplace {
     state: Arc<Mutex<State>>,
-    clock: ManualClock,
+    clock: Arc<dyn Clock>,
 }
 
 /// The model's patterns, compiled once per process (each schedule clones them).
@@ -114,6 +114,17 @@ impl SimMarketplace {
         product: &str,
         dimensions: &[&str],
         clock: ManualClock,
+        seed: u64,
+        identical_retry: IdenticalRetryStatus,
+    ) -> Result<Self, MarketplaceError> {
+        Self::on_clock(product, dimensions, Arc::new(clock), seed, identical_retry)
+    }
+
+    /// [`SimMarketplace::new`] at any clock's time.
+    pub fn on_clock(
+        product: &str,
+        dimensions: &[&str],
+        clock: Arc<dyn Clock>,
         seed: u64,
         identical_retry: IdenticalRetryStatus,
     ) -> Result<Self, MarketplaceError> {

@@ -31,7 +31,9 @@ use awsmp_core::memory::{
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::ports::{Clock, MeteringRecord, NewUsageRow, ResolvedCustomer, UsageStore};
 use awsmp_core::retention::Retention;
-use awsmp_core::submit::{DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, submit};
+use awsmp_core::submit::{
+    DeploymentMode, MeteringMode, SubmitPorts, SubmitSettings, schedule, submit,
+};
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours, format_instant};
 use awsmp_marketplace_sim::IdenticalRetryStatus;
 use awsmp_operate::import::{ImportTarget, Progress, ProgressKeeper, one_deployment, write_lines};
@@ -69,8 +71,6 @@ pub const GARBAGE: &str = r#"{"kind":"Rollup","version":2}"#;
 pub const IMPORTED: &str = "imported";
 /// The registration page's origin.
 const PAGE_ORIGIN: &str = "https://register.example.com";
-/// The submitter's Lambda timeout (template-main.yaml).
-const SUBMITTER_TIMEOUT_SECONDS: i64 = 240;
 /// Most an execution environment's clock is off the simulation's, in milliseconds.
 pub const MAX_CLOCK_SKEW_MS: i64 = 2000;
 /// The aggregator's Lambda timeout.
@@ -344,9 +344,18 @@ impl Stack {
             metrics: Arc::new(self.metrics.clone()),
             clock: self.lambda_clock(),
         };
-        let deadline = self.clock.now() + chrono::Duration::seconds(SUBMITTER_TIMEOUT_SECONDS);
+        // The handler's budget: the template's timeout, stopping before the next tick.
+        let started = self.clock.now();
+        let deadline = started + chrono::Duration::seconds(schedule::TIMEOUT_SECONDS);
         self.sim.set_deadline(deadline);
-        let budget = Budget::before(deadline, chrono::Duration::seconds(20));
+        let budget = schedule::run_budget(
+            now,
+            started,
+            Budget::before(
+                deadline,
+                chrono::Duration::seconds(schedule::DEADLINE_MARGIN_SECONDS),
+            ),
+        );
         let _ = submit(now, &self.submit_settings(), &ports, budget).await;
         self.sim.clear_deadline();
     }

@@ -181,7 +181,7 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
     );
 
     // 4. Let the hour complete and the schedules meter it (15-minute steps: the
-    //    discoverer's rate; the submitter's 5-minute rate fires at each step).
+    //    discoverer's rate; the submitter's 1-minute rate fires at each step).
     let coarse = Duration::minutes(15);
     system.advance(at(95), coarse).await?;
     say(

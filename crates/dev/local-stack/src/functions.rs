@@ -14,10 +14,10 @@ use aws_config::SdkConfig;
 use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_core::clock::ManualClock;
 use lambda_runtime::LambdaEvent;
 
 use crate::LocalError;
+use crate::clock::LocalClock;
 use crate::resources::LocalStack;
 use crate::runtime::LocalFunction;
 use awsmp_local_aws::EventSource;
@@ -166,14 +166,14 @@ impl LocalFunction for Local {
 
 /// Builds every function of `stacks` whose condition holds, its clients on `sdk`, its
 /// metrics appended to `metrics_log`. `overrides` replace template values that only
-/// make sense in AWS (the page URL and CORS origin). `clock` is the system's virtual
-/// time, which the usage API's "when received" follows.
+/// make sense in AWS (the page URL and CORS origin). `clock` is the stack's one clock:
+/// every handler reads it (their `SystemClock` replaced), as the deadlines do.
 pub fn wire_functions(
     stacks: &[&LocalStack],
     overrides: &BTreeMap<String, String>,
     sdk: &SdkConfig,
     metrics_log: &Path,
-    clock: &ManualClock,
+    clock: &LocalClock,
 ) -> Result<Vec<WiredFunction>, LocalError> {
     let mut out = Vec::new();
     for (index, stack) in stacks.iter().enumerate() {
@@ -200,25 +200,49 @@ pub fn wire_functions(
                     state
                 }};
             }
+            // The stack's one clock instead of each handler's `SystemClock`.
+            let one: Arc<dyn awsmp_core::ports::Clock> = Arc::new(clock.clone());
             let handler = match spec.binary.as_str() {
-                "subscription" => Handler::Subscription(connect!(awsmp_subscription).0),
+                "subscription" => {
+                    let mut state = connect!(awsmp_subscription).0;
+                    state.clock = one;
+                    Handler::Subscription(state)
+                }
                 "deprovision-cleanup" => {
-                    Handler::DeprovisionCleanup(connect!(awsmp_deprovision_cleanup).0)
+                    let mut state = connect!(awsmp_deprovision_cleanup).0;
+                    state.clock = one;
+                    Handler::DeprovisionCleanup(state)
                 }
-                "register" => Handler::Register(connect!(awsmp_register, metrics in metrics)),
+                "register" => {
+                    let mut state = connect!(awsmp_register, metrics in metrics);
+                    state.clock = one;
+                    Handler::Register(state)
+                }
                 "discoverer" => {
-                    Handler::Discoverer(connect!(awsmp_discoverer, metrics in ports.metrics))
+                    let mut state = connect!(awsmp_discoverer, metrics in ports.metrics);
+                    state.ports.clock = one;
+                    Handler::Discoverer(state)
                 }
-                "aggregator" => Handler::Aggregator(connect!(awsmp_aggregator).0),
+                "aggregator" => {
+                    let mut state = connect!(awsmp_aggregator).0;
+                    state.ports.clock = one;
+                    Handler::Aggregator(state)
+                }
                 "usage-api" => {
                     let mut state = connect!(awsmp_usage_api).0;
-                    state.clock = Arc::new(clock.clone());
+                    state.clock = one;
                     Handler::UsageApi(state)
                 }
                 "outcome-events" => Handler::OutcomeEvents(connect!(awsmp_outcome_events).0),
-                "cleanup" => Handler::Cleanup(connect!(awsmp_cleanup, metrics in ports.metrics)),
+                "cleanup" => {
+                    let mut state = connect!(awsmp_cleanup, metrics in ports.metrics);
+                    state.ports.clock = one;
+                    Handler::Cleanup(state)
+                }
                 "submitter" => {
-                    Handler::Submitter(connect!(awsmp_submitter, metrics in ports.metrics))
+                    let mut state = connect!(awsmp_submitter, metrics in ports.metrics);
+                    state.ports.clock = one;
+                    Handler::Submitter(state)
                 }
                 other => {
                     return Err(LocalError::Wiring(format!(

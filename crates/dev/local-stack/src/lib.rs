@@ -5,6 +5,7 @@
 //! ([`functions`], [`runtime`], [`streams`]), on a virtual clock so a day of metering takes seconds
 //! ([`system`]); [`demo`] is the scripted lifecycle it shows.
 
+pub mod clock;
 pub mod demo;
 pub mod functions;
 pub mod resources;
@@ -56,10 +57,10 @@ impl From<awsmp_local_aws::LocalAwsError> for LocalError {
     }
 }
 
-/// Where the demo's virtual clock starts when the real clock reads `now`. The story
-/// spans about three virtual hours and must stay behind the real clock (handlers
-/// without a triggering event time, like the SQS ones, read the real clock), so it
-/// starts four hours before `now`'s hour, five minutes into that hour.
+/// Where the demo's clock starts when the real clock reads `now`. The story spans
+/// about three hours of the stack's clock and ends behind the real clock (serving
+/// catches up from there), so it starts four hours before `now`'s hour, five minutes
+/// into that hour.
 pub fn demo_start(now: awsmp_core::time::Instant) -> awsmp_core::time::Instant {
     HourBucket::containing(now).start() - chrono::Duration::hours(4) + chrono::Duration::minutes(5)
 }

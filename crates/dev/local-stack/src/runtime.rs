@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use awsmp_core::ports::Clock;
 use awsmp_core::time::Instant;
 use awsmp_local_aws::SqsRecord;
 use lambda_runtime::{Context, LambdaEvent};
@@ -57,14 +58,13 @@ pub trait LocalFunction: Send + Sync {
     }
 }
 
-/// A Lambda context with a deadline `timeout` from now (real time: the handler's
-/// own budget logic measures real elapsed time).
-pub fn context(function: &str, timeout: Duration) -> Context {
+/// A Lambda context with a deadline `timeout` after `now`, the stack's clock (the
+/// handler's budget reads the same clock).
+pub fn context(function: &str, timeout: Duration, now: Instant) -> Context {
     let mut ctx = Context::default();
     ctx.request_id = format!("local-{function}-{}", chrono::Utc::now().timestamp_micros());
     ctx.deadline = u64::try_from(
-        (chrono::Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
-            .timestamp_millis(),
+        (now + chrono::Duration::from_std(timeout).unwrap_or_default()).timestamp_millis(),
     )
     .unwrap_or(0);
     ctx.invoked_function_arn = format!(
@@ -109,6 +109,8 @@ pub struct SqsMapping<'a> {
     pub report_batch_item_failures: bool,
     /// Function timeout.
     pub timeout: Duration,
+    /// The stack's clock (each invocation's deadline).
+    pub clock: &'a crate::clock::LocalClock,
 }
 
 impl SqsMapping<'_> {
@@ -151,7 +153,7 @@ impl SqsMapping<'_> {
         let result = function
             .sqs(LambdaEvent::new(
                 event,
-                context(function.name(), self.timeout),
+                context(function.name(), self.timeout, self.clock.now()),
             ))
             .await;
         let failed_ids: Vec<String> = match result {

@@ -13,7 +13,10 @@ use std::time::Duration;
 use lambda_runtime::LambdaEvent;
 use serde_json::{Value, json};
 
+use awsmp_core::ports::Clock;
+
 use crate::LocalError;
+use crate::clock::LocalClock;
 use crate::resources::LOCAL_REGION;
 use crate::runtime::{LocalFunction, PollStats, context};
 
@@ -31,6 +34,7 @@ pub struct StreamMapping {
     pub filters: Vec<String>,
     /// Function timeout.
     pub timeout: Duration,
+    clock: LocalClock,
     endpoint: String,
     http: reqwest::Client,
     /// Shard id -> the iterator to read next.
@@ -39,8 +43,10 @@ pub struct StreamMapping {
 
 impl StreamMapping {
     /// A mapping of `stream_arn` onto function `function`, read from `endpoint` (moto).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         endpoint: &str,
+        clock: &LocalClock,
         function: usize,
         stream_arn: String,
         batch_size: u32,
@@ -55,6 +61,7 @@ impl StreamMapping {
             report_batch_item_failures,
             filters,
             timeout,
+            clock: clock.clone(),
             endpoint: endpoint.to_string(),
             http: reqwest::Client::new(),
             iterators: Mutex::new(BTreeMap::new()),
@@ -162,7 +169,7 @@ impl StreamMapping {
             let result = function
                 .stream(LambdaEvent::new(
                     json!({ "Records": records }),
-                    context(function.name(), self.timeout),
+                    context(function.name(), self.timeout, self.clock.now()),
                 ))
                 .await;
             let failed: Vec<String> = match result {

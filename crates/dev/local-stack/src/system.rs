@@ -10,13 +10,14 @@ use awsmp_apigw_local::{
     LOOPBACK_ANY_PORT, LocalServer, Sigv4Verifier, lambda_router, require_sigv4, serve,
     serve_static,
 };
-use awsmp_core::clock::ManualClock;
+use awsmp_core::ports::Clock;
 use awsmp_core::time::Instant;
 use awsmp_local_aws::MotoServer;
 use awsmp_marketplace_sim::{ClockSetting, RunningSim, SimConfig, Simulator};
 use lambda_runtime::LambdaEvent;
 
 use crate::LocalError;
+use crate::clock::LocalClock;
 use crate::functions::{WiredFunction, wire_functions};
 use crate::resources::{LOCAL_REGION, LocalStack};
 use crate::runtime::{SqsMapping, context, queue_depth, scheduled_event};
@@ -48,8 +49,9 @@ pub struct LocalSystem {
     pub api: LocalServer,
     /// The usage API (`/usage/events`), when the main stack deploys it.
     pub usage_api: Option<LocalServer>,
-    /// The virtual clock the usage API reads "when received" from (`now`).
-    pub clock: ManualClock,
+    /// The stack's one clock: every handler, the usage API's "when received", the
+    /// deadlines and the schedules read it (`now` is where the system last stepped).
+    pub clock: LocalClock,
     /// The workspace root (templates, `web/`, `examples/`).
     pub root: PathBuf,
     /// The registration page.
@@ -60,6 +62,8 @@ pub struct LocalSystem {
     pub metrics_log: PathBuf,
     /// The tables' stream mappings (outcome events).
     pub streams: Vec<StreamMapping>,
+    /// Serving: the stack's time, the wall instant it was read and the speed.
+    pace: Option<(Instant, std::time::Instant, u32)>,
     /// The queue a rule on the default bus fills with every `awsmp.metering` event, as
     /// a seller's own rule would (when the main stack has outcome events).
     pub outcome_queue: Option<String>,
@@ -177,7 +181,7 @@ impl LocalSystem {
             metering: sim.endpoint_url(),
         }
         .sdk_config(LOCAL_REGION);
-        let clock = ManualClock::new(start);
+        let clock = LocalClock::new(start);
         let functions = wire_functions(&[&events, &main], &overrides, &sdk, &metrics_log, &clock)?;
 
         let register = functions
@@ -236,6 +240,7 @@ impl LocalSystem {
                     })?;
                     streams.push(StreamMapping::new(
                         moto.endpoint(),
+                        &clock,
                         i,
                         stream_arn,
                         *batch_size,
@@ -270,6 +275,7 @@ impl LocalSystem {
             metrics_log,
             streams,
             outcome_queue,
+            pace: None,
         })
     }
 
@@ -303,6 +309,7 @@ impl LocalSystem {
                             batch_size: *batch_size,
                             report_batch_item_failures: *report_batch_item_failures,
                             timeout: f.timeout,
+                            clock: &self.clock,
                         },
                     ));
                 }
@@ -349,7 +356,7 @@ impl LocalSystem {
     pub async fn advance(&mut self, to: Instant, step: chrono::Duration) -> Result<(), LocalError> {
         while self.now < to {
             self.now = (self.now + step).min(to);
-            self.clock.set(self.now);
+            self.clock.advance_to(self.now);
             self.sim
                 .handle()
                 .set_clock(ClockSetting::Fixed { at: self.now });
@@ -357,6 +364,31 @@ impl LocalSystem {
             self.drain(200).await?;
         }
         Ok(())
+    }
+
+    /// Serving: moves the clock up to the wall clock's time in 5-minute steps (the
+    /// schedules fire and the queues drain on the way); from then on
+    /// [`LocalSystem::step_to_clock`] keeps it with the wall clock, `speed` times as
+    /// fast. At speed 1 the stack's time is the wall's, so usage stamped "now" anywhere
+    /// (`awsmp usage put`'s default, a seller's app) is now in the stack too.
+    pub async fn catch_up_and_run(&mut self, speed: u32) -> Result<(), LocalError> {
+        while self.now < chrono::Utc::now() - chrono::Duration::seconds(1) {
+            let wall = chrono::Utc::now();
+            self.advance(wall, chrono::Duration::minutes(5)).await?;
+        }
+        self.pace = Some((self.now, std::time::Instant::now(), speed.max(1)));
+        Ok(())
+    }
+
+    /// Serving: steps the system to where the paced clock should be (the wall's time at
+    /// speed 1), at most five minutes a step: the simulator follows, due schedules
+    /// fire, the queues drain.
+    pub async fn step_to_clock(&mut self) -> Result<(), LocalError> {
+        let Some((from, since, speed)) = self.pace else {
+            return Ok(());
+        };
+        let target = from + chrono::Duration::from_std(since.elapsed() * speed).unwrap_or_default();
+        self.advance(target, chrono::Duration::minutes(5)).await
     }
 
     async fn run_due_schedules(&mut self) -> Result<(), LocalError> {
@@ -374,7 +406,10 @@ impl LocalSystem {
                 if due {
                     let event = scheduled_event(&f.name, self.now);
                     f.function
-                        .scheduled(LambdaEvent::new(event, context(&f.name, f.timeout)))
+                        .scheduled(LambdaEvent::new(
+                            event,
+                            context(&f.name, f.timeout, self.clock.now()),
+                        ))
                         .await?;
                     self.last_run.insert(f.name.clone(), self.now);
                 }

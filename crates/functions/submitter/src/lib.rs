@@ -1,7 +1,8 @@
-//! The submitter Lambda (`rate(5 minutes)`, reserved concurrency 1): takes "now" from
+//! The submitter Lambda (`rate(1 minute)`, reserved concurrency 1): takes "now" from
 //! the scheduled event and drains pending aggregated records to `BatchMeterUsage`
 //! (or, in dry-run mode, marks test accounts' records `DryRunSubmitted` without
-//! calling it). The use case is `awsmp_core::submit`.
+//! calling it) until just before the next tick (`awsmp_core::submit::schedule`). The
+//! use case is `awsmp_core::submit`.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use aws_config::SdkConfig;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::retention::Retention;
+use awsmp_core::submit::schedule::{DEADLINE_MARGIN_SECONDS, run_budget};
 use awsmp_core::submit::{
     DeploymentMode, MeteringMode, PENDING_PAGE_RECORDS, SubmitPorts, SubmitReport, SubmitSettings,
     submit,
@@ -17,7 +19,7 @@ use awsmp_lambda::{ConfigError, EnvReader, finish_run, invocation_budget, schedu
 use lambda_runtime::LambdaEvent;
 use tracing::info;
 
-/// Why an invocation failed (the schedule runs again in five minutes): the failure of
+/// Why an invocation failed (the schedule runs again in a minute): the failure of
 /// every scheduled pipeline run.
 pub use awsmp_lambda::RunError as HandlerError;
 
@@ -39,10 +41,6 @@ pub const ENV_VARS: &[&str] = &[
 /// The account-and-Region `BatchMeterUsage` quota, requests per second, that every
 /// product's submitter in the Region shares.
 pub const QUOTA_REQUESTS_PER_SECOND: u32 = 10;
-
-/// Stop starting batches this long before the Lambda deadline (one batch with its
-/// bisection and unprocessed retry, and the writes, fit well inside it).
-const DEADLINE_MARGIN_SECONDS: i64 = 20;
 
 /// The submitter's configuration, read once at init.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +196,11 @@ pub async fn handler(
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<SubmitReport, HandlerError> {
     let now = scheduled_now(&event.payload, state.ports.clock.as_ref());
-    let budget = invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS);
+    let budget = run_budget(
+        now,
+        state.ports.clock.now(),
+        invocation_budget(&event.context, DEADLINE_MARGIN_SECONDS),
+    );
     let result = submit(now, &state.settings, &state.ports, budget)
         .await
         .inspect(|report| {
