@@ -486,6 +486,17 @@ def main() -> int:
         for logical in t.of_type("AWS::SQS::Queue"):
             check(logical in denied, f"{t.name} {logical}: a queue policy denies requests without TLS")
 
+    # ---- only the Marketplace rule (and the optional admin role) may send lifecycle events
+    events_policy = "\n".join(events.resources.get("SubscriptionEventsQueuePolicy", []))
+    deny = next((st for st in events_policy.split("          - Sid: ")[1:] if st.startswith("DenySendersButTheRule")), "")
+    check(
+        "Effect: Deny" in deny and "Action: sqs:SendMessage" in deny
+        and "Resource: !GetAtt SubscriptionEventsQueue.Arn" in deny
+        and deny.count("aws:SourceArn: !GetAtt MarketplaceEventsRule.Arn") == 2
+        and "ArnNotEquals:" in deny and "aws:PrincipalArn: !Ref EventsQueueAdminRoleArn" in deny,
+        "template-events.yaml: the subscription queue denies SendMessage to all but the events rule (and EventsQueueAdminRoleArn)",
+    )
+
     # ---- the tables can use a customer-managed KMS key (the profile table holds PII)
     for logical in ("UsageTable", "AggregatedUsageTable", "CustomerProfileTable"):
         sse = section(section(main_t.resources.get(logical, []), "Properties", 4) or [], "SSESpecification", 6) or []

@@ -63,7 +63,8 @@ pub const EXIT_ATTENTION: u8 = 3;
 pub const EXIT_CONFLICT: u8 = 5;
 
 /// A table with `headers`, every row a list of cells, in a fixed ASCII style (stable
-/// for golden tests, readable in any terminal or log).
+/// for golden tests, readable in any terminal or log). Cells show stored strings (a
+/// seller's dimension, a reason, a license), so each is [`printable`].
 pub fn table<I, R>(headers: &[&str], rows: I) -> String
 where
     I: IntoIterator<Item = R>,
@@ -75,9 +76,27 @@ where
         .set_content_arrangement(ContentArrangement::Disabled)
         .set_header(headers.iter().copied());
     for row in rows {
-        table.add_row(row);
+        table.add_row(row.into_iter().map(|cell| printable(&cell)));
     }
     table.to_string()
+}
+
+/// `text` with every control character (escape sequences, carriage returns, newlines,
+/// bells) shown as its `\u{..}` escape: a stored string cannot move the cursor,
+/// recolour or clear the operator's terminal, or forge a table row.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `value` as pretty JSON (a serialization failure is impossible for our types; it
@@ -117,5 +136,20 @@ mod tests {
             text,
             "| hour          | billed |\n|---------------|--------|\n| 2026-11-30T10 | 3      |"
         );
+    }
+
+    #[test]
+    fn stored_control_characters_are_shown_not_obeyed() {
+        let text = table(
+            &["dimension"],
+            [vec!["req\u{1b}[2J\rforged | row\n| x".to_string()]],
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.contains("req\\u{1b}[2J\\u{d}forged"), "{text}");
+        assert_eq!(printable("requests"), "requests");
     }
 }

@@ -2,21 +2,59 @@
 //! of the logs whatever level is asked for.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
 
 /// JSON logs for Lambda (`LogFormat: JSON`), no ANSI colours, filtered by
-/// [`tracing_filter`] over `RUST_LOG` and Lambda's `AWS_LAMBDA_LOG_LEVEL`. Calling it
-/// twice is harmless (the second call does nothing).
+/// [`tracing_filter`] over `RUST_LOG` and Lambda's `AWS_LAMBDA_LOG_LEVEL`, and by the
+/// caps ([`caps`]). Calling it twice is harmless (the second call does nothing).
 pub fn init_tracing() {
-    let filter = tracing_filter(
+    let subscriber = json_subscriber(
         std::env::var("RUST_LOG").ok().as_deref(),
         std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref(),
+        std::io::stdout,
     );
-    let _ = tracing_subscriber::fmt()
+    // `try_init` also forwards the `log` crate's records (tracing-log), as before.
+    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(subscriber);
+}
+
+/// The Lambdas' subscriber writing to `writer`: JSON lines that pass both the level
+/// asked for ([`tracing_filter`]) and the caps ([`caps`]). The caps are a filter of
+/// their own, so no `RUST_LOG` directive lifts them: `[span]=trace` enables every
+/// event inside that span in an `EnvFilter`, the capped crates' included, but not past
+/// a second filter that reads only each event's target and level.
+pub fn json_subscriber<W>(
+    rust_log: Option<&str>,
+    lambda_log_level: Option<&str>,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let layer = tracing_subscriber::fmt::layer()
         .json()
-        .with_env_filter(filter)
         .with_ansi(false)
         .with_current_span(false)
-        .try_init();
+        .with_writer(writer);
+    tracing_subscriber::registry().with(tracing_subscriber::Layer::with_filter(
+        layer,
+        tracing_filter(rust_log, lambda_log_level).and(caps()),
+    ))
+}
+
+/// [`CAPPED_TARGETS`] as a filter: each capped crate at INFO at most, everything else
+/// let through (the level asked for decides).
+pub fn caps() -> Targets {
+    CAPPED_TARGETS
+        .iter()
+        .filter_map(|cap| cap.split_once('='))
+        .fold(
+            Targets::new().with_default(LevelFilter::TRACE),
+            |targets, (target, level)| {
+                targets.with_target(target, level.parse().unwrap_or(LevelFilter::INFO))
+            },
+        )
 }
 
 /// The filter: `rust_log` when set and valid, else the Lambda log level, else `info`;
@@ -108,12 +146,11 @@ mod tests {
         const TOKEN: &str = "tok-SECRET-registration-token";
         let captured = Captured::default();
         let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(tracing_filter(rust_log, lambda_level))
-            .with_writer(move || writer.clone())
-            .finish();
+        let subscriber = json_subscriber(rust_log, lambda_level, move || writer.clone());
         tracing::subscriber::with_default(subscriber, || {
+            // Inside a span, as the runtime's invocation span encloses every handler.
+            let span = tracing::info_span!("Lambda runtime invoke");
+            let _inside = span.enter();
             macro_rules! everywhere {
                 ($target:literal) => {
                     tracing::trace!(target: $target, body = TOKEN, "raw event");
@@ -151,6 +188,13 @@ mod tests {
         logged_under(
             Some("lambda_runtime=trace,hyper=trace,aws_smithy_runtime=trace,aws_sigv4=trace"),
             Some("TRACE"),
+        );
+        // A span directive: in an EnvFilter alone it enables every event inside the
+        // invocation's span, the SDK's request dump included.
+        logged_under(Some("[Lambda runtime invoke]=trace"), None);
+        logged_under(
+            Some("info,[{body}]=trace,[Lambda runtime invoke]=trace"),
+            None,
         );
         // The filter still lets the application log at TRACE: the caps are not a blanket.
         assert!(logged_under(None, Some("TRACE")).contains("application trace marker"));

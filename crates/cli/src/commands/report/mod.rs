@@ -27,22 +27,52 @@ pub async fn read(
 }
 
 /// Writes the page to `path` (replacing it whole: a reader never sees half a page) and
-/// returns the path as it can be opened.
+/// returns the path as it can be opened. The page is written to a new file beside it
+/// first, created exclusively under a name no one can guess (so a file or link planted
+/// there is never written through), then renamed over `path`.
 pub fn write_html(page: &ReportPage, path: &Path) -> Result<PathBuf, CommandError> {
-    let partial = path.with_file_name(format!(
-        ".{}.partial",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "report.html".into())
-    ));
+    use std::io::Write as _;
     let failed = |e: std::io::Error| {
         CommandError::Io(format!(
             "cannot write the report to {}: {e} (does its directory exist and is it writable?)",
             path.display()
         ))
     };
-    std::fs::write(&partial, html::render(page)).map_err(failed)?;
-    std::fs::rename(&partial, path).map_err(failed)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report.html".into());
+    let (partial, mut file) = (0..16)
+        .find_map(|_| {
+            let partial = path.with_file_name(format!(
+                ".{name}.{:016x}.partial",
+                awsmp_core::pipeline::retry::random_u64()
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&partial)
+            {
+                Ok(file) => Some(Ok((partial, file))),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                Err(e) => Some(Err(e)),
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "no unused temporary name beside it",
+            ))
+        })
+        .map_err(failed)?;
+    let written = file
+        .write_all(html::render(page).as_bytes())
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&partial, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(failed(e));
+    }
     Ok(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
 }
 
@@ -179,6 +209,17 @@ mod tests {
             1,
             "no partial file left"
         );
+        // A link planted at the name the partial file once had is never written through.
+        #[cfg(unix)]
+        {
+            let target = dir.join("victim.txt");
+            std::fs::write(&target, "untouched").unwrap();
+            std::os::unix::fs::symlink(&target, dir.join(".r.html.partial")).unwrap();
+            write_html(&page, &dir.join("r.html")).unwrap();
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+            std::fs::remove_file(dir.join(".r.html.partial")).unwrap();
+            std::fs::remove_file(&target).unwrap();
+        }
         let shown = render(&page, Some(&path), Format::Human);
         assert!(
             shown
