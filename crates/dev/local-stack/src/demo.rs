@@ -268,31 +268,27 @@ async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError
         return Ok("outcome events are disabled in this stack".into());
     }
     use awsmp_core::outcomes::{RECORD_OUTCOME, ROW_NOT_BILLED, SOURCE, Table};
-    let told = |table: Table, status: &str| table.told_statuses().contains(&status);
     let mut expected: Vec<(String, String, String)> = Vec::new();
-    for item in scan(system, system.table("AggregatedUsageTable")?).await? {
-        let status = item.get("meteringStatus").cloned().unwrap_or_default();
-        if told(Table::Aggregated, &status) {
-            expected.push((
-                item.get("licenseArn").cloned().unwrap_or_default(),
-                item.get("account_dimension_hour")
-                    .cloned()
-                    .unwrap_or_default(),
-                status,
-            ));
-        }
-    }
-    let records = expected.len();
-    for item in scan(system, system.table("UsageTable")?).await? {
-        let status = item.get("meteringStatus").cloned().unwrap_or_default();
-        if told(Table::Usage, &status) {
-            expected.push((
-                item.get("licenseArn").cloned().unwrap_or_default(),
-                item.get("customerAWSAccountId_dimension_timestamp")
-                    .cloned()
-                    .unwrap_or_default(),
-                status,
-            ));
+    let mut records = 0;
+    for (logical_id, table, sort_key) in [
+        (
+            "AggregatedUsageTable",
+            Table::Aggregated,
+            "account_dimension_hour",
+        ),
+        (
+            "UsageTable",
+            Table::Usage,
+            "customerAWSAccountId_dimension_timestamp",
+        ),
+    ] {
+        for item in scan(system, system.table(logical_id)?).await? {
+            let status = item.get("meteringStatus").cloned().unwrap_or_default();
+            if table.told_statuses().contains(&status.as_str()) {
+                let text = |name: &str| item.get(name).cloned().unwrap_or_default();
+                expected.push((text("licenseArn"), text(sort_key), status));
+                records += usize::from(table == Table::Aggregated);
+            }
         }
     }
     let mut got: Vec<(String, String, String)> = Vec::new();
