@@ -210,3 +210,28 @@ pub fn curl_command(url: &str, region: &str, now: awsmp_core::time::Instant) -> 
         "curl -sS --aws-sigv4 'aws:amz:{region}:execute-api' --user test:test -H 'content-type: application/json' --data '{event}' {url}/usage/events"
     )
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_says_which_clock_usage_must_carry() {
+        let now = awsmp_core::time::parse_usage_timestamp("2026-12-03T18:00:00Z").unwrap();
+        let real_time = clock_note(now, 1);
+        assert!(
+            real_time.contains("caught up with yours (2026-12-03T18:00:00Z) and runs with it")
+                && real_time.contains("awsmp usage put's default")
+                && real_time.contains("metering lock"),
+            "{real_time}"
+        );
+        let fast = clock_note(now, 60);
+        assert!(
+            fast.contains("runs 60x faster")
+                && fast.contains("usage API without a timestamp")
+                && fast.contains("--speed 1"),
+            "{fast}"
+        );
+    }
+}
