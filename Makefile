@@ -155,9 +155,13 @@ bench: venv
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS ?= -O -a --codegen-units 16
 FUZZ := cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz
+# One cargo-fuzz for everyone (it is not on the make test path: it needs nightly flags).
+CARGO_FUZZ_VERSION := 0.13.2
+FUZZ_TOOL = @cargo install --list | grep -qxF "cargo-fuzz v$(CARGO_FUZZ_VERSION):" || \
+	  cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked
 
 fuzz:
-	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	$(FUZZ_TOOL)
 	@for target in $$($(FUZZ) list); do \
 	  echo "+ cargo fuzz run $$target for $(FUZZ_SECONDS)s"; \
 	  ( $(FUZZ) run $(FUZZ_FLAGS) $$target corpus/$$target seeds/$$target -- \
@@ -167,7 +171,7 @@ fuzz:
 # Minimize: a set-cover merge on edge coverage alone (-use_counters=0) keeps every
 # edge in a fraction of the files `cargo fuzz cmin` keeps.
 fuzz-cmin:
-	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	$(FUZZ_TOOL)
 	$(FUZZ) build $(FUZZ_FLAGS)
 	@for target in $$($(FUZZ) list); do \
 	  echo "+ minimize fuzz/corpus/$$target"; \
