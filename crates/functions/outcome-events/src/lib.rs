@@ -88,28 +88,25 @@ pub async fn handler(
     let mut failures = Vec::new();
     let mut published = 0;
     let mut silent = 0;
-    // The records of one invocation come from one mapping (one table); runs of the
-    // same table are published together, in stream order.
-    let mut run: Vec<Change> = Vec::new();
-    let mut run_table = None;
+    // One invocation's records come from one mapping (one table); each table's
+    // changes are published in stream order either way.
+    let mut changes: [(Table, Vec<Change>); 2] =
+        [(Table::Usage, Vec::new()), (Table::Aggregated, Vec::new())];
     for record in &event.payload.records {
-        let Some(table) = state.config.table_of(&record.event_source_arn) else {
-            error!(source = %record.event_source_arn, position = %record.dynamodb.sequence_number, "a stream record from a table this function does not know; skipped");
-            silent += 1;
-            continue;
-        };
-        if run_table.is_some_and(|t| t != table) {
-            let report = publish(run_table.unwrap_or(table), &run, state.bus.as_ref()).await;
-            published += report.published;
-            silent += report.silent;
-            failures.extend(report.failed);
-            run.clear();
+        match state.config.table_of(&record.event_source_arn) {
+            Some(table) => {
+                if let Some((_, list)) = changes.iter_mut().find(|(t, _)| *t == table) {
+                    list.push(record.change());
+                }
+            }
+            None => {
+                error!(source = %record.event_source_arn, position = %record.dynamodb.sequence_number, "a stream record from a table this function does not know; skipped");
+                silent += 1;
+            }
         }
-        run_table = Some(table);
-        run.push(record.change());
     }
-    if let Some(table) = run_table {
-        let report = publish(table, &run, state.bus.as_ref()).await;
+    for (table, list) in changes.iter().filter(|(_, list)| !list.is_empty()) {
+        let report = publish(*table, list, state.bus.as_ref()).await;
         published += report.published;
         silent += report.silent;
         failures.extend(report.failed);
