@@ -291,6 +291,8 @@ def main() -> int:
                     if re.match(r"^\s+- (Sid|Effect):", t.lines[back]):
                         break
                 action = next((l.split(":", 1)[1].strip() for l in statement if re.match(r"^\s+Action:", l)), "")
+                if any(re.match(r"^\s+Principal:", l) for l in statement):
+                    continue  # a key policy's statement: "*" is the key itself
                 check(
                     action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer"),
                     f"{t.name} line {i + 1}: Resource \"*\" only for BatchMeterUsage/ResolveCustomer",
@@ -497,14 +499,186 @@ def main() -> int:
         "template-events.yaml: the subscription queue denies SendMessage to all but the events rule (and EventsQueueAdminRoleArn)",
     )
 
+    # ---- the events stack can use a customer-managed KMS key (DataKmsKeyArn): the
+    # subscribers table, the subscription queue and its DLQ use it when it is given, and
+    # only then do its roles get kms grants; empty keeps aws/dynamodb and SSE-SQS.
+    def if_value(value: str | None, kms_given: bool) -> str | None:
+        """`value` with `!If [HasDataKms, a, b]` decided; None for AWS::NoValue or absent."""
+        m = re.fullmatch(r"!If \[HasDataKms, (.+?), (.+?)\]", value or "")
+        if m:
+            value = m.group(1 if kms_given else 2)
+        return None if value in (None, '!Ref "AWS::NoValue"') else value
+
+    data_kms = section(section(events.lines, "Parameters", 0) or [], "DataKmsKeyArn", 2) or []
+    check(
+        scalar(data_kms, "Type", 4) == "String" and scalar(data_kms, "Default", 4) == ""
+        and scalar(data_kms, "AllowedPattern", 4) == "^$|^arn:aws[a-z-]*:kms:us-east-1:[0-9]{12}:key/.+$",
+        "template-events.yaml: DataKmsKeyArn optional (default empty), a key ARN in us-east-1",
+        f"got {scalar(data_kms, 'AllowedPattern', 4)}",
+    )
+    check(
+        scalar(section(events.lines, "Conditions", 0) or [], "HasDataKms", 2) == '!Not [!Equals [!Ref DataKmsKeyArn, ""]]',
+        "template-events.yaml: Condition HasDataKms is DataKmsKeyArn not empty",
+    )
+    sse = section(section(events.resources.get("SubscribersTable", []), "Properties", 4) or [], "SSESpecification", 6) or []
+    check(
+        scalar(sse, "SSEEnabled", 8) == "true"
+        and [if_value(scalar(sse, k, 8), True) for k in ("SSEType", "KMSMasterKeyId")] == ["KMS", "!Ref DataKmsKeyArn"]
+        and [if_value(scalar(sse, k, 8), False) for k in ("SSEType", "KMSMasterKeyId")] == [None, None],
+        "SubscribersTable: encrypted with DataKmsKeyArn when given, else aws/dynamodb",
+        "\n".join(sse),
+    )
+    for logical in ("SubscriptionEventsQueue", "SubscriptionEventsDlq"):
+        props = section(events.resources.get(logical, []), "Properties", 4) or []
+        on = {k: if_value(scalar(props, k, 6), True) for k in ("SqsManagedSseEnabled", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds")}
+        off = {k: if_value(scalar(props, k, 6), False) for k in on}
+        reuse = on["KmsDataKeyReusePeriodSeconds"] or ""
+        check(
+            on["KmsMasterKeyId"] == "!Ref DataKmsKeyArn" and on["SqsManagedSseEnabled"] in (None, "false")
+            and reuse.isdigit() and 60 <= int(reuse) <= 86400,
+            f"{logical}: SSE-KMS under DataKmsKeyArn when given (SSE-SQS off, data key reuse 60..86400 s)",
+            f"got {on}",
+        )
+        check(
+            off == {"SqsManagedSseEnabled": "true", "KmsMasterKeyId": None, "KmsDataKeyReusePeriodSeconds": None},
+            f"{logical}: SqsManagedSseEnabled and no KMS key when DataKmsKeyArn is empty (the default)",
+            f"got {off}",
+        )
+    # Every kms grant of the events roles is an `!If [HasDataKms, statement, AWS::NoValue]`
+    # item: kms:Decrypt on the key only, through the services that call KMS for the role.
+    via = {
+        "SubscriptionRole": {'!Sub "sqs.${AWS::Region}.amazonaws.com"', '!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
+        "DeprovisionCleanupRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
+    }
+    for logical, body in events.of_type("AWS::IAM::Role").items():
+        guarded: list[int] = []
+        services: set[str] = set()
+        for i, line in enumerate(body):
+            if line.strip() != "- !If":
+                continue
+            items = block(body, i)
+            depth = indent_of(line) + 2
+            heads = [l.strip() for l in items if significant(l) and indent_of(l) == depth]
+            statement = "\n".join(items)
+            if not (heads and heads[0] == "- HasDataKms" and "kms:" in statement):
+                continue
+            guarded += range(i, i + 1 + len(items))
+            found: set[str] = set()
+            for j, l in enumerate(items):
+                m = re.match(r"^\s+kms:ViaService:[ \t]*(.*?)\s*$", l)
+                if m:
+                    listed = [v.strip()[2:] for v in block(items, j) if significant(v)]
+                    found |= {m.group(1)} if m.group(1) else set(listed)
+            services |= found
+            sid = re.search(r"- Sid: (\w+)", statement)
+            check(
+                len(heads) == 3 and heads[2] == '- !Ref "AWS::NoValue"'
+                and re.search(r"Action: kms:Decrypt\n", statement) is not None and statement.count("kms:") == 2
+                and "Resource: !Ref DataKmsKeyArn" in statement and "StringEquals:" in statement and bool(found),
+                f"template-events.yaml {logical} {sid.group(1) if sid else 'statement'}: kms grant only under HasDataKms"
+                " (kms:Decrypt on DataKmsKeyArn, kms:ViaService), AWS::NoValue otherwise",
+                statement,
+            )
+        loose = [i + 1 for i, line in enumerate(body) if significant(line) and "kms:" in line and i not in guarded]
+        check(not loose, f"template-events.yaml {logical}: no kms grant outside HasDataKms", f"body lines {loose}")
+        check(services == via.get(logical, set()), f"template-events.yaml {logical}: kms:Decrypt via {sorted(via.get(logical, set()))} with DataKmsKeyArn",
+              f"got {sorted(services)}")
+
     # ---- the tables can use a customer-managed KMS key (the profile table holds PII)
-    for logical in ("UsageTable", "AggregatedUsageTable", "CustomerProfileTable"):
+    for logical in ("UsageTable", "AggregatedUsageTable"):
         sse = section(section(main_t.resources.get(logical, []), "Properties", 4) or [], "SSESpecification", 6) or []
         check(
             scalar(sse, "KMSMasterKeyId", 8) == "!If [HasTablesKms, !Ref TablesKmsKeyArn, !Ref \"AWS::NoValue\"]"
             and scalar(sse, "SSEType", 8) == "!If [HasTablesKms, KMS, !Ref \"AWS::NoValue\"]",
             f"{logical}: encrypted with TablesKmsKeyArn when given",
         )
+
+    # ---- the subscribers table's key (the events stack's DataKmsKeyArn): every main-stack
+    # role that reads or writes that table may decrypt with it through DynamoDB, only
+    # when it is given.
+    for role in ["RegisterRole", "DiscovererRole", "SubmitterRole"]:
+        text = "\n".join(main_t.resources.get(role, []))
+        check(
+            "- HasSubscribersKms\n                - Sid: SubscribersKeyViaDynamoDb" in text
+            and "Resource: !Ref SubscribersKmsKeyArn" in text
+            and 'kms:ViaService: !Sub "dynamodb.${SubscribersTableRegion}.amazonaws.com"' in text
+            and text.count("kms:") == 2,
+            f"{role}: kms:Decrypt on SubscribersKmsKeyArn through DynamoDB, only when it is given",
+        )
+
+    # ---- the registration endpoint: POST /register is limited per IP far below the
+    # rest, and capped for all addresses together; refusals and blocks are alarmed.
+    acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))
+    for rule, key, limit in [("register-rate-per-ip", "IP", "WafRegisterLimitPerIp"), ("register-rate-total", "CONSTANT", "WafRegisterLimitTotal")]:
+        body = acl.split(f"- Name: {rule}\n", 1)[-1].split("\n        - Name:", 1)[0] if f"- Name: {rule}\n" in acl else ""
+        check(
+            "Block: {}" in body and f"Limit: !Ref {limit}" in body and f"AggregateKeyType: {key}" in body
+            and "SearchString: POST" in body and "SearchString: /register" in body and "PositionalConstraint: ENDS_WITH" in body,
+            f"RegisterWebAcl: {rule} blocks POST /register over {limit} ({key})",
+        )
+    per_ip = re.search(r"WafRegisterLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
+    page = re.search(r"WafRateLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
+    check(bool(per_ip and page and int(per_ip.group(1)) * 10 <= int(page.group(1))), "WafRegisterLimitPerIp defaults far below WafRateLimitPerIp")
+    alarms = main_t.of_type("AWS::CloudWatch::Alarm")
+    four = "\n".join(alarms.get("RegisterApi4xxAlarm", []))
+    check("MetricName: 4XXError" in four and "Namespace: AWS/ApiGateway" in four, "an alarm on the registration API's 4xx responses")
+    for logical, rule in [("RegisterWafCapAlarm", "register-rate-total"), ("RegisterWafBlocksAlarm", "ALL")]:
+        text = "\n".join(alarms.get(logical, []))
+        check(
+            "Namespace: AWS/WAFV2" in text and "MetricName: BlockedRequests" in text and f"Value: {rule}\n" in text + "\n"
+            and 'Value: !Sub "awsmp-${ProductCode}-register-${StageName}"' in text and "Condition: CreateWebAcl" in text,
+            f"{logical}: alarms on the WebACL's blocks ({rule})",
+        )
+
+    # ---- buyer PII: only the register function's role and ProfileAccessRoleArn touch
+    # the profile table's items (its resource policy) or decrypt them (its own key).
+    profile = main_t.resources.get("CustomerProfileTable", [])
+    profile_text = "\n".join(profile)
+    sse = "\n".join(section(section(profile, "Properties", 4) or [], "SSESpecification", 6) or [])
+    check(
+        "SSEType: !If [CreateProfileKey, KMS, !If [HasTablesKms, KMS, !Ref \"AWS::NoValue\"]]" in sse
+        and "- !GetAtt CustomerProfileKey.Arn" in sse
+        and "- !If [ProfileUsesTablesKms, !Ref TablesKmsKeyArn, !Ref \"AWS::NoValue\"]" in sse,
+        "CustomerProfileTable: its own key (ProfileKey=create), else TablesKmsKeyArn or aws/dynamodb",
+    )
+    deny_tls = re.search(r"- Sid: DenyWithoutTls\n\s+Effect: Deny\n\s+Principal: \"\*\"\n\s+Action: \"dynamodb:\*\"\n(.*\n){1,2}\s+Condition:\n\s+Bool:\n\s+aws:SecureTransport: \"false\"", profile_text)
+    check(deny_tls is not None, "CustomerProfileTable: its resource policy denies every request without TLS")
+    only = profile_text.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleTouchBuyerData", 1)
+    only = only[1] if len(only) == 2 else ""
+    item_actions = ["GetItem", "BatchGetItem", "Query", "Scan", "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
+                    "ConditionCheckItem", "PartiQLSelect", "PartiQLInsert", "PartiQLUpdate", "PartiQLDelete",
+                    "ExportTableToPointInTime", "RestoreTableToPointInTime"]
+    check(
+        "Effect: Deny" in only and "Principal: \"*\"" in only
+        and all(f"- dynamodb:{a}\n" in only for a in item_actions)
+        and "ArnNotEquals:" in only
+        and "- [!GetAtt RegisterRole.Arn, !Ref ProfileAccessRoleArn]" in only
+        and "- [!GetAtt RegisterRole.Arn]" in only,
+        "CustomerProfileTable: every item read, write, export and restore is denied to all but RegisterRole and ProfileAccessRoleArn",
+    )
+    key = "\n".join(main_t.resources.get("CustomerProfileKey", []))
+    check(
+        "Condition: CreateProfileKey" in key and "DeletionPolicy: Retain" in key and "EnableKeyRotation: true" in key,
+        "CustomerProfileKey: created with ProfileKey=create, retained like the table, rotated",
+    )
+    admin = key.split("- Sid: AccountAdministersButCannotUseIt", 1)[-1].split("- Sid:", 1)[0]
+    check(
+        "kms:Decrypt" not in admin and "kms:*" not in admin and "kms:ReEncrypt" not in admin
+        and "kms:CreateGrant" not in admin and "kms:PutKeyPolicy" in admin,
+        "CustomerProfileKey: the account administers the key (PutKeyPolicy) but no IAM policy can grant decryption",
+    )
+    users = key.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleDecrypt", 1)[-1].split("- Sid:", 1)[0]
+    check(
+        "- [!GetAtt RegisterRole.Arn, !Ref ProfileAccessRoleArn]" in users and "kms:Decrypt" in users
+        and 'kms:ViaService: !Sub "dynamodb.${AWS::Region}.amazonaws.com"' in users,
+        "CustomerProfileKey: only RegisterRole and ProfileAccessRoleArn decrypt, and only through DynamoDB here",
+    )
+    deployer = key.split("- Sid: TheDeployerSelectsTheKeyForTheTable", 1)[-1].split("- Sid:", 1)[0]
+    check(
+        key.count("kms:Decrypt") == 2
+        and "- !Ref DeployerRoleArn" in deployer and 'kms:ViaService: !Sub "dynamodb.${AWS::Region}.amazonaws.com"' in deployer,
+        "CustomerProfileKey: kms:Decrypt only for those roles and the deployer (DeployerRoleArn, else IAM), through DynamoDB",
+    )
 
     # ---- retention: the pipeline owns the TTL attribute (expiresAt, written only on
     # final items); TTL is on only when DataRetentionDays > 0, and the floor refused

@@ -113,14 +113,19 @@ pub struct Authorization {
     /// `ExpressionAttributeNames`, which the adapters use for every name), sorted. Empty
     /// for every other request.
     pub attributes: Vec<String>,
+    /// The `dynamodb:ReturnValues` condition key of a single `UpdateItem` (or
+    /// `PutItem`, `DeleteItem`) that names `ReturnValues`; `None` when it does not.
+    pub return_values: Option<String>,
 }
 
 impl Authorization {
-    fn new(action: impl Into<String>, resource: impl Into<String>) -> Self {
+    /// A request naming no condition keys.
+    pub fn new(action: impl Into<String>, resource: impl Into<String>) -> Self {
         Authorization {
             action: action.into(),
             resource: resource.into(),
             attributes: Vec::new(),
+            return_values: None,
         }
     }
 }
@@ -303,6 +308,13 @@ impl RecordedCall {
                     attributes.sort();
                     attributes.dedup();
                     request.attributes = attributes;
+                }
+                if matches!(operation, "UpdateItem" | "PutItem" | "DeleteItem") {
+                    request.return_values = self
+                        .body
+                        .get("ReturnValues")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
                 }
                 Ok(vec![request])
             }

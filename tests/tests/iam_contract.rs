@@ -30,7 +30,10 @@ use awsmp_e2e::calls::Authorization;
 use awsmp_e2e::events::{Delivered, queue_arn, scheduled_event, sqs_event};
 use awsmp_e2e::{QueueKind, SUBSCRIBERS_REGION, Stack, StackOptions, license};
 use awsmp_local_aws::cfn::DEFAULT_ACCOUNT;
-use awsmp_local_aws::{Decision, StackTemplate, function_wiring, workspace_root};
+use awsmp_local_aws::{
+    Context, Decision, ResourcePolicy, StackTemplate, function_wiring, key_decision,
+    resource_policies, workspace_root,
+};
 use awsmp_marketplace_sim::EntitlementSeed;
 use common::*;
 
@@ -524,6 +527,88 @@ struct Need {
     because: String,
 }
 
+/// The request context AWS gives a function's request: who calls (its role), over TLS,
+/// the condition keys the call itself carries, and for a KMS call made through
+/// DynamoDB the service and account.
+fn context(principal: &str, request: &Authorization) -> Context {
+    let mut context = Context::new()
+        .with("aws:PrincipalArn", [principal])
+        .with("aws:SecureTransport", ["true"]);
+    if !request.attributes.is_empty() {
+        context = context.with("dynamodb:Attributes", request.attributes.iter().cloned());
+    }
+    if let Some(values) = &request.return_values {
+        context = context.with("dynamodb:ReturnValues", [values.clone()]);
+    }
+    if request.action.starts_with("kms:") {
+        let region = request.resource.split(':').nth(3).unwrap_or_default();
+        context = context
+            .with(
+                "kms:ViaService",
+                [format!("dynamodb.{region}.amazonaws.com")],
+            )
+            .with("kms:CallerAccount", [DEFAULT_ACCOUNT]);
+    }
+    context
+}
+
+/// IAM's decision for `principal` (with `identity`) making `request`: the role's
+/// policy and the policy of the resource it names (a table's resource policy: a
+/// deny in either wins, an allow in either allows), or for a KMS key its key policy
+/// (which may delegate to the role's policy by naming the account).
+fn decide(
+    identity: &awsmp_local_aws::Policy,
+    policies: &[ResourcePolicy],
+    principal: &str,
+    request: &Authorization,
+) -> Decision {
+    let context = context(principal, request);
+    let (action, resource) = (request.action.as_str(), request.resource.as_str());
+    let governing = policies.iter().filter(|p| p.governs(resource));
+    if action.starts_with("kms:") {
+        return governing
+            .map(|p| key_decision(&p.policy, identity, principal, action, resource, &context))
+            .next()
+            .unwrap_or(Decision::ImplicitDeny {
+                conditional: Vec::new(),
+            });
+    }
+    governing.fold(
+        identity.evaluate_in(action, resource, &context),
+        |decision, p| {
+            decision
+                .with_resource_policy(p.policy.evaluate_for(principal, action, resource, &context))
+        },
+    )
+}
+
+/// Each table of `template` encrypted with a KMS key the template creates, as
+/// (table ARN, key ARN).
+fn table_keys(template: &StackTemplate) -> Vec<(String, String)> {
+    let keys: BTreeSet<String> = template
+        .resources_of_type("AWS::KMS::Key")
+        .into_iter()
+        .filter(|(id, _)| template.is_deployed(id).unwrap())
+        .map(|(id, _)| template.attribute(&id, "Arn").unwrap())
+        .collect();
+    let mut out = Vec::new();
+    for (id, table) in template.resources_of_type("AWS::DynamoDB::Table") {
+        if !template.is_deployed(&id).unwrap() {
+            continue;
+        }
+        let key = table
+            .get("Properties")
+            .and_then(|p| p.get("SSESpecification"))
+            .and_then(|p| p.get("KMSMasterKeyId"))
+            .and_then(|k| template.resolve(k).unwrap())
+            .and_then(|k| k.as_str().map(str::to_string));
+        if let Some(key) = key.filter(|k| keys.contains(k)) {
+            out.push((template.attribute(&id, "Arn").unwrap(), key));
+        }
+    }
+    out
+}
+
 #[tokio::test]
 async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is_used() {
     let stack = drive_every_function().await;
@@ -542,6 +627,14 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
         &[("StageName", STAGE), ("AWS::Region", SUBSCRIBERS_REGION)],
     )
     .unwrap();
+
+    let mut policies = resource_policies(&main).unwrap();
+    policies.extend(resource_policies(&events).unwrap());
+    let keys = table_keys(&main);
+    assert!(
+        !keys.is_empty(),
+        "the customer-profile table is encrypted with the stack's own key by default"
+    );
 
     let mut denied = Vec::new();
     let mut unused = Vec::new();
@@ -578,11 +671,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                 "sqs:GetQueueAttributes",
             ] {
                 needs.insert(Need {
-                    request: Authorization {
-                        action: action.to_string(),
-                        resource: queue.clone(),
-                        attributes: Vec::new(),
-                    },
+                    request: Authorization::new(action.to_string(), queue.clone()),
                     because: "its SQS event source mapping".to_string(),
                 });
             }
@@ -595,39 +684,46 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                 "dynamodb:ListStreams",
             ] {
                 needs.insert(Need {
-                    request: Authorization {
-                        action: action.to_string(),
-                        resource: stream.clone(),
-                        attributes: Vec::new(),
-                    },
+                    request: Authorization::new(action.to_string(), stream.clone()),
                     because: "its DynamoDB stream event source mapping".to_string(),
                 });
             }
         }
         for queue in &wiring.failure_destinations {
             needs.insert(Need {
-                request: Authorization {
-                    action: "sqs:SendMessage".to_string(),
-                    resource: queue.clone(),
-                    attributes: Vec::new(),
-                },
+                request: Authorization::new("sqs:SendMessage".to_string(), queue.clone()),
                 because: "its mapping's on-failure destination".to_string(),
             });
         }
         if let Some(group) = &wiring.log_group_arn {
             for action in ["logs:CreateLogStream", "logs:PutLogEvents"] {
                 needs.insert(Need {
-                    request: Authorization {
-                        action: action.to_string(),
-                        resource: format!("{group}:log-stream:2026/11/30/[$LATEST]0123abcd"),
-                        attributes: Vec::new(),
-                    },
+                    request: Authorization::new(
+                        action.to_string(),
+                        format!("{group}:log-stream:2026/11/30/[$LATEST]0123abcd"),
+                    ),
                     because: "Lambda writing its LoggingConfig.LogGroup".to_string(),
                 });
             }
         }
 
+        // Reading or writing a table under a key of the stack decrypts its table key
+        // with the caller's permissions, through DynamoDB: the key policy must allow it.
+        for need in needs.clone() {
+            if let Some((_, key)) = keys.iter().find(|(table, _)| {
+                need.request.action.starts_with("dynamodb:")
+                    && (need.request.resource == *table
+                        || need.request.resource.starts_with(&format!("{table}/")))
+            }) {
+                needs.insert(Need {
+                    request: Authorization::new("kms:Decrypt", key.clone()),
+                    because: format!("{} on a table encrypted with it", need.request.action),
+                });
+            }
+        }
+
         // Every need is allowed.
+        let principal = template.attribute(&wiring.role, "Arn").unwrap();
         let mut requests: BTreeMap<&Authorization, Vec<&str>> = BTreeMap::new();
         for need in &needs {
             requests
@@ -636,11 +732,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                 .push(&need.because);
         }
         for (request, because) in &requests {
-            let decision = wiring.policy.evaluate_with(
-                &request.action,
-                &request.resource,
-                &request.attributes,
-            );
+            let decision = decide(&wiring.policy, &policies, &principal, request);
             summary.push_str(&format!(
                 "  {function:<20} {:<34} {:<100} {}\n",
                 request.action,
@@ -653,7 +745,9 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ));
             let why = match decision {
                 Decision::Allowed { .. } => continue,
-                Decision::ExplicitDeny { by } => format!("statement {by} denies it"),
+                Decision::ExplicitDeny { by } => {
+                    format!("statement {by} (of the role or the resource's policy) denies it")
+                }
                 Decision::ImplicitDeny { conditional } if !conditional.is_empty() => format!(
                     "only conditional statements ({}) cover it",
                     conditional.join(", ")
@@ -712,4 +806,166 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
         unused.len(),
         unused.join("\n")
     );
+}
+
+/// What the register role and the profile table's own policies refuse, whatever else
+/// IAM grants: the buyer rows to any role but the register function's and
+/// `ProfileAccessRoleArn`, every request without TLS, a profile write naming an
+/// attribute outside the allowlist, and reading a subscriber row back.
+#[test]
+fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_reads_nothing_back() {
+    const ACCESS_ROLE: &str = "arn:aws:iam::123456789012:role/pii-reader";
+    const DEPLOYER_ROLE: &str = "arn:aws:iam::123456789012:role/awsmp-cfn";
+    let main = StackTemplate::load(
+        &workspace_root().join("template-main.yaml"),
+        &[
+            ("ProductCode", PRODUCT),
+            ("StageName", STAGE),
+            ("AWS::Region", MAIN_REGION),
+            ("ProfileAccessRoleArn", ACCESS_ROLE),
+            ("DeployerRoleArn", DEPLOYER_ROLE),
+        ],
+    )
+    .unwrap();
+    let policies = resource_policies(&main).unwrap();
+    let table = main.attribute("CustomerProfileTable", "Arn").unwrap();
+    let key = main.attribute("CustomerProfileKey", "Arn").unwrap();
+    let register_role = main.attribute("RegisterRole", "Arn").unwrap();
+    let register = function_wiring(&main, "register").unwrap().policy;
+    // A developer or CI role with every permission IAM can give.
+    let everything = awsmp_local_aws::Policy::from_yaml(
+        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
+    )
+    .unwrap();
+    let developer = "arn:aws:iam::123456789012:role/developer";
+    let request = |action: &str, resource: &str| Authorization::new(action, resource);
+
+    for action in [
+        "dynamodb:GetItem",
+        "dynamodb:Scan",
+        "dynamodb:ExportTableToPointInTime",
+    ] {
+        assert!(
+            matches!(
+                decide(&everything, &policies, developer, &request(action, &table)),
+                Decision::ExplicitDeny { .. }
+            ),
+            "{action} by a role with AdministratorAccess must be denied by the table's policy"
+        );
+        assert!(
+            decide(
+                &everything,
+                &policies,
+                ACCESS_ROLE,
+                &request(action, &table)
+            )
+            .is_allowed(),
+            "{action} by ProfileAccessRoleArn (with IAM permissions) must be allowed"
+        );
+    }
+    assert!(
+        !decide(
+            &everything,
+            &policies,
+            developer,
+            &request("kms:Decrypt", &key)
+        )
+        .is_allowed(),
+        "the profile key must not let a role with AdministratorAccess decrypt"
+    );
+    assert!(
+        decide(
+            &everything,
+            &policies,
+            ACCESS_ROLE,
+            &request("kms:Decrypt", &key)
+        )
+        .is_allowed()
+    );
+    // The deployer selects the key for the table, through DynamoDB only.
+    assert!(
+        decide(
+            &everything,
+            &policies,
+            DEPLOYER_ROLE,
+            &request("kms:CreateGrant", &key)
+        )
+        .is_allowed()
+    );
+    let direct = Context::new()
+        .with("aws:PrincipalArn", [DEPLOYER_ROLE])
+        .with("kms:CallerAccount", ["123456789012"]);
+    let key_policy = &policies.iter().find(|p| p.arn == key).unwrap().policy;
+    assert!(
+        !key_decision(
+            key_policy,
+            &everything,
+            DEPLOYER_ROLE,
+            "kms:Decrypt",
+            &key,
+            &direct
+        )
+        .is_allowed(),
+        "the deployer may not decrypt with the profile key outside DynamoDB"
+    );
+    // Table management stays with IAM.
+    assert!(
+        decide(
+            &everything,
+            &policies,
+            developer,
+            &request("dynamodb:DescribeTable", &table)
+        )
+        .is_allowed()
+    );
+    // Without TLS even the register function is refused.
+    let mut write = request("dynamodb:UpdateItem", &table);
+    write.attributes = [
+        "licenseArn",
+        "customerAWSAccountId",
+        "productCode",
+        "createdAt",
+        "updatedAt",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    assert!(decide(&register, &policies, &register_role, &write).is_allowed());
+    let plain = Context::new()
+        .with("aws:SecureTransport", ["false"])
+        .with("aws:PrincipalArn", [register_role.clone()]);
+    let table_policy = policies.iter().find(|p| p.governs(&table)).unwrap();
+    assert!(matches!(
+        table_policy
+            .policy
+            .evaluate_for(&register_role, "dynamodb:UpdateItem", &table, &plain),
+        Decision::ExplicitDeny { .. }
+    ));
+    // An attribute outside the allowlist, or the old row back: refused by the role.
+    let mut extra = write.clone();
+    extra.attributes.push("isAdmin".to_string());
+    assert!(!decide(&register, &policies, &register_role, &extra).is_allowed());
+    let mut read_back = write.clone();
+    read_back.return_values = Some("ALL_OLD".to_string());
+    assert!(!decide(&register, &policies, &register_role, &read_back).is_allowed());
+    let subscribers = format!(
+        "arn:aws:dynamodb:{SUBSCRIBERS_REGION}:123456789012:table/awsmp-subscribers-{STAGE}"
+    );
+    let mut add_region = request("dynamodb:UpdateItem", &subscribers);
+    add_region.attributes = [
+        "licenseArn",
+        "customerAWSAccountId",
+        "registeredRegions",
+        "updatedAt",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    assert!(decide(&register, &policies, &register_role, &add_region).is_allowed());
+    for returned in ["ALL_NEW", "ALL_OLD", "UPDATED_OLD", "UPDATED_NEW"] {
+        let mut read_back = add_region.clone();
+        read_back.return_values = Some(returned.to_string());
+        assert!(
+            !decide(&register, &policies, &register_role, &read_back).is_allowed(),
+            "the register role must not read a subscriber row back (ReturnValues {returned})"
+        );
+    }
 }

@@ -586,6 +586,10 @@ impl StackTemplate {
                 "arn:{partition}:iam::{account}:role/{}",
                 self.reference(resource)?
             )),
+            // Key ids are generated: the logical id stands in.
+            ("AWS::KMS::Key", "Arn") => Ok(format!(
+                "arn:{partition}:kms:{region}:{account}:key/{resource}"
+            )),
             ("AWS::Serverless::Function", "Arn") => Ok(format!(
                 "arn:{partition}:lambda:{region}:{account}:function:{}",
                 self.property(resource, "FunctionName")

@@ -1,22 +1,30 @@
-//! A small IAM policy evaluator over the roles of the stack templates, for the IAM
+//! A small IAM policy evaluator over the policies of the stack templates, for the IAM
 //! contract test: what a function's role allows, read from the template exactly as it
-//! deploys ([`crate::cfn::StackTemplate`] resolves the intrinsics), and whether one
-//! request (an action on a resource) is allowed.
+//! deploys ([`crate::cfn::StackTemplate`] resolves the intrinsics), what a resource's
+//! own policy (a table's `ResourcePolicy`, a key's `KeyPolicy`) allows or denies whom,
+//! and whether one request (an action on a resource, with its request context) is
+//! allowed.
 //!
-//! Evaluation follows IAM's identity-policy logic: an explicit `Deny` that applies
-//! wins; otherwise an `Allow` that applies allows; otherwise the request is implicitly
-//! denied. A statement applies when its `Action` matches (or `NotAction` does not) and
-//! its `Resource` matches (or `NotResource` does not). Actions match case-insensitively,
-//! resources case-sensitively, both with the `*` and `?` wildcards. A statement with a
-//! `Condition` cannot be decided without the request context: an `Allow` with one
-//! never allows here and a `Deny` with one always denies (the strict reading), so a
-//! grant that depends on a condition is reported as missing rather than assumed. The
-//! one condition decided is an `Allow`'s `ForAllValues:StringEquals` on
-//! `dynamodb:Attributes` alone, against the attributes the request names
-//! ([`Policy::evaluate_with`]): it allows when every one is listed.
+//! Evaluation follows IAM's logic: an explicit `Deny` that applies wins; otherwise an
+//! `Allow` that applies allows; otherwise the request is implicitly denied. A statement
+//! applies when its `Action` matches (or `NotAction` does not), its `Resource` matches
+//! (or `NotResource` does not), its `Principal` names the caller (resource policies
+//! only) and every one of its conditions holds in the request's context
+//! ([`Context`]). Actions match case-insensitively, resources case-sensitively, both
+//! with the `*` and `?` wildcards.
+//!
+//! Conditions are decided as IAM documents them: the string, ARN and `Bool` operators,
+//! their `Not` forms, `...IfExists`, `Null`, and the `ForAllValues:` / `ForAnyValue:`
+//! set forms. A key the request does not carry makes a positive operator false, a
+//! negated one true, an `IfExists` one true, `ForAllValues:` true and `ForAnyValue:`
+//! false. An operator this evaluator does not know cannot be decided: an `Allow` with
+//! one never allows and a `Deny` with one always denies (the strict reading), so a grant
+//! that depends on it is reported as missing rather than assumed.
 //!
 //! What the evaluator cannot read is an error, never an assumption: SAM policy
 //! templates (`Policies` on a function), `ManagedPolicyArns`, a permissions boundary.
+
+use std::collections::BTreeMap;
 
 use serde_norway::Value;
 
@@ -30,6 +38,194 @@ pub enum Effect {
     Allow,
     /// Denies what it matches, whatever allows it.
     Deny,
+}
+
+/// The request context conditions read: condition key (any case) -> its values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    keys: BTreeMap<String, Vec<String>>,
+}
+
+impl Context {
+    /// An empty context.
+    pub fn new() -> Self {
+        Context::default()
+    }
+
+    /// `key` carries `values` (condition keys are case-insensitive).
+    pub fn with(mut self, key: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.keys.insert(
+            key.to_ascii_lowercase(),
+            values.into_iter().map(Into::into).collect(),
+        );
+        self
+    }
+
+    fn get(&self, key: &str) -> Option<&[String]> {
+        self.keys.get(&key.to_ascii_lowercase()).map(Vec::as_slice)
+    }
+}
+
+/// How a condition treats a multivalued key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SetOperator {
+    /// A single-valued comparison.
+    Single,
+    /// `ForAllValues:`: every value of the request matches one of the policy's.
+    ForAll,
+    /// `ForAnyValue:`: some value of the request matches one of the policy's.
+    ForAny,
+}
+
+/// One condition: an operator on one key against the policy's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// The operator as written (`ForAllValues:StringEquals`, `BoolIfExists`, ...).
+    pub operator: String,
+    /// The condition key.
+    pub key: String,
+    /// The policy's values.
+    pub values: Vec<String>,
+}
+
+impl Condition {
+    /// Whether the condition holds for `context`; `None` when its operator is unknown.
+    pub fn holds(&self, context: &Context) -> Option<bool> {
+        let (set, rest) = match self.operator.split_once(':') {
+            Some(("ForAllValues", rest)) => (SetOperator::ForAll, rest),
+            Some(("ForAnyValue", rest)) => (SetOperator::ForAny, rest),
+            Some(_) => return None,
+            None => (SetOperator::Single, self.operator.as_str()),
+        };
+        let (base, if_exists) = match rest.strip_suffix("IfExists") {
+            Some(base) => (base, true),
+            None => (rest, false),
+        };
+        let present = context.get(&self.key).filter(|v| !v.is_empty());
+        if base == "Null" {
+            let wants_absent = self.values.iter().any(|v| v.eq_ignore_ascii_case("true"));
+            return Some(present.is_none() == wants_absent);
+        }
+        let (matcher, negated): (fn(&str, &str) -> bool, bool) = match base {
+            "StringEquals" => (|p, v| p == v, false),
+            "StringNotEquals" => (|p, v| p == v, true),
+            "StringEqualsIgnoreCase" => (|p, v| p.eq_ignore_ascii_case(v), false),
+            "StringNotEqualsIgnoreCase" => (|p, v| p.eq_ignore_ascii_case(v), true),
+            "StringLike" | "ArnLike" | "ArnEquals" => (|p, v| wildcard_match(p, v, false), false),
+            "StringNotLike" | "ArnNotLike" | "ArnNotEquals" => {
+                (|p, v| wildcard_match(p, v, false), true)
+            }
+            "Bool" => (|p, v| p.eq_ignore_ascii_case(v), false),
+            _ => return None,
+        };
+        let Some(values) = present else {
+            return Some(match set {
+                SetOperator::ForAll => true,
+                SetOperator::ForAny => false,
+                SetOperator::Single => if_exists || negated,
+            });
+        };
+        let matches = |v: &String| self.values.iter().any(|p| matcher(p, v));
+        Some(match set {
+            SetOperator::ForAll => values.iter().all(|v| matches(v) != negated),
+            SetOperator::ForAny => values.iter().any(|v| matches(v) != negated),
+            SetOperator::Single => values.iter().any(matches) != negated,
+        })
+    }
+
+    fn read(condition: &Value, sid: &str) -> Result<Vec<Condition>, String> {
+        let Some(operators) = condition.as_mapping() else {
+            return Err(format!("statement {sid}: Condition is not a map"));
+        };
+        let mut out = Vec::new();
+        for (operator, keys) in operators {
+            let operator = operator
+                .as_str()
+                .ok_or_else(|| format!("statement {sid}: condition operator {operator:?}"))?;
+            let keys = keys
+                .as_mapping()
+                .ok_or_else(|| format!("statement {sid}: {operator} is not a map"))?;
+            for (key, values) in keys {
+                let key = key
+                    .as_str()
+                    .ok_or_else(|| format!("statement {sid}: {operator} key {key:?}"))?;
+                out.push(Condition {
+                    operator: operator.to_string(),
+                    key: key.to_string(),
+                    values: strings(values)
+                        .ok_or_else(|| format!("statement {sid}: {operator} {key} values"))?,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A string, a number or a boolean as text; a list of them.
+fn strings(value: &Value) -> Option<Vec<String>> {
+    let one = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match value {
+        Value::Sequence(items) => items.iter().map(one).collect(),
+        other => one(other).map(|s| vec![s]),
+    }
+}
+
+/// Whom a resource policy's statement names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// `"*"` or `{AWS: "*"}`: anyone.
+    Anyone,
+    /// `{AWS: arn}`: a role or user ARN, or an account (`arn:...:root`).
+    Aws(String),
+    /// `{Service: name}`: an AWS service.
+    Service(String),
+}
+
+impl Principal {
+    fn read(value: &Value, sid: &str) -> Result<Vec<Principal>, String> {
+        match value {
+            Value::String(s) if s == "*" => Ok(vec![Principal::Anyone]),
+            Value::Mapping(map) => {
+                let mut out = Vec::new();
+                for (kind, names) in map {
+                    let names = strings(names)
+                        .ok_or_else(|| format!("statement {sid}: Principal {kind:?}"))?;
+                    for name in names {
+                        out.push(match kind.as_str() {
+                            Some("AWS") if name == "*" => Principal::Anyone,
+                            Some("AWS") => Principal::Aws(name),
+                            Some("Service") => Principal::Service(name),
+                            other => {
+                                return Err(format!("statement {sid}: Principal kind {other:?}"));
+                            }
+                        });
+                    }
+                }
+                Ok(out)
+            }
+            other => Err(format!("statement {sid}: Principal {other:?}")),
+        }
+    }
+
+    /// Whether this names the caller `principal_arn` (a role's ARN or a service name).
+    /// An account (`arn:...:iam::ACCOUNT:root`) names every principal of that account.
+    fn names(&self, principal_arn: &str) -> bool {
+        match self {
+            Principal::Anyone => true,
+            Principal::Service(name) => name == principal_arn,
+            Principal::Aws(arn) => match arn.strip_suffix(":root") {
+                Some(account_prefix) => principal_arn
+                    .strip_prefix(account_prefix)
+                    .is_some_and(|rest| rest.starts_with(':')),
+                None => arn == principal_arn,
+            },
+        }
+    }
 }
 
 /// One policy statement, resolved.
@@ -47,11 +243,10 @@ pub struct Statement {
     pub resources: Vec<String>,
     /// Whether `resources` is a `NotResource`.
     pub not_resource: bool,
-    /// Whether it has a `Condition` this evaluator cannot decide.
-    pub conditional: bool,
-    /// The attributes of a `ForAllValues:StringEquals` `dynamodb:Attributes` condition,
-    /// when that is the statement's only condition.
-    pub allowed_attributes: Option<Vec<String>>,
+    /// `Principal` of a resource policy's statement; `None` in an identity policy.
+    pub principals: Option<Vec<Principal>>,
+    /// Its conditions, all of which must hold.
+    pub conditions: Vec<Condition>,
 }
 
 /// Whether `text` matches the IAM `pattern` (`*` = any run, `?` = any one character).
@@ -98,13 +293,32 @@ impl Statement {
         any != self.not_resource
     }
 
-    /// Whether the statement covers the request (conditions aside).
+    /// Whether the statement covers the request, conditions aside.
     pub fn applies(&self, action: &str, resource: &str) -> bool {
         self.matches_action(action) && self.matches_resource(resource)
     }
 
-    /// Reads a resolved statement.
-    pub fn from_value(value: &Value, index: usize) -> Result<Statement, String> {
+    /// Whether its conditions hold: `Some(true)`, `Some(false)`, or `None` when one
+    /// cannot be decided (an operator this evaluator does not know).
+    pub fn conditions_hold(&self, context: &Context) -> Option<bool> {
+        let mut all = Some(true);
+        for condition in &self.conditions {
+            match condition.holds(context) {
+                Some(true) => {}
+                Some(false) => return Some(false),
+                None => all = None,
+            }
+        }
+        all
+    }
+
+    /// Reads a resolved statement of an identity policy (`resource_policy` false: a
+    /// `Principal` is an error) or of a resource policy (a `Principal` is required).
+    pub fn from_value(
+        value: &Value,
+        index: usize,
+        resource_policy: bool,
+    ) -> Result<Statement, String> {
         let sid = value
             .get("Sid")
             .and_then(Value::as_str)
@@ -118,17 +332,9 @@ impl Statement {
         let list = |key: &str| -> Result<Option<Vec<String>>, String> {
             match value.get(key) {
                 None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(vec![s.clone()])),
-                Some(Value::Sequence(items)) => items
-                    .iter()
-                    .map(|v| {
-                        v.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| format!("statement {sid}: {key} item {v:?}"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Some),
-                Some(other) => Err(format!("statement {sid}: {key} {other:?}")),
+                Some(v) => strings(v)
+                    .map(Some)
+                    .ok_or_else(|| format!("statement {sid}: {key} {v:?}")),
             }
         };
         let (actions, not_action) = match (list("Action")?, list("NotAction")?) {
@@ -149,28 +355,27 @@ impl Statement {
                 ));
             }
         };
-        if value.get("Principal").is_some() || value.get("NotPrincipal").is_some() {
-            return Err(format!(
-                "statement {sid}: a Principal has no place in an identity policy"
-            ));
+        if value.get("NotPrincipal").is_some() {
+            return Err(format!("statement {sid}: NotPrincipal is not read here"));
         }
-        let allowed_attributes = value
-            .get("Condition")
-            .and_then(Value::as_mapping)
-            .filter(|c| c.len() == 1)
-            .and_then(|c| c.get("ForAllValues:StringEquals"))
-            .and_then(Value::as_mapping)
-            .filter(|c| c.len() == 1)
-            .and_then(|c| c.get("dynamodb:Attributes"))
-            .and_then(Value::as_sequence)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .filter(|_| effect == Effect::Allow);
+        let principals = match (value.get("Principal"), resource_policy) {
+            (Some(p), true) => Some(Principal::read(p, &sid)?),
+            (None, false) => None,
+            (Some(_), false) => {
+                return Err(format!(
+                    "statement {sid}: a Principal has no place in an identity policy"
+                ));
+            }
+            (None, true) => {
+                return Err(format!(
+                    "statement {sid}: a resource policy's statement needs a Principal"
+                ));
+            }
+        };
+        let conditions = match value.get("Condition") {
+            Some(c) => Condition::read(c, &sid)?,
+            None => Vec::new(),
+        };
         Ok(Statement {
             sid,
             effect,
@@ -178,8 +383,8 @@ impl Statement {
             not_action,
             resources,
             not_resource,
-            conditional: value.get("Condition").is_some() && allowed_attributes.is_none(),
-            allowed_attributes,
+            principals,
+            conditions,
         })
     }
 }
@@ -194,7 +399,8 @@ pub enum Decision {
     },
     /// No statement allows it.
     ImplicitDeny {
-        /// Sids of `Allow` statements that would apply but carry a `Condition`.
+        /// Sids of `Allow` statements that would apply but whose conditions do not
+        /// hold (or cannot be decided).
         conditional: Vec<String>,
     },
     /// A `Deny` statement applies.
@@ -202,6 +408,67 @@ pub enum Decision {
         /// Its sid.
         by: String,
     },
+}
+
+impl Decision {
+    /// Whether the request is allowed.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allowed { .. })
+    }
+
+    /// A same-account request under an identity policy and a resource policy: an
+    /// explicit deny in either wins, then an allow in either allows.
+    pub fn with_resource_policy(self, resource: Decision) -> Decision {
+        match (self, resource) {
+            (deny @ Decision::ExplicitDeny { .. }, _)
+            | (_, deny @ Decision::ExplicitDeny { .. }) => deny,
+            (allowed @ Decision::Allowed { .. }, _) | (_, allowed @ Decision::Allowed { .. }) => {
+                allowed
+            }
+            (
+                Decision::ImplicitDeny { mut conditional },
+                Decision::ImplicitDeny { conditional: more },
+            ) => {
+                conditional.extend(more);
+                Decision::ImplicitDeny { conditional }
+            }
+        }
+    }
+}
+
+/// KMS's decision for `principal_arn` calling `action` on a key: the key policy
+/// decides. A `Deny` in it wins; a statement naming the caller allows; a statement
+/// naming only the caller's account (`...:root`) delegates to IAM, so it allows when
+/// `identity` (the caller's own policy) allows too.
+pub fn key_decision(
+    key_policy: &Policy,
+    identity: &Policy,
+    principal_arn: &str,
+    action: &str,
+    key_arn: &str,
+    context: &Context,
+) -> Decision {
+    let decision = key_policy.evaluate_for(principal_arn, action, key_arn, context);
+    let Decision::Allowed { by } = &decision else {
+        return decision;
+    };
+    let direct = key_policy.statements.iter().any(|s| {
+        by.contains(&s.sid)
+            && s.principals.as_ref().is_some_and(|ps| {
+                ps.iter().any(|p| match p {
+                    Principal::Aws(arn) => arn == principal_arn,
+                    Principal::Service(name) => name == principal_arn,
+                    Principal::Anyone => true,
+                })
+            })
+    });
+    if direct || identity.evaluate_in(action, key_arn, context).is_allowed() {
+        decision
+    } else {
+        Decision::ImplicitDeny {
+            conditional: by.clone(),
+        }
+    }
 }
 
 /// One grant of an `Allow` statement: an action pattern on a resource pattern.
@@ -217,7 +484,7 @@ pub struct Grant {
     pub resource: String,
 }
 
-/// The statements of every policy of one role.
+/// The statements of every policy of one role, or of one resource's policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     /// In document order.
@@ -225,8 +492,23 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Reads a resolved policy document (`{Version, Statement}`).
+    /// Reads a resolved identity-policy document (`{Version, Statement}`).
     pub fn from_document(document: &Value) -> Result<Policy, String> {
+        Policy::read(document, false)
+    }
+
+    /// Reads an identity policy written as YAML (or JSON) text.
+    pub fn from_yaml(text: &str) -> Result<Policy, String> {
+        let document: Value = serde_norway::from_str(text).map_err(|e| e.to_string())?;
+        Policy::from_document(&document)
+    }
+
+    /// Reads a resolved resource-policy document: every statement names its `Principal`.
+    pub fn from_resource_document(document: &Value) -> Result<Policy, String> {
+        Policy::read(document, true)
+    }
+
+    fn read(document: &Value, resource_policy: bool) -> Result<Policy, String> {
         let statements = match document.get("Statement") {
             Some(Value::Sequence(items)) => items.iter().collect::<Vec<_>>(),
             Some(single @ Value::Mapping(_)) => vec![single],
@@ -236,55 +518,70 @@ impl Policy {
             statements: statements
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| Statement::from_value(s, i))
+                .map(|(i, s)| Statement::from_value(s, i, resource_policy))
                 .collect::<Result<_, _>>()?,
         })
     }
 
-    /// IAM's decision for `action` on `resource`, for a request naming no attributes.
+    /// IAM's decision for `action` on `resource` with an empty request context.
     pub fn evaluate(&self, action: &str, resource: &str) -> Decision {
-        self.evaluate_with(action, resource, &[])
+        self.evaluate_in(action, resource, &Context::new())
     }
 
-    /// IAM's decision for `action` on `resource` for a request whose
-    /// `dynamodb:Attributes` are `attributes` (empty: the request names none, and a
-    /// statement conditioned on them does not allow it).
-    pub fn evaluate_with(&self, action: &str, resource: &str, attributes: &[String]) -> Decision {
-        if let Some(deny) = self
-            .statements
-            .iter()
-            .find(|s| s.effect == Effect::Deny && s.applies(action, resource))
+    /// IAM's decision for `action` on `resource` in `context`, under an identity
+    /// policy (every statement's `Principal` is ignored: there is none).
+    pub fn evaluate_in(&self, action: &str, resource: &str, context: &Context) -> Decision {
+        self.decide(action, resource, context, |_| true)
+    }
+
+    /// A resource policy's decision for `principal_arn` (a role ARN, or a service
+    /// name) calling `action` on `resource` in `context`: only statements whose
+    /// `Principal` names the caller apply.
+    pub fn evaluate_for(
+        &self,
+        principal_arn: &str,
+        action: &str,
+        resource: &str,
+        context: &Context,
+    ) -> Decision {
+        self.decide(action, resource, context, |s| {
+            s.principals
+                .as_ref()
+                .is_some_and(|ps| ps.iter().any(|p| p.names(principal_arn)))
+        })
+    }
+
+    fn decide(
+        &self,
+        action: &str,
+        resource: &str,
+        context: &Context,
+        names_caller: impl Fn(&Statement) -> bool,
+    ) -> Decision {
+        let names_caller = &names_caller;
+        let applying = |effect: Effect| {
+            self.statements.iter().filter(move |s| {
+                s.effect == effect && s.applies(action, resource) && names_caller(s)
+            })
+        };
+        // A Deny whose conditions cannot be decided denies (the strict reading).
+        if let Some(deny) =
+            applying(Effect::Deny).find(|s| s.conditions_hold(context) != Some(false))
         {
             return Decision::ExplicitDeny {
                 by: deny.sid.clone(),
             };
         }
-        let applying: Vec<&Statement> = self
-            .statements
-            .iter()
-            .filter(|s| s.effect == Effect::Allow && s.applies(action, resource))
-            .collect();
-        let decided = |s: &Statement| match &s.allowed_attributes {
-            None => !s.conditional,
-            Some(allowed) => {
-                !attributes.is_empty() && attributes.iter().all(|a| allowed.contains(a))
-            }
-        };
-        let by: Vec<String> = applying
-            .iter()
-            .filter(|s| decided(s))
-            .map(|s| s.sid.clone())
-            .collect();
+        let (by, conditional): (Vec<&Statement>, Vec<&Statement>) =
+            applying(Effect::Allow).partition(|s| s.conditions_hold(context) == Some(true));
         if by.is_empty() {
             Decision::ImplicitDeny {
-                conditional: applying
-                    .iter()
-                    .filter(|s| s.conditional || s.allowed_attributes.is_some())
-                    .map(|s| s.sid.clone())
-                    .collect(),
+                conditional: conditional.iter().map(|s| s.sid.clone()).collect(),
             }
         } else {
-            Decision::Allowed { by }
+            Decision::Allowed {
+                by: by.iter().map(|s| s.sid.clone()).collect(),
+            }
         }
     }
 
@@ -531,6 +828,60 @@ fn role_policy(template: &StackTemplate, role: &str) -> Result<Policy, LocalAwsE
     Ok(policy)
 }
 
+/// A resource's own policy, as the template deploys it.
+#[derive(Debug, Clone)]
+pub struct ResourcePolicy {
+    /// The resource's logical id.
+    pub logical_id: String,
+    /// The ARN a request names it by (`GetAtt Arn`; a table's indexes are under it).
+    pub arn: String,
+    /// Its statements.
+    pub policy: Policy,
+}
+
+impl ResourcePolicy {
+    /// Whether a request on `resource` is governed by this policy (the resource, or
+    /// one of its indexes or streams).
+    pub fn governs(&self, resource: &str) -> bool {
+        resource == self.arn
+            || resource
+                .strip_prefix(&self.arn)
+                .is_some_and(|rest| rest.starts_with('/'))
+    }
+}
+
+/// Every deployed table's `ResourcePolicy` and every KMS key's `KeyPolicy` of
+/// `template` under its parameters.
+pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
+    let mut out = Vec::new();
+    for (logical_id, resource) in template.resources() {
+        let path: &[&str] = match resource.get("Type").and_then(Value::as_str) {
+            Some("AWS::DynamoDB::Table") => &["ResourcePolicy", "PolicyDocument"],
+            Some("AWS::KMS::Key") => &["KeyPolicy"],
+            _ => continue,
+        };
+        if !template.is_deployed(&logical_id)? {
+            continue;
+        }
+        let mut document = resource.get("Properties");
+        for key in path {
+            document = document.and_then(|d| d.get(*key));
+        }
+        let Some(document) = document else { continue };
+        let Some(document) = template.resolve(document)? else {
+            continue;
+        };
+        let policy = Policy::from_resource_document(&document)
+            .map_err(|e| template.error(format!("{logical_id}: {e}")))?;
+        out.push(ResourcePolicy {
+            arn: template.attribute(&logical_id, "Arn")?,
+            logical_id,
+            policy,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -538,6 +889,10 @@ mod tests {
 
     fn policy(yaml: &str) -> Policy {
         Policy::from_document(&serde_norway::from_str(yaml).unwrap()).unwrap()
+    }
+
+    fn policy_of_resource(yaml: &str) -> Policy {
+        Policy::from_resource_document(&serde_norway::from_str(yaml).unwrap()).unwrap()
     }
 
     #[test]
@@ -650,24 +1005,176 @@ Statement:
     Condition:
       ForAllValues:StringEquals:
         dynamodb:Attributes: [pk, sk, a]
+      StringEqualsIfExists:
+        dynamodb:ReturnValues: NONE
 "#,
         );
-        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(matches!(
-            p.evaluate_with("dynamodb:UpdateItem", "t", &names(&["pk", "sk", "a"])),
-            Decision::Allowed { .. }
-        ));
-        // One attribute more, or no attributes known: not allowed.
+        let attributes =
+            |list: &[&str]| Context::new().with("dynamodb:Attributes", list.iter().copied());
+        assert!(
+            p.evaluate_in("dynamodb:UpdateItem", "t", &attributes(&["pk", "sk", "a"]))
+                .is_allowed()
+        );
+        // One attribute more: not allowed.
         assert_eq!(
-            p.evaluate_with("dynamodb:UpdateItem", "t", &names(&["pk", "sk", "a", "b"])),
+            p.evaluate_in(
+                "dynamodb:UpdateItem",
+                "t",
+                &attributes(&["pk", "sk", "a", "b"])
+            ),
             Decision::ImplicitDeny {
                 conditional: vec!["FewAttributes".into()]
             }
         );
+        // Asking for the row back: not allowed; saying NONE is.
+        let returning = |what: &str| attributes(&["pk"]).with("dynamodb:ReturnValues", [what]);
+        assert!(
+            !p.evaluate_in("dynamodb:UpdateItem", "t", &returning("ALL_OLD"))
+                .is_allowed()
+        );
+        assert!(
+            p.evaluate_in("dynamodb:UpdateItem", "t", &returning("NONE"))
+                .is_allowed()
+        );
+        // IAM's documented edge: ForAllValues over a key the request lacks holds.
+        assert!(p.evaluate("dynamodb:UpdateItem", "t").is_allowed());
+    }
+
+    #[test]
+    fn conditions_follow_iams_rules_for_missing_keys_and_negation() {
+        let holds = |operator: &str, values: &[&str], context: &Context| {
+            Condition {
+                operator: operator.to_string(),
+                key: "k".to_string(),
+                values: values.iter().map(|v| v.to_string()).collect(),
+            }
+            .holds(context)
+        };
+        let empty = Context::new();
+        let one = Context::new().with("K", ["a"]);
+        assert_eq!(holds("StringEquals", &["a"], &one), Some(true));
+        assert_eq!(holds("StringEquals", &["a"], &empty), Some(false));
+        assert_eq!(holds("StringNotEquals", &["a"], &empty), Some(true));
+        assert_eq!(holds("StringNotEquals", &["a"], &one), Some(false));
+        assert_eq!(holds("StringNotEquals", &["b"], &one), Some(true));
+        assert_eq!(holds("StringEqualsIfExists", &["b"], &empty), Some(true));
+        assert_eq!(holds("StringEqualsIfExists", &["b"], &one), Some(false));
+        assert_eq!(
+            holds(
+                "ArnLike",
+                &["arn:*:x"],
+                &Context::new().with("k", ["arn:aws:x"])
+            ),
+            Some(true)
+        );
+        assert_eq!(
+            holds("Bool", &["false"], &Context::new().with("k", ["false"])),
+            Some(true)
+        );
+        assert_eq!(
+            holds("Bool", &["false"], &Context::new().with("k", ["true"])),
+            Some(false)
+        );
+        assert_eq!(holds("Null", &["true"], &empty), Some(true));
+        assert_eq!(holds("Null", &["true"], &one), Some(false));
+        assert_eq!(
+            holds("ForAnyValue:StringEquals", &["a"], &empty),
+            Some(false)
+        );
+        assert_eq!(
+            holds("ForAllValues:StringEquals", &["a"], &empty),
+            Some(true)
+        );
+        assert_eq!(holds("NumericLessThan", &["1"], &one), None);
+    }
+
+    #[test]
+    fn a_resource_policy_names_its_principals_and_its_deny_wins() {
+        let table = policy_of_resource(
+            r#"
+Statement:
+  - Sid: DenyNonTls
+    Effect: Deny
+    Principal: "*"
+    Action: "dynamodb:*"
+    Resource: t
+    Condition: { Bool: { "aws:SecureTransport": "false" } }
+  - Sid: OnlyTheseRoles
+    Effect: Deny
+    Principal: { AWS: "*" }
+    Action: dynamodb:GetItem
+    Resource: t
+    Condition:
+      ArnNotEquals: { "aws:PrincipalArn": ["arn:aws:iam::1:role/reader"] }
+  - Sid: Account
+    Effect: Allow
+    Principal: { AWS: "arn:aws:iam::1:root" }
+    Action: dynamodb:DescribeTable
+    Resource: t
+"#,
+        );
+        let tls = |principal: &str| {
+            Context::new()
+                .with("aws:SecureTransport", ["true"])
+                .with("aws:PrincipalArn", [principal])
+        };
+        let reader = "arn:aws:iam::1:role/reader";
+        let developer = "arn:aws:iam::1:role/developer";
+        let decide = |who: &str, action: &str, context: &Context| {
+            table.evaluate_for(who, action, "t", context)
+        };
         assert!(matches!(
-            p.evaluate("dynamodb:UpdateItem", "t"),
+            decide(reader, "dynamodb:GetItem", &tls(reader)),
             Decision::ImplicitDeny { .. }
         ));
+        assert_eq!(
+            decide(developer, "dynamodb:GetItem", &tls(developer)),
+            Decision::ExplicitDeny {
+                by: "OnlyTheseRoles".into()
+            }
+        );
+        let plain = Context::new()
+            .with("aws:SecureTransport", ["false"])
+            .with("aws:PrincipalArn", [reader]);
+        assert_eq!(
+            decide(reader, "dynamodb:GetItem", &plain),
+            Decision::ExplicitDeny {
+                by: "DenyNonTls".into()
+            }
+        );
+        // The account names every principal in it, and no one outside it.
+        assert!(decide(developer, "dynamodb:DescribeTable", &tls(developer)).is_allowed());
+        assert!(
+            !decide(
+                "arn:aws:iam::2:role/x",
+                "dynamodb:DescribeTable",
+                &tls("arn:aws:iam::2:role/x")
+            )
+            .is_allowed()
+        );
+        // Combined with an identity policy that allows everything, the deny still wins.
+        let admin = policy("Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]");
+        let combined = admin
+            .evaluate_in("dynamodb:GetItem", "t", &tls(developer))
+            .with_resource_policy(decide(developer, "dynamodb:GetItem", &tls(developer)));
+        assert!(matches!(combined, Decision::ExplicitDeny { .. }));
+        // An identity policy may not name a principal, a resource policy must.
+        assert!(
+            Policy::from_document(
+                &serde_norway::from_str(
+                    "Statement: [{Effect: Allow, Principal: \"*\", Action: a, Resource: r}]"
+                )
+                .unwrap()
+            )
+            .is_err()
+        );
+        assert!(
+            Policy::from_resource_document(
+                &serde_norway::from_str("Statement: [{Effect: Allow, Action: a, Resource: r}]")
+                    .unwrap()
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -22,7 +22,10 @@ pub use cfn::StackTemplate;
 pub use error::LocalAwsError;
 pub use events::{SqsRecord, scheduled_event, sqs_event};
 pub use functions::{EventSource, FunctionSpec, parse_rate};
-pub use iam::{Decision, FunctionWiring, Grant, Policy, function_wiring};
+pub use iam::{
+    Context, Decision, FunctionWiring, Grant, Policy, ResourcePolicy, function_wiring,
+    key_decision, resource_policies,
+};
 pub use moto::{MotoServer, TEST_REGION, test_sdk_config, venv_dir, workspace_root};
 pub use queues::{
     CreatedQueue, QueueOptions, create_queue, create_queue_with, create_queue_with_dlq,
