@@ -4,6 +4,7 @@
 #   make prereqs      says what this machine lacks for `make test` and how to get it
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
+#   make requirements-lock  regenerates requirements-dev.txt (hashed pins) from requirements-dev.in
 #   make test         prereqs, venv, then every test stage below, in order
 #   make bench        the performance figures (docs/performance.md): pipeline, then Lambda
 #                     artifact sizes and init times; printed; not in `make test`
@@ -23,10 +24,10 @@ SAM_VENV ?= $(ROOT)/.venv-sam
 # crates/dev/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
-.PHONY: test prereqs unused-deps venv sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
+.PHONY: test prereqs unused-deps deny venv requirements-lock sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
         browser-test report-test local-demo usage-api-test fuzz fuzz-cmin bench
 
-test: prereqs unused-deps venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo \
+test: prereqs unused-deps deny venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo \
       usage-api-test
 	@echo "make test: all stages finished"
 
@@ -58,8 +59,70 @@ unused-deps:
 	  exit 1; \
 	fi
 
+# Supply chain (docs/build.md, "Supply chain"): every crate's license is one deny.toml
+# allows, every crate comes from crates.io (no git, no other registry), no registry
+# dependency is "*"; two versions of one crate are only reported. cargo-deny reads the
+# graph --offline: no advisory database is fetched (`cargo fetch` downloads only crates
+# the build needs anyway, and nothing once they are cached). The "*" check is ours, not
+# cargo-deny's: deny.toml says why. Installed at a pinned version on first use: 2m51s
+# here (3.5 CPU-minutes, two cores); the check itself takes about two seconds.
+CARGO_DENY_VERSION := 0.20.2
+deny:
+	@if ! cargo install --list | grep -qxF "cargo-deny v$(CARGO_DENY_VERSION):"; then \
+	  echo "+ cargo install cargo-deny --version $(CARGO_DENY_VERSION) --locked"; \
+	  cargo install cargo-deny --version $(CARGO_DENY_VERSION) --locked; \
+	fi
+	@cargo fetch --quiet
+	@if ! out=$$(cargo deny --offline --color never check licenses bans sources 2>&1); then \
+	  cargo deny --offline --color never --log-level error check licenses bans sources 2>&1 || true; \
+	  echo "deny: FAILED (cargo deny --offline check licenses bans sources; its errors are above)."; \
+	  echo "  A license that is not allowed: make sure it is acceptable for the product, then add it to"; \
+	  echo "  deny.toml's allow (every crate) or exceptions (one crate). A git or non-crates.io source:"; \
+	  echo "  depend on the crates.io release instead. docs/build.md, \"Supply chain\", says more."; \
+	  exit 1; \
+	fi; \
+	wild=$$(cargo metadata --offline --format-version 1 --no-deps | python3 -c 'import json, sys; m = json.load(sys.stdin); print("\n".join("  %s: %s = \"*\"" % (p["manifest_path"], d["name"]) for p in m["packages"] for d in p["dependencies"] if d["req"] == "*" and (d["source"] or "").startswith(("registry+", "sparse+"))))'); \
+	if [ -n "$$wild" ]; then \
+	  echo "deny: FAILED: registry dependencies at version \"*\" (give each a version requirement):"; \
+	  printf '%s\n' "$$wild"; \
+	  exit 1; \
+	fi; \
+	dups=$$(printf '%s\n' "$$out" | grep -c '^warning\[duplicate\]' || true); \
+	echo "deny: ok: every license allowed by deny.toml, every crate from crates.io, no \"*\" requirement ($$dups crates in two versions: warnings, listed by cargo deny check bans)"
+
 venv:
 	@scripts/ensure-venv.sh "$(VENV)" requirements-dev.txt
+
+# requirements-dev.txt is generated from requirements-dev.in (the tools the tests use):
+# every package they bring in, pinned, each with the sha256 of every file PyPI has for
+# that version (all wheels, the sdist), which `make venv` installs with --require-hashes.
+# Run this after editing requirements-dev.in, then commit both. pip-tools runs in a
+# throwaway venv; pins already in the lock are kept unless requirements-dev.in needs
+# others (PIP_COMPILE_ARGS=--upgrade moves all to the newest). pip-compile keeps the
+# dependencies of the Python running it: use 3.11 (PYTHON=...), the oldest the pins allow.
+PIP_TOOLS_VERSION := 7.7.0
+PIP_TOOLS_PIP_VERSION := 26.3
+PIP_COMPILE_ARGS ?=
+requirements-lock:
+	@py=$${PYTHON:-python3}; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	"$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+	  echo "requirements-lock: warning: $$py is not Python 3.11; dependencies only older Pythons need may be left out"; \
+	"$$py" -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "pip==$(PIP_TOOLS_PIP_VERSION)" "pip-tools==$(PIP_TOOLS_VERSION)"; \
+	cp requirements-dev.txt "$$tmp/requirements-dev.txt"; \
+	echo "+ pip-compile --generate-hashes requirements-dev.in (pip-tools $(PIP_TOOLS_VERSION))"; \
+	"$$tmp/venv/bin/pip-compile" --quiet --generate-hashes --allow-unsafe --strip-extras --no-header \
+	  --no-emit-index-url --no-emit-find-links --annotation-style=line $(PIP_COMPILE_ARGS) \
+	  --output-file "$$tmp/requirements-dev.txt" requirements-dev.in; \
+	{ echo "# Generated from requirements-dev.in by \`make requirements-lock\`: do not edit by hand."; \
+	  echo "# Every package the tools below bring in is pinned here with the sha256 of every file"; \
+	  echo "# PyPI has for that version (all wheels, the sdist): scripts/ensure-venv.sh installs it"; \
+	  echo "# with pip --require-hashes, on Linux or macOS, Python 3.11 to 3.14."; \
+	  echo "#"; \
+	  awk '!/^#/ { exit } { print }' requirements-dev.in; \
+	  echo; \
+	  cat "$$tmp/requirements-dev.txt"; } >requirements-dev.txt; \
+	echo "requirements-lock: requirements-dev.txt has $$(grep -c '^[A-Za-z0-9]' requirements-dev.txt) pins and $$(grep -c -- '--hash=sha256:' requirements-dev.txt) hashes"
 
 sam-venv:
 	@scripts/ensure-venv.sh "$(SAM_VENV)" tools/requirements-sam.txt

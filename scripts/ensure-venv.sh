@@ -55,8 +55,16 @@ fi
 # Keep the venv out of git wherever it lives (Python >= 3.13 does this by itself).
 [[ -f "$venv/.gitignore" ]] || echo '*' >"$venv/.gitignore"
 
-echo "ensure-venv: installing $requirements into $venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+# A requirements file with hashes (requirements-dev.txt, made by `make requirements-lock`)
+# is installed in pip's hash-checking mode: every package, dependencies included, must be
+# pinned in it, and every file pip downloads must match one of its sha256s. Files without
+# any hash (tools/requirements-sam.txt) install as before.
+hash_mode=
+if grep -q -- '--hash=sha256:' "$requirements"; then
+  hash_mode=--require-hashes
+fi
+echo "ensure-venv: installing $requirements into $venv${hash_mode:+ ($hash_mode)}"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check ${hash_mode:+"$hash_mode"} -r "$requirements"
 # The stamp is written last, so an interrupted install is redone next time.
 echo "$want" >"$stamp"
 echo "ensure-venv: $venv ready"
