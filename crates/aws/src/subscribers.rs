@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::model::subscriber_attr as sa;
 use awsmp_core::model::{CustomerProfile, Subscriber, SubscriptionStatus, attr};
-use awsmp_core::ports::{PortError, ProfileStore, SubscriberStore};
+use awsmp_core::ports::{PortError, ProfileStore, ProfileWrite, SubscriberStore};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
@@ -271,8 +271,10 @@ impl SubscriberStore for DynamoSubscriberStore {
 /// The customer-profile table (`awsmp-<productCode>-customer-profile`, in-Region).
 ///
 /// Item: keys, `productCode`, one top-level string attribute per allowlisted form
-/// field, `createdAt` (write-once), `updatedAt`. Fields not given keep their stored
-/// value. A field named like one of those fixed attributes is refused.
+/// field, `createdAt` (write-once), `updatedAt`. The first registration writes every
+/// field (conditional on the row being absent); a later one writes each field only
+/// where it is absent (`if_not_exists`), so the first registration's contact fields
+/// stand. A field named like one of those fixed attributes is refused.
 #[derive(Debug, Clone)]
 pub struct DynamoProfileStore {
     client: Client,
@@ -310,30 +312,64 @@ impl ProfileStore for DynamoProfileStore {
         skip(self, profile),
         fields(table = %self.table, license = %profile.license_arn, fields = profile.fields.len())
     )]
-    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError> {
-        let mut update = Update::new();
-        update.set(attr::PRODUCT_CODE, s(&profile.product_code));
-        for (name, value) in &profile.fields {
-            if name.is_empty() || PROFILE_FIXED_ATTRS.contains(&name.as_str()) {
-                return Err(failed(
-                    "upsert profile",
-                    format!(
-                        "form field name {name:?} is empty or reserved for the table's own attributes"
-                    ),
-                ));
-            }
-            update.set(name, s(value));
+    async fn upsert(
+        &self,
+        profile: &CustomerProfile,
+        now: Instant,
+    ) -> Result<ProfileWrite, PortError> {
+        if let Some(name) = profile
+            .fields
+            .keys()
+            .find(|name| name.is_empty() || PROFILE_FIXED_ATTRS.contains(&name.as_str()))
+        {
+            return Err(failed(
+                "upsert profile",
+                format!(
+                    "form field name {name:?} is empty or reserved for the table's own attributes"
+                ),
+            ));
         }
-        // UpdateItem rather than PutItem, so createdAt is written once.
-        update.stamp(now);
         let key = ItemKey {
             table: &self.table,
             sort_attr: attr::CUSTOMER_ACCOUNT,
             license_arn: &profile.license_arn,
             sort_key: &profile.customer_aws_account_id,
         };
-        key.update(&self.client, &update, None, "UpdateItem customer-profile")
-            .await?;
-        Ok(())
+        // UpdateItem rather than PutItem, so createdAt is written once. Neither write
+        // asks for the row back (the register role may not: dynamodb:ReturnValues).
+        let write = |first: bool| {
+            let mut update = Update::new();
+            update.set(attr::PRODUCT_CODE, s(&profile.product_code));
+            for (name, value) in &profile.fields {
+                if first {
+                    update.set(name, s(value));
+                } else {
+                    update.set_if_absent(name, s(value));
+                }
+            }
+            update.stamp(now);
+            update
+        };
+        let mut first = write(true);
+        let absent = format!("attribute_not_exists({})", first.name(attr::LICENSE_ARN));
+        if key
+            .update(
+                &self.client,
+                &first,
+                Some(absent),
+                "UpdateItem customer-profile (first registration)",
+            )
+            .await?
+        {
+            return Ok(ProfileWrite::First);
+        }
+        key.update(
+            &self.client,
+            &write(false),
+            None,
+            "UpdateItem customer-profile (registered again)",
+        )
+        .await?;
+        Ok(ProfileWrite::Again)
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore};
 use awsmp_core::model::{AgreementStatus, CustomerProfile, Subscriber, SubscriptionStatus};
-use awsmp_core::ports::{ProfileStore, SubscriberStore};
+use awsmp_core::ports::{ProfileStore, ProfileWrite, SubscriberStore};
 use common::*;
 
 const OTHER_ACCOUNT: &str = "444455556666";
@@ -268,7 +268,7 @@ async fn registration_adds_regions_idempotently_and_never_touches_the_lifecycle(
 }
 
 #[tokio::test]
-async fn profile_upsert_keeps_created_at_and_earlier_fields() {
+async fn profile_upsert_keeps_the_first_registrations_fields_and_created_at() {
     let (_moto, db) = moto_with_tables().await;
     let store = DynamoProfileStore::new(db.clone(), PROFILE);
     let mut profile = CustomerProfile {
@@ -278,31 +278,39 @@ async fn profile_upsert_keeps_created_at_and_earlier_fields() {
         fields: BTreeMap::new(),
     };
     // Zero fields still writes the identity row.
-    store
+    let write = store
         .upsert(&profile, t("2026-11-30T10:00:00Z"))
         .await
         .unwrap();
+    assert_eq!(write, ProfileWrite::First);
     let item = raw_item(&db, PROFILE, ACCOUNT).await;
     assert_eq!(item["productCode"], AttributeValue::S("prodcode".into()));
 
+    // Registered again: the fields the first left empty are filled.
     profile
         .fields
         .insert("company".into(), "Example Corp".into());
     profile
         .fields
         .insert("email".into(), "buyer@example.com".into());
-    store
+    let write = store
         .upsert(&profile, t("2026-11-30T10:05:00Z"))
         .await
         .unwrap();
-    profile.fields = BTreeMap::from([("company".to_string(), "Example Ltd".to_string())]);
-    store
+    assert_eq!(write, ProfileWrite::Again);
+    // And again, by whoever holds the link: nothing stored is replaced.
+    profile.fields = BTreeMap::from([
+        ("company".to_string(), "Example Ltd".to_string()),
+        ("email".to_string(), "attacker@example.net".to_string()),
+    ]);
+    let write = store
         .upsert(&profile, t("2026-11-30T10:10:00Z"))
         .await
         .unwrap();
+    assert_eq!(write, ProfileWrite::Again);
 
     let item = raw_item(&db, PROFILE, ACCOUNT).await;
-    assert_eq!(item["company"], AttributeValue::S("Example Ltd".into()));
+    assert_eq!(item["company"], AttributeValue::S("Example Corp".into()));
     assert_eq!(item["email"], AttributeValue::S("buyer@example.com".into()));
     assert_eq!(
         item["createdAt"],

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use crate::model::CustomerProfile;
 use crate::ports::{
-    Clock, CustomerResolver, MetricsSink, PortError, ProfileStore, ResolveError, ResolvedCustomer,
-    SubscriberStore, metric,
+    Clock, CustomerResolver, MetricsSink, PortError, ProfileStore, ProfileWrite, ResolveError,
+    ResolvedCustomer, SubscriberStore, metric,
 };
 
 /// The ports a registration goes through.
@@ -25,7 +25,7 @@ pub struct RegisterPorts {
     pub profiles: Arc<dyn ProfileStore>,
     /// Time, for the audit stamps.
     pub clock: Arc<dyn Clock>,
-    /// Metrics (`RegistrationFieldDropped`).
+    /// Metrics (`RegistrationFieldDropped`, `RegistrationRepeated`).
     pub metrics: Arc<dyn MetricsSink>,
 }
 
@@ -81,7 +81,7 @@ pub async fn register(
         product_code: customer.product_code.clone(),
         fields: registration.fields,
     };
-    ports
+    let write = ports
         .profiles
         .upsert(&profile, now)
         .await
@@ -109,6 +109,16 @@ pub async fn register(
             &[],
             u64::try_from(registration.dropped).unwrap_or(u64::MAX),
         );
+    }
+    if write == ProfileWrite::Again {
+        // Anyone holding the buyer's link can post for hours: the first registration's
+        // contact fields stand (docs/deploy.md says what to verify before provisioning).
+        tracing::warn!(
+            license = %customer.license_arn,
+            account = %customer.customer_aws_account_id,
+            "buyer registered again: the first registration's contact fields are kept, only fields it left empty are filled"
+        );
+        ports.metrics.count(metric::REGISTRATION_REPEATED, &[], 1);
     }
     tracing::info!(
         license = %customer.license_arn,

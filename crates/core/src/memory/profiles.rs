@@ -9,14 +9,14 @@ use super::faults::{Faults, StoreOp};
 use super::tables::TableKey;
 use crate::items::check_item;
 use crate::model::{CustomerProfile, attr};
-use crate::ports::{PortError, ProfileStore};
+use crate::ports::{PortError, ProfileStore, ProfileWrite};
 use crate::stamp::AuditStamp;
 use crate::sync::lock;
 use crate::time::Instant;
 
-/// [`ProfileStore`] in memory. An upsert creates the identity row if needed, sets
-/// `productCode`, and sets each given field, keeping fields not given (a field-by-field
-/// `SET`, so a second registration never erases what the first stored).
+/// [`ProfileStore`] in memory. The first upsert creates the row with every given
+/// field; a later one sets `productCode` and only the fields still absent, so a second
+/// registration never replaces what the first stored.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryProfileStore {
     profiles: Arc<Mutex<BTreeMap<TableKey, (CustomerProfile, AuditStamp)>>>,
@@ -52,7 +52,11 @@ impl MemoryProfileStore {
 
 #[async_trait]
 impl ProfileStore for MemoryProfileStore {
-    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError> {
+    async fn upsert(
+        &self,
+        profile: &CustomerProfile,
+        now: Instant,
+    ) -> Result<ProfileWrite, PortError> {
         self.faults.check(StoreOp::ProfileUpsert)?;
         let stamp = AuditStamp::at(now);
         let mut profiles = lock(&self.profiles);
@@ -61,11 +65,15 @@ impl ProfileStore for MemoryProfileStore {
             profile.customer_aws_account_id.clone(),
         );
         // The item as it would be after the write, refused over DynamoDB's 400 KB.
-        let mut fields = profiles
-            .get(&key)
-            .map(|(stored, _)| stored.fields.clone())
-            .unwrap_or_default();
-        fields.extend(profile.fields.clone());
+        let write = if profiles.contains_key(&key) {
+            ProfileWrite::Again
+        } else {
+            ProfileWrite::First
+        };
+        let mut fields = profile.fields.clone();
+        if let Some((stored, _)) = profiles.get(&key) {
+            fields.extend(stored.fields.clone());
+        }
         let bytes = attr::LICENSE_ARN.len()
             + profile.license_arn.len()
             + attr::CUSTOMER_ACCOUNT.len()
@@ -96,14 +104,14 @@ impl ProfileStore for MemoryProfileStore {
                 )
             });
         stored.product_code = profile.product_code.clone();
-        stored.fields.extend(
-            profile
+        for (name, value) in &profile.fields {
+            stored
                 .fields
-                .iter()
-                .map(|(name, value)| (name.clone(), value.clone())),
-        );
+                .entry(name.clone())
+                .or_insert_with(|| value.clone());
+        }
         stored_stamp.updated_at = stamp.updated_at;
-        Ok(())
+        Ok(write)
     }
 }
 
@@ -113,7 +121,7 @@ mod tests {
     use super::*;
     use crate::memory::fixtures::*;
     #[tokio::test]
-    async fn profile_upserts_merge_fields() {
+    async fn a_later_registration_keeps_the_first_ones_fields_and_fills_absent_ones() {
         let store = MemoryProfileStore::new();
         let mut profile = CustomerProfile {
             license_arn: LICENSE.into(),
@@ -121,23 +129,29 @@ mod tests {
             product_code: "prod".into(),
             fields: BTreeMap::new(),
         };
-        store
+        let first = store
             .upsert(&profile, t("2026-11-30T10:00:00Z"))
             .await
             .unwrap();
+        assert_eq!(first, ProfileWrite::First);
         assert_eq!(store.get(LICENSE, ACCOUNT).unwrap().fields.len(), 0);
         profile.fields.insert("company".into(), "Acme".into());
-        store
+        let again = store
             .upsert(&profile, t("2026-11-30T10:01:00Z"))
             .await
             .unwrap();
-        profile.fields = BTreeMap::from([("email".to_string(), "a@example.com".to_string())]);
+        assert_eq!(again, ProfileWrite::Again);
+        profile.fields = BTreeMap::from([
+            ("email".to_string(), "a@example.com".to_string()),
+            ("company".to_string(), "Someone Else".to_string()),
+        ]);
         store
             .upsert(&profile, t("2026-11-30T10:02:00Z"))
             .await
             .unwrap();
         let stored = store.get(LICENSE, ACCOUNT).unwrap();
         assert_eq!(stored.fields.len(), 2);
+        assert_eq!(stored.fields["company"], "Acme", "the first value is kept");
         store.fail_next(PortError::Failed {
             operation: "put",
             message: "denied".into(),

@@ -36,6 +36,9 @@ pub mod metric {
     /// Registration form fields dropped because `ALLOWED_REGISTRATION_FIELDS` does not
     /// list them (the buyer typed them; the profile does not keep them).
     pub const REGISTRATION_FIELD_DROPPED: &str = "RegistrationFieldDropped";
+    /// A registration of a buyer already registered in this Region (the link is
+    /// reusable for hours): its contact fields were not taken, the first ones kept.
+    pub const REGISTRATION_REPEATED: &str = "RegistrationRepeated";
     /// A seller-written item the pipeline cannot read (dimension `Table`).
     pub const MALFORMED_ITEM: &str = "MalformedItem";
     /// Aggregated records a submitter run found pending past their lock and due (a

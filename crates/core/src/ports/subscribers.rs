@@ -39,9 +39,26 @@ pub trait SubscriberStore: Send + Sync {
     ) -> Result<(), PortError>;
 }
 
+/// What a profile write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileWrite {
+    /// The buyer's first registration: the row was created with every given field.
+    First,
+    /// A registration again (the link is valid for hours and anyone holding it may
+    /// post): the first registration's fields were kept; only fields it left empty
+    /// were filled.
+    Again,
+}
+
 /// The in-Region customer-profile table (buyer PII stays here).
 #[async_trait]
 pub trait ProfileStore: Send + Sync {
-    /// Upserts the allowlisted fields (always writes the identity row, even with none).
-    async fn upsert(&self, profile: &CustomerProfile, now: Instant) -> Result<(), PortError>;
+    /// Writes the allowlisted fields of a registration (always the identity row, even
+    /// with none). The first registration's fields are never overwritten by a later
+    /// one: a later one only fills fields still absent ([`ProfileWrite::Again`]).
+    async fn upsert(
+        &self,
+        profile: &CustomerProfile,
+        now: Instant,
+    ) -> Result<ProfileWrite, PortError>;
 }

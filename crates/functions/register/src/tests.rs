@@ -181,9 +181,48 @@ async fn registration_writes_the_profile_in_region_and_only_identity_cross_regio
     assert_eq!(h.resolver.calls(), 1);
 
     // The token is reusable until it expires: registering again is idempotent.
+    assert_eq!(
+        h.metrics
+            .total(awsmp_core::ports::metric::REGISTRATION_REPEATED),
+        0
+    );
     let again = handle(&h.state, fixture()).await;
     assert_eq!(again.status_code, 200);
     assert_eq!(h.subscribers.rows()[0].registered_regions, ["us-west-2"]);
+    assert_eq!(
+        h.metrics
+            .total(awsmp_core::ports::metric::REGISTRATION_REPEATED),
+        1
+    );
+}
+
+/// Whoever holds the buyer's link (valid for hours) can post again; the first
+/// registration's contact fields stand, and the repeat is counted.
+#[tokio::test]
+async fn a_second_registration_cannot_replace_the_first_ones_contact_fields() {
+    let h = harness();
+    let first = handle(
+        &h.state,
+        with_body("x-amzn-marketplace-token=tok-valid%2B%2F%3D&companyName=Acme&contactEmail=jane%40acme.example"),
+    )
+    .await;
+    assert_eq!(first.status_code, 200);
+    let second = handle(
+        &h.state,
+        with_body("x-amzn-marketplace-token=tok-valid%2B%2F%3D&companyName=Evil&contactEmail=mallory%40evil.example&contactName=Mallory"),
+    )
+    .await;
+    assert_eq!(second.status_code, 200, "the buyer sees no difference");
+    let profile = h.profiles.get(LICENSE, ACCOUNT).unwrap();
+    assert_eq!(profile.fields["companyName"], "Acme");
+    assert_eq!(profile.fields["contactEmail"], "jane@acme.example");
+    // A field the first registration left empty is filled.
+    assert_eq!(profile.fields["contactName"], "Mallory");
+    assert_eq!(
+        h.metrics
+            .total(awsmp_core::ports::metric::REGISTRATION_REPEATED),
+        1
+    );
 }
 
 #[tokio::test]
