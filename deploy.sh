@@ -76,6 +76,9 @@ Options:
   --alerts-topic-arn ARN     SNS topic for every alarm
   --parameter KEY=VALUE      any other template parameter (repeatable)
   --page-dir DIR             registration page files to upload (default: web/ when present)
+  --cfn-role ARN             CloudFormation service role both stacks are created and changed with
+                             (sam deploy --role-arn; default: $AWSMP_CFN_ROLE_ARN). The stacks then
+                             need PermissionsBoundaryArn; see docs/deployer.md
   --allow-unlisted-region    deploy to a Region missing from the BatchMeterUsage list (you checked it)
   --dry-run                  check everything and print the plan; change nothing
   --review                   create each stack's change set, show what it adds, modifies,
@@ -133,6 +136,9 @@ ASSUME_YES=0
 REVIEW=0
 ALLOW_UNLISTED=0
 PAGE_DIR=""
+# --cfn-role: the CloudFormation service role (deploy-policy/deployer.json) every sam
+# deploy passes as --role-arn; empty = CloudFormation acts with the caller's credentials.
+CFN_ROLE_ARN=${AWSMP_CFN_ROLE_ARN:-}
 # Overrides from the command line, one KEY=VALUE a line.
 CLI_OVERRIDES=""
 
@@ -254,6 +260,11 @@ while [ $# -gt 0 ]; do
       PAGE_DIR=$2
       shift 2
       ;;
+    --cfn-role)
+      need_value "$@"
+      CFN_ROLE_ARN=$2
+      shift 2
+      ;;
     --allow-unlisted-region)
       ALLOW_UNLISTED=1
       shift
@@ -333,6 +344,17 @@ fi
 if [ "$MODE" = "live" ] && [ "$WANT_MAIN" = 1 ]; then
   # Switching a dry-run stack back to live must clear the allowlist, or its Rules refuse.
   add_cli_override TestAccountAllowlist ""
+fi
+
+if [ -n "$CFN_ROLE_ARN" ]; then
+  matches "$CFN_ROLE_ARN" '^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$' ||
+    die 2 "--cfn-role (or AWSMP_CFN_ROLE_ARN) must be an IAM role ARN, not '$CFN_ROLE_ARN'." \
+      "The deployer stack's ServiceRoleArn output (docs/deployer.md), e.g. arn:aws:iam::111122223333:role/CloudFormation-awsmp-metering."
+fi
+# The main stack's profile key then lets only that role select it for the table
+# (DeployerRoleArn), unless --parameter names another.
+if [ -n "$CFN_ROLE_ARN" ] && [ "$WANT_MAIN" = 1 ] && ! kv_get "$CLI_OVERRIDES" DeployerRoleArn >/dev/null; then
+  add_cli_override DeployerRoleArn "$CFN_ROLE_ARN"
 fi
 
 if [ -n "$PAGE_DIR" ] && [ ! -d "$PAGE_DIR" ]; then
@@ -681,6 +703,22 @@ if ! ACCOUNT=$(aws_query sts get-caller-identity --query Account --output text);
     "Configure them (aws configure, aws sso login, or AWS_PROFILE=...) for the account that published the product, then re-run."
 fi
 [ -n "$ACCOUNT" ] || die 3 "aws sts get-caller-identity returned no account; check your AWS CLI configuration."
+# CloudFormation can only use a service role of the stack's own account.
+if [ -n "$CFN_ROLE_ARN" ] && [ "$(printf '%s' "$CFN_ROLE_ARN" | cut -d: -f5)" != "$ACCOUNT" ]; then
+  die 3 "--cfn-role $CFN_ROLE_ARN belongs to another account than these credentials' ($ACCOUNT)." \
+    "Use the ServiceRoleArn of the deployer stack in account $ACCOUNT (docs/deployer.md)."
+fi
+
+# check_boundary_for_role OVERRIDES ACTION STACK REGION: with --cfn-role, a stack created
+# without PermissionsBoundaryArn would fail at its first IAM role (the service role creates
+# roles only under the boundary) and leave its retained tables behind: refuse it here.
+# An update keeps the stack's current value, so only a create is checked.
+check_boundary_for_role() {
+  [ -n "$CFN_ROLE_ARN" ] && [ "$2" = CREATE ] || return 0
+  [ -z "$(kv_get "$1" PermissionsBoundaryArn || true)" ] || return 0
+  die 2 "--cfn-role: stack $3 ($4) would be created without PermissionsBoundaryArn, and the service role creates IAM roles only under its boundary." \
+    "Add --parameter PermissionsBoundaryArn=<the deployer stack's PermissionsBoundaryArn output> (or set it in samconfig.toml); docs/deployer.md."
+}
 
 # stack_status NAME REGION: the status, or ABSENT.
 stack_status() {
@@ -801,6 +839,7 @@ if [ "$WANT_EVENTS" = 1 ]; then
   EVENTS_OVERRIDES=$(overrides_for "$EVENTS_PARAMS" "StageName=$STAGE" "$SAMCONFIG_EVENTS_OVERRIDES")
   check_overrides "$EVENTS_OVERRIDES"
   check_topic_region "$EVENTS_OVERRIDES" "$EVENTS_REGION" "$EVENTS_STACK"
+  check_boundary_for_role "$EVENTS_OVERRIDES" "$EVENTS_ACTION" "$EVENTS_STACK" "$EVENTS_REGION"
 fi
 
 # --- main stacks' state, one line per Region: REGION ACTION STATUS
@@ -897,6 +936,7 @@ if [ "$WANT_MAIN" = 1 ]; then
     overrides=$(main_overrides "$region" "$action")
     check_topic_region "$overrides" "$region" "$(main_stack_name)"
     check_overrides "$overrides"
+    check_boundary_for_role "$overrides" "$action" "$(main_stack_name)" "$region"
     MAIN_OVERRIDES_BY_REGION="${MAIN_OVERRIDES_BY_REGION}$(printf '%s\n' "$overrides" | sed "s/^/$region	/")
 "
   done <<EOF
@@ -917,6 +957,8 @@ sam_deploy_args() {
   printf '%s\n' deploy --template-file "$1" --stack-name "$2" --region "$3" \
     --config-file "$SAMCONFIG" --config-env "$env" \
     --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset
+  # --cfn-role: CloudFormation creates and changes the stack's resources as this role.
+  [ -z "$CFN_ROLE_ARN" ] || printf '%s\n' --role-arn "$CFN_ROLE_ARN"
   # --review: sam only creates the change set; deploy.sh shows it and executes it.
   [ "$REVIEW" = 0 ] || printf '%s\n' --no-execute-changeset
   printf '%s\n' --tags "awsmp:stage=$STAGE" "awsmp:component=$4" --parameter-overrides
@@ -940,6 +982,9 @@ say "awsmp-metering deploy plan"
 say "  account:     $ACCOUNT"
 say "  stage:       $STAGE"
 say "  config env:  $CONFIG_ENV ($SAMCONFIG)"
+if [ -n "$CFN_ROLE_ARN" ]; then
+  say "  CloudFormation role: $CFN_ROLE_ARN (every stack change runs as it)"
+fi
 if [ "$WANT_EVENTS" = 1 ] && [ "$EVENTS_CONFIG_ENV" != "$CONFIG_ENV" ]; then
   say "  events env:  $EVENTS_CONFIG_ENV"
 fi

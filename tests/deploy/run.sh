@@ -9,7 +9,8 @@
 # `sam deploy --config-env ENV` needs by hand; scripts/check-prereqs.sh runs on a PATH
 # of stand-ins (a machine lacking one tool at a time), and scripts/ensure-venv.sh
 # repairs a real venv left without pip. Then tests/deploy/check_templates.py checks
-# the templates against ARCHITECTURE.md.
+# the templates against ARCHITECTURE.md, and tests/deploy/check_deployer_policy.py the
+# deployer policy and CloudFormation service role against the templates (docs/deployer.md).
 #
 #   bash tests/deploy/run.sh        exits non-zero on any failure; ends with "N passed, M failed"
 set -uo pipefail
@@ -940,6 +941,81 @@ expect_out "--no-execute-changeset"
 no_changes
 end
 
+# ------------------------------------------------------------------ --cfn-role (docs/deployer.md)
+CFN_ROLE=arn:aws:iam::123456789012:role/CloudFormation-awsmp-metering
+BOUNDARY=arn:aws:iam::123456789012:policy/Boundary-awsmp-metering
+
+begin "--cfn-role: both stacks' sam deploy get --role-arn, and nothing else changes; without it, no --role-arn"
+deploy --help
+expect_out "--cfn-role ARN"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter "PermissionsBoundaryArn=$BOUNDARY" --yes
+expect_exit 0
+expect_calls "sam deploy" 2
+expect_no_call "--role-arn"
+expect_no_out "CloudFormation role"
+grep -F "sam deploy " "$LOG" >"$WORK/without-role"
+rm -rf "$STATE/stacks"
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter "PermissionsBoundaryArn=$BOUNDARY" --cfn-role "$CFN_ROLE" --yes
+expect_exit 0
+expect_out "CloudFormation role: $CFN_ROLE"
+expect_calls "sam deploy" 2
+expect_calls "--role-arn $CFN_ROLE " 2
+expect_in_call "sam deploy --template-file .aws-sam/build-events" "--role-arn $CFN_ROLE"
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "--role-arn $CFN_ROLE"
+expect_in_call "sam deploy --template-file .aws-sam/build-events" "PermissionsBoundaryArn=$BOUNDARY"
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "PermissionsBoundaryArn=$BOUNDARY"
+# The main stack's profile key is narrowed to the role (DeployerRoleArn); the events
+# stack has no such parameter.
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=$CFN_ROLE"
+grep -F "sam deploy --template-file .aws-sam/build-events" "$LOG" | grep -qF DeployerRoleArn &&
+  fail "the events stack was given DeployerRoleArn"
+grep -F "sam deploy " "$LOG" | sed -e "s| --role-arn $CFN_ROLE||" -e "s| DeployerRoleArn=$CFN_ROLE||" >"$WORK/with-role"
+diff "$WORK/without-role" "$WORK/with-role" >/dev/null ||
+  fail "--cfn-role changed more than --role-arn and DeployerRoleArn: $(diff "$WORK/without-role" "$WORK/with-role")"
+end
+
+begin "--cfn-role: AWSMP_CFN_ROLE_ARN sets it; the dry run and --review carry it too"
+printf '#!/bin/bash\nAWSMP_CFN_ROLE_ARN=%s exec bash %q "$@"\n' "$CFN_ROLE" "$ROOT/deploy.sh" >"$WORK/with-role-env.sh"
+DEPLOY_SH="$WORK/with-role-env.sh"
+deploy events --stage prod --parameter "PermissionsBoundaryArn=$BOUNDARY" --dry-run
+expect_exit 0
+[ "$(grep -cF -- "  sam deploy --template-file .aws-sam/build-events/template.yaml --stack-name awsmp-events-prod --region us-east-1 --config-file samconfig.toml --config-env prod-events --capabilities CAPABILITY_IAM --resolve-s3 --no-fail-on-empty-changeset --no-confirm-changeset --role-arn $CFN_ROLE " "$WORK/out")" = 1 ] ||
+  fail "the dry run does not print sam deploy with --role-arn"
+no_changes
+answering y events --stage prod --parameter "PermissionsBoundaryArn=$BOUNDARY" --review
+expect_exit 0
+expect_in_call "sam deploy" "--role-arn $CFN_ROLE"
+expect_in_call "sam deploy" "--no-execute-changeset"
+expect_call "execute-change-set"
+end
+
+begin "--cfn-role: refused when not a role ARN, of another account, or for a create without PermissionsBoundaryArn"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --cfn-role arn:aws:iam::123456789012:policy/not-a-role --dry-run
+expect_exit 2
+expect_err "must be an IAM role ARN"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --cfn-role arn:aws:iam::999999999999:role/CloudFormation-awsmp-metering --dry-run
+expect_exit 3
+expect_err "belongs to another account than these credentials' (123456789012)"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --cfn-role "$CFN_ROLE" --yes
+expect_exit 2
+expect_err "stack awsmp-events-prod (us-east-1) would be created without PermissionsBoundaryArn"
+no_changes
+# An update keeps the stack's own PermissionsBoundaryArn: nothing to check.
+existing_events
+existing_main us-west-2
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --cfn-role "$CFN_ROLE" --yes
+expect_exit 0
+expect_calls "--role-arn $CFN_ROLE " 2
+end
+
 # ------------------------------------------------------------------ failures while deploying
 begin "a failing events deploy stops before any main stack"
 touch "$STATE/sam-deploy-fails"
@@ -1178,6 +1254,15 @@ if command -v python3 >/dev/null 2>&1; then
 else
   fail "python3 is needed for the template checks"
 fi
+end
+
+begin "deployer policy: the service role covers both templates, makes roles only under the boundary (deploy-policy/)"
+RC=0
+python3 "$HERE/check_deployer_policy.py" "$ROOT" >"$WORK/out" 2>"$WORK/err" || RC=$?
+: >"$LOG"
+expect_exit 0
+if [ "$CURRENT_FAILED" = 1 ]; then grep -v '^ok' "$WORK/out" | sed 's/^/    /'; fi
+tail -1 "$WORK/out" | sed 's/^/    /'
 end
 
 # ------------------------------------------------------------------ Lambda artifacts
