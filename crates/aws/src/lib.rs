@@ -14,6 +14,7 @@
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
+//! | `ProfileTable` (awsmp-operate) | [`DynamoProfileTable`] (the `awsmp profile` commands only) |
 //!
 //! Beside the adapters: [`sdk`] (the pinned behaviour version, one config per Region),
 //! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
@@ -34,6 +35,7 @@ pub mod message;
 pub mod metering;
 pub mod metrics;
 pub mod operator;
+pub mod profiles;
 pub mod sdk;
 #[cfg(feature = "sqs")]
 pub mod sqs;
@@ -50,6 +52,7 @@ pub use message::{WorkMessageError, parse_work_message};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use operator::DynamoOperatorStore;
+pub use profiles::{DynamoProfileTable, ProfileTableError};
 pub use sdk::{behavior_version, in_region};
 #[cfg(feature = "sqs")]
 pub use sqs::SqsWorkQueue;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{
-    Ctx, dlq, failures, inspect, local, reconcile, replay, report, status, trail, usage,
+    Ctx, dlq, failures, inspect, local, profile, reconcile, replay, report, status, trail, usage,
 };
 use crate::deployment::DeploymentArgs;
 use crate::error::CommandError;
@@ -48,6 +48,8 @@ enum Command {
     Reconcile(reconcile::Command),
     #[command(subcommand)]
     Dlq(dlq::Command),
+    #[command(subcommand)]
+    Profile(profile::Command),
     /// Shell completions on stdout.
     ///
     /// Example: awsmp completions bash > /etc/bash_completion.d/awsmp
@@ -70,6 +72,7 @@ pub async fn run() -> ExitCode {
         Ok(outcomes) => {
             let mut attention = false;
             let mut conflict = false;
+            let mut failed = false;
             for outcome in outcomes {
                 print!("{}", outcome.text);
                 if !outcome.text.ends_with('\n') {
@@ -77,8 +80,11 @@ pub async fn run() -> ExitCode {
                 }
                 attention |= outcome.attention;
                 conflict |= outcome.conflict;
+                failed |= outcome.failed;
             }
-            if conflict {
+            if failed {
+                ExitCode::FAILURE
+            } else if conflict {
                 ExitCode::from(EXIT_CONFLICT)
             } else if attention {
                 ExitCode::from(EXIT_ATTENTION)
@@ -110,6 +116,7 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
         Command::Trail(command) => command.run(&ctx).await,
         Command::Reconcile(command) => command.run(&ctx).await,
         Command::Dlq(command) => command.run(&ctx).await,
+        Command::Profile(command) => command.run(&ctx).await,
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut Args::command(), "awsmp", &mut text);

@@ -1,8 +1,9 @@
 //! Finding a deployment: the operator names a stage and product (or a stack), and the
 //! table names, queue URLs and the subscribers table come from the stacks' outputs, as
-//! `deploy.sh` reads them. Explicit `--usage-table` etc. still win. Each metering
-//! Region is its own main stack, so a command runs once per `--region`, or in every
-//! Region where the main stack exists (`--all-regions`).
+//! `deploy.sh` reads them, and the account from the main stack's id. Explicit
+//! `--usage-table` etc. still win. Each metering Region is its own main stack, so a
+//! command runs once per `--region`, or in every Region where the main stack exists
+//! (`--all-regions`).
 
 use std::collections::BTreeMap;
 
@@ -88,6 +89,10 @@ pub struct DeploymentArgs {
     /// Subscribers table name (overrides the events stack output).
     #[arg(long, global = true)]
     pub subscribers_table: Option<String>,
+    /// Customer-profile table name (overrides the stack output; `awsmp profile` then
+    /// reads no stack).
+    #[arg(long, env = "CUSTOMER_PROFILE_TABLE", global = true)]
+    pub customer_profile_table: Option<String>,
 }
 
 /// One main stack's resources in one Region.
@@ -111,6 +116,12 @@ pub struct Deployment {
     /// The submitter's share of the quota (the `MeteringRequestsPerSecond` output);
     /// `None` without it.
     pub requests_per_second: Option<u32>,
+    /// The customer-profile table (`--customer-profile-table`, else the
+    /// `CustomerProfileTableName` output); `None` without either.
+    pub profile_table: Option<String>,
+    /// The AWS account the main stack is deployed in (from its stack id); `None` when
+    /// the tables were named without a stack.
+    pub account: Option<String>,
 }
 
 /// Stack outputs that name a queue, and the role `awsmp` calls it by.
@@ -195,8 +206,10 @@ impl DeploymentArgs {
         Ok(deployment)
     }
 
-    /// Every deployment the arguments name, one per Region.
-    pub async fn resolve(&self) -> Result<Vec<Deployment>, CommandError> {
+    /// The Regions the arguments name: every `--region`, those where the main stack
+    /// exists (`--all-regions`), or the profile's; a name Marketplace Metering does not
+    /// serve is warned about.
+    pub async fn named_regions(&self) -> Result<Vec<String>, CommandError> {
         let regions = if self.all_regions {
             self.find_regions(METERING_REGIONS).await?
         } else if self.regions.is_empty() {
@@ -212,8 +225,6 @@ impl DeploymentArgs {
         } else {
             self.regions.clone()
         };
-        let mut out = Vec::new();
-        let mut missing = None;
         for region in &regions {
             if !METERING_REGIONS.contains(&region.as_str()) {
                 eprintln!(
@@ -222,6 +233,14 @@ impl DeploymentArgs {
                 );
             }
         }
+        Ok(regions)
+    }
+
+    /// Every deployment the arguments name, one per Region.
+    pub async fn resolve(&self) -> Result<Vec<Deployment>, CommandError> {
+        let regions = self.named_regions().await?;
+        let mut out = Vec::new();
+        let mut missing = None;
         for region in regions {
             let config = self.sdk_config(Some(&region)).await;
             let events = match self.events_stack() {
@@ -328,14 +347,19 @@ impl DeploymentArgs {
         events_outputs: Option<&BTreeMap<String, String>>,
     ) -> Result<Deployment, CommandError> {
         let stack = self.main_stack();
-        let outputs = match &stack {
-            Some(name) => Some(stack_outputs(config, name).await?.ok_or_else(|| {
+        let described = match &stack {
+            Some(name) => Some(describe_stack(config, name).await?.ok_or_else(|| {
                 CommandError::NotFound(format!(
                     "no stack {name} in {region}: check --stage/--product-code/--region (deploy with ./deploy.sh), or pass --usage-table and --aggregated-table"
                 ))
             })?),
             None => None,
         };
+        let account = described
+            .as_ref()
+            .and_then(|d| d.stack_id.as_deref())
+            .and_then(stack_account);
+        let outputs = described.map(|d| d.outputs);
         let output = |key: &str| outputs.as_ref().and_then(|o| o.get(key).cloned());
         let need = |given: &Option<String>, key: &str, flag: &str| {
             given.clone().or_else(|| output(key)).ok_or_else(|| {
@@ -375,9 +399,15 @@ impl DeploymentArgs {
             })
             .transpose()?;
         let requests_per_second = output("MeteringRequestsPerSecond").and_then(|t| t.parse().ok());
+        let profile_table = self
+            .customer_profile_table
+            .clone()
+            .or_else(|| output("CustomerProfileTableName"));
         Ok(Deployment {
             mode,
             requests_per_second,
+            profile_table,
+            account,
             region: region.to_string(),
             stack,
             usage_table,
@@ -417,18 +447,52 @@ async fn probe(config: &SdkConfig, stack: &str) -> Probe {
     }
 }
 
+/// What `DescribeStacks` says of a stack that `awsmp` uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedStack {
+    /// Its outputs.
+    pub outputs: BTreeMap<String, String>,
+    /// Its id, `arn:aws:cloudformation:REGION:ACCOUNT:stack/NAME/ID`.
+    pub stack_id: Option<String>,
+}
+
+/// The account of a stack id (`arn:PARTITION:cloudformation:REGION:ACCOUNT:stack/...`):
+/// its fifth field, when it is 12 digits.
+pub fn stack_account(stack_id: &str) -> Option<String> {
+    let mut fields = stack_id.split(':');
+    let account = (fields.next() == Some("arn"))
+        .then(|| fields.nth(3))
+        .flatten()?;
+    is_account_id(account).then(|| account.to_string())
+}
+
+/// Whether `text` is an AWS account id: exactly 12 digits.
+pub fn is_account_id(text: &str) -> bool {
+    text.len() == 12 && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A stack's outputs, or `None` when the stack does not exist.
 pub async fn stack_outputs(
     config: &SdkConfig,
     stack: &str,
 ) -> Result<Option<BTreeMap<String, String>>, CommandError> {
+    Ok(describe_stack(config, stack).await?.map(|d| d.outputs))
+}
+
+/// A stack's outputs and id, or `None` when the stack does not exist.
+pub async fn describe_stack(
+    config: &SdkConfig,
+    stack: &str,
+) -> Result<Option<DescribedStack>, CommandError> {
     let client = aws_sdk_cloudformation::Client::new(config);
     match client.describe_stacks().stack_name(stack).send().await {
-        Ok(out) => Ok(out.stacks().first().map(|s| {
-            s.outputs()
+        Ok(out) => Ok(out.stacks().first().map(|s| DescribedStack {
+            outputs: s
+                .outputs()
                 .iter()
                 .filter_map(|o| Some((o.output_key()?.to_string(), o.output_value()?.to_string())))
-                .collect()
+                .collect(),
+            stack_id: s.stack_id().map(str::to_string),
         })),
         Err(e) => {
             let text = aws_sdk_cloudformation::error::DisplayErrorContext(&e).to_string();
@@ -496,6 +560,33 @@ mod tests {
     use aws_smithy_runtime_api::client::result::ConnectorError;
 
     type Failure = SdkError<DescribeStacksError, HttpResponse>;
+
+    #[test]
+    fn the_account_is_read_from_the_stack_id() {
+        assert_eq!(
+            stack_account(
+                "arn:aws:cloudformation:eu-west-1:123456789012:stack/awsmp-main-p-s/0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+            )
+            .as_deref(),
+            Some("123456789012")
+        );
+        assert_eq!(
+            stack_account("arn:aws-cn:cloudformation:cn-north-1:210987654321:stack/s/x").as_deref(),
+            Some("210987654321")
+        );
+        for bad in [
+            "",
+            "awsmp-main-p-s",
+            "arn:aws:cloudformation:eu-west-1::stack/s/x",
+            "arn:aws:cloudformation:eu-west-1:12345:stack/s/x",
+            "urn:aws:cloudformation:eu-west-1:123456789012:stack/s/x",
+        ] {
+            assert_eq!(stack_account(bad), None, "{bad}");
+        }
+        assert!(is_account_id("012345678901"));
+        assert!(!is_account_id("12345678901a"));
+        assert!(!is_account_id("1234567890123"));
+    }
 
     #[test]
     fn a_call_that_never_reached_cloudformation_says_what_to_check() {

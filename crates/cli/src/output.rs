@@ -4,9 +4,9 @@
 //! | exit code | meaning |
 //! |---|---|
 //! | 0 | done; nothing needs attention |
-//! | 1 | could not run: an AWS call failed, a file could not be read |
+//! | 1 | could not run: an AWS call failed, a file could not be read (`profile erase` in several Regions: in one of them, the others' results printed) |
 //! | 2 | bad arguments |
-//! | 3 | done, and something needs attention (an urgent item or a warning in status, failures listed or in a report, a disagreement in trail or reconcile, bad import lines, a replay refused) |
+//! | 3 | done, and something needs attention (an urgent item or a warning in status, failures listed or in a report, a disagreement in trail or reconcile, bad import lines, a replay refused, no profile of the buyer in any Region named, an erasure not confirmed) |
 //! | 4 | the deployment was not found (stack, table or queue) |
 //! | 5 | an event id was already written with other usage (`usage put`, `usage import`): that usage was not written |
 //!
@@ -34,6 +34,9 @@ pub struct Outcome {
     pub attention: bool,
     /// Whether an event id was found reused with other usage (exit 5, before 3).
     pub conflict: bool,
+    /// Whether part of the run failed after another part was done and is reported in
+    /// `text` (exit 1, before 5 and 3): `profile erase` in several Regions.
+    pub failed: bool,
 }
 
 impl Outcome {
@@ -43,6 +46,7 @@ impl Outcome {
             text,
             attention: false,
             conflict: false,
+            failed: false,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
-use crate::commands::{dlq, inspect, reconcile, report, status, trail, usage};
+use crate::commands::{dlq, inspect, profile, reconcile, report, status, trail, usage};
 
 /// Where the schemas are published.
 const ID_BASE: &str = "https://github.com/awsmp-metering/awsmp-metering/docs/schemas";
@@ -49,6 +49,14 @@ pub fn all() -> Vec<CommandSchema> {
         schema::<inspect::LicenseView>(
             "inspect-license",
             "awsmp --json inspect license: a subscriber and every group's chain",
+        ),
+        schema::<profile::ProfileErasure>(
+            "profile-erase",
+            "awsmp --json profile erase: what was erased in each Region, with each erasure's audit record (never the data)",
+        ),
+        schema::<profile::ProfileShown>(
+            "profile-show",
+            "awsmp --json profile show: one buyer's customer-profile row in each Region",
         ),
         schema::<reconcile::ReconcileJson<'static>>(
             "reconcile",

@@ -497,6 +497,24 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         without: &["AWS_REGION"],
         ..case("no-region", &["status"])
     });
+    // The buyer the demo registered: shown, then erased (refused without --yes, since
+    // the binary's stdin is no terminal; a dry run; for real, with its audit line on
+    // stderr), and erased again: nothing there.
+    let buyer = ["--license", LICENSE, "--account", ACCOUNT];
+    let profile =
+        |command: &[&'static str]| -> Vec<&str> { [&["profile"][..], command, &buyer].concat() };
+    cases.extend([
+        case("profile-show", &profile(&["show"])),
+        json("profile-show-json", "profile-show", &profile(&["show"])),
+        case("profile-erase-unconfirmed", &profile(&["erase"])),
+        case("profile-erase-dry-run", &profile(&["erase", "--dry-run"])),
+        json(
+            "profile-erase-json",
+            "profile-erase",
+            &profile(&["erase", "--yes"]),
+        ),
+        case("profile-erase-absent", &profile(&["erase", "--yes"])),
+    ]);
 
     let mask = Mask::new(base, &tmp);
     let golden = root.join("crates/cli/tests/golden");
@@ -556,7 +574,7 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
-    assert_eq!(schema_pairs.len(), 12, "every --json case was checked");
+    assert_eq!(schema_pairs.len(), 14, "every --json case was checked");
     // The checker itself refuses a document that breaks its schema.
     let (schema, doc) = &schema_pairs[0];
     let mut broken: serde_json::Value =

@@ -185,9 +185,12 @@ fn a_missing_feed_file_says_which() {
 
 use awsmp_cli::commands::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
 use awsmp_local_aws::MotoServer;
+use common::front::{Log, Seen, front, s3_access_denied};
 
 const BUCKET: &str = "seller-data-feeds";
 const PREFIX: &str = "marketplace";
+/// The account moto creates every bucket in (moto ignores `ExpectedBucketOwner`).
+const OWNER: &str = "123456789012";
 
 fn text(name: &str) -> String {
     std::fs::read_to_string(fixture(name)).unwrap()
@@ -328,7 +331,7 @@ async fn the_bucket_gives_the_same_discrepancies_as_the_local_files() {
             3,
         );
 
-        let bucket = SddsBucket::open(&moto.sdk_config(), BUCKET, Some(PREFIX))
+        let bucket = SddsBucket::open(&moto.sdk_config(), BUCKET, OWNER, Some(PREFIX))
             .await
             .unwrap()
             .with_page_size(2);
@@ -399,7 +402,7 @@ async fn the_bucket_gives_the_same_discrepancies_as_the_local_files() {
 async fn a_missing_bucket_month_or_feed_says_what_to_do() {
     let moto = MotoServer::start().await.unwrap();
     let config = moto.sdk_config();
-    let missing = SddsBucket::open(&config, "no-such-feeds", None)
+    let missing = SddsBucket::open(&config, "no-such-feeds", OWNER, None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -411,7 +414,7 @@ async fn a_missing_bucket_month_or_feed_says_what_to_do() {
     assert!(missing.to_string().contains("--sdds-bucket"), "{missing}");
 
     bucket_with(&moto, "daily_usage.csv").await;
-    let bucket = SddsBucket::open(&config, BUCKET, Some("marketplace/"))
+    let bucket = SddsBucket::open(&config, BUCKET, OWNER, Some("marketplace/"))
         .await
         .unwrap();
     let april = bucket.read_month((2026, 4), &|_| ()).await.unwrap_err();
@@ -426,7 +429,9 @@ async fn a_missing_bucket_month_or_feed_says_what_to_do() {
         "{april}"
     );
 
-    let wrong_prefix = SddsBucket::open(&config, BUCKET, None).await.unwrap();
+    let wrong_prefix = SddsBucket::open(&config, BUCKET, OWNER, None)
+        .await
+        .unwrap();
     let error = wrong_prefix
         .read_month((2026, 3), &|_| ())
         .await
@@ -443,51 +448,22 @@ async fn a_missing_bucket_month_or_feed_says_what_to_do() {
 
 // ---- What the operator sees when IAM or KMS refuses (moto enforces neither) ----
 
-/// A proxy in front of moto's S3 that answers every `GetObject` as S3 does when the
-/// caller lacks a permission: 403 with an `AccessDenied` error document carrying
-/// `message`. Everything else is forwarded, so the listing works as on AWS.
-async fn denying_get_object(moto: &MotoServer, message: &'static str) -> String {
-    use axum::body::Body;
-    use axum::extract::Request;
-    use axum::response::Response;
+/// `config` sending every call through the front at `url`.
+fn through(moto: &MotoServer, url: &str) -> aws_config::SdkConfig {
+    moto.sdk_config().into_builder().endpoint_url(url).build()
+}
 
-    let upstream = moto.endpoint().to_string();
-    let http = reqwest::Client::new();
-    let app = axum::Router::new().fallback(move |request: Request| {
-        let upstream = upstream.clone();
-        let http = http.clone();
-        async move {
-            let path = request.uri().path().to_string();
-            let query = request.uri().query().unwrap_or("").to_string();
-            let object = path.trim_start_matches('/').contains('/');
-            if request.method() == axum::http::Method::GET && object && !query.contains("list-type") {
-                return Response::builder()
-                    .status(403)
-                    .header("content-type", "application/xml")
-                    .body(Body::from(format!(
-                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>{message}</Message><RequestId>denied-1</RequestId></Error>"
-                    )))
-                    .unwrap();
-            }
-            let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).unwrap();
-            let mut forward = http.request(method, format!("{upstream}{path}?{query}"));
-            for (name, value) in request.headers() {
-                if name != "host" {
-                    forward = forward.header(name.as_str(), value.as_bytes());
-                }
-            }
-            let body = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap();
-            let answer = forward.body(body.to_vec()).send().await.unwrap();
-            let mut response = Response::builder().status(answer.status().as_u16());
-            for (name, value) in answer.headers() {
-                response = response.header(name.as_str(), value.as_bytes());
-            }
-            response.body(Body::from(answer.bytes().await.unwrap())).unwrap()
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+/// A front that answers every `GetObject` as S3 does when the caller lacks a
+/// permission: 403 with an `AccessDenied` error document carrying `message`.
+/// Everything else is forwarded, so the listing works as on AWS.
+async fn denying_get_object(moto: &MotoServer, message: &'static str) -> String {
+    let (url, _) = front(
+        moto.endpoint(),
+        Box::new(move |seen| {
+            (seen.s3_operation() == "GetObject").then(|| s3_access_denied(message))
+        }),
+    )
+    .await;
     url
 }
 
@@ -510,12 +486,8 @@ async fn a_refused_read_names_the_permission_to_grant() {
     ];
     for (message, needle) in cases {
         let proxy = denying_get_object(&moto, message).await;
-        let config = moto
-            .sdk_config()
-            .into_builder()
-            .endpoint_url(&proxy)
-            .build();
-        let bucket = SddsBucket::open(&config, BUCKET, Some(PREFIX))
+        let config = through(&moto, &proxy);
+        let bucket = SddsBucket::open(&config, BUCKET, OWNER, Some(PREFIX))
             .await
             .expect("listing is allowed");
         let refused = bucket.read_month((2026, 3), &|_| ()).await.unwrap_err();
@@ -532,4 +504,262 @@ async fn a_refused_read_names_the_permission_to_grant() {
         let error = ReportError::from(refused);
         assert!(matches!(error, ReportError::Sdds(_)));
     }
+}
+
+// ---- The bucket's owner: named on every call, a bucket of another owner refused ----
+
+/// GIVEN the feeds in moto's S3, WHEN a month is read through a front that records
+/// every request as it goes on the wire, THEN each S3 request (HeadBucket, every
+/// ListObjectsV2 page, every GetObject) carries `x-amz-expected-bucket-owner` with the
+/// owner given (moto itself ignores the header).
+#[tokio::test]
+async fn every_s3_request_names_the_expected_owner() {
+    let moto = MotoServer::start().await.unwrap();
+    bucket_with(&moto, "daily_usage.csv").await;
+    let (url, seen) = front(moto.endpoint(), Box::new(|_| None)).await;
+    let bucket = SddsBucket::open(&through(&moto, &url), BUCKET, OWNER, Some(PREFIX))
+        .await
+        .unwrap()
+        .with_page_size(2);
+    assert_eq!(bucket.owner(), OWNER);
+    bucket.read_month((2026, 3), &|_| ()).await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    let mut operations: Vec<&str> = seen.iter().map(Seen::s3_operation).collect();
+    operations.dedup();
+    for operation in ["HeadBucket", "ListObjectsV2", "GetObject"] {
+        assert!(operations.contains(&operation), "{operation}: {seen:?}");
+    }
+    assert!(!operations.contains(&"other"), "{seen:?}");
+    assert!(seen.len() > 6, "pages of two keys: {seen:?}");
+    for request in &seen {
+        assert_eq!(
+            request.header("x-amz-expected-bucket-owner"),
+            Some(OWNER),
+            "{} {}?{}",
+            request.method,
+            request.path,
+            request.query
+        );
+    }
+}
+
+/// A front that answers as S3 does for a bucket owned by `owner`: an S3 request
+/// naming another expected owner is refused (403 AccessDenied; a bare 403 to a HEAD),
+/// whatever the caller's permissions. Other services' calls go to moto.
+async fn owned_by(moto: &MotoServer, owner: &'static str) -> (String, Log) {
+    front(
+        moto.endpoint(),
+        Box::new(move |seen| {
+            (seen.s3_operation() != "other"
+                && seen.header("x-amz-expected-bucket-owner") != Some(owner))
+            .then(|| s3_access_denied("Access Denied"))
+        }),
+    )
+    .await
+}
+
+/// GIVEN a bucket of the right name now held by another account, WHEN it is opened
+/// naming our account as its owner, THEN S3's 403 comes back as a clear error naming
+/// the owner we expected (and the permission, S3's other reason for a 403); named with
+/// its real owner, the same bucket reads.
+#[tokio::test]
+async fn a_bucket_of_another_owner_is_refused_naming_the_expected_owner() {
+    let moto = MotoServer::start().await.unwrap();
+    bucket_with(&moto, "daily_usage.csv").await;
+    let (taken_over, _) = owned_by(&moto, "999988887777").await;
+    let config = through(&moto, &taken_over);
+
+    let refused = SddsBucket::open(&config, BUCKET, OWNER, Some(PREFIX))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, SddsS3Error::AccessDenied { operation: "HeadBucket", expected_owner: Some(o), .. } if o == OWNER),
+        "{refused:?}"
+    );
+    let text = ReportError::from(refused).to_string();
+    assert!(
+        text.contains("the bucket is not owned by account 123456789012"),
+        "{text}"
+    );
+    assert!(text.contains("--sdds-bucket-owner"), "{text}");
+    assert!(
+        text.contains("grant s3:ListBucket on arn:aws:s3:::seller-data-feeds"),
+        "{text}"
+    );
+
+    let files = SddsBucket::open(&config, BUCKET, "999988887777", Some(PREFIX))
+        .await
+        .unwrap()
+        .read_month((2026, 3), &|_| ())
+        .await
+        .unwrap();
+    assert_eq!(files.daily_usage.len(), 1);
+}
+
+// ---- The owner by default: the main stack's account, through the shipped binary ----
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// `awsmp ARGS` with every AWS call sent to `endpoint` (moto, or a front on it).
+async fn awsmp(endpoint: &str, args: &[&str]) -> Ran {
+    // An empty HOME: no AWS config or credentials file of the machine is read.
+    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("awsmp-sdds-owner-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_awsmp"));
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("NO_COLOR", "1")
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test");
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("the awsmp binary runs");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// GIVEN a main stack in moto (whose stack id names account 123456789012) and the
+/// feeds' bucket, WHEN `awsmp reconcile --sdds-bucket` runs with no owner given, THEN
+/// every S3 call names the stack's account: a bucket that account owns is read, one
+/// another account holds is refused naming the owner expected; `--sdds-bucket-owner`
+/// overrides it (12 digits, checked), and without a stack it must be given.
+#[tokio::test]
+async fn reconcile_holds_the_bucket_to_the_main_stacks_account() {
+    let moto = MotoServer::start().await.unwrap();
+    bucket_with(&moto, "daily_usage.csv").await;
+    let db = moto.dynamodb();
+    awsmp_local_aws::tables::create_usage_table(&db, "awsmp-prod-usage-test")
+        .await
+        .unwrap();
+    awsmp_local_aws::tables::create_aggregated_table(&db, "awsmp-prod-aggregated-usage-test")
+        .await
+        .unwrap();
+    let body = serde_json::json!({
+        "Resources": {"Marker": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {
+            "UsageTableName": {"Value": "awsmp-prod-usage-test"},
+            "AggregatedUsageTableName": {"Value": "awsmp-prod-aggregated-usage-test"},
+        },
+    });
+    let created = aws_sdk_cloudformation::Client::new(&moto.sdk_config())
+        .create_stack()
+        .stack_name("awsmp-main-prod-test")
+        .template_body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        created.stack_id().unwrap().contains(":123456789012:stack/"),
+        "{created:?}"
+    );
+    let reconcile = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec![
+            "--stage",
+            "test",
+            "--product-code",
+            "prod",
+            "--region",
+            "us-east-1",
+            "reconcile",
+            "--month",
+            "2026-03",
+            "--sdds-bucket",
+            BUCKET,
+            "--sdds-prefix",
+            PREFIX,
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+
+    let (ours, log) = owned_by(&moto, OWNER).await;
+    let ran = awsmp(&ours, &reconcile(&[])).await;
+    assert!(
+        ran.code == 0 || ran.code == 3,
+        "{}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    assert!(
+        ran.stdout.contains("s3://seller-data-feeds/marketplace/"),
+        "{}",
+        ran.stdout
+    );
+    let s3: Vec<Seen> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.s3_operation() != "other")
+        .cloned()
+        .collect();
+    assert!(s3.len() >= 6, "{s3:?}");
+    assert!(
+        s3.iter()
+            .all(|s| s.header("x-amz-expected-bucket-owner") == Some(OWNER)),
+        "{s3:?}"
+    );
+
+    let (theirs, _) = owned_by(&moto, "999988887777").await;
+    let refused = awsmp(&theirs, &reconcile(&[])).await;
+    assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("or the bucket is not owned by account 123456789012"),
+        "{}",
+        refused.stderr
+    );
+    let named = awsmp(
+        &theirs,
+        &reconcile(&["--sdds-bucket-owner", "999988887777"]),
+    )
+    .await;
+    assert!(
+        named.code == 0 || named.code == 3,
+        "{}\n{}",
+        named.stdout,
+        named.stderr
+    );
+
+    let bad = awsmp(&ours, &reconcile(&["--sdds-bucket-owner", "12345"])).await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("12 digits"), "{}", bad.stderr);
+
+    let no_stack = awsmp(
+        &ours,
+        &[
+            "--region",
+            "us-east-1",
+            "--usage-table",
+            "awsmp-prod-usage-test",
+            "--aggregated-table",
+            "awsmp-prod-aggregated-usage-test",
+            "reconcile",
+            "--month",
+            "2026-03",
+            "--sdds-bucket",
+            BUCKET,
+        ],
+    )
+    .await;
+    assert_eq!(no_stack.code, 2, "{}", no_stack.stderr);
+    assert!(
+        no_stack.stderr.contains("pass --sdds-bucket-owner ACCOUNT"),
+        "{}",
+        no_stack.stderr
+    );
 }

@@ -2,15 +2,18 @@
 //! run. Pure views over what the tables hold (status, failures, one license's chain,
 //! the report's series), when a record may be replayed, how an import is kept to one
 //! deployment and resumed, and reconciliation of our records with CloudTrail and the
-//! Seller Delivery Data Feeds. The CLI reads the tables through
-//! [`awsmp_core::ports::OperatorStore`] and CloudTrail through [`ports::TrailEvents`],
-//! and renders these; no I/O here.
+//! Seller Delivery Data Feeds, and one buyer's profile shown or erased with an audit
+//! record ([`pii`]). The CLI reads the tables through
+//! [`awsmp_core::ports::OperatorStore`], CloudTrail through [`ports::TrailEvents`] and
+//! the customer-profile table through [`ports::ProfileTable`], and renders these; no
+//! I/O here.
 
 pub mod failures;
 pub mod import;
 pub mod license;
 #[cfg(any(test, feature = "test-util"))]
 pub mod memory;
+pub mod pii;
 pub mod ports;
 pub mod reconcile;
 pub mod replay;

@@ -1,12 +1,17 @@
-//! An in-memory Event History: raw events with their times, paged newest first
-//! like `LookupEvents`, the token being the offset (checked against the request
-//! it belongs to).
+//! The operator's ports in memory, for tests. An Event History: raw events with their
+//! times, paged newest first like `LookupEvents`, the token being the offset (checked
+//! against the request it belongs to). A customer-profile table: rows by their keys,
+//! and a refusal to script.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::ports::{RawTrailEvent, TrailError, TrailEvents, TrailPage};
+use crate::ports::{
+    ProfileError, ProfileKey, ProfileTable, RawTrailEvent, TrailError, TrailEvents, TrailPage,
+};
+use awsmp_core::model::Attr;
 use awsmp_core::time::Instant;
 
 /// In-memory [`TrailEvents`]: a cheap `Clone` handle on shared events.
@@ -69,6 +74,74 @@ impl TrailEvents for MemoryTrail {
             .collect();
         let next = (end < matching.len()).then(|| format!("{request}|{end}"));
         Ok(TrailPage::from_raw(raw, next))
+    }
+}
+
+/// In-memory [`ProfileTable`]: a cheap `Clone` handle on shared rows.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryProfiles {
+    rows: Arc<Mutex<BTreeMap<ProfileKey, BTreeMap<String, Attr>>>>,
+    refusal: Arc<Mutex<Option<ProfileError>>>,
+    calls: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl MemoryProfiles {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores the row of `key` with `attributes` (string attributes; the keys are added).
+    pub fn insert(&self, key: &ProfileKey, attributes: &[(&str, &str)]) {
+        let mut row: BTreeMap<String, Attr> = attributes
+            .iter()
+            .map(|(name, value)| (name.to_string(), Attr::S(value.to_string())))
+            .collect();
+        row.insert(
+            awsmp_core::model::attr::LICENSE_ARN.into(),
+            Attr::S(key.license_arn.clone()),
+        );
+        row.insert(
+            awsmp_core::model::attr::CUSTOMER_ACCOUNT.into(),
+            Attr::S(key.customer_aws_account_id.clone()),
+        );
+        lock(&self.rows).insert(key.clone(), row);
+    }
+
+    /// Whether the row of `key` is stored.
+    pub fn contains(&self, key: &ProfileKey) -> bool {
+        lock(&self.rows).contains_key(key)
+    }
+
+    /// Makes every later call fail with `error` (`None`: succeed again).
+    pub fn refuse(&self, error: Option<ProfileError>) {
+        *lock(&self.refusal) = error;
+    }
+
+    /// The calls made so far, in order (`get`, `delete_existing`).
+    pub fn calls(&self) -> Vec<&'static str> {
+        lock(&self.calls).clone()
+    }
+
+    fn call(&self, name: &'static str) -> Result<(), ProfileError> {
+        lock(&self.calls).push(name);
+        match lock(&self.refusal).clone() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl ProfileTable for MemoryProfiles {
+    async fn get(&self, key: &ProfileKey) -> Result<Option<BTreeMap<String, Attr>>, ProfileError> {
+        self.call("get")?;
+        Ok(lock(&self.rows).get(key).cloned())
+    }
+
+    async fn delete_existing(&self, key: &ProfileKey) -> Result<bool, ProfileError> {
+        self.call("delete_existing")?;
+        Ok(lock(&self.rows).remove(key).is_some())
     }
 }
 

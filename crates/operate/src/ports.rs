@@ -1,12 +1,17 @@
-//! The operator's one port, CloudTrail Event History: one page of `LookupEvents` for the
-//! Marketplace Metering calls between two instants, already parsed. Event History
-//! keeps 90 days per Region and shows a call about 15 minutes after it was made;
-//! [`EventHistoryWindow`] applies both. Never CloudTrail Lake.
+//! The operator's ports. CloudTrail Event History ([`TrailEvents`]): one page of
+//! `LookupEvents` for the Marketplace Metering calls between two instants, already
+//! parsed. Event History keeps 90 days per Region and shows a call about 15 minutes
+//! after it was made; [`EventHistoryWindow`] applies both. Never CloudTrail Lake.
+//! And one Region's customer-profile table ([`ProfileTable`]): one buyer's row by its
+//! keys, read or deleted, never listed.
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use chrono::Duration;
 use serde::Serialize;
 
+use awsmp_core::model::Attr;
 use awsmp_core::time::Instant;
 
 use crate::reconcile::trail::{
@@ -116,6 +121,64 @@ pub trait TrailEvents: Send + Sync {
         until: Instant,
         next_token: Option<String>,
     ) -> Result<TrailPage, TrailError>;
+}
+
+/// One buyer's row of the customer-profile table: its keys.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProfileKey {
+    /// `licenseArn`.
+    pub license_arn: String,
+    /// `customerAWSAccountId`.
+    pub customer_aws_account_id: String,
+}
+
+/// A failed call on the customer-profile table, worded for the operator. It never
+/// carries the row's data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// The credentials may not read or delete the table's items.
+    #[error(
+        "{operation} on {table} was refused ({message}). {}",
+        PROFILE_ACCESS_ADVICE
+    )]
+    Denied {
+        /// `GetItem` or `DeleteItem`.
+        operation: String,
+        /// The table.
+        table: String,
+        /// What DynamoDB said.
+        message: String,
+    },
+    /// No such table in the Region.
+    #[error(
+        "there is no customer-profile table {table} in this Region ({message}): check --region, and the table's name (--customer-profile-table, or the stack's CustomerProfileTableName output)"
+    )]
+    NoTable {
+        /// The table.
+        table: String,
+        /// What DynamoDB said.
+        message: String,
+    },
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What to do about a refused profile read or delete: the stack's resource policy
+/// names the only principals allowed.
+pub const PROFILE_ACCESS_ADVICE: &str = "The customer-profile table's resource policy lets only the register function's role and the PII role named by the stack parameter ProfileAccessRoleArn read or delete its items: run `awsmp profile` with that role's credentials (e.g. --profile naming an AWS profile that assumes it)";
+
+/// One Region's customer-profile table, one buyer at a time: there is no call that
+/// lists or scans it.
+#[async_trait]
+pub trait ProfileTable: Send + Sync {
+    /// The row of `key`, every attribute as stored (keys included), read strongly
+    /// consistent; `None` when there is none.
+    async fn get(&self, key: &ProfileKey) -> Result<Option<BTreeMap<String, Attr>>, ProfileError>;
+
+    /// Deletes the row of `key` only if it exists, returning none of its data: `true`
+    /// deleted, `false` there was none (nothing deleted).
+    async fn delete_existing(&self, key: &ProfileKey) -> Result<bool, ProfileError>;
 }
 
 /// The span Event History can answer for: at most 90 days back, and complete only

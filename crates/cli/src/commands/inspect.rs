@@ -364,7 +364,7 @@ async fn dimensions_in_hour(
 
 /// A license argument must be the license's ARN: the tables are keyed by it, so a bare
 /// `l-…` id (as the demo and `trail` show it) would find nothing and say so wrongly.
-fn license_arg(text: &str) -> Result<(), CommandError> {
+pub(crate) fn license_arg(text: &str) -> Result<(), CommandError> {
     if is_license_arn(text) {
         return Ok(());
     }

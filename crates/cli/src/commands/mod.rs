@@ -7,6 +7,7 @@ pub mod dlq;
 pub mod failures;
 pub mod inspect;
 pub mod local;
+pub mod profile;
 pub mod queues;
 pub mod reconcile;
 pub mod replay;

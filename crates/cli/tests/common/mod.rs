@@ -1,8 +1,11 @@
 //! What the CLI's reconciliation tests share: the simulator's product, licenses and
 //! accounts, our aggregated records as the submitter leaves them, and
-//! `awsmp reconcile`'s arguments and JSON answer.
+//! `awsmp reconcile`'s arguments and JSON answer; and a recording front on moto
+//! ([`front`]).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod front;
 
 use awsmp_cli::commands::reconcile::{ReconcileArgs, load_our_records};
 use awsmp_cli::commands::trail::Report;

@@ -87,10 +87,12 @@ impl SddsFiles {
 }
 
 /// The feeds of `month` (`YYYY-MM`, default the current UTC month) from the data
-/// feed bucket (see [`s3`]), with a spinner naming each file as it is read.
+/// feed bucket (see [`s3`]), which must be `owner`'s, with a spinner naming each file
+/// as it is read.
 pub async fn read_sdds_bucket(
     config: &aws_config::SdkConfig,
     bucket: &str,
+    owner: &str,
     prefix: Option<&str>,
     month: Option<&str>,
     now: Instant,
@@ -100,7 +102,7 @@ pub async fn read_sdds_bucket(
         .unwrap_or_else(|| format!("{:04}-{:02}", now.year(), now.month()));
     let (start, _) = month_bounds(&month)?;
     let bar = crate::output::spinner(&format!("listing s3://{bucket}"));
-    let opened = s3::SddsBucket::open(config, bucket, prefix).await;
+    let opened = s3::SddsBucket::open(config, bucket, owner, prefix).await;
     let files = match opened {
         Ok(b) => {
             b.read_month((start.year(), start.month()), &|key| {
@@ -112,6 +114,36 @@ pub async fn read_sdds_bucket(
     };
     bar.finish_and_clear();
     Ok(files?)
+}
+
+/// The account the data feed bucket must belong to: `--sdds-bucket-owner`, else the
+/// account of the main stack (from its stack id). With neither, a usage error: the
+/// bucket is never read without an owner to hold it to.
+pub fn bucket_owner(
+    flag: Option<&str>,
+    deployments: &[crate::deployment::Deployment],
+) -> Result<String, CommandError> {
+    if let Some(owner) = flag {
+        return Ok(owner.to_string());
+    }
+    deployments
+        .iter()
+        .find_map(|d| d.account.clone())
+        .ok_or_else(|| {
+            CommandError::Usage(
+                "--sdds-bucket: the account that owns the bucket is not known (no main stack was read, so its account is not known): pass --sdds-bucket-owner ACCOUNT, the 12-digit account of the data feed bucket; every S3 call names it, so a bucket of that name another account holds is refused"
+                    .into(),
+            )
+        })
+}
+
+/// `--sdds-bucket-owner`: an AWS account id, 12 digits.
+fn account_arg(text: &str) -> Result<String, String> {
+    if crate::deployment::is_account_id(text) {
+        Ok(text.to_string())
+    } else {
+        Err("an AWS account id is 12 digits, e.g. 123456789012".into())
+    }
 }
 
 /// What AWS's side of the reconciliation is.
@@ -440,9 +472,15 @@ pub struct Command {
     license: Option<String>,
     /// The data feed bucket: the three feeds' files of the month are found in it
     /// (`<Feed>_V<n>/year=YYYY/month=MM/data.csv`). Needs s3:ListBucket and
-    /// s3:GetObject (and kms:Decrypt on the bucket's key).
+    /// s3:GetObject (and kms:Decrypt on the bucket's key). Read only if it belongs to
+    /// --sdds-bucket-owner.
     #[arg(long, conflicts_with_all = ["sdds_usage", "sdds_accounts", "sdds_products"])]
     sdds_bucket: Option<String>,
+    /// The account (12 digits) that must own the data feed bucket; default: the main
+    /// stack's account (from its stack id). Every S3 call names it (ExpectedBucketOwner),
+    /// so a bucket of that name held by another account is refused, never read.
+    #[arg(long, value_name = "ACCOUNT", requires = "sdds_bucket", value_parser = account_arg)]
+    sdds_bucket_owner: Option<String>,
     /// The folder in the bucket the feeds are under (the data feed configuration's prefix).
     #[arg(long, requires = "sdds_bucket")]
     sdds_prefix: Option<String>,
@@ -465,12 +503,15 @@ impl Command {
             (Some(u), Some(a), Some(p)) => Some(SddsFiles::read(&u, &a, &p)?),
             (None, None, None) => match &self.sdds_bucket {
                 Some(bucket) => {
+                    let deployments: Vec<_> = all.iter().map(|s| s.deployment.clone()).collect();
+                    let owner = bucket_owner(self.sdds_bucket_owner.as_deref(), &deployments)?;
                     let region = all.first().map(|s| s.deployment.region.clone());
                     let config = ctx.deployment.sdk_config(region.as_deref()).await;
                     Some(
                         read_sdds_bucket(
                             &config,
                             bucket,
+                            &owner,
                             self.sdds_prefix.as_deref(),
                             self.month.as_deref(),
                             ctx.now,
@@ -516,6 +557,43 @@ impl Command {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn deployment(account: Option<&str>) -> crate::deployment::Deployment {
+        crate::deployment::Deployment {
+            region: "us-east-1".into(),
+            stack: None,
+            usage_table: "u".into(),
+            aggregated_table: "a".into(),
+            subscribers: None,
+            queues: Default::default(),
+            mode: None,
+            requests_per_second: None,
+            profile_table: None,
+            account: account.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_bucket_owner_is_the_flag_else_the_stacks_account_else_asked_for() {
+        let stack = [deployment(Some("123456789012"))];
+        assert_eq!(
+            bucket_owner(Some("210987654321"), &stack).unwrap(),
+            "210987654321"
+        );
+        assert_eq!(bucket_owner(None, &stack).unwrap(), "123456789012");
+        let unknown = bucket_owner(None, &[deployment(None)]).unwrap_err();
+        assert!(matches!(unknown, CommandError::Usage(_)), "{unknown:?}");
+        assert!(
+            unknown
+                .to_string()
+                .contains("pass --sdds-bucket-owner ACCOUNT"),
+            "{unknown}"
+        );
+        assert!(account_arg("123456789012").is_ok());
+        for bad in ["12345678901", "1234567890123", "12345678901x", ""] {
+            assert!(account_arg(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn months_are_checked_and_bounded() {

@@ -5,6 +5,9 @@
 //! after, and a revision lands in the month it is made), and every monthly file of
 //! the Account and Product feeds (their rows change rarely; the current month's file
 //! may hold only the header, the history is in earlier months and the 2010 backfill).
+//! Every call names the account the bucket must belong to (`ExpectedBucketOwner`), so
+//! S3 refuses to serve a bucket of that name that another account holds (a deleted
+//! bucket's name taken over) rather than hand us its files.
 
 use std::collections::BTreeMap;
 
@@ -36,8 +39,11 @@ pub enum SddsS3Error {
         /// The bucket.
         bucket: String,
     },
-    /// The credentials lack a permission.
-    #[error("access denied: {operation} on {resource} was refused; {grant}")]
+    /// The credentials lack a permission, or the bucket is not the expected owner's.
+    #[error(
+        "access denied: {operation} on {resource} was refused; {grant}{}",
+        owner_hint(.expected_owner.as_deref())
+    )]
     AccessDenied {
         /// The S3 call.
         operation: &'static str,
@@ -45,6 +51,9 @@ pub enum SddsS3Error {
         resource: String,
         /// Which permission to grant.
         grant: String,
+        /// The owner the call named, when S3 would refuse a bucket of another owner
+        /// with the same answer (not for a KMS refusal).
+        expected_owner: Option<String>,
     },
     /// The prefix holds no folder of a feed.
     #[error(
@@ -92,6 +101,15 @@ pub enum SddsS3Error {
         /// The key.
         key: String,
     },
+}
+
+/// The other reason S3 answers 403: the bucket is not `owner`'s.
+fn owner_hint(owner: Option<&str>) -> String {
+    owner.map_or_else(String::new, |owner| {
+        format!(
+            "; or the bucket is not owned by account {owner}, the owner awsmp expects (--sdds-bucket-owner; default: the main stack's account): S3 refuses every call naming another owner, so a bucket another account holds is never read"
+        )
+    })
 }
 
 /// One object of a listing.
@@ -168,13 +186,15 @@ pub fn month_files(objects: &[Listed]) -> BTreeMap<(i32, u32), String> {
 }
 
 /// What an S3 error means for the operator: `status` is the HTTP status, `code` and
-/// `message` S3's error code and text (a HEAD answer has neither).
+/// `message` S3's error code and text (a HEAD answer has neither); `expected_owner` the
+/// account the call named as the bucket's owner.
 pub fn classify(
     operation: &'static str,
     resource: &str,
     status: Option<u16>,
     code: Option<&str>,
     message: Option<&str>,
+    expected_owner: Option<&str>,
 ) -> SddsS3Error {
     let code = code.unwrap_or_default();
     let message = message.unwrap_or_default();
@@ -205,6 +225,8 @@ pub fn classify(
             operation,
             resource: resource.to_string(),
             grant,
+            // An owner mismatch is refused before any KMS key is used.
+            expected_owner: (!kms).then(|| expected_owner.map(str::to_string)).flatten(),
         };
     }
     let text = match (code, message) {
@@ -223,6 +245,7 @@ pub fn classify(
 fn sdk_error<E>(
     operation: &'static str,
     resource: &str,
+    expected_owner: &str,
     error: &aws_sdk_s3::error::SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> SddsS3Error
 where
@@ -247,14 +270,17 @@ where
         status,
         error.code(),
         (!message.is_empty()).then_some(message.as_str()),
+        Some(expected_owner),
     )
 }
 
-/// The data feed bucket: a client, the bucket and the prefix the feeds are under.
+/// The data feed bucket: a client, the bucket, the account that must own it and the
+/// prefix the feeds are under.
 #[derive(Debug, Clone)]
 pub struct SddsBucket {
     client: aws_sdk_s3::Client,
     bucket: String,
+    owner: String,
     prefix: String,
     page_size: i32,
 }
@@ -274,18 +300,26 @@ pub fn s3_client(config: &SdkConfig, region: Option<&str>) -> aws_sdk_s3::Client
 }
 
 impl SddsBucket {
-    /// Checks that `bucket` exists and can be listed (HeadBucket, which needs
-    /// s3:ListBucket); a bucket in another Region than `config`'s is followed there.
+    /// Checks that `bucket` exists, is `owner`'s and can be listed (HeadBucket, which
+    /// needs s3:ListBucket); a bucket in another Region than `config`'s is followed
+    /// there. Every call then names `owner` as the bucket's expected owner.
     pub async fn open(
         config: &SdkConfig,
         bucket: &str,
+        owner: &str,
         prefix: Option<&str>,
     ) -> Result<SddsBucket, SddsS3Error> {
         let mut client = s3_client(config, None);
         let resource = format!("arn:aws:s3:::{bucket}");
         let mut redirected = false;
         loop {
-            match client.head_bucket().bucket(bucket).send().await {
+            match client
+                .head_bucket()
+                .bucket(bucket)
+                .expected_bucket_owner(owner)
+                .send()
+                .await
+            {
                 Ok(_) => break,
                 Err(e) => {
                     let region = e
@@ -298,7 +332,7 @@ impl SddsBucket {
                             client = s3_client(config, Some(&region));
                             redirected = true;
                         }
-                        _ => return Err(sdk_error("HeadBucket", &resource, &e)),
+                        _ => return Err(sdk_error("HeadBucket", &resource, owner, &e)),
                     }
                 }
             }
@@ -311,6 +345,7 @@ impl SddsBucket {
         Ok(SddsBucket {
             client,
             bucket: bucket.to_string(),
+            owner: owner.to_string(),
             prefix,
             page_size: LIST_PAGE,
         })
@@ -327,6 +362,11 @@ impl SddsBucket {
         &self.bucket
     }
 
+    /// The account every call names as the bucket's owner.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
     /// Every page of ListObjectsV2 under `prefix`: the folders (with `delimiter`)
     /// and the objects.
     async fn list(
@@ -339,6 +379,7 @@ impl SddsBucket {
             .client
             .list_objects_v2()
             .bucket(&self.bucket)
+            .expected_bucket_owner(&self.owner)
             .prefix(prefix)
             .set_delimiter(delimiter.map(str::to_string))
             .max_keys(self.page_size)
@@ -347,7 +388,7 @@ impl SddsBucket {
         let mut folders = Vec::new();
         let mut objects = Vec::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| sdk_error("ListObjectsV2", &resource, &e))?;
+            let page = page.map_err(|e| sdk_error("ListObjectsV2", &resource, &self.owner, &e))?;
             folders.extend(
                 page.common_prefixes()
                     .iter()
@@ -370,10 +411,11 @@ impl SddsBucket {
             .client
             .get_object()
             .bucket(&self.bucket)
+            .expected_bucket_owner(&self.owner)
             .key(key)
             .send()
             .await
-            .map_err(|e| sdk_error("GetObject", &resource, &e))?;
+            .map_err(|e| sdk_error("GetObject", &resource, &self.owner, &e))?;
         let bytes = out
             .body
             .collect()
@@ -602,12 +644,59 @@ mod tests {
             ),
         ];
         for (operation, resource, status, code, message, needle) in cases {
-            let text = classify(operation, resource, *status, *code, *message).to_string();
+            let text = classify(operation, resource, *status, *code, *message, None).to_string();
             assert!(
                 text.contains(needle),
                 "{operation} {status:?} {code:?}: {text}"
             );
         }
+    }
+
+    /// S3 answers a call naming another owner as it answers a missing permission (403
+    /// AccessDenied, or a bare 403 to a HEAD): both causes are said, the owner named.
+    #[test]
+    fn a_refusal_names_the_owner_the_call_expected() {
+        let bucket = "arn:aws:s3:::feeds";
+        let object = "arn:aws:s3:::feeds/DailyUsageFeed_V1/year=2026/month=03/data.csv";
+        let owner = Some("111122223333");
+        for (operation, resource, code, message) in [
+            ("HeadBucket", bucket, None, None),
+            (
+                "ListObjectsV2",
+                bucket,
+                Some("AccessDenied"),
+                Some("Access Denied"),
+            ),
+            (
+                "GetObject",
+                object,
+                Some("AccessDenied"),
+                Some("Access Denied"),
+            ),
+        ] {
+            let error = classify(operation, resource, Some(403), code, message, owner);
+            assert!(
+                matches!(&error, SddsS3Error::AccessDenied { expected_owner: Some(o), .. } if o == "111122223333"),
+                "{error:?}"
+            );
+            let text = error.to_string();
+            assert!(text.contains("grant s3:"), "{text}");
+            assert!(
+                text.contains("or the bucket is not owned by account 111122223333"),
+                "{text}"
+            );
+            assert!(text.contains("--sdds-bucket-owner"), "{text}");
+        }
+        // A KMS refusal comes after the owner check passed: no owner hint.
+        let kms = classify(
+            "GetObject",
+            object,
+            Some(403),
+            Some("AccessDenied"),
+            Some("not authorized to perform: kms:Decrypt"),
+            owner,
+        );
+        assert!(!kms.to_string().contains("not owned"), "{kms}");
     }
 
     #[test]

@@ -541,6 +541,7 @@ pub fn render(
         text,
         attention,
         conflict,
+        failed: false,
     }
 }
 
