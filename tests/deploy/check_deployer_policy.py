@@ -76,6 +76,10 @@ NEEDS: dict[str, tuple[list[str], list[str]]] = {
     "AWS::Lambda::Permission": (["lambda:AddPermission", "lambda:GetPolicy"], ["lambda:RemovePermission"]),
     "AWS::ApiGateway::Account": (["apigateway:PATCH", "apigateway:GET", "iam:PassRole"], []),
     "AWS::WAFv2::WebACL": (["wafv2:CreateWebACL", "wafv2:UpdateWebACL", "wafv2:GetWebACL"], ["wafv2:DeleteWebACL"]),
+    "AWS::WAFv2::LoggingConfiguration": (["wafv2:PutLoggingConfiguration", "wafv2:GetLoggingConfiguration",
+                                          "logs:CreateLogDelivery", "logs:PutResourcePolicy",
+                                          "logs:DescribeResourcePolicies", "logs:DescribeLogGroups"],
+                                         ["wafv2:DeleteLoggingConfiguration", "logs:DeleteLogDelivery"]),
     "AWS::WAFv2::WebACLAssociation": (["wafv2:AssociateWebACL", "wafv2:GetWebACLForResource", "apigateway:SetWebACL"],
                                       ["wafv2:DisassociateWebACL"]),
     "AWS::S3::Bucket": (["s3:CreateBucket", "s3:PutEncryptionConfiguration", "s3:PutBucketPublicAccessBlock",
@@ -116,7 +120,7 @@ NAMES: dict[str, tuple[str, list[str], bool]] = {
     "AWS::Events::Rule": ("Name", ["awsmp-"], False),
     "AWS::CloudWatch::Alarm": ("AlarmName", ["awsmp-"], False),
     "AWS::CloudWatch::Dashboard": ("DashboardName", ["awsmp-"], False),
-    "AWS::Logs::LogGroup": ("LogGroupName", ["/aws/lambda/awsmp/", "/aws/apigateway/awsmp/"], True),
+    "AWS::Logs::LogGroup": ("LogGroupName", ["/aws/lambda/awsmp/", "/aws/apigateway/awsmp/", "aws-waf-logs-awsmp-"], True),
     "AWS::WAFv2::WebACL": ("Name", ["awsmp-"], True),
     "AWS::IAM::Role": ("RoleName", ["awsmp-"], False),
     "AWS::S3::Bucket": ("BucketName", ["awsmp-"], False),
@@ -674,7 +678,7 @@ def main() -> int:
         if not value.startswith(tuple(prefixes)):
             misnamed.append(f"{r.where}: {key} {value}")
     results.append((not misnamed, "templates: every named resource is within the service role's name patterns "
-                    "(awsmp-*, /aws/lambda/awsmp/*, /aws/apigateway/awsmp/*)" + (f": not {misnamed}" if misnamed else "")))
+                    "(awsmp-*, /aws/lambda/awsmp/*, /aws/apigateway/awsmp/*, aws-waf-logs-awsmp-*)" + (f": not {misnamed}" if misnamed else "")))
     managed = [r.where for r in roles if section(r.props, "ManagedPolicyArns", 6)]
     d = Deployer(doc)
     attach_ok = not managed or all(d.allowed(d.service, a) for a in ("iam:AttachRolePolicy", "iam:DetachRolePolicy"))

@@ -330,10 +330,16 @@ def main() -> int:
     for logical in sorted(full_only):
         check(scalar(main_t.resources.get(logical, []), "Condition", 4) == "IsFullMode", f"{logical}: Condition IsFullMode")
     ref = re.compile(r"(?:!Ref |!GetAtt |\$\{)(" + "|".join(sorted(full_only)) + r")\b")
+    # An inline !If on a condition that implies full mode names them safely.
+    implies_full = re.compile(r"!If \[(?:IsFullMode|DiscovererExpiresProfiles), [^\]]*\]")
+    check(
+        "DiscovererExpiresProfiles: !And [!Condition HasProfileRetention, !Condition IsFullMode]" in "\n".join(main_t.lines),
+        "DiscovererExpiresProfiles implies IsFullMode",
+    )
     for logical, body in main_t.resources.items():
         if logical == "MainDashboard" or scalar(body, "Condition", 4) == "IsFullMode":
             continue
-        names = sorted(set(ref.findall("\n".join(body))))
+        names = sorted(set(ref.findall(implies_full.sub("", "\n".join(body)))))
         check(not names, f"{logical}: names no full-mode-only resource unconditionally", f"names {names}")
     for metric in ["UsageRecordRejected", "UsageAggregationExpired", "LateUsageAfterSubmission"]:
         check(scalar(main_t.resources.get(metric + "Alarm", []), "Condition", 4) == "IsFullMode", f"{metric} alarm only in full mode")
@@ -467,6 +473,89 @@ def main() -> int:
     hsts = section(policy, "StrictTransportSecurity", 10) or []
     max_age = scalar(hsts, "AccessControlMaxAgeSec", 12) or "0"
     check(int(max_age) >= 31536000 and scalar(hsts, "Override", 12) == "true", "page HSTS for at least a year", f"got {max_age}")
+
+    # ---- the page's optional custom domain (PageDomainName + PageCertificateArn): the
+    # distribution answers on it with the ACM certificate and requires TLS 1.2, and
+    # everything that names the page's origin names it; without it nothing changes.
+    page_params = section(main_t.lines, "Parameters", 0) or []
+    domain_p = section(page_params, "PageDomainName", 2) or []
+    cert_p = section(page_params, "PageCertificateArn", 2) or []
+    check(
+        scalar(domain_p, "Default", 4) == "" and scalar(cert_p, "Default", 4) == ""
+        and (scalar(cert_p, "AllowedPattern", 4) or "").startswith("^$|^arn:aws:acm:us-east-1:"),
+        "PageDomainName and PageCertificateArn optional (default empty), the certificate an ACM ARN in us-east-1",
+        f"got {scalar(cert_p, 'AllowedPattern', 4)}",
+    )
+    together = "\n".join(section(section(main_t.lines, "Rules", 0) or [], "PageDomainNeedsCertificate", 2) or [])
+    check(
+        "RuleCondition" not in together and re.search(r"- Assert: !Or\n", together) is not None
+        and '- !And [!Equals [!Ref PageDomainName, ""], !Equals [!Ref PageCertificateArn, ""]]' in together
+        and '- !And [!Not [!Equals [!Ref PageDomainName, ""]], !Not [!Equals [!Ref PageCertificateArn, ""]]]' in together,
+        "Rule PageDomainNeedsCertificate: PageDomainName and PageCertificateArn both or neither",
+    )
+    page_conditions = section(main_t.lines, "Conditions", 0) or []
+    check(
+        scalar(page_conditions, "HasPageDomain", 2)
+        == '!And [!Not [!Equals [!Ref PageDomainName, ""]], !Not [!Equals [!Ref PageCertificateArn, ""]]]',
+        "Condition HasPageDomain: PageDomainName and PageCertificateArn given",
+        f"got {scalar(page_conditions, 'HasPageDomain', 2)}",
+    )
+    dist_config = section(main_t.resources.get("PageDistribution", []), "DistributionConfig", 6) or []
+    check(
+        scalar(dist_config, "Aliases", 8) == '!If [HasPageDomain, [!Ref PageDomainName], !Ref "AWS::NoValue"]',
+        "page distribution: Aliases [PageDomainName] only with a custom domain",
+        f"got {scalar(dist_config, 'Aliases', 8)}",
+    )
+    # ViewerCertificate: !If [HasPageDomain, {the certificate, TLS 1.2}, AWS::NoValue]
+    branches: list[list[str]] = []
+    for line in section(dist_config, "ViewerCertificate", 8) or []:
+        if re.match(r"^ {10}- ", line):
+            branches.append([line.replace("- ", "  ", 1)])
+        elif branches and significant(line):
+            branches[-1].append(line)
+    with_domain = branches[1] if len(branches) == 3 else []
+    check(
+        scalar(dist_config, "ViewerCertificate", 8) == "!If" and len(branches) == 3
+        and [l.strip() for l in branches[0]] == ["HasPageDomain"]
+        and [l.strip() for l in branches[2]] == ['!Ref "AWS::NoValue"']
+        and keys(with_domain, 12) == ["AcmCertificateArn", "SslSupportMethod", "MinimumProtocolVersion"]
+        and scalar(with_domain, "AcmCertificateArn", 12) == "!Ref PageCertificateArn"
+        and scalar(with_domain, "SslSupportMethod", 12) == "sni-only"
+        and scalar(with_domain, "MinimumProtocolVersion", 12) == "TLSv1.2_2021",
+        "page distribution: with a custom domain, its ACM certificate (sni-only) and MinimumProtocolVersion TLSv1.2_2021;"
+        " without, CloudFront's default certificate",
+        "\n".join("\n".join(b) for b in branches),
+    )
+    host = "!If [HasPageDomain, !Ref PageDomainName, !GetAtt PageDistribution.DomainName]"
+    page_url = f'!Sub ["https://${{Host}}/", {{Host: {host}}}]'
+    register_vars = section(section(function_by_binary("register"), "Properties", 4) or [], "Variables", 8) or []
+    cors = section(section(main_t.resources.get("RegisterApi", []), "Properties", 4) or [], "Cors", 6) or []
+    outputs = section(main_t.lines, "Outputs", 0) or []
+    for where, got, want in [
+        ("register REGISTRATION_PAGE_URL", scalar(register_vars, "REGISTRATION_PAGE_URL", 10), page_url),
+        ("register ALLOWED_ORIGIN", scalar(register_vars, "ALLOWED_ORIGIN", 10), f'!Sub ["https://${{Host}}", {{Host: {host}}}]'),
+        ("RegisterApi Cors.AllowOrigin", scalar(cors, "AllowOrigin", 8), f"!Sub [\"'https://${{Host}}'\", {{Host: {host}}}]"),
+        ("output RegistrationPageUrl", scalar(section(outputs, "RegistrationPageUrl", 2) or [], "Value", 4), page_url),
+    ]:
+        check(got == want, f"{where} is the page's origin: PageDomainName when given, else the distribution's name", f"got {got}")
+    # Nothing else names the distribution's own domain: every use is inside `host`, but
+    # the output the seller points the custom domain's DNS record at.
+    dns_output = section(outputs, "PageDistributionDomainName", 2) or []
+    check(scalar(dns_output, "Value", 4) == "!GetAtt PageDistribution.DomainName",
+          "output PageDistributionDomainName: the distribution's own name (the custom domain's CNAME/alias target)")
+    in_outputs = False
+    dns_value_line = None
+    for i, line in enumerate(main_t.lines):
+        in_outputs = in_outputs or line.startswith("Outputs:")
+        if in_outputs and line.startswith("  PageDistributionDomainName:"):
+            dns_value_line = next((i + 1 + j for j, l in enumerate(block(main_t.lines, i)) if re.match(r"^    Value:", l)), None)
+    stray = [
+        i + 1 for i, line in enumerate(main_t.lines)
+        if significant(line) and i != dns_value_line
+        and re.search(r"PageDistribution(\.|\"?\s*,\s*\"?)DomainName", line.replace(host, ""))
+    ]
+    check(not stray, "template-main.yaml: the page's origin follows PageDomainName everywhere (no other use of PageDistribution.DomainName)",
+          f"lines {stray}")
 
     # ---- one body-size limit: WAF's common rule set blocks bodies over 8 KB
     # (SizeRestrictions_BODY); the register function must refuse the same size itself
@@ -630,6 +719,66 @@ def main() -> int:
             f"{logical}: alarms on the WebACL's blocks ({rule})",
         )
 
+    # ---- EdgeLogs (default disabled): the created WebACL's request logs go to a log
+    # group WAF accepts (aws-waf-logs-...), kept and encrypted like the others, with the
+    # headers that could carry a credential redacted; nothing of it exists otherwise.
+    edge = section(section(main_t.lines, "Parameters", 0) or [], "EdgeLogs", 2) or []
+    check(scalar(edge, "AllowedValues", 4) == "[enabled, disabled]" and scalar(edge, "Default", 4) == "disabled",
+          "EdgeLogs: enabled | disabled, default disabled")
+    check(
+        scalar(section(main_t.lines, "Conditions", 0) or [], "LogWebAcl", 2)
+        == "!And [!Condition CreateWebAcl, !Equals [!Ref EdgeLogs, enabled]]",
+        "Condition LogWebAcl: EdgeLogs enabled and this stack creates the WebACL",
+    )
+    edge_rule = "\n".join(section(section(main_t.lines, "Rules", 0) or [], "EdgeLogsNeedCreatedWebAcl", 2) or [])
+    check("RuleCondition: !Equals [!Ref EdgeLogs, enabled]" in edge_rule and '- Assert: !Equals [!Ref WebAclArn, ""]' in edge_rule,
+          "Rule EdgeLogsNeedCreatedWebAcl: EdgeLogs enabled refuses WebAclArn (nothing would be logged)")
+    log_configs = main_t.of_type("AWS::WAFv2::LoggingConfiguration")
+    waf_groups = {
+        logical: body for logical, body in main_t.of_type("AWS::Logs::LogGroup").items()
+        if (scalar(section(body, "Properties", 4) or [], "LogGroupName", 6) or "").removeprefix("!Sub ").strip('"').startswith("aws-waf-logs-")
+    }
+    check(len(log_configs) == 1, "one WAF logging configuration (the created WebACL's)", f"got {sorted(log_configs)}")
+    edge_resources = set(log_configs) | set(waf_groups)
+    for logical in sorted(edge_resources):
+        check(scalar(main_t.resources[logical], "Condition", 4) == "LogWebAcl", f"{logical}: Condition LogWebAcl")
+    edge_ref = re.compile(r"(?:!Ref |!GetAtt |\$\{)(" + "|".join(sorted(edge_resources) or ["-"]) + r")\b")
+    unguarded = sorted(
+        logical for logical, body in main_t.resources.items()
+        if logical not in edge_resources and edge_ref.search("\n".join(body)) and scalar(body, "Condition", 4) != "LogWebAcl"
+    )
+    check(not unguarded, "template-main.yaml: the WAF logging resources are named only under LogWebAcl", f"named by {unguarded}")
+    for name in keys(section(main_t.lines, "Outputs", 0) or [], 2):
+        out = section(section(main_t.lines, "Outputs", 0) or [], name, 2) or []
+        if edge_ref.search("\n".join(out)):
+            check(scalar(out, "Condition", 4) == "LogWebAcl", f"output {name}: only under LogWebAcl")
+    check(section(dist_config, "Logging", 8) is None,
+          "page distribution: no legacy standard logging (it needs an ACL-enabled bucket; docs/deploy.md)")
+    for logical, body in log_configs.items():
+        props = section(body, "Properties", 4) or []
+        destinations = "\n".join(section(props, "LogDestinationConfigs", 6) or [])
+        target = re.search(r"log-group:\$\{(\w+)\}\"?$", destinations.strip())
+        group = waf_groups.get(target.group(1) if target else "", [])
+        group_props = section(group, "Properties", 4) or []
+        group_name = (scalar(group_props, "LogGroupName", 6) or "").removeprefix("!Sub ").strip('"')
+        check(
+            scalar(props, "ResourceArn", 6) == "!GetAtt RegisterWebAcl.Arn" and bool(group)
+            and destinations.strip().startswith('- !Sub "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:'),
+            f"{logical}: logs RegisterWebAcl to a log group of this stack named aws-waf-logs-... (by its ARN, without :*)",
+            destinations.strip(),
+        )
+        check(
+            group_name.startswith("aws-waf-logs-awsmp-")
+            and scalar(group_props, "RetentionInDays", 6) == "!Ref LogRetentionInDays"
+            and scalar(group_props, "KmsKeyId", 6) == '!If [HasLogsKms, !Ref LogsKmsKeyArn, !Ref "AWS::NoValue"]',
+            f"{logical}: its log group is named aws-waf-logs-awsmp-... (WAF's required prefix), kept LogRetentionInDays, "
+            "encrypted with LogsKmsKeyArn when given",
+            f"got {group_name!r}",
+        )
+        redacted = "\n".join(section(props, "RedactedFields", 6) or [])
+        headers = {h.strip('"').lower() for h in re.findall(r"- SingleHeader:\n\s+Name: (\S+)", redacted)}
+        check({"authorization", "cookie"} <= headers, f"{logical}: redacts the authorization and cookie headers", f"got {sorted(headers)}")
+
     # ---- buyer PII: only the register function's role and ProfileAccessRoleArn touch
     # the profile table's items (its resource policy) or decrypt them (its own key).
     profile = main_t.resources.get("CustomerProfileTable", [])
@@ -652,9 +801,11 @@ def main() -> int:
         "Effect: Deny" in only and "Principal: \"*\"" in only
         and all(f"- dynamodb:{a}\n" in only for a in item_actions)
         and "ArnNotEquals:" in only
-        and "- [!GetAtt RegisterRole.Arn, !Ref ProfileAccessRoleArn]" in only
-        and "- [!GetAtt RegisterRole.Arn]" in only,
-        "CustomerProfileTable: every item read, write, export and restore is denied to all but RegisterRole and ProfileAccessRoleArn",
+        and "- !GetAtt RegisterRole.Arn\n" in only
+        and '- !If [HasProfileAccessRole, !Ref ProfileAccessRoleArn, !Ref "AWS::NoValue"]' in only
+        and '- !If [DiscovererExpiresProfiles, !GetAtt DiscovererRole.Arn, !Ref "AWS::NoValue"]' in only
+        and only.split("ArnNotEquals:", 1)[-1].split("BillingMode:", 1)[0].count("- ") == 3,
+        "CustomerProfileTable: every item read, write, export and restore is denied to all but RegisterRole, ProfileAccessRoleArn (and the discoverer with ProfileRetentionDays)",
     )
     key = "\n".join(main_t.resources.get("CustomerProfileKey", []))
     check(
@@ -669,9 +820,28 @@ def main() -> int:
     )
     users = key.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleDecrypt", 1)[-1].split("- Sid:", 1)[0]
     check(
-        "- [!GetAtt RegisterRole.Arn, !Ref ProfileAccessRoleArn]" in users and "kms:Decrypt" in users
+        "- !GetAtt RegisterRole.Arn\n" in users
+        and '- !If [HasProfileAccessRole, !Ref ProfileAccessRoleArn, !Ref "AWS::NoValue"]' in users
+        and '- !If [DiscovererExpiresProfiles, !GetAtt DiscovererRole.Arn, !Ref "AWS::NoValue"]' in users
+        and users.split("Action:", 1)[0].count("- ") == 3
+        and "kms:Decrypt" in users
         and 'kms:ViaService: !Sub "dynamodb.${AWS::Region}.amazonaws.com"' in users,
-        "CustomerProfileKey: only RegisterRole and ProfileAccessRoleArn decrypt, and only through DynamoDB here",
+        "CustomerProfileKey: only RegisterRole, ProfileAccessRoleArn (and the discoverer with ProfileRetentionDays) decrypt, and only through DynamoDB here",
+    )
+    disc = "\n".join(main_t.resources.get("DiscovererRole", []))
+    expiry = disc.split("Sid: CustomerProfileExpiry", 1)[-1].split("- !Ref \"AWS::NoValue\"", 1)[0] if "Sid: CustomerProfileExpiry" in disc else ""
+    check(
+        "- HasProfileRetention\n                - Sid: CustomerProfileExpiry" in disc
+        and "Action: dynamodb:UpdateItem" in expiry and "- expiresAt" in expiry
+        and expiry.split("dynamodb:Attributes:", 1)[-1].split("StringEqualsIfExists", 1)[0].count("- ") == 3
+        and "dynamodb:ReturnValues: NONE" in expiry,
+        "DiscovererRole: with ProfileRetentionDays, UpdateItem of the profile's keys and expiresAt only",
+    )
+    ttl = "\n".join(section(section(profile, "Properties", 4) or [], "TimeToLiveSpecification", 6) or [])
+    check(
+        "TimeToLiveSpecification: !If" in profile_text and "- HasProfileRetention" in profile_text
+        and "AttributeName: expiresAt" in profile_text.split("TimeToLiveSpecification", 1)[-1],
+        "CustomerProfileTable: TTL on expiresAt with ProfileRetentionDays",
     )
     deployer = key.split("- Sid: TheDeployerSelectsTheKeyForTheTable", 1)[-1].split("- Sid:", 1)[0]
     check(

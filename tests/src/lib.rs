@@ -249,6 +249,8 @@ impl Stack {
             ("FlushMarginMinutes", FLUSH_MARGIN_MINUTES),
             // The tables' streams on, and the outcome-events function wired.
             ("OutcomeEvents", "enabled"),
+            // The discoverer sets a deprovisioned buyer's profile expiry.
+            ("ProfileRetentionDays", "30"),
         ];
         let main = LocalStack::deploy_in(
             &root.join("template-main.yaml"),

@@ -619,6 +619,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ("StageName", STAGE),
             ("AWS::Region", MAIN_REGION),
             ("OutcomeEvents", "enabled"),
+            ("ProfileRetentionDays", "30"),
         ],
     )
     .unwrap();
@@ -743,6 +744,24 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                     Decision::ExplicitDeny { by } => format!("DENIED by {by}"),
                 }
             ));
+            let resource = template
+                .arn_expression(&request.resource)
+                .unwrap_or_else(|| format!("\"{}\"", request.resource));
+            let fix = match &decision {
+                Decision::ExplicitDeny { by } => format!(
+                    "Let statement {by} spare {} (a table's ResourcePolicy or a key's KeyPolicy \
+                     names the roles it spares)",
+                    wiring.role
+                ),
+                Decision::ImplicitDeny { .. } if request.action.starts_with("kms:") => format!(
+                    "Name {} in the key policy's statement for its users",
+                    wiring.role
+                ),
+                _ => format!(
+                    "Add to {}: Action {}, Resource {resource}",
+                    wiring.role, request.action
+                ),
+            };
             let why = match decision {
                 Decision::Allowed { .. } => continue,
                 Decision::ExplicitDeny { by } => {
@@ -754,17 +773,11 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
                 ),
                 Decision::ImplicitDeny { .. } => "no statement allows it".to_string(),
             };
-            let resource = template
-                .arn_expression(&request.resource)
-                .unwrap_or_else(|| format!("\"{}\"", request.resource));
             denied.push(format!(
-                "{function}: {} on {} ({}) is not allowed by {role}: {why}. \
-                 Add to {}: Action {}, Resource {resource}",
+                "{function}: {} on {} ({}) is not allowed by {role}: {why}. {fix}",
                 request.action,
                 request.resource,
                 because.join("; "),
-                wiring.role,
-                request.action,
             ));
         }
 

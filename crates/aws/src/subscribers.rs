@@ -13,7 +13,7 @@ use tracing::instrument;
 
 use crate::error::failed;
 use crate::item::page::all_pages;
-use crate::item::{DynamoItem, ItemKey, Reader, Update, instant, n, s};
+use crate::item::{DynamoItem, ItemKey, Reader, Update, expiry, instant, n, s};
 
 /// The subscribers table (`awsmp-subscribers-<stage>`).
 ///
@@ -288,6 +288,7 @@ const PROFILE_FIXED_ATTRS: &[&str] = &[
     attr::PRODUCT_CODE,
     attr::CREATED_AT,
     attr::UPDATED_AT,
+    attr::EXPIRES_AT,
 ];
 
 impl DynamoProfileStore {
@@ -371,5 +372,39 @@ impl ProfileStore for DynamoProfileStore {
         )
         .await?;
         Ok(ProfileWrite::Again)
+    }
+
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn expire(
+        &self,
+        license_arn: &str,
+        account: &str,
+        at: Instant,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update.set(attr::EXPIRES_AT, expiry(at));
+        let (license, expires) = (
+            update.name(attr::LICENSE_ARN),
+            update.name(attr::EXPIRES_AT),
+        );
+        let value = update.value(expiry(at));
+        // Only an existing row, and only when it does not say so already: a repeat
+        // (every discoverer run during the window) changes nothing.
+        let condition = format!(
+            "attribute_exists({license}) AND (attribute_not_exists({expires}) OR {expires} <> {value})"
+        );
+        ItemKey {
+            table: &self.table,
+            sort_attr: attr::CUSTOMER_ACCOUNT,
+            license_arn,
+            sort_key: account,
+        }
+        .update(
+            &self.client,
+            &update,
+            Some(condition),
+            "UpdateItem customer-profile expiresAt",
+        )
+        .await
     }
 }

@@ -328,3 +328,45 @@ async fn profile_upsert_keeps_the_first_registrations_fields_and_created_at() {
         .unwrap_err();
     assert!(err.to_string().contains("reserved"), "{err}");
 }
+
+#[tokio::test]
+async fn profile_expiry_is_written_once_and_never_creates_a_row() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoProfileStore::new(db.clone(), PROFILE);
+    let at = t("2026-12-30T11:00:00Z");
+    // No profile: nothing written, nothing created.
+    assert!(!store.expire(LICENSE, ACCOUNT, at).await.unwrap());
+    let scan = db.scan().table_name(PROFILE).send().await.unwrap();
+    assert_eq!(scan.count, 0);
+
+    let profile = CustomerProfile {
+        license_arn: LICENSE.into(),
+        customer_aws_account_id: ACCOUNT.into(),
+        product_code: "prodcode".into(),
+        fields: BTreeMap::from([("email".to_string(), "buyer@example.com".to_string())]),
+    };
+    store
+        .upsert(&profile, t("2026-11-30T10:00:00Z"))
+        .await
+        .unwrap();
+    assert!(store.expire(LICENSE, ACCOUNT, at).await.unwrap());
+    assert!(
+        !store.expire(LICENSE, ACCOUNT, at).await.unwrap(),
+        "a repeat writes nothing"
+    );
+    let item = raw_item(&db, PROFILE, ACCOUNT).await;
+    assert_eq!(
+        item["expiresAt"],
+        AttributeValue::N(at.timestamp().to_string())
+    );
+    assert_eq!(item["email"], AttributeValue::S("buyer@example.com".into()));
+
+    // A form field can never be named like the TTL attribute.
+    let mut forged = profile.clone();
+    forged.fields = BTreeMap::from([("expiresAt".to_string(), "1".to_string())]);
+    let err = store
+        .upsert(&forged, t("2026-11-30T10:11:00Z"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
+}

@@ -12,13 +12,15 @@ use chrono::Duration;
 use tracing::{error, info, warn};
 
 use crate::guardrails::{self, GuardrailContext};
-use crate::model::{Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, SubscriptionStatus, attr};
+use crate::model::{
+    Attr, GroupKey, RawStatus, RawUsageRow, ReasonCode, Subscriber, SubscriptionStatus, attr,
+};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{
-    Clock, MetricsSink, PendingRawRef, RowClaim, RowFinal, SubscriberStore, UsageStore,
-    WorkMessage, WorkQueue, metric,
+    Clock, MetricsSink, PendingRawRef, ProfileStore, RowClaim, RowFinal, SubscriberStore,
+    UsageStore, WorkMessage, WorkQueue, metric,
 };
 use crate::retention::Retention;
 use crate::time::{self, HourBucket, Instant, MeteringLockHours};
@@ -54,6 +56,9 @@ pub struct DiscoverPorts {
     pub work_queue: Arc<dyn WorkQueue>,
     /// Deprovisioning-flush work (consumed ahead of normal work).
     pub deprovision_queue: Arc<dyn WorkQueue>,
+    /// The customer-profile table, when profiles expire after deprovisioning
+    /// ([`DiscoverSettings::profile_retention`]).
+    pub profiles: Option<Arc<dyn ProfileStore>>,
     /// Metrics.
     pub metrics: Arc<dyn MetricsSink>,
     /// Clock (budget checks only; decisions use the run's `now`).
@@ -73,6 +78,9 @@ pub struct DiscoverSettings {
     pub discovery_period: Duration,
     /// `DATA_RETENTION_DAYS`: the `expiresAt` of the rows it rejects or ages out.
     pub retention: Retention,
+    /// `PROFILE_RETENTION_DAYS`: how long a buyer's profile is kept once the license's
+    /// deprovisioning window ends (`None` = for ever).
+    pub profile_retention: Option<Duration>,
 }
 
 impl DiscoverSettings {
@@ -84,6 +92,7 @@ impl DiscoverSettings {
             flush_margin: Duration::minutes(DEFAULT_FLUSH_MARGIN_MINUTES),
             discovery_period: Duration::minutes(DISCOVERY_PERIOD_MINUTES),
             retention: Retention::FOREVER,
+            profile_retention: None,
         }
     }
 }
@@ -112,6 +121,10 @@ pub struct DiscoverReport {
     pub refiled_rows: usize,
     /// The sweep of the pending index did not finish before the deadline.
     pub sweep_incomplete: bool,
+    /// Profiles of deprovisioning licenses whose expiry this run wrote.
+    pub profiles_expiring: usize,
+    /// Why setting a profile's expiry failed, if it did (the next run tries again).
+    pub profile_error: Option<String>,
 }
 
 impl DiscoverReport {
@@ -176,10 +189,12 @@ pub async fn discover(
     let mut open_hour_due = BTreeSet::new();
     match ports.subscribers.deprovisioning().await {
         Ok(rows) => {
-            for row in rows
+            let rows: Vec<_> = rows
                 .into_iter()
                 .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
-            {
+                .collect();
+            run.expire_profiles(&rows).await;
+            for row in rows {
                 // No expiry recorded: the window's end is unknown, so flush the open hour now.
                 let due = row.deprovisioning_expiry.is_none_or(|expiry| {
                     now >= expiry - settings.flush_margin - settings.discovery_period
@@ -229,6 +244,53 @@ pub async fn discover(
         run.report.sweep_incomplete = true;
     }
     Ok(run.finish())
+}
+
+impl Run<'_> {
+    /// Writes each deprovisioning buyer's profile expiry: the end of the license's
+    /// deprovisioning window (when it becomes inactive) plus the retention. Rows of
+    /// other products (the subscribers table is shared) and rows without an expiry are
+    /// left alone; a failure is reported and retried by the next run, which writes only
+    /// what is not written yet.
+    async fn expire_profiles(&mut self, rows: &[Subscriber]) {
+        let (Some(profiles), Some(retention)) =
+            (&self.ports.profiles, self.settings.profile_retention)
+        else {
+            return;
+        };
+        for row in rows {
+            let (Some(expiry), Some(product)) = (row.deprovisioning_expiry, &row.product_code)
+            else {
+                continue;
+            };
+            if *product != self.settings.product_code {
+                continue;
+            }
+            match profiles
+                .expire(
+                    &row.license_arn,
+                    &row.customer_aws_account_id,
+                    expiry + retention,
+                )
+                .await
+            {
+                Ok(true) => {
+                    info!(
+                        license = %row.license_arn,
+                        account = %row.customer_aws_account_id,
+                        expires_at = %(expiry + retention),
+                        "profile of a deprovisioned license set to expire"
+                    );
+                    self.report.profiles_expiring += 1;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    error!(error = %e, license = %row.license_arn, "profile expiry not written; the next run retries");
+                    self.report.profile_error = Some(e.to_string());
+                }
+            }
+        }
+    }
 }
 
 /// State of one discovery run.

@@ -402,3 +402,72 @@ async fn the_open_hour_is_flushed_by_the_last_run_before_the_margin() {
     later.discover(now).await;
     assert!(aggregate_groups(&later.deprovision.messages()).is_empty());
 }
+
+#[tokio::test]
+async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends() {
+    use crate::memory::MemoryProfileStore;
+    use crate::model::CustomerProfile;
+    // GIVEN two deprovisioning licenses of this product (one registered here), one of
+    // another product on the shared subscribers table, and a 30-day profile retention
+    let now = t(NOW);
+    let world = World::new(now);
+    let profiles = MemoryProfileStore::new();
+    let (ours, unregistered, theirs) = (license(1), license(2), license(3));
+    for l in [&ours, &theirs] {
+        profiles
+            .upsert(
+                &CustomerProfile {
+                    license_arn: l.clone(),
+                    customer_aws_account_id: ACCOUNT_A.to_string(),
+                    product_code: PRODUCT.to_string(),
+                    fields: BTreeMap::new(),
+                },
+                now,
+            )
+            .await
+            .unwrap();
+    }
+    world.deprovisioning(&ours, ACCOUNT_A, "2026-11-30T11:00:00Z");
+    world.deprovisioning(&unregistered, ACCOUNT_A, "2026-11-30T11:00:00Z");
+    let mut other = crate::model::Subscriber::new(&theirs, ACCOUNT_A);
+    other.subscription_status = Some(SubscriptionStatus::Deprovisioning);
+    other.deprovisioning_expiry = Some(t("2026-11-30T11:00:00Z"));
+    other.product_code = Some("anotherproduct".to_string());
+    world.subscribers.insert(other, now);
+    let mut settings = world.discover_settings();
+    settings.profile_retention = Some(Duration::days(30));
+    let ports = DiscoverPorts {
+        profiles: Some(Arc::new(profiles.clone())),
+        ..world.discover_ports()
+    };
+
+    // WHEN the discoverer runs twice
+    let first = discover(now, &settings, &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+    let second = discover(now, &settings, &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+
+    // THEN our registered buyer's profile expires 30 days after the window, written
+    // once; no row is created, and the other product's buyer is untouched
+    assert_eq!(
+        profiles.expires_at(&ours, ACCOUNT_A),
+        Some(t("2026-12-30T11:00:00Z"))
+    );
+    assert_eq!((first.profiles_expiring, second.profiles_expiring), (1, 0));
+    assert_eq!(profiles.get(&unregistered, ACCOUNT_A), None);
+    assert_eq!(profiles.expires_at(&theirs, ACCOUNT_A), None);
+    assert!(first.profile_error.is_none());
+
+    // AND without a retention nothing is written
+    let keep = MemoryProfileStore::new();
+    let ports = DiscoverPorts {
+        profiles: Some(Arc::new(keep.clone())),
+        ..world.discover_ports()
+    };
+    discover(now, &world.discover_settings(), &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+    assert_eq!(keep.expires_at(&ours, ACCOUNT_A), None);
+}

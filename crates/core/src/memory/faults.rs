@@ -57,6 +57,8 @@ pub enum StoreOp {
     SubscriberAddRegisteredRegion,
     /// [`ProfileStore::upsert`].
     ProfileUpsert,
+    /// [`ProfileStore::expire`].
+    ProfileExpire,
 }
 
 impl StoreOp {
@@ -85,6 +87,7 @@ impl StoreOp {
             StoreOp::SubscriberPutLifecycle => "subscribers.put_lifecycle",
             StoreOp::SubscriberAddRegisteredRegion => "subscribers.add_registered_region",
             StoreOp::ProfileUpsert => "profiles.upsert",
+            StoreOp::ProfileExpire => "profiles.expire",
         }
     }
 
@@ -103,6 +106,7 @@ impl StoreOp {
                 | StoreOp::SubscriberPutLifecycle
                 | StoreOp::SubscriberAddRegisteredRegion
                 | StoreOp::ProfileUpsert
+                | StoreOp::ProfileExpire
         )
     }
 }

@@ -20,6 +20,7 @@ use crate::time::Instant;
 #[derive(Debug, Clone, Default)]
 pub struct MemoryProfileStore {
     profiles: Arc<Mutex<BTreeMap<TableKey, (CustomerProfile, AuditStamp)>>>,
+    expiries: Arc<Mutex<BTreeMap<TableKey, Instant>>>,
     faults: Arc<Faults>,
 }
 
@@ -39,6 +40,13 @@ impl MemoryProfileStore {
         lock(&self.profiles)
             .get(&(license_arn.to_string(), account.to_string()))
             .map(|(profile, _)| profile.clone())
+    }
+
+    /// The profile's `expiresAt`, if set.
+    pub fn expires_at(&self, license_arn: &str, account: &str) -> Option<Instant> {
+        lock(&self.expiries)
+            .get(&(license_arn.to_string(), account.to_string()))
+            .copied()
     }
 
     /// Every profile, ordered by (license, account).
@@ -112,6 +120,20 @@ impl ProfileStore for MemoryProfileStore {
         }
         stored_stamp.updated_at = stamp.updated_at;
         Ok(write)
+    }
+
+    async fn expire(
+        &self,
+        license_arn: &str,
+        account: &str,
+        at: Instant,
+    ) -> Result<bool, PortError> {
+        self.faults.check(StoreOp::ProfileExpire)?;
+        let key = (license_arn.to_string(), account.to_string());
+        if !lock(&self.profiles).contains_key(&key) {
+            return Ok(false);
+        }
+        Ok(lock(&self.expiries).insert(key, at) != Some(at))
     }
 }
 

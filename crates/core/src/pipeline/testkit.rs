@@ -216,6 +216,7 @@ impl World {
             subscribers: Arc::new(self.subscribers.clone()),
             work_queue: Arc::new(self.work.clone()),
             deprovision_queue: Arc::new(self.deprovision.clone()),
+            profiles: None,
             metrics: Arc::new(self.metrics.clone()),
             clock: Arc::new(self.clock.clone()),
         }

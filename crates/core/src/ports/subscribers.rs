@@ -61,4 +61,14 @@ pub trait ProfileStore: Send + Sync {
         profile: &CustomerProfile,
         now: Instant,
     ) -> Result<ProfileWrite, PortError>;
+
+    /// Sets the profile's `expiresAt` (the table's TTL attribute) to `at`, when the
+    /// row exists and does not already say so: `Ok(true)` when this wrote it. Never
+    /// creates a row.
+    async fn expire(
+        &self,
+        license_arn: &str,
+        account: &str,
+        at: Instant,
+    ) -> Result<bool, PortError>;
 }

@@ -211,6 +211,9 @@ struct Stack {
     work: SimQueue,
     deprovision: SimQueue,
     cleanup_queue: SimQueue,
+    /// The Region's customer-profile table (the register function writes it, the
+    /// discoverer sets a deprovisioned buyer's expiry).
+    profiles: MemoryProfileStore,
     lock: MeteringLockHours,
     /// `DEPLOYMENT_MODE` is `direct-submit`.
     direct: bool,
@@ -236,6 +239,9 @@ struct Stack {
 /// ([`crate::invariant`]).
 pub const RETENTION: Retention = Retention::MIN;
 
+/// Every stack's `PROFILE_RETENTION_DAYS` in the simulation.
+pub const PROFILE_RETENTION_DAYS: i64 = 30;
+
 fn at(text: &str) -> Instant {
     time::parse_usage_timestamp(text).unwrap_or_default()
 }
@@ -244,6 +250,7 @@ impl Stack {
     fn discover_settings(&self) -> DiscoverSettings {
         DiscoverSettings {
             retention: RETENTION,
+            profile_retention: Some(chrono::Duration::days(PROFILE_RETENTION_DAYS)),
             ..DiscoverSettings::new(self.product, self.lock)
         }
     }
@@ -323,6 +330,7 @@ impl Stack {
             subscribers: self.subscribers.clone(),
             work_queue: Arc::new(self.work.clone()),
             deprovision_queue: Arc::new(self.deprovision.clone()),
+            profiles: Some(Arc::new(self.profiles.clone())),
             metrics: Arc::new(self.metrics.clone()),
             clock: self.lambda_clock(),
         };
@@ -1027,6 +1035,7 @@ fn region_stack(
         work: SimQueue::new("work", sim.clone(), clock.clone(), WORK_QUEUE),
         deprovision: SimQueue::new("deprovision", sim.clone(), clock.clone(), WORK_QUEUE),
         cleanup_queue: SimQueue::new("cleanup", sim.clone(), clock.clone(), CLEANUP_QUEUE),
+        profiles: profiles.clone(),
         lock: settings.lock,
         direct: settings.direct,
         zero_policy: settings.zero_policy,

@@ -30,7 +30,12 @@ pub const ENV_VARS: &[&str] = &[
     "FLUSH_MARGIN_MINUTES",
     "STAGE",
     "DATA_RETENTION_DAYS",
+    "CUSTOMER_PROFILE_TABLE",
+    "PROFILE_RETENTION_DAYS",
 ];
+
+/// `PROFILE_RETENTION_DAYS`' accepted range (0 = keep profiles for ever).
+const PROFILE_RETENTION_RANGE: std::ops::RangeInclusive<i64> = 0..=3653;
 
 /// Stop starting new pages this long before the Lambda deadline.
 const DEADLINE_MARGIN_SECONDS: i64 = 10;
@@ -62,6 +67,12 @@ pub struct Config {
     /// `DATA_RETENTION_DAYS` (0 = keep everything, the default; else at least
     /// `MIN_RETENTION_DAYS`): the `expiresAt` of every item this function makes final.
     pub retention: Retention,
+    /// `CUSTOMER_PROFILE_TABLE`: where a deprovisioned buyer's profile expiry is set.
+    pub customer_profile_table: Option<String>,
+    /// `PROFILE_RETENTION_DAYS` (0..=3653, default 0 = never): days a buyer's profile is
+    /// kept once the license's deprovisioning window ends. Needs
+    /// `CUSTOMER_PROFILE_TABLE`.
+    pub profile_retention_days: i64,
 }
 
 impl Config {
@@ -83,7 +94,19 @@ impl Config {
             ),
             stage: env.stage(),
             retention: env.retention(),
+            customer_profile_table: env.optional("CUSTOMER_PROFILE_TABLE"),
+            profile_retention_days: env.parsed_or("PROFILE_RETENTION_DAYS", 0),
         };
+        if !PROFILE_RETENTION_RANGE.contains(&config.profile_retention_days) {
+            env.problem(format!(
+                "PROFILE_RETENTION_DAYS={} is outside 0..=3653 (0 keeps profiles)",
+                config.profile_retention_days
+            ));
+        } else if config.profile_retention_days > 0 && config.customer_profile_table.is_none() {
+            env.problem(
+                "PROFILE_RETENTION_DAYS is set but CUSTOMER_PROFILE_TABLE is not: the profiles to expire are in that table".to_string(),
+            );
+        }
         if !FLUSH_MARGIN_RANGE.contains(&config.flush_margin_minutes) {
             env.problem(format!(
                 "FLUSH_MARGIN_MINUTES={} is outside 0..=60 (the final-usage window is one hour)",
@@ -98,6 +121,8 @@ impl Config {
         let mut settings = DiscoverSettings::new(self.product_code.clone(), self.lock);
         settings.flush_margin = chrono::Duration::minutes(self.flush_margin_minutes);
         settings.retention = self.retention;
+        settings.profile_retention = (self.profile_retention_days > 0)
+            .then(|| chrono::Duration::days(self.profile_retention_days));
         settings
     }
 }
@@ -120,6 +145,14 @@ impl State {
         let subscribers_sdk = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let sqs = aws_sdk_sqs::Client::new(sdk);
+        let profiles = config
+            .customer_profile_table
+            .as_ref()
+            .filter(|_| config.profile_retention_days > 0)
+            .map(|table| {
+                Arc::new(awsmp_aws::DynamoProfileStore::new(dynamodb.clone(), table))
+                    as Arc<dyn awsmp_core::ports::ProfileStore>
+            });
         State {
             settings: Arc::new(config.settings()),
             ports: DiscoverPorts {
@@ -139,6 +172,7 @@ impl State {
                     sqs,
                     config.deprovision_queue_url.clone(),
                 )),
+                profiles,
                 metrics: Arc::new(awsmp_aws::EmfMetrics::stdout(
                     &config.product_code,
                     &config.stage,
@@ -179,6 +213,7 @@ mod tests {
                 ("FLUSH_MARGIN_MINUTES", "15".to_string()),
                 ("STAGE", "prod".to_string()),
                 ("DATA_RETENTION_DAYS", "7".to_string()),
+                ("PROFILE_RETENTION_DAYS", "30".to_string()),
             ])
             .collect()
     }
@@ -193,6 +228,10 @@ mod tests {
         };
         let config = Config::from_lookup(&lookup).unwrap();
         assert_eq!(config.lock.hours(), 2);
+        assert_eq!(
+            config.settings().profile_retention,
+            Some(chrono::Duration::days(30))
+        );
         assert_eq!(
             config.settings().flush_margin,
             chrono::Duration::minutes(15)
@@ -210,7 +249,10 @@ mod tests {
         env.remove("METERING_LOCK_HOURS");
         env.remove("FLUSH_MARGIN_MINUTES");
         env.remove("DATA_RETENTION_DAYS");
+        env.remove("PROFILE_RETENTION_DAYS");
+        env.remove("CUSTOMER_PROFILE_TABLE");
         let config = Config::from_lookup(&|n| env.get(n).cloned()).unwrap();
+        assert_eq!(config.settings().profile_retention, None);
         assert_eq!(config.lock, MeteringLockHours::DEFAULT);
         assert_eq!(config.retention, awsmp_core::retention::Retention::FOREVER);
         assert_eq!(config.flush_margin_minutes, 6);
@@ -221,6 +263,7 @@ mod tests {
         let env: HashMap<&str, String> = [
             ("METERING_LOCK_HOURS", "0".to_string()),
             ("FLUSH_MARGIN_MINUTES", "90".to_string()),
+            ("PROFILE_RETENTION_DAYS", "30".to_string()),
         ]
         .into();
         let err = Config::from_lookup(&|n| env.get(n).cloned()).unwrap_err();
@@ -236,5 +279,9 @@ mod tests {
         }
         assert!(text.contains("METERING_LOCK_HOURS"), "{text}");
         assert!(text.contains("FLUSH_MARGIN_MINUTES=90"), "{text}");
+        assert!(
+            text.contains("PROFILE_RETENTION_DAYS is set but CUSTOMER_PROFILE_TABLE is not"),
+            "{text}"
+        );
     }
 }

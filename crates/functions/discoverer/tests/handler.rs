@@ -26,6 +26,7 @@ fn state(tables: &MemoryTables, work: &MemoryWorkQueue, clock_at: &str) -> State
             subscribers: Arc::new(MemorySubscriberStore::new()),
             work_queue: Arc::new(work.clone()),
             deprovision_queue: Arc::new(MemoryWorkQueue::new()),
+            profiles: None,
             metrics: Arc::new(RecordingMetrics::new()),
             clock: Arc::new(ManualClock::new(parse_usage_timestamp(clock_at).unwrap())),
         },
