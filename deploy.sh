@@ -1214,6 +1214,11 @@ if [ "$WANT_MAIN" = 1 ]; then
       SUMMARY="${SUMMARY}      usage API $usage_api/usage/events (docs/usage-api.md)
 "
     fi
+    # Buyer profiles are closed to every role but the register function's and this one.
+    if [ "$(stack_output "$stack" "$region" ProfileAccessRole)" = none ]; then
+      SUMMARY="${SUMMARY}      buyer profiles: only the register function can read them; to read or erase one (awsmp profile), redeploy with --parameter ProfileAccessRoleArn=<role ARN> (docs/deploy.md, \"Buyer data\")
+"
+    fi
   done <<EOF
 $MAIN_PLAN
 EOF

@@ -226,6 +226,7 @@ expect_call "aws cloudformation update-termination-protection --enable-terminati
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod --region us-west-2"
 expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
 expect_out "usage API https://usageus-west-2.execute-api.us-west-2.amazonaws.com/usage/events"
+expect_out "buyer profiles: only the register function can read them; to read or erase one (awsmp profile), redeploy with --parameter ProfileAccessRoleArn=<role ARN>"
 expect_out "Enter the Fulfillment URL in the AWS Marketplace Management Portal"
 # Without --review, sam executes the change set itself.
 expect_not_in_call "sam deploy" "--no-execute-changeset"
@@ -939,6 +940,18 @@ deploy events --stage prod --review --dry-run
 expect_exit 0
 expect_out "--no-execute-changeset"
 no_changes
+end
+
+begin "deploy summary: the buyer-profile advice goes once ProfileAccessRoleArn is set, and stays on an update that keeps it"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter "ProfileAccessRoleArn=arn:aws:iam::123456789012:role/pii-reader" --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "ProfileAccessRoleArn=arn:aws:iam::123456789012:role/pii-reader"
+expect_no_out "buyer profiles: only the register function"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 0
+expect_no_out "buyer profiles: only the register function"
 end
 
 # ------------------------------------------------------------------ --cfn-role (docs/deployer.md)
