@@ -158,41 +158,15 @@ SAM_EVENTS = {
 
 
 # ------------------------------------------------------------------ reading the stacks' templates
-def indent_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def significant(line: str) -> bool:
-    stripped = line.strip()
-    return bool(stripped) and not stripped.startswith("#")
-
-
-def block(lines: list[str], start: int) -> list[str]:
-    """The lines nested under lines[start] (deeper indentation)."""
-    base = indent_of(lines[start])
-    out = []
-    for line in lines[start + 1:]:
-        if significant(line) and indent_of(line) <= base:
-            break
-        out.append(line)
-    return out
+# The line reader check_templates.py uses for the same templates (one copy).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_templates import block, scalar  # noqa: E402
+from check_templates import section as _section  # noqa: E402
 
 
 def section(lines: list[str], key: str, indent: int) -> list[str]:
-    pattern = re.compile(rf"^ {{{indent}}}{re.escape(key)}:(\s|$)")
-    for i, line in enumerate(lines):
-        if pattern.match(line):
-            return block(lines, i)
-    return []
-
-
-def scalar(lines: list[str], key: str, indent: int) -> str | None:
-    pattern = re.compile(rf"^ {{{indent}}}{re.escape(key)}:\s*(.*?)\s*$")
-    for line in lines:
-        m = pattern.match(line)
-        if m:
-            return m.group(1).strip('"')
-    return None
+    """The block under `key:` at `indent` spaces, or [] when there is none."""
+    return _section(lines, key, indent) or []
 
 
 class Resource:

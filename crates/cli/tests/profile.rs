@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_local_aws::MotoServer;
 use awsmp_local_aws::tables::{create_aggregated_table, create_profile_table, create_usage_table};
+use common::binary::{Ran, awsmp_at};
 use common::front::{dynamodb_access_denied, front};
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
@@ -20,38 +21,10 @@ const ACCOUNT: &str = "111122223333";
 const TABLE: &str = "awsmp-prod-customer-profile";
 const REGIONS: [&str; 2] = ["us-east-1", "eu-west-1"];
 
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `awsmp ARGS` with every AWS call sent to `endpoint` (moto, or a front on it).
 async fn awsmp(endpoint: &str, args: &[&str]) -> Ran {
-    // An empty HOME: no AWS config or credentials file of the machine is read.
     let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("awsmp-profile-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_awsmp"));
-    command
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("NO_COLOR", "1")
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
-    // stdin is not a terminal (`output()` gives the child none).
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("the awsmp binary runs");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    awsmp_at(endpoint, &home, args).await
 }
 
 /// A main stack `awsmp-main-prod-test` in each Region of REGIONS, with its tables and

@@ -185,6 +185,7 @@ fn a_missing_feed_file_says_which() {
 
 use awsmp_cli::commands::reconcile::s3::{SddsBucket, SddsS3Error, s3_client};
 use awsmp_local_aws::MotoServer;
+use common::binary::{Ran, awsmp_at};
 use common::front::{Log, Seen, front, s3_access_denied};
 
 const BUCKET: &str = "seller-data-feeds";
@@ -599,37 +600,10 @@ async fn a_bucket_of_another_owner_is_refused_naming_the_expected_owner() {
 
 // ---- The owner by default: the main stack's account, through the shipped binary ----
 
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `awsmp ARGS` with every AWS call sent to `endpoint` (moto, or a front on it).
 async fn awsmp(endpoint: &str, args: &[&str]) -> Ran {
-    // An empty HOME: no AWS config or credentials file of the machine is read.
     let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("awsmp-sdds-owner-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_awsmp"));
-    command
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("NO_COLOR", "1")
-        .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("the awsmp binary runs");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    awsmp_at(endpoint, &home, args).await
 }
 
 /// GIVEN a main stack in moto (whose stack id names account 123456789012) and the

@@ -6,47 +6,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use aws_sdk_dynamodb::Client;
 use awsmp_local_aws::MotoServer;
 use awsmp_local_aws::tables::create_usage_table;
 use chrono::{Duration, SubsecRound, Utc};
+use common::binary::{Ran, awsmp_at};
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
 const ACCOUNT: &str = "111122223333";
 const TABLE: &str = "awsmp-prodcode-usage-test";
 const PRODUCT: &str = "prodcode";
 
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `awsmp ARGS` against moto (Region us-east-1 unless the arguments name one).
 async fn awsmp(moto: &MotoServer, home: &Path, args: &[&str]) -> Ran {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_awsmp"));
-    command
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("NO_COLOR", "1")
-        .env("AWS_ENDPOINT_URL", moto.endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("the awsmp binary runs");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    awsmp_at(moto.endpoint(), home, args).await
 }
 
 /// The usage table named TABLE, in `region`.

@@ -1,10 +1,11 @@
 //! What the CLI's reconciliation tests share: the simulator's product, licenses and
 //! accounts, our aggregated records as the submitter leaves them, and
-//! `awsmp reconcile`'s arguments and JSON answer; and a recording front on moto
-//! ([`front`]).
+//! `awsmp reconcile`'s arguments and JSON answer; a recording front on moto
+//! ([`front`]); and the shipped binary run against an endpoint ([`binary`]).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod binary;
 pub mod front;
 
 use awsmp_cli::commands::reconcile::{ReconcileArgs, load_our_records};
