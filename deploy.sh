@@ -842,6 +842,18 @@ if [ "$WANT_EVENTS" = 1 ]; then
   check_boundary_for_role "$EVENTS_OVERRIDES" "$EVENTS_ACTION" "$EVENTS_STACK" "$EVENTS_REGION"
 fi
 
+# The subscribers table's KMS key (the events stack's DataKmsKeyArn): every main stack's
+# readers of that table need kms:Decrypt on it (SubscribersKmsKeyArn), or registration
+# and metering fail on AccessDenied. What this run gives the events stack, else what it
+# has (an update keeps its value); none when it has no key or predates the output.
+EVENTS_DATA_KEY=""
+if [ "$WANT_EVENTS" = 1 ] && kv_get "$EVENTS_OVERRIDES" DataKmsKeyArn >/dev/null; then
+  EVENTS_DATA_KEY=$(kv_get "$EVENTS_OVERRIDES" DataKmsKeyArn)
+elif [ "$WANT_MAIN" = 1 ] && [ "$EVENTS_STATUS" != ABSENT ]; then
+  EVENTS_DATA_KEY=$(stack_output "$EVENTS_STACK" "$EVENTS_REGION" DataKmsKeyArn)
+fi
+case "$EVENTS_DATA_KEY" in none | None) EVENTS_DATA_KEY="" ;; esac
+
 # --- main stacks' state, one line per Region: REGION ACTION STATUS
 MAIN_PLAN=""
 CONCURRENCY_IN_EVENTS_REGION=0
@@ -900,6 +912,11 @@ ApiGatewayLoggingRole=existing" ;;
       esac
     fi
     # On an update the stack keeps its current value (sam deploy passes the previous one).
+  fi
+  # The subscribers table's key follows the events stack unless set here.
+  if ! kv_get "$(overrides_for "$MAIN_PARAMS" "")" SubscribersKmsKeyArn >/dev/null; then
+    extra="$extra
+SubscribersKmsKeyArn=$EVENTS_DATA_KEY"
   fi
   # The BatchMeterUsage quota (10 requests/s) is per account and Region, whatever the
   # product: unless set, this stack's share is 10 / (the main stacks in the Region).

@@ -942,6 +942,32 @@ expect_out "--no-execute-changeset"
 no_changes
 end
 
+begin "the main stacks get the events stack's DataKmsKeyArn as SubscribersKmsKeyArn, in this run and later ones"
+KEY=arn:aws:kms:us-east-1:123456789012:key/events-data
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter "DataKmsKeyArn=$KEY" --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-events" "DataKmsKeyArn=$KEY"
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "SubscribersKmsKeyArn=$KEY"
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "SubscribersKmsKeyArn=$KEY"
+end
+
+begin "without DataKmsKeyArn the main stacks' SubscribersKmsKeyArn is empty, unless given"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" 'SubscribersKmsKeyArn=""'
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy main $MAIN_ARGS --parameter SubscribersKmsKeyArn=arn:aws:kms:us-east-1:123456789012:key/other --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "SubscribersKmsKeyArn=arn:aws:kms:us-east-1:123456789012:key/other"
+end
+
 begin "deploy summary: the buyer-profile advice goes once ProfileAccessRoleArn is set, and stays on an update that keeps it"
 # shellcheck disable=SC2086
 deploy all $MAIN_ARGS --parameter "ProfileAccessRoleArn=arn:aws:iam::123456789012:role/pii-reader" --yes

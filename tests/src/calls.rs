@@ -116,6 +116,10 @@ pub struct Authorization {
     /// The `dynamodb:ReturnValues` condition key of a single `UpdateItem` (or
     /// `PutItem`, `DeleteItem`) that names `ReturnValues`; `None` when it does not.
     pub return_values: Option<String>,
+    /// For a KMS request a service makes on the caller's behalf (DynamoDB decrypting a
+    /// table key, SQS a queue's data key): that service (`dynamodb`, `sqs`), the
+    /// `kms:ViaService` condition key's first part.
+    pub via_service: Option<String>,
 }
 
 impl Authorization {
@@ -126,6 +130,15 @@ impl Authorization {
             resource: resource.into(),
             attributes: Vec::new(),
             return_values: None,
+            via_service: None,
+        }
+    }
+
+    /// A KMS request `service` makes on the caller's behalf.
+    pub fn via(action: &str, key: &str, service: &str) -> Self {
+        Authorization {
+            via_service: Some(service.to_string()),
+            ..Authorization::new(action, key)
         }
     }
 }

@@ -44,6 +44,9 @@ const SUBSCRIPTION_QUEUE: &str = "awsmp-subscription-events-test";
 /// The stage and product the harness's table and queue names are built from.
 const STAGE: &str = "test";
 const PRODUCT: &str = "prod-e2e";
+/// The seller's key for the events stack's table and queues (`DataKmsKeyArn`), given
+/// to the main stack too (`SubscribersKmsKeyArn`).
+const EVENTS_KEY: &str = "arn:aws:kms:us-east-1:123456789012:key/events-data";
 
 /// Grants kept although no recorded run uses them, each with the reason, as
 /// (role, statement sid, action, reason). Empty: every grant is used by a recorded
@@ -540,12 +543,12 @@ fn context(principal: &str, request: &Authorization) -> Context {
     if let Some(values) = &request.return_values {
         context = context.with("dynamodb:ReturnValues", [values.clone()]);
     }
-    if request.action.starts_with("kms:") {
+    if let Some(service) = &request.via_service {
         let region = request.resource.split(':').nth(3).unwrap_or_default();
         context = context
             .with(
                 "kms:ViaService",
-                [format!("dynamodb.{region}.amazonaws.com")],
+                [format!("{service}.{region}.amazonaws.com")],
             )
             .with("kms:CallerAccount", [DEFAULT_ACCOUNT]);
     }
@@ -554,8 +557,10 @@ fn context(principal: &str, request: &Authorization) -> Context {
 
 /// IAM's decision for `principal` (with `identity`) making `request`: the role's
 /// policy and the policy of the resource it names (a table's resource policy: a
-/// deny in either wins, an allow in either allows), or for a KMS key its key policy
-/// (which may delegate to the role's policy by naming the account).
+/// deny in either wins, an allow in either allows); for a key of the template its key
+/// policy (which may delegate to the role's policy by naming the account), and for a
+/// key the seller brings (`DataKmsKeyArn`, ...) the role's policy, as the documented
+/// key policy delegates to IAM.
 fn decide(
     identity: &awsmp_local_aws::Policy,
     policies: &[ResourcePolicy],
@@ -569,9 +574,7 @@ fn decide(
         return governing
             .map(|p| key_decision(&p.policy, identity, principal, action, resource, &context))
             .next()
-            .unwrap_or(Decision::ImplicitDeny {
-                conditional: Vec::new(),
-            });
+            .unwrap_or_else(|| identity.evaluate_in(action, resource, &context));
     }
     governing.fold(
         identity.evaluate_in(action, resource, &context),
@@ -582,31 +585,61 @@ fn decide(
     )
 }
 
-/// Each table of `template` encrypted with a KMS key the template creates, as
-/// (table ARN, key ARN).
-fn table_keys(template: &StackTemplate) -> Vec<(String, String)> {
-    let keys: BTreeSet<String> = template
-        .resources_of_type("AWS::KMS::Key")
-        .into_iter()
-        .filter(|(id, _)| template.is_deployed(id).unwrap())
-        .map(|(id, _)| template.attribute(&id, "Arn").unwrap())
-        .collect();
+/// Each table and queue of `template` encrypted with a customer-managed KMS key (the
+/// template's own or one its parameters name), as (resource ARN, key ARN, the service
+/// that uses the key on a caller's behalf).
+fn encrypted(template: &StackTemplate) -> Vec<(String, String, &'static str)> {
     let mut out = Vec::new();
-    for (id, table) in template.resources_of_type("AWS::DynamoDB::Table") {
-        if !template.is_deployed(&id).unwrap() {
-            continue;
-        }
-        let key = table
-            .get("Properties")
-            .and_then(|p| p.get("SSESpecification"))
-            .and_then(|p| p.get("KMSMasterKeyId"))
-            .and_then(|k| template.resolve(k).unwrap())
-            .and_then(|k| k.as_str().map(str::to_string));
-        if let Some(key) = key.filter(|k| keys.contains(k)) {
-            out.push((template.attribute(&id, "Arn").unwrap(), key));
+    for (kind, path, service) in [
+        (
+            "AWS::DynamoDB::Table",
+            &["SSESpecification", "KMSMasterKeyId"][..],
+            "dynamodb",
+        ),
+        ("AWS::SQS::Queue", &["KmsMasterKeyId"][..], "sqs"),
+    ] {
+        for (id, resource) in template.resources_of_type(kind) {
+            if !template.is_deployed(&id).unwrap() {
+                continue;
+            }
+            let mut value = resource.get("Properties");
+            for key in path {
+                value = value.and_then(|v| v.get(*key));
+            }
+            let key = value
+                .and_then(|k| template.resolve(k).unwrap())
+                .and_then(|k| k.as_str().map(str::to_string))
+                .filter(|k| k.starts_with("arn:"));
+            if let Some(key) = key {
+                out.push((template.attribute(&id, "Arn").unwrap(), key, service));
+            }
         }
     }
     out
+}
+
+/// What using a resource encrypted with a KMS key asks of the caller: DynamoDB
+/// decrypts the table key as the caller; SQS decrypts a message's data key for a
+/// receiver and makes one for a sender (as the caller, through the service).
+fn key_needs(
+    request: &Authorization,
+    keys: &[(String, String, &'static str)],
+) -> Vec<Authorization> {
+    let Some((_, key, service)) = keys.iter().find(|(arn, _, _)| {
+        request.resource == *arn || request.resource.starts_with(&format!("{arn}/"))
+    }) else {
+        return Vec::new();
+    };
+    let actions: &[&str] = match (request.action.as_str(), *service) {
+        (action, "dynamodb") if action.starts_with("dynamodb:") => &["kms:Decrypt"],
+        ("sqs:ReceiveMessage", "sqs") => &["kms:Decrypt"],
+        ("sqs:SendMessage", "sqs") => &["kms:GenerateDataKey", "kms:Decrypt"],
+        _ => &[],
+    };
+    actions
+        .iter()
+        .map(|action| Authorization::via(action, key, service))
+        .collect()
 }
 
 #[tokio::test]
@@ -620,22 +653,38 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ("AWS::Region", MAIN_REGION),
             ("OutcomeEvents", "enabled"),
             ("ProfileRetentionDays", "30"),
+            ("SubscribersKmsKeyArn", EVENTS_KEY),
         ],
     )
     .unwrap();
     let events = StackTemplate::load(
         &workspace_root().join("template-events.yaml"),
-        &[("StageName", STAGE), ("AWS::Region", SUBSCRIBERS_REGION)],
+        &[
+            ("StageName", STAGE),
+            ("AWS::Region", SUBSCRIBERS_REGION),
+            ("DataKmsKeyArn", EVENTS_KEY),
+        ],
     )
     .unwrap();
 
     let mut policies = resource_policies(&main).unwrap();
     policies.extend(resource_policies(&events).unwrap());
-    let keys = table_keys(&main);
-    assert!(
-        !keys.is_empty(),
-        "the customer-profile table is encrypted with the stack's own key by default"
-    );
+    let mut keys = encrypted(&main);
+    keys.extend(encrypted(&events));
+    for (resource, key) in [
+        (
+            "table/awsmp-prod-e2e-customer-profile",
+            "key/CustomerProfileKey",
+        ),
+        ("table/awsmp-subscribers-test", EVENTS_KEY),
+        ("awsmp-subscription-events-test", EVENTS_KEY),
+    ] {
+        assert!(
+            keys.iter()
+                .any(|(arn, k, _)| arn.ends_with(resource) && k.ends_with(key)),
+            "{resource} is encrypted with {key} under these parameters: {keys:?}"
+        );
+    }
 
     let mut denied = Vec::new();
     let mut unused = Vec::new();
@@ -708,17 +757,17 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             }
         }
 
-        // Reading or writing a table under a key of the stack decrypts its table key
-        // with the caller's permissions, through DynamoDB: the key policy must allow it.
+        // Using a table or queue under a customer-managed key asks KMS too, as the
+        // caller, through the service: the key policy (or, for the seller's key, the
+        // role) must allow it.
         for need in needs.clone() {
-            if let Some((_, key)) = keys.iter().find(|(table, _)| {
-                need.request.action.starts_with("dynamodb:")
-                    && (need.request.resource == *table
-                        || need.request.resource.starts_with(&format!("{table}/")))
-            }) {
+            for request in key_needs(&need.request, &keys) {
                 needs.insert(Need {
-                    request: Authorization::new("kms:Decrypt", key.clone()),
-                    because: format!("{} on a table encrypted with it", need.request.action),
+                    request,
+                    because: format!(
+                        "{} on {}, encrypted with it",
+                        need.request.action, need.request.resource
+                    ),
                 });
             }
         }
@@ -881,7 +930,7 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
             &everything,
             &policies,
             developer,
-            &request("kms:Decrypt", &key)
+            &Authorization::via("kms:Decrypt", &key, "dynamodb")
         )
         .is_allowed(),
         "the profile key must not let a role with AdministratorAccess decrypt"
@@ -891,7 +940,7 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
             &everything,
             &policies,
             ACCESS_ROLE,
-            &request("kms:Decrypt", &key)
+            &Authorization::via("kms:Decrypt", &key, "dynamodb")
         )
         .is_allowed()
     );
@@ -901,7 +950,7 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
             &everything,
             &policies,
             DEPLOYER_ROLE,
-            &request("kms:CreateGrant", &key)
+            &Authorization::via("kms:CreateGrant", &key, "dynamodb")
         )
         .is_allowed()
     );
