@@ -1031,3 +1031,69 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
         );
     }
 }
+
+/// Only the Marketplace events rule (and `EventsQueueAdminRoleArn`) may put a message
+/// on the subscription queue: a role with every SQS permission cannot forge a lifecycle
+/// event, nor can another rule, and nothing reaches it without TLS.
+#[test]
+fn only_the_marketplace_rule_can_put_a_lifecycle_event_on_the_subscription_queue() {
+    const ADMIN: &str = "arn:aws:iam::123456789012:role/queue-admin";
+    let everything = awsmp_local_aws::Policy::from_yaml(
+        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
+    )
+    .unwrap();
+    for admin in [None, Some(ADMIN)] {
+        let mut parameters = vec![("StageName", STAGE), ("AWS::Region", SUBSCRIBERS_REGION)];
+        parameters.extend(admin.map(|a| ("EventsQueueAdminRoleArn", a)));
+        let events =
+            StackTemplate::load(&workspace_root().join("template-events.yaml"), &parameters)
+                .unwrap();
+        let policies = resource_policies(&events).unwrap();
+        let queue = events.attribute("SubscriptionEventsQueue", "Arn").unwrap();
+        let rule = events.attribute("MarketplaceEventsRule", "Arn").unwrap();
+        let queue_policy = policies
+            .iter()
+            .find(|p| p.governs(&queue))
+            .expect("the subscription queue has a queue policy");
+        let send = |who: &str, identity: &awsmp_local_aws::Policy, context: Context| {
+            identity
+                .evaluate_in("sqs:SendMessage", &queue, &context)
+                .with_resource_policy(queue_policy.policy.evaluate_for(
+                    who,
+                    "sqs:SendMessage",
+                    &queue,
+                    &context,
+                ))
+        };
+        let tls = |who: &str| {
+            Context::new()
+                .with("aws:SecureTransport", ["true"])
+                .with("aws:PrincipalArn", [who])
+        };
+        let none = awsmp_local_aws::Policy::default();
+        // The rule, through EventBridge.
+        let from_rule = tls("events.amazonaws.com").with("aws:SourceArn", [rule.clone()]);
+        assert!(send("events.amazonaws.com", &none, from_rule).is_allowed());
+        // Another rule of the account, or a role with every permission.
+        let other_rule = tls("events.amazonaws.com").with(
+            "aws:SourceArn",
+            ["arn:aws:events:us-east-1:123456789012:rule/forged"],
+        );
+        assert!(!send("events.amazonaws.com", &none, other_rule).is_allowed());
+        let developer = "arn:aws:iam::123456789012:role/developer";
+        assert!(matches!(
+            send(developer, &everything, tls(developer)),
+            Decision::ExplicitDeny { .. }
+        ));
+        // The admin role, when named (to redrive), over TLS only.
+        assert_eq!(
+            send(ADMIN, &everything, tls(ADMIN)).is_allowed(),
+            admin.is_some(),
+            "EventsQueueAdminRoleArn {admin:?}"
+        );
+        let plain = Context::new()
+            .with("aws:SecureTransport", ["false"])
+            .with("aws:PrincipalArn", [ADMIN]);
+        assert!(!send(ADMIN, &everything, plain).is_allowed());
+    }
+}

@@ -850,10 +850,11 @@ impl ResourcePolicy {
     }
 }
 
-/// Every deployed table's `ResourcePolicy` and every KMS key's `KeyPolicy` of
-/// `template` under its parameters.
+/// Every deployed table's `ResourcePolicy`, KMS key's `KeyPolicy` and queue policy
+/// (`AWS::SQS::QueuePolicy`, one entry per queue it is attached to) of `template`
+/// under its parameters.
 pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
-    let mut out = Vec::new();
+    let mut out = queue_policies(template)?;
     for (logical_id, resource) in template.resources() {
         let path: &[&str] = match resource.get("Type").and_then(Value::as_str) {
             Some("AWS::DynamoDB::Table") => &["ResourcePolicy", "PolicyDocument"],
@@ -878,6 +879,45 @@ pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>
             logical_id,
             policy,
         });
+    }
+    Ok(out)
+}
+
+/// Each deployed `AWS::SQS::QueuePolicy`, once per queue of its `Queues` (URLs, which
+/// name the template's queues by their `Ref`).
+fn queue_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
+    let mut out = Vec::new();
+    let queues = template.resources_of_type("AWS::SQS::Queue");
+    for (logical_id, resource) in template.resources_of_type("AWS::SQS::QueuePolicy") {
+        if !template.is_deployed(&logical_id)? {
+            continue;
+        }
+        let props = resource.get("Properties");
+        let (Some(urls), Some(document)) = (
+            props.and_then(|p| p.get("Queues")),
+            props.and_then(|p| p.get("PolicyDocument")),
+        ) else {
+            return Err(template.error(format!("{logical_id}: needs Queues and PolicyDocument")));
+        };
+        let urls = template.strings(urls, &format!("{logical_id} Queues"))?;
+        let Some(document) = template.resolve(document)? else {
+            continue;
+        };
+        let policy = Policy::from_resource_document(&document)
+            .map_err(|e| template.error(format!("{logical_id}: {e}")))?;
+        for url in urls {
+            let queue = queues
+                .iter()
+                .find(|(id, _)| template.reference(id).is_ok_and(|r| r == url))
+                .ok_or_else(|| {
+                    template.error(format!("{logical_id}: queue {url} is not in the template"))
+                })?;
+            out.push(ResourcePolicy {
+                logical_id: logical_id.clone(),
+                arn: template.attribute(&queue.0, "Arn")?,
+                policy: policy.clone(),
+            });
+        }
     }
     Ok(out)
 }
