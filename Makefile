@@ -144,11 +144,14 @@ SIM_BUDGET ?= 600
 simulation:
 	cargo run --quiet -p awsmp-dst -- --schedules $(SIM_SCHEDULES) --min $(SIM_SCHEDULES) --budget-secs $(SIM_BUDGET)
 
-# Hook: CloudFormation lint of the stacks' templates.
+# Hook: CloudFormation lint of the stacks' templates, and the templates after SAM's
+# transform (no dependency cycle; API bodies name functions that exist).
 lint-templates: venv
 	@if ls template-*.yaml >/dev/null 2>&1; then \
 	  echo "+ cfn-lint template-*.yaml"; \
 	  "$(VENV)/bin/cfn-lint" template-*.yaml; \
+	  echo "+ tests/deploy/check_sam_graph.py"; \
+	  "$(VENV)/bin/python" tests/deploy/check_sam_graph.py; \
 	else \
 	  echo "lint-templates: skipped (no template-*.yaml yet)"; \
 	fi

@@ -1,8 +1,9 @@
 // Seller configuration of the registration page. Edit this file (only this one) when
 // you deploy: it is served next to index.html from S3 + CloudFront.
 //
-// - registerEndpoint: the register API's URL, e.g. the main stack's RegisterUrl output
-//   (https://<api-id>.execute-api.<region>.amazonaws.com/<stage>/register).
+// - registerEndpoint: the register API's URL. The page's CloudFront distribution serves
+//   it on the page's own origin, so the relative "register" is right; deploy.sh also
+//   writes the main stack's RegisterUrl output into config.json, which wins.
 // - fields: what the buyer fills in. Every `name` must also be listed in the register
 //   function's ALLOWED_REGISTRATION_FIELDS, or the register function drops it.
 //   type: "text" | "email" | "tel" | "url" | "textarea" | "select" (with `options`).
@@ -16,7 +17,7 @@ window.AWSMP_REGISTRATION_CONFIG = {
   logoUrl: "",
   brandColor: "#1b4f8a",
   supportUrl: "mailto:support@example.com",
-  registerEndpoint: "https://api.example.com/prod/register",
+  registerEndpoint: "register",
   fields: [
     { name: "companyName", label: "Company name", type: "text", required: true, autocomplete: "organization", maxLength: 200 },
     { name: "contactName", label: "Your name", type: "text", required: true, autocomplete: "name", maxLength: 200 },

@@ -12,6 +12,8 @@ Usage: check_templates.py REPO_ROOT   (prints one line per check, exits 1 if any
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -69,7 +71,7 @@ def scalar(lines: list[str], key: str, indent: int) -> str | None:
 
 def keys(lines: list[str], indent: int) -> list[str]:
     """Mapping keys at exactly `indent` spaces."""
-    pattern = re.compile(rf"^ {{{indent}}}([A-Za-z0-9_:-]+):")
+    pattern = re.compile(rf"^ {{{indent}}}([A-Za-z0-9_:/-]+):")
     return [m.group(1) for line in lines if (m := pattern.match(line))]
 
 
@@ -202,11 +204,27 @@ def main() -> int:
         check(schedules == [rate], f"{binary} runs on {rate}", f"got {schedules}")
     submitter_props = section(function_by_binary("submitter"), "Properties", 4) or []
     check(scalar(submitter_props, "ReservedConcurrentExecutions", 6) == "1", "submitter ReservedConcurrentExecutions 1")
-    apis = sorted(
-        (scalar(ev, "Method", 12), scalar(ev, "Path", 12))
-        for ev in event_blocks(function_by_binary("register")).values()
+    # RegisterApi's OpenAPI body names the register function by its fixed name (an Api
+    # event would make the API depend on the function, and so on the page's distribution,
+    # which routes to the API: a cycle). tests/deploy/check_sam_graph.py checks the
+    # transformed template has none, and that the permission exists.
+    register_props = section(function_by_binary("register"), "Properties", 4) or []
+    register_name = scalar(register_props, "FunctionName", 6) or ""
+    paths = section(section(section(main_t.resources.get("RegisterApi", []), "Properties", 4) or [], "DefinitionBody", 6) or [], "paths", 8) or []
+    routes = sorted((method, path) for path in keys(paths, 10) for method in keys(section(paths, path, 10) or [], 12))
+    uris = [line.split("uri:", 1)[1].strip() for line in paths if line.strip().startswith("uri:")]
+    want_uri = (
+        '!Sub "arn:${AWS::Partition}:apigateway:${AWS::Region}:lambda:path/2015-03-31/functions/'
+        "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:"
+        + register_name.removeprefix("!Sub ").strip('"') + '/invocations"'
     )
-    check(apis == [("post", "/fulfillment"), ("post", "/register")], "register serves POST /register and POST /fulfillment", f"got {apis}")
+    check(
+        routes == [("post", "/fulfillment"), ("post", "/register")] and not event_blocks(function_by_binary("register"))
+        and register_name.startswith('!Sub "awsmp-') and len(uris) == 2 and set(uris) == {want_uri}
+        and "\n".join(paths).count("type: aws_proxy") == 2,
+        "RegisterApi serves POST /register and POST /fulfillment, each a proxy to the register function by its FunctionName",
+        f"got {routes}, {uris}",
+    )
 
     # ---- the Marketplace events rule
     rule = events.resources.get("MarketplaceEventsRule", [])
@@ -466,8 +484,9 @@ def main() -> int:
     check(sorted(f.strip() for f in fetched) == ['"config.json"', "config.registerEndpoint"],
           "web/app.js fetches config.json and the register endpoint only", f"got {fetched}")
     check("'self'" in directives.get("connect-src", []), "CSP connect-src allows config.json ('self')")
-    check("https://*.execute-api.${AWS::Region}.${AWS::URLSuffix}" in directives.get("connect-src", []),
-          "CSP connect-src allows the register API (the RegisterUrl output deploy.sh writes into config.json)")
+    check(directives.get("connect-src") == ["'self'"],
+          "CSP connect-src 'self' only: config.json and /register, which the distribution routes to RegisterApi",
+          f"got {directives.get('connect-src')}")
     headers = "\n".join(policy)
     check(re.search(r"FrameOption: DENY", headers) is not None, "page X-Frame-Options DENY")
     hsts = section(policy, "StrictTransportSecurity", 10) or []
@@ -529,13 +548,15 @@ def main() -> int:
     host = "!If [HasPageDomain, !Ref PageDomainName, !GetAtt PageDistribution.DomainName]"
     page_url = f'!Sub ["https://${{Host}}/", {{Host: {host}}}]'
     register_vars = section(section(function_by_binary("register"), "Properties", 4) or [], "Variables", 8) or []
-    cors = section(section(main_t.resources.get("RegisterApi", []), "Properties", 4) or [], "Cors", 6) or []
+    check(section(section(main_t.resources.get("RegisterApi", []), "Properties", 4) or [], "Cors", 6) is None,
+          "RegisterApi has no CORS (the page calls it on its own origin)")
     outputs = section(main_t.lines, "Outputs", 0) or []
     for where, got, want in [
         ("register REGISTRATION_PAGE_URL", scalar(register_vars, "REGISTRATION_PAGE_URL", 10), page_url),
         ("register ALLOWED_ORIGIN", scalar(register_vars, "ALLOWED_ORIGIN", 10), f'!Sub ["https://${{Host}}", {{Host: {host}}}]'),
-        ("RegisterApi Cors.AllowOrigin", scalar(cors, "AllowOrigin", 8), f"!Sub [\"'https://${{Host}}'\", {{Host: {host}}}]"),
         ("output RegistrationPageUrl", scalar(section(outputs, "RegistrationPageUrl", 2) or [], "Value", 4), page_url),
+        ("output RegisterUrl", scalar(section(outputs, "RegisterUrl", 2) or [], "Value", 4), f'!Sub ["https://${{Host}}/register", {{Host: {host}}}]'),
+        ("output FulfillmentUrl", scalar(section(outputs, "FulfillmentUrl", 2) or [], "Value", 4), f'!Sub ["https://${{Host}}/fulfillment", {{Host: {host}}}]'),
     ]:
         check(got == want, f"{where} is the page's origin: PageDomainName when given, else the distribution's name", f"got {got}")
     # Nothing else names the distribution's own domain: every use is inside `host`, but
@@ -556,6 +577,80 @@ def main() -> int:
     ]
     check(not stray, "template-main.yaml: the page's origin follows PageDomainName everywhere (no other use of PageDistribution.DomainName)",
           f"lines {stray}")
+
+    # ---- the register API on the page's own origin: the distribution routes POST
+    # /register and /fulfillment to RegisterApi's stage, never cached, HTTPS only, with
+    # the origin header the WebACL trusts and the buyer's address from the edge function.
+    edge_value = '!Select [2, !Split ["/", !Ref "AWS::StackId"]]'  # x-awsmp-edge: this stack's id
+    origins = section(dist_config, "Origins", 8) or []
+    api_origin: list[str] = []
+    for line in origins:
+        if re.match(r"^ {10}- ", line):
+            api_origin = [line] if "Id: register-api" in line else []
+        elif api_origin:
+            api_origin.append(line)
+    api_text = "\n".join(api_origin)
+    check(
+        'DomainName: !Sub "${RegisterApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}"' in api_text
+        and 'OriginPath: !Sub "/${StageName}"' in api_text
+        and "OriginProtocolPolicy: https-only" in api_text
+        and re.search(r"- HeaderName: x-awsmp-edge\n\s+HeaderValue: (.*)", api_text) is not None
+        and re.search(r"- HeaderName: x-awsmp-edge\n\s+HeaderValue: (.*)", api_text).group(1) == edge_value,
+        "page distribution: origin register-api is RegisterApi's stage over HTTPS, adding x-awsmp-edge (the value the WebACL matches)",
+        api_text,
+    )
+    behaviors: dict[str, list[str]] = {}
+    current = None
+    for line in section(dist_config, "CacheBehaviors", 8) or []:
+        m = re.match(r"^ {10}- PathPattern: (\S+)", line)
+        if m:
+            current = m.group(1)
+            behaviors[current] = []
+        elif current and significant(line):
+            behaviors[current].append(line)
+    check(sorted(behaviors) == ["/fulfillment", "/register"], "page distribution routes exactly /register and /fulfillment to the API", f"got {sorted(behaviors)}")
+    for path, lines in sorted(behaviors.items()):
+        text = "\n".join(lines)
+        check(
+            "TargetOriginId: register-api" in text and "ViewerProtocolPolicy: https-only" in text
+            and "POST" in (scalar(lines, "AllowedMethods", 12) or "")
+            and "CachePolicyId: 4135ea2d-6df8-44a3-9df3-4b5a84be39ad" in text
+            and "OriginRequestPolicyId: !Ref RegisterOriginRequestPolicy" in text
+            and "- EventType: viewer-request\n                FunctionARN: !GetAtt PageViewerAddressFunction.FunctionMetadata.FunctionARN" in text,
+            f"page distribution {path}: to register-api, POST allowed, CachingDisabled, HTTPS only (no redirect of a POST),"
+            " RegisterOriginRequestPolicy, PageViewerAddressFunction on viewer-request",
+        )
+    forward = "\n".join(main_t.resources.get("RegisterOriginRequestPolicy", []))
+    check(
+        "CookieBehavior: none" in forward and "QueryStringBehavior: none" in forward and "HeaderBehavior: whitelist" in forward
+        and "Headers: [content-type, origin, user-agent, x-awsmp-viewer-ip]" in forward,
+        "RegisterOriginRequestPolicy forwards content-type, origin, user-agent and x-awsmp-viewer-ip only (no cookies, no query string)",
+    )
+    # The edge function, run as CloudFront runs it: node evaluates its FunctionCode on a
+    # request that already carries a forged x-awsmp-viewer-ip.
+    function = main_t.resources.get("PageViewerAddressFunction", [])
+    code_at = next((i for i, line in enumerate(function) if re.match(r"^ {6}FunctionCode: \|", line)), None)
+    code = "\n".join(line[8:] for line in block(function, code_at) if line.startswith(" " * 8)) if code_at is not None else ""
+    check(scalar(function, "Runtime", 8) == "cloudfront-js-2.0" and scalar(function, "AutoPublish", 6) == "true",
+          "PageViewerAddressFunction: cloudfront-js-2.0, published")
+    node = shutil.which("node")
+    if node is None:
+        check(False, "PageViewerAddressFunction runs under node (install Node.js >= 18, as the browser tests need)")
+    else:
+        probe = code + """
+var event = { viewer: { ip: "198.51.100.7" }, request: { method: "POST", uri: "/register",
+  headers: { "x-awsmp-viewer-ip": { value: "203.0.113.1" }, "content-type": { value: "application/json" } } } };
+var out = handler(event);
+process.stdout.write(JSON.stringify(out.headers));
+"""
+        ran = subprocess.run([node, "-e", probe], capture_output=True, text=True, timeout=30)
+        headers = ran.stdout
+        check(
+            ran.returncode == 0 and '"x-awsmp-viewer-ip":{"value":"198.51.100.7"}' in headers
+            and '"content-type":{"value":"application/json"}' in headers,
+            "PageViewerAddressFunction writes the viewer's address into x-awsmp-viewer-ip over a forged one, keeping the rest",
+            f"got {headers or ran.stderr}",
+        )
 
     # ---- one body-size limit: WAF's common rule set blocks bodies over 8 KB
     # (SizeRestrictions_BODY); the register function must refuse the same size itself
@@ -698,12 +793,40 @@ def main() -> int:
     # ---- the registration endpoint: POST /register is limited per IP far below the
     # rest, and capped for all addresses together; refusals and blocks are alarmed.
     acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))
-    for rule, key, limit in [("register-rate-per-ip", "IP", "WafRegisterLimitPerIp"), ("register-rate-total", "CONSTANT", "WafRegisterLimitTotal")]:
-        body = acl.split(f"- Name: {rule}\n", 1)[-1].split("\n        - Name:", 1)[0] if f"- Name: {rule}\n" in acl else ""
+    def acl_rule(rule: str) -> str:
+        return acl.split(f"- Name: {rule}\n", 1)[-1].split("\n        - Name:", 1)[0] if f"- Name: {rule}\n" in acl else ""
+
+    for rule, key, limit in [
+        ("register-rate-per-ip", "IP", "WafRegisterLimitPerIp"),
+        ("register-rate-per-viewer", "FORWARDED_IP", "WafRegisterLimitPerIp"),
+        ("register-rate-total", "CONSTANT", "WafRegisterLimitTotal"),
+    ]:
+        body = acl_rule(rule)
         check(
             "Block: {}" in body and f"Limit: !Ref {limit}" in body and f"AggregateKeyType: {key}" in body
             and "SearchString: POST" in body and "SearchString: /register" in body and "PositionalConstraint: ENDS_WITH" in body,
             f"RegisterWebAcl: {rule} blocks POST /register over {limit} ({key})",
+        )
+    # Through the page's distribution every request's source is a CloudFront address: a
+    # per-address rule counts those by x-awsmp-viewer-ip (PageViewerAddressFunction's),
+    # trusted only with the origin header x-awsmp-edge the distribution adds; every other
+    # request by its own source address, never the header a caller could write.
+
+    def names_edge(body: str, negated: bool) -> bool:
+        """`body` matches x-awsmp-edge against this stack's id once, under a NotStatement or not."""
+        found = re.search(r"((?:- )?NotStatement:\n\s*Statement:\n\s*)?(?:- )?ByteMatchStatement:\n\s*FieldToMatch:\n\s*SingleHeader:\n"
+                          r"\s*Name: x-awsmp-edge\n\s*PositionalConstraint: EXACTLY\n\s*SearchString: (.*)\n", body)
+        return bool(found) and found.group(2) == edge_value and bool(found.group(1)) == negated and body.count("x-awsmp-edge") == 1
+
+    for by_source, by_viewer in [("rate-limit-per-ip", "rate-limit-per-viewer"), ("register-rate-per-ip", "register-rate-per-viewer")]:
+        source, viewer = acl_rule(by_source), acl_rule(by_viewer)
+        check(
+            "AggregateKeyType: IP" in source and names_edge(source, negated=True)
+            and "AggregateKeyType: FORWARDED_IP" in viewer and names_edge(viewer, negated=False)
+            and re.search(r"ForwardedIPConfig:\n\s+HeaderName: x-awsmp-viewer-ip\n", viewer) is not None
+            and re.search(r"Limit: (.*)", source).group(1) == re.search(r"Limit: (.*)", viewer).group(1),
+            f"RegisterWebAcl: {by_source} counts source addresses except through the page's distribution (x-awsmp-edge),"
+            f" {by_viewer} those by x-awsmp-viewer-ip at the same limit",
         )
     per_ip = re.search(r"WafRegisterLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
     page = re.search(r"WafRateLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))

@@ -51,11 +51,24 @@ context.setDefaultTimeout(20000);
 
 const result = {};
 
+// Every Content-Security-Policy refusal a page logs: the test serves the page with the
+// template's CSP, so a request the page makes that the CSP refuses in AWS shows here.
+const cspViolations = [];
+context.on("page", (page) => {
+  page.on("console", (message) => {
+    if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text());
+  });
+});
+
 // Marketplace's step: the buyer's browser POSTs the token to the fulfillment URL.
 // Resolves once the page behind the 303 has rendered one of its views.
 async function arriveFromMarketplace(page, token) {
   const redirects = [];
+  let pageCsp = null;
   page.on("response", (response) => {
+    if (response.url() === pageUrl.replace(/#.*$/, "")) {
+      pageCsp = response.headers()["content-security-policy"] || null;
+    }
     if (response.url().startsWith(fulfillmentUrl)) {
       const headers = response.headers();
       redirects.push({
@@ -77,7 +90,7 @@ async function arriveFromMarketplace(page, token) {
     page.evaluate(() => document.forms[0].submit()),
   ]);
   await page.locator("#view-form:not([hidden]), #view-token:not([hidden])").first().waitFor();
-  return { redirect: redirects[0] || null, addressBar: page.url() };
+  return { redirect: redirects[0] || null, addressBar: page.url(), pageCsp };
 }
 
 async function fill(page, values) {
@@ -193,4 +206,5 @@ try {
   rmSync(userDataDir, { recursive: true, force: true });
 }
 
+result.cspViolations = cspViolations;
 console.log("RESULT " + JSON.stringify(result));

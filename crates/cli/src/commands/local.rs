@@ -90,8 +90,8 @@ pub fn clock_note(now: awsmp_core::time::Instant, speed: u32) -> String {
 
 fn print_endpoints(system: &system::LocalSystem) {
     let usage = system.table("UsageTable").unwrap_or("-");
-    println!("register URL:     {}/register", system.api.url());
-    println!("fulfillment URL:  {}/fulfillment", system.api.url());
+    println!("register URL:     {}/register", system.page.url());
+    println!("fulfillment URL:  {}/fulfillment", system.page.url());
     println!("page URL:         {}/", system.page.url());
     if let Some(api) = &system.usage_api {
         println!("usage API:        {}/usage/events", api.url());

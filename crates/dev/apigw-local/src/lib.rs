@@ -240,6 +240,21 @@ pub fn serve_static(dir: impl AsRef<Path>) -> Router {
         .fallback_service(ServeDir::new(dir.as_ref()).append_index_html_on_directories(true))
 }
 
+/// The paths the page's CloudFront distribution routes to the register API (its
+/// `CacheBehaviors` in template-main.yaml); everything else is the page's files.
+pub const PAGE_API_PATHS: [&str; 2] = ["/register", "/fulfillment"];
+
+/// The registration page's origin as its distribution serves it: `api` at each of
+/// [`PAGE_API_PATHS`], the files under `dir` for the rest. Add routes in front of it to
+/// override single files (the local stack's `config.json`).
+pub fn page_origin(dir: impl AsRef<Path>, api: Router) -> Router {
+    PAGE_API_PATHS
+        .iter()
+        .fold(serve_static(dir), |router, path| {
+            router.route_service(path, api.clone().into_service())
+        })
+}
+
 /// A router served on a local port; stops serving when dropped.
 #[derive(Debug)]
 pub struct LocalServer {

@@ -364,7 +364,7 @@ async fn register(system: &LocalSystem) -> Result<(), LocalError> {
         .build()
         .map_err(|e| LocalError::Setup(e.to_string()))?;
     let fulfillment = client
-        .post(format!("{}/fulfillment", system.api.url()))
+        .post(format!("{}/fulfillment", system.page.url()))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!("x-amzn-marketplace-token={token}"))
         .send()
@@ -376,14 +376,16 @@ async fn register(system: &LocalSystem) -> Result<(), LocalError> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
-    if fulfillment.status().as_u16() != 303 || !location.contains("#token=") {
+    if fulfillment.status().as_u16() != 303
+        || !location.starts_with(&format!("{}/#token=", system.page.url()))
+    {
         return Err(LocalError::Check(format!(
             "/fulfillment answered {} with Location {location:?}, expected 303 to the page with #token=",
             fulfillment.status()
         )));
     }
     let response = client
-        .post(format!("{}/register", system.api.url()))
+        .post(format!("{}/register", system.page.url()))
         .header("content-type", "application/x-www-form-urlencoded")
         .header("origin", system.page.url())
         .body(format!(

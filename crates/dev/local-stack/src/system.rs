@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use awsmp_apigw_local::{
-    LOOPBACK_ANY_PORT, LocalServer, Sigv4Verifier, lambda_router, require_sigv4, serve,
-    serve_static,
+    LOOPBACK_ANY_PORT, LocalServer, Sigv4Verifier, lambda_router, page_origin, require_sigv4,
+    serve, serve_on,
 };
 use awsmp_core::ports::Clock;
 use awsmp_core::time::Instant;
@@ -45,7 +45,8 @@ pub struct LocalSystem {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// SQS client on the emulator.
     pub sqs: aws_sdk_sqs::Client,
-    /// The register API (`/register`, `/fulfillment`).
+    /// The register API (`/register`, `/fulfillment`) on its own address, as execute-api
+    /// serves it; the page's origin serves the same two routes.
     pub api: LocalServer,
     /// The usage API (`/usage/events`), when the main stack deploys it.
     pub usage_api: Option<LocalServer>,
@@ -54,7 +55,8 @@ pub struct LocalSystem {
     pub clock: LocalClock,
     /// The workspace root (templates, `web/`, `examples/`).
     pub root: PathBuf,
-    /// The registration page.
+    /// The registration page, with `/register` and `/fulfillment` on its own origin (as
+    /// the page's distribution routes them to the API in AWS).
     pub page: LocalServer,
     /// Virtual now.
     pub now: Instant,
@@ -112,35 +114,18 @@ impl LocalSystem {
                 LocalError::Template("events stack has no subscribers table".into())
             })?;
 
-        // The page and API servers come first: the register function's page URL and
-        // CORS origin are these local addresses instead of CloudFront's.
-        // The API's port is chosen first so the page's config.json (what deploy.sh
-        // writes next to the page in S3) can name the local register URL.
-        let api_listener = std::net::TcpListener::bind(LOOPBACK_ANY_PORT)
-            .map_err(|e| LocalError::Setup(format!("register API port: {e}")))?;
-        let api_addr = api_listener
-            .local_addr()
-            .map_err(|e| LocalError::Setup(format!("register API port: {e}")))?;
-        drop(api_listener);
-        let deployed_config = serde_json::json!({
-            "registerUrl": format!("http://{api_addr}/register"),
-            "fulfillmentUrl": format!("http://{api_addr}/fulfillment"),
-            "productCode": LOCAL_PRODUCT_CODE,
-            "stage": LOCAL_STAGE,
-            "region": LOCAL_REGION,
-        });
-        let page_router = axum::Router::new()
-            .route(
-                "/config.json",
-                axum::routing::get(move || {
-                    let body = deployed_config.clone();
-                    async move { axum::Json(body) }
-                }),
-            )
-            .merge(serve_static(paths.root.join("web")));
-        let page = serve(page_router, LOOPBACK_ANY_PORT)
+        // The page's address comes first: the register function's page URL and allowed
+        // origin are this local address instead of CloudFront's. As the distribution
+        // does in AWS, the page's origin also serves /register and /fulfillment (see
+        // below), so config.json (what deploy.sh writes next to the page in S3) names
+        // the register URL on the page's own origin.
+        let page_listener = tokio::net::TcpListener::bind(LOOPBACK_ANY_PORT)
             .await
-            .map_err(|e| LocalError::Setup(format!("page server: {e}")))?;
+            .map_err(|e| LocalError::Setup(format!("page port: {e}")))?;
+        let page_addr = page_listener
+            .local_addr()
+            .map_err(|e| LocalError::Setup(format!("page port: {e}")))?;
+        let page_url = format!("http://{page_addr}");
 
         let main_params = [
             ("ProductCode", LOCAL_PRODUCT_CODE),
@@ -166,11 +151,8 @@ impl LocalSystem {
         main.register_outputs(&cloudformation).await?;
 
         let mut overrides = BTreeMap::new();
-        overrides.insert(
-            "REGISTRATION_PAGE_URL".to_string(),
-            format!("{}/", page.url()),
-        );
-        overrides.insert("ALLOWED_ORIGIN".to_string(), page.url());
+        overrides.insert("REGISTRATION_PAGE_URL".to_string(), format!("{page_url}/"));
+        overrides.insert("ALLOWED_ORIGIN".to_string(), page_url.clone());
         let metrics_log =
             std::env::temp_dir().join(format!("awsmp-local-metrics-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&metrics_log);
@@ -191,15 +173,33 @@ impl LocalSystem {
             .ok_or_else(|| {
                 LocalError::Wiring("template-main.yaml has no register function".into())
             })?;
-        let api = serve(
-            lambda_router(move |request| {
-                let register = register.clone();
-                async move { register.api(request).await }
+        let register_api = lambda_router(move |request| {
+            let register = register.clone();
+            async move { register.api(request).await }
+        });
+        // The API on its own address, as execute-api serves it (a Fulfillment URL entered
+        // before the page's origin served it).
+        let api = serve(register_api.clone(), LOOPBACK_ANY_PORT)
+            .await
+            .map_err(|e| LocalError::Setup(format!("register API server: {e}")))?;
+        let deployed_config = serde_json::json!({
+            "registerUrl": format!("{page_url}/register"),
+            "fulfillmentUrl": format!("{page_url}/fulfillment"),
+            "productCode": LOCAL_PRODUCT_CODE,
+            "stage": LOCAL_STAGE,
+            "region": LOCAL_REGION,
+        });
+        // The page's origin: its files, its config.json, and the two API routes the
+        // distribution sends to RegisterApi.
+        let page_router = page_origin(paths.root.join("web"), register_api).route(
+            "/config.json",
+            axum::routing::get(move || {
+                let body = deployed_config.clone();
+                async move { axum::Json(body) }
             }),
-            api_addr,
-        )
-        .await
-        .map_err(|e| LocalError::Setup(format!("register API server: {e}")))?;
+        );
+        let page = serve_on(page_listener, page_router)
+            .map_err(|e| LocalError::Setup(format!("page server: {e}")))?;
         let usage_api = match functions.iter().find(|f| f.name == "usage-api") {
             None => None,
             Some(function) => {

@@ -52,7 +52,8 @@ pub struct Config {
     pub resolve_customer_region: String,
     /// `REGISTRATION_PAGE_URL`: the branded page the fulfillment endpoint redirects to.
     pub registration_page_url: Url,
-    /// `ALLOWED_ORIGIN`: the page's origin (`scheme://host[:port]`), the only CORS origin.
+    /// `ALLOWED_ORIGIN`: the page's origin (`scheme://host[:port]`), the only `Origin` a
+    /// browser may post from.
     pub allowed_origin: String,
     /// `AWS_REGION`: the Region this function runs in, recorded in `registeredRegions`.
     pub region: String,

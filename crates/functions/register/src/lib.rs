@@ -1,10 +1,11 @@
-//! The register Lambda (main stack, behind API Gateway REST):
+//! The register Lambda (main stack, behind API Gateway REST, which the page's CloudFront
+//! distribution serves on the page's own origin):
 //!
 //! | route | what it does |
 //! |---|---|
 //! | `POST /fulfillment` | Marketplace's browser form POST: `303` to `REGISTRATION_PAGE_URL#token=...` (the token travels in the fragment, which never reaches a server log or a third party) |
 //! | `POST /register` | the page's post: the use case `awsmp_core::register` (`ResolveCustomer`, then the in-Region customer-profile row and the PII-free subscriber row, `registeredRegions`) |
-//! | `OPTIONS /register` | CORS preflight for `ALLOWED_ORIGIN` only |
+//! | `OPTIONS /register` | CORS preflight for `ALLOWED_ORIGIN` only (the page posts on its own origin, so the API routes no `OPTIONS`; this serves a page hosted elsewhere by a proxy of the seller's) |
 //!
 //! Every answer is JSON with a `code` and a buyer-actionable `message` (see
 //! [`RegisterError`]). The token is never stored or logged; form values are never

@@ -19,7 +19,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use awsmp_apigw_local::{LOOPBACK_ANY_PORT, lambda_router, serve_on, serve_static};
+use awsmp_apigw_local::{LOOPBACK_ANY_PORT, lambda_router, page_origin, serve_on};
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore, SdkCustomerResolver, SystemClock};
 use awsmp_core::ports::ProfileStore;
 use awsmp_local_aws::marketplace_sim::{SimConfig, TokenSeed};
@@ -27,7 +27,6 @@ use awsmp_local_aws::{
     MotoServer, SimServer, create_profile_table, create_subscribers_table, workspace_root,
 };
 use awsmp_register::{Config, State, handle};
-use axum::routing::get;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -86,19 +85,18 @@ fn check_prerequisites(web: &Path) {
     }
 }
 
-/// The shipped `web/config.js` with its `registerEndpoint` pointed at `endpoint`.
-fn config_js(web: &Path, endpoint: &str) -> String {
-    let shipped = std::fs::read_to_string(web.join("config.js")).unwrap();
-    let start = shipped
-        .find("registerEndpoint: \"")
-        .expect("config.js names a registerEndpoint");
-    let value_start = start + "registerEndpoint: \"".len();
-    let value_end = value_start + shipped[value_start..].find('"').unwrap();
-    format!(
-        "{}{endpoint}{}",
-        &shipped[..value_start],
-        &shipped[value_end..]
-    )
+/// The page's Content-Security-Policy as template-main.yaml's response headers policy
+/// sets it (its `!Sub` variables given this Region's values).
+fn page_csp(root: &Path) -> String {
+    let template = std::fs::read_to_string(root.join("template-main.yaml")).unwrap();
+    let line = template
+        .lines()
+        .map(str::trim)
+        .find_map(|line| line.strip_prefix("ContentSecurityPolicy: !Sub \""))
+        .expect("template-main.yaml sets the page's ContentSecurityPolicy with !Sub");
+    line.trim_end_matches('"')
+        .replace("${AWS::Region}", LAMBDA_REGION)
+        .replace("${AWS::URLSuffix}", "amazonaws.com")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,11 +136,9 @@ async fn registration_page_in_headless_chromium() {
             .unwrap();
     }
 
-    // Both ports first: the page's config names the API, the API's CORS names the page.
+    // The port first: the function's page URL and allowed origin name it.
     let web_listener = TcpListener::bind(LOOPBACK_ANY_PORT).await.unwrap();
-    let api_listener = TcpListener::bind(LOOPBACK_ANY_PORT).await.unwrap();
     let web_url = format!("http://{}", web_listener.local_addr().unwrap());
-    let api_url = format!("http://{}", api_listener.local_addr().unwrap());
     let page_url = format!("{web_url}/index.html");
 
     let config = Config::from_lookup(&|k| {
@@ -178,21 +174,27 @@ async fn registration_page_in_headless_chromium() {
         let state = state.clone();
         async move { Ok::<_, Infallible>(handle(&state, request).await) }
     });
-    let page_config = config_js(&web, &format!("{api_url}/register"));
-    let site = serve_static(&web).route(
-        "/config.js",
-        get(move || {
-            let body = page_config.clone();
-            async move { ([("content-type", "text/javascript; charset=utf-8")], body) }
-        }),
-    );
+    // One origin, as the page's distribution serves it: the shipped web/ (its config.js
+    // unchanged: its registerEndpoint is the relative "register") and the two API routes.
+    // ... with the Content-Security-Policy the distribution adds in AWS.
+    let csp = axum::http::HeaderValue::from_str(&page_csp(&root)).unwrap();
+    let site = page_origin(&web, api).layer(axum::middleware::map_response(
+        move |mut response: axum::response::Response| {
+            let csp = csp.clone();
+            async move {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::CONTENT_SECURITY_POLICY, csp);
+                response
+            }
+        },
+    ));
     let _web_server = serve_on(web_listener, site).unwrap();
-    let _api_server = serve_on(api_listener, api).unwrap();
 
     // The buyer, in Chromium.
     let output = tokio::process::Command::new("node")
         .arg(web.join("test/registration.mjs"))
-        .env("AWSMP_FULFILLMENT_URL", format!("{api_url}/fulfillment"))
+        .env("AWSMP_FULFILLMENT_URL", format!("{web_url}/fulfillment"))
         .env("AWSMP_PAGE_URL", &page_url)
         .env("AWSMP_VALID_TOKEN", VALID_TOKEN)
         .env("AWSMP_EXPIRED_TOKEN", EXPIRED_TOKEN)
@@ -229,6 +231,10 @@ async fn registration_page_in_headless_chromium() {
         "token left in the address bar"
     );
     assert_eq!(success["allInputsLabelled"], true);
+    // The page ran under the template's CSP, and it refused nothing: config.json and the
+    // post to /register are on the page's own origin (connect-src 'self').
+    assert_eq!(success["pageCsp"], page_csp(&root).as_str(), "{result:#}");
+    assert_eq!(result["cspViolations"], serde_json::json!([]), "{result:#}");
     assert_eq!(success["title"], "You're all set");
     assert_eq!(success["focused"], "success-title");
     // ... and it really registered: the profile in-Region, the Region cross-Region.
