@@ -1198,11 +1198,26 @@ upload_page() {
   distribution=$(stack_output "$stack" "$region" PageDistributionId)
   register_url=$(stack_output "$stack" "$region" RegisterUrl)
   fulfillment_url=$(stack_output "$stack" "$region" FulfillmentUrl)
+  # WafRegisterChallenge=enabled: the page loads the WebACL's integration SDK from the
+  # WebACL's ApplicationIntegrationURL (no stack output can carry it).
+  waf_url=""
+  acl=$(stack_output "$stack" "$region" RegisterChallengeWebAcl)
+  if [ -n "$acl" ] && [ "$acl" != none ] && [ "$acl" != None ]; then
+    say "+ aws wafv2 get-web-acl --name ${acl%%|*} (the challenge's integration SDK URL)"
+    waf_url=$(aws_query wafv2 get-web-acl --scope REGIONAL --region "$region"       --name "${acl%%|*}" --id "$(printf '%s' "$acl" | cut -d'|' -f2)"       --query ApplicationIntegrationURL --output text) ||
+      die 3 "cannot read WebACL ${acl%%|*} in $region, whose integration SDK the page needs for WafRegisterChallenge:" "$(aws_error)" \
+        "Grant wafv2:GetWebACL on it, or deploy with --parameter WafRegisterChallenge=disabled."
+    case "$waf_url" in
+      https://*) ;;
+      *) die 3 "WebACL ${acl%%|*} in $region gave no integration SDK URL (got '$waf_url'), so the page could not pass its challenge." \
+        "Deploy with --parameter WafRegisterChallenge=disabled, and report this." ;;
+    esac
+  fi
   run aws s3 sync "$PAGE_DIR" "s3://$bucket/" --region "$region" --delete \
     --exclude "test/*" --exclude "node_modules/*" --exclude ".*" --exclude "*.md" --exclude "package*.json"
   config=$(mktemp)
-  printf '{"registerUrl":"%s","fulfillmentUrl":"%s","productCode":"%s","stage":"%s","region":"%s"}\n' \
-    "$register_url" "$fulfillment_url" "$PRODUCT_CODE" "$STAGE" "$region" >"$config"
+  printf '{"registerUrl":"%s","fulfillmentUrl":"%s","productCode":"%s","stage":"%s","region":"%s","wafIntegrationUrl":"%s"}\n' \
+    "$register_url" "$fulfillment_url" "$PRODUCT_CODE" "$STAGE" "$region" "$waf_url" >"$config"
   run aws s3 cp "$config" "s3://$bucket/config.json" --region "$region" \
     --content-type application/json --cache-control no-cache
   rm -f "$config"

@@ -227,13 +227,12 @@
       showFormError("Check the highlighted fields and submit again.", problems);
       return;
     }
-    // urlencoded is a CORS "simple" request: no preflight round trip is needed.
     var body = new URLSearchParams();
     body.append("x-amzn-marketplace-token", token);
     inputs().forEach(function (input) { body.append(input.name, input.value.trim()); });
 
     setBusy(true);
-    fetch(config.registerEndpoint, {
+    post(config.registerEndpoint, {
       method: "POST",
       body: body,
       credentials: "omit",
@@ -250,6 +249,42 @@
       setBusy(false);
       showFormError("We could not reach the registration service. Check your connection and submit again.");
     });
+  }
+
+  // WafRegisterChallenge: the WebACL challenges a POST /register that carries no AWS WAF
+  // token. The WebACL's integration SDK (challenge.js under the URL deploy.sh writes into
+  // config.json) gets one in the background, and AwsWafIntegration.fetch sends it.
+  var challengeSdk = null;
+
+  function loadChallengeSdk() {
+    if (!config.wafIntegrationUrl) { return null; }
+    if (!challengeSdk) {
+      challengeSdk = new Promise(function (resolve, reject) {
+        var script = document.createElement("script");
+        script.src = config.wafIntegrationUrl.replace(/\/?$/, "/") + "challenge.js";
+        script.async = true;
+        script.onload = function () {
+          if (window.AwsWafIntegration && window.AwsWafIntegration.fetch) {
+            resolve(window.AwsWafIntegration);
+          } else {
+            challengeSdk = null;
+            reject(new Error("challenge.js defined no AwsWafIntegration"));
+          }
+        };
+        script.onerror = function () {
+          challengeSdk = null; // the next submit tries again
+          reject(new Error("challenge.js did not load"));
+        };
+        document.head.appendChild(script);
+      });
+    }
+    return challengeSdk;
+  }
+
+  function post(url, options) {
+    var sdk = loadChallengeSdk();
+    if (!sdk) { return fetch(url, options); }
+    return sdk.then(function (waf) { return waf.fetch(url, options); });
   }
 
   function handleAnswer(status, answer) {
@@ -293,6 +328,9 @@
         if (deployed && deployed.registerUrl && config) {
           config.registerEndpoint = deployed.registerUrl;
         }
+        if (deployed && deployed.wafIntegrationUrl && config) {
+          config.wafIntegrationUrl = deployed.wafIntegrationUrl;
+        }
       })
       .catch(function () {})
       .then(then);
@@ -313,6 +351,9 @@
       return;
     }
     renderFields();
+    // The challenge's token is fetched while the buyer fills the form in.
+    var sdk = loadChallengeSdk();
+    if (sdk) { sdk.catch(function () {}); }
     $("registration-form").addEventListener("submit", submit);
     show("view-form");
   }

@@ -36,6 +36,7 @@ PARAMETERS = {
         "PageCertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/abc",
         "ProfileRetentionDays": "30",
         "EdgeLogs": "enabled",
+        "WafRegisterChallenge": "enabled",
         "UsageApi": "enabled",
         "OutcomeEvents": "enabled",
     },

@@ -454,12 +454,31 @@ def main() -> int:
     distribution = "\n".join(main_t.resources.get("PageDistribution", []))
     check("ResponseHeadersPolicyId: !Ref PageResponseHeadersPolicy" in distribution, "page distribution serves the policy's headers")
     csp_line = scalar(section(policy, "ContentSecurityPolicy", 10) or [], "ContentSecurityPolicy", 12) or ""
-    csp_line = csp_line.removeprefix("!Sub ").strip('"')
-    directives = {
-        parts[0]: parts[1:]
-        for parts in (d.split() for d in csp_line.split(";"))
-        if parts
-    }
+    # !Sub ["<policy>", {Sdk: !If [ChallengeRegister, " https://*.sdk.awswaf.com", ""]}]:
+    # the checks below read the policy without the challenge; the challenge's own after.
+    sdk = " https://*.sdk.awswaf.com"
+    csp_form = re.fullmatch(r'!Sub \["(.*)", \{Sdk: !If \[ChallengeRegister, "(.*)", ""\]\}\]', csp_line)
+    check(csp_form is not None and csp_form.group(2) == sdk,
+          "CSP: one policy, naming WafRegisterChallenge's SDK host (https://*.sdk.awswaf.com) only with it", csp_line)
+    csp_template = csp_form.group(1) if csp_form else ""
+
+    def csp_directives(sdk_value: str) -> dict[str, list[str]]:
+        return {
+            parts[0]: parts[1:]
+            for parts in (d.split() for d in csp_template.replace("${Sdk}", sdk_value).split(";"))
+            if parts
+        }
+
+    directives = csp_directives("")
+    with_challenge = csp_directives(sdk)
+    check(
+        {k: v for k, v in with_challenge.items() if k not in ("script-src", "connect-src")}
+        == {k: v for k, v in directives.items() if k not in ("script-src", "connect-src")}
+        and with_challenge.get("script-src") == ["'self'", "https://*.sdk.awswaf.com"]
+        and with_challenge.get("connect-src") == ["'self'", "https://*.sdk.awswaf.com"],
+        "CSP with WafRegisterChallenge: script-src and connect-src add the SDK's host, nothing else changes",
+        f"got {with_challenge}",
+    )
     check(directives.get("default-src") == ["'none'"], "CSP default-src 'none'", f"got {directives.get('default-src')}")
     check(directives.get("frame-ancestors") == ["'none'"], "CSP frame-ancestors 'none'", f"got {directives.get('frame-ancestors')}")
     for name in ("base-uri", "form-action"):
@@ -480,9 +499,12 @@ def main() -> int:
     code = re.sub(r"^\s*//.*$", "", app, flags=re.M)  # comments may name what the code avoids
     check(not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|eval\(|new Function|setAttribute\(\s*[\"']style", code),
           "web/app.js renders with DOM APIs only (no HTML strings, eval or style attributes)")
-    fetched = re.findall(r"fetch\(\s*([^,)]+)", app)
-    check(sorted(f.strip() for f in fetched) == ['"config.json"', "config.registerEndpoint"],
-          "web/app.js fetches config.json and the register endpoint only", f"got {fetched}")
+    fetched = re.findall(r"fetch\(\s*([^,)]+)", code)
+    posted = re.findall(r"(?<!function )\bpost\(\s*([^,)]+)", code)
+    check(sorted(f.strip() for f in fetched) == ['"config.json"', "url", "url"] and posted == ["config.registerEndpoint"]
+          and "return fetch(url, options);" in code and "return waf.fetch(url, options);" in code,
+          "web/app.js fetches config.json and posts to the register endpoint only (through the WAF SDK with the challenge)",
+          f"got fetch {fetched}, post {posted}")
     check("'self'" in directives.get("connect-src", []), "CSP connect-src allows config.json ('self')")
     check(directives.get("connect-src") == ["'self'"],
           "CSP connect-src 'self' only: config.json and /register, which the distribution routes to RegisterApi",
@@ -623,8 +645,9 @@ def main() -> int:
     forward = "\n".join(main_t.resources.get("RegisterOriginRequestPolicy", []))
     check(
         "CookieBehavior: none" in forward and "QueryStringBehavior: none" in forward and "HeaderBehavior: whitelist" in forward
-        and "Headers: [content-type, origin, user-agent, x-awsmp-viewer-ip]" in forward,
-        "RegisterOriginRequestPolicy forwards content-type, origin, user-agent and x-awsmp-viewer-ip only (no cookies, no query string)",
+        and "Headers: [content-type, origin, user-agent, x-aws-waf-token, x-awsmp-viewer-ip]" in forward,
+        "RegisterOriginRequestPolicy forwards content-type, origin, user-agent, x-aws-waf-token and x-awsmp-viewer-ip only"
+        " (no cookies, no query string)",
     )
     # The edge function, run as CloudFront runs it: node evaluates its FunctionCode on a
     # request that already carries a forged x-awsmp-viewer-ip.
@@ -828,6 +851,22 @@ process.stdout.write(JSON.stringify(out.headers));
             f"RegisterWebAcl: {by_source} counts source addresses except through the page's distribution (x-awsmp-edge),"
             f" {by_viewer} those by x-awsmp-viewer-ip at the same limit",
         )
+    # WafRegisterChallenge (default disabled): a Challenge rule on POST /register in the
+    # created WebACL, tokens of the page's domain, and the WebACL named for deploy.sh.
+    challenge = acl.split("- Name: register-challenge\n", 1)[-1].split("\n          - !Ref \"AWS::NoValue\"", 1)[0] if "- Name: register-challenge\n" in acl else ""
+    check(
+        "        - !If\n          - ChallengeRegister\n          - Name: register-challenge\n" in acl
+        and "Challenge: {}" in challenge and "SearchString: POST" in challenge and "SearchString: /register" in challenge
+        and "TokenDomains: !If\n        - ChallengeRegister\n        - [!If [HasPageDomain, !Ref PageDomainName, !GetAtt PageDistribution.DomainName]]" in acl
+        and scalar(section(main_t.lines, "Conditions", 0) or [], "ChallengeRegister", 2)
+        == "!And [!Condition CreateWebAcl, !Equals [!Ref WafRegisterChallenge, enabled]]"
+        and scalar(section(section(main_t.lines, "Parameters", 0) or [], "WafRegisterChallenge", 2) or [], "Default", 4) == "disabled"
+        and "Assert: !Equals [!Ref WebAclArn, \"\"]" in "\n".join(section(section(main_t.lines, "Rules", 0) or [], "ChallengeNeedsCreatedWebAcl", 2) or [])
+        and scalar(section(section(main_t.lines, "Outputs", 0) or [], "RegisterChallengeWebAcl", 2) or [], "Value", 4)
+        == "!If [ChallengeRegister, !Ref RegisterWebAcl, none]",
+        "WafRegisterChallenge (default disabled, created WebACL only): POST /register challenged, tokens of the page's domain,"
+        " the WebACL in output RegisterChallengeWebAcl",
+    )
     per_ip = re.search(r"WafRegisterLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
     page = re.search(r"WafRateLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
     check(bool(per_ip and page and int(per_ip.group(1)) * 10 <= int(page.group(1))), "WafRegisterLimitPerIp defaults far below WafRateLimitPerIp")

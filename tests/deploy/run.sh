@@ -224,7 +224,7 @@ for arg in "--template-file .aws-sam/build-main/template.yaml" "ProductCode=abc1
 done
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-events-prod --region us-east-1"
 expect_call "aws cloudformation update-termination-protection --enable-termination-protection --stack-name awsmp-main-abc123-prod --region us-west-2"
-expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "us-west-2: Fulfillment URL https://page-us-west-2.cloudfront.net/fulfillment"
 expect_out "usage API https://usageus-west-2.execute-api.us-west-2.amazonaws.com/usage/events"
 expect_out "buyer profiles: only the register function can read them; to read or erase one (awsmp profile), redeploy with --parameter ProfileAccessRoleArn=<role ARN>"
 expect_out "Enter the Fulfillment URL in the AWS Marketplace Management Portal"
@@ -508,7 +508,7 @@ expect_calls "sam deploy" 2
 expect_not_in_call "sam deploy --template-file .aws-sam/build-main" "ApiGatewayLoggingRole="
 expect_in_call "sam deploy --template-file .aws-sam/build-main" "SubscribersTableName=awsmp-subscribers-prod"
 [ "$(cat "$STATE/stacks/us-east-1/awsmp-events-prod/status")" = UPDATE_COMPLETE ] || fail "events stack not updated"
-expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "us-west-2: Fulfillment URL https://page-us-west-2.cloudfront.net/fulfillment"
 end
 
 begin "redeploy after a rolled-back update (UPDATE_ROLLBACK_COMPLETE) updates in place"
@@ -536,8 +536,8 @@ expect_in_call "$DEPLOY_MAIN --region eu-west-1" "ApiGatewayLoggingRole=existing
 expect_in_call "$DEPLOY_MAIN --region eu-west-1" "SubscribersTableName=awsmp-subscribers-prod"
 expect_in_call "$DEPLOY_MAIN --region eu-west-1" "SubscribersTableRegion=us-east-1"
 expect_order "--region us-west-2 --config-file" "--region eu-west-1 --config-file"
-expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
-expect_out "eu-west-1: Fulfillment URL https://apieu-west-1.execute-api.eu-west-1.amazonaws.com/prod/fulfillment"
+expect_out "us-west-2: Fulfillment URL https://page-us-west-2.cloudfront.net/fulfillment"
+expect_out "eu-west-1: Fulfillment URL https://page-eu-west-1.cloudfront.net/fulfillment"
 end
 
 begin "a Region given twice is deployed once"
@@ -568,6 +568,33 @@ expect_call "aws s3 sync $WORK/page s3://page-bucket-us-west-2/ --region us-west
 expect_call "s3://page-bucket-us-west-2/config.json --region us-west-2 --content-type application/json"
 expect_call "aws cloudfront create-invalidation --distribution-id DISTus-west-2 --paths /*"
 expect_order "sam deploy" "aws s3 sync"
+grep -qF '"registerUrl":"https://page-us-west-2.cloudfront.net/register","fulfillmentUrl":"https://page-us-west-2.cloudfront.net/fulfillment"' "$STATE/s3/config.json" ||
+  fail "config.json does not name the page-origin URLs: $(cat "$STATE/s3/config.json")"
+grep -qF '"wafIntegrationUrl":""' "$STATE/s3/config.json" || fail "config.json names an SDK without the challenge: $(cat "$STATE/s3/config.json")"
+expect_no_call "wafv2"
+end
+
+begin "WafRegisterChallenge: config.json names the WebACL's integration SDK"
+existing_events
+mkdir -p "$WORK/page" "$STATE/waf-integration-url"
+echo "<html></html>" >"$WORK/page/index.html"
+echo "https://abc123.us-west-2.sdk.awswaf.com/abc123/def456/" >"$STATE/waf-integration-url/us-west-2"
+deploy main --product-code abc123 --region us-west-2 --stage prod --page-dir "$WORK/page" --parameter WafRegisterChallenge=enabled --yes
+expect_exit 0
+expect_call "aws wafv2 get-web-acl --scope REGIONAL --region us-west-2 --name awsmp-register --id ACLus-west-2 --query ApplicationIntegrationURL"
+grep -qF '"wafIntegrationUrl":"https://abc123.us-west-2.sdk.awswaf.com/abc123/def456/"' "$STATE/s3/config.json" ||
+  fail "config.json lacks the SDK URL: $(cat "$STATE/s3/config.json" 2>/dev/null)"
+end
+
+begin "WafRegisterChallenge without an integration URL stops before the page is uploaded"
+existing_events
+mkdir -p "$WORK/page"
+echo "<html></html>" >"$WORK/page/index.html"
+deploy main --product-code abc123 --region us-west-2 --stage prod --page-dir "$WORK/page" --parameter WafRegisterChallenge=enabled --yes
+expect_exit 3
+expect_err "gave no integration SDK URL (got 'None')"
+expect_err "WafRegisterChallenge=disabled"
+expect_no_call "aws s3 sync"
 end
 
 # ------------------------------------------------------------------ modes
@@ -874,7 +901,7 @@ expect_call "aws cloudformation execute-change-set --change-set-name arn:aws:clo
 expect_order "execute-change-set" "aws cloudformation wait stack-update-complete --stack-name awsmp-main-abc123-prod --region us-west-2"
 expect_order "aws cloudformation wait" "update-termination-protection"
 expect_no_call "delete-change-set"
-expect_out "us-west-2: Fulfillment URL https://apius-west-2.execute-api.us-west-2.amazonaws.com/prod/fulfillment"
+expect_out "us-west-2: Fulfillment URL https://page-us-west-2.cloudfront.net/fulfillment"
 end
 
 begin "--review: no (or no answer) deletes the change set and deploys nothing after it"

@@ -17,6 +17,7 @@ use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_apigw_local::{LOOPBACK_ANY_PORT, lambda_router, page_origin, serve_on};
@@ -27,7 +28,11 @@ use awsmp_local_aws::{
     MotoServer, SimServer, create_profile_table, create_subscribers_table, workspace_root,
 };
 use awsmp_register::{Config, State, handle};
-use serde_json::Value;
+use axum::Json;
+use axum::http::{Method, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 const SUBSCRIBERS_TABLE: &str = "awsmp-subscribers-browser";
@@ -86,17 +91,20 @@ fn check_prerequisites(web: &Path) {
 }
 
 /// The page's Content-Security-Policy as template-main.yaml's response headers policy
-/// sets it (its `!Sub` variables given this Region's values).
-fn page_csp(root: &Path) -> String {
+/// sets it, with WafRegisterChallenge or without (`!Sub ["<policy>", {Sdk: !If
+/// [ChallengeRegister, "<with>", ""]}]`).
+fn page_csp(root: &Path, challenge: bool) -> String {
     let template = std::fs::read_to_string(root.join("template-main.yaml")).unwrap();
     let line = template
         .lines()
         .map(str::trim)
-        .find_map(|line| line.strip_prefix("ContentSecurityPolicy: !Sub \""))
-        .expect("template-main.yaml sets the page's ContentSecurityPolicy with !Sub");
-    line.trim_end_matches('"')
-        .replace("${AWS::Region}", LAMBDA_REGION)
-        .replace("${AWS::URLSuffix}", "amazonaws.com")
+        .find_map(|line| line.strip_prefix("ContentSecurityPolicy: !Sub [\""))
+        .expect("template-main.yaml sets the page's ContentSecurityPolicy with !Sub [...]");
+    let (policy, variables) = line
+        .split_once("\", {Sdk: !If [ChallengeRegister, \"")
+        .unwrap();
+    let (with, _) = variables.split_once('"').unwrap();
+    policy.replace("${Sdk}", if challenge { with } else { "" })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,13 +182,50 @@ async fn registration_page_in_headless_chromium() {
         let state = state.clone();
         async move { Ok::<_, Infallible>(handle(&state, request).await) }
     });
+    // WafRegisterChallenge, as the WebACL applies it: once `challenge` is on, a POST
+    // /register without an AWS WAF token gets WAF's 202 challenge, not the function.
+    let waf = Waf::default();
+    let api = {
+        let waf = waf.clone();
+        api.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let waf = waf.clone();
+                async move { waf.filter(request, next).await }
+            },
+        ))
+    };
     // One origin, as the page's distribution serves it: the shipped web/ (its config.js
     // unchanged: its registerEndpoint is the relative "register") and the two API routes.
     // ... with the Content-Security-Policy the distribution adds in AWS.
-    let csp = axum::http::HeaderValue::from_str(&page_csp(&root)).unwrap();
-    let site = page_origin(&web, api).layer(axum::middleware::map_response(
+    let csp = [false, true]
+        .map(|challenge| axum::http::HeaderValue::from_str(&page_csp(&root, challenge)).unwrap());
+    let csp_waf = waf.clone();
+    // With the challenge, config.json (what deploy.sh writes) names the WebACL's SDK, here
+    // a stand-in on the page's origin whose AwsWafIntegration.fetch adds a token.
+    let deployed = {
+        let waf = waf.clone();
+        let sdk = format!("{web_url}/waf-sdk/");
+        move || {
+            let on = waf.challenge.load(Ordering::SeqCst);
+            let sdk = sdk.clone();
+            async move {
+                if on {
+                    Json(json!({ "wafIntegrationUrl": sdk })).into_response()
+                } else {
+                    StatusCode::NOT_FOUND.into_response()
+                }
+            }
+        }
+    };
+    let site = page_origin(&web, api)
+        .route("/config.json", get(deployed))
+        .route(
+            "/waf-sdk/challenge.js",
+            get(|| async { ([("content-type", "text/javascript")], FAKE_CHALLENGE_SDK) }),
+        );
+    let site = site.layer(axum::middleware::map_response(
         move |mut response: axum::response::Response| {
-            let csp = csp.clone();
+            let csp = csp[usize::from(csp_waf.challenge.load(Ordering::SeqCst))].clone();
             async move {
                 response
                     .headers_mut()
@@ -192,31 +237,12 @@ async fn registration_page_in_headless_chromium() {
     let _web_server = serve_on(web_listener, site).unwrap();
 
     // The buyer, in Chromium.
-    let output = tokio::process::Command::new("node")
-        .arg(web.join("test/registration.mjs"))
-        .env("AWSMP_FULFILLMENT_URL", format!("{web_url}/fulfillment"))
-        .env("AWSMP_PAGE_URL", &page_url)
-        .env("AWSMP_VALID_TOKEN", VALID_TOKEN)
-        .env("AWSMP_EXPIRED_TOKEN", EXPIRED_TOKEN)
-        .env("AWSMP_ARTIFACTS_DIR", &artifacts)
-        .env("AWSMP_CHROMIUM", chromium())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let result = buyer(&web, &web_url, &page_url, &artifacts).await;
+    let (with_token, without) = waf.posts();
     assert!(
-        output.status.success(),
-        "the browser script failed ({}):\n{stdout}\n{stderr}",
-        output.status
+        with_token == 0 && without >= 2,
+        "no WAF SDK without the challenge: {with_token} posts with a token, {without} without"
     );
-    let result: Value = stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("RESULT "))
-        .map(|json| serde_json::from_str(json).unwrap())
-        .unwrap_or_else(|| panic!("no RESULT line:\n{stdout}\n{stderr}"));
 
     // 1. Success: the fulfillment answer was a 303 with the token in the fragment and
     // no referrer; the token left the address bar; the success view has focus.
@@ -233,7 +259,11 @@ async fn registration_page_in_headless_chromium() {
     assert_eq!(success["allInputsLabelled"], true);
     // The page ran under the template's CSP, and it refused nothing: config.json and the
     // post to /register are on the page's own origin (connect-src 'self').
-    assert_eq!(success["pageCsp"], page_csp(&root).as_str(), "{result:#}");
+    assert_eq!(
+        success["pageCsp"],
+        page_csp(&root, false).as_str(),
+        "{result:#}"
+    );
     assert_eq!(result["cspViolations"], serde_json::json!([]), "{result:#}");
     assert_eq!(success["title"], "You're all set");
     assert_eq!(success["focused"], "success-title");
@@ -326,4 +356,117 @@ async fn registration_page_in_headless_chromium() {
             .unwrap_or(0);
         assert!(size > 1000, "screenshot {shot} missing or empty");
     }
+
+    // 5. WafRegisterChallenge: the page loads the SDK config.json names and posts through
+    // it, so every post carries a token and none meets the challenge; same outcomes.
+    waf.challenge.store(true, Ordering::SeqCst);
+    let before = waf.posts();
+    let challenged = buyer(&web, &web_url, &page_url, &artifacts.join("challenge")).await;
+    let (with_token, without) = waf.posts();
+    assert!(
+        with_token - before.0 >= 2 && without == before.1,
+        "with the challenge every post carries the SDK's token: {} with, {} without",
+        with_token - before.0,
+        without - before.1
+    );
+    assert_eq!(
+        challenged["success"]["title"], "You're all set",
+        "{challenged:#}"
+    );
+    assert_eq!(challenged["validation"]["server"]["formStillShown"], true);
+    assert_eq!(challenged["expired"]["focused"], "token-title");
+    assert_eq!(
+        challenged["success"]["pageCsp"],
+        page_csp(&root, true).as_str()
+    );
+    assert_eq!(
+        challenged["cspViolations"],
+        serde_json::json!([]),
+        "{challenged:#}"
+    );
+}
+
+/// The WebACL's challenge on POST /register, as far as the page meets it: without an
+/// `x-aws-waf-token` header WAF answers 202 with `x-amzn-waf-action: challenge`.
+#[derive(Clone, Default)]
+struct Waf {
+    challenge: Arc<AtomicBool>,
+    with_token: Arc<AtomicUsize>,
+    without: Arc<AtomicUsize>,
+}
+
+impl Waf {
+    async fn filter(
+        &self,
+        request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        if request.method() == Method::POST && request.uri().path() == "/register" {
+            if request.headers().contains_key("x-aws-waf-token") {
+                self.with_token.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.without.fetch_add(1, Ordering::SeqCst);
+                if self.challenge.load(Ordering::SeqCst) {
+                    return (
+                        StatusCode::ACCEPTED,
+                        [("x-amzn-waf-action", "challenge")],
+                        "",
+                    )
+                        .into_response();
+                }
+            }
+        }
+        next.run(request).await
+    }
+
+    /// POST /register requests so far: (with a token, without).
+    fn posts(&self) -> (usize, usize) {
+        (
+            self.with_token.load(Ordering::SeqCst),
+            self.without.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// A stand-in for the WebACL's integration SDK (`challenge.js`): its
+/// `AwsWafIntegration.fetch` is `fetch` with the token header added.
+const FAKE_CHALLENGE_SDK: &str = r#"window.AwsWafIntegration = {
+  fetch: function (url, options) {
+    var init = Object.assign({}, options);
+    var headers = new Headers(init.headers || {});
+    headers.set("x-aws-waf-token", "local-challenge-token");
+    init.headers = headers;
+    return window.fetch(url, init);
+  }
+};
+"#;
+
+/// Runs the buyer's scenarios (web/test/registration.mjs) in Chromium against the page
+/// at `page_url`; their results.
+async fn buyer(web: &Path, web_url: &str, page_url: &str, artifacts: &Path) -> Value {
+    let output = tokio::process::Command::new("node")
+        .arg(web.join("test/registration.mjs"))
+        .env("AWSMP_FULFILLMENT_URL", format!("{web_url}/fulfillment"))
+        .env("AWSMP_PAGE_URL", page_url)
+        .env("AWSMP_VALID_TOKEN", VALID_TOKEN)
+        .env("AWSMP_EXPIRED_TOKEN", EXPIRED_TOKEN)
+        .env("AWSMP_ARTIFACTS_DIR", artifacts)
+        .env("AWSMP_CHROMIUM", chromium())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the browser script failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("RESULT "))
+        .map(|json| serde_json::from_str(json).unwrap())
+        .unwrap_or_else(|| panic!("no RESULT line:\n{stdout}\n{stderr}"))
 }
