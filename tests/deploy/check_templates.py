@@ -368,9 +368,11 @@ def main() -> int:
         "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
         "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem", "LateUsageAfterSubmission",
-        "AmbiguousSubmission",
+        "AmbiguousSubmission", "ProfileExpiryFailed",
     ]:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
+    check(scalar(main_t.resources.get("ProfileExpiryFailedAlarm", []), "Condition", 4) == "DiscovererExpiresProfiles",
+          "ProfileExpiryFailed alarm only where the discoverer expires profiles")
     for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
         for fid in function_ids:
             found = [

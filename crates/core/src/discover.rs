@@ -287,6 +287,9 @@ impl Run<'_> {
                 Err(e) => {
                     error!(error = %e, license = %row.license_arn, "profile expiry not written; the next run retries");
                     self.report.profile_error = Some(e.to_string());
+                    self.ports
+                        .metrics
+                        .count(metric::PROFILE_EXPIRY_FAILED, &[], 1);
                 }
             }
         }

@@ -41,6 +41,10 @@ pub struct ProfileView {
     pub created_at: Option<String>,
     /// `updatedAt`: the last registration.
     pub updated_at: Option<String>,
+    /// `expiresAt`, the table's TTL attribute (`ProfileRetentionDays`), as an ISO-8601
+    /// time: DynamoDB deletes the row after it (usually within a few days). A value
+    /// that is not epoch seconds is shown as stored.
+    pub expires_at: Option<String>,
     /// Every other attribute by name: the registration form's fields (a value that is
     /// not a string is shown as text).
     pub fields: BTreeMap<String, String>,
@@ -54,6 +58,14 @@ impl ProfileView {
             product_code: text(attr::PRODUCT_CODE),
             created_at: text(attr::CREATED_AT),
             updated_at: text(attr::UPDATED_AT),
+            expires_at: row.get(attr::EXPIRES_AT).map(|value| match value {
+                Attr::N(seconds) => seconds
+                    .parse::<i64>()
+                    .ok()
+                    .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+                    .map_or_else(|| seconds.clone(), awsmp_core::time::format_instant),
+                other => attr_text(other),
+            }),
             fields: row
                 .iter()
                 .filter(|(name, _)| {
@@ -63,6 +75,7 @@ impl ProfileView {
                         attr::PRODUCT_CODE,
                         attr::CREATED_AT,
                         attr::UPDATED_AT,
+                        attr::EXPIRES_AT,
                     ]
                     .contains(&name.as_str())
                 })
@@ -367,5 +380,23 @@ mod tests {
             "[null, [x]]"
         );
         assert_eq!(attr_text(&Attr::Other("B".into())), "(a B value)");
+    }
+
+    #[test]
+    fn the_ttl_is_shown_as_a_time_and_not_among_the_fields() {
+        let row = |expires: Attr| -> BTreeMap<String, Attr> {
+            [
+                ("companyName".to_string(), Attr::S("Example Corp".into())),
+                (attr::EXPIRES_AT.to_string(), expires),
+            ]
+            .into()
+        };
+        let view = ProfileView::of_row(&row(Attr::N("1798628400".into())));
+        assert_eq!(view.expires_at.as_deref(), Some("2026-12-30T11:00:00Z"));
+        assert_eq!(view.fields.keys().collect::<Vec<_>>(), ["companyName"]);
+        // Not epoch seconds: shown as stored.
+        let odd = ProfileView::of_row(&row(Attr::S("soon".into())));
+        assert_eq!(odd.expires_at.as_deref(), Some("soon"));
+        assert_eq!(ProfileView::of_row(&BTreeMap::new()).expires_at, None);
     }
 }

@@ -307,8 +307,14 @@ pub fn render_show(shown: &ProfileShown, format: Format) -> Outcome {
                     ("createdAt", &profile.created_at),
                     ("updatedAt", &profile.updated_at),
                 ];
+                // The TTL only when one is set (ProfileRetentionDays, after deprovisioning).
+                let expiry = profile
+                    .expires_at
+                    .is_some()
+                    .then_some(("expiresAt (deleted after)", &profile.expires_at));
                 let rows = fixed
                     .iter()
+                    .chain(expiry.iter())
                     .map(|(name, value)| {
                         vec![
                             name.to_string(),

@@ -471,3 +471,67 @@ async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends(
         .unwrap();
     assert_eq!(keep.expires_at(&ours, ACCOUNT_A), None);
 }
+
+#[tokio::test]
+async fn a_profile_expiry_that_cannot_be_written_is_counted_and_retried_next_run() {
+    use crate::memory::MemoryProfileStore;
+    use crate::model::CustomerProfile;
+    // GIVEN a registered buyer's license deprovisioning, a 30-day retention, and a
+    // profile table that refuses the first expiry write
+    let now = t(NOW);
+    let world = World::new(now);
+    let profiles = MemoryProfileStore::new();
+    let ours = license(1);
+    profiles
+        .upsert(
+            &CustomerProfile {
+                license_arn: ours.clone(),
+                customer_aws_account_id: ACCOUNT_A.to_string(),
+                product_code: PRODUCT.to_string(),
+                fields: BTreeMap::new(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    world.deprovisioning(&ours, ACCOUNT_A, "2026-11-30T11:00:00Z");
+    profiles.fail_next_expire(PortError::Failed {
+        operation: "UpdateItem",
+        message: "AccessDeniedException".into(),
+    });
+    let mut settings = world.discover_settings();
+    settings.profile_retention = Some(Duration::days(30));
+    let ports = DiscoverPorts {
+        profiles: Some(Arc::new(profiles.clone())),
+        ..world.discover_ports()
+    };
+
+    // WHEN the discoverer runs, then runs again
+    let first = discover(now, &settings, &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+
+    // THEN the failure is reported and counted (its alarm), without making the run
+    // incomplete (metering is unaffected), and the next run writes the expiry
+    assert!(
+        first
+            .profile_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("AccessDenied")
+    );
+    assert!(first.complete(), "{first:?}");
+    assert_eq!(world.metrics.total(metric::PROFILE_EXPIRY_FAILED), 1);
+    assert_eq!(world.metrics.total(metric::INCOMPLETE_RUN), 0);
+    assert_eq!(profiles.expires_at(&ours, ACCOUNT_A), None);
+    let second = discover(now, &settings, &ports, Budget::UNLIMITED)
+        .await
+        .unwrap();
+    assert!(second.profile_error.is_none());
+    assert_eq!(second.profiles_expiring, 1);
+    assert_eq!(
+        profiles.expires_at(&ours, ACCOUNT_A),
+        Some(t("2026-12-30T11:00:00Z"))
+    );
+    assert_eq!(world.metrics.total(metric::PROFILE_EXPIRY_FAILED), 1);
+}

@@ -35,6 +35,11 @@ impl MemoryProfileStore {
         self.faults.push(StoreOp::ProfileUpsert, error);
     }
 
+    /// Makes the next expire fail with `error` (queued, one-shot).
+    pub fn fail_next_expire(&self, error: PortError) {
+        self.faults.push(StoreOp::ProfileExpire, error);
+    }
+
     /// One profile.
     pub fn get(&self, license_arn: &str, account: &str) -> Option<CustomerProfile> {
         lock(&self.profiles)

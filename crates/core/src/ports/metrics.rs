@@ -45,6 +45,9 @@ pub mod metric {
     /// dry run counts allowlisted accounts only), emitted every run, zero included:
     /// with `UsageRecordSubmitted`, the input of the submission heartbeat alarm.
     pub const PENDING_PAST_LOCK: &str = "PendingPastLock";
+    /// A buyer profile's expiry (`ProfileRetentionDays`) the discoverer could not write;
+    /// the next run retries. Not an incomplete run: metering is unaffected.
+    pub const PROFILE_EXPIRY_FAILED: &str = "ProfileExpiryFailed";
 }
 
 /// Metrics (EMF to stdout in Lambda).
