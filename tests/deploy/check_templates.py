@@ -458,10 +458,10 @@ def main() -> int:
     csp_line = scalar(section(policy, "ContentSecurityPolicy", 10) or [], "ContentSecurityPolicy", 12) or ""
     # !Sub ["<policy>", {Sdk: !If [ChallengeRegister, " https://*.sdk.awswaf.com", ""]}]:
     # the checks below read the policy without the challenge; the challenge's own after.
-    sdk = " https://*.sdk.awswaf.com"
+    sdk = " https://*.awswaf.com"
     csp_form = re.fullmatch(r'!Sub \["(.*)", \{Sdk: !If \[ChallengeRegister, "(.*)", ""\]\}\]', csp_line)
     check(csp_form is not None and csp_form.group(2) == sdk,
-          "CSP: one policy, naming WafRegisterChallenge's SDK host (https://*.sdk.awswaf.com) only with it", csp_line)
+          "CSP: one policy, naming WafRegisterChallenge's SDK hosts (https://*.awswaf.com) only with it", csp_line)
     csp_template = csp_form.group(1) if csp_form else ""
 
     def csp_directives(sdk_value: str) -> dict[str, list[str]]:
@@ -476,8 +476,8 @@ def main() -> int:
     check(
         {k: v for k, v in with_challenge.items() if k not in ("script-src", "connect-src")}
         == {k: v for k, v in directives.items() if k not in ("script-src", "connect-src")}
-        and with_challenge.get("script-src") == ["'self'", "https://*.sdk.awswaf.com"]
-        and with_challenge.get("connect-src") == ["'self'", "https://*.sdk.awswaf.com"],
+        and with_challenge.get("script-src") == ["'self'", "https://*.awswaf.com"]
+        and with_challenge.get("connect-src") == ["'self'", "https://*.awswaf.com"],
         "CSP with WafRegisterChallenge: script-src and connect-src add the SDK's host, nothing else changes",
         f"got {with_challenge}",
     )
@@ -843,6 +843,13 @@ process.stdout.write(JSON.stringify(out.headers));
                           r"\s*Name: x-awsmp-edge\n\s*PositionalConstraint: EXACTLY\n\s*SearchString: (.*)\n", body)
         return bool(found) and found.group(2) == edge_value and bool(found.group(1)) == negated and body.count("x-awsmp-edge") == 1
 
+    forged = acl_rule("edge-without-viewer-address")
+    check(
+        "Block: {}" in forged and names_edge(forged, negated=False)
+        and re.search(r"- NotStatement:\n\s+Statement:\n\s+SizeConstraintStatement:\n\s+FieldToMatch:\n\s+SingleHeader:\n"
+                      r"\s+Name: x-awsmp-viewer-ip\n\s+ComparisonOperator: GT\n\s+Size: 0\n", forged) is not None,
+        "RegisterWebAcl: a request with x-awsmp-edge but no x-awsmp-viewer-ip is blocked (it would escape both per-address rules)",
+    )
     for by_source, by_viewer in [("rate-limit-per-ip", "rate-limit-per-viewer"), ("register-rate-per-ip", "register-rate-per-viewer")]:
         source, viewer = acl_rule(by_source), acl_rule(by_viewer)
         check(
@@ -865,9 +872,14 @@ process.stdout.write(JSON.stringify(out.headers));
         and scalar(section(section(main_t.lines, "Parameters", 0) or [], "WafRegisterChallenge", 2) or [], "Default", 4) == "disabled"
         and "Assert: !Equals [!Ref WebAclArn, \"\"]" in "\n".join(section(section(main_t.lines, "Rules", 0) or [], "ChallengeNeedsCreatedWebAcl", 2) or [])
         and scalar(section(section(main_t.lines, "Outputs", 0) or [], "RegisterChallengeWebAcl", 2) or [], "Value", 4)
-        == "!If [ChallengeRegister, !Ref RegisterWebAcl, none]",
+        == "!If [ChallengeRegister, !Ref RegisterWebAcl, none]"
+        # GetWebACL's ApplicationIntegrationURL (the SDK) exists only with an intelligent
+        # threat rule group: Bot Control, targeted, inspecting POST /register only.
+        and re.search(r"- !If\n          - ChallengeRegister\n          - Name: register-bot-control\n(.*\n)*?\s+Name: AWSManagedRulesBotControlRuleSet\n"
+                      r"\s+ManagedRuleGroupConfigs:\n\s+- AWSManagedRulesBotControlRuleSet:\n\s+InspectionLevel: TARGETED\n(.*\n)*?"
+                      r"\s+ScopeDownStatement:\n(.*\n)*?\s+SearchString: POST\n(.*\n)*?\s+SearchString: /register\n", acl) is not None,
         "WafRegisterChallenge (default disabled, created WebACL only): POST /register challenged, tokens of the page's domain,"
-        " the WebACL in output RegisterChallengeWebAcl",
+        " Bot Control (targeted) on POST /register for the SDK, the WebACL in output RegisterChallengeWebAcl",
     )
     per_ip = re.search(r"WafRegisterLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
     page = re.search(r"WafRateLimitPerIp:\n\s+Type: Number\n\s+Default: (\d+)", "\n".join(main_t.lines))
@@ -941,7 +953,9 @@ process.stdout.write(JSON.stringify(out.headers));
         )
         redacted = "\n".join(section(props, "RedactedFields", 6) or [])
         headers = {h.strip('"').lower() for h in re.findall(r"- SingleHeader:\n\s+Name: (\S+)", redacted)}
-        check({"authorization", "cookie"} <= headers, f"{logical}: redacts the authorization and cookie headers", f"got {sorted(headers)}")
+        check({"authorization", "cookie", "x-awsmp-edge", "x-aws-waf-token"} <= headers,
+              f"{logical}: redacts the authorization, cookie, x-awsmp-edge (what the WebACL trusts) and x-aws-waf-token headers",
+              f"got {sorted(headers)}")
 
     # ---- buyer PII: only the register function's role and ProfileAccessRoleArn touch
     # the profile table's items (its resource policy) or decrypt them (its own key).
