@@ -403,10 +403,39 @@ async fn the_open_hour_is_flushed_by_the_last_run_before_the_margin() {
     assert!(aggregate_groups(&later.deprovision.messages()).is_empty());
 }
 
+/// A registration of `license` for buyer `ACCOUNT_A` of this product, with no fields.
+async fn register(profiles: &crate::memory::MemoryProfileStore, license: &str, now: Instant) {
+    profiles
+        .upsert(
+            &crate::model::CustomerProfile {
+                license_arn: license.to_string(),
+                customer_aws_account_id: ACCOUNT_A.to_string(),
+                product_code: PRODUCT.to_string(),
+                fields: BTreeMap::new(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+}
+
+/// The discoverer's settings with a 30-day profile retention, and its ports on `profiles`.
+fn retaining_profiles(
+    world: &World,
+    profiles: &crate::memory::MemoryProfileStore,
+) -> (DiscoverSettings, DiscoverPorts) {
+    let mut settings = world.discover_settings();
+    settings.profile_retention = Some(Duration::days(30));
+    let ports = DiscoverPorts {
+        profiles: Some(Arc::new(profiles.clone())),
+        ..world.discover_ports()
+    };
+    (settings, ports)
+}
+
 #[tokio::test]
 async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends() {
     use crate::memory::MemoryProfileStore;
-    use crate::model::CustomerProfile;
     // GIVEN two deprovisioning licenses of this product (one registered here), one of
     // another product on the shared subscribers table, and a 30-day profile retention
     let now = t(NOW);
@@ -414,18 +443,7 @@ async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends(
     let profiles = MemoryProfileStore::new();
     let (ours, unregistered, theirs) = (license(1), license(2), license(3));
     for l in [&ours, &theirs] {
-        profiles
-            .upsert(
-                &CustomerProfile {
-                    license_arn: l.clone(),
-                    customer_aws_account_id: ACCOUNT_A.to_string(),
-                    product_code: PRODUCT.to_string(),
-                    fields: BTreeMap::new(),
-                },
-                now,
-            )
-            .await
-            .unwrap();
+        register(&profiles, l, now).await;
     }
     world.deprovisioning(&ours, ACCOUNT_A, "2026-11-30T11:00:00Z");
     world.deprovisioning(&unregistered, ACCOUNT_A, "2026-11-30T11:00:00Z");
@@ -434,12 +452,7 @@ async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends(
     other.deprovisioning_expiry = Some(t("2026-11-30T11:00:00Z"));
     other.product_code = Some("anotherproduct".to_string());
     world.subscribers.insert(other, now);
-    let mut settings = world.discover_settings();
-    settings.profile_retention = Some(Duration::days(30));
-    let ports = DiscoverPorts {
-        profiles: Some(Arc::new(profiles.clone())),
-        ..world.discover_ports()
-    };
+    let (settings, ports) = retaining_profiles(&world, &profiles);
 
     // WHEN the discoverer runs twice
     let first = discover(now, &settings, &ports, Budget::UNLIMITED)
@@ -475,36 +488,19 @@ async fn a_deprovisioned_buyers_profile_expires_retention_after_the_window_ends(
 #[tokio::test]
 async fn a_profile_expiry_that_cannot_be_written_is_counted_and_retried_next_run() {
     use crate::memory::MemoryProfileStore;
-    use crate::model::CustomerProfile;
     // GIVEN a registered buyer's license deprovisioning, a 30-day retention, and a
     // profile table that refuses the first expiry write
     let now = t(NOW);
     let world = World::new(now);
     let profiles = MemoryProfileStore::new();
     let ours = license(1);
-    profiles
-        .upsert(
-            &CustomerProfile {
-                license_arn: ours.clone(),
-                customer_aws_account_id: ACCOUNT_A.to_string(),
-                product_code: PRODUCT.to_string(),
-                fields: BTreeMap::new(),
-            },
-            now,
-        )
-        .await
-        .unwrap();
+    register(&profiles, &ours, now).await;
     world.deprovisioning(&ours, ACCOUNT_A, "2026-11-30T11:00:00Z");
     profiles.fail_next_expire(PortError::Failed {
         operation: "UpdateItem",
         message: "AccessDeniedException".into(),
     });
-    let mut settings = world.discover_settings();
-    settings.profile_retention = Some(Duration::days(30));
-    let ports = DiscoverPorts {
-        profiles: Some(Arc::new(profiles.clone())),
-        ..world.discover_ports()
-    };
+    let (settings, ports) = retaining_profiles(&world, &profiles);
 
     // WHEN the discoverer runs, then runs again
     let first = discover(now, &settings, &ports, Budget::UNLIMITED)
