@@ -1204,7 +1204,9 @@ upload_page() {
   acl=$(stack_output "$stack" "$region" RegisterChallengeWebAcl)
   if [ -n "$acl" ] && [ "$acl" != none ] && [ "$acl" != None ]; then
     say "+ aws wafv2 get-web-acl --name ${acl%%|*} (the challenge's integration SDK URL)"
-    waf_url=$(aws_query wafv2 get-web-acl --scope REGIONAL --region "$region"       --name "${acl%%|*}" --id "$(printf '%s' "$acl" | cut -d'|' -f2)"       --query ApplicationIntegrationURL --output text) ||
+    waf_url=$(aws_query wafv2 get-web-acl --scope REGIONAL --region "$region" \
+      --name "${acl%%|*}" --id "$(printf '%s' "$acl" | cut -d'|' -f2)" \
+      --query ApplicationIntegrationURL --output text) ||
       die 3 "cannot read WebACL ${acl%%|*} in $region, whose integration SDK the page needs for WafRegisterChallenge:" "$(aws_error)" \
         "Grant wafv2:GetWebACL on it, or deploy with --parameter WafRegisterChallenge=disabled."
     case "$waf_url" in

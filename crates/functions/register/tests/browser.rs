@@ -194,9 +194,8 @@ async fn registration_page_in_headless_chromium() {
             },
         ))
     };
-    // One origin, as the page's distribution serves it: the shipped web/ (its config.js
-    // unchanged: its registerEndpoint is the relative "register") and the two API routes.
-    // ... with the Content-Security-Policy the distribution adds in AWS.
+    // The Content-Security-Policy the distribution adds in AWS, without and with the
+    // challenge.
     let csp = [false, true]
         .map(|challenge| axum::http::HeaderValue::from_str(&page_csp(&root, challenge)).unwrap());
     let csp_waf = waf.clone();
@@ -217,6 +216,8 @@ async fn registration_page_in_headless_chromium() {
             }
         }
     };
+    // One origin, as the page's distribution serves it: the shipped web/ (its config.js
+    // unchanged: its registerEndpoint is the relative "register") and the two API routes.
     let site = page_origin(&web, api)
         .route("/config.json", get(deployed))
         .route(
