@@ -456,7 +456,7 @@ def main() -> int:
     distribution = "\n".join(main_t.resources.get("PageDistribution", []))
     check("ResponseHeadersPolicyId: !Ref PageResponseHeadersPolicy" in distribution, "page distribution serves the policy's headers")
     csp_line = scalar(section(policy, "ContentSecurityPolicy", 10) or [], "ContentSecurityPolicy", 12) or ""
-    # !Sub ["<policy>", {Sdk: !If [ChallengeRegister, " https://*.sdk.awswaf.com", ""]}]:
+    # !Sub ["<policy>", {Sdk: !If [ChallengeRegister, " https://*.awswaf.com", ""]}]:
     # the checks below read the policy without the challenge; the challenge's own after.
     sdk = " https://*.awswaf.com"
     csp_form = re.fullmatch(r'!Sub \["(.*)", \{Sdk: !If \[ChallengeRegister, "(.*)", ""\]\}\]', csp_line)

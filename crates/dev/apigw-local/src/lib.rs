@@ -286,9 +286,9 @@ pub async fn serve(router: Router, addr: SocketAddr) -> std::io::Result<LocalSer
     serve_on(TcpListener::bind(addr).await?, router)
 }
 
-/// Serves `router` on an already bound `listener`: bind first when two servers must
-/// know each other's address before either serves (the page's `config.js` names the
-/// API; the API's CORS origin names the page).
+/// Serves `router` on an already bound `listener`: bind first when an address must be
+/// known before anything serves on it (the register function's page URL and allowed
+/// origin name the page's own origin).
 pub fn serve_on(listener: TcpListener, router: Router) -> std::io::Result<LocalServer> {
     let addr = listener.local_addr()?;
     let service = router.into_make_service_with_connect_info::<SocketAddr>();

@@ -166,7 +166,7 @@ impl LocalFunction for Local {
 
 /// Builds every function of `stacks` whose condition holds, its clients on `sdk`, its
 /// metrics appended to `metrics_log`. `overrides` replace template values that only
-/// make sense in AWS (the page URL and CORS origin). `clock` is the stack's one clock:
+/// make sense in AWS (the page URL and its origin). `clock` is the stack's one clock:
 /// every handler reads it (their `SystemClock` replaced), as the deadlines do.
 pub fn wire_functions(
     stacks: &[&LocalStack],
