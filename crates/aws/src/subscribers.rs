@@ -281,16 +281,6 @@ pub struct DynamoProfileStore {
     table: String,
 }
 
-/// Attribute names a form field can never take.
-const PROFILE_FIXED_ATTRS: &[&str] = &[
-    attr::LICENSE_ARN,
-    attr::CUSTOMER_ACCOUNT,
-    attr::PRODUCT_CODE,
-    attr::CREATED_AT,
-    attr::UPDATED_AT,
-    attr::EXPIRES_AT,
-];
-
 impl DynamoProfileStore {
     /// A store on `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
@@ -318,11 +308,9 @@ impl ProfileStore for DynamoProfileStore {
         profile: &CustomerProfile,
         now: Instant,
     ) -> Result<ProfileWrite, PortError> {
-        if let Some(name) = profile
-            .fields
-            .keys()
-            .find(|name| name.is_empty() || PROFILE_FIXED_ATTRS.contains(&name.as_str()))
-        {
+        if let Some(name) = profile.fields.keys().find(|name| {
+            name.is_empty() || awsmp_core::model::PROFILE_FIXED_ATTRS.contains(&name.as_str())
+        }) {
             return Err(failed(
                 "upsert profile",
                 format!(

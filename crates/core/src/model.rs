@@ -650,6 +650,17 @@ impl Subscriber {
     }
 }
 
+/// The attributes of a customer-profile row that are not the registration form's
+/// fields: its keys, stamps and TTL. A form field can never take one of these names.
+pub const PROFILE_FIXED_ATTRS: &[&str] = &[
+    attr::LICENSE_ARN,
+    attr::CUSTOMER_ACCOUNT,
+    attr::PRODUCT_CODE,
+    attr::CREATED_AT,
+    attr::UPDATED_AT,
+    attr::EXPIRES_AT,
+];
+
 /// The allowlisted registration fields of one buyer, stored in-Region only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

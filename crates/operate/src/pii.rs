@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::Duration;
 use serde::Serialize;
 
-use awsmp_core::model::{Attr, attr};
+use awsmp_core::model::{Attr, PROFILE_FIXED_ATTRS, attr};
 use awsmp_core::time::Instant;
 
 use crate::ports::{ProfileError, ProfileKey, ProfileTable};
@@ -68,17 +68,7 @@ impl ProfileView {
             }),
             fields: row
                 .iter()
-                .filter(|(name, _)| {
-                    ![
-                        attr::LICENSE_ARN,
-                        attr::CUSTOMER_ACCOUNT,
-                        attr::PRODUCT_CODE,
-                        attr::CREATED_AT,
-                        attr::UPDATED_AT,
-                        attr::EXPIRES_AT,
-                    ]
-                    .contains(&name.as_str())
-                })
+                .filter(|(name, _)| !PROFILE_FIXED_ATTRS.contains(&name.as_str()))
                 .map(|(name, value)| (name.clone(), attr_text(value)))
                 .collect(),
         }
