@@ -61,7 +61,7 @@ Commands:
   main     the main stack (usage pipeline, submitter, registration API and page) in each
            metering Region; needs the events stack of the same stage
   all      events, then main
-  --local  run the whole system on this machine (cargo run -p awsmp-cli -- local up);
+  --local  run the whole system on this machine (cargo run -p awsmp-cli --features local -- local up);
            everything after --local is passed to `awsmp local up` (e.g. --serve)
 
 Options:
@@ -122,7 +122,7 @@ if [ "${1:-}" = "--local" ]; then
       "Install Rust (https://rustup.rs); rust-toolchain.toml picks the version."
   # The debug profile, as `make test` builds: one compile serves both, and the release
   # profile's full LTO is for the Lambda artifacts (sam build), not for this machine.
-  exec cargo run -p awsmp-cli --bin awsmp -- local up "$@"
+  exec cargo run -p awsmp-cli --features local --bin awsmp -- local up "$@"
 fi
 
 # ------------------------------------------------------------------ arguments

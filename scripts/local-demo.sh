@@ -9,7 +9,7 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
 # make test runs the Node.js usage API client too, and fails without Node.js.
-if AWSMP_DEMO_NODE_CLIENT=require cargo run -q -p awsmp-cli --bin awsmp -- local up 2>&1 | tee "$log"; then
+if AWSMP_DEMO_NODE_CLIENT=require cargo run -q -p awsmp-cli --features local --bin awsmp -- local up 2>&1 | tee "$log"; then
   status=0
 else
   status=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the SAM templates' wiring against ARCHITECTURE.md, with the standard library only.
+"""Checks the SAM templates' wiring against the environment contract (crates/lambda/src/vars.rs) and the design (docs/design.md), with the standard library only.
 
 The templates are CloudFormation YAML with short-form tags (!Ref, !Sub, ...), which the
 standard library cannot parse, so this reads them by indentation: a resource is the block
@@ -101,12 +101,13 @@ class Template:
 
 
 def architecture_env_table() -> dict[str, set[str]]:
-    """binary -> the environment variables ARCHITECTURE.md says it reads."""
-    text = (ROOT / "ARCHITECTURE.md").read_text()
-    part = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    """binary -> the environment variables the contract table (the module documentation
+    of crates/lambda/src/vars.rs) says it reads."""
+    text = (ROOT / "crates/lambda/src/vars.rs").read_text()
+    part = text.split("## Environment variables", 1)[1].split("\n\nuse ", 1)[0]
     readers: dict[str, set[str]] = {}
     for line in part.splitlines():
-        m = re.match(r"^\|\s*`([A-Z0-9_]+)`\s*\|\s*([^|]+)\|", line)
+        m = re.match(r"^//! \|\s*`([A-Z0-9_]+)`\s*\|\s*([^|]+)\|", line)
         if not m:
             continue
         for reader in m.group(2).split(","):
@@ -119,9 +120,9 @@ def main() -> int:
     main_t = Template(ROOT / "template-main.yaml")
     templates = [events, main_t]
 
-    # ---- every function reads exactly the variables ARCHITECTURE.md lists for it
+    # ---- every function reads exactly the variables the environment contract (crates/lambda/src/vars.rs) lists for it
     expected = architecture_env_table()
-    check(len(expected) == 9, "ARCHITECTURE.md lists readers for the nine functions", f"found {sorted(expected)}")
+    check(len(expected) == 9, "the environment contract lists readers for the nine functions", f"found {sorted(expected)}")
     seen: dict[str, str] = {}
     for t in templates:
         global_fn = section(section(t.lines, "Globals", 0) or [], "Function", 2) or []
@@ -162,7 +163,7 @@ def main() -> int:
             check(log_format == "JSON", f"{where}: LoggingConfig.LogFormat JSON", f"got {log_format}")
             check(scalar(logging, "LogGroup", 8) is not None, f"{where}: logs to its own log group (retention, KMS)")
             check(scalar(props, "Role", 6) is not None, f"{where}: has its own least-privilege role")
-    check(set(seen) == set(expected), "every function in ARCHITECTURE.md is deployed", f"deployed {sorted(seen)}")
+    check(set(seen) == set(expected), "every function in the environment contract is deployed", f"deployed {sorted(seen)}")
 
     # ---- event sources
     def function_by_binary(binary: str) -> list[str]:

@@ -9,7 +9,7 @@
 # `sam deploy --config-env ENV` needs by hand; scripts/check-prereqs.sh runs on a PATH
 # of stand-ins (a machine lacking one tool at a time), and scripts/ensure-venv.sh
 # repairs a real venv left without pip. Then tests/deploy/check_templates.py checks
-# the templates against ARCHITECTURE.md, and tests/deploy/check_deployer_policy.py the
+# the templates against the environment contract and docs/design.md, and tests/deploy/check_deployer_policy.py the
 # deployer policy and CloudFormation service role against the templates (docs/deployer.md).
 #
 #   bash tests/deploy/run.sh        exits non-zero on any failure; ends with "N passed, M failed"
@@ -1130,7 +1130,7 @@ expect_exit 0
 expect_call "check-prereqs --for local"
 expect_order "check-prereqs" "cargo run"
 # The debug build make test uses, not the Lambda artifacts' release profile (full LTO).
-expect_call "cargo run -p awsmp-cli --bin awsmp -- local up --serve"
+expect_call "cargo run -p awsmp-cli --features local --bin awsmp -- local up --serve"
 expect_not_in_call "cargo run" "--release"
 expect_no_call "aws "
 expect_no_call "sam "
@@ -1309,7 +1309,7 @@ expect_err "exists but is not a Python venv"
 end
 
 # ------------------------------------------------------------------ templates
-begin "templates match ARCHITECTURE.md (environment, wiring, tables, IAM, alarms)"
+begin "templates match the environment contract and docs/design.md (environment, wiring, tables, IAM, alarms)"
 RC=0
 if command -v python3 >/dev/null 2>&1; then
   python3 "$HERE/check_templates.py" "$ROOT" >"$WORK/out" 2>"$WORK/err" || RC=$?
@@ -1351,7 +1351,7 @@ else
 fi
 end
 
-begin "crate boundaries: the seller's awsmp-usage links no Lambda runtime, SQS or Metering SDK; no Lambda links the operator's code"
+begin "crate boundaries: the seller's awsmp-usage links no Lambda runtime, SQS or Metering SDK; no Lambda links the operator's code; the operator tool links no Lambda or dev crate"
 if command -v cargo >/dev/null 2>&1; then
   # awsmp-usage writes one row: core and the DynamoDB adapter (awsmp-aws without its
   # sqs and metering features), never the Lambda skeleton (awsmp-lambda).
@@ -1371,6 +1371,17 @@ if command -v cargo >/dev/null 2>&1; then
   expect_no_out 'awsmp-operate'
   expect_no_out 'csv v'
   expect_no_out 'schemars'
+  # The operator tool a seller installs: no function crate, no emulator, simulator or
+  # local stack (`awsmp local up` is behind the `local` feature).
+  (cd "$ROOT" && cargo tree -p awsmp-cli -e normal --prefix none) >"$WORK/out" 2>"$WORK/err" ||
+    fail "cargo tree failed: $(head -3 "$WORK/err")"
+  expect_out 'awsmp-operate'
+  for crate in awsmp-local-stack awsmp-local-aws awsmp-marketplace-sim awsmp-apigw-local \
+    awsmp-subscription awsmp-register awsmp-usage-api awsmp-discoverer awsmp-aggregator \
+    awsmp-cleanup awsmp-submitter awsmp-deprovision-cleanup awsmp-outcome-events \
+    awsmp-lambda lambda_runtime; do
+    expect_no_out "$crate v"
+  done
 else
   fail "cargo is needed for this check"
 fi

@@ -1,8 +1,8 @@
-//! ARCHITECTURE.md stays true: every crate of the workspace is in its crate table, no
-//! import runs back up (its "The flow" rules, read from each Cargo.toml), every
-//! file it names exists, and every function its tables name (`Type::method` or a
-//! `snake_case` name) is still defined in the workspace's sources. A rename, a move or
-//! a deletion that forgets the map fails here.
+//! The maps stay true: every crate of the workspace is in ARCHITECTURE.md's code map and
+//! in README's Layout, no import runs back up (read from each Cargo.toml), and every file
+//! ARCHITECTURE.md, README's Layout and docs/design.md name exists, and every function
+//! they name (`Type::method` or a `snake_case` name) is still defined in the workspace's
+//! sources. A rename, a move or a deletion that forgets a map fails here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,45 @@ fn root() -> PathBuf {
 }
 
 fn architecture() -> String {
-    std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap()
+    read("ARCHITECTURE.md")
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap()
+}
+
+/// README's Layout: the fenced block under its `## Layout` heading.
+fn readme_layout() -> String {
+    let readme = read("README.md");
+    let section = readme
+        .split("\n## Layout")
+        .nth(1)
+        .expect("README.md has a Layout section");
+    section
+        .split("```")
+        .nth(1)
+        .expect("README.md's Layout is a fenced block")
+        .to_string()
+}
+
+/// Every crate folder of the workspace, relative to `crates/`.
+fn workspace_crates() -> Vec<String> {
+    let mut names = Vec::new();
+    for folder in ["crates", "crates/functions", "crates/dev"] {
+        for entry in std::fs::read_dir(root().join(folder)).unwrap() {
+            let dir = entry.unwrap().path();
+            if dir.join("Cargo.toml").exists() {
+                names.push(
+                    dir.strip_prefix(root().join("crates"))
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    names.sort();
+    names
 }
 
 /// The backticked spans of a line.
@@ -60,104 +98,154 @@ fn sources(dir: &Path, out: &mut Vec<String>) {
     }
 }
 
+/// Whether the sources still have `name`: a function, a module, a field, a crate of
+/// ours (`awsmp_core`), or a stored name (an attribute or index, as a string literal).
 fn defined(all: &[String], name: &str) -> bool {
-    let (call, generic) = (format!("fn {name}("), format!("fn {name}<"));
-    all.iter()
-        .any(|text| text.contains(&call) || text.contains(&generic))
+    let forms = [
+        format!("fn {name}("),
+        format!("fn {name}<"),
+        format!("mod {name};"),
+        format!("mod {name} {{"),
+        format!("pub {name}:"),
+        format!("pub(crate) {name}:"),
+        format!("\"{name}\""),
+    ];
+    let ours = name
+        .strip_prefix("awsmp_")
+        .is_some_and(|rest| crates_named().iter().any(|c| c.replace('-', "_") == rest));
+    ours || all
+        .iter()
+        .any(|text| forms.iter().any(|form| text.contains(form.as_str())))
+}
+
+/// The short names of the workspace's crates (`core`, `usage-api`, ...).
+fn crates_named() -> Vec<String> {
+    workspace_crates()
+        .iter()
+        .map(|name| name.rsplit('/').next().unwrap_or(name).to_string())
+        .collect()
 }
 
 #[test]
-fn every_crate_is_in_the_crate_table() {
+fn every_crate_is_in_the_code_map() {
     let map = architecture();
-    let table: Vec<&str> = map
+    // A crate is named by its path in a code-map heading or a table row, or, for a
+    // folder of crates, the folder's heading names each crate by its name.
+    let entries: Vec<&str> = map
         .lines()
-        .filter(|l| l.starts_with("| `crates/"))
+        .filter(|l| l.starts_with("### `crates/") || l.starts_with("| `crates/"))
         .collect();
-    assert!(!table.is_empty(), "ARCHITECTURE.md has no crate table");
-    let mut missing = Vec::new();
-    let mut dirs = Vec::new();
-    for folder in ["crates", "crates/functions", "crates/dev"] {
-        for entry in std::fs::read_dir(root().join(folder)).unwrap() {
-            dirs.push(entry.unwrap().path());
-        }
-    }
-    for dir in dirs {
-        if !dir.join("Cargo.toml").exists() {
-            continue;
-        }
-        let name = dir
-            .strip_prefix(root().join("crates"))
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        // A row names a crate by its path, or, for a folder of crates, the folder
-        // and then each crate by its name.
-        let short = name.rsplit('/').next().unwrap_or(&name);
-        let listed = table.iter().any(|row| {
-            code_spans(row)
-                .iter()
-                .any(|s| *s == format!("crates/{name}") || *s == short)
-        });
-        if !listed {
-            missing.push(name);
-        }
-    }
+    assert!(!entries.is_empty(), "ARCHITECTURE.md has no code map");
+    let missing: Vec<String> = workspace_crates()
+        .into_iter()
+        .filter(|name| {
+            let short = name.rsplit('/').next().unwrap_or(name);
+            !entries.iter().any(|entry| {
+                code_spans(entry)
+                    .iter()
+                    .any(|s| *s == format!("crates/{name}") || *s == short)
+            })
+        })
+        .collect();
     assert!(
         missing.is_empty(),
-        "crates missing from ARCHITECTURE.md's crate table: {missing:?}"
+        "crates missing from ARCHITECTURE.md's code map: {missing:?}"
     );
 }
 
 #[test]
-fn every_path_and_function_the_map_names_exists() {
-    let map = architecture();
-    let mut all = Vec::new();
-    sources(&root().join("crates"), &mut all);
+fn every_crate_is_in_the_readme_layout() {
+    let layout = readme_layout();
+    let words: Vec<&str> = layout
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .collect();
+    let missing: Vec<String> = workspace_crates()
+        .into_iter()
+        .filter(|name| {
+            let short = name.rsplit('/').next().unwrap_or(name);
+            let folder = format!("crates/{name}");
+            let parent = format!("{}/", folder.rsplit_once('/').unwrap().0);
+            // Named by its path, or by its name under its folder's line.
+            !words.contains(&folder.as_str())
+                && !(words.contains(&parent.as_str()) && words.contains(&short))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "crates missing from README.md's Layout: {missing:?}"
+    );
+    for path in words.iter().filter(|w| w.starts_with("crates/") || **w == "tests/") {
+        assert!(
+            root().join(path.trim_end_matches('/')).exists(),
+            "README.md's Layout names {path}, which does not exist"
+        );
+    }
+}
+
+/// The problems of one document: files it names that do not exist, and functions it
+/// names that no source defines (outside fenced blocks); and how many it checked.
+fn problems_of(name: &str, text: &str, all: &[String]) -> (Vec<String>, usize) {
     let mut problems = Vec::new();
     let mut checked = 0;
-    for (number, line) in map.lines().enumerate() {
-        let spans = code_spans(line);
-        let files: Vec<PathBuf> = spans
-            .iter()
-            .filter(|s| is_path(s))
-            .map(|s| root().join(s.trim_end_matches('/')))
-            .collect();
-        for file in &files {
-            if !file.exists() {
-                problems.push(format!(
-                    "line {}: {} does not exist",
-                    number + 1,
-                    file.display()
-                ));
-            }
-        }
-        // Functions are checked on the table rows that name source files.
-        if !line.starts_with('|')
-            || !files
-                .iter()
-                .any(|f| f.extension().is_some_and(|e| e == "rs"))
-        {
+    let mut fenced = false;
+    for (number, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
             continue;
         }
-        for name in spans.iter().filter_map(|s| function_name(s)) {
+        if fenced {
+            continue;
+        }
+        let spans = code_spans(line);
+        for file in spans.iter().filter(|s| is_path(s)) {
+            if !root().join(file.trim_end_matches('/')).exists() {
+                problems.push(format!("{name}:{}: {file} does not exist", number + 1));
+            }
+        }
+        for function in spans.iter().filter_map(|s| function_name(s)) {
             checked += 1;
-            if !defined(&all, name) {
+            if !defined(all, function) {
                 problems.push(format!(
-                    "line {}: no function `{name}` in crates/",
+                    "{name}:{}: no function `{function}` in crates/",
                     number + 1
                 ));
             }
         }
     }
-    assert!(
-        checked > 20,
-        "only {checked} functions checked: the map's shape changed?"
-    );
+    (problems, checked)
+}
+
+#[test]
+fn every_path_and_function_the_maps_name_exists() {
+    let mut all = Vec::new();
+    sources(&root().join("crates"), &mut all);
+    let mut problems = Vec::new();
+    for (name, least) in [("ARCHITECTURE.md", 20), ("docs/design.md", 20)] {
+        let (found, checked) = problems_of(name, &read(name), &all);
+        assert!(
+            checked > least,
+            "only {checked} functions checked in {name}: its shape changed?"
+        );
+        problems.extend(found);
+    }
     assert!(
         problems.is_empty(),
-        "ARCHITECTURE.md is out of date:\n{}",
+        "the maps are out of date:\n{}",
         problems.join("\n")
     );
+}
+
+#[test]
+fn nothing_points_outside_the_repository() {
+    let mut problems = Vec::new();
+    for name in ["ARCHITECTURE.md", "README.md", "docs/design.md"] {
+        for (number, line) in read(name).lines().enumerate() {
+            if line.contains("shared/design") || line.contains("shared/reference") || line.contains("../shared") {
+                problems.push(format!("{name}:{}: {line}", number + 1));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "documents point outside the repository:\n{}", problems.join("\n"));
 }
 
 /// The `awsmp-*` crates a member's `[dependencies]` name (dev-dependencies aside).

@@ -22,7 +22,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import schemathesis
   exit 1
 fi
 if [[ -z "${AWSMP_BIN:-}" ]]; then
-  cargo build -q -p awsmp-cli --bin awsmp
+  cargo build -q -p awsmp-cli --features local --bin awsmp
   AWSMP_BIN=$root/target/debug/awsmp
 fi
 

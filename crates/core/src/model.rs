@@ -465,7 +465,7 @@ pub struct AggregatedRecord {
     #[serde(default)]
     pub claim_id: Option<String>,
     /// The quantity a send may already have billed; once set, no more folds and every
-    /// re-send carries exactly this quantity (ARCHITECTURE.md: aggregation commit).
+    /// re-send carries exactly this quantity (docs/design.md: aggregation commit).
     #[serde(default)]
     pub sent_quantity: Option<i64>,
     /// `possiblyBilled` as stored: whether a call of ours may have billed the record

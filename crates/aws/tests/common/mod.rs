@@ -34,7 +34,7 @@ pub fn group(dimension: &str, h: &str) -> GroupKey {
     }
 }
 
-/// moto with all four tables (ARCHITECTURE.md's definitions).
+/// moto with all four tables (docs/design.md's definitions).
 pub async fn moto_with_tables() -> (MotoServer, aws_sdk_dynamodb::Client) {
     let moto = MotoServer::start().await.unwrap();
     let db = moto.dynamodb();

@@ -1,8 +1,12 @@
 //! `awsmp local up`: starts the local stack (`awsmp-local-stack`), runs its scripted
-//! lifecycle, shows what the operator sees, and with `--serve` keeps it running.
+//! lifecycle, shows what the operator sees, and with `--serve` keeps it running. Only in
+//! a binary built with the `local` feature (`./deploy.sh --local` builds one), so the
+//! operator tool a seller installs links no Lambda, emulator or simulator.
 
+#[cfg(feature = "local")]
 use std::path::Path;
 
+#[cfg(feature = "local")]
 use awsmp_local_stack::{LocalError, demo, demo_start, ensure_venv, resources, system};
 
 use crate::error::CommandError;
@@ -30,6 +34,7 @@ pub enum Command {
 
 impl Command {
     /// Runs `awsmp local up` (it prints as it goes: nothing is left to print after).
+    #[cfg(feature = "local")]
     pub async fn run(self) -> Result<Vec<Outcome>, CommandError> {
         let Command::Up { serve, speed, root } = self;
         up(root.as_deref(), serve, speed)
@@ -37,8 +42,19 @@ impl Command {
             .map(|()| Vec::new())
             .map_err(|e| CommandError::Io(e.to_string()))
     }
+
+    /// Without the `local` feature: says how to get a binary that runs the local stack.
+    #[cfg(not(feature = "local"))]
+    #[allow(clippy::unused_async)]
+    pub async fn run(self) -> Result<Vec<Outcome>, CommandError> {
+        Err(CommandError::Usage(NOT_BUILT_IN.into()))
+    }
 }
 
+/// What `awsmp local` answers in an operator build, which leaves the local stack out.
+pub const NOT_BUILT_IN: &str = "this awsmp was built without the local stack: run ./deploy.sh --local from the repository, or install a binary that has it with `cargo install --path crates/cli --features local`";
+
+#[cfg(feature = "local")]
 /// `awsmp local up`: starts everything, runs the scripted lifecycle, prints the
 /// summary; with `serve`, keeps running on a virtual clock at `speed` until Ctrl-C.
 pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), LocalError> {
@@ -88,6 +104,7 @@ pub fn clock_note(now: awsmp_core::time::Instant, speed: u32) -> String {
     }
 }
 
+#[cfg(feature = "local")]
 fn print_endpoints(system: &system::LocalSystem) {
     let usage = system.table("UsageTable").unwrap_or("-");
     println!("register URL:     {}/register", system.page.url());
@@ -108,6 +125,7 @@ fn print_endpoints(system: &system::LocalSystem) {
     );
 }
 
+#[cfg(feature = "local")]
 /// `awsmp status` as it sees the local stack: found through the stacks' outputs, as a
 /// real deployment is.
 async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalError> {
@@ -156,6 +174,7 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
     ))
 }
 
+#[cfg(feature = "local")]
 /// The operator commands to try against the running local stack.
 fn print_commands(system: &system::LocalSystem) {
     let env = format!(
@@ -196,6 +215,7 @@ fn print_commands(system: &system::LocalSystem) {
     }
 }
 
+#[cfg(feature = "local")]
 /// A `curl` line that posts one usage event to the usage API at `url`, signed with the
 /// local stack's credentials (`test`/`test`).
 pub fn curl_command(url: &str, region: &str, now: awsmp_core::time::Instant) -> String {

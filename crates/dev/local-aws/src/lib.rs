@@ -1,6 +1,6 @@
 //! awsmp-local-aws: the local AWS our tests and `awsmp local up` run against.
 //! Starts moto (DynamoDB + SQS) from the project venv on a free loopback port,
-//! creates the project's tables (from the templates or from ARCHITECTURE.md's
+//! creates the project's tables (from the templates or from docs/design.md's
 //! definitions) and queues, and hands out SDK configs pointing at it; embeds the
 //! Marketplace Metering simulator ([`SimServer`]); reads the SAM templates
 //! ([`StackTemplate`]) and builds the events AWS sends. See this crate's README for

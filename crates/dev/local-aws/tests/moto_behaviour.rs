@@ -1,6 +1,6 @@
 //! Checks that moto behaves like DynamoDB and SQS on every feature our adapters rely
 //! on (results are noted in this crate's README), and that the tooling itself works:
-//! start/stop, the missing-venv message, tables from ARCHITECTURE.md and templates.
+//! start/stop, the missing-venv message, tables from docs/design.md and templates.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -110,7 +110,7 @@ async fn template_tables_match_the_fixed_definitions_and_create_on_moto() {
             let shape = table.spec.renamed("x");
             assert!(
                 fixed.iter().any(|(_, spec)| *spec == shape),
-                "{} {}: {:?} matches none of ARCHITECTURE.md's tables",
+                "{} {}: {:?} matches none of docs/design.md's tables",
                 path.display(),
                 table.logical_id,
                 table.spec

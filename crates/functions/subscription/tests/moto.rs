@@ -23,7 +23,7 @@ use events::*;
 
 const TABLE: &str = "awsmp-subscribers-test";
 
-/// Every attribute the subscribers table may ever hold (ARCHITECTURE.md, "Tables").
+/// Every attribute the subscribers table may ever hold (docs/design.md, "Tables").
 const ALLOWED: &[&str] = &[
     "licenseArn",
     "customerAWSAccountId",
