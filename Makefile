@@ -1,7 +1,8 @@
 # awsmp-metering: one entry point for every check. `make test` is what CI runs
 # (.ci/run); each stage is its own target so a person can run just one.
 #
-#   make prereqs      says what this machine lacks for `make test` and how to get it
+#   make prereqs      installs what this machine lacks for `make test` where it can, and
+#                     says what is still missing and how to get it
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
 #   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
 #   make requirements-lock  regenerates requirements-dev.txt (hashed pins) from requirements-dev.in
@@ -23,6 +24,8 @@ VENV ?= $(ROOT)/.venv
 SAM_VENV ?= $(ROOT)/.venv-sam
 # crates/dev/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
+# Where `make prereqs` puts rustup when it installs it, for the stages after it.
+export PATH := $(PATH):$(HOME)/.cargo/bin
 
 .PHONY: test prereqs unused-deps deny venv requirements-lock sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
         browser-test report-test local-demo usage-api-test fuzz fuzz-cmin bench
@@ -31,8 +34,10 @@ test: prereqs unused-deps deny venv unit-and-integration simulation lint-templat
       usage-api-test
 	@echo "make test: all stages finished"
 
+# Installs what is missing when it can (apt-get as root or with sudo, rustup and the
+# pinned toolchain), saying each command, then checks again.
 prereqs:
-	@bash scripts/check-prereqs.sh --for test
+	@bash scripts/check-prereqs.sh --for test --install
 
 # Every dependency a Cargo.toml declares is used (cargo-shear reads each crate's sources,
 # its dev-dependencies and the [workspace.dependencies] no member uses). Installed at a

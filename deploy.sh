@@ -114,9 +114,11 @@ matches() { printf '%s' "$1" | grep -Eq "$2"; }
 if [ "${1:-}" = "--local" ]; then
   shift
   cd "$ROOT"
-  # Rust (the pinned toolchain), a linker, Python with venv: everything missing is
-  # listed with its install command, before any build starts.
-  bash "$ROOT/scripts/check-prereqs.sh" --for local || exit $?
+  # Rust (the pinned toolchain), a linker, Python with venv: what is missing is
+  # installed where it can be (apt-get as root or with sudo, rustup), each command said
+  # first; anything left is listed with its install command, before any build starts.
+  bash "$ROOT/scripts/check-prereqs.sh" --for local --install || exit $?
+  export PATH="$PATH:$HOME/.cargo/bin"
   command -v cargo >/dev/null 2>&1 ||
     die 3 "cargo is not on PATH; the local stack is built from this workspace." \
       "Install Rust (https://rustup.rs); rust-toolchain.toml picks the version."

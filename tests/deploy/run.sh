@@ -1273,6 +1273,44 @@ prereqs --for local
 expect_exit 0
 end
 
+begin "prerequisites: --install installs what apt-get and rustup can, says each command, then checks again"
+prq_machine
+rm "$WORK/prq/cc" "$WORK/prq/make" "$WORK/prq/node"
+# apt-get and rustup as stand-ins that log their calls and "install" what they are asked
+# for (a copy of an executable stand-in: the stand-ins' PATH has cp, not chmod).
+printf '#!/bin/bash\necho 20\n' >"$WORK/prq-installed"
+chmod +x "$WORK/prq-installed"
+prq_tool apt-get "printf 'apt-get %s\n' \"\$*\" >>'$LOG'; for p in \"\$@\"; do case \$p in build-essential) n=cc ;; nodejs) n=node ;; -*|install|update) continue ;; *) n=\$p ;; esac; cp '$WORK/prq-installed' '$WORK/prq/'\$n; done"
+prereqs --install
+expect_exit 0
+expect_err "check-prereqs: installing: apt-get install -y build-essential make nodejs npm"
+expect_err "check-prereqs: checking again"
+expect_call "apt-get install -y -qq build-essential make nodejs npm"
+expect_out "check-prereqs: everything make test needs is here"
+# The pinned toolchain through rustup.
+prq_machine
+prq_tool rustup "printf 'rustup %s\n' \"\$*\" >>'$LOG'; if [ -f '$WORK/prq/.installed' ] || [ \"\$1\" = toolchain -a \"\$2\" = install ]; then : >'$WORK/prq/.installed'; echo '$PINNED-x86_64-unknown-linux-gnu'; else echo stable-x86_64-unknown-linux-gnu; fi"
+prereqs --for local --install
+expect_exit 0
+expect_call "rustup toolchain install $PINNED --profile minimal --component rustfmt,clippy"
+expect_out "everything ./deploy.sh --local needs is here"
+# Not root and no sudo: nothing is run, the list says what to do.
+prq_machine
+rm "$WORK/prq/make"
+prq_tool id "echo 1000"
+prereqs --install
+expect_exit 3
+expect_err "apt-get needs root, and you are not root and there is no sudo"
+expect_err "get it:     as root: apt-get install -y make"
+expect_no_call "apt-get install"
+# Without --install, nothing is installed.
+prq_machine
+rm "$WORK/prq/make"
+prereqs
+expect_exit 3
+expect_no_call "apt-get"
+end
+
 # ------------------------------------------------------------------ the venv
 begin "ensure-venv rebuilds a venv left without pip, and cleans up after a failed python3 -m venv"
 : >"$LOG"
