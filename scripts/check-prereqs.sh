@@ -144,11 +144,11 @@ if [ "$purpose" = test ]; then
 fi
 
 # `make test` is the second of the two commands: the first installs make with the rest.
-if [ "$purpose" = local ] && [ "$install" = 1 ] && [ -n "$apt_packages" ] && ! have make; then
+if [ "$purpose" = local ] && [ "$install" = 1 ] && ! have make && have apt-get && [ "$as_root" != "as root: " ]; then
   apt_fix make
 fi
 
-if [ "$missing" -gt 0 ] && [ "$install" = 1 ]; then
+if [ "$install" = 1 ] && { [ "$missing" -gt 0 ] || [ -n "$apt_packages" ]; }; then
   installed=0
   if [ -n "$apt_packages" ]; then
     if ! have apt-get; then

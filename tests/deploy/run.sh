@@ -1294,6 +1294,13 @@ prereqs --for local --install
 expect_exit 0
 expect_call "rustup toolchain install $PINNED --profile minimal --component rustfmt,clippy"
 expect_out "everything ./deploy.sh --local needs is here"
+# ./deploy.sh --local installs make too, for make test after it.
+prq_machine
+rm "$WORK/prq/make"
+prq_tool apt-get "printf 'apt-get %s\n' \"\$*\" >>'$LOG'; for p in \"\$@\"; do case \$p in -*|install|update) continue ;; esac; cp '$WORK/prq-installed' '$WORK/prq/'\$p; done"
+prereqs --for local --install
+expect_exit 0
+expect_call "apt-get install -y -qq make"
 # Not root and no sudo: nothing is run, the list says what to do.
 prq_machine
 rm "$WORK/prq/make"
