@@ -1,6 +1,6 @@
 //! Which changes tell what, and how a batch is put on the bus.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 
