@@ -10,6 +10,7 @@ use super::tables::{MemoryTables, StoredAggregate, StoredMalformed, TableKey, ag
 use crate::items::size::{item_size, raw_row_size};
 use crate::items::{CommitWrite, aggregated_item, check_item, check_transaction, set_expiry};
 use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, RawUsageRow, attr};
+use crate::outcomes::Table;
 use crate::ports::{
     AggregatedStore, AggregationCommit, Claim, ClaimGrant, ClaimRequest, CommitOutcome, Cursor,
     MalformedItem, OutcomeWrite, Page, PortError, PutOutcome, check_batch_writes,
@@ -296,8 +297,17 @@ impl AggregatedStore for MemoryAggregatedStore {
         self.tables.faults.check(StoreOp::AggregatedCommit)?;
         let write = CommitWrite::new(commit).map_err(|e| e.port_error("commit"))?;
 
-        let mut state = lock(&self.tables.state);
         let record_key = aggregated_key(&commit.record.key);
+        let mut state = self.tables.write(|| {
+            std::iter::once((Table::Aggregated, record_key.clone()))
+                .chain(
+                    commit
+                        .claimed_rows
+                        .iter()
+                        .map(|key| (Table::Usage, key.clone())),
+                )
+                .collect()
+        });
         // The transaction as DynamoDB would size it, each item as it would be after
         // the write; refused whole, before any condition, when over a limit.
         let stamp = AuditStamp::at(commit.now);
@@ -409,7 +419,12 @@ impl AggregatedStore for MemoryAggregatedStore {
     ) -> Result<Vec<Option<ClaimGrant>>, PortError> {
         check_batch_writes("aggregated claim_all", requests.len())?;
         self.tables.faults.check(StoreOp::AggregatedClaim)?;
-        let mut state = lock(&self.tables.state);
+        let mut state = self.tables.write(|| {
+            requests
+                .iter()
+                .map(|r| (Table::Aggregated, aggregated_key(&r.key)))
+                .collect()
+        });
         let mut granted = Vec::with_capacity(requests.len());
         for request in requests {
             granted.push(claim_one(&mut state, request)?);
@@ -424,7 +439,12 @@ impl AggregatedStore for MemoryAggregatedStore {
     ) -> Result<Vec<bool>, PortError> {
         check_batch_writes("aggregated record_all", writes.len())?;
         self.tables.faults.check(StoreOp::AggregatedRecord)?;
-        let mut state = lock(&self.tables.state);
+        let mut state = self.tables.write(|| {
+            writes
+                .iter()
+                .map(|w| (Table::Aggregated, aggregated_key(&w.key)))
+                .collect()
+        });
         let mut applied = Vec::with_capacity(writes.len());
         for write in writes {
             let done = record_one(&mut state, write, now)?;
@@ -443,8 +463,8 @@ impl AggregatedStore for MemoryAggregatedStore {
         self.tables
             .faults
             .check(StoreOp::AggregatedRejectMalformed)?;
-        let mut state = lock(&self.tables.state);
         let key = (item.license_arn.clone(), item.sort_key.clone());
+        let mut state = self.tables.write(|| vec![(Table::Aggregated, key.clone())]);
         let Some(stored) = state.malformed_aggregated.get_mut(&key) else {
             return Ok(false);
         };
@@ -495,8 +515,8 @@ impl AggregatedStore for MemoryAggregatedStore {
         now: Instant,
     ) -> Result<PutOutcome, PortError> {
         self.tables.faults.check(StoreOp::AggregatedPutDirect)?;
-        let mut state = lock(&self.tables.state);
         let key = aggregated_key(&record.key);
+        let mut state = self.tables.write(|| vec![(Table::Aggregated, key.clone())]);
         let stamp = AuditStamp::at(now);
         record_size(record, &stamp, 0, None)?;
         if state.aggregated.contains_key(&key) {

@@ -49,5 +49,5 @@ pub use profiles::MemoryProfileStore;
 pub use queue::{DEFAULT_MAX_MESSAGE_BYTES, MemoryWorkQueue};
 pub use resolver::MemoryCustomerResolver;
 pub use subscribers::MemorySubscriberStore;
-pub use tables::{DEFAULT_PAGE_SIZE, MemoryTables};
+pub use tables::{DEFAULT_PAGE_SIZE, Image, MemoryTables, StreamChange};
 pub use usage::{MemoryUsageStore, reference_row};

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use super::page::paginate;
 use super::tables::{MemoryTables, aggregated_key};
 use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use crate::outcomes::Table;
 use crate::ports::{Cursor, MalformedItem, OperatorStore, Page, PortError};
 use crate::sync::lock;
 use crate::time::{Instant, format_instant};
@@ -90,8 +91,9 @@ impl OperatorStore for MemoryOperatorStore {
     }
 
     async fn replay(&self, record: &AggregatedRecord, now: Instant) -> Result<bool, PortError> {
-        let mut state = lock(&self.tables.state);
-        let Some(stored) = state.aggregated.get_mut(&aggregated_key(&record.key)) else {
+        let key = aggregated_key(&record.key);
+        let mut state = self.tables.write(|| vec![(Table::Aggregated, key.clone())]);
+        let Some(stored) = state.aggregated.get_mut(&key) else {
             return Ok(false);
         };
         let current = &mut stored.record;

@@ -11,6 +11,7 @@ use crate::items::ingestion::judge_repeat;
 use crate::items::size::raw_row_size;
 use crate::items::{INGESTION_MARKER_ROW, IngestionWrite, check_item, set_expiry};
 use crate::model::{Attr, GroupKey, RawUsageRow, attr};
+use crate::outcomes::Table;
 use crate::ports::{
     Cursor, IngestOutcome, NewUsageRow, Page, PendingRawRef, PortError, RowClaim, RowFinal,
     StrayPending, UsageStore,
@@ -168,8 +169,8 @@ impl UsageStore for MemoryUsageStore {
             expires_at,
             write_id,
         } = outcome;
-        let mut state = lock(&self.tables.state);
         let key = (license_arn.to_string(), sort_key.to_string());
+        let mut state = self.tables.write(|| vec![(Table::Usage, key.clone())]);
         let Some(row) = state.usage.get_mut(&key) else {
             return Ok(false);
         };
@@ -217,9 +218,14 @@ impl UsageStore for MemoryUsageStore {
         // each conditional on its item not existing).
         let IngestionWrite { row: item, marker } =
             IngestionWrite::new(row, now).map_err(|e| e.port_error("put_row"))?;
-        let mut state = lock(&self.tables.state);
         let key = (item.license_arn.clone(), item.sort_key.clone());
         let marker_key = (marker.license_arn.clone(), marker.sort_key.clone());
+        let mut state = self.tables.write(|| {
+            vec![
+                (Table::Usage, key.clone()),
+                (Table::Usage, marker_key.clone()),
+            ]
+        });
         // DynamoDB validates the items' sizes before it evaluates any condition.
         check_row(&item, "put_row")?;
         check_row(&marker, "put_row")?;
@@ -280,8 +286,8 @@ impl UsageStore for MemoryUsageStore {
         now: Instant,
     ) -> Result<bool, PortError> {
         self.tables.faults.check(StoreOp::UsageRepairPending)?;
-        let mut state = lock(&self.tables.state);
         let key = (license_arn.to_string(), sort_key.to_string());
+        let mut state = self.tables.write(|| vec![(Table::Usage, key.clone())]);
         let Some(row) = state.usage.get_mut(&key) else {
             return Ok(false);
         };

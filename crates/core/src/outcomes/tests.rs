@@ -1,6 +1,6 @@
 //! Which changes tell what, and how a batch is put on the bus.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 
@@ -15,8 +15,10 @@ fn item(pairs: &[(&str, &str)]) -> BTreeMap<String, Attr> {
     pairs
         .iter()
         .map(|(k, v)| {
-            let value = if matches!(*k, "quantity" | "attemptCount") {
+            let value = if matches!(*k, "quantity" | "attemptCount" | "sentQuantity") {
                 Attr::N((*v).to_string())
+            } else if *k == "possiblyBilled" {
+                Attr::Bool(*v == "true")
             } else {
                 Attr::S((*v).to_string())
             };
@@ -94,9 +96,10 @@ fn a_record_billed_tells_its_outcome_once() {
     assert_eq!(
         detail(&event),
         serde_json::json!({
-            "detailVersion": 1,
+            "detailVersion": 2,
             "outcomeId": "c1",
             "licenseArn": LICENSE,
+            "recordKey": "111122223333#requests#2026-12-03T10",
             "customerAWSAccountId": "111122223333",
             "dimension": "requests",
             "hour": "2026-12-03T10",
@@ -105,6 +108,7 @@ fn a_record_billed_tells_its_outcome_once() {
             "meteringRecordId": "mr-1",
             "attempts": 1,
             "billed": true,
+            "possiblyBilled": false,
         })
     );
     // A later write that leaves the status as it was (retention, a re-stamp) tells nothing.
@@ -146,6 +150,168 @@ fn a_failed_record_carries_its_reason_and_remedy() {
     // A record written terminal at once (an insert) tells too.
     let expired = record("SubmissionExpired", &[]);
     assert!(outcome(Table::Aggregated, &change("c2", None, Some(expired))).is_some());
+}
+
+#[test]
+fn a_duplicate_an_earlier_send_of_ours_billed_is_told_billed() {
+    // The send billed, its write-back was lost, the re-send was answered DuplicateRecord.
+    let duplicate = record(
+        "DuplicateRecord",
+        &[
+            ("meteringStatusReason", "BilledByEarlierAttempt"),
+            ("sentQuantity", "42"),
+            ("possiblyBilled", "true"),
+        ],
+    );
+    let d = detail(&outcome(Table::Aggregated, &change("c1", None, Some(duplicate))).unwrap());
+    assert_eq!(d["billed"], true, "{d}");
+    assert_eq!(d["possiblyBilled"], false, "{d}");
+    assert_eq!(d["quantity"], 42);
+    assert!(d.get("remedy").is_none(), "{d}");
+    // Something else billed the hour: not billed by this record.
+    let rival = record(
+        "DuplicateRecord",
+        &[
+            ("meteringStatusReason", "UnexpectedDuplicate"),
+            ("sentQuantity", "42"),
+            ("possiblyBilled", "false"),
+        ],
+    );
+    let d = detail(&outcome(Table::Aggregated, &change("c2", None, Some(rival))).unwrap());
+    assert_eq!(d["billed"], false, "{d}");
+    assert!(d["remedy"].is_string(), "{d}");
+}
+
+#[test]
+fn an_unbilled_record_a_send_may_have_billed_says_possibly_billed() {
+    for status in ["Error", "CustomerNotSubscribed", "SubmissionExpired"] {
+        let flagged = record(
+            status,
+            &[("sentQuantity", "42"), ("possiblyBilled", "true")],
+        );
+        let d = detail(&outcome(Table::Aggregated, &change("c1", None, Some(flagged))).unwrap());
+        assert_eq!(d["possiblyBilled"], true, "{d}");
+        assert_eq!(d["billed"], false, "{d}");
+        // Written before the attribute existed: sentQuantity is read as it.
+        let legacy = record(status, &[("sentQuantity", "42")]);
+        let d = detail(&outcome(Table::Aggregated, &change("c2", None, Some(legacy))).unwrap());
+        assert_eq!(d["possiblyBilled"], true, "{d}");
+        // A pinned quantity nothing billed (a replayed Error sent again, refused).
+        let cleared = record(
+            status,
+            &[("sentQuantity", "42"), ("possiblyBilled", "false")],
+        );
+        let d = detail(&outcome(Table::Aggregated, &change("c3", None, Some(cleared))).unwrap());
+        assert_eq!(d["possiblyBilled"], false, "{d}");
+        let never_sent = record(status, &[]);
+        let d = detail(&outcome(Table::Aggregated, &change("c4", None, Some(never_sent))).unwrap());
+        assert_eq!(d["possiblyBilled"], false, "{d}");
+    }
+    let dry = record("DryRunSubmitted", &[("sentQuantity", "42")]);
+    let d = detail(&outcome(Table::Aggregated, &change("c5", None, Some(dry))).unwrap());
+    assert_eq!(d["possiblyBilled"], false, "{d}");
+}
+
+#[test]
+fn the_quantity_told_is_the_one_sent() {
+    // Direct-submit: the seller raised `quantity` after the send that billed 42.
+    let billed = record(
+        "Success",
+        &[("sentQuantity", "40"), ("meteringRecordId", "mr-1")],
+    );
+    let d = detail(&outcome(Table::Aggregated, &change("c1", None, Some(billed))).unwrap());
+    assert_eq!(d["quantity"], 40, "{d}");
+    assert_eq!(d["recordQuantity"], 42, "{d}");
+    // Sent as stored: one quantity.
+    let same = record("Success", &[("sentQuantity", "42")]);
+    let d = detail(&outcome(Table::Aggregated, &change("c2", None, Some(same))).unwrap());
+    assert_eq!(d["quantity"], 42, "{d}");
+    assert!(d.get("recordQuantity").is_none(), "{d}");
+}
+
+#[test]
+fn a_malformed_record_closed_error_is_told_with_what_is_readable() {
+    // A seller's direct-submit item the submitter could not read: keys, and the
+    // status it was closed with.
+    let pending = item(&[
+        ("licenseArn", LICENSE),
+        ("account_dimension_hour", "111122223333#requests"),
+        ("meteringPending", "2026-12-03T10"),
+    ]);
+    let closed = item(&[
+        ("licenseArn", LICENSE),
+        ("account_dimension_hour", "111122223333#requests"),
+        ("meteringStatus", "Error"),
+        ("meteringStatusReason", "MalformedItem"),
+    ]);
+    let event = outcome(
+        Table::Aggregated,
+        &change("c1", Some(pending), Some(closed)),
+    )
+    .expect("a malformed record's Error is told");
+    let d = detail(&event);
+    assert_eq!(d["recordKey"], "111122223333#requests");
+    assert_eq!(d["status"], "Error");
+    assert_eq!(d["reason"], "MalformedItem");
+    assert_eq!(d["billed"], false);
+    assert_eq!(d["possiblyBilled"], false);
+    assert!(d.get("dimension").is_none(), "{d}");
+    assert!(d["remedy"].is_string(), "{d}");
+}
+
+#[tokio::test]
+async fn an_outcome_over_the_bus_limit_is_shrunk_to_fit_and_taken() {
+    let huge = "p".repeat(300 * 1024);
+    let failed = record(
+        "Error",
+        &[
+            ("productCode", huge.as_str()),
+            ("meteringStatusReason", "InvalidProductCodeException"),
+        ],
+    );
+    let event = outcome(Table::Aggregated, &change("c1", None, Some(failed))).unwrap();
+    assert!(
+        event.size() <= crate::ports::PUT_EVENTS_MAX_BYTES,
+        "{}",
+        event.size()
+    );
+    let d = detail(&event);
+    assert_eq!(d["truncated"], true, "{d}");
+    assert!(d.get("productCode").is_none());
+    // What fits stays.
+    assert_eq!(d["reason"], "InvalidProductCodeException");
+    assert_eq!(d["dimension"], "requests");
+
+    // A rejected raw row a seller wrote with a huge dimension.
+    let rejected = row(
+        "RejectedClientSide",
+        &[
+            ("dimension", huge.as_str()),
+            ("meteringStatusReason", "InvalidDimension"),
+        ],
+    );
+    let row_event = outcome(Table::Usage, &change("r1", None, Some(rejected))).unwrap();
+    assert!(row_event.size() <= crate::ports::PUT_EVENTS_MAX_BYTES);
+    let d = detail(&row_event);
+    assert_eq!(d["truncated"], true, "{d}");
+    assert!(d.get("dimension").is_none());
+    assert_eq!(d["reasonCode"], "InvalidDimension");
+
+    // Published: the shrunk event is taken and holds back nothing behind it.
+    let bus = MemoryBus::new();
+    let changes = vec![
+        change(
+            "c1",
+            None,
+            Some(record("Error", &[("productCode", huge.as_str())])),
+        ),
+        change("c2", None, Some(record("Success", &[]))),
+    ];
+    let report = publish(Table::Aggregated, &changes, &bus).await;
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(bus.taken().len(), 2);
+    // An outcome that fits is never marked.
+    assert!(detail(&bus.taken()[1]).get("truncated").is_none());
 }
 
 #[test]

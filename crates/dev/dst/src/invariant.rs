@@ -233,6 +233,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(liveness(world));
     violations.extend(refused_calls(world));
     violations.extend(metrics(world));
+    violations.extend(crate::outcome_check::check(world));
     if let Some(other) = &world.second {
         violations.extend(
             check(other)

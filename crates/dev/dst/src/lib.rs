@@ -15,6 +15,8 @@ pub mod cli;
 pub mod executor;
 pub mod invariant;
 pub mod marketplace;
+pub mod outcome_check;
+pub mod outcome_events;
 pub mod ports;
 pub mod queue;
 pub mod scenario;

@@ -145,6 +145,8 @@ pub struct World {
     pub dead_letters: Vec<String>,
     /// [`GARBAGE`] was sent to the work queue.
     pub garbage_sent: bool,
+    /// The outcome-events function over this world's tables' streams, if it ran.
+    pub outcomes: Option<crate::outcome_events::OutcomeEvents>,
 }
 
 /// One usage file the operator imported with `usage import`.
@@ -1241,6 +1243,10 @@ pub fn run(sim: Sim) -> World {
     for row in &rows {
         write(&tables, PRODUCT, row, direct);
     }
+    if direct {
+        crate::outcome_events::seller_odd_items(&sim, &tables, (&l1, PRODUCT), h_new);
+    }
+    let outcomes = crate::outcome_events::OutcomeEvents::new(&sim, &tables);
     // The second Region meters some of the first buyer's usage too (its own groups:
     // Marketplace deduplicates per Region).
     if let Some((other, tables)) = &second_region {
@@ -1422,6 +1428,7 @@ pub fn run(sim: Sim) -> World {
             })
         }))
         .chain(regional)
+        .chain([outcomes.task()])
         .chain(revocation(stack, [&l1, &l2]))
         .filter(|task| !(direct && raw_usage_stage(&task.name)))
         .collect()
@@ -1536,6 +1543,7 @@ pub fn run(sim: Sim) -> World {
             }));
         }
         tasks.retain(|task| !(direct && raw_usage_stage(&task.name)));
+        tasks.push(outcomes.task());
         tasks
     };
     let second = executor::run(&sim, later, true, MAX_STEPS, &release);
@@ -1579,6 +1587,7 @@ pub fn run(sim: Sim) -> World {
     settle_all();
     clock.set(clock.now() + chrono::Duration::minutes(30));
     settle_all();
+    outcomes.drain();
 
     let registrations = stack
         .registrations
@@ -1615,6 +1624,7 @@ pub fn run(sim: Sim) -> World {
             queued: other.queued(),
             dead_letters: other.dead_letters(),
             garbage_sent: false,
+            outcomes: None,
         })
     });
     World {
@@ -1642,6 +1652,7 @@ pub fn run(sim: Sim) -> World {
         queued: stack.queued(),
         dead_letters: stack.dead_letters(),
         garbage_sent,
+        outcomes: Some(outcomes),
         second,
         imports: imports
             .into_inner()

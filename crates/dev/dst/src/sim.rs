@@ -45,6 +45,9 @@ pub enum FaultKind {
     /// `BatchMeterUsage` bills, and its answer leaves one record unclear (left out, an
     /// undocumented status, another quantity echoed).
     UnclearAnswer,
+    /// `PutEvents` fails as a whole, or refuses an entry (the outcome-events function
+    /// reports its change for redelivery).
+    BusRefused,
 }
 
 impl FaultKind {
@@ -67,6 +70,7 @@ impl FaultKind {
             FaultKind::Stall => 500,
             FaultKind::StaleIndexRead => 1500,
             FaultKind::UnclearAnswer => 300,
+            FaultKind::BusRefused => 1500,
         }
     }
 }

@@ -301,12 +301,7 @@ async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError
             )));
         }
         let key = match event["detail-type"].as_str() {
-            Some(RECORD_OUTCOME) => format!(
-                "{}#{}#{}",
-                text(&d["customerAWSAccountId"]),
-                text(&d["dimension"]),
-                text(&d["hour"])
-            ),
+            Some(RECORD_OUTCOME) => text(&d["recordKey"]),
             Some(ROW_NOT_BILLED) => text(&d["usageRowKey"]),
             _ => {
                 return Err(LocalError::Check(format!(

@@ -18,7 +18,10 @@ use awsmp_lambda::EnvReader;
 use lambda_runtime::LambdaEvent;
 use tracing::{error, info};
 
-pub use stream::{StreamEvent, StreamRecord, dynamodb_attr, table_name_of};
+pub use stream::{
+    StreamChange, StreamEvent, StreamRecord, dynamodb_attr, dynamodb_image, dynamodb_json,
+    table_name_of,
+};
 
 /// The bus every outcome event goes to: the account's default bus in the stack's Region.
 pub const EVENT_BUS: &str = "default";

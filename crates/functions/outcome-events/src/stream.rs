@@ -93,6 +93,40 @@ pub fn dynamodb_attr(value: &Value) -> Attr {
     }
 }
 
+/// One attribute in DynamoDB's JSON, as a stream record carries it: the inverse of
+/// [`dynamodb_attr`] (an attribute of a type the domain does not read, `Other`, is
+/// written as that type with an empty value).
+pub fn dynamodb_json(attr: &Attr) -> Value {
+    let (kind, inner) = match attr {
+        Attr::S(s) => ("S", Value::String(s.clone())),
+        Attr::N(n) => ("N", Value::String(n.clone())),
+        Attr::Bool(b) => ("BOOL", Value::Bool(*b)),
+        Attr::Null => ("NULL", Value::Bool(true)),
+        Attr::L(items) => ("L", Value::Array(items.iter().map(dynamodb_json).collect())),
+        Attr::M(map) => (
+            "M",
+            Value::Object(
+                map.iter()
+                    .map(|(k, v)| (k.clone(), dynamodb_json(v)))
+                    .collect(),
+            ),
+        ),
+        Attr::Ss(items) => (
+            "SS",
+            Value::Array(items.iter().cloned().map(Value::String).collect()),
+        ),
+        Attr::Other(kind) => (kind.as_str(), Value::String(String::new())),
+    };
+    Value::Object(std::iter::once((kind.to_string(), inner)).collect())
+}
+
+/// An item's image in DynamoDB's JSON (`NewImage`, `OldImage`).
+pub fn dynamodb_image(item: &BTreeMap<String, Attr>) -> serde_json::Map<String, Value> {
+    item.iter()
+        .map(|(k, v)| (k.clone(), dynamodb_json(v)))
+        .collect()
+}
+
 /// The table name in a stream ARN (`arn:aws:dynamodb:REGION:ACCOUNT:table/NAME/stream/LABEL`).
 pub fn table_name_of(stream_arn: &str) -> Option<&str> {
     let resource = stream_arn.splitn(6, ':').nth(5)?;

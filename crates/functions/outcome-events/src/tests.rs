@@ -85,6 +85,31 @@ fn dynamodb_json_reads_as_attributes() {
     assert_eq!(map["c"], Attr::Other("B".into()));
 }
 
+#[test]
+fn attributes_written_as_dynamodb_json_read_back_the_same() {
+    let item = std::collections::BTreeMap::from([
+        ("s".to_string(), Attr::S("x".into())),
+        ("n".to_string(), Attr::N("-3".into())),
+        ("b".to_string(), Attr::Bool(true)),
+        ("z".to_string(), Attr::Null),
+        (
+            "m".to_string(),
+            Attr::M(std::collections::BTreeMap::from([(
+                "l".to_string(),
+                Attr::L(vec![Attr::N("1".into()), Attr::Ss(vec!["a".into()])]),
+            )])),
+        ),
+        ("o".to_string(), Attr::Other("B".into())),
+    ]);
+    let image = dynamodb_image(&item);
+    assert_eq!(image["n"], serde_json::json!({"N": "-3"}));
+    let back: std::collections::BTreeMap<String, Attr> = image
+        .iter()
+        .map(|(k, v)| (k.clone(), dynamodb_attr(v)))
+        .collect();
+    assert_eq!(back, item);
+}
+
 #[tokio::test]
 async fn each_terminal_change_becomes_one_event() {
     let bus = MemoryBus::new();

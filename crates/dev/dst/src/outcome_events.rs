@@ -1,0 +1,278 @@
+//! The outcome-events function in the simulated world: its Lambda handler
+//! ([`awsmp_outcome_events::handler`]) runs over the in-memory tables' streams as the
+//! event-source mappings deliver them: each table one shard, its committed changes in
+//! order, filtered as the mappings filter (a new image in a told status), in batches;
+//! a batch item failure checkpoints the shard before the failed change, so it and
+//! everything after it are delivered again. The bus ([`SimBus`]) fails calls and
+//! refuses entries under the schedule's faults. [`crate::outcome_check`] holds what was
+//! told to the tables and to Marketplace's ledger.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use awsmp_core::memory::{MemoryBus, MemoryTables, StreamChange as TableChange, yield_now};
+use awsmp_core::model::{Attr, GroupKey, attr};
+use awsmp_core::outcomes::Table;
+use awsmp_core::ports::{BusEvent, EventBus, PUT_EVENTS_MAX_BYTES, PortError};
+use awsmp_core::time::HourBucket;
+use awsmp_outcome_events::{
+    Config, State, StreamChange, StreamEvent, StreamRecord, dynamodb_image,
+};
+use lambda_runtime::{Context, LambdaEvent};
+
+use crate::executor::{self, Task};
+use crate::scenario::ACCOUNT;
+use crate::sim::{FaultKind, Sim};
+
+/// The usage table's name in the simulated stack (its stream's ARN names it).
+const USAGE_TABLE: &str = "awsmp-prod-usage-sim";
+/// The aggregated-usage table's name.
+const AGGREGATED_TABLE: &str = "awsmp-prod-aggregated-usage-sim";
+/// Most fault-free deliveries of one settling drain (a change the bus can never take
+/// stays undelivered; the check then reports every outcome it holds back).
+const DRAIN_DELIVERIES: usize = 40;
+
+/// EventBridge's default bus under the schedule's faults: a call fails as a whole, or
+/// refuses some of its entries; what it takes is kept ([`OutcomeEvents::told`]).
+pub struct SimBus {
+    inner: MemoryBus,
+    sim: Sim,
+}
+
+#[async_trait]
+impl EventBus for SimBus {
+    async fn put(&self, events: &[BusEvent]) -> Result<Vec<Option<String>>, PortError> {
+        yield_now().await;
+        if self.sim.fault(FaultKind::BusRefused, "PutEvents") {
+            return Err(PortError::Transient {
+                operation: "PutEvents",
+                message: "InternalException (simulated)".into(),
+            });
+        }
+        // A call the bus refuses whole (too many entries or bytes) takes no refusal.
+        let valid = events.len() <= 10
+            && events.iter().map(BusEvent::size).sum::<usize>() <= PUT_EVENTS_MAX_BYTES;
+        let refused: Vec<usize> = (0..events.len())
+            .filter(|_| self.sim.fault(FaultKind::BusRefused, "PutEvents entry"))
+            .collect();
+        if valid && !refused.is_empty() {
+            self.inner.refuse_next(&refused, "ThrottlingException");
+        }
+        self.inner.put(events).await
+    }
+}
+
+/// The function over one world's tables: its handler state and each shard's checkpoint.
+pub struct OutcomeEvents {
+    tables: MemoryTables,
+    bus: MemoryBus,
+    state: State,
+    sim: Sim,
+    /// Most records a delivery carries (the mapping's `BatchSize`).
+    batch_size: usize,
+    /// Per shard (usage, aggregated): the stream index of the next change to deliver.
+    checkpoints: Mutex<[usize; 2]>,
+}
+
+/// The shard of `table` (its index in the checkpoints).
+fn shard(table: Table) -> usize {
+    match table {
+        Table::Usage => 0,
+        Table::Aggregated => 1,
+    }
+}
+
+/// Whether the mapping's filter passes `change` (`INSERT`/`MODIFY` into a told status).
+fn passes_filter(change: &TableChange) -> bool {
+    let told = change.table.told_statuses();
+    change
+        .change
+        .new
+        .as_ref()
+        .and_then(|new| new.get(attr::METERING_STATUS))
+        .and_then(Attr::as_s)
+        .is_some_and(|status| told.contains(&status))
+}
+
+/// The stream record Lambda hands the function for `change`.
+fn stream_record(change: &TableChange) -> StreamRecord {
+    let table = match change.table {
+        Table::Usage => USAGE_TABLE,
+        Table::Aggregated => AGGREGATED_TABLE,
+    };
+    let event_name = match (&change.change.old, &change.change.new) {
+        (None, _) => "INSERT",
+        (Some(_), Some(_)) => "MODIFY",
+        (Some(_), None) => "REMOVE",
+    };
+    StreamRecord {
+        event_id: change.change.change_id.clone(),
+        event_name: event_name.to_string(),
+        event_source_arn: format!(
+            "arn:aws:dynamodb:us-west-2:123456789012:table/{table}/stream/2026-11-01T00:00:00.000"
+        ),
+        dynamodb: StreamChange {
+            sequence_number: change.change.position.clone(),
+            new_image: change.change.new.as_ref().map(dynamodb_image),
+            old_image: change.change.old.as_ref().map(dynamodb_image),
+        },
+    }
+}
+
+impl OutcomeEvents {
+    /// The function over `tables`, whose streams are recorded from now on.
+    pub fn new(sim: &Sim, tables: &MemoryTables) -> Self {
+        tables.record_changes();
+        let bus = MemoryBus::new();
+        let state = State {
+            config: Arc::new(Config {
+                usage_table: USAGE_TABLE.into(),
+                aggregated_table: AGGREGATED_TABLE.into(),
+            }),
+            bus: Arc::new(SimBus {
+                inner: bus.clone(),
+                sim: sim.clone(),
+            }),
+        };
+        OutcomeEvents {
+            tables: tables.clone(),
+            bus,
+            state,
+            sim: sim.clone(),
+            batch_size: [1, 3, 10, 100][sim.below(4)],
+            checkpoints: Mutex::new([0, 0]),
+        }
+    }
+
+    /// Every event the bus took, in order (repeated deliveries included).
+    pub fn told(&self) -> Vec<BusEvent> {
+        self.bus.taken()
+    }
+
+    /// Whether every change of both shards was delivered and taken.
+    fn caught_up(&self) -> bool {
+        let end = self.tables.change_count();
+        self.checkpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .all(|at| *at >= end)
+    }
+
+    /// One invocation on `table`'s shard: the next batch from its checkpoint, and the
+    /// checkpoint moved past what the function took (to the first failed record).
+    async fn deliver(&self, table: Table) {
+        let from = self
+            .checkpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)[shard(table)];
+        let changes = self.tables.changes_from(from);
+        let mut batch: Vec<(usize, &TableChange)> = Vec::new();
+        let mut scanned = from + changes.len();
+        for (offset, change) in changes.iter().enumerate() {
+            if change.table != table || !passes_filter(change) {
+                continue;
+            }
+            batch.push((from + offset, change));
+            if batch.len() == self.batch_size {
+                scanned = from + offset + 1;
+                break;
+            }
+        }
+        let next = if batch.is_empty() {
+            scanned
+        } else {
+            let event = StreamEvent {
+                records: batch.iter().map(|(_, c)| stream_record(c)).collect(),
+            };
+            let response = awsmp_outcome_events::handler(
+                &self.state,
+                LambdaEvent::new(event, Context::default()),
+            )
+            .await
+            .unwrap_or_else(|never| match never {});
+            // Lambda checkpoints before the lowest failed sequence number.
+            let failed: Vec<&str> = response
+                .batch_item_failures
+                .iter()
+                .filter_map(|f| f.item_identifier.as_deref())
+                .collect();
+            batch
+                .iter()
+                .find(|(_, c)| failed.contains(&c.change.position.as_str()))
+                .map_or(scanned, |(index, _)| *index)
+        };
+        let mut checkpoints = self
+            .checkpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let at = &mut checkpoints[shard(table)];
+        *at = (*at).max(next);
+    }
+
+    /// One invocation on each shard.
+    async fn deliver_both(&self) {
+        self.deliver(Table::Aggregated).await;
+        self.deliver(Table::Usage).await;
+    }
+
+    /// The function running beside the pipeline (under faults): a few invocations, at
+    /// random moments.
+    pub fn task(&self) -> Task<'_> {
+        Task::new("outcome-events", async move {
+            for _ in 0..(2 + self.sim.below(4)) {
+                for _ in 0..self.sim.below(60) {
+                    yield_now().await;
+                }
+                self.deliver_both().await;
+            }
+        })
+    }
+
+    /// Settling, fault-free: invocations until both shards are caught up (bounded: a
+    /// change the bus never takes holds its shard, as in AWS).
+    pub fn drain(&self) {
+        let task = Task::new("outcome-events", async move {
+            for _ in 0..DRAIN_DELIVERIES {
+                if self.caught_up() {
+                    break;
+                }
+                self.deliver_both().await;
+            }
+        });
+        executor::run(&self.sim, vec![task], false, 200_000, &|_| {});
+    }
+}
+
+/// A direct-submit seller's odd items, now and then: a row the submitter cannot read
+/// (it lacks its hour; closed `Error` as malformed), and a record whose product code is
+/// huge (billed all the same: the body never carries it; its outcome is larger than one
+/// `PutEvents` entry may be). Each must still be told, and must not hold the others back.
+pub fn seller_odd_items(
+    sim: &Sim,
+    tables: &MemoryTables,
+    (license_arn, product): (&str, &str),
+    hour: HourBucket,
+) {
+    if sim.below(3) == 0 {
+        tables.insert_malformed_aggregated(
+            license_arn,
+            &format!("{ACCOUNT}#events"),
+            &hour.to_string(),
+            "no hourBucket (a seller's direct-submit row)",
+        );
+    }
+    if sim.below(3) == 0 {
+        let key = GroupKey {
+            license_arn: license_arn.to_string(),
+            customer_aws_account_id: ACCOUNT.to_string(),
+            dimension: "events".to_string(),
+            hour,
+        };
+        let huge = format!("{product}-{}", "x".repeat(300 * 1024));
+        tables.insert_aggregated(
+            awsmp_core::memory::fixtures::pending_record(key, &huge, 1 + sim.below(5) as i64, 0),
+            hour.start(),
+        );
+    }
+}
