@@ -17,6 +17,7 @@ pub mod invariant;
 pub mod marketplace;
 pub mod ports;
 pub mod queue;
+pub mod refusals;
 pub mod scenario;
 pub mod sim;
 

@@ -45,6 +45,14 @@ pub enum FaultKind {
     /// `BatchMeterUsage` bills, and its answer leaves one record unclear (left out, an
     /// undocumented status, another quantity echoed).
     UnclearAnswer,
+    /// `BatchMeterUsage` refused before processing: the caller's credentials, role or
+    /// signature (`AccessDeniedException`, `ExpiredTokenException`, ...), once.
+    AuthRefused,
+    /// Every `BatchMeterUsage` call refused with `AccessDeniedException` for a while (a
+    /// role edited, then fixed).
+    RefusalStorm,
+    /// A `BatchMeterUsage` call whose connection fails before its request is written.
+    ConnectRefused,
 }
 
 impl FaultKind {
@@ -67,6 +75,9 @@ impl FaultKind {
             FaultKind::Stall => 500,
             FaultKind::StaleIndexRead => 1500,
             FaultKind::UnclearAnswer => 300,
+            FaultKind::AuthRefused => 300,
+            FaultKind::RefusalStorm => 150,
+            FaultKind::ConnectRefused => 300,
         }
     }
 }
