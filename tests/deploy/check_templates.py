@@ -369,7 +369,7 @@ def main() -> int:
         "UsageRecordRejected", "UsageRecordUnprocessed", "UsageAggregationExpired", "UsageSubmissionExpired",
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
         "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem", "LateUsageAfterSubmission",
-        "AmbiguousSubmission", "ProfileExpiryFailed",
+        "AmbiguousSubmission", "ProfileExpiryFailed", "BatchMeterUsageRefused",
     ]:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     check(scalar(main_t.resources.get("ProfileExpiryFailedAlarm", []), "Condition", 4) == "DiscovererExpiresProfiles",

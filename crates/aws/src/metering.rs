@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_marketplacemetering::Client;
 use aws_sdk_marketplacemetering::config::retry::RetryConfig;
-use aws_sdk_marketplacemetering::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_marketplacemetering::error::{
+    ConnectorError, DisplayErrorContext, ProvideErrorMetadata, SdkError,
+};
 use aws_sdk_marketplacemetering::primitives::DateTime;
 use aws_sdk_marketplacemetering::types::{Tag, UsageAllocation, UsageRecord};
 use awsmp_core::model::Allocation;
@@ -18,7 +20,7 @@ use awsmp_core::ports::{
     CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
     ResolvedCustomer,
 };
-use awsmp_core::submit::answer::{self, Answer, AnsweredResult, EchoedRecord};
+use awsmp_core::submit::answer::{self, Answer, AnsweredResult, Dispatch, EchoedRecord};
 use tracing::instrument;
 
 /// A Marketplace Metering client for [`SdkMeteringApi`]: one attempt per call.
@@ -126,16 +128,53 @@ fn metering_error<E>(
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let Some(service) = err.as_service_error() else {
-        // Dispatch failure, timeout, unreadable response: nothing was decided.
-        return MeteringError::Transient(DisplayErrorContext(&err).to_string());
+    let message = || DisplayErrorContext(&err).to_string();
+    let service = match &err {
+        SdkError::ServiceError(service) => service,
+        // Never built or signed (no credentials, say): it never left this host.
+        SdkError::ConstructionFailure(_) => {
+            return answer::transport_failure(Dispatch::NotWritten, &message());
+        }
+        SdkError::DispatchFailure(failure) => {
+            let written = if failure.as_connector_error().is_some_and(connect_failed) {
+                Dispatch::NotWritten
+            } else {
+                Dispatch::MayHaveBeenWritten
+            };
+            return answer::transport_failure(written, &message());
+        }
+        // An answer that cannot be read: its status alone may say it was refused
+        // (401/403); otherwise it may have been processed.
+        SdkError::ResponseError(response) => {
+            return answer::unnamed_refusal(response.raw().status().as_u16(), &message());
+        }
+        // A timeout: the call may have been processed.
+        _ => return answer::transport_failure(Dispatch::MayHaveBeenWritten, &message()),
     };
-    // InternalServiceErrorException, and anything unexpected (auth, unknown): never
-    // bisect and never mark records; they stay pending for a later run.
-    match service.code() {
-        None | Some("") => MeteringError::Transient(DisplayErrorContext(&err).to_string()),
-        Some(code) => answer::refusal(code, service.message().unwrap_or_default()),
+    let status = service.raw().status().as_u16();
+    let error = service.err();
+    match error.code() {
+        None | Some("") => answer::unnamed_refusal(status, &message()),
+        Some(code) => answer::refusal(code, error.message().unwrap_or_default()),
     }
+}
+
+/// Whether the connection failed before the request was written: the HTTP client's
+/// connector failed (a refused connection, a name that does not resolve, a failed TLS
+/// handshake, a connect timeout). A timeout or broken connection after that may have
+/// delivered the request.
+fn connect_failed(error: &ConnectorError) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(source) = next {
+        if source
+            .downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+        {
+            return true;
+        }
+        next = source.source();
+    }
+    false
 }
 
 #[async_trait]

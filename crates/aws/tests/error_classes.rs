@@ -515,7 +515,9 @@ fn billed() -> BatchMeterUsageOutput {
 }
 
 /// What `BatchMeterUsage` answers map to: throttling the submitter paces on, a batch to
-/// bisect, or transient (the records stay pending, any sent quantity kept).
+/// bisect, refused before processing (nothing billed: the records are released
+/// unpinned), or transient (the call may have billed: the records stay pending, their
+/// sent quantity kept).
 #[tokio::test]
 async fn metering_answers_map_to_the_submitters_classes() {
     let cases: &[(u16, Option<&str>, &str)] = &[
@@ -529,6 +531,18 @@ async fn metering_answers_map_to_the_submitters_classes() {
         (400, Some("ValidationException"), "validation"),
         (400, Some("InvalidUsageDimensionException"), "validation"),
         (400, Some("TimestampOutOfBoundsException"), "validation"),
+        // Refused before processing: nothing billed, never ambiguous.
+        (400, Some("AccessDeniedException"), "refused"),
+        (403, Some("AccessDeniedException"), "refused"),
+        (400, Some("UnrecognizedClientException"), "refused"),
+        (400, Some("ExpiredTokenException"), "refused"),
+        (400, Some("InvalidSignatureException"), "refused"),
+        (403, Some("InvalidClientTokenId"), "refused"),
+        (403, Some("MissingAuthenticationToken"), "refused"),
+        (403, Some("IncompleteSignature"), "refused"),
+        (403, None, "refused"),
+        (401, None, "refused"),
+        (400, None, "transient"),
     ];
     for &(status, code, expected) in cases {
         let case = describe(status, code);
@@ -546,6 +560,7 @@ async fn metering_answers_map_to_the_submitters_classes() {
             Err(MeteringError::Transient(_)) => "transient",
             Err(MeteringError::Disabled(_)) => "disabled",
             Err(MeteringError::Validation { .. }) => "validation",
+            Err(MeteringError::Refused { .. }) => "refused",
             Ok(_) => "ok",
         };
         assert_eq!(class, expected, "{case}: {got:?}");
@@ -577,4 +592,41 @@ async fn metering_throttling_then_success_is_the_submitters_retry() {
             metering_record_id: "mr-1".into()
         }]
     );
+}
+
+fn metering_over(transport: Transport) -> aws_sdk_marketplacemetering::Client {
+    let conf = aws_sdk_marketplacemetering::Config::builder()
+        .with_test_defaults_v2()
+        .http_client(transport)
+        .retry_config(retries(1))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_millis(50))
+                .build(),
+        )
+        .build();
+    aws_sdk_marketplacemetering::Client::from_conf(conf)
+}
+
+/// A transport failure that is not a failed connect (the connector cannot tell how far
+/// the request went: an I/O error, a timeout, a hang, anything else) may have delivered
+/// the request: transient, never refused. A refused connect is read as refused on the
+/// real wire (tests/metering.rs).
+#[tokio::test]
+async fn metering_transport_failures_after_connecting_stay_ambiguous() {
+    for transport in [
+        Transport::Io,
+        Transport::Timeout,
+        Transport::Hang,
+        Transport::User,
+        Transport::Other(None),
+        Transport::Other(Some(ErrorKind::TransientError)),
+    ] {
+        let api = SdkMeteringApi::new(metering_over(transport));
+        let got = api.batch_meter_usage(&[metering_record()]).await;
+        assert!(
+            matches!(got, Err(MeteringError::Transient(_))),
+            "{transport:?}: {got:?}"
+        );
+    }
 }

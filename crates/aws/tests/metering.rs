@@ -8,13 +8,13 @@ mod common;
 use awsmp_aws::{SdkCustomerResolver, SdkMeteringApi};
 use awsmp_core::model::{Allocation, GroupKey, Tag};
 use awsmp_core::ports::{
-    CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict, ResolveError,
-    UnclearAnswer,
+    CONNECT_FAILURE, CustomerResolver, MeteringApi, MeteringError, MeteringRecord, RecordVerdict,
+    ResolveError, UnclearAnswer,
 };
 use awsmp_local_aws::SimServer;
 use awsmp_local_aws::marketplace_sim::{
-    ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, LossMode,
-    ProductSeed, SimConfig, ThrottleConfig, TokenSeed,
+    AuthFailure, ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec, FaultTarget,
+    LossMode, ProductSeed, SimConfig, ThrottleConfig, TokenSeed,
 };
 use common::*;
 
@@ -352,7 +352,7 @@ async fn a_response_lost_after_billing_is_transient_and_the_resend_is_a_duplicat
 }
 
 #[tokio::test]
-async fn an_unreachable_service_is_transient() {
+async fn a_connection_refused_before_the_request_is_written_is_refused_not_ambiguous() {
     let port = awsmp_local_aws::moto::free_port().unwrap();
     let config = awsmp_local_aws::test_sdk_config(&format!("http://127.0.0.1:{port}"), "us-east-1");
     let api = SdkMeteringApi::new(aws_sdk_marketplacemetering::Client::new(&config));
@@ -360,7 +360,35 @@ async fn an_unreachable_service_is_transient() {
         .batch_meter_usage(&[metering_record("requests", "2026-11-30T10", 1)])
         .await
         .unwrap_err();
-    assert!(matches!(err, MeteringError::Transient(_)), "{err:?}");
+    assert!(
+        matches!(&err, MeteringError::Refused { name, .. } if name == CONNECT_FAILURE),
+        "{err:?}"
+    );
+}
+
+/// Every authentication, authorization and signature refusal, answered on the wire
+/// with the status AWS gives it, reads as refused before processing: nothing billed.
+#[tokio::test]
+async fn auth_and_signature_refusals_on_the_wire_are_definite() {
+    let (sim, api) = api().await;
+    let one = [metering_record("requests", "2026-11-30T10", 1)];
+    for exception in AuthFailure::ALL {
+        sim.handle()
+            .inject_fault(fault(FaultKind::Unauthorized { exception }))
+            .unwrap();
+        let err = api.batch_meter_usage(&one).await.unwrap_err();
+        assert!(
+            matches!(&err, MeteringError::Refused { name, .. } if name == exception.wire_name()),
+            "{exception:?}: {err:?}"
+        );
+    }
+    assert!(sim.handle().ledger().records.is_empty());
+    // The refusals over, the same record bills as a first send.
+    let verdicts = api.batch_meter_usage(&one).await.unwrap();
+    assert!(
+        matches!(verdicts[0], RecordVerdict::Success { .. }),
+        "{verdicts:?}"
+    );
 }
 
 #[tokio::test]

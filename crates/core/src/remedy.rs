@@ -5,7 +5,7 @@
 use crate::model::{AggregatedStatus, RawStatus, ReasonCode};
 use crate::submit::{
     REASON_INTERRUPTED_SUBMISSION, REASON_MALFORMED_ITEM, REASON_METERING_DISABLED,
-    REASON_REQUEST_TOO_LARGE,
+    REASON_METERING_REFUSED, REASON_REQUEST_TOO_LARGE,
 };
 
 /// The server-side exception `BatchMeterUsage` would raise for a row our guardrails
@@ -159,6 +159,9 @@ pub fn for_status(status: FailureStatus, reason: Option<&str>) -> String {
                 "an interrupted send aged out: it may have been billed; check with `awsmp reconcile`".into()
             }
             Some(REASON_METERING_DISABLED) => for_exception(REASON_METERING_DISABLED).into(),
+            Some(REASON_METERING_REFUSED) => {
+                "BatchMeterUsage refused the submitter's calls before processing them (credentials, the role's aws-marketplace:BatchMeterUsage permission, signature or clock, or no connection: alarm BatchMeterUsageRefused): Marketplace never saw this record and billed nothing; fix the cause, then bill the usage by other means if you must".into()
+            }
             _ => "the hour left the 24 h window before it was sent: check that the submitter runs (throttling, alarms)".into(),
         },
         FailureStatus::Record(other) => format!("{other}: nothing to do"),
@@ -235,5 +238,12 @@ mod tests {
             Some(REASON_INTERRUPTED_SUBMISSION),
         );
         assert!(interrupted.contains("reconcile"), "{interrupted}");
+        // Refused before processing: Marketplace never saw it; nothing to reconcile.
+        let refused = for_status(
+            FailureStatus::Record(AggregatedStatus::SubmissionExpired),
+            Some(REASON_METERING_REFUSED),
+        );
+        assert!(refused.contains("billed nothing"), "{refused}");
+        assert!(!refused.contains("reconcile"), "{refused}");
     }
 }

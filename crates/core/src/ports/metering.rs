@@ -80,6 +80,28 @@ pub const VALIDATION_EXCEPTIONS: &[&str] = &[
     "ValidationException",
 ];
 
+/// Exceptions that refuse a whole call before Marketplace looks at its records: the
+/// caller's credentials, role or signature ([`MeteringError::Refused`]). Nothing was
+/// billed; nothing in the batch is to blame.
+pub const REFUSAL_EXCEPTIONS: &[&str] = &[
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "ExpiredTokenException",
+    "InvalidSignatureException",
+    "InvalidClientTokenId",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "IncompleteSignature",
+    "IncompleteSignatureException",
+    "SignatureDoesNotMatch",
+    "NotAuthorized",
+    "RequestExpired",
+];
+
+/// The `Exception` name of a call whose connection failed before the request was
+/// written (refused, unresolvable, a failed TLS handshake): nothing reached Marketplace.
+pub const CONNECT_FAILURE: &str = "ConnectFailure";
+
 /// A request-level failure of `BatchMeterUsage`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MeteringError {
@@ -100,6 +122,18 @@ pub enum MeteringError {
     /// `DisabledApiException`: the Region cannot meter; stop the run.
     #[error("DisabledApiException: {0}")]
     Disabled(String),
+    /// The call was refused before Marketplace processed any record: an
+    /// authentication, authorization or signature exception ([`REFUSAL_EXCEPTIONS`],
+    /// or an HTTP 401/403 without one), or a connection that failed before the request
+    /// was written ([`CONNECT_FAILURE`]). A definite "nothing billed": the records are
+    /// released unpinned; back off, never bisect.
+    #[error("{name}: {message}")]
+    Refused {
+        /// Exception name, e.g. `AccessDeniedException`, or [`CONNECT_FAILURE`].
+        name: String,
+        /// Service or transport message.
+        message: String,
+    },
 }
 
 /// `BatchMeterUsage`. Results are returned in the order of `records`.

@@ -22,6 +22,10 @@ pub mod metric {
     pub const USAGE_RECORD_SUBMITTED: &str = "UsageRecordSubmitted";
     /// A late raw row for an already-submitted hour.
     pub const LATE_USAGE_AFTER_SUBMISSION: &str = "LateUsageAfterSubmission";
+    /// A `BatchMeterUsage` call refused before Marketplace processed it: credentials,
+    /// role or signature, or a connection that failed before the request was written
+    /// (dimension `Exception`; nothing billed; alarm: refused for an hour is an outage).
+    pub const BATCH_METER_USAGE_REFUSED: &str = "BatchMeterUsageRefused";
     /// The Region refused metering (`DisabledApiException`).
     pub const METERING_API_DISABLED: &str = "MeteringApiDisabled";
     /// `DuplicateRecord` for a record no earlier call of ours may have billed:

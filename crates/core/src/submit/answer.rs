@@ -9,7 +9,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::ports::{
-    MeteringError, MeteringRecord, RecordVerdict, UnclearAnswer, VALIDATION_EXCEPTIONS,
+    CONNECT_FAILURE, MeteringError, MeteringRecord, REFUSAL_EXCEPTIONS, RecordVerdict,
+    UnclearAnswer, VALIDATION_EXCEPTIONS,
 };
 
 /// What identifies a record in `Results` and `UnprocessedRecords`.
@@ -148,9 +149,10 @@ pub fn verdicts(sent: &[MeteringRecord], answer: &Answer) -> Vec<RecordVerdict> 
 
 /// The failure a `BatchMeterUsage` call refused with exception `code` (its `__type`,
 /// the model's name) and `message` stands for: throttling and a disabled Region as
-/// such, the validation exceptions (the whole batch refused: bisect), and anything
-/// else (an internal error, auth, an exception nobody expects) transient, so that it
-/// never marks a record.
+/// such, the validation exceptions (the whole batch refused: bisect), an
+/// authentication, authorization or signature exception refused before any record was
+/// looked at ([`MeteringError::Refused`]: nothing billed), and anything else (an
+/// internal error, an exception nobody expects) transient: it may have taken effect.
 pub fn refusal(code: &str, message: &str) -> MeteringError {
     match code {
         "ThrottlingException" => MeteringError::Throttled(message.to_string()),
@@ -159,7 +161,49 @@ pub fn refusal(code: &str, message: &str) -> MeteringError {
             name: code.to_string(),
             message: message.to_string(),
         },
+        c if REFUSAL_EXCEPTIONS.contains(&c) => MeteringError::Refused {
+            name: code.to_string(),
+            message: message.to_string(),
+        },
         _ => MeteringError::Transient(format!("{code}: {message}")),
+    }
+}
+
+/// The failure an error answer without an exception name stands for, by its HTTP
+/// `status`: 401 and 403 are refused before processing (an authorizer, a signature
+/// check in front of the service); anything else (a 5xx, an unreadable 4xx) may have
+/// taken effect.
+pub fn unnamed_refusal(status: u16, message: &str) -> MeteringError {
+    match status {
+        401 | 403 => MeteringError::Refused {
+            name: format!("HTTP {status}"),
+            message: message.to_string(),
+        },
+        _ => MeteringError::Transient(format!("HTTP {status}: {message}")),
+    }
+}
+
+/// How far a call that got no answer went on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// The connection failed before the request was written (refused, a name that
+    /// does not resolve, a failed TLS handshake, a connect timeout).
+    NotWritten,
+    /// The request may have been written: a timeout, a connection broken after
+    /// sending, an unreadable or missing answer.
+    MayHaveBeenWritten,
+}
+
+/// The failure of a call that got no answer, given how far it went: one whose request
+/// was never written is refused ([`CONNECT_FAILURE`]: nothing reached Marketplace);
+/// otherwise transient (Marketplace may have processed it).
+pub fn transport_failure(dispatch: Dispatch, message: &str) -> MeteringError {
+    match dispatch {
+        Dispatch::NotWritten => MeteringError::Refused {
+            name: CONNECT_FAILURE.to_string(),
+            message: message.to_string(),
+        },
+        Dispatch::MayHaveBeenWritten => MeteringError::Transient(message.to_string()),
     }
 }
 
@@ -234,6 +278,52 @@ mod tests {
         assert!(matches!(
             refusal("InternalServiceErrorException", "retry"),
             MeteringError::Transient(m) if m.contains("InternalServiceErrorException")
+        ));
+    }
+
+    #[test]
+    fn refusals_before_processing_are_definite_the_rest_may_have_taken_effect() {
+        for code in [
+            "AccessDeniedException",
+            "UnrecognizedClientException",
+            "ExpiredTokenException",
+            "InvalidSignatureException",
+            "InvalidClientTokenId",
+            "MissingAuthenticationToken",
+            "IncompleteSignature",
+        ] {
+            assert_eq!(
+                refusal(code, "no"),
+                MeteringError::Refused {
+                    name: code.into(),
+                    message: "no".into()
+                },
+                "{code}"
+            );
+        }
+        assert!(
+            matches!(unnamed_refusal(403, "forbidden"), MeteringError::Refused { name, .. } if name == "HTTP 403")
+        );
+        assert!(matches!(
+            unnamed_refusal(401, ""),
+            MeteringError::Refused { .. }
+        ));
+        for status in [400, 500, 502, 503, 504] {
+            assert!(
+                matches!(unnamed_refusal(status, ""), MeteringError::Transient(_)),
+                "{status}"
+            );
+        }
+        assert_eq!(
+            transport_failure(Dispatch::NotWritten, "connection refused"),
+            MeteringError::Refused {
+                name: CONNECT_FAILURE.into(),
+                message: "connection refused".into()
+            }
+        );
+        assert!(matches!(
+            transport_failure(Dispatch::MayHaveBeenWritten, "reset"),
+            MeteringError::Transient(m) if m == "reset"
         ));
     }
 

@@ -28,8 +28,9 @@ pub enum RecordResult {
     },
     /// No answer, and no call that may have taken effect carried it: the bisection
     /// stopped (see [`BisectReport::stopped`]) before it was sent, or it was in a call
-    /// refused as a whole (throttling, `DisabledApiException`). Nothing billed it; it
-    /// stays pending.
+    /// refused as a whole before processing (throttling, `DisabledApiException`, an
+    /// authentication, authorization or signature exception, a connection that failed
+    /// before the request was written). Nothing billed it; it stays pending.
     NotAnswered,
     /// It was in the call that failed without a definite answer (an internal error, a
     /// timeout or transport failure, an answer with the wrong number of verdicts): that
@@ -40,8 +41,9 @@ pub enum RecordResult {
 /// Why the bisection stopped before every record had an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BisectStop {
-    /// `ThrottlingException`, an internal error or transport failure, or
-    /// `DisabledApiException`; never a validation exception (those are bisected).
+    /// `ThrottlingException`, an internal error or transport failure,
+    /// `DisabledApiException`, or a refusal before processing; never a validation
+    /// exception (those are bisected).
     #[error(transparent)]
     Api(MeteringError),
     /// The port broke its contract: not one verdict per record sent. Nothing in that
@@ -65,6 +67,9 @@ pub enum StopKind {
     Transient,
     /// `DisabledApiException`: the Region cannot meter; stop the run.
     Disabled,
+    /// Refused before processing (credentials, role, signature, a connection that
+    /// failed before the request was written): back off, nothing billed.
+    Refused,
     /// The port answered the wrong number of verdicts.
     MalformedResponse,
 }
@@ -75,6 +80,7 @@ impl BisectStop {
         match self {
             BisectStop::Api(MeteringError::Throttled(_)) => StopKind::Throttled,
             BisectStop::Api(MeteringError::Disabled(_)) => StopKind::Disabled,
+            BisectStop::Api(MeteringError::Refused { .. }) => StopKind::Refused,
             // Validation never stops a bisection; were one stored here, backing off
             // and retrying later is the safe reading.
             BisectStop::Api(MeteringError::Transient(_) | MeteringError::Validation { .. }) => {
@@ -140,9 +146,9 @@ pub async fn send_with_bisection(
 /// - `MeteringError::Validation` on several records at the cap: they become
 ///   [`RecordResult::DepthExceeded`] and the range is listed in
 ///   [`BisectReport::depth_exceeded`].
-/// - Throttled, transient or disabled, or an answer with the wrong number of verdicts:
-///   nothing more is sent; answered records keep their verdicts, the records of a call
-///   that may have taken effect (transient, wrong answer) are
+/// - Throttled, transient, disabled or refused, or an answer with the wrong number of
+///   verdicts: nothing more is sent; answered records keep their verdicts, the records
+///   of a call that may have taken effect (transient, wrong answer) are
 ///   [`RecordResult::Ambiguous`], the rest (never sent, or refused as a whole) stay
 ///   [`RecordResult::NotAnswered`], and [`BisectReport::stopped`] says why.
 ///

@@ -18,8 +18,9 @@
 //! | sub-batch at the bisection depth cap | stays `Pending` | `BisectDepthExceeded` |
 //! | throttling / internal error | stays `Pending`; jittered backoff; the run stops after repeated throttling | |
 //! | `DisabledApiException` | stays `Pending`; the run stops | `MeteringApiDisabled` |
+//! | refused before processing (`AccessDeniedException`, `UnrecognizedClientException`, `ExpiredTokenException`, a signature exception, HTTP 401/403, a connection that failed before the request was written) | stays `Pending`, claim released, not pinned (nothing billed); jittered backoff; the run stops after repeated refusals | `BatchMeterUsageRefused{Exception}` |
 //! | larger than 1 MB even alone | `Error` + `RequestTooLarge` | `BatchMeterUsageException{Exception=RequestTooLarge}` |
-//! | hour aged out before it was sent | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
+//! | hour aged out before it was sent (also an hour that left the window during the run: each call is checked against the clock as it goes out) | `SubmissionExpired` | `UsageSubmissionExpired` (not for a zero hour under `skip`: nothing was lost) |
 //!
 //! The submitter's modes and knobs are `settings`; one run, its claims, sends and
 //! write-backs, is `run`; when runs start and stop, `schedule`.
@@ -53,5 +54,9 @@ pub const REASON_ZERO_QUANTITY_SKIPPED: &str = "ZeroQuantitySkipped";
 pub const REASON_INTERRUPTED_SUBMISSION: &str = "InterruptedSubmission";
 /// Reason stored on a record that aged out while the Region refused metering.
 pub const REASON_METERING_DISABLED: &str = "DisabledApiException";
+/// Reason stored on a record that aged out, never possibly billed, in a run whose
+/// calls Marketplace kept refusing before processing them (credentials, role,
+/// signature, a connection that could not be made): nothing was billed.
+pub const REASON_METERING_REFUSED: &str = "MeteringRefused";
 /// Reason prefix stored on an aggregated item that cannot be read (what is wrong follows).
 pub const REASON_MALFORMED_ITEM: &str = "MalformedItem";

@@ -17,6 +17,7 @@
 //! | ambiguous: in the call that failed transiently (internal error, timeout, transport) or was answered with the wrong number of verdicts: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
 //! | not answered: throttled, or never sent (the bisection stopped first, whatever stopped it) | `Pending` (claim released; nothing billed) | (once per stop, [`report_metrics`]) | back off (stop if disabled) |
 //! | not answered: `DisabledApiException` | `Pending` (claim released; nothing billed) | (`MeteringApiDisabled`, [`report_metrics`]) | stop |
+//! | not answered: refused before processing (an authentication, authorization or signature exception, a connection that failed before the request was written) | `Pending` (claim released; nothing billed, `sentQuantity` not pinned by it) | (`BatchMeterUsageRefused{Exception}`, [`report_metrics`]) | back off (the run stops after repeated refusals) |
 //!
 //! Every `Pending` release keeps `sentQuantity` when the record's quantity is pinned
 //! ([`EarlierSends::quantity_pinned`]), so a definite "not billed now" never reopens a
@@ -282,9 +283,12 @@ fn answer_state(
         // Never in a call that may have taken effect: nothing billed it.
         RecordResult::NotAnswered => match stop {
             Some(StopKind::Disabled) => stays_pending(None, RunAction::StopRun),
-            Some(StopKind::Throttled | StopKind::Transient | StopKind::MalformedResponse) => {
-                stays_pending(None, RunAction::BackOff)
-            }
+            Some(
+                StopKind::Throttled
+                | StopKind::Transient
+                | StopKind::Refused
+                | StopKind::MalformedResponse,
+            ) => stays_pending(None, RunAction::BackOff),
             // Unanswered without a stop does not come out of a bisection; pending loses nothing.
             None => stays_pending(None, RunAction::Continue),
         },
@@ -298,7 +302,8 @@ pub fn is_unprocessed(result: &RecordResult) -> bool {
 
 /// The metrics a whole bisection emits once, beside the per-record ones:
 /// `BisectDepthExceeded{Exception}` per depth-capped sub-batch, and for a stop
-/// `MeteringApiDisabled` (disabled) or `BatchMeterUsageException{Exception}` (others).
+/// `MeteringApiDisabled` (disabled), `BatchMeterUsageRefused{Exception}` (refused
+/// before processing) or `BatchMeterUsageException{Exception}` (others).
 pub fn report_metrics(report: &BisectReport) -> Vec<MetricEvent> {
     let mut events: Vec<MetricEvent> = report
         .depth_exceeded
@@ -316,6 +321,9 @@ pub fn stop_metric(stop: &BisectStop) -> MetricEvent {
     match stop {
         BisectStop::Api(MeteringError::Disabled(_)) => {
             MetricEvent::plain(metric::METERING_API_DISABLED)
+        }
+        BisectStop::Api(MeteringError::Refused { name, .. }) => {
+            MetricEvent::with_exception(metric::BATCH_METER_USAGE_REFUSED, name)
         }
         BisectStop::Api(error) => {
             MetricEvent::with_exception(metric::BATCH_METER_USAGE_EXCEPTION, exception_name(error))
@@ -339,6 +347,7 @@ pub fn exception_name(error: &MeteringError) -> &str {
         MeteringError::Throttled(_) => "ThrottlingException",
         MeteringError::Transient(_) => TRANSIENT_FAILURE,
         MeteringError::Disabled(_) => "DisabledApiException",
+        MeteringError::Refused { name, .. } => name,
     }
 }
 

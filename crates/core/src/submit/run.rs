@@ -88,7 +88,8 @@ pub struct SubmitReport {
     pub dry_run_skipped: usize,
     /// Records aged out (`SubmissionExpired`).
     pub expired: usize,
-    /// Why the run stopped early, if it did (`deadline`, `throttled`, `disabled`, ...).
+    /// Why the run stopped early, if it did (`deadline`, `throttled`, `disabled`,
+    /// `refused`).
     pub stopped: Option<String>,
     /// Records sent whose outcome is unknown (kept with their sent quantity).
     pub ambiguous: usize,
@@ -116,6 +117,9 @@ enum Stop {
     Deadline,
     Throttled,
     Disabled,
+    /// Calls kept being refused before processing (credentials, role, signature, a
+    /// connection that cannot be made).
+    Refused,
 }
 
 impl Stop {
@@ -124,6 +128,7 @@ impl Stop {
             Stop::Deadline => "deadline",
             Stop::Throttled => "throttled",
             Stop::Disabled => "disabled",
+            Stop::Refused => "refused",
         }
     }
 }
@@ -672,12 +677,17 @@ impl Run<'_> {
             RunAction::BackOff => {
                 self.consecutive_throttles += 1;
                 if self.consecutive_throttles >= self.settings.max_throttled_batches {
+                    let refused = stop == Some(crate::submit::bisect::StopKind::Refused);
                     warn!(
                         ?stop,
                         batches = self.consecutive_throttles,
-                        "still throttled; leaving the rest pending"
+                        "still throttled or refused; leaving the rest pending"
                     );
-                    return Err(RunError::Stop(Stop::Throttled));
+                    return Err(RunError::Stop(if refused {
+                        Stop::Refused
+                    } else {
+                        Stop::Throttled
+                    }));
                 }
                 let delay = self.settings.backoff(self.consecutive_throttles);
                 warn!(

@@ -231,6 +231,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(queues(world));
     violations.extend(allocations(world));
     violations.extend(liveness(world));
+    violations.extend(crate::refusals::check(world));
     violations.extend(refused_calls(world));
     violations.extend(metrics(world));
     violations.extend(crate::outcome_check::check(world));
@@ -452,6 +453,15 @@ fn liveness(world: &World) -> Vec<String> {
             // other account's stays pending until its window closes.
             AggregatedStatus::DryRunSubmitted => world.dry_run == Some(true),
             AggregatedStatus::SubmissionExpired if world.dry_run == Some(false) => true,
+            // The window closed before the faults ended, on a send whose answer never
+            // came: the best the pipeline can say is "may have been billed".
+            AggregatedStatus::SubmissionExpired
+                if closed(record.key.hour)
+                    && record.status_reason.as_deref()
+                        == Some(awsmp_core::submit::REASON_INTERRUPTED_SUBMISSION) =>
+            {
+                true
+            }
             AggregatedStatus::SubmissionExpired => {
                 record.quantity == 0
                     && record.status_reason.as_deref() == Some(REASON_ZERO_QUANTITY_SKIPPED)

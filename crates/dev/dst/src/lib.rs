@@ -19,6 +19,7 @@ pub mod outcome_check;
 pub mod outcome_events;
 pub mod ports;
 pub mod queue;
+pub mod refusals;
 pub mod scenario;
 pub mod sim;
 

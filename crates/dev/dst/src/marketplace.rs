@@ -18,8 +18,8 @@ use awsmp_core::time::{HourBucket, Instant};
 use awsmp_marketplace_sim::engine::{Engine, RequestBody};
 use awsmp_marketplace_sim::validate::Patterns;
 use awsmp_marketplace_sim::{
-    AdminError, ClockSetting, EntitlementKey, EntitlementSeed, IdenticalRetryStatus, ProductSeed,
-    RejectedRequest, SimConfig, ThrottleConfig,
+    AdminError, AuthFailure, ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec,
+    FaultTarget, IdenticalRetryStatus, ProductSeed, RejectedRequest, SimConfig, ThrottleConfig,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -264,9 +264,33 @@ impl SimMarketplace {
             .collect()
     }
 
-    /// Every call Marketplace refused with an exception, oldest first.
+    /// Refuses the next `BatchMeterUsage` call before processing it, as AWS refuses a
+    /// caller whose credentials, role or signature it does not accept (`failure` says
+    /// which; the answer goes through the same reading as any other).
+    pub fn refuse_next(&self, failure: AuthFailure) -> Result<(), MarketplaceError> {
+        self.state().engine.inject_fault(FaultSpec {
+            kind: FaultKind::Unauthorized { exception: failure },
+            count: 1,
+            operation: FaultTarget::BatchMeterUsage,
+        })?;
+        Ok(())
+    }
+
+    /// Every call Marketplace refused with an exception for what it was sent, oldest
+    /// first: not the refusals of the caller's credentials the simulation injects
+    /// ([`SimMarketplace::refuse_next`]).
     pub fn refused_calls(&self) -> Vec<RejectedRequest> {
-        self.state().engine.ledger().rejected_requests
+        self.state()
+            .engine
+            .ledger()
+            .rejected_requests
+            .into_iter()
+            .filter(|r| {
+                !AuthFailure::ALL
+                    .iter()
+                    .any(|f| f.wire_name() == r.error_type)
+            })
+            .collect()
     }
 
     /// Every record answered `CustomerNotSubscribed`, in order.
@@ -521,6 +545,32 @@ mod tests {
         assert_eq!(revoked, vec![RecordVerdict::CustomerNotSubscribed]);
         assert_eq!(api.not_subscribed().len(), 1);
         assert_eq!(api.revocations().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_refused_caller_is_refused_before_processing_and_read_as_definite() {
+        let (api, _clock) = marketplace("2026-11-30T12:10:00Z");
+        for failure in AuthFailure::ALL {
+            api.refuse_next(failure).unwrap();
+            let refused = api
+                .batch_meter_usage(&[record("requests", "2026-11-30T11", 5)])
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&refused, MeteringError::Refused { name, .. } if name == failure.wire_name()),
+                "{failure:?}: {refused:?}"
+            );
+        }
+        assert!(api.ledger().is_empty());
+        assert!(
+            api.refused_calls().is_empty(),
+            "not a refusal of what was sent"
+        );
+        let billed = api
+            .batch_meter_usage(&[record("requests", "2026-11-30T11", 5)])
+            .await
+            .unwrap();
+        assert!(matches!(billed[0], RecordVerdict::Success { .. }));
     }
 
     #[tokio::test]

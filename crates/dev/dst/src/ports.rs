@@ -1,7 +1,9 @@
 //! The in-memory ports wrapped for the simulation: every call is a yield point (the
 //! scheduler may run another task there), may fail before taking effect, and a write
 //! may take effect and then lose its response. `BatchMeterUsage` additionally throttles,
-//! leaves records unprocessed, refuses the Region for a while, and bills then loses
+//! leaves records unprocessed, refuses the Region for a while, refuses the caller's
+//! credentials or role (once, or for a while) and fails to connect before the request
+//! is written (nothing billed, nothing possibly billed), and bills then loses
 //! its answer, or hangs for minutes (killing an invocation whose timeout passes); every quantity it is sent is recorded, to catch a group sent twice with
 //! two quantities.
 
@@ -19,8 +21,9 @@ use awsmp_core::ports::{
     AggregationCommit, Clock, CommitOutcome, Cursor, MeteringApi, MeteringError, MeteringRecord,
     Page, PendingRawRef, PortError, RecordVerdict,
 };
-use awsmp_core::submit::answer;
+use awsmp_core::submit::answer::{self, Dispatch};
 use awsmp_core::time::HourBucket;
+use awsmp_marketplace_sim::AuthFailure;
 
 use crate::marketplace::SimMarketplace;
 use crate::sim::{FaultKind, Sim, yield_now};
@@ -68,6 +71,8 @@ pub struct Faulty<S> {
     pub sim: Sim,
     /// The index pages it answered, for stale reads.
     pub index: StaleIndex,
+    /// Where claims taken over a lapsed claim are noted, if anywhere.
+    claims: Option<(MemoryTables, Lapses)>,
 }
 
 impl<S> Faulty<S> {
@@ -77,8 +82,32 @@ impl<S> Faulty<S> {
             inner,
             sim,
             index: StaleIndex::default(),
+            claims: None,
         }
     }
+
+    /// Notes in `lapses` every record of `tables` a claim is granted on while an
+    /// earlier claim still held it (its holder died, or lost its answers, before
+    /// writing an outcome): the protocol rightly reads such a record as possibly billed.
+    pub fn watching_claims(mut self, tables: MemoryTables, lapses: Lapses) -> Self {
+        self.claims = Some((tables, lapses));
+        self
+    }
+}
+
+/// Groups some claim was granted on over an unreleased earlier one (shared between the
+/// aggregated table's wrapper that sees the claims and the invariant).
+pub type Lapses = Arc<Mutex<BTreeSet<GroupKey>>>;
+
+/// Each held record's claim count: a claim that finds the record still held and takes
+/// it bumps the count.
+fn held_claims(tables: &MemoryTables) -> BTreeMap<GroupKey, u32> {
+    tables
+        .aggregated_records()
+        .into_iter()
+        .filter(|r| r.in_flight_until.is_some())
+        .map(|r| (r.key, r.attempt_count))
+        .collect()
 }
 
 /// A global secondary index read eventually consistently: a query may answer the page
@@ -130,7 +159,28 @@ impl<S: Send + Sync> Decorator for Faulty<S> {
         call: StoreCall,
         inner: impl std::future::Future<Output = Result<T, PortError>> + Send,
     ) -> Result<T, PortError> {
-        guarded(&self.sim, call, inner).await
+        let Some((tables, lapses)) = self
+            .claims
+            .as_ref()
+            .filter(|_| call.op == StoreOp::AggregatedClaim)
+        else {
+            return guarded(&self.sim, call, inner).await;
+        };
+        // Read right around the claim (the in-memory call does not yield).
+        let watched = async {
+            let held = held_claims(tables);
+            let out = inner.await;
+            let taken_over = tables.aggregated_records().into_iter().filter(|r| {
+                held.get(&r.key)
+                    .is_some_and(|before| r.attempt_count > *before)
+            });
+            lapses
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(taken_over.map(|r| r.key));
+            out
+        };
+        guarded(&self.sim, call, watched).await
     }
 }
 
@@ -206,6 +256,17 @@ pub struct FaultyMetering {
     ambiguous_groups: Mutex<BTreeSet<GroupKey>>,
     /// Groups another writer billed first (another stack, a script).
     rival: Mutex<BTreeSet<GroupKey>>,
+    /// When the current refusal of the caller's role ends (a role edited, then fixed).
+    refused_until: Mutex<Option<awsmp_core::time::Instant>>,
+    /// Calls refused before Marketplace processed them (credentials, role, signature,
+    /// a connection that failed before the request was written).
+    refused: Mutex<u64>,
+    /// Groups carried by a call Marketplace processed (answered, refused for what it
+    /// was sent, or billed and its answer lost).
+    reached: Mutex<BTreeSet<GroupKey>>,
+    /// Groups claimed over an unreleased earlier claim (noted by the aggregated table's
+    /// wrapper, [`Faulty::watching_claims`]).
+    lapses: Lapses,
 }
 
 impl FaultyMetering {
@@ -222,7 +283,96 @@ impl FaultyMetering {
             overlong_leases: Mutex::new(Vec::new()),
             ambiguous_groups: Mutex::new(BTreeSet::new()),
             rival: Mutex::new(BTreeSet::new()),
+            refused_until: Mutex::new(None),
+            refused: Mutex::new(0),
+            reached: Mutex::new(BTreeSet::new()),
+            lapses: Lapses::default(),
         }
+    }
+
+    /// Where the aggregated table's wrapper notes claims taken over lapsed ones.
+    pub fn lapses(&self) -> Lapses {
+        Arc::clone(&self.lapses)
+    }
+
+    /// Groups claimed over an unreleased earlier claim.
+    pub fn lapsed_groups(&self) -> BTreeSet<GroupKey> {
+        self.lapses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Groups carried by a call Marketplace processed.
+    pub fn reached_groups(&self) -> BTreeSet<GroupKey> {
+        self.reached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Calls refused before Marketplace processed them, so far.
+    pub fn refusals(&self) -> u64 {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A refusal before processing, if the simulation draws one for this call: for a
+    /// while every call (a role edited, then fixed: `AccessDeniedException`), once (one
+    /// of the credentials and signature exceptions), answered by the simulator's engine
+    /// and read back as any answer is; or a connection that fails before the request
+    /// is written. Nothing is billed, nothing may be read as possibly billed.
+    async fn refusal(&self, records: &[MeteringRecord]) -> Option<MeteringError> {
+        let failure = {
+            let now = self.clock.now();
+            let mut until = self
+                .refused_until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if until.is_none_or(|u| u <= now)
+                && self.sim.fault(FaultKind::RefusalStorm, "BatchMeterUsage")
+            {
+                let minutes = 1 + i64::try_from(self.sim.below(12)).unwrap_or(0);
+                *until = Some(now + chrono::Duration::minutes(minutes));
+            }
+            if until.is_some_and(|u| u > now) {
+                Some(AuthFailure::AccessDenied)
+            } else if self.sim.fault(FaultKind::AuthRefused, "BatchMeterUsage") {
+                AuthFailure::ALL
+                    .get(self.sim.below(AuthFailure::ALL.len()))
+                    .copied()
+            } else {
+                None
+            }
+        };
+        let refused = match failure {
+            Some(failure) => {
+                if let Err(e) = self.inner.refuse_next(failure) {
+                    panic!("the simulator refused a valid fault: {e}");
+                }
+                match self.inner.batch_meter_usage(records).await {
+                    Err(refused) => refused,
+                    Ok(answers) => {
+                        panic!("a call refused before processing was answered: {answers:?}")
+                    }
+                }
+            }
+            None if self.sim.fault(FaultKind::ConnectRefused, "BatchMeterUsage") => {
+                answer::transport_failure(
+                    Dispatch::NotWritten,
+                    "injected: connection refused before the request was written",
+                )
+            }
+            None => return None,
+        };
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Some(refused)
+    }
+
+    fn note_reached(&self, records: &[MeteringRecord]) {
+        self.reached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(records.iter().map(|r| r.key.clone()));
     }
 
     /// Another writer (a second stack, a seller's script) bills `record`'s hour with
@@ -374,6 +524,9 @@ impl MeteringApi for FaultyMetering {
                 ));
             }
         }
+        if let Some(refused) = self.refusal(records).await {
+            return Err(refused);
+        }
         if self.sim.fault(FaultKind::Throttled, "BatchMeterUsage") {
             return Err(MeteringError::Throttled("injected".into()));
         }
@@ -398,6 +551,7 @@ impl MeteringApi for FaultyMetering {
             .filter(|(_, skip)| !**skip)
             .map(|(r, _)| r.clone())
             .collect();
+        self.note_reached(records);
         let answers = if processed.is_empty() {
             Vec::new()
         } else {

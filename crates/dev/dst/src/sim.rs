@@ -48,6 +48,14 @@ pub enum FaultKind {
     /// `PutEvents` fails as a whole, or refuses an entry (the outcome-events function
     /// reports its change for redelivery).
     BusRefused,
+    /// `BatchMeterUsage` refused before processing: the caller's credentials, role or
+    /// signature (`AccessDeniedException`, `ExpiredTokenException`, ...), once.
+    AuthRefused,
+    /// Every `BatchMeterUsage` call refused with `AccessDeniedException` for a while (a
+    /// role edited, then fixed).
+    RefusalStorm,
+    /// A `BatchMeterUsage` call whose connection fails before its request is written.
+    ConnectRefused,
 }
 
 impl FaultKind {
@@ -71,6 +79,9 @@ impl FaultKind {
             FaultKind::StaleIndexRead => 1500,
             FaultKind::UnclearAnswer => 300,
             FaultKind::BusRefused => 1500,
+            FaultKind::AuthRefused => 300,
+            FaultKind::RefusalStorm => 150,
+            FaultKind::ConnectRefused => 300,
         }
     }
 }

@@ -652,6 +652,13 @@ impl Engine {
                     ApiErrorKind::InternalServiceError,
                     "An internal error has occurred (injected fault). Retry your request.",
                 ),
+                FaultKind::Unauthorized { exception } => ApiError::new(
+                    ApiErrorKind::Unauthorized(exception),
+                    format!(
+                        "{} (injected fault): the request was refused before processing",
+                        exception.wire_name()
+                    ),
+                ),
                 _ => ApiError::new(
                     ApiErrorKind::DisabledApi,
                     "The API is disabled in the Region (injected fault)",

@@ -4,6 +4,8 @@
 use axum::http::StatusCode;
 use serde::Serialize;
 
+use crate::model::AuthFailure;
+
 /// The exception names the simulator puts in `__type`, as the Marketplace Metering
 /// model spells them (plus the generic AWS JSON 1.1 protocol errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -32,6 +34,8 @@ pub enum ApiErrorKind {
     InternalServiceError,
     /// An injected "API disabled in this Region" failure.
     DisabledApi,
+    /// An injected refusal of the caller's credentials, role or signature.
+    Unauthorized(AuthFailure),
     /// `ResolveCustomer` got a token the simulator never issued.
     InvalidToken,
     /// `ResolveCustomer` got a token issued 4 h or more ago (sim clock).
@@ -64,6 +68,7 @@ impl ApiErrorKind {
             Self::Throttling => "ThrottlingException",
             Self::InternalServiceError => "InternalServiceErrorException",
             Self::DisabledApi => "DisabledApiException",
+            Self::Unauthorized(failure) => failure.wire_name(),
             Self::InvalidToken => "InvalidTokenException",
             Self::ExpiredToken => "ExpiredTokenException",
             Self::InvalidMaxResults => "InvalidMaxResultsException",
@@ -74,10 +79,12 @@ impl ApiErrorKind {
         }
     }
 
-    /// The HTTP status: every exception is a client error (400) except the internal one.
+    /// The HTTP status: every exception is a client error (400) except the internal one
+    /// and the refusals AWS answers 403.
     pub fn http_status(self) -> StatusCode {
         match self {
             Self::InternalServiceError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized(failure) if failure.http_status() == 403 => StatusCode::FORBIDDEN,
             _ => StatusCode::BAD_REQUEST,
         }
     }

@@ -27,7 +27,7 @@ pub use config::{IdenticalRetryStatus, SimConfig};
 pub use error::{AdminError, ApiError, ApiErrorKind, SimError};
 pub use handle::SimHandle;
 pub use model::{
-    Allocation, AllocationTag, BilledRecord, Conflict, Entitlement, EntitlementKey,
+    Allocation, AllocationTag, AuthFailure, BilledRecord, Conflict, Entitlement, EntitlementKey,
     EntitlementSeed, EntitlementState, FaultKind, FaultPhase, FaultSpec, FaultTarget,
     LedgerSnapshot, LifecycleOutcome, LossMode, ProductSeed, RejectedRequest, Stats, TokenSeed,
 };

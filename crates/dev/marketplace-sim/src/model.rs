@@ -115,6 +115,14 @@ pub enum FaultKind {
     InternalError,
     /// `DisabledApiException` (HTTP 400).
     Disabled,
+    /// The call is refused before it is processed because its caller is not
+    /// authenticated or not authorized (a role edited, expired credentials, a bad
+    /// signature): `exception` says which, with the HTTP status AWS answers it with.
+    Unauthorized {
+        /// Which refusal (default `access_denied`).
+        #[serde(default)]
+        exception: AuthFailure,
+    },
     /// The call succeeds but its last `records` records come back in
     /// `UnprocessedRecords`, unbilled. BatchMeterUsage only.
     Unprocessed {
@@ -153,6 +161,68 @@ pub enum FaultKind {
     },
 }
 
+/// The exception an [`FaultKind::Unauthorized`] fault refuses the call with.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthFailure {
+    /// `AccessDeniedException` (HTTP 400): the role may not call the operation.
+    #[default]
+    AccessDenied,
+    /// `UnrecognizedClientException` (HTTP 400): the access key is unknown.
+    UnrecognizedClient,
+    /// `ExpiredTokenException` (HTTP 400): the session's credentials expired.
+    ExpiredToken,
+    /// `InvalidSignatureException` (HTTP 400): the signature does not match.
+    InvalidSignature,
+    /// `InvalidClientTokenId` (HTTP 403): the security token is invalid.
+    InvalidClientTokenId,
+    /// `MissingAuthenticationToken` (HTTP 403): the request is not signed.
+    MissingAuthenticationToken,
+    /// `IncompleteSignature` (HTTP 403): the signature lacks a part.
+    IncompleteSignature,
+}
+
+impl AuthFailure {
+    /// Every refusal, in order.
+    pub const ALL: [AuthFailure; 7] = [
+        AuthFailure::AccessDenied,
+        AuthFailure::UnrecognizedClient,
+        AuthFailure::ExpiredToken,
+        AuthFailure::InvalidSignature,
+        AuthFailure::InvalidClientTokenId,
+        AuthFailure::MissingAuthenticationToken,
+        AuthFailure::IncompleteSignature,
+    ];
+
+    /// The exception name on the wire (`__type`).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Self::AccessDenied => "AccessDeniedException",
+            Self::UnrecognizedClient => "UnrecognizedClientException",
+            Self::ExpiredToken => "ExpiredTokenException",
+            Self::InvalidSignature => "InvalidSignatureException",
+            Self::InvalidClientTokenId => "InvalidClientTokenId",
+            Self::MissingAuthenticationToken => "MissingAuthenticationToken",
+            Self::IncompleteSignature => "IncompleteSignature",
+        }
+    }
+
+    /// The HTTP status AWS answers it with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::AccessDenied
+            | Self::UnrecognizedClient
+            | Self::ExpiredToken
+            | Self::InvalidSignature => 400,
+            Self::InvalidClientTokenId
+            | Self::MissingAuthenticationToken
+            | Self::IncompleteSignature => 403,
+        }
+    }
+}
+
 /// The `Status` an [`FaultKind::UnknownStatus`] fault answers.
 pub const UNKNOWN_STATUS: &str = "Unknown";
 
@@ -186,7 +256,9 @@ impl FaultKind {
     /// When the fault takes effect.
     pub fn phase(self) -> FaultPhase {
         match self {
-            Self::Throttling | Self::InternalError | Self::Disabled => FaultPhase::Refuse,
+            Self::Throttling | Self::InternalError | Self::Disabled | Self::Unauthorized { .. } => {
+                FaultPhase::Refuse
+            }
             Self::Unprocessed { .. } => FaultPhase::Unprocess,
             Self::OmitResults { .. } | Self::UnknownStatus { .. } | Self::WrongEcho { .. } => {
                 FaultPhase::Garble
@@ -202,9 +274,11 @@ impl FaultKind {
             Self::OmitResults { records } => Some(("omit_results", records)),
             Self::UnknownStatus { records } => Some(("unknown_status", records)),
             Self::WrongEcho { records } => Some(("wrong_echo", records)),
-            Self::Throttling | Self::InternalError | Self::Disabled | Self::LoseResponse { .. } => {
-                None
-            }
+            Self::Throttling
+            | Self::InternalError
+            | Self::Disabled
+            | Self::Unauthorized { .. }
+            | Self::LoseResponse { .. } => None,
         }
     }
 

@@ -335,6 +335,29 @@ async fn disabled_api_stops_with_nothing_marked() {
 }
 
 #[tokio::test]
+async fn a_refusal_before_processing_mid_bisection_marks_nothing() {
+    // GIVEN a bisection whose fourth call is refused for the caller's role
+    let api = FakeMetering::failing_call(
+        4,
+        crate::submit::answer::refusal("AccessDeniedException", "not authorized"),
+    );
+    let batch = records(25, &BTreeSet::from([22]));
+    let report = send_with_bisection(&api, &batch).await;
+    // THEN the answered records keep their verdicts and the refused call's records,
+    // like those never sent, are not answered: nothing may have billed them
+    for i in 0..13 {
+        assert_eq!(report.results[i], success(i));
+    }
+    for i in 13..25 {
+        assert_eq!(report.results[i], RecordResult::NotAnswered, "record {i}");
+    }
+    assert_eq!(
+        report.stopped.as_ref().map(BisectStop::kind),
+        Some(StopKind::Refused)
+    );
+}
+
+#[tokio::test]
 async fn a_short_answer_is_not_trusted() {
     let api = FakeMetering {
         short_answer_on_call: Some(1),

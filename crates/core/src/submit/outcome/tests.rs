@@ -283,6 +283,7 @@ fn unanswered_records_follow_the_stop() {
         (Some(StopKind::Throttled), RunAction::BackOff),
         (Some(StopKind::Transient), RunAction::BackOff),
         (Some(StopKind::MalformedResponse), RunAction::BackOff),
+        (Some(StopKind::Refused), RunAction::BackOff),
         (Some(StopKind::Disabled), RunAction::StopRun),
         (None, RunAction::Continue),
     ];
@@ -380,6 +381,13 @@ fn report_metrics_count_sub_batches_and_stops_once() {
     assert_eq!(
         stop_metric(&BisectStop::Api(MeteringError::Transient("500".into()))),
         tag("BatchMeterUsageException", "TransientFailure")
+    );
+    assert_eq!(
+        stop_metric(&BisectStop::Api(MeteringError::Refused {
+            name: "ExpiredTokenException".into(),
+            message: "expired".into()
+        })),
+        tag("BatchMeterUsageRefused", "ExpiredTokenException")
     );
     assert_eq!(
         stop_metric(&BisectStop::MalformedResponse {

@@ -7,7 +7,8 @@ use crate::model::AggregatedStatus;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{SubmissionUpdate, metric};
 use crate::submit::{
-    REASON_INTERRUPTED_SUBMISSION, REASON_METERING_DISABLED, REASON_ZERO_QUANTITY_SKIPPED,
+    REASON_INTERRUPTED_SUBMISSION, REASON_METERING_DISABLED, REASON_METERING_REFUSED,
+    REASON_ZERO_QUANTITY_SKIPPED,
 };
 use crate::time;
 
@@ -45,6 +46,8 @@ impl Run<'_> {
                     Some(REASON_INTERRUPTED_SUBMISSION.to_string())
                 } else if self.report.stopped.as_deref() == Some(Stop::Disabled.as_str()) {
                     Some(REASON_METERING_DISABLED.to_string())
+                } else if self.report.stopped.as_deref() == Some(Stop::Refused.as_str()) {
+                    Some(REASON_METERING_REFUSED.to_string())
                 } else {
                     None
                 };

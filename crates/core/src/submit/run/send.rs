@@ -1,5 +1,7 @@
 //! One batch on the wire: records of a dimension refused this run go alone, the rest
 //! as one call with bisection under the pacing, unprocessed records retried once.
+//! Each call's records are checked against the clock as it goes out, not the run's
+//! start: a record whose hour left the window meanwhile stays unsent.
 
 use tracing::warn;
 
@@ -7,8 +9,16 @@ use crate::model::AggregatedRecord;
 use crate::ports::MeteringRecord;
 use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::submit::outcome::{MetricEvent, report_metrics};
+use crate::time;
 
 use super::{Held, Run, unprocessed_indexes};
+
+/// How long before its hour leaves the window a record is no longer sent: the pacing's
+/// wait and a whole batch's bisection (at most 49 calls at 10 a second) fit in it, and
+/// the host's clock may be off Marketplace's by a little. Marketplace would refuse the
+/// record (`TimestampOutOfBoundsException`), costing calls and ending it `Error`; left
+/// unsent, it ages out (`SubmissionExpired`).
+pub(super) const SEND_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 
 impl Run<'_> {
     /// Sends the held records. Records of a (product, dimension) Marketplace already
@@ -54,6 +64,40 @@ impl Run<'_> {
         (wire.product_code, wire.key.dimension)
     }
 
+    /// Whether `record`'s hour is still in Marketplace's window when a call goes out
+    /// now (by this host's clock, [`SEND_MARGIN`] ahead): a long run (backoffs, slow
+    /// calls) may cross an hour's edge after it read the record.
+    fn sendable_now(&self, record: &MeteringRecord) -> bool {
+        let soon = self.ports.clock.now() + SEND_MARGIN;
+        let sendable = !time::bucket_expired(record.key.hour, soon);
+        if !sendable {
+            warn!(group = %record.key, "the hour left the 24 h window during the run; not sent (it ages out)");
+        }
+        sendable
+    }
+
+    /// Sends those of `batch` still in the window now, bisecting rejections; the others
+    /// are not answered (released; they age out).
+    async fn send_in_window(&self, batch: &[MeteringRecord]) -> BisectReport {
+        let (sendable, late): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|i| batch.get(*i).is_some_and(|r| self.sendable_now(r)));
+        if late.is_empty() {
+            return send_with_bisection(self.paced, batch).await;
+        }
+        let records: Vec<MeteringRecord> = sendable
+            .iter()
+            .filter_map(|i| batch.get(*i).cloned())
+            .collect();
+        let mut part = send_with_bisection(self.paced, &records).await;
+        let mut results = vec![RecordResult::NotAnswered; batch.len()];
+        for (index, result) in sendable.iter().zip(std::mem::take(&mut part.results)) {
+            if let Some(slot) = results.get_mut(*index) {
+                *slot = result;
+            }
+        }
+        BisectReport { results, ..part }
+    }
+
     /// Sends `held` as one batch (bisecting rejections), retrying unprocessed records
     /// once after a jittered backoff; emits the call metrics.
     pub(super) async fn send_group(&self, held: &[Held]) -> BisectReport {
@@ -64,7 +108,7 @@ impl Run<'_> {
             .iter()
             .map(|h| self.metering_record(&h.record))
             .collect();
-        let mut sent = send_with_bisection(self.paced, &batch).await;
+        let mut sent = self.send_in_window(&batch).await;
         let mut events = report_metrics(&sent);
 
         // UnprocessedRecords: retry once, after a jittered backoff, unless the call stopped.
@@ -81,7 +125,7 @@ impl Run<'_> {
                 .iter()
                 .filter_map(|i| batch.get(*i).cloned())
                 .collect();
-            let again = send_with_bisection(self.paced, &retry).await;
+            let again = self.send_in_window(&retry).await;
             events.extend(report_metrics(&again));
             for (position, index) in unprocessed.iter().enumerate() {
                 if let (Some(slot), Some(result)) =

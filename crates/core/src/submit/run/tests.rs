@@ -1283,3 +1283,165 @@ async fn the_whole_pipeline_bills_each_group_exactly_its_aggregated_rows() {
     let hours: Vec<HourBucket> = calls[0].iter().map(|r| r.key.hour).collect();
     assert!(hours.is_sorted(), "{hours:?}");
 }
+
+/// Marketplace a slow network away: each call arrives `latency` after it was made, and
+/// is refused as a whole with `TimestampOutOfBoundsException` if one of its records'
+/// hours has left the window by then (as AWS refuses it).
+struct SlowWindowed {
+    inner: MemoryMeteringApi,
+    clock: crate::memory::ManualClock,
+    latency: std::time::Duration,
+}
+
+#[async_trait]
+impl MeteringApi for SlowWindowed {
+    async fn batch_meter_usage(
+        &self,
+        records: &[MeteringRecord],
+    ) -> Result<Vec<RecordVerdict>, MeteringError> {
+        self.clock.sleep(self.latency).await;
+        let now = self.clock.now();
+        if let Some(late) = records
+            .iter()
+            .find(|r| crate::time::bucket_expired(r.key.hour, now))
+        {
+            return Err(MeteringError::Validation {
+                name: "TimestampOutOfBoundsException".into(),
+                message: format!("{} is outside the 24 h window at {now}", late.key),
+            });
+        }
+        self.inner.batch_meter_usage(records).await
+    }
+}
+
+#[tokio::test]
+async fn a_record_whose_hour_closes_during_the_run_is_not_sent_and_ages_out() {
+    // GIVEN 100 records of the hour whose window closes at 11:00:00, a run started at
+    // 10:59:35, and calls that take 10 s to reach Marketplace
+    let start = t("2026-11-30T10:59:35Z");
+    let world = World::new(start);
+    let keys = seed(&world, 100, "2026-11-29T11", 3);
+    let api = Arc::new(SlowWindowed {
+        inner: world.api.clone(),
+        clock: world.clock.clone(),
+        latency: std::time::Duration::from_secs(10),
+    });
+
+    let report = run_via(&world, start, api).await;
+
+    // THEN the first two batches bill, and the batches the window closed on are not
+    // sent at all: no refused call, no bisection, no Error
+    assert_eq!(report.success, 50);
+    assert_eq!(report.errors, 0);
+    assert_eq!(report.api_calls, 2);
+    assert_eq!(world.metrics.total(metric::BATCH_METER_USAGE_EXCEPTION), 0);
+    for key in &keys[50..] {
+        let record = world.record(key).unwrap();
+        assert_eq!(
+            (record.status, record.sent_quantity, record.in_flight_until),
+            (AggregatedStatus::Pending, None, None),
+            "{key}"
+        );
+        assert!(!record.may_have_been_billed(), "{key}");
+    }
+    // AND the next run ages them out as never sent
+    let next = world.submit(t("2026-11-30T11:01:00Z")).await;
+    assert_eq!(next.expired, 50);
+    for key in &keys[50..] {
+        let record = world.record(key).unwrap();
+        assert_eq!(record.status, AggregatedStatus::SubmissionExpired, "{key}");
+        assert_eq!(record.status_reason, None, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_before_processing_releases_the_claims_unpinned_and_backs_off() {
+    let now = t(NOW);
+    let world = World::new(now);
+    let keys = seed(&world, 50, "2026-11-30T09", 2);
+    // GIVEN a role edited away from BatchMeterUsage for the first call only
+    world.api.fail_next(crate::submit::answer::refusal(
+        "AccessDeniedException",
+        "User is not authorized to perform: aws-marketplace:BatchMeterUsage",
+    ));
+
+    let report = world.submit(now).await;
+
+    // THEN the refused batch is released as never sent: not ambiguous, not pinned,
+    // not possibly billed, late rows still fold in; the next batch bills after a backoff
+    assert_eq!(
+        (report.success, report.ambiguous, report.left_pending),
+        (25, 0, 25)
+    );
+    for key in &keys[..25] {
+        let record = world.record(key).unwrap();
+        assert_eq!(
+            (record.status, record.sent_quantity, record.in_flight_until),
+            (AggregatedStatus::Pending, None, None),
+            "{key}"
+        );
+        assert!(!record.may_have_been_billed(), "{key}");
+        assert!(record.accepts_folds(), "{key}");
+    }
+    assert_eq!(world.metrics.total(metric::AMBIGUOUS_SUBMISSION), 0);
+    assert_eq!(
+        world.metrics.get(
+            metric::BATCH_METER_USAGE_REFUSED,
+            &[("Exception", "AccessDeniedException")]
+        ),
+        1
+    );
+    assert!(
+        world.clock.sleeps().iter().any(|d| *d != MIN_CALL_INTERVAL),
+        "backed off"
+    );
+    // AND once the role is fixed, the next run bills them: a first send, no duplicate
+    let again = world.submit(now).await;
+    assert_eq!((again.success, again.duplicate), (25, 0));
+    assert_eq!(world.metrics.total(metric::UNEXPECTED_DUPLICATE_RECORD), 0);
+}
+
+#[tokio::test]
+async fn a_run_refused_again_and_again_stops_refused_and_its_expiries_say_so() {
+    // GIVEN an hour at its window's edge and every call refused (expired credentials)
+    let world = World::new(t("2026-11-30T10:59:00Z"));
+    let keys = seed(&world, 80, "2026-11-29T11", 1);
+    for _ in 0..3 {
+        world.api.fail_next(crate::submit::answer::refusal(
+            "ExpiredTokenException",
+            "The security token included in the request is expired",
+        ));
+    }
+    let report = world.submit(t("2026-11-30T10:59:00Z")).await;
+    assert_eq!(report.stopped.as_deref(), Some("refused"));
+    assert_eq!(report.api_calls, 3);
+    assert!(
+        keys.iter()
+            .all(|k| !world.record(k).unwrap().may_have_been_billed())
+    );
+    // WHEN the window closes while still refused (the run's other records refused too)
+    let others = seed(&world, 80, "2026-11-30T09", 1);
+    for _ in 0..3 {
+        world.api.fail_next(crate::submit::answer::refusal(
+            "ExpiredTokenException",
+            "expired",
+        ));
+    }
+    let late = world.submit(t("2026-11-30T11:00:30Z")).await;
+    // THEN they age out as never billed, saying why (not InterruptedSubmission)
+    assert_eq!(late.stopped.as_deref(), Some("refused"));
+    assert_eq!(late.expired, 80);
+    for key in &keys {
+        let record = world.record(key).unwrap();
+        assert_eq!(record.status, AggregatedStatus::SubmissionExpired);
+        assert_eq!(
+            record.status_reason.as_deref(),
+            Some(crate::submit::REASON_METERING_REFUSED)
+        );
+    }
+    assert!(
+        others
+            .iter()
+            .all(|k| status(&world, k) == AggregatedStatus::Pending)
+    );
+}
