@@ -1,6 +1,6 @@
 //! Batching of metering records for `BatchMeterUsage`: one product per call, at most
 //! 25 records and at most 1,000,000 bytes of request body, measured on the exact JSON
-//! body the AWS SDK sends (ARCHITECTURE.md: aggregation commit).
+//! body the AWS SDK sends (docs/design.md: aggregation commit).
 //!
 //! The request body is built here by [`request_body`] for size purposes only (the
 //! adapter sends SDK types). It has no way to carry a request-level `ProductCode`: records

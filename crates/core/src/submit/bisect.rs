@@ -1,7 +1,7 @@
 //! Sending a batch with bisection: when `BatchMeterUsage` rejects a whole batch with a
 //! request-level validation exception, the batch is split in halves and resent until
 //! the offending records are isolated, so co-batched good records still meter
-//! (ARCHITECTURE.md: aggregation commit). Throttling, internal errors and a disabled API are never
+//! (docs/design.md: aggregation commit). Throttling, internal errors and a disabled API are never
 //! bisected: they stop the batch and leave what is unanswered pending.
 
 use std::ops::Range;

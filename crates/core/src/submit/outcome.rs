@@ -1,6 +1,6 @@
 //! Mapping of one record's `BatchMeterUsage` result to its aggregated row's next state,
 //! the metric it emits and what the run does next (ARCHITECTURE.md:
-//! status transitions, aggregation commit), plus
+//! status transitions; docs/design.md: aggregation commit), plus
 //! the full-jitter backoff between retries. Pure: no I/O, randomness passed in.
 //!
 //! | result | next row state | metric (per record) | run |
