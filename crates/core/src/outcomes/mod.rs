@@ -25,6 +25,7 @@ use crate::items::ingestion_marker_event_id;
 use crate::model::{AggregatedStatus, Attr, RawStatus, attr};
 use crate::ports::{BusEvent, PUT_EVENTS_MAX_BYTES};
 use crate::remedy::{FailureStatus, for_status};
+use crate::submit::REASON_INTERRUPTED_SUBMISSION;
 use crate::submit::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT;
 
 /// `source` of every outcome event.
@@ -301,7 +302,9 @@ pub fn billed(status: AggregatedStatus, reason: Option<&str>) -> bool {
 /// Whether a record that ended in `status` unbilled may have been billed by a send of
 /// ours: `possiblyBilled` as stored on `item`, or where absent (an item written before
 /// it existed) whether it carries `sentQuantity`; only for the statuses that say
-/// "not billed" of a record that may have been sent.
+/// "not billed" of a record that may have been sent. An age-out that found a claim
+/// unreleased (`InterruptedSubmission`: its holder may have sent it, and the holder's
+/// answer never came back to say) says so in its reason, not in `possiblyBilled`.
 fn possibly_billed(status: AggregatedStatus, item: &BTreeMap<String, Attr>) -> bool {
     let unbilled_after_send = matches!(
         status,
@@ -309,11 +312,14 @@ fn possibly_billed(status: AggregatedStatus, item: &BTreeMap<String, Attr>) -> b
             | AggregatedStatus::CustomerNotSubscribed
             | AggregatedStatus::SubmissionExpired
     );
+    let interrupted = status == AggregatedStatus::SubmissionExpired
+        && text(item, attr::METERING_STATUS_REASON) == Some(REASON_INTERRUPTED_SUBMISSION);
     unbilled_after_send
-        && match item.get(attr::POSSIBLY_BILLED) {
-            Some(Attr::Bool(flag)) => *flag,
-            _ => item.contains_key(attr::SENT_QUANTITY),
-        }
+        && (interrupted
+            || match item.get(attr::POSSIBLY_BILLED) {
+                Some(Attr::Bool(flag)) => *flag,
+                _ => item.contains_key(attr::SENT_QUANTITY),
+            })
 }
 
 /// The event one change gives, if any: `None` unless the change moves an item into a

@@ -213,6 +213,33 @@ fn an_unbilled_record_a_send_may_have_billed_says_possibly_billed() {
 }
 
 #[test]
+fn an_age_out_over_an_unreleased_claim_says_possibly_billed() {
+    // The age-out found a claim its holder never released: the holder's send may have
+    // billed. It says so in the reason; `possiblyBilled` stored is still the last
+    // outcome's (false), and the record's claim is gone with the final write.
+    let interrupted = record(
+        "SubmissionExpired",
+        &[
+            ("meteringStatusReason", "InterruptedSubmission"),
+            ("possiblyBilled", "false"),
+        ],
+    );
+    let d = detail(&outcome(Table::Aggregated, &change("c1", None, Some(interrupted))).unwrap());
+    assert_eq!(d["possiblyBilled"], true, "{d}");
+    assert_eq!(d["billed"], false, "{d}");
+    // Aged out for another reason, nothing sent: not possibly billed.
+    let disabled = record(
+        "SubmissionExpired",
+        &[
+            ("meteringStatusReason", "DisabledApiException"),
+            ("possiblyBilled", "false"),
+        ],
+    );
+    let d = detail(&outcome(Table::Aggregated, &change("c2", None, Some(disabled))).unwrap());
+    assert_eq!(d["possiblyBilled"], false, "{d}");
+}
+
+#[test]
 fn the_quantity_told_is_the_one_sent() {
     // Direct-submit: the seller raised `quantity` after the send that billed 42.
     let billed = record(
