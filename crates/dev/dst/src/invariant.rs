@@ -233,6 +233,10 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(liveness(world));
     violations.extend(refused_calls(world));
     violations.extend(metrics(world));
+    violations.extend(crate::api_edges::check(
+        &world.edges,
+        &world.tables.raw_rows(),
+    ));
     if let Some(other) = &world.second {
         violations.extend(
             check(other)
