@@ -163,10 +163,12 @@ pub struct InvalidLockHours(pub String);
 impl MeteringLockHours {
     /// The default: the just-completed hour is processed.
     pub const DEFAULT: MeteringLockHours = MeteringLockHours(1);
+    /// The longest lock a stack may have.
+    pub const MAX: MeteringLockHours = MeteringLockHours(20);
 
     /// Validates a lock in 1..=20.
     pub fn new(hours: i64) -> Result<Self, InvalidLockHours> {
-        if (1..=20).contains(&hours) {
+        if (1..=Self::MAX.hours()).contains(&hours) {
             Ok(MeteringLockHours(hours as u8))
         } else {
             Err(InvalidLockHours(hours.to_string()))

@@ -20,7 +20,12 @@
 //! - **Nothing is written that would not be billed.** The row is checked first,
 //!   exactly as the aggregator checks a stored row (the same code): a row the
 //!   aggregator would reject comes back as [`UsageError::Rejected`] with its reason
-//!   code and what to do, and nothing is written.
+//!   code and what to do, and nothing is written. So does usage whose hour's record can
+//!   no longer be sent (records are sent stamped at the hour's start, once the hour
+//!   and the metering lock have passed, and Marketplace takes them only within 24 hours
+//!   of that start, last month's only until 06:00 UTC on the 1st):
+//!   [`UsageError::Unsendable`]. A retry refused so after its first attempt was written
+//!   is still [`Recorded::AlreadyWritten`].
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), awsmp_usage::UsageError> {
@@ -55,6 +60,7 @@ pub use awsmp_aws::behavior_version;
 
 use awsmp_aws::DynamoUsageStore;
 use awsmp_core::guardrails::GuardrailContext;
+pub use awsmp_core::guardrails::sendable::Unsendable;
 use awsmp_core::guardrails::write::{DirectSubmitRefusal, RowProblem, WriteRefused, write_checked};
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
 pub use awsmp_core::ports::EventConflict;
@@ -187,9 +193,14 @@ pub enum UsageError {
         /// What to do about it.
         hint: &'static str,
     },
-    /// The row cannot be stored at all (an empty event id, `#` in a key part).
+    /// The row cannot be stored at all (an empty event id, `#` in a key part, a key
+    /// longer than DynamoDB takes).
     #[error("usage not written: {0}")]
     Unwritable(String),
+    /// Its hour's record can no longer be sent before Marketplace's window for it
+    /// closes (reason code `TimestampOutOfWindow`), so it was not written.
+    #[error("usage not written: {0}")]
+    Unsendable(#[from] Unsendable),
     /// The table could not be written (throttled, missing, access denied); the
     /// write may be retried with the same event id.
     #[error("usage not written: {0}")]
@@ -278,6 +289,7 @@ impl Meter {
                     hint: remedy::for_reason(reason),
                 },
                 WriteRefused::Row(RowProblem::Unwritable(why)) => UsageError::Unwritable(why),
+                WriteRefused::Row(RowProblem::Unsendable(why)) => UsageError::Unsendable(why),
                 WriteRefused::Store(e) => UsageError::Store(e),
             })?;
         match written {

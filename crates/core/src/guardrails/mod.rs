@@ -31,6 +31,11 @@
 //! | 19 | `AllocationSumMismatch` | the row's allocation quantities do not sum to its quantity | `InvalidUsageAllocationsException` |
 //! | 20 | `ReservedAttribute` | the row carries `expiresAt` (any type), the tables' TTL attribute, which only the pipeline writes on final items ([`crate::retention`]): DynamoDB could delete the row before it is counted | none: our table's TTL |
 //!
+//! Writers check one more thing at write time, which the aggregator cannot: that the
+//! row's hour's record can still be sent before Marketplace's window for it closes
+//! ([`sendable`]; check 12 judges the row's own instant, the record is sent stamped at
+//! its hour's start).
+//!
 //! Group-level checks ([`validate_group`]) run on a group's per-row-valid rows plus the
 //! group's existing aggregated record, if any (late rows fold into it). Rows are taken
 //! in `(timestamp, sort key)` order, so the verdict never depends on read order:
@@ -50,6 +55,7 @@ mod allocations;
 pub(crate) mod fixtures;
 mod group;
 mod quantity;
+pub mod sendable;
 pub mod write;
 
 use std::sync::LazyLock;

@@ -1,11 +1,16 @@
 //! The write-time check every writer of raw usage shares (`awsmp usage put`/`import`,
-//! `awsmp_usage::Meter`): a row is written only if the aggregator would count it;
-//! otherwise the writer gets the reason code the aggregator would give. And only into a
-//! deployment that aggregates raw usage at all ([`accepts_raw_usage`]).
+//! `awsmp_usage::Meter`, the usage API): a row is written only if the aggregator would
+//! count it and its hour's record can still be sent ([`super::sendable`]); otherwise
+//! the writer gets the reason code the aggregator would give, or why the record can no
+//! longer be sent. And only into a deployment that aggregates raw usage at all
+//! ([`accepts_raw_usage`]). A refused event whose id was written before (a retry after
+//! the window closed) is answered with what that write recorded, never "refused".
 
+use crate::guardrails::sendable::{Unsendable, check_sendable};
 use crate::guardrails::{GuardrailContext, validate_row};
-use crate::items::{IngestionWrite, ItemError};
-use crate::model::ReasonCode;
+use crate::items::ingestion::judge_repeat;
+use crate::items::{INGESTION_MARKER_ROW, IngestionWrite, ItemError, ingestion_marker_sort_key};
+use crate::model::{Attr, ReasonCode};
 use crate::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
 use crate::submit::DeploymentMode;
 use crate::time::Instant;
@@ -16,9 +21,26 @@ pub enum RowProblem {
     /// The aggregator would reject it with this reason code.
     #[error("{0}")]
     Rejected(ReasonCode),
-    /// It cannot be written at all (empty event id, `#` in a key part).
+    /// It cannot be written at all (empty event id, `#` in a key part, a key longer
+    /// than DynamoDB takes, an item too large).
     #[error("{0}")]
     Unwritable(String),
+    /// The aggregator would count it, but its hour's record can no longer be sent
+    /// (reason code `TimestampOutOfWindow`, the message says why).
+    #[error(transparent)]
+    Unsendable(#[from] Unsendable),
+}
+
+impl RowProblem {
+    /// The reason code the writer reports: the aggregator's, or `TimestampOutOfWindow`
+    /// for usage whose record can no longer be sent; `None` for an unwritable row.
+    pub fn reason(&self) -> Option<ReasonCode> {
+        match self {
+            RowProblem::Rejected(code) => Some(*code),
+            RowProblem::Unsendable(_) => Some(ReasonCode::TimestampOutOfWindow),
+            RowProblem::Unwritable(_) => None,
+        }
+    }
 }
 
 /// Raw usage written into a direct-submit deployment: its discoverer, aggregator and
@@ -37,9 +59,37 @@ pub fn accepts_raw_usage(mode: DeploymentMode) -> Result<(), DirectSubmitRefusal
     }
 }
 
-/// The write for `row` at `now`, or why the aggregator would not count it (checked
-/// exactly as it checks a stored row, against the stack's product code).
+/// Refuses a caller-chosen event id holding `#` (the sort-key separator): only a
+/// CloudEvent's key ([`crate::items::ingestion::cloudevents_event_key`]) holds one, so
+/// no caller's id can take a CloudEvent's key.
+pub fn check_caller_event_id(event_id: &str) -> Result<(), RowProblem> {
+    if event_id.contains('#') {
+        return Err(RowProblem::Unwritable(
+            ItemError::Separator {
+                what: "event id",
+                value: event_id.to_string(),
+            }
+            .to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The write for `row`, whose event id is the caller's own, at `now`, or why it is not
+/// written: the id holds `#` ([`check_caller_event_id`]), the row cannot be stored, the
+/// aggregator would not count it (checked exactly as it checks a stored row, against
+/// the stack's product code), or its hour's record can no longer be sent.
 pub fn check_row(
+    row: &NewUsageRow,
+    ctx: &GuardrailContext,
+    now: Instant,
+) -> Result<IngestionWrite, RowProblem> {
+    check_caller_event_id(&row.event_id)?;
+    check_keyed_row(row, ctx, now)
+}
+
+/// [`check_row`] for a row whose event id is a key the usage API made (a CloudEvent's).
+pub(crate) fn check_keyed_row(
     row: &NewUsageRow,
     ctx: &GuardrailContext,
     now: Instant,
@@ -47,6 +97,7 @@ pub fn check_row(
     let write = IngestionWrite::new(row, now)
         .map_err(|e: ItemError| RowProblem::Unwritable(e.to_string()))?;
     validate_row(&write.row, ctx).map_err(RowProblem::Rejected)?;
+    check_sendable(row.timestamp, now)?;
     Ok(write)
 }
 
@@ -64,10 +115,12 @@ pub enum WriteRefused {
     Store(#[from] PortError),
 }
 
-/// Writes `row` into a deployment in `mode` at `now`, only if it would be billed: the
-/// deployment aggregates raw usage ([`accepts_raw_usage`]) and the aggregator would
-/// count the row ([`check_row`]); then the idempotent ingestion write (the row and its
-/// event's marker). The one write path of `awsmp_usage::Meter` and the HTTP usage API.
+/// Writes `row`, whose event id is the caller's own, into a deployment in `mode` at
+/// `now`, only if it would be billed: the deployment aggregates raw usage
+/// ([`accepts_raw_usage`]) and the row passes [`check_row`]; then the idempotent
+/// ingestion write (the row and its event's marker). A row refused whose event id was
+/// written before is judged as the repeat it is ([`judge_refused_repeat`]). The one
+/// write path of `awsmp_usage::Meter` and the HTTP usage API.
 pub async fn write_checked(
     store: &dyn UsageStore,
     mode: DeploymentMode,
@@ -76,8 +129,51 @@ pub async fn write_checked(
     now: Instant,
 ) -> Result<IngestOutcome, WriteRefused> {
     accepts_raw_usage(mode)?;
-    check_row(row, ctx, now)?;
-    Ok(store.put_row(row, now).await?)
+    check_caller_event_id(&row.event_id)?;
+    write_keyed(store, row, ctx, now).await
+}
+
+/// [`write_checked`] for a row whose event id is a key the usage API made.
+pub(crate) async fn write_keyed(
+    store: &dyn UsageStore,
+    row: &NewUsageRow,
+    ctx: &GuardrailContext,
+    now: Instant,
+) -> Result<IngestOutcome, WriteRefused> {
+    match check_keyed_row(row, ctx, now) {
+        Ok(_) => Ok(store.put_row(row, now).await?),
+        Err(problem @ RowProblem::Unwritable(_)) => Err(problem.into()),
+        Err(problem) => match judge_refused_repeat(store, row).await? {
+            Some(outcome) => Ok(outcome),
+            None => Err(problem.into()),
+        },
+    }
+}
+
+/// The verdict on a refused `row` whose event id was written before (a retry after the
+/// clock passed the window, or the stack's checks changed): `duplicate` or `conflict`
+/// with what that write recorded, whatever the refusal says now; `None` when the id was
+/// never written. One read (the event's marker), only on refusal; its row too when the
+/// usage differs, for the conflict's "recorded".
+pub async fn judge_refused_repeat(
+    store: &dyn UsageStore,
+    row: &NewUsageRow,
+) -> Result<Option<IngestOutcome>, PortError> {
+    let Some(marker) = store
+        .get_row(&row.license_arn, &ingestion_marker_sort_key(&row.event_id))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let outcome = judge_repeat(row, Some(&marker), None);
+    if !matches!(outcome, IngestOutcome::Conflict(_)) {
+        return Ok(Some(outcome));
+    }
+    let first = match marker.attrs.get(INGESTION_MARKER_ROW).and_then(Attr::as_s) {
+        Some(key) => store.get_row(&row.license_arn, key).await?,
+        None => None,
+    };
+    Ok(Some(judge_repeat(row, Some(&marker), first.as_ref())))
 }
 
 #[cfg(test)]

@@ -9,6 +9,14 @@
 //! (the marker's [`content_digest`]), and the same instant unless this call left the
 //! instant to default to "now" ([`NewUsageRow::timestamp_defaulted`]: a retry's "now"
 //! is later than the first attempt's).
+//!
+//! An event id is the caller's own (native JSON, `awsmp_usage::Meter`, the CLI), except
+//! a CloudEvent's: CloudEvents makes `source` + `id` unique, so two producers may both
+//! number their events 1, 2, ...; its idempotency key is [`cloudevents_event_key`], a
+//! digest of both, in a form (`ce#` and 64 hex digits) that only a CloudEvent's key
+//! takes: every writer that takes a caller's id refuses a `#` in it
+//! ([`crate::guardrails::write::check_caller_event_id`]). Caller-chosen ids keep their
+//! keys as written.
 
 use crate::guardrails::{allocations_from_attr, quantity_from_text};
 use crate::items::{INGESTION_MARKER_DIGEST, INGESTION_MARKER_ROW, content_digest};
@@ -105,6 +113,35 @@ impl std::fmt::Display for EventConflict {
 
 impl std::error::Error for EventConflict {}
 
+/// The prefix of a CloudEvent's idempotency key ([`cloudevents_event_key`]).
+pub const CLOUDEVENTS_KEY_PREFIX: &str = "ce#";
+
+/// The idempotency key (the stored event id) of the CloudEvent `id` from `source`:
+/// `ce#` and the hex SHA-256 of both, length-prefixed, so no two (source, id) pairs
+/// share a key and the key's length is fixed (67 bytes) however long either is.
+pub fn cloudevents_event_key(source: &str, id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [source, id] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{CLOUDEVENTS_KEY_PREFIX}{hex}")
+}
+
+/// Whether `event_id` is a key [`cloudevents_event_key`] makes.
+pub fn is_cloudevents_event_key(event_id: &str) -> bool {
+    event_id
+        .strip_prefix(CLOUDEVENTS_KEY_PREFIX)
+        .is_some_and(|hex| {
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+}
+
 /// The usage instant of an ingested row's sort key
 /// (`<account>#<dimension>#<timestamp>#<eventId>`).
 fn instant_of_sort_key(sort_key: &str) -> Option<Instant> {
@@ -154,7 +191,7 @@ pub fn judge_repeat(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::items::{IngestionWrite, ingestion_item};
+    use crate::items::{IngestionWrite, ItemError, ingestion_item};
     use crate::model::{Allocation, Tag};
 
     fn t(s: &str) -> Instant {
@@ -247,6 +284,62 @@ mod tests {
         };
         assert!(conflict.recorded.is_none());
         assert!(conflict.to_string().contains("no longer readable"));
+    }
+
+    #[test]
+    fn every_key_part_is_held_to_dynamodbs_limits_before_any_write() {
+        let now = t("2026-11-30T10:20:00Z");
+        let fits = |row: &NewUsageRow| IngestionWrite::new(row, now);
+        let mut long_id = row(3, "2026-11-30T10:15:00Z");
+        // The marker's key (`event#` + id) fits at 1018 bytes; the row's key, with the
+        // account, dimension and timestamp in front of the id, does not.
+        long_id.event_id = "i".repeat(1018);
+        assert!(matches!(
+            fits(&long_id),
+            Err(ItemError::KeyTooLong { limit: 1024, what, .. }) if what.starts_with("usage row")
+        ));
+        long_id.event_id = "i".repeat(1019);
+        assert!(matches!(fits(&long_id), Err(ItemError::KeyTooLong { .. })));
+        // 12 + 1 + 3 + 1 + 20 + 1 = 38 bytes before the id.
+        long_id.event_id = "i".repeat(1024 - 38);
+        assert!(fits(&long_id).is_ok(), "exactly 1024 bytes fits");
+        let mut long_license = row(3, "2026-11-30T10:15:00Z");
+        long_license.license_arn = format!("{}{}", long_license.license_arn, "l".repeat(2048));
+        assert!(matches!(
+            fits(&long_license),
+            Err(ItemError::KeyTooLong { limit: 2048, .. })
+        ));
+        // Bytes, not characters.
+        let mut wide = row(3, "2026-11-30T10:15:00Z");
+        wide.dimension = "é".repeat(500);
+        assert!(matches!(fits(&wide), Err(ItemError::KeyTooLong { bytes, .. }) if bytes > 1024));
+    }
+
+    #[test]
+    fn a_cloudevents_key_is_fixed_length_unambiguous_and_the_only_id_with_a_hash() {
+        let key = cloudevents_event_key("/billing/a", "1");
+        assert!(is_cloudevents_event_key(&key));
+        assert_eq!(key.len(), 67);
+        assert_ne!(key, cloudevents_event_key("/billing/b", "1"));
+        // The parts are length-prefixed: moving a character across the boundary is
+        // another key.
+        assert_ne!(
+            cloudevents_event_key("/a", "b1"),
+            cloudevents_event_key("/ab", "1")
+        );
+        assert_eq!(
+            cloudevents_event_key(&"s".repeat(5000), "1").len(),
+            67,
+            "however long the source"
+        );
+        let mut keyed = row(3, "2026-11-30T10:15:00Z");
+        keyed.event_id = key;
+        assert!(IngestionWrite::new(&keyed, t("2026-11-30T10:20:00Z")).is_ok());
+        keyed.event_id = "ce#not-a-digest".into();
+        assert!(matches!(
+            IngestionWrite::new(&keyed, t("2026-11-30T10:20:00Z")),
+            Err(ItemError::Separator { .. })
+        ));
     }
 
     #[test]

@@ -58,6 +58,44 @@ pub enum ItemError {
         "a transaction of {0} bytes; DynamoDB transactions hold at most {MAX_TRANSACTION_BYTES} bytes (4 MB)"
     )]
     TransactionTooLarge(usize),
+    /// A key attribute longer than DynamoDB takes: it would refuse the whole request
+    /// (a `ValidationException`), on every retry.
+    #[error(
+        "the {what} would be {bytes} bytes (UTF-8); DynamoDB takes at most {limit} bytes in it: {hint}"
+    )]
+    KeyTooLong {
+        /// Which key, of which item.
+        what: &'static str,
+        /// Its length in UTF-8 bytes.
+        bytes: usize,
+        /// DynamoDB's limit for it ([`MAX_PARTITION_KEY_BYTES`] or [`MAX_SORT_KEY_BYTES`]).
+        limit: usize,
+        /// What makes it shorter.
+        hint: &'static str,
+    },
+}
+
+/// DynamoDB's limit on a partition key value, in UTF-8 bytes.
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+/// DynamoDB's limit on a sort key value, in UTF-8 bytes.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+
+/// Refuses a key value DynamoDB would refuse: `bytes` of `value` over `limit`.
+fn check_key(
+    what: &'static str,
+    value: &str,
+    limit: usize,
+    hint: &'static str,
+) -> Result<(), ItemError> {
+    if value.len() > limit {
+        return Err(ItemError::KeyTooLong {
+            what,
+            bytes: value.len(),
+            limit,
+            hint,
+        });
+    }
+    Ok(())
 }
 
 impl ItemError {
@@ -296,21 +334,48 @@ impl IngestionWrite {
         if row.event_id.is_empty() {
             return Err(ItemError::EmptyEventId);
         }
+        // A CloudEvent's key (`ce#<digest>`, [`ingestion::cloudevents_event_key`]) is the
+        // one event id that holds a `#`: no caller-chosen id can take its form.
+        let event_id = if ingestion::is_cloudevents_event_key(&row.event_id) {
+            ""
+        } else {
+            row.event_id.as_str()
+        };
         let parts = [
-            ("customer account", &row.customer_aws_account_id),
-            ("dimension", &row.dimension),
-            ("event id", &row.event_id),
+            ("customer account", row.customer_aws_account_id.as_str()),
+            ("dimension", row.dimension.as_str()),
+            ("event id", event_id),
         ];
         if let Some((what, value)) = parts.into_iter().find(|(_, v)| v.contains('#')) {
             return Err(ItemError::Separator {
                 what,
-                value: value.clone(),
+                value: value.to_string(),
             });
         }
         let write = IngestionWrite {
             row: ingestion_item(row, now),
             marker: ingestion_marker_item(row, now),
         };
+        // DynamoDB refuses a request naming an over-long key (the whole batch, on every
+        // retry): refuse this event alone, here, before any call.
+        check_key(
+            "licenseArn (the partition key)",
+            &write.row.license_arn,
+            MAX_PARTITION_KEY_BYTES,
+            "a License Manager license ARN is far shorter; send the licenseArn the buyer registered with",
+        )?;
+        check_key(
+            "usage row's sort key (<account>#<dimension>#<timestamp>#<event id>)",
+            &write.row.sort_key,
+            MAX_SORT_KEY_BYTES,
+            "shorten the event id or the dimension",
+        )?;
+        check_key(
+            "event marker's sort key (event#<event id>)",
+            &write.marker.sort_key,
+            MAX_SORT_KEY_BYTES,
+            "shorten the event id",
+        )?;
         // A row over DynamoDB's item limit would fail its transaction with a
         // ValidationError: refuse it here, with its size, before any call.
         for item in [&write.row, &write.marker] {

@@ -5,12 +5,16 @@
 //! - `application/json`: `{"events": [{"id", "licenseArn", "customerAWSAccountId",
 //!   "dimension", "quantity", "timestamp"?, "tags"? | "usageAllocations"?}, ...]}`;
 //! - `application/cloudevents-batch+json`: a JSON array of CloudEvents 1.0, the usage
-//!   fields in `data`, the event's `id` and `time` as its id and timestamp.
+//!   fields in `data`, the event's `time` as its timestamp; its `source` and `id`
+//!   together are its idempotency key, as CloudEvents makes them unique
+//!   ([`PostedEvent::key`]): two producers may both number their events 1, 2, ...
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Map, Value};
 
 use crate::guardrails::quantity_of_json;
+use crate::guardrails::write::check_caller_event_id;
+use crate::items::ingestion::cloudevents_event_key;
 use crate::model::{Allocation, ReasonCode, Tag};
 use crate::ports::NewUsageRow;
 use crate::time::{Instant, parse_usage_timestamp};
@@ -95,8 +99,8 @@ impl EnvelopeError {
 }
 
 /// Why one event of a batch is refused: a reason code (one of the aggregator's, or
-/// `MissingId` / `MalformedEvent` / `Unwritable` for what only an API request can get
-/// wrong) and what to do.
+/// `MissingId` / `MissingSource` / `MalformedEvent` / `Unwritable` for what only an API
+/// request can get wrong) and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventRefusal {
     /// The reason code.
@@ -162,7 +166,8 @@ pub struct PostedUsage {
 }
 
 impl PostedUsage {
-    /// The row this usage becomes under event id `id`, received at `now`.
+    /// The row this usage becomes under event key `id` ([`PostedEvent::key`]), received
+    /// at `now`.
     pub fn to_row(&self, id: &str, now: Instant) -> NewUsageRow {
         NewUsageRow {
             license_arn: self.license_arn.clone(),
@@ -183,8 +188,29 @@ impl PostedUsage {
 pub struct PostedEvent {
     /// Its `id`, when it has a usable one.
     pub id: Option<String>,
+    /// A CloudEvent's `source` (`None` in the native JSON format).
+    pub source: Option<String>,
     /// Its usage, or why it is refused.
     pub usage: Result<PostedUsage, EventRefusal>,
+}
+
+impl PostedEvent {
+    /// The event's idempotency key, the event id its row and marker are stored under:
+    /// the native format's `id` as sent; a CloudEvent's `source` and `id` together
+    /// ([`event_key`]). `None` without an id.
+    pub fn key(&self) -> Option<String> {
+        let id = self.id.as_deref()?;
+        Some(event_key(self.source.as_deref(), id))
+    }
+}
+
+/// The idempotency key of event `id` (of CloudEvents `source`, when it is one): what
+/// `POST /usage/events` stores it under and `GET /usage/events/{id}?source=` reads.
+pub fn event_key(source: Option<&str>, id: &str) -> String {
+    match source {
+        None => id.to_string(),
+        Some(source) => cloudevents_event_key(source, id),
+    }
 }
 
 /// The usage fields of the native shape, besides `id` (all of them may sit in a
@@ -275,6 +301,7 @@ fn native_event(event: Value) -> PostedEvent {
     let Value::Object(fields) = event else {
         return PostedEvent {
             id: None,
+            source: None,
             usage: Err(EventRefusal::malformed(
                 "an event is a JSON object of id, licenseArn, customerAWSAccountId, dimension, quantity and optional timestamp, tags or usageAllocations",
             )),
@@ -283,28 +310,44 @@ fn native_event(event: Value) -> PostedEvent {
     let id = id_of(fields.get("id"));
     let usage = match &id {
         None => Err(EventRefusal::missing_id()),
-        Some(_) => known_fields(&fields, &["id", "timestamp"], "an event")
+        // A `#` is the CloudEvents keys' mark: no native id may hold one.
+        Some(id) => check_caller_event_id(id)
+            .map_err(|e| EventRefusal::unwritable(e.to_string()))
+            .and_then(|()| known_fields(&fields, &["id", "timestamp"], "an event"))
             .and_then(|()| timestamp_of(fields.get("timestamp"), "timestamp"))
             .and_then(|timestamp| usage_of(&fields, timestamp)),
     };
-    PostedEvent { id, usage }
+    PostedEvent {
+        id,
+        source: None,
+        usage,
+    }
 }
 
 fn cloud_event(event: Value) -> PostedEvent {
     let Value::Object(attributes) = event else {
         return PostedEvent {
             id: None,
+            source: None,
             usage: Err(EventRefusal::malformed(
                 "a CloudEvents batch holds CloudEvent objects",
             )),
         };
     };
     let id = id_of(attributes.get("id"));
+    let source = id_of(attributes.get("source"));
     let usage = match &id {
         None => Err(EventRefusal::missing_id()),
-        Some(_) => cloud_usage(&attributes),
+        Some(_) => cloud_usage(&attributes).and_then(|usage| match &source {
+            Some(_) => Ok(usage),
+            None => Err(EventRefusal {
+                reason: "MissingSource".into(),
+                message: "every CloudEvent needs its source (a non-empty URI-reference naming the producer, such as /billing/api): source and id together are the event's idempotency key, the same on every retry".into(),
+                code: None,
+            }),
+        }),
     };
-    PostedEvent { id, usage }
+    PostedEvent { id, source, usage }
 }
 
 fn cloud_usage(attributes: &Map<String, Value>) -> Result<PostedUsage, EventRefusal> {

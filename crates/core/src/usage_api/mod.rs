@@ -4,15 +4,16 @@
 //! `GET /usage/events/{id}` ([`fate`]: how far the event has gone). The Lambda
 //! (`awsmp-usage-api`) turns HTTP into these calls and their answers back into HTTP.
 //!
-//! Event ids are idempotency keys per license, as for every writer of the usage table:
-//! a retried id with the same usage writes nothing and answers `duplicate`, with the
-//! same id and other usage it answers `conflict`.
+//! Event ids are idempotency keys per license, as for every writer of the usage table
+//! (a CloudEvent's `source` and `id` together, [`envelope::event_key`]): a retried key
+//! with the same usage writes nothing and answers `duplicate`, with the same key and
+//! other usage it answers `conflict`, also when the event would be refused by now.
 
 pub mod envelope;
 pub mod fate;
 pub mod record;
 
-pub use envelope::{EnvelopeError, EventRefusal, MediaType, PostedEvent, parse_batch};
+pub use envelope::{EnvelopeError, EventRefusal, MediaType, PostedEvent, event_key, parse_batch};
 pub use fate::{EventFate, Fate, event_fate};
 pub use record::{BatchError, Target, Verdict, record_batch};
 

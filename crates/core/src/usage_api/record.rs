@@ -1,7 +1,8 @@
 //! `POST /usage/events`: each event of a parsed batch checked and written exactly as
 //! every other writer does ([`write_checked`]), and its verdict, in the batch's order.
-//! Events with distinct ids are written concurrently; a repeated id waits for its
-//! earlier occurrence, so it is judged against what that one wrote.
+//! Events with distinct keys are written concurrently; a repeated key (the same `id`,
+//! or a CloudEvent's same `source` and `id`) waits for its earlier occurrence, so it is
+//! judged against what that one wrote.
 
 use std::collections::HashMap;
 
@@ -9,7 +10,7 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use crate::guardrails::GuardrailContext;
-use crate::guardrails::write::{DirectSubmitRefusal, RowProblem, WriteRefused, write_checked};
+use crate::guardrails::write::{DirectSubmitRefusal, RowProblem, WriteRefused, write_keyed};
 use crate::model::ReasonCode;
 use crate::ports::{IngestOutcome, PortError, UsageStore};
 use crate::remedy;
@@ -126,13 +127,13 @@ pub async fn record_batch(
     now: Instant,
 ) -> Result<Vec<Verdict>, BatchError> {
     crate::guardrails::write::accepts_raw_usage(target.mode)?;
-    // Wave k holds the k-th occurrence of each id: no two writes of one id at once.
+    // Wave k holds the k-th occurrence of each key: no two writes of one key at once.
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut waves: Vec<Vec<usize>> = Vec::new();
     for (i, event) in events.iter().enumerate() {
-        let wave = match &event.id {
-            Some(id) => {
-                let n = seen.entry(id.clone()).or_default();
+        let wave = match event.key() {
+            Some(key) => {
+                let n = seen.entry(key).or_default();
                 *n += 1;
                 *n - 1
             }
@@ -178,14 +179,16 @@ async fn one(
             ));
         }
     };
-    let row = usage.to_row(id, now);
-    match write_checked(target.store, target.mode, &row, ctx, now).await {
+    let key = event.key().unwrap_or_else(|| id.clone());
+    let row = usage.to_row(&key, now);
+    // The mode was checked for the whole batch; a native id's `#` when it was read.
+    match write_keyed(target.store, &row, ctx, now).await {
         Ok(IngestOutcome::Created) => Ok(Verdict::Accepted { id: id.clone() }),
         // The verdict is known; what the first write recorded is read back on a best
         // effort: a failed read answers `recorded: null` rather than failing the batch.
         Ok(IngestOutcome::Duplicate) => Ok(Verdict::Duplicate {
             id: id.clone(),
-            recorded: match recorded_content(target.store, &row.license_arn, id).await {
+            recorded: match recorded_content(target.store, &row.license_arn, &key).await {
                 Ok(content) => content.map(|content| UsageView::of(&row.license_arn, &content)),
                 Err(e) => {
                     tracing::warn!(error = %e, "duplicate: the first write could not be read back");
@@ -193,11 +196,17 @@ async fn one(
                 }
             },
         }),
-        Ok(IngestOutcome::Conflict(conflict)) => Ok(Verdict::Conflict {
+        Ok(IngestOutcome::Conflict(mut conflict)) => Ok(Verdict::Conflict {
             id: id.clone(),
-            message: format!(
-                "{conflict}. Send new usage under a new id; resend this id only with the usage it was first sent with"
-            ),
+            // Told as it was posted, not as its key is stored.
+            message: {
+                if let Some(source) = &event.source {
+                    conflict.event_id = format!("{id} of source {source}");
+                }
+                format!(
+                    "{conflict}. Send new usage under a new id; resend this id only with the usage it was first sent with"
+                )
+            },
             recorded: conflict
                 .recorded
                 .as_ref()
@@ -211,6 +220,13 @@ async fn one(
         Err(WriteRefused::Row(RowProblem::Unwritable(why))) => Ok(Verdict::rejected(
             Some(id.clone()),
             EventRefusal::unwritable(why),
+        )),
+        Err(WriteRefused::Row(RowProblem::Unsendable(why))) => Ok(Verdict::rejected(
+            Some(id.clone()),
+            EventRefusal {
+                message: why.to_string(),
+                ..EventRefusal::rejected(ReasonCode::TimestampOutOfWindow)
+            },
         )),
         // Checked for the whole batch before any write.
         Err(WriteRefused::DirectSubmit(refusal)) => Ok(Verdict::rejected(

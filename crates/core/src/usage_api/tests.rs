@@ -402,3 +402,166 @@ async fn an_events_fate_follows_it_from_pending_through_its_hours_record_to_bill
     assert_eq!(wire["fate"]["record"]["meteringStatus"], "Success");
     assert_eq!(wire["fate"]["record"]["hourBucket"], "2026-12-03T10");
 }
+
+fn cloud(source: &str, id: &str, quantity: i64, time: Option<&str>) -> Value {
+    let mut event = json!({
+        "specversion": "1.0", "id": id, "source": source, "type": "com.example.usage",
+        "data": {"licenseArn": license(1), "customerAWSAccountId": ACCOUNT_A,
+                 "dimension": "api_calls", "quantity": quantity},
+    });
+    if let Some(time) = time {
+        event["time"] = json!(time);
+    }
+    event
+}
+
+async fn post_cloud(world: &World, events: Vec<Value>, now: &str) -> Vec<Verdict> {
+    let target = Target {
+        store: &world.usage,
+        mode: DeploymentMode::Full,
+        product_code: PRODUCT,
+    };
+    let body = serde_json::to_vec(&json!(events)).unwrap();
+    let parsed = parse_batch(MediaType::CloudEventsBatch, &body).unwrap();
+    record_batch(target, parsed, t(now)).await.unwrap()
+}
+
+#[tokio::test]
+async fn two_cloudevents_producers_numbering_their_events_alike_never_collide() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    let now = "2026-12-03T10:30:00Z";
+    let first = post_cloud(&world, vec![cloud("/billing/a", "1", 2, None)], now).await;
+    let second = post_cloud(
+        &world,
+        vec![
+            cloud("/billing/b", "1", 5, None),
+            cloud("/billing/b", "1", 5, None),
+            cloud("/billing/a", "1", 2, None),
+        ],
+        now,
+    )
+    .await;
+    assert_eq!(statuses(&first), ["accepted"]);
+    assert_eq!(
+        statuses(&second),
+        ["accepted", "duplicate", "duplicate"],
+        "another producer's id 1 is another event; each producer's retry a duplicate"
+    );
+    // The native format's ids keep their own keys: its "1" is a third event.
+    assert_eq!(
+        statuses(&post(&world, vec![event("1", 7)], now).await),
+        ["accepted"]
+    );
+    assert_eq!(
+        world.tables.raw_rows().len(),
+        6,
+        "three rows and their markers"
+    );
+    // No native id can pass for a CloudEvent's key.
+    let forged = crate::items::ingestion::cloudevents_event_key("/billing/a", "1");
+    let verdicts = post(&world, vec![event(&forged, 2)], now).await;
+    assert_eq!(reason(&verdicts[0]), "Unwritable");
+    // Without its source a CloudEvent has no key.
+    let mut sourceless = cloud("/billing/a", "2", 1, None);
+    sourceless.as_object_mut().unwrap().remove("source");
+    let verdicts = post_cloud(&world, vec![sourceless], now).await;
+    assert_eq!(reason(&verdicts[0]), "MissingSource");
+    assert_eq!(world.tables.raw_rows().len(), 6);
+}
+
+#[tokio::test]
+async fn a_retry_refused_by_the_clock_answers_what_its_first_write_recorded() {
+    let world = World::new(t("2026-11-30T23:59:55Z"));
+    let mut last_second = event("e-1", 3);
+    last_second["timestamp"] = json!("2026-11-30T23:59:50Z");
+    let first = post(&world, vec![last_second.clone()], "2026-11-30T23:59:55Z").await;
+    assert_eq!(statuses(&first), ["accepted"]);
+    let rows = world.tables.raw_rows().len();
+
+    // The whole batch again after last month's grace ended: written and billable when
+    // first sent, so a duplicate, not "rejected, nothing written".
+    let mut other = last_second.clone();
+    other["quantity"] = json!(4);
+    let again = post(
+        &world,
+        vec![last_second, other, event("e-2", 1)],
+        "2026-12-01T06:00:05Z",
+    )
+    .await;
+    assert_eq!(statuses(&again), ["duplicate", "conflict", "accepted"]);
+    let Verdict::Conflict { recorded, this, .. } = &again[1] else {
+        panic!("{:?}", again[1]);
+    };
+    assert_eq!((recorded.as_ref().unwrap().quantity, this.quantity), (3, 4));
+    // The same for a CloudEvent, whose key is its source and id.
+    let at = Some("2026-11-30T23:59:50Z");
+    let ce = post_cloud(
+        &world,
+        vec![cloud("/a", "1", 2, at)],
+        "2026-11-30T23:59:56Z",
+    )
+    .await;
+    assert_eq!(statuses(&ce), ["accepted"]);
+    let ce = post_cloud(
+        &world,
+        vec![cloud("/a", "1", 2, at), cloud("/b", "1", 2, at)],
+        "2026-12-01T06:00:05Z",
+    )
+    .await;
+    assert_eq!(statuses(&ce), ["duplicate", "rejected"]);
+    assert_eq!(world.tables.raw_rows().len(), rows + 4);
+}
+
+#[tokio::test]
+async fn usage_whose_hours_record_can_no_longer_be_sent_is_rejected_saying_so() {
+    let world = World::new(t("2026-12-03T10:20:00Z"));
+    // Within 24 h of its own instant, but its record is stamped 10:00 yesterday.
+    let mut late = event("late", 1);
+    late["timestamp"] = json!("2026-12-02T10:50:00Z");
+    let mut in_time = event("in-time", 1);
+    in_time["timestamp"] = json!("2026-12-02T11:05:00Z");
+    let verdicts = post(&world, vec![late, in_time], "2026-12-03T10:20:00Z").await;
+    assert_eq!(statuses(&verdicts), ["rejected", "accepted"]);
+    let Verdict::Rejected {
+        reason,
+        server_side,
+        message,
+        ..
+    } = &verdicts[0]
+    else {
+        panic!("{:?}", verdicts[0]);
+    };
+    assert_eq!(reason, "TimestampOutOfWindow");
+    assert_eq!(*server_side, Some("TimestampOutOfBoundsException"));
+    assert!(
+        message.contains("2026-12-02T10:00:00Z") && message.contains("no longer be sent"),
+        "{message}"
+    );
+    assert_eq!(
+        world.tables.raw_rows().len(),
+        2,
+        "only in-time and its marker"
+    );
+}
+
+#[tokio::test]
+async fn an_id_too_long_for_a_key_is_refused_alone_and_the_others_get_their_verdicts() {
+    let world = World::new(t("2026-12-03T10:30:00Z"));
+    let long = "x".repeat(1100);
+    let verdicts = post(
+        &world,
+        vec![event("e-1", 1), event(&long, 1), event("e-2", 1)],
+        "2026-12-03T10:30:00Z",
+    )
+    .await;
+    assert_eq!(statuses(&verdicts), ["accepted", "rejected", "accepted"]);
+    let Verdict::Rejected {
+        reason, message, ..
+    } = &verdicts[1]
+    else {
+        panic!("{:?}", verdicts[1]);
+    };
+    assert_eq!(reason, "Unwritable");
+    assert!(message.contains("1024"), "{message}");
+    assert_eq!(world.tables.raw_rows().len(), 4);
+}

@@ -235,6 +235,10 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(refused_calls(world));
     violations.extend(metrics(world));
     violations.extend(crate::outcome_check::check(world));
+    violations.extend(crate::api_edges::check(
+        &world.edges,
+        &world.tables.raw_rows(),
+    ));
     if let Some(other) = &world.second {
         violations.extend(
             check(other)

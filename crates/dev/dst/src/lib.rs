@@ -10,6 +10,7 @@
 //! the fewest faults that still fail and printed with the command that replays it.
 //! [`ceiling`] drains a backlog at the quota on the submitter's schedule instead.
 
+pub mod api_edges;
 pub mod ceiling;
 pub mod cli;
 pub mod executor;

@@ -147,6 +147,8 @@ pub struct World {
     pub garbage_sent: bool,
     /// The outcome-events function over this world's tables' streams, if it ran.
     pub outcomes: Option<crate::outcome_events::OutcomeEvents>,
+    /// What the usage API answered the seller posting across the edges of time.
+    pub edges: crate::api_edges::EdgeLog,
 }
 
 /// One usage file the operator imported with `usage import`.
@@ -164,6 +166,9 @@ pub struct Import {
     pub refused: bool,
 }
 
+/// The CloudEvents `source` of the seller's service posting to the usage API.
+const SELLER_SOURCE: &str = "/seller/usage";
+
 /// The `team` tags the seller's service allocates usage to.
 const TEAMS: [&str; 2] = ["search", "ads"];
 
@@ -172,7 +177,7 @@ const TEAMS: [&str; 2] = ["search", "ads"];
 pub struct Event {
     /// License.
     pub license: String,
-    /// Its event id.
+    /// Its event id as stored: the id sent, or a CloudEvent's key (its source and id).
     pub event_id: String,
     /// Quantity.
     pub quantity: i64,
@@ -537,9 +542,10 @@ impl Stack {
         }
     }
 
-    /// One event as a service in another language sends it: a batch holding it twice
-    /// now and then (the second occurrence is judged against the first), retried whole
-    /// after a 5xx (the table's error), as the API's clients do.
+    /// One event as a service in another language sends it, in the native format or
+    /// (one time in three) as a CloudEvent of the seller's service: a batch holding it
+    /// twice now and then (the second occurrence is judged against the first), retried
+    /// whole after a 5xx (the table's error), as the API's clients do.
     async fn ingest_through_api(&self, event: Event) {
         let state = awsmp_usage_api::State {
             config: Arc::new(awsmp_usage_api::Config {
@@ -553,7 +559,6 @@ impl Stack {
             clock: Arc::new(self.clock.clone()),
         };
         let mut posted = serde_json::json!({
-            "id": event.event_id,
             "licenseArn": event.license,
             "customerAWSAccountId": ACCOUNT,
             "dimension": "events",
@@ -562,8 +567,29 @@ impl Stack {
         if let Some(team) = event.team {
             posted["tags"] = serde_json::json!({ "team": team });
         }
+        let source = (self.sim.below(3) == 0).then_some(SELLER_SOURCE);
+        let (content_type, posted) = match source {
+            None => {
+                posted["id"] = serde_json::json!(event.event_id);
+                ("application/json", posted)
+            }
+            Some(source) => (
+                "application/cloudevents-batch+json",
+                serde_json::json!({"specversion": "1.0", "id": event.event_id,
+                    "source": source, "type": "com.example.usage", "data": posted}),
+            ),
+        };
         let copies = if self.sim.below(4) == 0 { 2 } else { 1 };
-        let body = serde_json::json!({ "events": vec![posted; copies] }).to_string();
+        let body = match source {
+            None => serde_json::json!({ "events": vec![posted; copies] }),
+            Some(_) => serde_json::json!(vec![posted; copies]),
+        }
+        .to_string();
+        // Held to what is stored under the event's key.
+        let event = Event {
+            event_id: awsmp_core::usage_api::event_key(source, &event.event_id),
+            ..event
+        };
         let slots = self.sending(&event, copies);
         for _ in 0..3 {
             let mut request = ApiGatewayProxyRequest::default();
@@ -571,7 +597,7 @@ impl Stack {
             request.path = Some("/usage/events".into());
             request.headers.insert(
                 "content-type",
-                aws_lambda_events::http::HeaderValue::from_static("application/json"),
+                aws_lambda_events::http::HeaderValue::from_static(content_type),
             );
             request.body = Some(body.clone());
             let response = awsmp_usage_api::handle(&state, request).await;
@@ -1092,7 +1118,14 @@ fn marketplace(
     // The settings below are valid; a change that breaks them fails every schedule.
     let api = SimMarketplace::new(
         product,
-        &["storage", "requests", "events", IMPORTED, POISON],
+        &[
+            "storage",
+            "requests",
+            "events",
+            IMPORTED,
+            POISON,
+            crate::api_edges::DIMENSION,
+        ],
         clock.clone(),
         seed,
         identical_retry,
@@ -1190,6 +1223,11 @@ pub fn run(sim: Sim) -> World {
         &profiles,
         settings,
     );
+    // The seller posting to the usage API across the edges, while settling moves on.
+    let edge_seller = (!direct).then(|| {
+        let tables = (stack.usage.clone() as _, stack.aggregated.clone() as _);
+        crate::api_edges::EdgeSeller::new(&sim, &clock, tables, (PRODUCT, lock), license(1))
+    });
     // One schedule in three also deploys a second metering Region: its own pipeline and
     // Marketplace, the same subscribers table.
     // Or, as often, a second product's main stack in the same Region, over the same
@@ -1561,6 +1599,9 @@ pub fn run(sim: Sim) -> World {
     sim.faults_off();
     let faults_end = clock.now();
     let settle_all = || {
+        edge_seller
+            .iter()
+            .for_each(crate::api_edges::EdgeSeller::step);
         for stack in std::iter::once(&stack).chain(second_stack) {
             settle(&sim, stack);
         }
@@ -1630,6 +1671,7 @@ pub fn run(sim: Sim) -> World {
             dead_letters: other.dead_letters(),
             garbage_sent: false,
             outcomes: None,
+            edges: Default::default(),
         })
     });
     World {
@@ -1658,6 +1700,7 @@ pub fn run(sim: Sim) -> World {
         dead_letters: stack.dead_letters(),
         garbage_sent,
         outcomes: Some(outcomes),
+        edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         second,
         imports: imports
             .into_inner()

@@ -4,7 +4,7 @@
 //! | route | what it does |
 //! |---|---|
 //! | `POST /usage/events` | a batch of up to 100 events (1 MB): each checked as the aggregator checks it and written idempotently by its id ([`awsmp_core::usage_api::record_batch`]); `200` with every event's verdict in order |
-//! | `GET /usage/events/{id}?licenseArn=` | the event's fate so far ([`awsmp_core::usage_api::event_fate`]) |
+//! | `GET /usage/events/{id}?licenseArn=[&source=]` | the event's fate so far ([`awsmp_core::usage_api::event_fate`]); a CloudEvent is named by its `source` too |
 //!
 //! The status says only whether the envelope was understood: `400` malformed, `413` too
 //! large, `415` media type, `409` a direct-submit stack (no raw usage there), `503` with
@@ -25,7 +25,8 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue};
 use awsmp_core::ports::{AggregatedStore, Clock, PortError, UsageStore};
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::usage_api::{
-    BatchError, EnvelopeError, MediaType, Target, Verdict, event_fate, parse_batch, record_batch,
+    BatchError, EnvelopeError, MediaType, Target, Verdict, event_fate, event_key, parse_batch,
+    record_batch,
 };
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -276,24 +277,37 @@ async fn get_event(
             "name the event's license: GET /usage/events/{id}?licenseArn=<the licenseArn it was posted with> (event ids are unique per license)",
         );
     };
+    // A CloudEvent's key is its source and id together.
+    let source = request
+        .query_string_parameters
+        .first("source")
+        .filter(|s| !s.is_empty());
+    let key = event_key(source, id);
     match event_fate(
         state.usage.as_ref(),
         state.aggregated.as_ref(),
         license_arn,
-        id,
+        &key,
     )
     .await
     {
-        Ok(Some(fate)) => json_response(
-            200,
-            &serde_json::to_value(&fate)
-                .unwrap_or_else(|e| json!({"id": id, "error": e.to_string()})),
-        ),
+        Ok(Some(mut fate)) => {
+            // Told by the id it was posted with, not the key it is stored under.
+            fate.id = id.to_string();
+            json_response(
+                200,
+                &serde_json::to_value(&fate)
+                    .unwrap_or_else(|e| json!({"id": id, "error": e.to_string()})),
+            )
+        }
         Ok(None) => error(
             404,
             "UnknownEvent",
             &format!(
-                "no event {id:?} was written for license {license_arn}: check the id and the license it was posted with"
+                "no event {id:?}{} was written for license {license_arn}: check the id, the license it was posted with and, for a CloudEvent, its source (?source=)",
+                source
+                    .map(|s| format!(" of source {s:?}"))
+                    .unwrap_or_default()
             ),
         ),
         Err(e) => store_error(&e),

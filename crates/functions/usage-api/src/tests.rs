@@ -254,3 +254,119 @@ fn reads_exactly_its_declared_variables() {
         "{err}"
     );
 }
+
+fn state_at(tables: &MemoryTables, clock: &ManualClock) -> State {
+    State {
+        clock: Arc::new(clock.clone()),
+        ..state(tables, DeploymentMode::Full)
+    }
+}
+
+fn cloud_post(events: &Value) -> ApiGatewayProxyRequest {
+    request(
+        Method::POST,
+        "/usage/events",
+        Some("application/cloudevents-batch+json"),
+        &events.to_string(),
+    )
+}
+
+fn cloud_event(source: &str, id: &str, quantity: i64) -> Value {
+    json!({"specversion": "1.0", "id": id, "source": source, "type": "com.example.usage",
+           "data": {"licenseArn": LICENSE, "customerAWSAccountId": "111122223333",
+                    "dimension": "api_calls", "quantity": quantity}})
+}
+
+fn statuses_of(body: &Value) -> Vec<String> {
+    body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn two_cloudevents_producers_sharing_ids_are_two_events_each_read_back_by_its_source() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    let batch = json!([cloud_event("/svc/a", "1", 2), cloud_event("/svc/b", "1", 5)]);
+    let (status, body) = answer(&handle(&state, cloud_post(&batch)).await);
+    assert_eq!(status, 200);
+    assert_eq!(statuses_of(&body), ["accepted", "accepted"], "{body}");
+    let (_, again) = answer(&handle(&state, cloud_post(&batch)).await);
+    assert_eq!(statuses_of(&again), ["duplicate", "duplicate"]);
+    for (source, quantity) in [("/svc/a", 2), ("/svc/b", 5)] {
+        let mut read = get("1", Some(LICENSE));
+        read.query_string_parameters = QueryMap::from(HashMap::from([
+            ("licenseArn".to_string(), LICENSE.to_string()),
+            ("source".to_string(), source.to_string()),
+        ]));
+        let (status, body) = answer(&handle(&state, read).await);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["id"], "1");
+        assert_eq!(body["usage"]["quantity"], quantity);
+    }
+    // Without its source, id 1 names no event of the native format.
+    let (status, body) = answer(&handle(&state, get("1", Some(LICENSE))).await);
+    assert_eq!((status, body["code"].as_str()), (404, Some("UnknownEvent")));
+}
+
+#[tokio::test]
+async fn a_retry_after_the_window_closed_answers_duplicate_not_rejected() {
+    let tables = MemoryTables::new();
+    let clock = ManualClock::new(parse_usage_timestamp("2026-11-30T23:59:55Z").unwrap());
+    let state = state_at(&tables, &clock);
+    let batch = json!({"events": [{"id": "e-1", "licenseArn": LICENSE,
+        "customerAWSAccountId": "111122223333", "dimension": "api_calls", "quantity": 3,
+        "timestamp": "2026-11-30T23:59:50Z"}]});
+    let (_, first) = answer(&handle(&state, post(&batch)).await);
+    assert_eq!(statuses_of(&first), ["accepted"]);
+    clock.set(parse_usage_timestamp("2026-12-01T06:00:05Z").unwrap());
+    let (status, again) = answer(&handle(&state, post(&batch)).await);
+    assert_eq!(status, 200);
+    assert_eq!(statuses_of(&again), ["duplicate"], "{again}");
+    assert_eq!(again["results"][0]["recorded"]["quantity"], 3);
+    assert_eq!(tables.raw_rows().len(), 2);
+}
+
+#[tokio::test]
+async fn usage_whose_hours_record_can_no_longer_be_sent_is_rejected_saying_why() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    // Posted at 10:30: 10:50 yesterday is inside 24 h, its record (10:00) is not.
+    let batch = json!({"events": [{"id": "e-1", "licenseArn": LICENSE,
+        "customerAWSAccountId": "111122223333", "dimension": "api_calls", "quantity": 3,
+        "timestamp": "2026-12-02T10:50:00Z"}]});
+    let (status, body) = answer(&handle(&state, post(&batch)).await);
+    assert_eq!(status, 200);
+    let result = &body["results"][0];
+    assert_eq!(result["status"], "rejected", "{body}");
+    assert_eq!(result["reason"], "TimestampOutOfWindow");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("2026-12-02T10:00:00Z"),
+        "{result}"
+    );
+    assert!(tables.raw_rows().is_empty());
+}
+
+#[tokio::test]
+async fn an_id_too_long_for_dynamodb_is_refused_alone_the_others_answered() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    let event = |id: &str| {
+        json!({"id": id, "licenseArn": LICENSE, "customerAWSAccountId": "111122223333",
+               "dimension": "api_calls", "quantity": 1})
+    };
+    let batch = json!({"events": [event("e-1"), event(&"x".repeat(1100)), event("e-2")]});
+    for _ in 0..2 {
+        let (status, body) = answer(&handle(&state, post(&batch)).await);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["results"][1]["status"], "rejected");
+        assert_eq!(body["results"][1]["reason"], "Unwritable");
+    }
+    assert_eq!(tables.raw_rows().len(), 4, "e-1, e-2 and their markers");
+}

@@ -51,6 +51,7 @@ const GATEWAY_STATUSES: &[&str] = &["401", "403", "429"];
 /// The `rejected` reasons only a request can get wrong (besides the aggregator's codes).
 const API_REASONS: &[&str] = &[
     "MissingId",
+    "MissingSource",
     "MalformedEvent",
     "Unwritable",
     "DirectSubmitStack",
@@ -355,6 +356,22 @@ async fn answer_everything() -> Vec<Answered> {
         .await;
     assert_eq!(body["summary"]["duplicate"], 1, "{body}");
     assert_eq!(body["results"][1]["reason"], "MalformedEvent", "{body}");
+    // Another producer's ce-1 is another event; one without its source has no key.
+    let mut other = cloud("ce-1", 5);
+    other["source"] = json!("/billing/batch");
+    let mut sourceless = cloud("ce-5", 1);
+    sourceless.as_object_mut().unwrap().remove("source");
+    let body = cases
+        .post(
+            &full,
+            "POST CloudEvents of two producers",
+            CLOUDEVENTS,
+            json!([other, sourceless]),
+            false,
+        )
+        .await;
+    assert_eq!(body["results"][0]["status"], "accepted", "{body}");
+    assert_eq!(body["results"][1]["reason"], "MissingSource", "{body}");
 
     // POST: the envelope refused.
     let one = json!({"events": [event("e-9", "api_calls", 1)]});

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use awsmp_core::guardrails::write::{RowProblem, check_row};
+use awsmp_core::guardrails::write::{RowProblem, check_row, judge_refused_repeat};
 use awsmp_core::guardrails::{GuardrailContext, quantity_of_json};
 use awsmp_core::model::{Allocation, ReasonCode, Tag, attr};
 use awsmp_core::ports::{EventContent, NewUsageRow, UsageStore};
@@ -153,6 +153,19 @@ fn rejected(line: usize, code: ReasonCode) -> BadLine {
         reason: Some(code.to_string()),
         server_side: server_side_pair(code).map(str::to_string),
         message: for_reason(code).to_string(),
+    }
+}
+
+/// A line the write-time check refuses: the aggregator's reason, or why its hour's
+/// record can no longer be sent.
+fn refused(line: usize, problem: &RowProblem) -> BadLine {
+    match problem {
+        RowProblem::Rejected(code) => rejected(line, *code),
+        RowProblem::Unsendable(why) => BadLine {
+            message: why.to_string(),
+            ..rejected(line, ReasonCode::TimestampOutOfWindow)
+        },
+        RowProblem::Unwritable(m) => malformed(line, m.clone()),
     }
 }
 
@@ -393,14 +406,22 @@ pub async fn import(
         .map_err(|e| CommandError::Usage(format!("{}: {e}", path.display())))?;
     for (number, parsed) in parsed {
         report.lines += 1;
-        match parsed.and_then(|row| {
-            check_row(&row, &ctx, now)
-                .map(|_| row)
-                .map_err(|problem| match problem {
-                    RowProblem::Rejected(code) => rejected(number, code),
-                    RowProblem::Unwritable(m) => malformed(number, m),
-                })
-        }) {
+        let checked = match parsed {
+            Err(bad) => Err(bad),
+            Ok(row) => match check_row(&row, &ctx, now) {
+                Ok(_) => Ok(row),
+                Err(RowProblem::Unwritable(m)) => Err(malformed(number, m)),
+                // A line refused now whose event id an earlier run wrote (the clock
+                // passed its window since) stays in the writes: the write answers it
+                // already written (or a conflict), and the kept progress still counts
+                // the same lines.
+                Err(problem) => match judge_refused_repeat(store, &row).await? {
+                    Some(_) => Ok(row),
+                    None => Err(refused(number, &problem)),
+                },
+            },
+        };
+        match checked {
             Ok(row) => writes.push((number, row)),
             Err(bad) => report.bad.push(bad),
         }

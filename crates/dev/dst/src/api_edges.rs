@@ -1,0 +1,562 @@
+//! The usage API across the edges of time: the seller's service posts batches to the
+//! usage API's handler (native JSON, and CloudEvents from two producers whose ids
+//! overlap), stamped at an hour's last seconds, at the 24-hour edge (inside 24 hours
+//! of the usage's own instant, outside 24 hours of its hour's start) and on a month's
+//! last second, with now and then an event id longer than DynamoDB's keys take; it
+//! retries whole batches as the clock moves on through settling: across hours' ends,
+//! the metering lock, the 24-hour edge and 06:00 on the 1st. Its table refuses keys as
+//! DynamoDB does ([`KeyLimited`]).
+//!
+//! The invariant ([`check`]): every batch gets its verdicts (settling injects no
+//! fault); `accepted` means stored once and billable then (its hour's record sendable,
+//! under the stack's lock, before Marketplace's window for it closes); `rejected` means
+//! nothing stored for that event unless an earlier write stored it, and then the
+//! verdict must be `duplicate` or `conflict`; usage that could still be billed is not
+//! rejected for time; and no producer's event is answered as another's.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use aws_lambda_events::apigw::ApiGatewayProxyRequest;
+use awsmp_core::items::{
+    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ingestion_marker_sort_key, ingestion_sort_key,
+};
+use awsmp_core::memory::ManualClock;
+use awsmp_core::model::{GroupKey, RawUsageRow};
+use awsmp_core::ports::{
+    AggregatedStore, Clock, Cursor, IngestOutcome, NewUsageRow, Page, PendingRawRef, PortError,
+    RowClaim, RowFinal, StrayPending, UsageStore,
+};
+use awsmp_core::submit::DeploymentMode;
+use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, format_instant};
+use chrono::{Datelike, Duration, TimeZone, Timelike, Utc};
+use serde_json::{Value, json};
+
+use crate::executor::{self, Task};
+use crate::sim::Sim;
+
+/// The dimension the edge seller meters (apart from the other tasks' usage).
+pub const DIMENSION: &str = "edges";
+/// The two CloudEvents producers; they number their events alike.
+pub const SOURCES: [&str; 2] = ["/svc/orders", "/svc/search"];
+/// Ids every producer uses.
+const IDS: [&str; 3] = ["1", "2", "3"];
+/// Settling steps at which new batches are posted (later steps only retry: a batch
+/// posted then is sent by the runs that follow while its hour is in the window).
+const POSTING_STEPS: usize = 3;
+/// Polls of one step's task (a guard).
+const MAX_STEPS: u64 = 50_000;
+
+/// Who posted an event: the native format's caller, or a CloudEvents producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Producer {
+    /// `application/json`: keyed by `id`.
+    Native,
+    /// `application/cloudevents-batch+json` from `SOURCES[n]`: keyed by source and id.
+    Cloud(usize),
+}
+
+/// One event of a batch, the same on every retry.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    /// Its producer.
+    pub producer: Producer,
+    /// Its id.
+    pub id: String,
+    /// Its quantity (fixed per producer and id: a retry carries the same usage).
+    pub quantity: i64,
+    /// Its timestamp; `None`: "when received".
+    pub stamped: Option<Instant>,
+}
+
+impl Posted {
+    /// The key its row and marker are stored under (core's one definition).
+    pub fn key(&self) -> String {
+        awsmp_core::usage_api::event_key(self.source(), &self.id)
+    }
+
+    fn source(&self) -> Option<&'static str> {
+        match self.producer {
+            Producer::Native => None,
+            Producer::Cloud(n) => Some(SOURCES[n]),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self.source() {
+            None => format!("event {:.40}", self.id),
+            Some(source) => format!("CloudEvent {:.40} of {source}", self.id),
+        }
+    }
+
+    fn json(&self, license: &str) -> Value {
+        let usage = json!({
+            "licenseArn": license,
+            "customerAWSAccountId": crate::scenario::ACCOUNT,
+            "dimension": DIMENSION,
+            "quantity": self.quantity,
+        });
+        let stamped = self.stamped.map(format_instant);
+        match self.source() {
+            None => {
+                let mut event = usage;
+                event["id"] = json!(self.id);
+                if let Some(at) = stamped {
+                    event["timestamp"] = json!(at);
+                }
+                event
+            }
+            Some(source) => {
+                let mut event = json!({"specversion": "1.0", "id": self.id, "source": source,
+                    "type": "com.example.usage", "data": usage});
+                if let Some(at) = stamped {
+                    event["time"] = json!(at);
+                }
+                event
+            }
+        }
+    }
+}
+
+/// One post of a batch and what it was answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// When it was posted.
+    pub at: Instant,
+    /// The batch's events.
+    pub events: Vec<Posted>,
+    /// The HTTP status.
+    pub status: i64,
+    /// Each event's verdict (`status`, `reason`), when the status is 200.
+    pub verdicts: Vec<(String, Option<String>)>,
+}
+
+/// What the edge seller did, for [`check`].
+#[derive(Debug, Clone, Default)]
+pub struct EdgeLog {
+    /// The license it posts for.
+    pub license: String,
+    /// The stack's metering lock.
+    pub lock: Option<MeteringLockHours>,
+    /// Every post, in order.
+    pub answers: Vec<Answer>,
+}
+
+/// The seller's service posting across the edges (one per schedule, full stacks only).
+pub struct EdgeSeller {
+    sim: Sim,
+    clock: ManualClock,
+    state: awsmp_usage_api::State,
+    batches: Mutex<Vec<Vec<Posted>>>,
+    steps: Mutex<usize>,
+    log: Mutex<EdgeLog>,
+}
+
+impl EdgeSeller {
+    /// A seller posting for `license` to the usage API of a stack with `product` and
+    /// `lock`, over its tables (keys held to DynamoDB's limits).
+    pub fn new(
+        sim: &Sim,
+        clock: &ManualClock,
+        (usage, aggregated): (Arc<dyn UsageStore>, Arc<dyn AggregatedStore>),
+        (product, lock): (&str, MeteringLockHours),
+        license: String,
+    ) -> Self {
+        let state = awsmp_usage_api::State {
+            config: Arc::new(awsmp_usage_api::Config {
+                usage_table: "usage".into(),
+                aggregated_table: "aggregated".into(),
+                product_code: product.into(),
+                deployment_mode: DeploymentMode::Full,
+            }),
+            usage: Arc::new(KeyLimited(usage)),
+            aggregated,
+            clock: Arc::new(clock.clone()),
+        };
+        EdgeSeller {
+            sim: sim.clone(),
+            clock: clock.clone(),
+            state,
+            batches: Mutex::new(Vec::new()),
+            steps: Mutex::new(0),
+            log: Mutex::new(EdgeLog {
+                license,
+                lock: Some(lock),
+                answers: Vec::new(),
+            }),
+        }
+    }
+
+    /// What it did.
+    pub fn log(&self) -> EdgeLog {
+        lock(&self.log).clone()
+    }
+
+    /// One settling step, before the pipeline runs: new batches in the first steps,
+    /// and now and then a retry of each earlier batch, whole, at the clock's time now.
+    pub fn step(&self) {
+        let step = {
+            let mut steps = lock(&self.steps);
+            *steps += 1;
+            *steps - 1
+        };
+        let now = self.clock.now();
+        if step < POSTING_STEPS {
+            for _ in 0..1 + self.sim.below(2) {
+                let batch = self.batch(now);
+                lock(&self.batches).push(batch);
+            }
+        }
+        let batches = lock(&self.batches).clone();
+        let chosen: Vec<Vec<Posted>> = batches
+            .into_iter()
+            .enumerate()
+            .filter(|(n, _)| {
+                // Posted this step (n among the last), or retried one time in four.
+                self.sim.below(4) == 0
+                    || step < POSTING_STEPS && *n + 2 >= lock(&self.batches).len()
+            })
+            .map(|(_, b)| b)
+            .collect();
+        if chosen.is_empty() {
+            return;
+        }
+        let tasks = vec![Task::new("seller-edges", async move {
+            for batch in chosen {
+                self.post(batch).await;
+            }
+        })];
+        executor::run(&self.sim, tasks, false, MAX_STEPS, &|_| {});
+    }
+
+    /// A batch of one producer (one media type): its events stamped at the edges.
+    fn batch(&self, now: Instant) -> Vec<Posted> {
+        let producer = match self.sim.below(3) {
+            0 => Producer::Native,
+            n => Producer::Cloud(n - 1),
+        };
+        let hour = HourBucket::containing(now).start();
+        let day_ago = now - Duration::hours(24);
+        let month_end = Utc
+            .with_ymd_and_hms(now.year(), now.month(), 1, 0, 0, 0)
+            .single()
+            .map(|first| first - Duration::seconds(10));
+        let mut batch: Vec<Posted> = Vec::new();
+        for _ in 0..1 + self.sim.below(3) {
+            let id_n = self.sim.below(IDS.len());
+            let stamped = match self.sim.below(6) {
+                0 => None,
+                // The last seconds of the hour that just ended.
+                1 => Some(hour - Duration::seconds(1 + self.sim.below(20) as i64)),
+                // Inside 24 h of its own instant, in the hour that began before them.
+                2 => {
+                    let left = 3599 - i64::from(day_ago.minute() * 60 + day_ago.second());
+                    let into = 1 + self.sim.below(usize::try_from(left.max(1)).unwrap_or(1));
+                    Some(day_ago + Duration::seconds(into as i64))
+                }
+                // The first hour still inside the window.
+                3 => Some(HourBucket::containing(day_ago).start() + Duration::minutes(61)),
+                // The month's last seconds, while they are inside the window.
+                4 => month_end.filter(|t| *t > day_ago).or(Some(now)),
+                _ => Some(now - Duration::seconds(self.sim.below(600) as i64)),
+            };
+            // Now and then an id longer than DynamoDB's sort keys take (a CloudEvent is
+            // keyed by a digest of it, so it stays storable).
+            let id = if self.sim.below(8) == 0 {
+                format!("{}-{}", IDS[id_n], "x".repeat(1100))
+            } else {
+                IDS[id_n].to_string()
+            };
+            let quantity = 10 * id_n as i64
+                + match producer {
+                    Producer::Native => 1,
+                    Producer::Cloud(n) => 2 + n as i64,
+                };
+            // One producer's id is one event: the stamp it first got, in this batch or
+            // an earlier one.
+            let first = batch
+                .iter()
+                .chain(lock(&self.batches).iter().flatten())
+                .find(|e| e.producer == producer && e.id == id)
+                .map(|e| e.stamped);
+            batch.push(Posted {
+                producer,
+                stamped: first.unwrap_or(stamped),
+                id,
+                quantity,
+            });
+        }
+        batch
+    }
+
+    async fn post(&self, events: Vec<Posted>) {
+        let license = lock(&self.log).license.clone();
+        let cloud = events
+            .first()
+            .is_some_and(|e| e.producer != Producer::Native);
+        let list: Vec<Value> = events.iter().map(|e| e.json(&license)).collect();
+        let (content_type, body) = if cloud {
+            ("application/cloudevents-batch+json", json!(list))
+        } else {
+            ("application/json", json!({ "events": list }))
+        };
+        let mut request = ApiGatewayProxyRequest::default();
+        request.http_method = aws_lambda_events::http::Method::POST;
+        request.path = Some("/usage/events".into());
+        request.headers.insert(
+            "content-type",
+            aws_lambda_events::http::HeaderValue::from_static(content_type),
+        );
+        request.body = Some(body.to_string());
+        let at = self.clock.now();
+        let response = awsmp_usage_api::handle(&self.state, request).await;
+        let answer: Value = match &response.body {
+            Some(aws_lambda_events::encodings::Body::Text(text)) => {
+                serde_json::from_str(text).unwrap_or_default()
+            }
+            _ => Value::Null,
+        };
+        let verdicts = answer["results"]
+            .as_array()
+            .map(|results| {
+                results
+                    .iter()
+                    .map(|r| {
+                        (
+                            r["status"].as_str().unwrap_or("").to_string(),
+                            r["reason"].as_str().map(str::to_string),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        lock(&self.log).answers.push(Answer {
+            at,
+            events,
+            status: response.status_code,
+            verdicts,
+        });
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A usage table that refuses, as DynamoDB does, a request naming a key longer than it
+/// takes: a `ValidationException` for the whole request, on every retry.
+pub struct KeyLimited(pub Arc<dyn UsageStore>);
+
+fn key_refused(
+    operation: &'static str,
+    license_arn: &str,
+    sort_keys: &[&str],
+) -> Result<(), PortError> {
+    let too_long = license_arn.len() > MAX_PARTITION_KEY_BYTES
+        || sort_keys.iter().any(|k| k.len() > MAX_SORT_KEY_BYTES);
+    if too_long {
+        return Err(PortError::Failed {
+            operation,
+            message: "ValidationException: One or more parameter values were invalid: Aggregated size of all range keys has exceeded the size limit of 1024 bytes".into(),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl UsageStore for KeyLimited {
+    async fn pending_page(
+        &self,
+        hour: HourBucket,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<PendingRawRef>, PortError> {
+        self.0.pending_page(hour, cursor).await
+    }
+
+    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
+        self.0.group_rows(key).await
+    }
+
+    async fn get_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+    ) -> Result<Option<RawUsageRow>, PortError> {
+        key_refused("get_row", license_arn, &[sort_key])?;
+        self.0.get_row(license_arn, sort_key).await
+    }
+
+    async fn finalize_row(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        claim: RowClaim<'_>,
+        outcome: RowFinal,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.0
+            .finalize_row(license_arn, sort_key, claim, outcome, now)
+            .await
+    }
+
+    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError> {
+        key_refused(
+            "put_row",
+            &row.license_arn,
+            &[
+                &ingestion_sort_key(row),
+                &ingestion_marker_sort_key(&row.event_id),
+            ],
+        )?;
+        self.0.put_row(row, now).await
+    }
+
+    async fn stray_pending_page(
+        &self,
+        live: &[HourBucket],
+        cursor: Option<Cursor>,
+    ) -> Result<Page<StrayPending>, PortError> {
+        self.0.stray_pending_page(live, cursor).await
+    }
+
+    async fn repair_pending(
+        &self,
+        license_arn: &str,
+        sort_key: &str,
+        from: &str,
+        hour: HourBucket,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.0
+            .repair_pending(license_arn, sort_key, from, hour, now)
+            .await
+    }
+}
+
+/// The first instant of the month after `t`'s.
+fn next_month(t: Instant) -> Instant {
+    let (year, month) = match t.month() {
+        12 => (t.year() + 1, 1),
+        m => (t.year(), m + 1),
+    };
+    Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0)
+        .single()
+        .unwrap_or(t)
+}
+
+/// Whether usage stamped `stamped`, written at `at`, can be billed: its hour's record
+/// (stamped at the hour's start) may be sent `lock` hours after the hour's start (a
+/// lock of 1: once the hour ends; last month's hours from 03:00 on the 1st), and Marketplace takes it until 24 hours after
+/// the hour's start, last month's only until 06:00 on the 1st. Written from AWS's
+/// rules here, not from the product's code.
+fn billable(stamped: Instant, at: Instant, lock: MeteringLockHours) -> bool {
+    let start = HourBucket::containing(stamped).start();
+    let month_after = next_month(start);
+    let opens = (start + Duration::hours(lock.hours())).min(month_after + Duration::hours(3));
+    let closes = (start + Duration::hours(24)).min(month_after + Duration::hours(6));
+    stamped <= at && at.max(opens) < closes
+}
+
+/// The edge seller's invariant, over what it was answered and the table it wrote.
+pub fn check(log: &EdgeLog, rows: &[RawUsageRow]) -> Vec<String> {
+    let mut violations = Vec::new();
+    let Some(lock) = log.lock else {
+        return violations;
+    };
+    let stored = |key: &str| {
+        let suffix = format!("#{key}");
+        rows.iter()
+            .filter(|r| {
+                r.license_arn == log.license
+                    && !r.sort_key.starts_with("event#")
+                    && r.sort_key.ends_with(&suffix)
+            })
+            .count()
+    };
+    // Events written so far: (producer, id) -> when.
+    let mut written: BTreeMap<(Producer, String), Instant> = BTreeMap::new();
+    let mut accepted_keys: BTreeSet<String> = BTreeSet::new();
+    for answer in &log.answers {
+        let when = format_instant(answer.at);
+        if answer.status != 200 || answer.verdicts.len() != answer.events.len() {
+            violations.push(format!(
+                "usage API at {when}: a batch of {} events answered {} with no fault injected: \
+                 its events got no verdict, and a retry is answered the same",
+                answer.events.len(),
+                answer.status
+            ));
+            continue;
+        }
+        for (event, (status, reason)) in answer.events.iter().zip(&answer.verdicts) {
+            let who = (event.producer, event.id.clone());
+            let stamped = event.stamped.unwrap_or(answer.at);
+            let earlier = written.get(&who).copied();
+            let name = event.label();
+            match (status.as_str(), earlier) {
+                ("accepted", Some(first)) => violations.push(format!(
+                    "usage API at {when}: {name} accepted again (first written {})",
+                    format_instant(first)
+                )),
+                ("accepted", None) => {
+                    if !billable(stamped, answer.at, lock) {
+                        violations.push(format!(
+                            "usage API at {when}: {name} stamped {} accepted, but its hour's \
+                             record can no longer be sent before its window closes",
+                            format_instant(stamped)
+                        ));
+                    }
+                    written.insert(who, answer.at);
+                    accepted_keys.insert(event.key());
+                }
+                ("duplicate" | "conflict", None) => violations.push(format!(
+                    "usage API at {when}: {name} answered {status}, yet this producer never \
+                     wrote it: it collided with another producer's event"
+                )),
+                ("conflict", Some(_)) => violations.push(format!(
+                    "usage API at {when}: {name} answered conflict for a retry of the same usage"
+                )),
+                ("duplicate", Some(_)) => {}
+                ("rejected", Some(first)) => violations.push(format!(
+                    "usage API at {when}: {name} answered rejected ({}), yet it was written at {} \
+                     and billable then: the verdict must say duplicate",
+                    reason.as_deref().unwrap_or("?"),
+                    format_instant(first)
+                )),
+                ("rejected", None) => {
+                    let for_time = reason.as_deref() == Some("TimestampOutOfWindow");
+                    if for_time && billable(stamped, answer.at, lock) {
+                        violations.push(format!(
+                            "usage API at {when}: {name} stamped {} rejected for its time, yet \
+                             its record could still be billed",
+                            format_instant(stamped)
+                        ));
+                    }
+                }
+                (other, _) => {
+                    violations.push(format!("usage API at {when}: {name} answered {other:?}"))
+                }
+            }
+        }
+    }
+    // Stored once each; never for an event no verdict accepted.
+    let all_keys: BTreeSet<String> = log
+        .answers
+        .iter()
+        .flat_map(|a| a.events.iter().map(Posted::key))
+        .collect();
+    for key in all_keys {
+        let count = stored(&key);
+        let want = usize::from(accepted_keys.contains(&key));
+        if count != want {
+            violations.push(format!(
+                "usage API: the event stored under {:.60} is stored {count} times, \
+                 accepted {want} times",
+                key
+            ));
+        }
+    }
+    violations
+}
