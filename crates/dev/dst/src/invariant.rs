@@ -518,12 +518,16 @@ fn billed_before_revocation(world: &World, record: &awsmp_core::model::Aggregate
 /// sent that AWS refuses (a record outside the 24-hour window or the month-end grace,
 /// in the future, malformed), which its own checks must have kept back.
 fn refused_calls(world: &World) -> Vec<String> {
+    // A call handed over inside the window and delayed in flight past it: the
+    // submitter checked it as it went out (`submit/run/send.rs`); AWS judges arrival.
+    let delayed = world.metering.delayed_past_window();
     world
         .metering
         .inner
         .refused_calls()
         .into_iter()
         .filter(|refused| refused.error_type != INVALID_DIMENSION)
+        .filter(|refused| !delayed.contains(&refused.at))
         .map(|refused| {
             format!(
                 "Marketplace refused a call of {} records at {} with {}: {}",

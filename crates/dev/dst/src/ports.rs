@@ -147,6 +147,9 @@ impl StaleIndex {
 
 /// The usage table with faults.
 pub type FaultyUsage = Faulty<MemoryUsageStore>;
+/// The exception Marketplace answers a record outside its window with.
+const TIMESTAMP_OUT_OF_BOUNDS: &str = "TimestampOutOfBoundsException";
+
 /// The aggregated table with faults (and spurious transaction conflicts).
 pub type FaultyAggregated = Faulty<MemoryAggregatedStore>;
 /// The subscribers table with faults.
@@ -258,6 +261,11 @@ pub struct FaultyMetering {
     rival: Mutex<BTreeSet<GroupKey>>,
     /// When the current refusal of the caller's role ends (a role edited, then fixed).
     refused_until: Mutex<Option<awsmp_core::time::Instant>>,
+    /// When Marketplace refused, as past the window, a call whose every record was
+    /// still in the window when the submitter handed it over: the call was delayed in
+    /// flight past the hour's edge (the interleaving let other tasks' time pass), as a
+    /// slow network can. Nothing the submitter's checks could have kept back.
+    delayed_past_window: Mutex<Vec<awsmp_core::time::Instant>>,
     /// Calls refused before Marketplace processed them (credentials, role, signature,
     /// a connection that failed before the request was written).
     refused: Mutex<u64>,
@@ -284,6 +292,7 @@ impl FaultyMetering {
             ambiguous_groups: Mutex::new(BTreeSet::new()),
             rival: Mutex::new(BTreeSet::new()),
             refused_until: Mutex::new(None),
+            delayed_past_window: Mutex::new(Vec::new()),
             refused: Mutex::new(0),
             reached: Mutex::new(BTreeSet::new()),
             lapses: Lapses::default(),
@@ -306,6 +315,14 @@ impl FaultyMetering {
     /// Groups carried by a call Marketplace processed.
     pub fn reached_groups(&self) -> BTreeSet<GroupKey> {
         self.reached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// When each call delayed in flight past its hour's window was refused for it.
+    pub fn delayed_past_window(&self) -> Vec<awsmp_core::time::Instant> {
+        self.delayed_past_window
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -504,6 +521,7 @@ impl MeteringApi for FaultyMetering {
         &self,
         records: &[MeteringRecord],
     ) -> Result<Vec<RecordVerdict>, MeteringError> {
+        let handed_over = self.clock.now();
         yield_now().await;
         self.check_leases(records);
         {
@@ -555,7 +573,22 @@ impl MeteringApi for FaultyMetering {
         let answers = if processed.is_empty() {
             Vec::new()
         } else {
-            let answers = self.inner.batch_meter_usage(&processed).await?;
+            let at = self.clock.now();
+            let answers = match self.inner.batch_meter_usage(&processed).await {
+                Err(MeteringError::Validation { name, message })
+                    if name == TIMESTAMP_OUT_OF_BOUNDS
+                        && processed
+                            .iter()
+                            .all(|r| !awsmp_core::time::bucket_expired(r.key.hour, handed_over)) =>
+                {
+                    self.delayed_past_window
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(at);
+                    return Err(MeteringError::Validation { name, message });
+                }
+                answers => answers?,
+            };
             self.note_sent(&processed);
             answers
         };
