@@ -707,6 +707,34 @@ process.stdout.write(JSON.stringify(out.headers));
         and "ArnNotEquals:" in deny and "aws:PrincipalArn: !Ref EventsQueueAdminRoleArn" in deny,
         "template-events.yaml: the subscription queue denies SendMessage to all but the events rule (and EventsQueueAdminRoleArn)",
     )
+    dlq_deny = next((st for st in events_policy.split("          - Sid: ")[1:] if st.startswith("DenySendersToTheDlqButTheRule")), "")
+    check(
+        "Effect: Deny" in dlq_deny and "Action: sqs:SendMessage" in dlq_deny
+        and "Resource: !GetAtt SubscriptionEventsDlq.Arn" in dlq_deny
+        and "ArnNotEquals:\n                aws:SourceArn: !GetAtt MarketplaceEventsRule.Arn" in dlq_deny
+        and "PrincipalArn" not in dlq_deny,
+        "template-events.yaml: the subscription DLQ denies SendMessage to all but the events rule's dead-letter deliveries",
+    )
+    # ---- the main stack's work queues: only the discoverer sends work, the aggregator
+    # cleanup (and WorkQueueAdminRoleArn, to redrive); nobody sends to a DLQ
+    pipeline = "\n".join(main_t.resources.get("PipelineQueuesPolicy", []))
+    statements = {st.split("\n", 1)[0]: st for st in pipeline.split("          - Sid: ")[1:]}
+    admin_role = '- !If [HasWorkQueueAdminRole, !Ref WorkQueueAdminRoleArn, !Ref "AWS::NoValue"]'
+    for sid, queues, role in [("DenyWorkSendersButTheDiscoverer", ["WorkQueue", "DeprovisionWorkQueue"], "DiscovererRole"),
+                              ("DenyCleanupSendersButTheAggregator", ["CleanupQueue"], "AggregatorRole")]:
+        st = statements.get(sid, "")
+        check(
+            "Effect: Deny" in st and 'Principal: "*"' in st and "Action: sqs:SendMessage" in st
+            and all(f"!GetAtt {q}.Arn" in st for q in queues) and st.count("!GetAtt") == len(queues) + 1
+            and f"ArnNotEquals:\n                aws:PrincipalArn:\n                  - !GetAtt {role}.Arn\n                  {admin_role}" in st,
+            f"PipelineQueuesPolicy {sid}: SendMessage to {', '.join(queues)} denied to all but {role} (and WorkQueueAdminRoleArn)",
+        )
+    st = statements.get("DenyEverySenderToTheDlqs", "")
+    check(
+        "Effect: Deny" in st and "Action: sqs:SendMessage" in st and "Condition" not in st
+        and all(f"!GetAtt {q}.Arn" in st for q in ("WorkDlq", "DeprovisionWorkDlq", "CleanupDlq")),
+        "PipelineQueuesPolicy: SendMessage to every DLQ denied to everyone",
+    )
 
     # ---- the events stack can use a customer-managed KMS key (DataKmsKeyArn): the
     # subscribers table, the subscription queue and its DLQ use it when it is given, and
@@ -971,7 +999,7 @@ process.stdout.write(JSON.stringify(out.headers));
     deny_tls = re.search(r"- Sid: DenyWithoutTls\n\s+Effect: Deny\n\s+Principal: \"\*\"\n\s+Action: \"dynamodb:\*\"\n(.*\n){1,2}\s+Condition:\n\s+Bool:\n\s+aws:SecureTransport: \"false\"", profile_text)
     check(deny_tls is not None, "CustomerProfileTable: its resource policy denies every request without TLS")
     only = profile_text.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleTouchBuyerData", 1)
-    only = only[1] if len(only) == 2 else ""
+    only = only[1].split("- Sid:", 1)[0] if len(only) == 2 else ""
     item_actions = ["GetItem", "BatchGetItem", "Query", "Scan", "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
                     "ConditionCheckItem", "PartiQLSelect", "PartiQLInsert", "PartiQLUpdate", "PartiQLDelete",
                     "ExportTableToPointInTime", "RestoreTableToPointInTime"]
@@ -982,7 +1010,7 @@ process.stdout.write(JSON.stringify(out.headers));
         and "- !GetAtt RegisterRole.Arn\n" in only
         and '- !If [HasProfileAccessRole, !Ref ProfileAccessRoleArn, !Ref "AWS::NoValue"]' in only
         and '- !If [DiscovererExpiresProfiles, !GetAtt DiscovererRole.Arn, !Ref "AWS::NoValue"]' in only
-        and only.split("ArnNotEquals:", 1)[-1].split("BillingMode:", 1)[0].count("- ") == 3,
+        and only.split("ArnNotEquals:", 1)[-1].count("- ") == 3,
         "CustomerProfileTable: every item read, write, export and restore is denied to all but RegisterRole, ProfileAccessRoleArn (and the discoverer with ProfileRetentionDays)",
     )
     key = "\n".join(main_t.resources.get("CustomerProfileKey", []))
@@ -993,8 +1021,43 @@ process.stdout.write(JSON.stringify(out.headers));
     admin = key.split("- Sid: AccountAdministersButCannotUseIt", 1)[-1].split("- Sid:", 1)[0]
     check(
         "kms:Decrypt" not in admin and "kms:*" not in admin and "kms:ReEncrypt" not in admin
-        and "kms:CreateGrant" not in admin and "kms:PutKeyPolicy" in admin,
-        "CustomerProfileKey: the account administers the key (PutKeyPolicy) but no IAM policy can grant decryption",
+        and "kms:CreateGrant" not in admin and "kms:Put" not in admin and "kms:*Policy" not in admin,
+        "CustomerProfileKey: the account administers the key but no IAM policy can grant decryption or a new key policy",
+    )
+    # Changing the key policy is the way past it: the deployer alone, required with the key.
+    put_policy = key.split("- Sid: OnlyTheDeployerChangesTheKeyPolicy", 1)[-1].split("- Sid:", 1)[0] \
+        if "- Sid: OnlyTheDeployerChangesTheKeyPolicy" in key else ""
+    needs_deployer = "\n".join(section(section(main_t.lines, "Rules", 0) or [], "ProfileKeyNeedsDeployerRole", 2) or [])
+    check(
+        key.count("kms:PutKeyPolicy") == 1 and "AWS: !Ref DeployerRoleArn\n" in put_policy
+        and "Action: kms:PutKeyPolicy" in put_policy and "Effect: Allow" in put_policy
+        and "RuleCondition: !Equals [!Ref ProfileKey, create]" in needs_deployer
+        and '- Assert: !Not [!Equals [!Ref DeployerRoleArn, ""]]' in needs_deployer,
+        "CustomerProfileKey: only DeployerRoleArn may change the key policy (kms:PutKeyPolicy), and ProfileKey=create requires it",
+    )
+    # The table's own policy, and every copy of the table (a backup restores without
+    # it and without the key): changed, deleted or made only by the deployer (else only
+    # through CloudFormation), and a change alarmed.
+    guard = profile_text.split("- Sid: OnlyTheDeployerChangesThisPolicyOrBacksUpTheTable", 1)[-1].split("BillingMode:", 1)[0] \
+        if "- Sid: OnlyTheDeployerChangesThisPolicyOrBacksUpTheTable" in profile_text else ""
+    check(
+        "Effect: Deny" in guard and 'Principal: "*"' in guard
+        and all(f"- dynamodb:{a}\n" in guard for a in ("PutResourcePolicy", "DeleteResourcePolicy", "CreateBackup", "StartAwsBackupJob"))
+        and re.search(r"Condition: !If\n\s+- HasDeployerRole\n\s+- ArnNotEquals:\n\s+aws:PrincipalArn: !Ref DeployerRoleArn\n"
+                      r"\s+- ForAllValues:StringNotEquals:\n\s+aws:CalledVia: cloudformation.amazonaws.com\n", guard) is not None,
+        "CustomerProfileTable: its resource policy's change or deletion and every backup denied to all but DeployerRoleArn"
+        " (else all but CloudFormation)",
+    )
+    rule = "\n".join(main_t.resources.get("ProfilePolicyChangesRule", []))
+    alarm = "\n".join(main_t.of_type("AWS::CloudWatch::Alarm").get("ProfilePolicyChangedAlarm", []))
+    check(
+        all(f"- {e}\n" in rule for e in ("PutResourcePolicy", "DeleteResourcePolicy", "PutKeyPolicy"))
+        and "- AWS API Call via CloudTrail" in rule and "table/awsmp-${ProductCode}-customer-profile\"" in rule
+        and "!GetAtt CustomerProfileKey.Arn" in rule
+        and "Namespace: AWS/Events" in alarm and "MetricName: MatchedEvents" in alarm
+        and "Value: !Ref ProfilePolicyChangesRule" in alarm and "ComparisonOperator: GreaterThanThreshold" in alarm
+        and "Threshold: 0" in alarm and "AlarmActions: !If [HasAlertsTopic" in alarm,
+        "ProfilePolicyChangedAlarm: alarms on PutResourcePolicy/DeleteResourcePolicy of the profile table and PutKeyPolicy of its key",
     )
     users = key.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleDecrypt", 1)[-1].split("- Sid:", 1)[0]
     check(
