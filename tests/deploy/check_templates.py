@@ -843,6 +843,26 @@ process.stdout.write(JSON.stringify(out.headers));
             f"{role}: kms:Decrypt on SubscribersKmsKeyArn through DynamoDB, only when it is given",
         )
 
+    # ---- the usage API in JWT mode: a token for the audience is not enough; POST needs
+    # the write scope, GET the read scope (and a POST's `recorded` too), from an https issuer
+    usage_params = section(main_t.lines, "Parameters", 0) or []
+    scopes = section(usage_params, "UsageApiJwtScopes", 2) or []
+    issuer = section(usage_params, "UsageApiJwtIssuer", 2) or []
+    routes = {name: "\n".join(main_t.resources.get(name, [])) for name in ("UsageApiPostEventsRoute", "UsageApiGetEventRoute")}
+    variables = section(section(main_t.resources.get("UsageApiFunction", []), "Properties", 4) or [], "Variables", 8) or []
+    check(
+        re.fullmatch(r"\S+,\S+", (scalar(scopes, "Default", 4) or "")) is not None
+        and (scalar(scopes, "AllowedPattern", 4) or "").startswith("^[^,")
+        and (scalar(issuer, "AllowedPattern", 4) or "").startswith("^$|^https://")
+        and 'AuthorizationScopes: !If [UsageApiUsesJwt, [!Select [0, !Split [",", !Ref UsageApiJwtScopes]]], !Ref "AWS::NoValue"]'
+        in routes["UsageApiPostEventsRoute"]
+        and 'AuthorizationScopes: !If [UsageApiUsesJwt, [!Select [1, !Split [",", !Ref UsageApiJwtScopes]]], !Ref "AWS::NoValue"]'
+        in routes["UsageApiGetEventRoute"]
+        and scalar(variables, "USAGE_API_READ_SCOPE", 10) == '!If [UsageApiUsesJwt, !Select [1, !Split [",", !Ref UsageApiJwtScopes]], ""]',
+        "usage API (jwt): POST needs the write scope, GET the read scope of UsageApiJwtScopes (the function knows it: "
+        "USAGE_API_READ_SCOPE), the issuer is an https:// URL",
+    )
+
     # ---- the registration endpoint: POST /register is limited per IP far below the
     # rest, and capped for all addresses together; refusals and blocks are alarmed.
     acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))
