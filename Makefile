@@ -21,6 +21,7 @@ SHELL := bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 VENV ?= $(ROOT)/.venv
 SAM_VENV ?= $(ROOT)/.venv-sam
+CHECKOV_VENV ?= $(ROOT)/.venv-checkov
 # crates/dev/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 
@@ -150,7 +151,10 @@ simulation:
 
 # Hook: CloudFormation lint of the stacks' templates, and the templates after SAM's
 # transform (no dependency cycle; API bodies name functions that exist); a flood played
-# against the registration WebACL's rules (tests/deploy/check_waf_flood.py).
+# against the registration WebACL's rules (tests/deploy/check_waf_flood.py); checkov
+# (pinned and hashed in requirements-checkov.txt, its own venv: its pins conflict with
+# the test venv's) on both templates before and after SAM's transform. Every check that
+# does not apply is skipped at its resource with a reason, so any new finding fails.
 lint-templates: venv
 	@if ls template-*.yaml >/dev/null 2>&1; then \
 	  echo "+ cfn-lint template-*.yaml"; \
@@ -159,6 +163,15 @@ lint-templates: venv
 	  "$(VENV)/bin/python" tests/deploy/check_sam_graph.py; \
 	  echo "+ tests/deploy/check_waf_flood.py"; \
 	  "$(VENV)/bin/python" tests/deploy/check_waf_flood.py; \
+	  scripts/ensure-venv.sh "$(CHECKOV_VENV)" requirements-checkov.txt; \
+	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  "$(VENV)/bin/python" tests/deploy/checkov_templates.py "$$tmp"; \
+	  for scan in "template-main.yaml template-events.yaml" "$$tmp/template-main.transformed.json $$tmp/template-events.transformed.json"; do \
+	    echo "+ checkov $$scan"; \
+	    "$(CHECKOV_VENV)/bin/checkov" $$(printf -- '-f %s ' $$scan) --framework cloudformation --compact --quiet --skip-download || \
+	      { echo "lint-templates: checkov found the above. Fix it, or skip a check that does not apply at its resource:"; \
+	        echo "  Metadata: checkov: skip: [{id: CKV_..., comment: \"one-line reason\"}]"; exit 1; }; \
+	  done; \
 	else \
 	  echo "lint-templates: skipped (no template-*.yaml yet)"; \
 	fi
