@@ -1132,8 +1132,7 @@ fn only_the_pipeline_roles_can_put_work_on_the_pipeline_queues() {
         ];
         parameters.extend(admin.map(|a| ("WorkQueueAdminRoleArn", a)));
         let main =
-            StackTemplate::load(&workspace_root().join("template-main.yaml"), &parameters)
-                .unwrap();
+            StackTemplate::load(&workspace_root().join("template-main.yaml"), &parameters).unwrap();
         let policies = resource_policies(&main).unwrap();
         let discoverer = main.attribute("DiscovererRole", "Arn").unwrap();
         let aggregator = main.attribute("AggregatorRole", "Arn").unwrap();
@@ -1204,8 +1203,8 @@ fn only_the_deployer_can_change_what_keeps_buyer_profiles_closed() {
             ("ProfileKey", profile_key),
         ];
         parameters.extend(deployer.map(|d| ("DeployerRoleArn", d)));
-        let main = StackTemplate::load(&workspace_root().join("template-main.yaml"), &parameters)
-            .unwrap();
+        let main =
+            StackTemplate::load(&workspace_root().join("template-main.yaml"), &parameters).unwrap();
         let policies = resource_policies(&main).unwrap();
         let table = main.attribute("CustomerProfileTable", "Arn").unwrap();
         let table_policy = &policies.iter().find(|p| p.governs(&table)).unwrap().policy;

@@ -207,10 +207,7 @@ async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGate
                 "rejected": count("rejected"),
             });
             tracing::info!(%summary, caller = caller(request), "batch recorded");
-            let results: Vec<Value> = verdicts
-                .iter()
-                .map(|v| verdict_json(v, may_read))
-                .collect();
+            let results: Vec<Value> = verdicts.iter().map(|v| verdict_json(v, may_read)).collect();
             json_response(200, &json!({ "results": results, "summary": summary }))
         }
         Err(e) => batch_error(&e, request),
@@ -251,10 +248,8 @@ fn verdict_json(verdict: &Verdict, may_read: bool) -> Value {
     let mut value = serde_json::to_value(verdict).unwrap_or_else(
         |e| json!({"status": "rejected", "reason": "Unwritable", "message": e.to_string()}),
     );
-    if !may_read {
-        if let Some(fields) = value.as_object_mut() {
-            fields.remove("recorded");
-        }
+    if !may_read && let Some(fields) = value.as_object_mut() {
+        fields.remove("recorded");
     }
     value
 }

@@ -199,7 +199,10 @@ async fn a_throttled_table_answers_503_with_retry_after_and_a_direct_submit_stac
     assert_eq!(response.headers["retry-after"], "1");
     // The store's message stays in the log; the answer names the request instead.
     let message = body["message"].as_str().unwrap();
-    assert!(message.contains("req-7") && !message.contains("throttled"), "{message}");
+    assert!(
+        message.contains("req-7") && !message.contains("throttled"),
+        "{message}"
+    );
     let direct = state(&tables, DeploymentMode::DirectSubmit);
     let (status, body) = answer(&handle(&direct, post(&events(1))).await);
     assert_eq!(
@@ -231,7 +234,10 @@ async fn a_failed_store_answers_500_without_its_message() {
     let mut failing = post(&events(1));
     failing.request_context.request_id = Some("req-9".into());
     let (status, body) = answer(&handle(&state(&tables, DeploymentMode::Full), failing).await);
-    assert_eq!((status, body["code"].as_str().unwrap()), (500, "StoreFailed"));
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (500, "StoreFailed")
+    );
     let message = body["message"].as_str().unwrap();
     assert!(message.contains("req-9"), "{message}");
     for leaked in ["arn:aws", "awsmp-prod-usage", "not authorized"] {
@@ -271,7 +277,10 @@ async fn a_post_answers_what_an_id_recorded_only_to_a_token_with_the_read_scope(
     assert!(body["results"][0].get("recorded").is_none(), "{body}");
     for reader in [
         with_scopes(json!(["awsmp/usage.write", "awsmp/usage.read"]), json!({})),
-        with_scopes(Value::Null, json!({"scope": "awsmp/usage.write awsmp/usage.read"})),
+        with_scopes(
+            Value::Null,
+            json!({"scope": "awsmp/usage.write awsmp/usage.read"}),
+        ),
     ] {
         let (_, body) = answer(&handle(&state, reader).await);
         assert_eq!(body["results"][0]["recorded"]["quantity"], 3, "{body}");
