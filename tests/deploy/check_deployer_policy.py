@@ -58,6 +58,7 @@ NEEDS: dict[str, tuple[list[str], list[str]]] = {
     "AWS::SQS::QueuePolicy": (["sqs:SetQueueAttributes"], ["sqs:SetQueueAttributes"]),
     "AWS::Events::Rule": (["events:PutRule", "events:PutTargets", "events:DescribeRule", "events:RemoveTargets"],
                           ["events:DeleteRule", "events:RemoveTargets"]),
+    "AWS::Events::EventBusPolicy": (["events:PutPermission", "events:DescribeEventBus"], ["events:RemovePermission"]),
     "AWS::Logs::LogGroup": (["logs:CreateLogGroup", "logs:PutRetentionPolicy", "logs:DescribeLogGroups"],
                             ["logs:DeleteLogGroup"]),
     "AWS::IAM::Role": (["iam:CreateRole", "iam:PutRolePolicy", "iam:GetRole", "iam:TagRole",

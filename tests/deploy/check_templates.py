@@ -863,6 +863,16 @@ process.stdout.write(JSON.stringify(out.headers));
         "USAGE_API_READ_SCOPE), the issuer is an https:// URL",
     )
 
+    # ---- the usage API is watched: 5xx and 4xx alarms, JWT callers in its access log
+    alarms_all = main_t.of_type("AWS::CloudWatch::Alarm")
+    for logical, metric in [("UsageApi5xxAlarm", "5xx"), ("UsageApi4xxAlarm", "4xx")]:
+        text = "\n".join(alarms_all.get(logical, []))
+        check("Namespace: AWS/ApiGateway" in text and f"MetricName: {metric}\n" in text
+              and "Value: !Ref UsageHttpApi" in text and "Condition: CreateUsageApi" in text,
+              f"{logical}: alarms on the usage API's {metric} answers")
+    stage = "\n".join(main_t.resources.get("UsageApiStage", []))
+    check('"jwtSub":"$context.authorizer.claims.sub"' in stage, "UsageApiStage: the access log names a JWT caller (claims.sub)")
+
     # ---- the registration endpoint: POST /register is limited per IP far below the
     # rest, and capped for all addresses together; refusals and blocks are alarmed.
     acl = "\n".join(main_t.resources.get("RegisterWebAcl", []))

@@ -1263,3 +1263,50 @@ fn only_the_deployer_can_change_what_keeps_buyer_profiles_closed() {
         }
     }
 }
+
+/// Only an outcome-events role may put `source: awsmp.metering` on the default bus (the
+/// bus policy statement the main stack adds): a role with every permission cannot forge
+/// an outcome a consumer would move money on, and may still put its own sources.
+#[test]
+fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus() {
+    let everything = awsmp_local_aws::Policy::from_yaml(
+        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
+    )
+    .unwrap();
+    let main = StackTemplate::load(
+        &workspace_root().join("template-main.yaml"),
+        &[
+            ("ProductCode", PRODUCT),
+            ("StageName", STAGE),
+            ("AWS::Region", MAIN_REGION),
+            ("OutcomeEvents", "enabled"),
+        ],
+    )
+    .unwrap();
+    let policies = resource_policies(&main).unwrap();
+    let bus = format!("arn:aws:events:{MAIN_REGION}:{DEFAULT_ACCOUNT}:event-bus/default");
+    let bus_policy = &policies
+        .iter()
+        .find(|p| p.governs(&bus))
+        .expect("the main stack adds a statement to the default bus's policy")
+        .policy;
+    let outcome_role = main.attribute("OutcomeEventsRole", "Arn").unwrap();
+    let put = |who: &str, source: &str| {
+        let context = Context::new()
+            .with("aws:PrincipalArn", [who])
+            .with("events:source", [source]);
+        everything
+            .evaluate_in("events:PutEvents", &bus, &context)
+            .with_resource_policy(bus_policy.evaluate_for(who, "events:PutEvents", &bus, &context))
+    };
+    let developer = "arn:aws:iam::123456789012:role/developer";
+    assert!(matches!(
+        put(developer, "awsmp.metering"),
+        Decision::ExplicitDeny { .. }
+    ));
+    assert!(put(developer, "my.app").is_allowed());
+    assert!(
+        put(&outcome_role, "awsmp.metering").is_allowed(),
+        "{outcome_role} must put awsmp.metering"
+    );
+}
