@@ -14,8 +14,8 @@
 //! the request id, the store's own message (table, key and role names) goes to the log.
 //!
 //! With JWT authorization (`USAGE_API_READ_SCOPE` set), a verdict's `recorded` (what an
-//! id's first write recorded) goes only to a token with the read scope: without it the
-//! write route would read usage back.
+//! id's first write recorded) goes only to a token with the read scope (`null` to any
+//! other): without it the write route would read usage back.
 
 pub mod config;
 
@@ -248,8 +248,8 @@ fn verdict_json(verdict: &Verdict, may_read: bool) -> Value {
     let mut value = serde_json::to_value(verdict).unwrap_or_else(
         |e| json!({"status": "rejected", "reason": "Unwritable", "message": e.to_string()}),
     );
-    if !may_read && let Some(fields) = value.as_object_mut() {
-        fields.remove("recorded");
+    if !may_read && let Some(recorded) = value.get_mut("recorded") {
+        *recorded = Value::Null;
     }
     value
 }

@@ -274,7 +274,7 @@ async fn a_post_answers_what_an_id_recorded_only_to_a_token_with_the_read_scope(
     let (status, body) = answer(&handle(&state, writer).await);
     assert_eq!(status, 200);
     assert_eq!(body["results"][0]["status"], "duplicate");
-    assert!(body["results"][0].get("recorded").is_none(), "{body}");
+    assert_eq!(body["results"][0]["recorded"], Value::Null, "{body}");
     for reader in [
         with_scopes(json!(["awsmp/usage.write", "awsmp/usage.read"]), json!({})),
         with_scopes(
@@ -288,7 +288,7 @@ async fn a_post_answers_what_an_id_recorded_only_to_a_token_with_the_read_scope(
     // A scope that merely contains the read scope's name is not it.
     let near = with_scopes(json!(["awsmp/usage.read.extra"]), json!({}));
     let (_, body) = answer(&handle(&state, near).await);
-    assert!(body["results"][0].get("recorded").is_none(), "{body}");
+    assert_eq!(body["results"][0]["recorded"], Value::Null, "{body}");
 }
 
 #[tokio::test]
