@@ -1072,6 +1072,22 @@ expect_exit 0
 expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/ci/deployer"
 end
 
+begin "ProfileKey=create: an update of a stack without DeployerRoleArn passes the caller's role; one that has it keeps it"
+existing_events
+existing_main us-west-2
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/deployer"
+: >"$LOG"
+echo "arn:aws:iam::123456789012:role/awsmp-cfn" >"$STATE/stacks/us-west-2/awsmp-main-abc123-prod/params/DeployerRoleArn"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+grep -F "sam deploy --template-file .aws-sam/build-main" "$LOG" | grep -qF DeployerRoleArn &&
+  fail "a stack with DeployerRoleArn was given another"
+end
+
 begin "--cfn-role: AWSMP_CFN_ROLE_ARN sets it; the dry run and --review carry it too"
 printf '#!/bin/bash\nAWSMP_CFN_ROLE_ARN=%s exec bash %q "$@"\n' "$CFN_ROLE" "$ROOT/deploy.sh" >"$WORK/with-role-env.sh"
 DEPLOY_SH="$WORK/with-role-env.sh"
