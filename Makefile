@@ -22,6 +22,7 @@ SHELL := bash
 ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 VENV ?= $(ROOT)/.venv
 SAM_VENV ?= $(ROOT)/.venv-sam
+CHECKOV_VENV ?= $(ROOT)/.venv-checkov
 # crates/dev/local-aws finds moto here (AWSMP_VENV overrides its default of ./.venv).
 export AWSMP_VENV := $(VENV)
 # Where `make prereqs` puts rustup when it installs it, for the stages after it.
@@ -102,26 +103,30 @@ venv:
 PIP_TOOLS_VERSION := 7.7.0
 PIP_TOOLS_PIP_VERSION := 26.3
 PIP_COMPILE_ARGS ?=
+# Each lock is NAME.in -> NAME.txt: the test venv's, and checkov's own (make lint-templates).
+LOCKS ?= requirements-dev requirements-checkov
 requirements-lock:
 	@py=$${PYTHON:-python3}; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
 	  echo "requirements-lock: warning: $$py is not Python 3.11; dependencies only older Pythons need may be left out"; \
 	"$$py" -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "pip==$(PIP_TOOLS_PIP_VERSION)" "pip-tools==$(PIP_TOOLS_VERSION)"; \
-	cp requirements-dev.txt "$$tmp/requirements-dev.txt"; \
-	echo "+ pip-compile --generate-hashes requirements-dev.in (pip-tools $(PIP_TOOLS_VERSION))"; \
+	for lock in $(LOCKS); do \
+	cp $$lock.txt "$$tmp/$$lock.txt"; \
+	echo "+ pip-compile --generate-hashes $$lock.in (pip-tools $(PIP_TOOLS_VERSION))"; \
 	"$$tmp/venv/bin/pip-compile" --quiet --generate-hashes --allow-unsafe --strip-extras --no-header \
 	  --no-emit-index-url --no-emit-find-links --annotation-style=line $(PIP_COMPILE_ARGS) \
-	  --output-file "$$tmp/requirements-dev.txt" requirements-dev.in; \
-	{ echo "# Generated from requirements-dev.in by \`make requirements-lock\`: do not edit by hand."; \
+	  --output-file "$$tmp/$$lock.txt" $$lock.in; \
+	{ echo "# Generated from $$lock.in by \`make requirements-lock\`: do not edit by hand."; \
 	  echo "# Every package the tools below bring in is pinned here with the sha256 of every file"; \
 	  echo "# PyPI has for that version (all wheels, the sdist): scripts/ensure-venv.sh installs it"; \
 	  echo "# with pip --require-hashes, on Linux or macOS, Python 3.11 to 3.14."; \
 	  echo "#"; \
-	  awk '!/^#/ { exit } { print }' requirements-dev.in; \
+	  awk '!/^#/ { exit } { print }' $$lock.in; \
 	  echo; \
-	  cat "$$tmp/requirements-dev.txt"; } >requirements-dev.txt; \
-	echo "requirements-lock: requirements-dev.txt has $$(grep -c '^[A-Za-z0-9]' requirements-dev.txt) pins and $$(grep -c -- '--hash=sha256:' requirements-dev.txt) hashes"
+	  cat "$$tmp/$$lock.txt"; } >$$lock.txt; \
+	echo "requirements-lock: $$lock.txt has $$(grep -c '^[A-Za-z0-9]' $$lock.txt) pins and $$(grep -c -- '--hash=sha256:' $$lock.txt) hashes"; \
+	done
 
 sam-venv:
 	@scripts/ensure-venv.sh "$(SAM_VENV)" tools/requirements-sam.txt
@@ -150,13 +155,28 @@ simulation:
 	cargo run --quiet -p awsmp-dst -- --schedules $(SIM_SCHEDULES) --min $(SIM_SCHEDULES) --budget-secs $(SIM_BUDGET)
 
 # Hook: CloudFormation lint of the stacks' templates, and the templates after SAM's
-# transform (no dependency cycle; API bodies name functions that exist).
+# transform (no dependency cycle; API bodies name functions that exist); a flood played
+# against the registration WebACL's rules (tests/deploy/check_waf_flood.py); checkov
+# (pinned and hashed in requirements-checkov.txt, its own venv: its pins conflict with
+# the test venv's) on both templates before and after SAM's transform. Every check that
+# does not apply is skipped at its resource with a reason, so any new finding fails.
 lint-templates: venv
 	@if ls template-*.yaml >/dev/null 2>&1; then \
 	  echo "+ cfn-lint template-*.yaml"; \
 	  "$(VENV)/bin/cfn-lint" template-*.yaml; \
 	  echo "+ tests/deploy/check_sam_graph.py"; \
 	  "$(VENV)/bin/python" tests/deploy/check_sam_graph.py; \
+	  echo "+ tests/deploy/check_waf_flood.py"; \
+	  "$(VENV)/bin/python" tests/deploy/check_waf_flood.py; \
+	  scripts/ensure-venv.sh "$(CHECKOV_VENV)" requirements-checkov.txt; \
+	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  "$(VENV)/bin/python" tests/deploy/checkov_templates.py "$$tmp"; \
+	  for scan in "template-main.yaml template-events.yaml" "$$tmp/template-main.transformed.json $$tmp/template-events.transformed.json"; do \
+	    echo "+ checkov $$scan"; \
+	    "$(CHECKOV_VENV)/bin/checkov" $$(printf -- '-f %s ' $$scan) --framework cloudformation --compact --quiet --skip-download || \
+	      { echo "lint-templates: checkov found the above. Fix it, or skip a check that does not apply at its resource:"; \
+	        echo "  Metadata: checkov: skip: [{id: CKV_..., comment: \"one-line reason\"}]"; exit 1; }; \
+	  done; \
 	else \
 	  echo "lint-templates: skipped (no template-*.yaml yet)"; \
 	fi

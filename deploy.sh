@@ -915,6 +915,26 @@ ApiGatewayLoggingRole=existing" ;;
     fi
     # On an update the stack keeps its current value (sam deploy passes the previous one).
   fi
+  # ProfileKey=create makes a key whose policy only DeployerRoleArn may change (the
+  # template refuses it empty): on a create, or an update of a stack that has none,
+  # without --cfn-role or a DeployerRoleArn, the role these credentials are (an IAM
+  # user, or a role with a path, must name it).
+  local current=""
+  if [ "$action" != CREATE ]; then
+    current=$(aws_query cloudformation describe-stacks --stack-name "$(main_stack_name)" --region "$region" \
+      --query "Stacks[0].Parameters[?ParameterKey=='DeployerRoleArn'].ParameterValue" --output text) || current=""
+    case "$current" in None | null) current="" ;; esac
+  fi
+  if [ -z "$current" ] && ! kv_get "$(overrides_for "$MAIN_PARAMS" "$extra")" DeployerRoleArn >/dev/null &&
+    [ "$(kv_get "$(overrides_for "$MAIN_PARAMS" "$extra")" ProfileKey 2>/dev/null || echo create)" != shared ]; then
+    role=$(aws_query sts get-caller-identity --query Arn --output text |
+      sed -nE 's#^arn:(aws[a-z-]*):sts::([0-9]{12}):assumed-role/([^/]+)/.*$#arn:\1:iam::\2:role/\3#p') || role=""
+    [ -n "$role" ] ||
+      die 2 "ProfileKey=create (the default) needs DeployerRoleArn, the role that deploys the main stack, and these credentials are no assumed role." \
+        "Pass --cfn-role ARN, --parameter DeployerRoleArn=ROLE_ARN (your role, with its path), or --parameter ProfileKey=shared (docs/deploy.md)."
+    extra="$extra
+DeployerRoleArn=$role"
+  fi
   # The subscribers table's key follows the events stack unless set here.
   if ! kv_get "$(overrides_for "$MAIN_PARAMS" "")" SubscribersKmsKeyArn >/dev/null; then
     extra="$extra

@@ -86,6 +86,7 @@ fn memory_state(tables: &MemoryTables, counts: &Arc<OpCounts>) -> awsmp_usage_ap
             aggregated_table: "aggregated".into(),
             product_code: "prod-e2e".into(),
             deployment_mode: DeploymentMode::Full,
+            read_scope: None,
         }),
         usage: Arc::new(Counting {
             inner: Arc::new(tables.usage_store()) as Arc<dyn UsageStore>,

@@ -58,6 +58,7 @@ NEEDS: dict[str, tuple[list[str], list[str]]] = {
     "AWS::SQS::QueuePolicy": (["sqs:SetQueueAttributes"], ["sqs:SetQueueAttributes"]),
     "AWS::Events::Rule": (["events:PutRule", "events:PutTargets", "events:DescribeRule", "events:RemoveTargets"],
                           ["events:DeleteRule", "events:RemoveTargets"]),
+    "AWS::Events::EventBusPolicy": (["events:PutPermission", "events:DescribeEventBus"], ["events:RemovePermission"]),
     "AWS::Logs::LogGroup": (["logs:CreateLogGroup", "logs:PutRetentionPolicy", "logs:DescribeLogGroups"],
                             ["logs:DeleteLogGroup"]),
     "AWS::IAM::Role": (["iam:CreateRole", "iam:PutRolePolicy", "iam:GetRole", "iam:TagRole",
@@ -677,6 +678,24 @@ def main() -> int:
                           if not any(s.effect == "Allow" and s.matches(a) for s in bstatements)})
         results.append((not lacking, "boundary-example.json allows every action the templates' roles are granted"
                         + (f": add {', '.join(lacking)}" if lacking else "")))
+        # No role under the boundary reads buyer profiles (the deployer could otherwise
+        # create one, name it ProfileAccessRoleArn and scan): the stack's roles only
+        # write them, and the seller's ProfileAccessRoleArn is not under this boundary.
+        profile = "arn:aws:dynamodb:us-east-1:111122223333:table/awsmp-prod1-customer-profile"
+        usage = "arn:aws:dynamodb:us-east-1:111122223333:table/awsmp-prod1-usage"
+
+        def denied(action: str, resource: str) -> bool:
+            return any(s.effect == "Deny" and s.matches(action) and not s.condition
+                       and any(fnmatch.fnmatchcase(resource, r) for r in s.resources if isinstance(r, str))
+                       for s in bstatements)
+        reads = ["dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan", "dynamodb:PartiQLSelect",
+                 "dynamodb:ExportTableToPointInTime", "dynamodb:RestoreTableToPointInTime", "dynamodb:CreateBackup",
+                 "dynamodb:DeleteResourcePolicy"]
+        open_reads = [a for a in reads if not denied(a, profile)] + [f"{a} on an index" for a in ("dynamodb:Query",)
+                                                                      if not denied(a, profile + "/index/x")]
+        results.append((not open_reads and not denied("dynamodb:Scan", usage),
+                        "boundary-example.json denies every read, copy and policy change of *-customer-profile (and only of it)"
+                        + (f": not {open_reads}" if open_reads else "")))
         iam_in_boundary = [a for s in bstatements if s.effect == "Allow" for a in s.actions
                            if a.lower().startswith(("iam:", "sts:")) or a == "*"]
         results.append((not iam_in_boundary, "boundary-example.json allows no IAM, STS or '*' action"

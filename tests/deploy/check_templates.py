@@ -708,6 +708,34 @@ process.stdout.write(JSON.stringify(out.headers));
         and "ArnNotEquals:" in deny and "aws:PrincipalArn: !Ref EventsQueueAdminRoleArn" in deny,
         "template-events.yaml: the subscription queue denies SendMessage to all but the events rule (and EventsQueueAdminRoleArn)",
     )
+    dlq_deny = next((st for st in events_policy.split("          - Sid: ")[1:] if st.startswith("DenySendersToTheDlqButTheRule")), "")
+    check(
+        "Effect: Deny" in dlq_deny and "Action: sqs:SendMessage" in dlq_deny
+        and "Resource: !GetAtt SubscriptionEventsDlq.Arn" in dlq_deny
+        and "ArnNotEquals:\n                aws:SourceArn: !GetAtt MarketplaceEventsRule.Arn" in dlq_deny
+        and "PrincipalArn" not in dlq_deny,
+        "template-events.yaml: the subscription DLQ denies SendMessage to all but the events rule's dead-letter deliveries",
+    )
+    # ---- the main stack's work queues: only the discoverer sends work, the aggregator
+    # cleanup (and WorkQueueAdminRoleArn, to redrive); nobody sends to a DLQ
+    pipeline = "\n".join(main_t.resources.get("PipelineQueuesPolicy", []))
+    statements = {st.split("\n", 1)[0]: st for st in pipeline.split("          - Sid: ")[1:]}
+    admin_role = '- !If [HasWorkQueueAdminRole, !Ref WorkQueueAdminRoleArn, !Ref "AWS::NoValue"]'
+    for sid, queues, role in [("DenyWorkSendersButTheDiscoverer", ["WorkQueue", "DeprovisionWorkQueue"], "DiscovererRole"),
+                              ("DenyCleanupSendersButTheAggregator", ["CleanupQueue"], "AggregatorRole")]:
+        st = statements.get(sid, "")
+        check(
+            "Effect: Deny" in st and 'Principal: "*"' in st and "Action: sqs:SendMessage" in st
+            and all(f"!GetAtt {q}.Arn" in st for q in queues) and st.count("!GetAtt") == len(queues) + 1
+            and f"ArnNotEquals:\n                aws:PrincipalArn:\n                  - !GetAtt {role}.Arn\n                  {admin_role}" in st,
+            f"PipelineQueuesPolicy {sid}: SendMessage to {', '.join(queues)} denied to all but {role} (and WorkQueueAdminRoleArn)",
+        )
+    st = statements.get("DenyEverySenderToTheDlqs", "")
+    check(
+        "Effect: Deny" in st and "Action: sqs:SendMessage" in st and "Condition" not in st
+        and all(f"!GetAtt {q}.Arn" in st for q in ("WorkDlq", "DeprovisionWorkDlq", "CleanupDlq")),
+        "PipelineQueuesPolicy: SendMessage to every DLQ denied to everyone",
+    )
 
     # ---- the events stack can use a customer-managed KMS key (DataKmsKeyArn): the
     # subscribers table, the subscription queue and its DLQ use it when it is given, and
@@ -815,6 +843,36 @@ process.stdout.write(JSON.stringify(out.headers));
             and text.count("kms:") == 2,
             f"{role}: kms:Decrypt on SubscribersKmsKeyArn through DynamoDB, only when it is given",
         )
+
+    # ---- the usage API in JWT mode: a token for the audience is not enough; POST needs
+    # the write scope, GET the read scope (and a POST's `recorded` too), from an https issuer
+    usage_params = section(main_t.lines, "Parameters", 0) or []
+    scopes = section(usage_params, "UsageApiJwtScopes", 2) or []
+    issuer = section(usage_params, "UsageApiJwtIssuer", 2) or []
+    routes = {name: "\n".join(main_t.resources.get(name, [])) for name in ("UsageApiPostEventsRoute", "UsageApiGetEventRoute")}
+    variables = section(section(main_t.resources.get("UsageApiFunction", []), "Properties", 4) or [], "Variables", 8) or []
+    check(
+        re.fullmatch(r"\S+,\S+", (scalar(scopes, "Default", 4) or "")) is not None
+        and (scalar(scopes, "AllowedPattern", 4) or "").startswith("^[^,")
+        and (scalar(issuer, "AllowedPattern", 4) or "").startswith("^$|^https://")
+        and 'AuthorizationScopes: !If [UsageApiUsesJwt, [!Select [0, !Split [",", !Ref UsageApiJwtScopes]]], !Ref "AWS::NoValue"]'
+        in routes["UsageApiPostEventsRoute"]
+        and 'AuthorizationScopes: !If [UsageApiUsesJwt, [!Select [1, !Split [",", !Ref UsageApiJwtScopes]]], !Ref "AWS::NoValue"]'
+        in routes["UsageApiGetEventRoute"]
+        and scalar(variables, "USAGE_API_READ_SCOPE", 10) == '!If [UsageApiUsesJwt, !Select [1, !Split [",", !Ref UsageApiJwtScopes]], ""]',
+        "usage API (jwt): POST needs the write scope, GET the read scope of UsageApiJwtScopes (the function knows it: "
+        "USAGE_API_READ_SCOPE), the issuer is an https:// URL",
+    )
+
+    # ---- the usage API is watched: 5xx and 4xx alarms, JWT callers in its access log
+    alarms_all = main_t.of_type("AWS::CloudWatch::Alarm")
+    for logical, metric in [("UsageApi5xxAlarm", "5xx"), ("UsageApi4xxAlarm", "4xx")]:
+        text = "\n".join(alarms_all.get(logical, []))
+        check("Namespace: AWS/ApiGateway" in text and f"MetricName: {metric}\n" in text
+              and "Value: !Ref UsageHttpApi" in text and "Condition: CreateUsageApi" in text,
+              f"{logical}: alarms on the usage API's {metric} answers")
+    stage = "\n".join(main_t.resources.get("UsageApiStage", []))
+    check('"jwtSub":"$context.authorizer.claims.sub"' in stage, "UsageApiStage: the access log names a JWT caller (claims.sub)")
 
     # ---- the registration endpoint: POST /register is limited per IP far below the
     # rest, and capped for all addresses together; refusals and blocks are alarmed.
@@ -972,7 +1030,7 @@ process.stdout.write(JSON.stringify(out.headers));
     deny_tls = re.search(r"- Sid: DenyWithoutTls\n\s+Effect: Deny\n\s+Principal: \"\*\"\n\s+Action: \"dynamodb:\*\"\n(.*\n){1,2}\s+Condition:\n\s+Bool:\n\s+aws:SecureTransport: \"false\"", profile_text)
     check(deny_tls is not None, "CustomerProfileTable: its resource policy denies every request without TLS")
     only = profile_text.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleTouchBuyerData", 1)
-    only = only[1] if len(only) == 2 else ""
+    only = only[1].split("- Sid:", 1)[0] if len(only) == 2 else ""
     item_actions = ["GetItem", "BatchGetItem", "Query", "Scan", "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem",
                     "ConditionCheckItem", "PartiQLSelect", "PartiQLInsert", "PartiQLUpdate", "PartiQLDelete",
                     "ExportTableToPointInTime", "RestoreTableToPointInTime"]
@@ -983,7 +1041,7 @@ process.stdout.write(JSON.stringify(out.headers));
         and "- !GetAtt RegisterRole.Arn\n" in only
         and '- !If [HasProfileAccessRole, !Ref ProfileAccessRoleArn, !Ref "AWS::NoValue"]' in only
         and '- !If [DiscovererExpiresProfiles, !GetAtt DiscovererRole.Arn, !Ref "AWS::NoValue"]' in only
-        and only.split("ArnNotEquals:", 1)[-1].split("BillingMode:", 1)[0].count("- ") == 3,
+        and only.split("ArnNotEquals:", 1)[-1].count("- ") == 3,
         "CustomerProfileTable: every item read, write, export and restore is denied to all but RegisterRole, ProfileAccessRoleArn (and the discoverer with ProfileRetentionDays)",
     )
     key = "\n".join(main_t.resources.get("CustomerProfileKey", []))
@@ -994,8 +1052,43 @@ process.stdout.write(JSON.stringify(out.headers));
     admin = key.split("- Sid: AccountAdministersButCannotUseIt", 1)[-1].split("- Sid:", 1)[0]
     check(
         "kms:Decrypt" not in admin and "kms:*" not in admin and "kms:ReEncrypt" not in admin
-        and "kms:CreateGrant" not in admin and "kms:PutKeyPolicy" in admin,
-        "CustomerProfileKey: the account administers the key (PutKeyPolicy) but no IAM policy can grant decryption",
+        and "kms:CreateGrant" not in admin and "kms:Put" not in admin and "kms:*Policy" not in admin,
+        "CustomerProfileKey: the account administers the key but no IAM policy can grant decryption or a new key policy",
+    )
+    # Changing the key policy is the way past it: the deployer alone, required with the key.
+    put_policy = key.split("- Sid: OnlyTheDeployerChangesTheKeyPolicy", 1)[-1].split("- Sid:", 1)[0] \
+        if "- Sid: OnlyTheDeployerChangesTheKeyPolicy" in key else ""
+    needs_deployer = "\n".join(section(section(main_t.lines, "Rules", 0) or [], "ProfileKeyNeedsDeployerRole", 2) or [])
+    check(
+        key.count("kms:PutKeyPolicy") == 1 and "AWS: !Ref DeployerRoleArn\n" in put_policy
+        and "Action: kms:PutKeyPolicy" in put_policy and "Effect: Allow" in put_policy
+        and "RuleCondition: !Equals [!Ref ProfileKey, create]" in needs_deployer
+        and '- Assert: !Not [!Equals [!Ref DeployerRoleArn, ""]]' in needs_deployer,
+        "CustomerProfileKey: only DeployerRoleArn may change the key policy (kms:PutKeyPolicy), and ProfileKey=create requires it",
+    )
+    # The table's own policy, and every copy of the table (a backup restores without
+    # it and without the key): changed, deleted or made only by the deployer (else only
+    # through CloudFormation), and a change alarmed.
+    guard = profile_text.split("- Sid: OnlyTheDeployerChangesThisPolicyOrBacksUpTheTable", 1)[-1].split("BillingMode:", 1)[0] \
+        if "- Sid: OnlyTheDeployerChangesThisPolicyOrBacksUpTheTable" in profile_text else ""
+    check(
+        "Effect: Deny" in guard and 'Principal: "*"' in guard
+        and all(f"- dynamodb:{a}\n" in guard for a in ("PutResourcePolicy", "DeleteResourcePolicy", "CreateBackup", "StartAwsBackupJob"))
+        and re.search(r"Condition: !If\n\s+- HasDeployerRole\n\s+- ArnNotEquals:\n\s+aws:PrincipalArn: !Ref DeployerRoleArn\n"
+                      r"\s+- ForAllValues:StringNotEquals:\n\s+aws:CalledVia: cloudformation.amazonaws.com\n", guard) is not None,
+        "CustomerProfileTable: its resource policy's change or deletion and every backup denied to all but DeployerRoleArn"
+        " (else all but CloudFormation)",
+    )
+    rule = "\n".join(main_t.resources.get("ProfilePolicyChangesRule", []))
+    alarm = "\n".join(main_t.of_type("AWS::CloudWatch::Alarm").get("ProfilePolicyChangedAlarm", []))
+    check(
+        all(f"- {e}\n" in rule for e in ("PutResourcePolicy", "DeleteResourcePolicy", "PutKeyPolicy"))
+        and "- AWS API Call via CloudTrail" in rule and "table/awsmp-${ProductCode}-customer-profile\"" in rule
+        and "!GetAtt CustomerProfileKey.Arn" in rule
+        and "Namespace: AWS/Events" in alarm and "MetricName: MatchedEvents" in alarm
+        and "Value: !Ref ProfilePolicyChangesRule" in alarm and "ComparisonOperator: GreaterThanThreshold" in alarm
+        and "Threshold: 0" in alarm and "AlarmActions: !If [HasAlertsTopic" in alarm,
+        "ProfilePolicyChangedAlarm: alarms on PutResourcePolicy/DeleteResourcePolicy of the profile table and PutKeyPolicy of its key",
     )
     users = key.split("- Sid: OnlyTheRegisterFunctionAndTheProfileRoleDecrypt", 1)[-1].split("- Sid:", 1)[0]
     check(

@@ -1020,7 +1020,9 @@ expect_exit 0
 expect_calls "sam deploy" 2
 expect_no_call "--role-arn"
 expect_no_out "CloudFormation role"
-grep -F "sam deploy " "$LOG" >"$WORK/without-role"
+# Without it, the main stack's created profile key is narrowed to the caller's role.
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/deployer"
+grep -F "sam deploy " "$LOG" | sed -e "s| DeployerRoleArn=arn:aws:iam::123456789012:role/deployer||" >"$WORK/without-role"
 rm -rf "$STATE/stacks"
 : >"$LOG"
 # shellcheck disable=SC2086
@@ -1041,6 +1043,49 @@ grep -F "sam deploy --template-file .aws-sam/build-events" "$LOG" | grep -qF Dep
 grep -F "sam deploy " "$LOG" | sed -e "s| --role-arn $CFN_ROLE||" -e "s| DeployerRoleArn=$CFN_ROLE||" >"$WORK/with-role"
 diff "$WORK/without-role" "$WORK/with-role" >/dev/null ||
   fail "--cfn-role changed more than --role-arn and DeployerRoleArn: $(diff "$WORK/without-role" "$WORK/with-role")"
+end
+
+begin "ProfileKey=create: a first deploy passes the caller's role as DeployerRoleArn; an IAM user must name one; shared needs none"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/deployer"
+rm -rf "$STATE/stacks"
+: >"$LOG"
+echo "arn:aws:iam::123456789012:user/alice" >"$STATE/caller-arn"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 2
+expect_err "ProfileKey=create (the default) needs DeployerRoleArn"
+expect_calls "sam deploy" 0
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter ProfileKey=shared --yes
+expect_exit 0
+grep -F "sam deploy --template-file .aws-sam/build-main" "$LOG" | grep -qF DeployerRoleArn &&
+  fail "ProfileKey=shared was given DeployerRoleArn"
+rm -rf "$STATE/stacks"
+: >"$LOG"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter DeployerRoleArn=arn:aws:iam::123456789012:role/ci/deployer --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/ci/deployer"
+end
+
+begin "ProfileKey=create: an update of a stack without DeployerRoleArn passes the caller's role; one that has it keeps it"
+existing_events
+existing_main us-west-2
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+expect_in_call "sam deploy --template-file .aws-sam/build-main" "DeployerRoleArn=arn:aws:iam::123456789012:role/deployer"
+: >"$LOG"
+echo "arn:aws:iam::123456789012:role/awsmp-cfn" >"$STATE/stacks/us-west-2/awsmp-main-abc123-prod/params/DeployerRoleArn"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 0
+grep -F "sam deploy --template-file .aws-sam/build-main" "$LOG" | grep -qF DeployerRoleArn &&
+  fail "a stack with DeployerRoleArn was given another"
 end
 
 begin "--cfn-role: AWSMP_CFN_ROLE_ARN sets it; the dry run and --review carry it too"

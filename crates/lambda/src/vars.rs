@@ -26,6 +26,7 @@
 //! | `ZERO_QUANTITY_POLICY` | aggregator, submitter | `defer` (default: submit a zero hour only at the window's oldest edge), `submit`, `skip` |
 //! | `METERING_MODE` | submitter | `live` or `dry-run` |
 //! | `TEST_ACCOUNT_ALLOWLIST` | submitter | comma-separated 12-digit accounts; required in dry-run, refused in live |
+//! | `USAGE_API_READ_SCOPE` | usage-api | with `UsageApiAuthorization` jwt the read scope of `UsageApiJwtScopes` (a POST answers what a reused id recorded only to a token with it); empty with iam |
 //! | `DEPLOYMENT_MODE` | usage-api, submitter | `full` or `direct-submit` (the usage API refuses raw usage in a direct-submit stack) |
 //! | `METERING_REQUESTS_PER_SECOND` | submitter | this stack's share (1..10, default 10) of the account's 10 `BatchMeterUsage` requests/s in the Region; parameter `MeteringRequestsPerSecond` |
 //! | `DATA_RETENTION_DAYS` | discoverer, aggregator, cleanup, submitter | parameter `DataRetentionDays`: 0 (default) keeps every item; otherwise at least 3 (`retention::MIN_RETENTION_DAYS`): the write that makes a raw row or a record final sets `expiresAt` that many days later (see "Retention") |

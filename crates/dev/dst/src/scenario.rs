@@ -553,6 +553,7 @@ impl Stack {
                 aggregated_table: "aggregated".into(),
                 product_code: self.product.into(),
                 deployment_mode: self.mode(),
+                read_scope: None,
             }),
             usage: self.usage.clone(),
             aggregated: self.aggregated.clone(),

@@ -850,11 +850,13 @@ impl ResourcePolicy {
     }
 }
 
-/// Every deployed table's `ResourcePolicy`, KMS key's `KeyPolicy` and queue policy
-/// (`AWS::SQS::QueuePolicy`, one entry per queue it is attached to) of `template`
-/// under its parameters.
+/// Every deployed table's `ResourcePolicy`, KMS key's `KeyPolicy`, queue policy
+/// (`AWS::SQS::QueuePolicy`, one entry per queue it is attached to) and event bus
+/// policy statement (`AWS::Events::EventBusPolicy`, governing the bus its `Resource`
+/// names) of `template` under its parameters.
 pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
     let mut out = queue_policies(template)?;
+    out.extend(bus_policies(template)?);
     for (logical_id, resource) in template.resources() {
         let path: &[&str] = match resource.get("Type").and_then(Value::as_str) {
             Some("AWS::DynamoDB::Table") => &["ResourcePolicy", "PolicyDocument"],
@@ -877,6 +879,40 @@ pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>
         out.push(ResourcePolicy {
             arn: template.attribute(&logical_id, "Arn")?,
             logical_id,
+            policy,
+        });
+    }
+    Ok(out)
+}
+
+/// Each deployed `AWS::Events::EventBusPolicy` in its `Statement` form: one statement
+/// of the bus's policy, governing the bus its `Resource` names.
+fn bus_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
+    let mut out = Vec::new();
+    for (logical_id, resource) in template.resources_of_type("AWS::Events::EventBusPolicy") {
+        if !template.is_deployed(&logical_id)? {
+            continue;
+        }
+        let Some(statement) = resource.get("Properties").and_then(|p| p.get("Statement")) else {
+            return Err(template.error(format!(
+                "{logical_id}: only the Statement form is read (not Action/Principal)"
+            )));
+        };
+        let Some(statement) = template.resolve(statement)? else {
+            continue;
+        };
+        let bus = statement
+            .get("Resource")
+            .and_then(Value::as_str)
+            .ok_or_else(|| template.error(format!("{logical_id}: Statement needs one Resource")))?
+            .to_string();
+        let mut document = serde_norway::Mapping::new();
+        document.insert(Value::from("Statement"), statement);
+        let policy = Policy::from_resource_document(&Value::Mapping(document))
+            .map_err(|e| template.error(format!("{logical_id}: {e}")))?;
+        out.push(ResourcePolicy {
+            logical_id,
+            arn: bus,
             policy,
         });
     }

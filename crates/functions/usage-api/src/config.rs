@@ -9,6 +9,7 @@ pub const ENV_VARS: &[&str] = &[
     "AGGREGATED_TABLE",
     "PRODUCT_CODE",
     "DEPLOYMENT_MODE",
+    "USAGE_API_READ_SCOPE",
 ];
 
 /// The usage API's settings.
@@ -22,6 +23,10 @@ pub struct Config {
     pub product_code: String,
     /// `DEPLOYMENT_MODE`: a direct-submit stack takes no raw usage.
     pub deployment_mode: DeploymentMode,
+    /// `USAGE_API_READ_SCOPE`: with JWT authorization, the scope a token needs to read
+    /// usage (the GET route's); a POST answers what an id recorded only to such a
+    /// caller. Empty or unset (IAM authorization): every caller may.
+    pub read_scope: Option<String>,
 }
 
 impl Config {
@@ -34,6 +39,7 @@ impl Config {
             aggregated_table: env.aggregated_table(),
             product_code: env.product_code(),
             deployment_mode: env.deployment_mode(),
+            read_scope: lookup("USAGE_API_READ_SCOPE").filter(|s| !s.is_empty()),
         };
         env.finish(config)
     }

@@ -10,7 +10,12 @@
 //! large, `415` media type, `409` a direct-submit stack (no raw usage there), `503` with
 //! `Retry-After` when the table throttles (a retry of the whole batch is always safe:
 //! what was written answers `duplicate`); `429` comes from the API's own throttling.
-//! Every error is JSON `{"code", "message"}`.
+//! Every error is JSON `{"code", "message"}`; a `500` or `503` says only what to do and
+//! the request id, the store's own message (table, key and role names) goes to the log.
+//!
+//! With JWT authorization (`USAGE_API_READ_SCOPE` set), a verdict's `recorded` (what an
+//! id's first write recorded) goes only to a token with the read scope (`null` to any
+//! other): without it the write route would read usage back.
 
 pub mod config;
 
@@ -192,6 +197,7 @@ async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGate
         mode: state.config.deployment_mode,
         product_code: &state.config.product_code,
     };
+    let may_read = may_read(&state.config, request);
     match record_batch(target, events, now).await {
         Ok(verdicts) => {
             let count = |status: &str| verdicts.iter().filter(|v| v.status() == status).count();
@@ -202,38 +208,79 @@ async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGate
                 "rejected": count("rejected"),
             });
             tracing::info!(%summary, caller = caller(request), "batch recorded");
-            let results: Vec<Value> = verdicts.iter().map(verdict_json).collect();
+            let results: Vec<Value> = verdicts.iter().map(|v| verdict_json(v, may_read)).collect();
             json_response(200, &json!({ "results": results, "summary": summary }))
         }
-        Err(e) => batch_error(&e),
+        Err(e) => batch_error(&e, request),
     }
 }
 
-fn verdict_json(verdict: &Verdict) -> Value {
-    serde_json::to_value(verdict).unwrap_or_else(
-        |e| json!({"status": "rejected", "reason": "Unwritable", "message": e.to_string()}),
-    )
+/// Whether the caller may see what an id recorded: always without a read scope (IAM
+/// authorization), else only a JWT whose scopes (the authorizer's `scopes`, or the
+/// token's `scope` / `scp` claim) include it.
+fn may_read(config: &Config, request: &ApiGatewayProxyRequest) -> bool {
+    let Some(read_scope) = config.read_scope.as_deref() else {
+        return true;
+    };
+    let authorizer = &request.request_context.authorizer.fields;
+    let claims = authorizer.get("claims");
+    let listed = |value: Option<&Value>| -> Vec<String> {
+        match value {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            Some(Value::String(text)) => text.split_whitespace().map(str::to_string).collect(),
+            _ => Vec::new(),
+        }
+    };
+    [
+        authorizer.get("scopes"),
+        claims.and_then(|c| c.get("scope")),
+        claims.and_then(|c| c.get("scp")),
+    ]
+    .into_iter()
+    .flat_map(listed)
+    .any(|scope| scope == read_scope)
 }
 
-fn batch_error(e: &BatchError) -> ApiGatewayProxyResponse {
+fn verdict_json(verdict: &Verdict, may_read: bool) -> Value {
+    let mut value = serde_json::to_value(verdict).unwrap_or_else(
+        |e| json!({"status": "rejected", "reason": "Unwritable", "message": e.to_string()}),
+    );
+    if !may_read && let Some(recorded) = value.get_mut("recorded") {
+        *recorded = Value::Null;
+    }
+    value
+}
+
+fn batch_error(e: &BatchError, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
     match e {
         BatchError::DirectSubmit(refusal) => {
             tracing::warn!("usage refused: {refusal}");
             error(409, "DirectSubmitStack", &refusal.to_string())
         }
-        BatchError::Store(store) => store_error(store),
+        BatchError::Store(store) => store_error(store, request),
     }
 }
 
-fn store_error(e: &PortError) -> ApiGatewayProxyResponse {
+/// A store failure: the detail (the SDK's message names tables, keys and roles) in the
+/// log with the request id, a generic answer with the same id.
+fn store_error(e: &PortError, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+    let request_id = request
+        .request_context
+        .request_id
+        .as_deref()
+        .unwrap_or("unknown");
     match e {
         PortError::Transient { .. } => {
-            tracing::warn!(error = %e, "usage table throttled");
+            tracing::warn!(error = %e, request_id, "usage table throttled");
             let mut response = error(
                 503,
                 "Throttled",
                 &format!(
-                    "the usage table is throttling ({e}); retry the whole request after {RETRY_AFTER_SECONDS} s: events already written answer duplicate"
+                    "the usage table is throttling (request {request_id}); retry the whole request after {RETRY_AFTER_SECONDS} s: events already written answer duplicate"
                 ),
             );
             response.headers.insert(
@@ -244,12 +291,12 @@ fn store_error(e: &PortError) -> ApiGatewayProxyResponse {
             response
         }
         other => {
-            tracing::error!(error = %other, "usage table unavailable");
+            tracing::error!(error = %other, request_id, "usage table unavailable");
             error(
                 500,
                 "StoreFailed",
                 &format!(
-                    "the usage table could not be used ({other}); retry the whole request later: events already written answer duplicate"
+                    "the usage table could not be used (request {request_id}, detail in the function's log); retry the whole request later: events already written answer duplicate"
                 ),
             )
         }
@@ -262,9 +309,10 @@ async fn get_event(
     id: &str,
 ) -> ApiGatewayProxyResponse {
     if state.config.deployment_mode == DeploymentMode::DirectSubmit {
-        return batch_error(&BatchError::DirectSubmit(
-            awsmp_core::guardrails::write::DirectSubmitRefusal,
-        ));
+        return batch_error(
+            &BatchError::DirectSubmit(awsmp_core::guardrails::write::DirectSubmitRefusal),
+            request,
+        );
     }
     let Some(license_arn) = request
         .query_string_parameters
@@ -310,7 +358,7 @@ async fn get_event(
                     .unwrap_or_default()
             ),
         ),
-        Err(e) => store_error(&e),
+        Err(e) => store_error(&e, request),
     }
 }
 

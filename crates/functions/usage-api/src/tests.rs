@@ -15,6 +15,7 @@ fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
             aggregated_table: "aggregated".into(),
             product_code: "prod".into(),
             deployment_mode: mode,
+            read_scope: None,
         }),
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
@@ -190,9 +191,18 @@ async fn a_throttled_table_answers_503_with_retry_after_and_a_direct_submit_stac
             message: "throttled".into(),
         },
     );
-    let response = handle(&state(&tables, DeploymentMode::Full), post(&events(1))).await;
-    assert_eq!(answer(&response).0, 503);
+    let mut throttled = post(&events(1));
+    throttled.request_context.request_id = Some("req-7".into());
+    let response = handle(&state(&tables, DeploymentMode::Full), throttled).await;
+    let (status, body) = answer(&response);
+    assert_eq!(status, 503);
     assert_eq!(response.headers["retry-after"], "1");
+    // The store's message stays in the log; the answer names the request instead.
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("req-7") && !message.contains("throttled"),
+        "{message}"
+    );
     let direct = state(&tables, DeploymentMode::DirectSubmit);
     let (status, body) = answer(&handle(&direct, post(&events(1))).await);
     assert_eq!(
@@ -205,6 +215,80 @@ async fn a_throttled_table_answers_503_with_retry_after_and_a_direct_submit_stac
         409
     );
     assert!(tables.raw_rows().is_empty());
+}
+
+/// A store failure the caller cannot fix answers 500 without the store's message, which
+/// names the table, key and role (the log keeps it, with the request id).
+#[tokio::test]
+async fn a_failed_store_answers_500_without_its_message() {
+    let tables = MemoryTables::new();
+    let secret = "User: arn:aws:sts::123456789012:assumed-role/awsmp-usage-api/x is not authorized \
+                  on table/awsmp-prod-usage with key arn:aws:kms:us-east-1:123456789012:key/k";
+    tables.fail_next(
+        StoreOp::UsagePutRow,
+        PortError::Failed {
+            operation: "put_row",
+            message: secret.into(),
+        },
+    );
+    let mut failing = post(&events(1));
+    failing.request_context.request_id = Some("req-9".into());
+    let (status, body) = answer(&handle(&state(&tables, DeploymentMode::Full), failing).await);
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (500, "StoreFailed")
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("req-9"), "{message}");
+    for leaked in ["arn:aws", "awsmp-prod-usage", "not authorized"] {
+        assert!(!message.contains(leaked), "{message}");
+    }
+}
+
+/// With JWT authorization a POST reusing an id answers what that id recorded only to a
+/// token with the read scope: the write scope alone does not read usage back.
+#[tokio::test]
+async fn a_post_answers_what_an_id_recorded_only_to_a_token_with_the_read_scope() {
+    let tables = MemoryTables::new();
+    let mut state = state(&tables, DeploymentMode::Full);
+    state.config = Arc::new(Config {
+        read_scope: Some("awsmp/usage.read".into()),
+        ..(*state.config).clone()
+    });
+    handle(&state, post(&events(3))).await;
+    let with_scopes = |scopes: Value, claims: Value| {
+        let mut request = post(&events(3));
+        request
+            .request_context
+            .authorizer
+            .fields
+            .insert("scopes".into(), scopes);
+        request
+            .request_context
+            .authorizer
+            .fields
+            .insert("claims".into(), claims);
+        request
+    };
+    let writer = with_scopes(json!(["awsmp/usage.write"]), json!({"sub": "svc"}));
+    let (status, body) = answer(&handle(&state, writer).await);
+    assert_eq!(status, 200);
+    assert_eq!(body["results"][0]["status"], "duplicate");
+    assert_eq!(body["results"][0]["recorded"], Value::Null, "{body}");
+    for reader in [
+        with_scopes(json!(["awsmp/usage.write", "awsmp/usage.read"]), json!({})),
+        with_scopes(
+            Value::Null,
+            json!({"scope": "awsmp/usage.write awsmp/usage.read"}),
+        ),
+    ] {
+        let (_, body) = answer(&handle(&state, reader).await);
+        assert_eq!(body["results"][0]["recorded"]["quantity"], 3, "{body}");
+    }
+    // A scope that merely contains the read scope's name is not it.
+    let near = with_scopes(json!(["awsmp/usage.read.extra"]), json!({}));
+    let (_, body) = answer(&handle(&state, near).await);
+    assert_eq!(body["results"][0]["recorded"], Value::Null, "{body}");
 }
 
 #[tokio::test]
@@ -246,6 +330,10 @@ fn reads_exactly_its_declared_variables() {
     assert_eq!(asked.into_inner(), ENV_VARS);
     assert_eq!(config.deployment_mode, DeploymentMode::DirectSubmit);
     assert_eq!(config.usage_table, "table-USAGE_TABLE");
+    assert_eq!(
+        config.read_scope.as_deref(),
+        Some("table-USAGE_API_READ_SCOPE")
+    );
     let err = Config::from_lookup(&|n| (n == "DEPLOYMENT_MODE").then(|| "partial".to_string()))
         .unwrap_err()
         .to_string();

@@ -78,6 +78,7 @@ fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
             aggregated_table: "aggregated".into(),
             product_code: PRODUCT.into(),
             deployment_mode: mode,
+            read_scope: None,
         }),
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
