@@ -169,6 +169,7 @@ impl EdgeSeller {
                 aggregated_table: "aggregated".into(),
                 product_code: product.into(),
                 deployment_mode: DeploymentMode::Full,
+                read_scope: None,
             }),
             usage: Arc::new(KeyLimited(usage)),
             aggregated,
