@@ -27,7 +27,7 @@ use crate::time::{
 /// closes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "usage stamped {stamped} is billed in its hour's record, which is sent stamped {hour_start} (the hour's start) once the hour and the metering lock have passed; Marketplace takes that record only while {hour_start} is inside its window (24 hours, and last month's hours until 06:00 UTC on the 1st), which closes {closes}, and it is now {now}: the record can no longer be sent, so nothing was written. Write usage within the hour it happened, or soon after"
+    "usage stamped {stamped} is billed in its hour's record, which is sent stamped {hour_start} (the hour's start) once the hour and the metering lock have passed; Marketplace takes that record only while {hour_start} is inside its window (24 hours, and last month's hours until 06:00 UTC on the 1st), which closes {closes}; the pipeline needs up to 20 minutes to reach it, and it is now {now}: the record can no longer be sent in time, so nothing was written. Write usage within the hour it happened, or soon after"
 )]
 pub struct Unsendable {
     /// The usage's own instant.
@@ -58,13 +58,21 @@ pub fn first_send(bucket: HourBucket, lock: MeteringLockHours) -> Instant {
     locked_until.min(lock_drop)
 }
 
+/// How long the pipeline may take from a raw row's write to its record's send: the
+/// discoverer's period (15 minutes), the aggregator's queue and the submitter's next run
+/// (every minute), with room to spare. Usage written later than this before its
+/// record's window closes could not be sent in time, so it is refused, not accepted and
+/// aged out.
+pub const PIPELINE_ROOM: Duration = Duration::minutes(20);
+
 /// Whether usage stamped `stamped`, written at `now`, can still be billed: its hour's
 /// record, first sendable at [`first_send`] under the longest lock, is sendable then or
-/// now (whichever is later) inside Marketplace's window for it.
+/// now (whichever is later), with [`PIPELINE_ROOM`] for the pipeline to reach it,
+/// inside Marketplace's window for it.
 pub fn check_sendable(stamped: Instant, now: Instant) -> Result<(), Unsendable> {
     let bucket = HourBucket::containing(stamped);
     let sendable_from = first_send(bucket, MeteringLockHours::MAX).max(now);
-    if !bucket_expired(bucket, sendable_from) {
+    if !bucket_expired(bucket, sendable_from + PIPELINE_ROOM) {
         return Ok(());
     }
     // The window closes at the first whole hour the bucket is expired at: 24 h after
@@ -100,15 +108,21 @@ mod tests {
         assert_eq!(why.hour_start, "2026-11-29T10:00:00Z");
         assert_eq!(why.closes, "2026-11-30T10:00:00Z");
         assert!(why.to_string().contains("can no longer be sent"), "{why}");
-        // Written before 10:00 the next day it is sent in time.
-        assert!(check_sendable(t("2026-11-29T10:50:00Z"), t("2026-11-30T09:59:59Z")).is_ok());
+        // Written 20 minutes (the pipeline's room) before 10:00 the next day it is sent
+        // in time; later, the pipeline could not reach it before the window closes.
+        assert!(check_sendable(t("2026-11-29T10:50:00Z"), t("2026-11-30T09:39:59Z")).is_ok());
+        let late = check_sendable(t("2026-11-29T10:50:00Z"), t("2026-11-30T09:59:57Z"));
+        let why = late.unwrap_err();
+        assert_eq!(why.closes, "2026-11-30T10:00:00Z");
+        assert!(why.to_string().contains("up to 20 minutes"), "{why}");
     }
 
     #[test]
     fn last_months_usage_is_taken_until_06_00_on_the_1st() {
         let last_second = t("2026-11-30T23:59:50Z");
         assert!(check_sendable(last_second, t("2026-11-30T23:59:55Z")).is_ok());
-        assert!(check_sendable(last_second, t("2026-12-01T05:59:59Z")).is_ok());
+        assert!(check_sendable(last_second, t("2026-12-01T05:39:59Z")).is_ok());
+        assert!(check_sendable(last_second, t("2026-12-01T05:45:00Z")).is_err());
         let why = check_sendable(last_second, t("2026-12-01T06:00:05Z")).unwrap_err();
         assert_eq!(why.closes, "2026-12-01T06:00:00Z");
         // An earlier hour of the 30th closes 24 h after its start, before 06:00.

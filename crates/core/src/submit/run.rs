@@ -168,6 +168,7 @@ pub async fn submit(
     };
     let mut run = Run {
         now,
+        started: ports.clock.now(),
         lease,
         settings,
         ports,
@@ -273,6 +274,9 @@ enum Lease {
 
 struct Run<'a> {
     now: Instant,
+    /// The wall clock when the run began: `now` plus the time since is the run's clock
+    /// as each call goes out (a replayed run keeps its event's timeline).
+    started: Instant,
     lease: Lease,
     settings: &'a SubmitSettings,
     ports: &'a SubmitPorts,

@@ -528,7 +528,11 @@ pub fn check(log: &EdgeLog, rows: &[RawUsageRow]) -> Vec<String> {
                 )),
                 ("rejected", None) => {
                     let for_time = reason.as_deref() == Some("TimestampOutOfWindow");
-                    if for_time && billable(stamped, answer.at, lock) {
+                    // The product refuses usage its pipeline could not send before the
+                    // window closes (`PIPELINE_ROOM` before it): only usage billable
+                    // with that room to spare must be accepted.
+                    let room = awsmp_core::guardrails::sendable::PIPELINE_ROOM;
+                    if for_time && billable(stamped, answer.at + room, lock) {
                         violations.push(format!(
                             "usage API at {when}: {name} stamped {} rejected for its time, yet \
                              its record could still be billed",

@@ -9,7 +9,7 @@ use crate::model::AggregatedRecord;
 use crate::ports::MeteringRecord;
 use crate::submit::bisect::{BisectReport, RecordResult, send_with_bisection};
 use crate::submit::outcome::{MetricEvent, report_metrics};
-use crate::time;
+use crate::time::{self, Instant};
 
 use super::{Held, Run, unprocessed_indexes};
 
@@ -65,15 +65,32 @@ impl Run<'_> {
     }
 
     /// Whether `record`'s hour is still in Marketplace's window when a call goes out
-    /// now (by this host's clock, [`SEND_MARGIN`] ahead): a long run (backoffs, slow
+    /// now ([`SEND_MARGIN`] ahead, at [`Self::sending_at`]): a long run (backoffs, slow
     /// calls) may cross an hour's edge after it read the record.
     fn sendable_now(&self, record: &MeteringRecord) -> bool {
-        let soon = self.ports.clock.now() + SEND_MARGIN;
+        let soon = self.sending_at() + SEND_MARGIN;
         let sendable = !time::bucket_expired(record.key.hour, soon);
         if !sendable {
             warn!(group = %record.key, "the hour left the 24 h window during the run; not sent (it ages out)");
         }
         sendable
+    }
+
+    /// The time a call going out now is judged at. Marketplace judges by its service
+    /// time, which the wall clock follows: a stale event (a retried invocation, hours
+    /// late at most) is judged by the wall clock when it is later than the run's own
+    /// time (its event's `now` plus what has passed since it began). A run whose event is
+    /// a window or more from the wall clock is a replay on a timeline of its own (a test,
+    /// a virtual clock) and keeps it.
+    fn sending_at(&self) -> Instant {
+        let wall = self.ports.clock.now();
+        let run_time = self.now + (wall - self.started);
+        let window = chrono::Duration::hours(time::WINDOW_HOURS);
+        if (wall - run_time).abs() < window {
+            run_time.max(wall)
+        } else {
+            run_time
+        }
     }
 
     /// Sends those of `batch` still in the window now, bisecting rejections; the others
