@@ -34,7 +34,7 @@ mod run;
 pub mod schedule;
 mod settings;
 
-pub use run::{SubmitPorts, SubmitReport, metering_record, submit};
+pub use run::{SEND_MARGIN, SubmitPorts, SubmitReport, metering_record, submit};
 pub use settings::{
     DeploymentMode, InvalidDeploymentMode, MeteringMode, MeteringModeError, SubmitSettings,
 };

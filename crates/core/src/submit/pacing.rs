@@ -67,6 +67,29 @@ impl<'a> PacedMeteringApi<'a> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Waits until the next call's slot is due, without taking it: the caller can judge
+    /// what to send at the moment it goes out, and the call that follows starts at once.
+    pub async fn ready(&self) {
+        let min_gap = chrono::Duration::from_std(self.interval * MIN_GAP_PERCENT / 100)
+            .unwrap_or(chrono::Duration::MAX);
+        let earliest = {
+            let schedule = self
+                .schedule
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let slot = schedule.next_slot.unwrap_or_else(|| self.clock.now());
+            schedule
+                .last_start
+                .map_or(slot, |last| slot.max(last + min_gap))
+        };
+        let now = self.clock.now();
+        if earliest > now {
+            self.clock
+                .sleep((earliest - now).to_std().unwrap_or(Duration::ZERO))
+                .await;
+        }
+    }
+
     /// Waits for the next slot, then marks a call as started.
     async fn wait_turn(&self) {
         let interval = chrono::Duration::from_std(self.interval).unwrap_or(chrono::Duration::MAX);

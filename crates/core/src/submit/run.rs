@@ -31,6 +31,7 @@ use super::{REASON_MALFORMED_ITEM, REASON_REQUEST_TOO_LARGE};
 
 mod age_out;
 mod send;
+pub use send::SEND_MARGIN;
 
 /// The request-level exception of a dimension the product's catalog lacks: every
 /// record of that dimension fails the same way, whatever it is batched with.

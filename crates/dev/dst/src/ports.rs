@@ -266,6 +266,9 @@ pub struct FaultyMetering {
     /// flight past the hour's edge (the interleaving let other tasks' time pass), as a
     /// slow network can. Nothing the submitter's checks could have kept back.
     delayed_past_window: Mutex<Vec<awsmp_core::time::Instant>>,
+    /// The records of such calls: the bisection that isolates the refused record sends
+    /// them again, past the window by then, and is refused the same way.
+    delayed_groups: Mutex<BTreeSet<GroupKey>>,
     /// Calls refused before Marketplace processed them (credentials, role, signature,
     /// a connection that failed before the request was written).
     refused: Mutex<u64>,
@@ -293,6 +296,7 @@ impl FaultyMetering {
             rival: Mutex::new(BTreeSet::new()),
             refused_until: Mutex::new(None),
             delayed_past_window: Mutex::new(Vec::new()),
+            delayed_groups: Mutex::new(BTreeSet::new()),
             refused: Mutex::new(0),
             reached: Mutex::new(BTreeSet::new()),
             lapses: Lapses::default(),
@@ -318,6 +322,22 @@ impl FaultyMetering {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Whether a call refused as past the window was handed over inside it (every
+    /// record's hour open at `handed_over`), or re-sends records of such a call.
+    fn delayed_in_flight(
+        &self,
+        records: &[MeteringRecord],
+        handed_over: awsmp_core::time::Instant,
+    ) -> bool {
+        let delayed = self
+            .delayed_groups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        records.iter().all(|r| {
+            !awsmp_core::time::bucket_expired(r.key.hour, handed_over) || delayed.contains(&r.key)
+        })
     }
 
     /// When each call delayed in flight past its hour's window was refused for it.
@@ -576,15 +596,16 @@ impl MeteringApi for FaultyMetering {
             let at = self.clock.now();
             let answers = match self.inner.batch_meter_usage(&processed).await {
                 Err(MeteringError::Validation { name, message })
-                    if name == TIMESTAMP_OUT_OF_BOUNDS
-                        && processed
-                            .iter()
-                            .all(|r| !awsmp_core::time::bucket_expired(r.key.hour, handed_over)) =>
+                    if name == TIMESTAMP_OUT_OF_BOUNDS && self.delayed_in_flight(&processed, handed_over) =>
                 {
                     self.delayed_past_window
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(at);
+                    self.delayed_groups
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .extend(processed.iter().map(|r| r.key.clone()));
                     return Err(MeteringError::Validation { name, message });
                 }
                 answers => answers?,

@@ -18,7 +18,7 @@ use super::{Held, Run, unprocessed_indexes};
 /// the host's clock may be off Marketplace's by a little. Marketplace would refuse the
 /// record (`TimestampOutOfBoundsException`), costing calls and ending it `Error`; left
 /// unsent, it ages out (`SubmissionExpired`).
-pub(super) const SEND_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
+pub const SEND_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 
 impl Run<'_> {
     /// Sends the held records. Records of a (product, dimension) Marketplace already
@@ -96,6 +96,9 @@ impl Run<'_> {
     /// Sends those of `batch` still in the window now, bisecting rejections; the others
     /// are not answered (released; they age out).
     async fn send_in_window(&self, batch: &[MeteringRecord]) -> BisectReport {
+        // Judged when the call's slot is due, so no wait comes between the check and
+        // the call.
+        self.paced.ready().await;
         let (sendable, late): (Vec<usize>, Vec<usize>) =
             (0..batch.len()).partition(|i| batch.get(*i).is_some_and(|r| self.sendable_now(r)));
         if late.is_empty() {
