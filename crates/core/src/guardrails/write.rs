@@ -32,6 +32,18 @@ pub enum RowProblem {
 }
 
 impl RowProblem {
+    /// Whether the row is refused for the time it is judged at, not for what it says:
+    /// its hour's record can no longer be sent, or its timestamp left the window. A
+    /// retry of a write that took effect earlier is refused so once the clock moves on,
+    /// and is answered what that write recorded instead. A row refused for its content
+    /// (a malformed tag, an unknown dimension) is refused whatever was written before.
+    pub fn is_the_clocks(&self) -> bool {
+        matches!(
+            self,
+            RowProblem::Unsendable(_) | RowProblem::Rejected(ReasonCode::TimestampOutOfWindow)
+        )
+    }
+
     /// The reason code the writer reports: the aggregator's, or `TimestampOutOfWindow`
     /// for usage whose record can no longer be sent; `None` for an unwritable row.
     pub fn reason(&self) -> Option<ReasonCode> {
@@ -142,11 +154,11 @@ pub(crate) async fn write_keyed(
 ) -> Result<IngestOutcome, WriteRefused> {
     match check_keyed_row(row, ctx, now) {
         Ok(_) => Ok(store.put_row(row, now).await?),
-        Err(problem @ RowProblem::Unwritable(_)) => Err(problem.into()),
-        Err(problem) => match judge_refused_repeat(store, row).await? {
+        Err(problem) if problem.is_the_clocks() => match judge_refused_repeat(store, row).await? {
             Some(outcome) => Ok(outcome),
             None => Err(problem.into()),
         },
+        Err(problem) => Err(problem.into()),
     }
 }
 

@@ -415,10 +415,13 @@ pub async fn import(
                 // passed its window since) stays in the writes: the write answers it
                 // already written (or a conflict), and the kept progress still counts
                 // the same lines.
-                Err(problem) => match judge_refused_repeat(store, &row).await? {
-                    Some(_) => Ok(row),
-                    None => Err(refused(number, &problem)),
-                },
+                Err(problem) if problem.is_the_clocks() => {
+                    match judge_refused_repeat(store, &row).await? {
+                        Some(_) => Ok(row),
+                        None => Err(refused(number, &problem)),
+                    }
+                }
+                Err(problem) => Err(refused(number, &problem)),
             },
         };
         match checked {
