@@ -62,9 +62,16 @@ fn code_spans(line: &str) -> Vec<&str> {
 }
 
 fn is_path(span: &str) -> bool {
-    let in_tree = ["crates/", "tests/", "scripts/", "deploy-policy/", "docs/", "web/"]
-        .iter()
-        .any(|folder| span.starts_with(folder));
+    let in_tree = [
+        "crates/",
+        "tests/",
+        "scripts/",
+        "deploy-policy/",
+        "docs/",
+        "web/",
+    ]
+    .iter()
+    .any(|folder| span.starts_with(folder));
     let root_file = !span.contains('/')
         && [".yaml", ".toml", ".md", ".sh"]
             .iter()
@@ -179,7 +186,10 @@ fn every_crate_is_in_the_readme_layout() {
         missing.is_empty(),
         "crates missing from README.md's Layout: {missing:?}"
     );
-    for path in words.iter().filter(|w| w.starts_with("crates/") || **w == "tests/") {
+    for path in words
+        .iter()
+        .filter(|w| w.starts_with("crates/") || **w == "tests/")
+    {
         assert!(
             root().join(path.trim_end_matches('/')).exists(),
             "README.md's Layout names {path}, which does not exist"
@@ -248,14 +258,26 @@ fn every_path_and_function_the_maps_name_exists() {
 #[test]
 fn nothing_points_outside_the_repository() {
     let mut problems = Vec::new();
-    for name in ["ARCHITECTURE.md", "README.md", "docs/design.md", "CONTRIBUTING.md"] {
+    for name in [
+        "ARCHITECTURE.md",
+        "README.md",
+        "docs/design.md",
+        "CONTRIBUTING.md",
+    ] {
         for (number, line) in read(name).lines().enumerate() {
-            if line.contains("shared/design") || line.contains("shared/reference") || line.contains("../shared") {
+            if line.contains("shared/design")
+                || line.contains("shared/reference")
+                || line.contains("../shared")
+            {
                 problems.push(format!("{name}:{}: {line}", number + 1));
             }
         }
     }
-    assert!(problems.is_empty(), "documents point outside the repository:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "documents point outside the repository:\n{}",
+        problems.join("\n")
+    );
 }
 
 /// The `awsmp-*` crates a member's `[dependencies]` name (dev-dependencies aside).

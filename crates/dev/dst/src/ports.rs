@@ -596,7 +596,8 @@ impl MeteringApi for FaultyMetering {
             let at = self.clock.now();
             let answers = match self.inner.batch_meter_usage(&processed).await {
                 Err(MeteringError::Validation { name, message })
-                    if name == TIMESTAMP_OUT_OF_BOUNDS && self.delayed_in_flight(&processed, handed_over) =>
+                    if name == TIMESTAMP_OUT_OF_BOUNDS
+                        && self.delayed_in_flight(&processed, handed_over) =>
                 {
                     self.delayed_past_window
                         .lock()
