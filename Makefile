@@ -4,7 +4,9 @@
 #   make prereqs      installs what this machine lacks for `make test` where it can, and
 #                     says what is still missing and how to get it
 #   make venv         project-local .venv with moto[server] + cfn-lint (pinned)
-#   make sam-venv     separate .venv-sam with aws-sam-cli (not needed by `make test`)
+#   make sam-venv     separate .venv-sam with aws-sam-cli, cargo-lambda, ziglang (hashed pins;
+#                     deploy.sh refuses other versions; not needed by `make test`)
+#   make audit        RustSec advisories (fetches the database; run before each release)
 #   make requirements-lock  regenerates requirements-dev.txt (hashed pins) from requirements-dev.in
 #   make test         prereqs, venv, then every test stage below, in order
 #   make bench        the performance figures (docs/performance.md): pipeline, then Lambda
@@ -28,7 +30,7 @@ export AWSMP_VENV := $(VENV)
 # Where `make prereqs` puts rustup when it installs it, for the stages after it.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: test prereqs unused-deps deny venv requirements-lock sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
+.PHONY: test prereqs unused-deps deny audit venv requirements-lock sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
         browser-test report-test local-demo usage-api-test fuzz fuzz-cmin bench
 
 test: prereqs unused-deps deny venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo \
@@ -90,6 +92,25 @@ deny:
 	dups=$$(printf '%s\n' "$$out" | grep -c '^warning\[duplicate\]' || true); \
 	echo "deny: ok: every license allowed by deny.toml, every crate from crates.io, no \"*\" requirement ($$dups crates in two versions: warnings, listed by cargo deny check bans)"
 
+# RustSec advisories (docs/build.md, "Supply chain"): fetches the advisory database
+# (github.com/RustSec/advisory-db, the network) and fails on a vulnerability, a yanked
+# crate or an unsound or unmaintained crate in the graph (deny.toml's [advisories]).
+# Not part of `make test`, which stays offline-safe: run it before each release and
+# when Cargo.lock changes.
+audit:
+	@if ! cargo install --list | grep -qxF "cargo-deny v$(CARGO_DENY_VERSION):"; then \
+	  echo "+ cargo install cargo-deny --version $(CARGO_DENY_VERSION) --locked"; \
+	  cargo install cargo-deny --version $(CARGO_DENY_VERSION) --locked; \
+	fi
+	@echo "+ cargo deny check advisories"
+	@if ! cargo deny --color never check advisories; then \
+	  echo "audit: FAILED. An advisory above names a crate in Cargo.lock: update it (cargo update -p CRATE),"; \
+	  echo "  or, when it cannot reach this product's use, add its id to deny.toml's [advisories] ignore with"; \
+	  echo "  the reason. 'failed to fetch advisory database' means github.com could not be reached."; \
+	  exit 1; \
+	fi
+	@echo "audit: ok: no RustSec advisory against any crate in Cargo.lock"
+
 venv:
 	@scripts/ensure-venv.sh "$(VENV)" requirements-dev.txt
 
@@ -104,7 +125,7 @@ PIP_TOOLS_VERSION := 7.7.0
 PIP_TOOLS_PIP_VERSION := 26.3
 PIP_COMPILE_ARGS ?=
 # Each lock is NAME.in -> NAME.txt: the test venv's, and checkov's own (make lint-templates).
-LOCKS ?= requirements-dev requirements-checkov
+LOCKS ?= requirements-dev requirements-checkov tools/requirements-sam
 requirements-lock:
 	@py=$${PYTHON:-python3}; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
@@ -112,7 +133,7 @@ requirements-lock:
 	"$$py" -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/pip" install --quiet --disable-pip-version-check "pip==$(PIP_TOOLS_PIP_VERSION)" "pip-tools==$(PIP_TOOLS_VERSION)"; \
 	for lock in $(LOCKS); do \
-	cp $$lock.txt "$$tmp/$$lock.txt"; \
+	mkdir -p "$$tmp/$$(dirname $$lock)"; cp $$lock.txt "$$tmp/$$lock.txt"; \
 	echo "+ pip-compile --generate-hashes $$lock.in (pip-tools $(PIP_TOOLS_VERSION))"; \
 	"$$tmp/venv/bin/pip-compile" --quiet --generate-hashes --allow-unsafe --strip-extras --no-header \
 	  --no-emit-index-url --no-emit-find-links --annotation-style=line $(PIP_COMPILE_ARGS) \

@@ -691,6 +691,32 @@ if ! command -v zig >/dev/null 2>&1; then
   fi
 fi
 
+# ------------------------------------------------------------------ preflight: tool versions
+# The artifacts are built and deployed with the versions tools/requirements-sam.txt pins
+# (hash-checked; `make sam-venv` installs them): another SAM CLI, cargo-lambda or zig
+# may build different artifacts than the ones tested. AWSMP_ANY_TOOL_VERSIONS=1 deploys
+# with what is on PATH.
+tool_pin() { sed -nE "s/^$1==([^ ]+).*$/\1/p" "$ROOT/tools/requirements-sam.txt" | head -n 1; }
+if [ "${AWSMP_ANY_TOOL_VERSIONS:-}" != 1 ]; then
+  [ -f "$ROOT/tools/requirements-sam.txt" ] ||
+    die 3 "tools/requirements-sam.txt, which pins the build tools, is missing beside deploy.sh." \
+      "Run deploy.sh from a whole checkout, or set AWSMP_ANY_TOOL_VERSIONS=1 to deploy with the tools on PATH."
+  mismatched=""
+  for tool in aws-sam-cli cargo-lambda ziglang; do
+    want=$(tool_pin "$tool")
+    case "$tool" in
+      aws-sam-cli) got=$(sam --version 2>/dev/null | sed -nE 's/^.*version ([0-9][^ ]*).*$/\1/p') ;;
+      cargo-lambda) got=$(cargo-lambda --version 2>/dev/null | awk 'NR == 1 { print $2 }') ;;
+      # pip's ziglang 0.13.0.post1 ships zig 0.13.0.
+      ziglang) got=$(zig version 2>/dev/null) want=${want%%.post*} ;;
+    esac
+    [ "$got" = "$want" ] || mismatched="$mismatched $tool ${got:-unknown} (pinned: $want);"
+  done
+  [ -z "$mismatched" ] ||
+    die 3 "these build tools are not the versions tools/requirements-sam.txt pins:$mismatched" \
+      "Run 'make sam-venv' and put .venv-sam/bin first on PATH (it installs the pinned, hash-checked versions), or set AWSMP_ANY_TOOL_VERSIONS=1 to deploy with these."
+fi
+
 # ------------------------------------------------------------------ preflight: AWS
 # aws_query ARGS...: runs aws and prints its output; its stderr goes to a file that
 # aws_error prints (a file, not a variable: callers often run inside $(...) subshells).
@@ -894,9 +920,30 @@ if [ "$CONCURRENCY_IN_EVENTS_REGION" -gt 0 ]; then
   check_concurrency "$EVENTS_REGION" "$CONCURRENCY_IN_EVENTS_REGION"
 fi
 
+if [ -z "$PAGE_DIR" ] && [ -d "$ROOT/web" ]; then
+  PAGE_DIR="$ROOT/web"
+fi
+
+# page_publisher: the IAM role or user these credentials are, which uploads the page
+# (the page bucket then takes object writes from it and the deployer only). An assumed
+# role's session ARN names its role without the role's path: a role with a path must
+# be named with --parameter PagePublisherArn=ARN.
+page_publisher() {
+  aws_query sts get-caller-identity --query Arn --output text |
+    sed -nE -e 's#^arn:(aws[a-z-]*):sts::([0-9]{12}):assumed-role/([^/]+)/.*$#arn:\1:iam::\2:role/\3#p' \
+      -e 's#^(arn:aws[a-z-]*:iam::[0-9]{12}:user/.+)$#\1#p'
+}
+
+# page_logo_origin: the https origin of the page's logoUrl (web/config.js) when it is
+# on another host; empty for a relative logo or none.
+page_logo_origin() {
+  [ -n "$PAGE_DIR" ] && [ -f "$PAGE_DIR/config.js" ] || return 0
+  sed -nE 's#^[[:space:]]*logoUrl:[[:space:]]*"(https://[A-Za-z0-9.-]+(:[0-9]{1,5})?)(/[^"]*)?".*$#\1#p' "$PAGE_DIR/config.js" | head -n 1
+}
+
 # main_overrides REGION ACTION: the full override list for one Region's stack.
 main_overrides() {
-  local region=$1 action=$2 extra role
+  local region=$1 action=$2 extra role logo
   extra="StageName=$STAGE
 ProductCode=$PRODUCT_CODE
 SubscribersTableName=$SUBSCRIBERS_TABLE
@@ -934,6 +981,22 @@ ApiGatewayLoggingRole=existing" ;;
         "Pass --cfn-role ARN, --parameter DeployerRoleArn=ROLE_ARN (your role, with its path), or --parameter ProfileKey=shared (docs/deploy.md)."
     extra="$extra
 DeployerRoleArn=$role"
+  fi
+  # Only who uploads the page (these credentials) and the deployer may write its files.
+  if ! kv_get "$(overrides_for "$MAIN_PARAMS" "$extra")" PagePublisherArn >/dev/null; then
+    role=$(page_publisher) || role=""
+    if [ -n "$role" ]; then
+      extra="$extra
+PagePublisherArn=$role"
+    else
+      warn "these credentials are neither an assumed role nor an IAM user, so the page bucket's writers are not narrowed to them; pass --parameter PagePublisherArn=ARN (docs/deploy.md)."
+    fi
+  fi
+  # A logo on another host: the page's Content-Security-Policy allows that origin only.
+  if ! kv_get "$(overrides_for "$MAIN_PARAMS" "$extra")" PageLogoOrigin >/dev/null; then
+    logo=$(page_logo_origin)
+    [ -z "$logo" ] || extra="$extra
+PageLogoOrigin=$logo"
   fi
   # The subscribers table's key follows the events stack unless set here.
   if ! kv_get "$(overrides_for "$MAIN_PARAMS" "")" SubscribersKmsKeyArn >/dev/null; then
@@ -981,10 +1044,6 @@ if [ "$WANT_MAIN" = 1 ]; then
   done <<EOF
 $MAIN_PLAN
 EOF
-fi
-
-if [ -z "$PAGE_DIR" ] && [ -d "$ROOT/web" ]; then
-  PAGE_DIR="$ROOT/web"
 fi
 
 # ------------------------------------------------------------------ the plan
@@ -1238,7 +1297,9 @@ upload_page() {
     esac
   fi
   run aws s3 sync "$PAGE_DIR" "s3://$bucket/" --region "$region" --delete \
-    --exclude "test/*" --exclude "node_modules/*" --exclude ".*" --exclude "*.md" --exclude "package*.json"
+    --exclude "test/*" --exclude "node_modules/*" --exclude ".*" --exclude "*.md" --exclude "package*.json" ||
+    die 4 "could not upload the registration page to s3://$bucket (stack $stack, $region)." \
+      "The bucket takes object writes only from PagePublisherArn and DeployerRoleArn: an AccessDenied means these credentials are neither (a role with a path: pass --parameter PagePublisherArn=ARN with the path)."
   config=$(mktemp)
   printf '{"registerUrl":"%s","fulfillmentUrl":"%s","productCode":"%s","stage":"%s","region":"%s","wafIntegrationUrl":"%s"}\n' \
     "$register_url" "$fulfillment_url" "$PRODUCT_CODE" "$STAGE" "$region" "$waf_url" >"$config"

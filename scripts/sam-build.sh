@@ -15,13 +15,12 @@
 #   -h, --help            this text
 #
 # Everything it writes goes under these (environment variables override them):
-#   SAM_VENV=/tmp/sam-venv                 aws-sam-cli (tools/requirements-sam.txt) + cargo-lambda + ziglang
+#   SAM_VENV=/tmp/sam-venv                 aws-sam-cli, cargo-lambda, ziglang (tools/requirements-sam.txt, hash-checked)
 #   CARGO_TARGET_DIR=/tmp/awsmp-lambda-target   never the repo's target/: no wait on (or hold of) its lock
 #   SAM_BUILD_ROOT=/tmp/awsmp-sam-build    one <template-stem>/build dir per template, plus summary.tsv
 #   SAM_SCRATCH_HOME=/tmp/awsmp-sam-home   HOME for sam (it writes ~/.aws-sam)
 #   NICE_LEVEL=19                          builds run under `nice -n NICE_LEVEL`
 #   SAM_CONFIG_ENV=default                 samconfig.toml environment (build parameters)
-#   CARGO_LAMBDA_VERSION=1.9.2             pinned with the venv
 #
 # Offline: the only network steps come first (venv on first use, `rustup target add`
 # when the target is missing, `cargo fetch`). The build steps then run with
@@ -42,7 +41,6 @@ build_root=${SAM_BUILD_ROOT:-/tmp/awsmp-sam-build}
 sam_home=${SAM_SCRATCH_HOME:-/tmp/awsmp-sam-home}
 nice_level=${NICE_LEVEL:-19}
 config_env=${SAM_CONFIG_ENV:-default}
-cargo_lambda_version=${CARGO_LAMBDA_VERSION:-1.9.2}
 sam_requirements="$repo_root/tools/requirements-sam.txt"
 
 arch=arm64
@@ -92,13 +90,13 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { s = b - a; printf "%dm%04.1fs", s /
 
 # ---------------------------------------------------------------- tools (network)
 venv_stamp="$sam_venv/.awsmp-sam-build.stamp"
-want_stamp="$(sha256sum "$sam_requirements" | cut -d' ' -f1) cargo-lambda==$cargo_lambda_version"
+want_stamp="$(sha256sum "$sam_requirements" | cut -d' ' -f1)"
 if [[ ! -x "$sam_venv/bin/sam" || ! -x "$sam_venv/bin/cargo-lambda" || ! -f "$venv_stamp" ||
   "$(cat "$venv_stamp")" != "$want_stamp" ]]; then
-  echo "sam-build: preparing tool venv $sam_venv (aws-sam-cli, cargo-lambda $cargo_lambda_version)"
+  echo "sam-build: preparing tool venv $sam_venv (tools/requirements-sam.txt: aws-sam-cli, cargo-lambda, ziglang, hash-checked)"
   [[ -x "$sam_venv/bin/python" ]] || python3 -m venv "$sam_venv"
   "$sam_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    -r "$sam_requirements" "cargo-lambda==$cargo_lambda_version"
+    --require-hashes -r "$sam_requirements"
   echo "$want_stamp" >"$venv_stamp"
 fi
 # pip's ziglang ships zig inside its package folder, not in bin/: without it on PATH

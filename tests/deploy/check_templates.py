@@ -450,6 +450,24 @@ def main() -> int:
             f"got {levels}",
         )
 
+    # ---- the page's files are code buyers' browsers run: only the publisher
+    # (PagePublisherArn, what deploy.sh runs as) and the deployer write or delete them
+    page_policy = "\n".join(main_t.resources.get("PageBucketPolicy", []))
+    guard = page_policy.split("Sid: OnlyThePublisherWritesThePage", 1)[-1].split("- !Ref \"AWS::NoValue\"\n", 1)[0] \
+        if "Sid: OnlyThePublisherWritesThePage" in page_policy else ""
+    check(
+        "- GuardPageWrites" in page_policy and "Effect: Deny" in guard and 'Principal: "*"' in guard
+        and all(f"- s3:{a}" in guard for a in ("PutObject", "PutObjectAcl", "DeleteObject", "DeleteObjectVersion"))
+        and 'Resource: !Sub "${PageBucket.Arn}/*"' in guard
+        and "ArnNotEquals:" in guard
+        and '- !If [HasPagePublisher, !Ref PagePublisherArn, !Ref "AWS::NoValue"]' in guard
+        and '- !If [HasDeployerRole, !Ref DeployerRoleArn, !Ref "AWS::NoValue"]' in guard,
+        "PageBucketPolicy: object writes and deletes denied to all but PagePublisherArn and DeployerRoleArn",
+    )
+    deploy_sh = (ROOT / "deploy.sh").read_text()
+    check("PagePublisherArn" in deploy_sh and "PageLogoOrigin" in deploy_sh,
+          "deploy.sh passes PagePublisherArn (its own credentials) and PageLogoOrigin (from logoUrl)")
+
     # ---- the registration page's security headers: a strict CSP that still allows
     # exactly what web/ loads, no framing, HSTS
     policy = main_t.resources.get("PageResponseHeadersPolicy", [])
@@ -460,15 +478,18 @@ def main() -> int:
     # !Sub ["<policy>", {Sdk: !If [ChallengeRegister, " https://*.awswaf.com", ""]}]:
     # the checks below read the policy without the challenge; the challenge's own after.
     sdk = " https://*.awswaf.com"
-    csp_form = re.fullmatch(r'!Sub \["(.*)", \{Sdk: !If \[ChallengeRegister, "(.*)", ""\]\}\]', csp_line)
+    csp_form = re.fullmatch(
+        r'!Sub \["(.*)", \{Sdk: !If \[ChallengeRegister, "(.*)", ""\], '
+        r'Logo: !If \[HasPageLogoOrigin, !Join \["", \[" ", !Ref PageLogoOrigin\]\], ""\]\}\]', csp_line)
     check(csp_form is not None and csp_form.group(2) == sdk,
-          "CSP: one policy, naming WafRegisterChallenge's SDK hosts (https://*.awswaf.com) only with it", csp_line)
+          "CSP: one policy, naming WafRegisterChallenge's SDK hosts (https://*.awswaf.com) only with it, "
+          "and PageLogoOrigin only when set", csp_line)
     csp_template = csp_form.group(1) if csp_form else ""
 
-    def csp_directives(sdk_value: str) -> dict[str, list[str]]:
+    def csp_directives(sdk_value: str, logo: str = "") -> dict[str, list[str]]:
         return {
             parts[0]: parts[1:]
-            for parts in (d.split() for d in csp_template.replace("${Sdk}", sdk_value).split(";"))
+            for parts in (d.split() for d in csp_template.replace("${Sdk}", sdk_value).replace("${Logo}", logo).split(";"))
             if parts
         }
 
@@ -482,6 +503,16 @@ def main() -> int:
         "CSP with WafRegisterChallenge: script-src and connect-src add the SDK's host, nothing else changes",
         f"got {with_challenge}",
     )
+    # Images: the page's own files, and the one logo origin when PageLogoOrigin is set;
+    # never any https host (a replaced script could send the form out through an image).
+    check(directives.get("img-src") == ["'self'"], "CSP img-src 'self' alone without PageLogoOrigin", f"got {directives.get('img-src')}")
+    with_logo = csp_directives("", " https://cdn.example.com")
+    check(with_logo.get("img-src") == ["'self'", "https://cdn.example.com"]
+          and {k: v for k, v in with_logo.items() if k != "img-src"} == {k: v for k, v in directives.items() if k != "img-src"},
+          "CSP with PageLogoOrigin: img-src adds that origin, nothing else changes", f"got {with_logo}")
+    logo_param = "\n".join(section(section(main_t.lines, "Parameters", 0) or [], "PageLogoOrigin", 2) or [])
+    check('AllowedPattern: "^$|^https://' in logo_param and "(:[0-9]{1,5})?$" in logo_param,
+          "PageLogoOrigin accepts empty or an https origin with no path", logo_param)
     check(directives.get("default-src") == ["'none'"], "CSP default-src 'none'", f"got {directives.get('default-src')}")
     check(directives.get("frame-ancestors") == ["'none'"], "CSP frame-ancestors 'none'", f"got {directives.get('frame-ancestors')}")
     for name in ("base-uri", "form-action"):

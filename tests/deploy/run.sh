@@ -51,6 +51,7 @@ begin() {
   DEPLOY_PATH=""
   mkdir -p "$STATE" "$WORK/fakebin"
   cp "$HERE"/fakes/* "$WORK/fakebin/"
+  cp "$ROOT/tools/requirements-sam.txt" "$WORK/fakebin/"
   LOG="$STATE/calls.log"
   : >"$LOG"
 }
@@ -78,7 +79,7 @@ end() {
 # answering LINES... ARGS: deploy with those lines as its stdin (the answers to --review).
 deploy() {
   env -i HOME="$WORK" PATH="${DEPLOY_PATH:-$WORK/fakebin:$SYSBIN}" FAKE_LOG="$LOG" FAKE_STATE="$STATE" \
-    bash "${DEPLOY_SH:-$ROOT/deploy.sh}" "$@" <"${DEPLOY_STDIN:-/dev/null}" >"$WORK/out" 2>"$WORK/err"
+    ${AWSMP_ANY_TOOL_VERSIONS:+AWSMP_ANY_TOOL_VERSIONS="$AWSMP_ANY_TOOL_VERSIONS"} bash "${DEPLOY_SH:-$ROOT/deploy.sh}" "$@" <"${DEPLOY_STDIN:-/dev/null}" >"$WORK/out" 2>"$WORK/err"
   RC=$?
 }
 
@@ -95,6 +96,8 @@ with_samconfig() {
   rm -rf "$WORK/checkout"
   mkdir -p "$WORK/checkout"
   cp "$ROOT/deploy.sh" "$ROOT"/template-*.yaml "$WORK/checkout/"
+  mkdir -p "$WORK/checkout/tools"
+  cp "$ROOT/tools/requirements-sam.txt" "$WORK/checkout/tools/"
   cat >"$WORK/checkout/samconfig.toml"
   DEPLOY_SH="$WORK/checkout/deploy.sh"
 }
@@ -721,6 +724,40 @@ without_tool zig
 deploy events --stage prod --dry-run
 expect_exit 3
 expect_err "zig is not on PATH"
+end
+
+begin "preflight: build tools other than the pinned versions are refused, with the fix and the override"
+echo 1.8.0 >"$STATE/cargo-lambda-version"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --yes
+expect_exit 3
+expect_err "cargo-lambda 1.8.0 (pinned: $(sed -nE 's/^cargo-lambda==([^ ]+).*$/\1/p' "$ROOT/tools/requirements-sam.txt"))"
+expect_err "make sam-venv"
+expect_err "AWSMP_ANY_TOOL_VERSIONS=1"
+no_changes
+AWSMP_ANY_TOOL_VERSIONS=1 deploy all $MAIN_ARGS --dry-run
+expect_exit 0
+rm -f "$STATE/cargo-lambda-version"
+end
+
+begin "page bucket: deploy.sh passes the publisher it runs as, and the logo's origin from config.js"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --dry-run
+expect_exit 0
+expect_out "PagePublisherArn=arn:aws:iam::123456789012:role/deployer"
+grep -qF "PageLogoOrigin" "$WORK/out" && fail "a relative or empty logoUrl needs no PageLogoOrigin"
+mkdir -p "$WORK/page"
+sed 's#logoUrl: ""#logoUrl: "https://cdn.example.com/brand/logo.svg"#' "$ROOT/web/config.js" >"$WORK/page/config.js"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --page-dir "$WORK/page" --dry-run
+expect_exit 0
+expect_out "PageLogoOrigin=https://cdn.example.com"
+echo "arn:aws:iam::123456789012:user/alice" >"$STATE/caller-arn"
+# shellcheck disable=SC2086
+deploy all $MAIN_ARGS --parameter ProfileKey=shared --dry-run
+expect_exit 0
+expect_out "PagePublisherArn=arn:aws:iam::123456789012:user/alice"
+rm -f "$STATE/caller-arn"
 end
 
 begin "preflight: no credentials"

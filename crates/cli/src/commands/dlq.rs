@@ -5,15 +5,22 @@
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, SendMessageBatchRequestEntry};
 
 use super::{Ctx, stores};
-use crate::commands::queues::depth;
+use crate::commands::queues::{aws_error, depth};
 use crate::error::CommandError;
 use crate::output::Outcome;
 
-fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
-    CommandError::Aws(format!(
-        "{what}: {}",
-        aws_sdk_sqs::error::DisplayErrorContext(&e)
-    ))
+/// A refused send back to the queue: the queues' policies let only the functions that
+/// feed them, and the stack's admin role, send there.
+fn send_refused(e: impl std::error::Error) -> CommandError {
+    match aws_error("SendMessageBatch", e) {
+        CommandError::Aws(text) if text.contains("AccessDenied") => CommandError::Aws(format!(
+            "{text}\n  The queue's policy refuses SendMessage to all but the functions that feed it and the admin \
+             role the stack names: run `dlq redrive` as the role in the main stack's WorkQueueAdminRoleArn \
+             (work, deprovision-work, cleanup queues) or the events stack's EventsQueueAdminRoleArn \
+             (subscription queue), deploying with that parameter set if it is empty."
+        )),
+        other => other,
+    }
 }
 
 /// What a redrive did.
@@ -90,7 +97,7 @@ pub async fn redrive(
             .set_entries(Some(sends))
             .send()
             .await
-            .map_err(|e| aws_error("SendMessageBatch", e))?;
+            .map_err(send_refused)?;
         // Only what was sent is deleted; a failed send stays in the DLQ.
         let mut deletes = Vec::new();
         for ok in sent.successful() {
@@ -198,5 +205,29 @@ impl Command {
             out.push(render(&report, &queue, dry_run, ctx.format));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_the_queue_policy_refuses_names_the_admin_role_to_run_as() {
+        let denied = std::io::Error::other(
+            "AccessDenied: User: arn:aws:sts::1:assumed-role/dev/s is not authorized to perform: sqs:sendmessage",
+        );
+        let CommandError::Aws(text) = send_refused(denied) else {
+            panic!("an AWS error");
+        };
+        assert!(text.starts_with("SendMessageBatch: "), "{text}");
+        assert!(text.contains("WorkQueueAdminRoleArn"), "{text}");
+        assert!(text.contains("EventsQueueAdminRoleArn"), "{text}");
+
+        let other = std::io::Error::other("ServiceUnavailable");
+        let CommandError::Aws(text) = send_refused(other) else {
+            panic!("an AWS error");
+        };
+        assert!(!text.contains("WorkQueueAdminRoleArn"), "{text}");
     }
 }

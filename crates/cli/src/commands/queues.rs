@@ -8,7 +8,8 @@ use awsmp_operate::status::QueueDepth;
 
 use crate::error::CommandError;
 
-fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
+/// An SQS call's failure, with the SDK's whole error context.
+pub(crate) fn aws_error(what: &str, e: impl std::error::Error) -> CommandError {
     CommandError::Aws(format!(
         "{what}: {}",
         aws_sdk_sqs::error::DisplayErrorContext(&e)

@@ -92,7 +92,8 @@ fn check_prerequisites(web: &Path) {
 
 /// The page's Content-Security-Policy as template-main.yaml's response headers policy
 /// sets it, with WafRegisterChallenge or without (`!Sub ["<policy>", {Sdk: !If
-/// [ChallengeRegister, "<with>", ""]}]`).
+/// [ChallengeRegister, "<with>", ""], Logo: ...}]`), and no PageLogoOrigin (the page's
+/// logo is its own file or none).
 fn page_csp(root: &Path, challenge: bool) -> String {
     let template = std::fs::read_to_string(root.join("template-main.yaml")).unwrap();
     let line = template
@@ -104,7 +105,9 @@ fn page_csp(root: &Path, challenge: bool) -> String {
         .split_once("\", {Sdk: !If [ChallengeRegister, \"")
         .unwrap();
     let (with, _) = variables.split_once('"').unwrap();
-    policy.replace("${Sdk}", if challenge { with } else { "" })
+    policy
+        .replace("${Sdk}", if challenge { with } else { "" })
+        .replace("${Logo}", "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
