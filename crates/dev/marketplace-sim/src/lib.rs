@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod handle;
+mod ids;
 pub mod lifecycle;
 pub mod model;
 pub mod server;
