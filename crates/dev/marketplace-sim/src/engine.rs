@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use tracing::{info, warn};
 
+use crate::agreement::AgreementBook;
 use crate::clock::SimClock;
 use crate::cloudtrail::{Caller, EventHistory, is_lookup_events};
 use crate::config::{IdenticalRetryStatus, SimConfig};
@@ -150,9 +151,11 @@ pub struct Engine {
     ids: RecordIdGenerator,
     trail: EventHistory,
     trail_ids: RecordIdGenerator,
+    agreements: AgreementBook,
 }
 
 mod admin;
+mod agreement;
 mod metering;
 
 impl Engine {
@@ -178,6 +181,7 @@ impl Engine {
             ids: RecordIdGenerator::new(),
             trail: EventHistory::default(),
             trail_ids: RecordIdGenerator::new(),
+            agreements: AgreementBook::default(),
             startup: config,
         };
         for product in engine.startup.products.clone() {
@@ -188,6 +192,9 @@ impl Engine {
         }
         for token in engine.startup.tokens.clone() {
             engine.seed_token(token)?;
+        }
+        for agreement in engine.startup.agreements.clone() {
+            engine.seed_agreement(agreement)?;
         }
         Ok(engine)
     }

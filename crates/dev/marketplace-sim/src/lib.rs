@@ -6,6 +6,7 @@
 //! it received. Start it embedded with
 //! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
 
+pub mod agreement;
 pub mod cli;
 pub mod clock;
 pub mod cloudtrail;
@@ -22,6 +23,10 @@ pub mod throttle;
 pub mod validate;
 pub mod wire;
 
+pub use agreement::model::{
+    AdjustmentFailure, AdjustmentStatus, Agreement, AgreementEnd, AgreementSeed, AgreementStatus,
+    BillingAdjustment, FixedUpfrontSeed, FreeTrialSeed, GrantSeed, RateSeed,
+};
 pub use clock::ClockSetting;
 pub use cloudtrail::Caller;
 pub use config::{IdenticalRetryStatus, SimConfig};

@@ -161,7 +161,7 @@ impl Engine {
         }
     }
 
-    fn deprovision(
+    pub(super) fn deprovision(
         &mut self,
         license_arn: String,
         account: String,
