@@ -3,7 +3,8 @@
 //! semantics (first-write-wins dedup, entitlements, request-level exceptions, the
 //! timestamp window, the 10/s quota), fault injection, a drivable clock, and a
 //! read-only ledger of what was billed, and CloudTrail `LookupEvents` for the calls
-//! it received. Start it embedded with
+//! it received, and the Marketplace Agreement API ([`agreement`]) on RPC v2 CBOR and
+//! awsJson 1.0. Start it embedded with
 //! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
 
 pub mod agreement;
