@@ -6,10 +6,11 @@
 //! billed ledger; the per-operation rate quotas apply while the simulator's quota
 //! is on.
 
-pub mod billing;
+pub mod adjustments;
 pub mod doc;
 pub mod error;
 pub mod events;
+pub mod invoices;
 pub mod model;
 pub mod ops;
 

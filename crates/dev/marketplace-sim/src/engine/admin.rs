@@ -223,11 +223,14 @@ impl Engine {
             .collect()
     }
 
-    /// Issues `MeteringRecordId`s and CloudTrail ids from `seed` from now on, so that a
-    /// caller replaying a run (a deterministic simulation) gets the same ids again.
+    /// Issues `MeteringRecordId`s, CloudTrail ids and the Agreement side's ids from
+    /// `seed` from now on, so that a caller replaying a run (a deterministic
+    /// simulation) gets the same ids again.
     pub fn seed_record_ids(&mut self, seed: u64) {
         self.ids = RecordIdGenerator::seeded(seed);
         self.trail_ids = RecordIdGenerator::seeded(RecordIdGenerator::mix(seed));
+        self.agreements.ids =
+            RecordIdGenerator::seeded(RecordIdGenerator::mix(RecordIdGenerator::mix(seed)));
     }
 
     /// Drops every pending fault.

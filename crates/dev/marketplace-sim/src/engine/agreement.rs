@@ -16,7 +16,9 @@ use crate::agreement::model::{
     AdjustmentFailure, AdjustmentStatus, Agreement, AgreementEnd, AgreementSeed, AgreementStatus,
     BillingAdjustment,
 };
-use crate::agreement::{AgreementOp, AgreementReply, Protocol, billing, decode, ops, reply};
+use crate::agreement::{
+    AgreementOp, AgreementReply, Protocol, adjustments, decode, invoices, ops, reply,
+};
 use crate::error::AdminError;
 use crate::model::{EntitlementSeed, TokenSeed};
 
@@ -95,20 +97,22 @@ impl Engine {
                 result
             }
             AgreementOp::ListAgreementInvoiceLineItems => {
-                billing::list_invoice_line_items(book, &request, &self.billed, now)
+                invoices::list_invoice_line_items(book, &request, &self.billed, now)
             }
             AgreementOp::BatchCreateBillingAdjustmentRequest => {
-                billing::batch_create(book, &request, &self.billed, now)
+                adjustments::batch_create(book, &request, &self.billed, now)
             }
-            AgreementOp::GetBillingAdjustmentRequest => billing::get_adjustment(book, &request),
-            AgreementOp::ListBillingAdjustmentRequests => billing::list_adjustments(book, &request),
+            AgreementOp::GetBillingAdjustmentRequest => adjustments::get_adjustment(book, &request),
+            AgreementOp::ListBillingAdjustmentRequests => {
+                adjustments::list_adjustments(book, &request)
+            }
         }
     }
 
     /// Completes the adjustments whose processing time has passed, emitting their
     /// Completed events.
     fn settle_adjustments(&mut self, now: DateTime<Utc>) {
-        for b in billing::settle(&mut self.agreements, now) {
+        for b in adjustments::settle(&mut self.agreements, now) {
             self.emit_adjustment_event(&b, true);
         }
     }

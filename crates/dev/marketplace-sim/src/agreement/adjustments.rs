@@ -1,18 +1,17 @@
-//! Invoices and refunds: `ListAgreementInvoiceLineItems` (one row per invoice, built
-//! from the billed ledger priced by the agreement's rate card, per calendar month),
-//! `BatchCreateBillingAdjustmentRequest` (client-token idempotency, at most 5 entries,
-//! never more than the invoice's `maxAdjustmentAmount`), and
-//! `Get`/`ListBillingAdjustmentRequests`.
+//! Refunds: `BatchCreateBillingAdjustmentRequest` (client-token idempotency, at most
+//! 5 entries, never more than the invoice's `maxAdjustmentAmount`),
+//! `Get`/`ListBillingAdjustmentRequests`, and the PENDING → COMPLETED step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Datelike, Months, NaiveDate, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use rust_decimal::Decimal;
 
 use super::AgreementBook;
-use super::doc::{Input, Obj, Value, money, page, parse_amount, short_hash, text, time};
+use super::doc::{Input, Obj, Value, money, page, parse_amount, text, time};
 use super::error::AgreementError;
-use super::model::{AdjustmentStatus, Agreement, BillingAdjustment};
+use super::invoices::{invoices, seller_of_record};
+use super::model::{AdjustmentStatus, BillingAdjustment};
 use super::ops::{AGREEMENT_TYPE, CATALOG, find};
 use crate::model::BilledRecord;
 
@@ -30,240 +29,6 @@ pub const REASON_CODES: [&str; 7] = [
     "BUYER_DISSATISFACTION",
     "OTHER",
 ];
-/// Who issues every invoice.
-pub const INVOICING_ENTITY: &str = "Amazon Web Services, Inc.";
-
-/// One invoice (or credit memo) of an agreement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invoice {
-    /// `E2E...` (invoice) or `CM...` (credit memo).
-    pub id: String,
-    /// `INVOICE` or `CREDIT_MEMO`.
-    pub kind: &'static str,
-    /// Pre-tax amount.
-    pub amount: Decimal,
-    /// What may still be refunded.
-    pub max_adjustment: Decimal,
-    /// The billing period (year, month).
-    pub period: (i32, u32),
-    /// When it was issued.
-    pub issued: DateTime<Utc>,
-}
-
-fn month_start(year: i32, month: u32) -> Option<DateTime<Utc>> {
-    NaiveDate::from_ymd_opt(year, month, 1)
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .map(|d| Utc.from_utc_datetime(&d))
-}
-
-fn invoice_id(a: &Agreement, year: i32, month: u32, kind: &str) -> String {
-    let hash = short_hash(&[&a.seed.agreement_id, kind]) & 0xff_ffff_ffff;
-    format!("E2E{year:04}{month:02}01{hash:010x}")
-}
-
-/// The agreement's invoices issued by `now`: one per calendar month of billed usage
-/// (issued at the start of the next month; free-trial days and dimensions without a
-/// price are not charged), one for the upfront price (issued at acceptance), and one
-/// credit memo per completed adjustment.
-pub fn invoices(
-    a: &Agreement,
-    billed: &[BilledRecord],
-    adjustments: &[BillingAdjustment],
-    now: DateTime<Utc>,
-) -> Vec<Invoice> {
-    let start = a.start_time();
-    let trial_end = a
-        .seed
-        .free_trial
-        .as_ref()
-        .map(|t| start + TimeDelta::days(i64::from(t.duration_days)));
-    let mut months: BTreeMap<(i32, u32), Decimal> = BTreeMap::new();
-    for record in billed {
-        let ours = record.license_arn == a.seed.license_arn
-            && record.customer_aws_account_id == a.seed.customer_aws_account_id
-            && record.hour >= start
-            && a.seed.end_time.is_none_or(|end| record.hour < end)
-            && trial_end.is_none_or(|end| record.hour >= end);
-        let price = a
-            .seed
-            .rate_card
-            .iter()
-            .find(|r| r.dimension_key == record.dimension)
-            .map(|r| r.price);
-        if let (true, Some(price)) = (ours, price) {
-            *months
-                .entry((record.hour.year(), record.hour.month()))
-                .or_default() += price * Decimal::from(record.quantity);
-        }
-    }
-    let mut out = Vec::new();
-    if let Some(upfront) = &a.seed.fixed_upfront {
-        let at = a.acceptance_time();
-        out.push(Invoice {
-            id: invoice_id(a, at.year(), at.month(), "upfront"),
-            kind: "INVOICE",
-            amount: upfront.price,
-            max_adjustment: upfront.price,
-            period: (at.year(), at.month()),
-            issued: at,
-        });
-    }
-    for ((year, month), amount) in months {
-        let issued = month_start(year, month).and_then(|m| m.checked_add_months(Months::new(1)));
-        if let Some(issued) = issued.filter(|_| amount > Decimal::ZERO) {
-            out.push(Invoice {
-                id: invoice_id(a, year, month, "usage"),
-                kind: "INVOICE",
-                amount,
-                max_adjustment: amount,
-                period: (year, month),
-                issued,
-            });
-        }
-    }
-    out.retain(|i| i.issued <= now);
-    for invoice in &mut out {
-        let adjusted: Decimal = adjustments
-            .iter()
-            .filter(|b| {
-                b.original_invoice_id == invoice.id
-                    && b.status != AdjustmentStatus::ValidationFailed
-            })
-            .map(|b| b.adjustment_amount)
-            .sum();
-        invoice.max_adjustment = (invoice.amount - adjusted).max(Decimal::ZERO);
-    }
-    let memos: Vec<Invoice> = adjustments
-        .iter()
-        .filter(|b| {
-            b.agreement_id == a.seed.agreement_id && b.status == AdjustmentStatus::Completed
-        })
-        .filter_map(|b| {
-            let original = out.iter().find(|i| i.id == b.original_invoice_id)?;
-            Some(Invoice {
-                id: format!(
-                    "CM{}",
-                    b.billing_adjustment_request_id.trim_start_matches("ba-")
-                ),
-                kind: "CREDIT_MEMO",
-                amount: b.adjustment_amount,
-                max_adjustment: Decimal::ZERO,
-                period: original.period,
-                issued: b.updated_at,
-            })
-        })
-        .collect();
-    out.extend(memos);
-    out.sort_by(|x, y| x.issued.cmp(&y.issued).then_with(|| x.id.cmp(&y.id)));
-    out
-}
-
-fn seller_of_record(a: &Agreement) -> Result<(), AgreementError> {
-    if a.seed.seller_of_record {
-        Ok(())
-    } else {
-        Err(AgreementError::access_denied(
-            "INVALID_ACCESS",
-            format!(
-                "only the seller of record may see the invoices and adjustments of agreement {}",
-                a.seed.agreement_id
-            ),
-        ))
-    }
-}
-
-/// `ListAgreementInvoiceLineItems`.
-pub fn list_invoice_line_items(
-    book: &AgreementBook,
-    request: &Value,
-    billed: &[BilledRecord],
-    now: DateTime<Utc>,
-) -> Result<Value, AgreementError> {
-    let input = Input::root(request)?;
-    let a = find(book, &input.agreement_id()?)?;
-    match input.string("groupBy")?.as_deref() {
-        Some("INVOICE_ID") => {}
-        other => {
-            return Err(AgreementError::validation(
-                "OTHER",
-                "groupBy",
-                format!("groupBy must be INVOICE_ID (got {other:?})"),
-            ));
-        }
-    }
-    seller_of_record(a)?;
-    let invoice_id = input.string("invoiceId")?;
-    let invoice_type = input.string("invoiceType")?;
-    if let Some(t) = invoice_type
-        .as_deref()
-        .filter(|t| !matches!(*t, "INVOICE" | "CREDIT_MEMO"))
-    {
-        return Err(AgreementError::validation(
-            "OTHER",
-            "invoiceType",
-            format!("invoiceType {t:?} is not INVOICE or CREDIT_MEMO"),
-        ));
-    }
-    let period = match input.object("invoiceBillingPeriod")? {
-        None => None,
-        Some(p) => Some((p.int("year")?, p.int("month")?)),
-    };
-    let before = input.time("beforeIssuedTime")?;
-    let after = input.time("afterIssuedTime")?;
-    let page = page(&input, request)?;
-    let rows: Vec<Invoice> = invoices(a, billed, &book.adjustments, now)
-        .into_iter()
-        .filter(|i| invoice_id.as_deref().is_none_or(|id| id == i.id))
-        .filter(|i| invoice_type.as_deref().is_none_or(|t| t == i.kind))
-        .filter(|i| {
-            period.is_none_or(|(year, month)| {
-                year.is_none_or(|y| y == i64::from(i.period.0))
-                    && month.is_none_or(|m| m == i64::from(i.period.1))
-            })
-        })
-        .filter(|i| before.is_none_or(|b| i.issued < b))
-        .filter(|i| after.is_none_or(|t| i.issued > t))
-        .collect();
-    let (rows, next) = page.cut(rows);
-    let rows = rows
-        .into_iter()
-        .map(|i| {
-            Obj::new()
-                .s("agreementId", &a.seed.agreement_id)
-                .s("invoiceId", &i.id)
-                .v(
-                    "pricingCurrencyAmount",
-                    Obj::new()
-                        .v("amount", money(i.amount))
-                        .v("maxAdjustmentAmount", money(i.max_adjustment))
-                        .s("currencyCode", &a.seed.currency_code)
-                        .done(),
-                )
-                .v(
-                    "invoiceBillingPeriod",
-                    Obj::new()
-                        .v("month", Value::Integer(i.period.1.into()))
-                        .v("year", Value::Integer(i.period.0.into()))
-                        .done(),
-                )
-                .v("issuedTime", time(i.issued))
-                .s("invoiceType", i.kind)
-                .v(
-                    "invoicingEntity",
-                    Obj::new()
-                        .s("legalName", INVOICING_ENTITY)
-                        .s("branchName", INVOICING_ENTITY)
-                        .done(),
-                )
-                .done()
-        })
-        .collect();
-    Ok(Obj::new()
-        .v("agreementInvoiceLineItemGroupSummaries", Value::Array(rows))
-        .opt("nextToken", next.map(text))
-        .done())
-}
-
 /// One validated entry of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
@@ -596,7 +361,7 @@ pub fn get_adjustment(book: &AgreementBook, request: &Value) -> Result<Value, Ag
         .done())
 }
 
-/// `ListBillingAdjustmentRequests`: newest last, filtered by agreement, status and
+/// `ListBillingAdjustmentRequests`: oldest first, filtered by agreement, status and
 /// creation time.
 pub fn list_adjustments(book: &AgreementBook, request: &Value) -> Result<Value, AgreementError> {
     let input = Input::root(request)?;
