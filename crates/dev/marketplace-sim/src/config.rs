@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agreement::model::AgreementSeed;
 use crate::clock::ClockSetting;
 use crate::error::SimError;
 use crate::model::{EntitlementSeed, ProductSeed, TokenSeed};
@@ -45,6 +46,8 @@ pub struct SimConfig {
     pub entitlements: Vec<EntitlementSeed>,
     /// Registration tokens.
     pub tokens: Vec<TokenSeed>,
+    /// Agreements (the Agreement API), seeded after the entitlements and tokens.
+    pub agreements: Vec<AgreementSeed>,
 }
 
 impl Default for SimConfig {
@@ -58,6 +61,7 @@ impl Default for SimConfig {
             products: Vec::new(),
             entitlements: Vec::new(),
             tokens: Vec::new(),
+            agreements: Vec::new(),
         }
     }
 }

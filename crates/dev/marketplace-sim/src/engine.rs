@@ -3,27 +3,24 @@
 //! the HTTP layer hands each call in and sends back what this returns.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use tracing::{info, warn};
 
-use crate::clock::{ClockSetting, SimClock};
+use crate::agreement::AgreementBook;
+use crate::clock::SimClock;
 use crate::cloudtrail::{Caller, EventHistory, is_lookup_events};
 use crate::config::{IdenticalRetryStatus, SimConfig};
 use crate::error::{AdminError, ApiError, ApiErrorKind};
-use crate::lifecycle::{LifecycleChange, parse_event};
+use crate::ids::RecordIdGenerator;
 use crate::model::{
-    BilledRecord, Conflict, Entitlement, EntitlementKey, EntitlementSeed, EntitlementState,
-    FaultKind, FaultPhase, FaultSpec, FaultTarget, LedgerSnapshot, LifecycleOutcome, LossMode,
-    ProductSeed, RejectedRequest, Stats, TokenSeed,
+    BilledRecord, Conflict, Entitlement, FaultKind, FaultPhase, FaultTarget, LossMode,
+    RejectedRequest, Stats,
 };
-use crate::throttle::{ThrottleConfig, TokenBucket};
-use crate::validate::{Catalog, MeteredRecord, Patterns, validate_batch};
-use crate::wire::{
-    BatchMeterUsageRequest, BatchMeterUsageResponse, RecordStatus, ResolveCustomerRequest,
-    ResolveCustomerResponse, TARGET_PREFIX, WireUsageRecordResult,
-};
+use crate::throttle::TokenBucket;
+use crate::validate::Patterns;
+use crate::wire::TARGET_PREFIX;
 
 /// Largest accepted request body: "The request must be less than 1 MB in size".
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -132,52 +129,6 @@ struct DedupKey {
     hour: DateTime<Utc>,
 }
 
-/// Unique `MeteringRecordId`s in UUID form, without a randomness dependency: a
-/// per-process seed from the wall clock mixed with a counter (splitmix64).
-#[derive(Debug, Clone)]
-struct RecordIdGenerator {
-    seed: u64,
-    counter: u64,
-}
-
-impl RecordIdGenerator {
-    fn new() -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9e37_79b9_7f4a_7c15);
-        Self::seeded(seed)
-    }
-
-    fn seeded(seed: u64) -> Self {
-        Self { seed, counter: 0 }
-    }
-
-    fn mix(mut z: u64) -> u64 {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn next_id(&mut self) -> String {
-        self.counter += 1;
-        let high = Self::mix(self.seed ^ self.counter);
-        let low = Self::mix(high ^ self.counter.rotate_left(32));
-        // Version 4 / variant 1 bits, so the id looks like any UUID.
-        let high = (high & 0xffff_ffff_ffff_0fff) | 0x0000_0000_0000_4000;
-        let low = (low & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
-        format!(
-            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            high >> 32,
-            (high >> 16) & 0xffff,
-            high & 0xffff,
-            low >> 48,
-            low & 0xffff_ffff_ffff
-        )
-    }
-}
-
 /// The whole simulated service.
 #[derive(Debug)]
 pub struct Engine {
@@ -200,15 +151,12 @@ pub struct Engine {
     ids: RecordIdGenerator,
     trail: EventHistory,
     trail_ids: RecordIdGenerator,
+    agreements: AgreementBook,
 }
 
-fn non_empty(value: &str, field: &str) -> Result<(), AdminError> {
-    if value.is_empty() {
-        Err(AdminError::Invalid(format!("{field} must not be empty")))
-    } else {
-        Ok(())
-    }
-}
+mod admin;
+mod agreement;
+mod metering;
 
 impl Engine {
     /// A simulator in the state `config` describes, at real time `now`.
@@ -233,6 +181,7 @@ impl Engine {
             ids: RecordIdGenerator::new(),
             trail: EventHistory::default(),
             trail_ids: RecordIdGenerator::new(),
+            agreements: AgreementBook::default(),
             startup: config,
         };
         for product in engine.startup.products.clone() {
@@ -244,6 +193,9 @@ impl Engine {
         for token in engine.startup.tokens.clone() {
             engine.seed_token(token)?;
         }
+        for agreement in engine.startup.agreements.clone() {
+            engine.seed_agreement(agreement)?;
+        }
         Ok(engine)
     }
 
@@ -254,286 +206,6 @@ impl Engine {
         *self = fresh;
         info!("simulator reset");
         Ok(())
-    }
-
-    // ---- admin: seeding ------------------------------------------------------
-
-    /// Sets the dimensions of a product (replacing earlier ones).
-    pub fn seed_product(&mut self, seed: ProductSeed) -> Result<(), AdminError> {
-        non_empty(&seed.product_code, "product_code")?;
-        if seed.dimensions.is_empty() {
-            return Err(AdminError::Invalid(format!(
-                "product {} needs at least one dimension",
-                seed.product_code
-            )));
-        }
-        if let Some(empty) = seed.dimensions.iter().position(String::is_empty) {
-            return Err(AdminError::Invalid(format!("dimensions[{empty}] is empty")));
-        }
-        info!(product = %seed.product_code, dimensions = ?seed.dimensions, "product seeded");
-        self.product_dimensions
-            .insert(seed.product_code, seed.dimensions.into_iter().collect());
-        Ok(())
-    }
-
-    fn register_license(
-        &mut self,
-        license_arn: &str,
-        product_code: &str,
-    ) -> Result<(), AdminError> {
-        match self.license_products.get(license_arn) {
-            Some(existing) if existing != product_code => Err(AdminError::Invalid(format!(
-                "license {license_arn} is already known for product {existing}, not {product_code}"
-            ))),
-            Some(_) => Ok(()),
-            None => {
-                self.license_products
-                    .insert(license_arn.to_owned(), product_code.to_owned());
-                Ok(())
-            }
-        }
-    }
-
-    /// Entitles (license, account) to the product (active from now on).
-    pub fn entitle(&mut self, seed: EntitlementSeed) -> Result<Entitlement, AdminError> {
-        non_empty(&seed.license_arn, "license_arn")?;
-        non_empty(&seed.customer_aws_account_id, "customer_aws_account_id")?;
-        non_empty(&seed.product_code, "product_code")?;
-        self.register_license(&seed.license_arn, &seed.product_code)?;
-        let entitlement = Entitlement {
-            license_arn: seed.license_arn.clone(),
-            customer_aws_account_id: seed.customer_aws_account_id.clone(),
-            product_code: seed.product_code,
-            state: EntitlementState::Active,
-            updated_at: self.clock.now(),
-        };
-        info!(license = %entitlement.license_arn, account = %entitlement.customer_aws_account_id, "entitled");
-        self.entitlements.insert(
-            (seed.license_arn, seed.customer_aws_account_id),
-            entitlement.clone(),
-        );
-        Ok(entitlement)
-    }
-
-    /// Revokes (license, account) at once; its license stays known.
-    pub fn revoke(&mut self, key: &EntitlementKey) -> Result<Entitlement, AdminError> {
-        let now = self.clock.now();
-        let entitlement = self
-            .entitlements
-            .get_mut(&(key.license_arn.clone(), key.customer_aws_account_id.clone()))
-            .ok_or_else(|| {
-                AdminError::NotFound(format!(
-                    "no entitlement for license {} and account {}",
-                    key.license_arn, key.customer_aws_account_id
-                ))
-            })?;
-        entitlement.state = EntitlementState::Revoked { at: now };
-        entitlement.updated_at = now;
-        info!(license = %key.license_arn, account = %key.customer_aws_account_id, "revoked");
-        Ok(entitlement.clone())
-    }
-
-    /// Every entitlement, ordered by (license, account).
-    pub fn entitlements(&self) -> Vec<Entitlement> {
-        self.entitlements.values().cloned().collect()
-    }
-
-    /// Issues a registration token (issued now when `issued_at` is absent).
-    pub fn seed_token(&mut self, seed: TokenSeed) -> Result<(), AdminError> {
-        non_empty(&seed.token, "token")?;
-        non_empty(&seed.license_arn, "license_arn")?;
-        non_empty(&seed.customer_aws_account_id, "customer_aws_account_id")?;
-        non_empty(&seed.product_code, "product_code")?;
-        self.register_license(&seed.license_arn, &seed.product_code)?;
-        let issued_at = seed.issued_at.unwrap_or_else(|| self.clock.now());
-        // Never log the token itself: it identifies a buyer's registration.
-        info!(license = %seed.license_arn, %issued_at, "registration token seeded");
-        self.tokens.insert(
-            seed.token,
-            IssuedToken {
-                license_arn: seed.license_arn,
-                customer_aws_account_id: seed.customer_aws_account_id,
-                product_code: seed.product_code,
-                issued_at,
-            },
-        );
-        Ok(())
-    }
-
-    /// Applies an EventBridge lifecycle event (the JSON the events stack consumes).
-    pub fn apply_lifecycle_event(
-        &mut self,
-        event: &serde_json::Value,
-    ) -> Result<LifecycleOutcome, AdminError> {
-        match parse_event(event)? {
-            LifecycleChange::LicenseUpdated {
-                license_arn,
-                customer_aws_account_id,
-                product_code,
-            } => Ok(LifecycleOutcome::Entitled {
-                entitlement: self.entitle(EntitlementSeed {
-                    license_arn,
-                    customer_aws_account_id,
-                    product_code,
-                })?,
-            }),
-            LifecycleChange::LicenseDeprovisioned {
-                license_arn,
-                customer_aws_account_id,
-                product_code,
-            } => self
-                .deprovision(license_arn, customer_aws_account_id, product_code)
-                .map(|entitlement| LifecycleOutcome::Deprovisioning { entitlement }),
-            LifecycleChange::Ignored { detail_type } => {
-                info!(%detail_type, "lifecycle event changes no entitlement");
-                Ok(LifecycleOutcome::Ignored { detail_type })
-            }
-        }
-    }
-
-    fn deprovision(
-        &mut self,
-        license_arn: String,
-        account: String,
-        product_code: Option<String>,
-    ) -> Result<Entitlement, AdminError> {
-        let now = self.clock.now();
-        let ends_at = now + DEPROVISIONING_WINDOW;
-        let key = (license_arn.clone(), account.clone());
-        if let Some(entitlement) = self.entitlements.get_mut(&key) {
-            // A repeated event never extends the final hour, and a revoked
-            // entitlement stays revoked.
-            if entitlement.state == EntitlementState::Active {
-                entitlement.state = EntitlementState::Deprovisioning { ends_at };
-                entitlement.updated_at = now;
-            }
-            info!(license = %license_arn, account = %account, state = ?entitlement.state, "deprovisioned");
-            return Ok(entitlement.clone());
-        }
-        let product_code = product_code.ok_or_else(|| {
-            AdminError::NotFound(format!(
-                "no entitlement for license {license_arn} and account {account}, and the event names no product"
-            ))
-        })?;
-        self.register_license(&license_arn, &product_code)?;
-        let entitlement = Entitlement {
-            license_arn,
-            customer_aws_account_id: account,
-            product_code,
-            state: EntitlementState::Deprovisioning { ends_at },
-            updated_at: now,
-        };
-        self.entitlements.insert(key, entitlement.clone());
-        Ok(entitlement)
-    }
-
-    // ---- admin: faults, clock, quota, latency --------------------------------
-
-    /// Queues a fault for the next `count` calls of its operation.
-    pub fn inject_fault(&mut self, spec: FaultSpec) -> Result<(), AdminError> {
-        spec.validate()?;
-        info!(?spec, "fault injected");
-        self.faults.push_back(PendingFault {
-            kind: spec.kind,
-            remaining: spec.count,
-            operation: spec.operation,
-        });
-        Ok(())
-    }
-
-    /// The faults still pending, in the order they will fire.
-    pub fn pending_faults(&self) -> Vec<FaultSpec> {
-        self.faults
-            .iter()
-            .map(|f| FaultSpec {
-                kind: f.kind,
-                count: f.remaining,
-                operation: f.operation,
-            })
-            .collect()
-    }
-
-    /// Issues `MeteringRecordId`s and CloudTrail ids from `seed` from now on, so that a
-    /// caller replaying a run (a deterministic simulation) gets the same ids again.
-    pub fn seed_record_ids(&mut self, seed: u64) {
-        self.ids = RecordIdGenerator::seeded(seed);
-        self.trail_ids = RecordIdGenerator::seeded(RecordIdGenerator::mix(seed));
-    }
-
-    /// Drops every pending fault.
-    pub fn clear_faults(&mut self) {
-        self.faults.clear();
-    }
-
-    /// The simulator's current time.
-    pub fn now(&self) -> DateTime<Utc> {
-        self.clock.now()
-    }
-
-    /// The clock setting in force.
-    pub fn clock_setting(&self) -> ClockSetting {
-        self.clock.setting()
-    }
-
-    /// Replaces the clock setting.
-    pub fn set_clock(&mut self, setting: ClockSetting) {
-        info!(?setting, "clock set");
-        self.clock.set(setting);
-    }
-
-    /// Moves the clock by `seconds`.
-    pub fn advance_clock(&mut self, seconds: i64) {
-        self.clock.advance(seconds);
-        info!(seconds, now = %self.clock.now(), "clock advanced");
-    }
-
-    /// Replaces the quota (the bucket starts full).
-    pub fn set_throttle(&mut self, config: ThrottleConfig, now: Instant) -> Result<(), AdminError> {
-        config.validate()?;
-        self.bucket = TokenBucket::new(config, now);
-        Ok(())
-    }
-
-    /// The quota in force.
-    pub fn throttle(&self) -> ThrottleConfig {
-        self.bucket.config()
-    }
-
-    /// Sets the real-time delay added to every wire answer.
-    pub fn set_latency(&mut self, latency: Duration) {
-        self.latency = latency;
-    }
-
-    /// The delay in force.
-    pub fn latency(&self) -> Duration {
-        self.latency
-    }
-
-    // ---- reports --------------------------------------------------------------
-
-    /// The billed records, conflicts and rejected requests.
-    pub fn ledger(&self) -> LedgerSnapshot {
-        LedgerSnapshot {
-            records: self.billed.clone(),
-            conflicts: self.conflicts.clone(),
-            rejected_requests: self.rejected.iter().cloned().collect(),
-        }
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> Stats {
-        self.stats.clone()
-    }
-
-    /// Sets how long after a call its CloudTrail event becomes visible to
-    /// `LookupEvents` (sim time; real Event History: about 15 minutes).
-    pub fn set_cloudtrail_lag(&mut self, lag: TimeDelta) {
-        self.trail.set_lag(lag);
-    }
-
-    /// CloudTrail events recorded so far (visible or not).
-    pub fn cloudtrail_event_count(&self) -> usize {
-        self.trail.len()
     }
 
     // ---- the wire ------------------------------------------------------------
@@ -694,249 +366,6 @@ impl Engine {
         }
     }
 
-    fn parse<T: serde::de::DeserializeOwned>(
-        &mut self,
-        operation: Operation,
-        bytes: &[u8],
-    ) -> Result<T, ApiError> {
-        serde_json::from_slice(bytes).map_err(|e| {
-            let err = ApiError::new(
-                ApiErrorKind::Serialization,
-                format!(
-                    "request body is not a valid {} request: {e}",
-                    operation.name()
-                ),
-            );
-            self.reject(operation.name(), err, 0)
-        })
-    }
-
-    fn batch_meter_usage(&mut self, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-        let operation = Operation::BatchMeterUsage;
-        let request: BatchMeterUsageRequest = self.parse(operation, bytes)?;
-        let record_count = request.usage_records.as_ref().map_or(0, Vec::len);
-        let sends_product_code = request
-            .product_code
-            .as_deref()
-            .is_some_and(|p| !p.is_empty());
-        let sends_license = request
-            .usage_records
-            .iter()
-            .flatten()
-            .any(|r| r.license_arn.as_deref().is_some_and(|l| !l.is_empty()));
-        if sends_product_code && sends_license {
-            self.stats.product_code_with_license_arn += 1;
-            warn!(
-                "BatchMeterUsage request sends ProductCode with LicenseArn records: AWS would double-bill"
-            );
-        }
-        let now = self.clock.now();
-        let catalog = Catalog {
-            license_products: &self.license_products,
-            product_dimensions: &self.product_dimensions,
-        };
-        let records = match validate_batch(&request, now, &self.patterns, catalog) {
-            Ok(records) => records,
-            Err(err) => return Err(self.reject(operation.name(), err, record_count)),
-        };
-
-        let unprocessed_count = match self.take_fault(operation, FaultPhase::Unprocess) {
-            Some(FaultKind::Unprocessed { records: k }) => k.min(records.len()),
-            _ => 0,
-        };
-        let processed_count = records.len() - unprocessed_count;
-        let mut response = BatchMeterUsageResponse::default();
-        for (i, record) in records.into_iter().enumerate() {
-            if i >= processed_count {
-                *self
-                    .stats
-                    .records_by_status
-                    .entry(UNPROCESSED_STATUS.to_owned())
-                    .or_default() += 1;
-                response.unprocessed_records.push(record.echo);
-                continue;
-            }
-            let result = self.meter_record(record, now);
-            *self
-                .stats
-                .records_by_status
-                .entry(result.status.as_str().to_owned())
-                .or_default() += 1;
-            response.results.push(result);
-        }
-        if let Some(kind) = self.take_fault(operation, FaultPhase::Garble) {
-            self.garble(&mut response, kind);
-        }
-        info!(
-            records = record_count,
-            unprocessed = unprocessed_count,
-            "BatchMeterUsage served"
-        );
-        serde_json::to_value(response).map_err(|e| {
-            ApiError::new(
-                ApiErrorKind::InternalServiceError,
-                format!("response could not be encoded: {e}"),
-            )
-        })
-    }
-
-    /// Applies an injected `omit_results`, `unknown_status` or `wrong_echo` fault to the
-    /// last results of a processed call (whatever they billed stays billed).
-    fn garble(&mut self, response: &mut BatchMeterUsageResponse, kind: FaultKind) {
-        let Some((name, records)) = kind.per_record() else {
-            return;
-        };
-        let from = response.results.len().saturating_sub(records);
-        let affected = response.results.len() - from;
-        match kind {
-            FaultKind::OmitResults { .. } => response.results.truncate(from),
-            FaultKind::UnknownStatus { .. } => {
-                for result in response.results.iter_mut().skip(from) {
-                    result.status = RecordStatus::Unknown;
-                }
-            }
-            FaultKind::WrongEcho { .. } => {
-                for result in response.results.iter_mut().skip(from) {
-                    let sent = result
-                        .usage_record
-                        .quantity
-                        .as_ref()
-                        .and_then(serde_json::Number::as_u64)
-                        .unwrap_or(0);
-                    result.usage_record.quantity = Some(serde_json::Number::from(sent + 1));
-                }
-            }
-            _ => {}
-        }
-        self.stats.garbled_results += u64::try_from(affected).unwrap_or(u64::MAX);
-        warn!(
-            fault = name,
-            results = affected,
-            "call processed; some of its results are left out or garbled (injected fault)"
-        );
-    }
-
-    /// Bills one validated record, first write wins per (account, license,
-    /// dimension, hour).
-    fn meter_record(&mut self, record: MeteredRecord, now: DateTime<Utc>) -> WireUsageRecordResult {
-        let entitlement = self.entitlements.get(&(
-            record.license_arn.clone(),
-            record.customer_aws_account_id.clone(),
-        ));
-        let Some(entitlement) = entitlement.filter(|e| e.state.is_active(now)) else {
-            return WireUsageRecordResult {
-                usage_record: record.echo,
-                metering_record_id: None,
-                status: RecordStatus::CustomerNotSubscribed,
-            };
-        };
-        let product_code = entitlement.product_code.clone();
-        let key = DedupKey {
-            account: record.customer_aws_account_id.clone(),
-            license: record.license_arn.clone(),
-            dimension: record.dimension.clone(),
-            hour: record.hour,
-        };
-        if let Some(&index) = self.billed_index.get(&key) {
-            let billed = &self.billed[index];
-            let identical =
-                billed.quantity == record.quantity && billed.allocations == record.allocations;
-            let original_id = billed.metering_record_id.clone();
-            let status = if identical {
-                match self.identical_retry_status {
-                    IdenticalRetryStatus::DuplicateRecord => RecordStatus::DuplicateRecord,
-                    IdenticalRetryStatus::Success => RecordStatus::Success,
-                }
-            } else {
-                warn!(
-                    license = %record.license_arn,
-                    dimension = %record.dimension,
-                    hour = %record.hour,
-                    billed = billed.quantity,
-                    attempted = record.quantity,
-                    "conflicting duplicate refused; first write stays billed"
-                );
-                self.conflicts.push(Conflict {
-                    customer_aws_account_id: billed.customer_aws_account_id.clone(),
-                    license_arn: billed.license_arn.clone(),
-                    dimension: billed.dimension.clone(),
-                    hour: billed.hour,
-                    billed_quantity: billed.quantity,
-                    attempted_quantity: record.quantity,
-                    billed_allocations: billed.allocations.clone(),
-                    attempted_allocations: record.allocations.clone(),
-                    original_metering_record_id: original_id.clone(),
-                    attempted_at: now,
-                });
-                self.stats.conflicts += 1;
-                RecordStatus::DuplicateRecord
-            };
-            return WireUsageRecordResult {
-                usage_record: record.echo,
-                metering_record_id: Some(original_id),
-                status,
-            };
-        }
-        let metering_record_id = self.ids.next_id();
-        self.billed_index.insert(key, self.billed.len());
-        self.billed.push(BilledRecord {
-            customer_aws_account_id: record.customer_aws_account_id,
-            license_arn: record.license_arn,
-            product_code,
-            dimension: record.dimension,
-            hour: record.hour,
-            timestamp: record.timestamp,
-            quantity: record.quantity,
-            allocations: record.allocations,
-            metering_record_id: metering_record_id.clone(),
-            billed_at: now,
-        });
-        WireUsageRecordResult {
-            usage_record: record.echo,
-            metering_record_id: Some(metering_record_id),
-            status: RecordStatus::Success,
-        }
-    }
-
-    fn resolve_customer(&mut self, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-        let operation = Operation::ResolveCustomer;
-        let request: ResolveCustomerRequest = self.parse(operation, bytes)?;
-        let Some(token) = request.registration_token.filter(|t| !t.is_empty()) else {
-            let err = ApiError::new(
-                ApiErrorKind::InvalidToken,
-                "RegistrationToken is required and must not be empty",
-            );
-            return Err(self.reject(operation.name(), err, 0));
-        };
-        let now = self.clock.now();
-        let Some(issued) = self.tokens.get(&token).cloned() else {
-            let err = ApiError::new(ApiErrorKind::InvalidToken, "Registration token is invalid.");
-            return Err(self.reject(operation.name(), err, 0));
-        };
-        if now - issued.issued_at >= TOKEN_LIFETIME {
-            let err = ApiError::new(
-                ApiErrorKind::ExpiredToken,
-                format!(
-                    "The submitted registration token has expired (issued {}, valid for 4 hours, service time {now})",
-                    issued.issued_at
-                ),
-            );
-            return Err(self.reject(operation.name(), err, 0));
-        }
-        info!(license = %issued.license_arn, "ResolveCustomer served");
-        serde_json::to_value(ResolveCustomerResponse {
-            customer_aws_account_id: issued.customer_aws_account_id,
-            product_code: issued.product_code,
-            license_arn: issued.license_arn,
-        })
-        .map_err(|e| {
-            ApiError::new(
-                ApiErrorKind::InternalServiceError,
-                format!("response could not be encoded: {e}"),
-            )
-        })
-    }
-
     /// Takes one use of the first pending fault for `operation` that takes effect
     /// in `phase` of the call.
     fn take_fault(&mut self, operation: Operation, phase: FaultPhase) -> Option<FaultKind> {
@@ -980,26 +409,6 @@ impl Engine {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn record_ids_are_unique_and_uuid_shaped() {
-        let mut ids = RecordIdGenerator::new();
-        let all: BTreeSet<String> = (0..10_000).map(|_| ids.next_id()).collect();
-        assert_eq!(all.len(), 10_000);
-        let one = all.iter().next().expect("some id");
-        assert_eq!(one.len(), 36);
-        assert_eq!(&one[14..15], "4");
-    }
-
-    #[test]
-    fn seeded_record_ids_repeat_with_their_seed() {
-        let ids = |seed| {
-            let mut ids = RecordIdGenerator::seeded(seed);
-            (0..3).map(|_| ids.next_id()).collect::<Vec<_>>()
-        };
-        assert_eq!(ids(7), ids(7));
-        assert_ne!(ids(7), ids(8));
-    }
 
     #[test]
     fn targets_map_to_operations() {

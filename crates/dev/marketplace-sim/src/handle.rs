@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use crate::agreement::model::{
+    AdjustmentFailure, Agreement, AgreementEnd, AgreementSeed, BillingAdjustment,
+};
 use crate::clock::ClockSetting;
 use crate::engine::Engine;
 use crate::error::AdminError;
@@ -149,5 +152,43 @@ impl SimHandle {
     /// CloudTrail events recorded so far (visible or not).
     pub fn cloudtrail_event_count(&self) -> usize {
         self.with(|e| e.cloudtrail_event_count())
+    }
+
+    /// Seeds (or amends) an agreement of the Agreement API.
+    pub fn seed_agreement(&self, seed: AgreementSeed) -> Result<Agreement, AdminError> {
+        self.with(|e| e.seed_agreement(seed))
+    }
+
+    /// Ends an agreement with a status other than ACTIVE.
+    pub fn end_agreement(&self, end: &AgreementEnd) -> Result<Agreement, AdminError> {
+        self.with(|e| e.end_agreement(end))
+    }
+
+    /// Every agreement.
+    pub fn agreements(&self) -> Vec<Agreement> {
+        self.with(|e| e.agreements())
+    }
+
+    /// Every billing adjustment request.
+    pub fn billing_adjustments(&self) -> Vec<BillingAdjustment> {
+        self.with(Engine::billing_adjustments)
+    }
+
+    /// Fails a PENDING billing adjustment request.
+    pub fn fail_billing_adjustment(
+        &self,
+        failure: AdjustmentFailure,
+    ) -> Result<BillingAdjustment, AdminError> {
+        self.with(|e| e.fail_billing_adjustment(failure))
+    }
+
+    /// The EventBridge events the Agreement side emitted, oldest first.
+    pub fn agreement_events(&self) -> Vec<serde_json::Value> {
+        self.with(Engine::agreement_events)
+    }
+
+    /// Empties the event outbox.
+    pub fn clear_agreement_events(&self) {
+        self.with(Engine::clear_agreement_events);
     }
 }

@@ -3,9 +3,11 @@
 //! semantics (first-write-wins dedup, entitlements, request-level exceptions, the
 //! timestamp window, the 10/s quota), fault injection, a drivable clock, and a
 //! read-only ledger of what was billed, and CloudTrail `LookupEvents` for the calls
-//! it received. Start it embedded with
+//! it received, and the Marketplace Agreement API ([`agreement`]) on RPC v2 CBOR and
+//! awsJson 1.0. Start it embedded with
 //! [`Simulator::start`] or as the `awsmp-marketplace-sim` binary.
 
+pub mod agreement;
 pub mod cli;
 pub mod clock;
 pub mod cloudtrail;
@@ -13,6 +15,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod handle;
+mod ids;
 pub mod lifecycle;
 pub mod model;
 pub mod server;
@@ -21,6 +24,10 @@ pub mod throttle;
 pub mod validate;
 pub mod wire;
 
+pub use agreement::model::{
+    AdjustmentFailure, AdjustmentStatus, Agreement, AgreementEnd, AgreementSeed, AgreementStatus,
+    BillingAdjustment, FixedUpfrontSeed, FreeTrialSeed, GrantSeed, RateSeed,
+};
 pub use clock::ClockSetting;
 pub use cloudtrail::Caller;
 pub use config::{IdenticalRetryStatus, SimConfig};

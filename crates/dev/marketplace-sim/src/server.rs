@@ -1,6 +1,8 @@
 //! HTTP: `POST /` speaks the Marketplace Metering JSON 1.1 protocol (and CloudTrail's
-//! `LookupEvents`, told apart by `X-Amz-Target`); `/admin/...`
-//! is the simulator's JSON admin API. SigV4 signatures are not verified.
+//! `LookupEvents` and the Agreement API's awsJson 1.0, told apart by `X-Amz-Target`);
+//! `POST /service/AWSMPCommerceService_v20200301/operation/{op}` is the Agreement
+//! API's RPC v2 CBOR; `/admin/...` is the simulator's JSON admin API. SigV4
+//! signatures are not verified.
 
 use std::time::{Duration, Instant};
 
@@ -8,13 +10,17 @@ use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::agreement::model::{
+    AdjustmentFailure, Agreement, AgreementEnd, AgreementSeed, BillingAdjustment,
+};
+use crate::agreement::{self as agreement_api, AgreementReply, Protocol};
 use crate::clock::ClockSetting;
 use crate::cloudtrail::Caller;
 use crate::engine::{READ_CAP_BYTES, RequestBody};
@@ -28,6 +34,24 @@ use crate::wire::{CONTENT_TYPE, WireError};
 pub fn router(handle: SimHandle) -> Router {
     Router::new()
         .route("/", post(wire))
+        .route(
+            "/service/AWSMPCommerceService_v20200301/operation/{operation}",
+            post(agreement_cbor),
+        )
+        .route(
+            "/admin/agreements",
+            post(seed_agreement).get(list_agreements),
+        )
+        .route("/admin/agreements/end", post(end_agreement))
+        .route("/admin/billing-adjustments", get(billing_adjustments))
+        .route(
+            "/admin/billing-adjustments/fail",
+            post(fail_billing_adjustment),
+        )
+        .route(
+            "/admin/agreement-events",
+            get(agreement_events).delete(clear_agreement_events),
+        )
         .route("/admin/health", get(health))
         .route("/admin/products", post(seed_product))
         .route("/admin/entitlements", post(entitle).get(list_entitlements))
@@ -84,6 +108,12 @@ async fn wire(
         .get("x-amz-target")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    if let Some(operation) = target
+        .as_deref()
+        .and_then(|t| t.strip_prefix(agreement_api::TARGET_PREFIX))
+    {
+        return agreement(&handle, Protocol::AwsJson10, operation, body, real_now).await;
+    }
     let caller = Caller::from_authorization(
         headers
             .get(header::AUTHORIZATION)
@@ -116,6 +146,56 @@ async fn wire(
         ),
         Err(err) => error_response(&err),
     }
+}
+
+/// The Agreement API's RPC v2 CBOR: the operation is the path's last segment.
+async fn agreement_cbor(
+    State(handle): State<SimHandle>,
+    Path(operation): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    agreement(
+        &handle,
+        Protocol::RpcV2Cbor,
+        &operation,
+        body,
+        Instant::now(),
+    )
+    .await
+}
+
+async fn agreement(
+    handle: &SimHandle,
+    protocol: Protocol,
+    operation: &str,
+    body: Result<Bytes, BytesRejection>,
+    real_now: Instant,
+) -> Response {
+    let reply: AgreementReply = match &body {
+        Ok(bytes) => handle.with(|e| {
+            e.agreement_call(protocol, operation, RequestBody::Complete(bytes), real_now)
+        }),
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            handle.with(|e| e.agreement_call(protocol, operation, RequestBody::TooLarge, real_now))
+        }
+        Err(rejection) => return (rejection.status(), rejection.body_text()).into_response(),
+    };
+    if !reply.latency.is_zero() {
+        tokio::time::sleep(reply.latency).await;
+    }
+    let mut response = (reply.status, reply.body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    if protocol == Protocol::RpcV2Cbor {
+        headers.insert("smithy-protocol", HeaderValue::from_static("rpc-v2-cbor"));
+    }
+    if let Some(error_type) = reply.error_type {
+        headers.insert("x-amzn-errortype", HeaderValue::from_static(error_type));
+    }
+    response
 }
 
 /// A response whose body fails before its first byte: hyper then closes the
@@ -312,4 +392,42 @@ async fn ledger(State(h): State<SimHandle>) -> Json<crate::model::LedgerSnapshot
 
 async fn stats(State(h): State<SimHandle>) -> Json<crate::model::Stats> {
     Json(h.stats())
+}
+
+async fn seed_agreement(
+    State(h): State<SimHandle>,
+    json: Result<Json<AgreementSeed>, JsonRejection>,
+) -> AdminResult<Agreement> {
+    Ok(Json(h.seed_agreement(body(json)?)?))
+}
+
+async fn list_agreements(State(h): State<SimHandle>) -> Json<Vec<Agreement>> {
+    Json(h.agreements())
+}
+
+async fn end_agreement(
+    State(h): State<SimHandle>,
+    json: Result<Json<AgreementEnd>, JsonRejection>,
+) -> AdminResult<Agreement> {
+    Ok(Json(h.end_agreement(&body(json)?)?))
+}
+
+async fn billing_adjustments(State(h): State<SimHandle>) -> Json<Vec<BillingAdjustment>> {
+    Json(h.billing_adjustments())
+}
+
+async fn fail_billing_adjustment(
+    State(h): State<SimHandle>,
+    json: Result<Json<AdjustmentFailure>, JsonRejection>,
+) -> AdminResult<BillingAdjustment> {
+    Ok(Json(h.fail_billing_adjustment(body(json)?)?))
+}
+
+async fn agreement_events(State(h): State<SimHandle>) -> Json<Vec<serde_json::Value>> {
+    Json(h.agreement_events())
+}
+
+async fn clear_agreement_events(State(h): State<SimHandle>) -> Json<Done> {
+    h.clear_agreement_events();
+    Json(DONE)
 }

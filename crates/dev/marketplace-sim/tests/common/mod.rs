@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod agreement;
+
 use aws_sdk_marketplacemetering as mm;
 use awsmp_marketplace_sim::{
     ClockSetting, EntitlementSeed, FaultKind, FaultSpec, FaultTarget, ProductSeed, RunningSim,
