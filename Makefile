@@ -31,10 +31,10 @@ export AWSMP_VENV := $(VENV)
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
 .PHONY: test prereqs unused-deps deny audit venv requirements-lock sam-venv chromium unit-and-integration simulation lint-templates deploy-tests \
-        browser-test report-test local-demo usage-api-test fuzz fuzz-cmin bench
+        browser-test report-test local-demo usage-api-test sim-boto3-test fuzz fuzz-cmin bench
 
 test: prereqs unused-deps deny venv unit-and-integration simulation lint-templates deploy-tests browser-test report-test local-demo \
-      usage-api-test
+      usage-api-test sim-boto3-test
 	@echo "make test: all stages finished"
 
 # Installs what is missing when it can (apt-get as root or with sudo, rustup and the
@@ -240,6 +240,12 @@ local-demo: venv
 # the contract says, no usage-table item for an event answered `rejected`. About a minute.
 usage-api-test: venv
 	@bash tests/usage-api/run.sh
+
+# boto3's marketplace-agreement client (RPC v2 CBOR, then awsJson 1.0, as the AWS CLI
+# and older botocore speak it) against the simulator's Agreement API.
+sim-boto3-test: venv
+	cargo build -p awsmp-marketplace-sim --quiet
+	$(VENV)/bin/python -m pytest tests/marketplace-sim -q -p no:cacheprovider
 
 # Performance figures (prints numbers, asserts nothing; goals and limits beside each).
 # The pipeline's figures, then each Lambda artifact's size and init time, for this
