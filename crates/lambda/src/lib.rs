@@ -8,7 +8,9 @@
 //! [`invocation_budget`]), the scheduled runs' outcome ([`finish_run`], [`RunError`]),
 //! the config and state of the subscribers-table functions ([`SubscribersTableConfig`],
 //! [`SubscribersTableState`]) and one mapping of a handler's error to the runtime's
-//! [`Diagnostic`] ([`FunctionError`], [`diagnostic`]).
+//! [`Diagnostic`] ([`FunctionError`], [`diagnostic`]); and for the functions behind API
+//! Gateway, the one HTTP skeleton ([`http`]: routes, headers, bodies, answers and their
+//! security headers).
 //!
 //! Each crate has the same shape: `Config::from_lookup(lookup)` (through
 //! [`EnvReader`]), a `State` built once by `State::connect(&SdkConfig, &Config)`, and
@@ -18,6 +20,7 @@
 
 mod batch;
 mod env;
+pub mod http;
 mod init;
 pub mod logging;
 mod scheduled;

@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use awsmp_lambda::http::{BodyError, decode_body, decode_form_component};
 use futures_util::stream;
 use multer::bytes::Bytes;
 
@@ -104,22 +103,10 @@ pub async fn parse_form(
     is_base64: bool,
     allowed: &[String],
 ) -> Result<RegistrationForm, FormError> {
-    let raw: Vec<u8> = match body {
-        None => Vec::new(),
-        Some(text) if is_base64 => {
-            // base64 is 4/3 of the bytes: refuse before decoding anything huge.
-            if text.len() > MAX_BODY_BYTES.div_ceil(3) * 4 + 4 {
-                return Err(FormError::BodyTooLarge);
-            }
-            BASE64
-                .decode(text.trim().as_bytes())
-                .map_err(|_| FormError::BadBase64)?
-        }
-        Some(text) => text.as_bytes().to_vec(),
-    };
-    if raw.len() > MAX_BODY_BYTES {
-        return Err(FormError::BodyTooLarge);
-    }
+    let raw = decode_body(body, is_base64, Some(MAX_BODY_BYTES)).map_err(|e| match e {
+        BodyError::TooLarge { .. } => FormError::BodyTooLarge,
+        BodyError::NotBase64(_) => FormError::BadBase64,
+    })?;
     let content_type = content_type.unwrap_or("").trim();
     let essence = content_type
         .split(';')
@@ -144,10 +131,11 @@ pub async fn parse_form(
     Ok(collector.finish())
 }
 
-/// Splits an urlencoded body into decoded (name, value) byte pairs. Unlike
-/// `form_urlencoded::parse` it keeps the bytes as sent, so a value that is not UTF-8 is
-/// refused instead of silently turned into U+FFFD. A `%` not followed by two hex digits
-/// stays literal, as browsers and `form_urlencoded` treat it.
+/// Splits an urlencoded body into decoded (name, value) byte pairs
+/// ([`decode_form_component`]). Unlike `form_urlencoded::parse` it keeps the bytes as
+/// sent, so a value that is not UTF-8 is refused instead of silently turned into U+FFFD.
+/// A `%` not followed by two hex digits stays literal, as browsers and
+/// `form_urlencoded` treat it.
 fn urlencoded_pairs(raw: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     raw.split(|b| *b == b'&')
         .filter(|pair| !pair.is_empty())
@@ -156,42 +144,9 @@ fn urlencoded_pairs(raw: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
                 Some(i) => (&pair[..i], &pair[i + 1..]),
                 None => (pair, &[][..]),
             };
-            (percent_decode(name), percent_decode(value))
+            (decode_form_component(name), decode_form_component(value))
         })
         .collect()
-}
-
-fn percent_decode(input: &[u8]) -> Vec<u8> {
-    fn hex(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            b'A'..=b'F' => Some(b - b'A' + 10),
-            _ => None,
-        }
-    }
-    let mut out = Vec::with_capacity(input.len());
-    let mut i = 0;
-    while i < input.len() {
-        match input[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let decoded = input
-                    .get(i + 1)
-                    .and_then(|h| hex(*h))
-                    .zip(input.get(i + 2).and_then(|l| hex(*l)));
-                if let Some((high, low)) = decoded {
-                    out.push(high * 16 + low);
-                    i += 3;
-                    continue;
-                }
-                out.push(b'%');
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
 }
 
 async fn parse_multipart(
@@ -312,6 +267,9 @@ impl<'a> Collector<'a> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as BASE64;
+
     use super::*;
 
     const URLENCODED: &str = "application/x-www-form-urlencoded";

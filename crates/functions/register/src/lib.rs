@@ -9,21 +9,24 @@
 //!
 //! Every answer is JSON with a `code` and a buyer-actionable `message` (see
 //! [`RegisterError`]). The token is never stored or logged; form values are never
-//! logged. Registration never gates metering: it writes no lifecycle field.
+//! logged. Registration never gates metering: it writes no lifecycle field. Routes,
+//! headers, bodies and answers (with their security headers) are the shared skeleton's,
+//! [`awsmp_lambda::http`]; CORS for the page's origin is [`cors`]'s.
 
 pub mod config;
+pub mod cors;
 pub mod error;
 pub mod form;
-pub mod response;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
-use aws_lambda_events::http::{HeaderValue, Method};
+use aws_lambda_events::http::Method;
 use awsmp_core::ports::{Clock, CustomerResolver, MetricsSink, ProfileStore, SubscriberStore};
 use awsmp_core::register::{RegisterPorts, Registration};
+use awsmp_lambda::http::{self, Routed, header};
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
 
@@ -78,28 +81,43 @@ impl State {
     }
 }
 
-/// Which of the function's routes a request is for.
+/// What a request asks of the function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    Register,
+    /// Marketplace's form post.
     Fulfillment,
+    /// A reload or bookmark of the fulfillment URL.
+    FulfillmentReload,
+    /// The page's post.
+    Register,
+    /// The CORS preflight of the page's post.
+    Preflight,
 }
 
-/// Finds the route from the API Gateway resource (or the path), by its last segment, so
-/// a custom domain's base path in front of it does not matter.
-fn route_of(request: &ApiGatewayProxyRequest) -> Result<Route, RegisterError> {
-    let path = request
-        .resource
-        .as_deref()
-        .filter(|r| !r.contains('{'))
-        .or(request.path.as_deref())
-        .unwrap_or("/");
-    match path.trim_end_matches('/').rsplit('/').next() {
-        Some("register") => Ok(Route::Register),
-        Some("fulfillment") => Ok(Route::Fulfillment),
-        _ => Err(RegisterError::NotFound(path.to_string())),
-    }
-}
+/// The routes, matched on the path's last segment (the API Gateway resource, or the
+/// path), so a custom domain's base path in front does not matter.
+const ROUTES: &[http::Route<Route>] = &[
+    http::Route {
+        key: Route::Register,
+        pattern: "/register",
+        methods: &[Method::POST],
+    },
+    http::Route {
+        key: Route::Preflight,
+        pattern: "/register",
+        methods: &[Method::OPTIONS],
+    },
+    http::Route {
+        key: Route::Fulfillment,
+        pattern: "/fulfillment",
+        methods: &[Method::POST],
+    },
+    http::Route {
+        key: Route::FulfillmentReload,
+        pattern: "/fulfillment",
+        methods: &[Method::GET],
+    },
+];
 
 /// The Lambda entry point: every outcome is an HTTP answer, so it never fails.
 pub async fn handler(
@@ -112,41 +130,36 @@ pub async fn handler(
 /// Answers one proxy request.
 pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
     let origin = &state.config.allowed_origin;
-    let route = match route_of(&request) {
-        Ok(route) => route,
-        Err(e) => return error_response(&e, origin),
-    };
-    let method = request.http_method.clone();
-    match (route, method) {
-        (Route::Fulfillment, Method::POST) => fulfillment(state, &request).await,
-        // A reload or bookmark of the fulfillment URL: send the buyer to the page, which
-        // explains how to get a fresh link.
-        (Route::Fulfillment, Method::GET) => {
-            response::see_other(&page_location(&state.config, "error=missing-token"))
+    let route = match http::route(ROUTES, &request) {
+        Routed::Found { key, .. } => key,
+        Routed::NotFound { path } => {
+            return error_response(&RegisterError::NotFound(path), origin);
         }
-        (Route::Register, Method::POST) => match register(state, &request).await {
-            Ok(response) => response,
-            Err(e) => error_response(&e, origin),
-        },
-        (Route::Register, Method::OPTIONS) => match check_origin(&state.config, &request) {
-            Ok(()) => response::preflight(origin),
-            Err(e) => error_response(&e, origin),
-        },
-        (route, method) => {
+        Routed::MethodNotAllowed { allow } => {
             let error = RegisterError::MethodNotAllowed {
-                method: method.to_string(),
+                method: request.http_method.to_string(),
                 path: request.path.clone().unwrap_or_default(),
             };
             let mut response = error_response(&error, origin);
-            let allow = match route {
-                Route::Register => "POST, OPTIONS",
-                Route::Fulfillment => "POST, GET",
-            };
-            response
-                .headers
-                .insert("allow", HeaderValue::from_static(allow));
-            response
+            http::set_allow(&mut response, &allow);
+            return response;
         }
+    };
+    match route {
+        Route::Fulfillment => fulfillment(state, &request).await,
+        // A reload or bookmark of the fulfillment URL: send the buyer to the page, which
+        // explains how to get a fresh link.
+        Route::FulfillmentReload => {
+            http::see_other(&page_location(&state.config, "error=missing-token"))
+        }
+        Route::Register => match register(state, &request).await {
+            Ok(response) => response,
+            Err(e) => error_response(&e, origin),
+        },
+        Route::Preflight => match check_origin(&state.config, &request) {
+            Ok(()) => cors::preflight(origin),
+            Err(e) => error_response(&e, origin),
+        },
     }
 }
 
@@ -155,10 +168,6 @@ fn page_location(config: &Config, fragment: &str) -> String {
     let mut url = config.registration_page_url.clone();
     url.set_fragment(Some(fragment));
     url.to_string()
-}
-
-fn header<'a>(request: &'a ApiGatewayProxyRequest, name: &str) -> Option<&'a str> {
-    request.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 async fn read_form(
@@ -199,7 +208,7 @@ async fn fulfillment(state: &State, request: &ApiGatewayProxyRequest) -> ApiGate
             format!("error={code}")
         }
     };
-    response::see_other(&page_location(&state.config, &fragment))
+    http::see_other(&page_location(&state.config, &fragment))
 }
 
 /// A browser request from another origin than the page is refused; requests without an
@@ -239,12 +248,14 @@ async fn register(
     };
     awsmp_core::register::register(&ports, &config.product_code, &config.region, registration)
         .await?;
-    Ok(response::json(
-        200,
-        &json!({
-            "code": "registered",
-            "message": "Your account is set up. You can close this page.",
-        }),
+    Ok(cors::allow_origin(
+        http::json(
+            200,
+            &json!({
+                "code": "registered",
+                "message": "Your account is set up. You can close this page.",
+            }),
+        ),
         &config.allowed_origin,
     ))
 }
@@ -259,17 +270,17 @@ fn error_response(error: &RegisterError, allowed_origin: &str) -> ApiGatewayProx
     } else {
         tracing::warn!(status, code = error.code(), "{error}");
     }
-    let mut body = json!({
-        "code": error.code(),
-        "message": error.buyer_message(),
-    });
+    let mut details = Vec::new();
     if let Some(field) = error.field() {
-        body["field"] = json!(field);
+        details.push(("field", json!(field)));
     }
     if error.needs_new_token() {
-        body["marketplaceUrl"] = json!(MARKETPLACE_LIBRARY_URL);
+        details.push(("marketplaceUrl", json!(MARKETPLACE_LIBRARY_URL)));
     }
-    response::json(status, &body, allowed_origin)
+    cors::allow_origin(
+        http::error_with(status, error.code(), &error.buyer_message(), &details),
+        allowed_origin,
+    )
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 //! what was written answers `duplicate`); `429` comes from the API's own throttling.
 //! Every error is JSON `{"code", "message"}`; a `500` or `503` says only what to do and
 //! the request id, the store's own message (table, key and role names) goes to the log.
+//! Routes, headers, bodies and answers (with their security headers) are the shared
+//! skeleton's, [`awsmp_lambda::http`].
 //!
 //! With JWT authorization (`USAGE_API_READ_SCOPE` set), a verdict's `recorded` (what an
 //! id's first write recorded) goes only to a token with the read scope (`null` to any
@@ -24,17 +26,15 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
-use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::Method;
-use aws_lambda_events::http::header::{HeaderName, HeaderValue};
+use aws_lambda_events::http::header::HeaderValue;
 use awsmp_core::ports::{AggregatedStore, Clock, PortError, UsageStore};
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::usage_api::{
     BatchError, EnvelopeError, MediaType, Target, Verdict, event_fate, event_key, parse_batch,
     record_batch,
 };
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use awsmp_lambda::http::{self, Routed, error, header};
 use lambda_runtime::LambdaEvent;
 use serde_json::{Value, json};
 
@@ -76,56 +76,27 @@ impl State {
 }
 
 /// Which route a request is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Events,
-    Event(String),
+    Event,
 }
 
-/// The route, from the path's last segments (so a custom domain's base path in front
-/// of it does not matter); the event id from the path parameter API Gateway decoded,
-/// else from the path itself.
-fn route_of(request: &ApiGatewayProxyRequest) -> Option<Route> {
-    let path = request.path.as_deref().unwrap_or("/");
-    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    match segments.as_slice() {
-        [.., "usage", "events"] => Some(Route::Events),
-        [.., "usage", "events", id] => {
-            let id = request
-                .path_parameters
-                .get("id")
-                .cloned()
-                .unwrap_or_else(|| percent_decoded(id));
-            Some(Route::Event(id))
-        }
-        _ => None,
-    }
-}
-
-/// A path segment with its `%XX` escapes decoded (`+` stays `+`: this is a path, not
-/// a form); an escape that is not valid UTF-8 is kept as written.
-fn percent_decoded(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
-}
+/// The routes, matched on the path's last segments (so a custom domain's base path in
+/// front of them does not matter); the event id is the path parameter API Gateway
+/// decoded, else the path segment percent-decoded.
+const ROUTES: &[http::Route<Route>] = &[
+    http::Route {
+        key: Route::Events,
+        pattern: "/usage/events",
+        methods: &[Method::POST],
+    },
+    http::Route {
+        key: Route::Event,
+        pattern: "/usage/events/{id}",
+        methods: &[Method::GET],
+    },
+];
 
 /// The Lambda entry point: every outcome is an HTTP answer, so it never fails.
 pub async fn handler(
@@ -137,26 +108,24 @@ pub async fn handler(
 
 /// Answers one proxy request.
 pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
-    let method = request.http_method.clone();
-    match (route_of(&request), method) {
-        (Some(Route::Events), Method::POST) => post_events(state, &request).await,
-        (Some(Route::Event(id)), Method::GET) => get_event(state, &request, &id).await,
-        (Some(route), method) => {
+    match http::route(ROUTES, &request) {
+        Routed::Found {
+            key: Route::Events, ..
+        } => post_events(state, &request).await,
+        Routed::Found {
+            key: Route::Event,
+            params,
+        } => get_event(state, &request, params.get("id").unwrap_or_default()).await,
+        Routed::MethodNotAllowed { allow } => {
             let mut response = error(
                 405,
                 "MethodNotAllowed",
-                &format!("{method} is not answered here"),
+                &format!("{} is not answered here", request.http_method),
             );
-            let allow = match route {
-                Route::Events => "POST",
-                Route::Event(_) => "GET",
-            };
-            response
-                .headers
-                .insert("allow", HeaderValue::from_static(allow));
+            http::set_allow(&mut response, &allow);
             response
         }
-        (None, _) => error(
+        Routed::NotFound { .. } => error(
             404,
             "NotFound",
             "the usage API answers POST /usage/events and GET /usage/events/{id}?licenseArn=...",
@@ -164,20 +133,10 @@ pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewa
     }
 }
 
-fn header<'a>(request: &'a ApiGatewayProxyRequest, name: &str) -> Option<&'a str> {
-    request.headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// The body's bytes (API Gateway delivers some media types base64-encoded).
+/// The body's bytes (API Gateway delivers some media types base64-encoded); its size is
+/// checked with the batch's.
 fn body_of(request: &ApiGatewayProxyRequest) -> Result<Vec<u8>, EnvelopeError> {
-    let text = request.body.as_deref().unwrap_or("");
-    if request.is_base64_encoded {
-        BASE64
-            .decode(text)
-            .map_err(|e| EnvelopeError::Malformed(format!("the body is not valid base64: {e}")))
-    } else {
-        Ok(text.as_bytes().to_vec())
-    }
+    http::body(request, None).map_err(|e| EnvelopeError::Malformed(e.to_string()))
 }
 
 async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
@@ -209,7 +168,7 @@ async fn post_events(state: &State, request: &ApiGatewayProxyRequest) -> ApiGate
             });
             tracing::info!(%summary, caller = caller(request), "batch recorded");
             let results: Vec<Value> = verdicts.iter().map(|v| verdict_json(v, may_read)).collect();
-            json_response(200, &json!({ "results": results, "summary": summary }))
+            http::json(200, &json!({ "results": results, "summary": summary }))
         }
         Err(e) => batch_error(&e, request),
     }
@@ -342,7 +301,7 @@ async fn get_event(
         Ok(Some(mut fate)) => {
             // Told by the id it was posted with, not the key it is stored under.
             fate.id = id.to_string();
-            json_response(
+            http::json(
                 200,
                 &serde_json::to_value(&fate)
                     .unwrap_or_else(|e| json!({"id": id, "error": e.to_string()})),
@@ -379,30 +338,6 @@ fn caller(request: &ApiGatewayProxyRequest) -> String {
                 .map(str::to_string)
         })
         .unwrap_or_default()
-}
-
-/// The headers every answer carries.
-const HEADERS: &[(&str, &str)] = &[
-    ("cache-control", "no-store"),
-    ("x-content-type-options", "nosniff"),
-    ("content-type", "application/json; charset=utf-8"),
-];
-
-fn json_response(status: u16, body: &Value) -> ApiGatewayProxyResponse {
-    let mut response = ApiGatewayProxyResponse::default();
-    response.status_code = i64::from(status);
-    for (name, value) in HEADERS {
-        response.headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        );
-    }
-    response.body = Some(Body::Text(body.to_string()));
-    response
-}
-
-fn error(status: u16, code: &str, message: &str) -> ApiGatewayProxyResponse {
-    json_response(status, &json!({ "code": code, "message": message }))
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 use std::collections::HashMap;
 
+use aws_lambda_events::encodings::Body;
 use aws_lambda_events::query_map::QueryMap;
 use awsmp_core::memory::{ManualClock, MemoryTables, StoreOp};
 use awsmp_core::time::parse_usage_timestamp;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::*;
 
@@ -313,6 +316,37 @@ async fn an_event_is_read_back_by_its_id_and_license() {
     // Without API Gateway's decoded parameter (the local stand-in), from the path.
     let (status, _) = answer(&handle(&state, get("order%207%2Fa+b", Some(LICENSE))).await);
     assert_eq!(status, 200);
+}
+
+/// The usage API answers with the same security headers as every function behind API
+/// Gateway (`awsmp_lambda::http::SECURITY_HEADERS`), its errors too.
+#[tokio::test]
+async fn every_answer_carries_the_shared_security_headers() {
+    let tables = MemoryTables::new();
+    let state = state(&tables, DeploymentMode::Full);
+    let answers = [
+        handle(&state, post(&events(1))).await,
+        handle(&state, get("e-1", Some(LICENSE))).await,
+        handle(&state, get("e-unknown", Some(LICENSE))).await,
+        handle(&state, request(Method::DELETE, "/usage/events", None, "")).await,
+        handle(&state, request(Method::GET, "/elsewhere", None, "")).await,
+    ];
+    let statuses: Vec<i64> = answers.iter().map(|a| a.status_code).collect();
+    assert_eq!(statuses, [200, 200, 404, 405, 404]);
+    for answer in &answers {
+        for (name, value) in awsmp_lambda::http::SECURITY_HEADERS {
+            assert_eq!(
+                answer.headers.get(*name).and_then(|v| v.to_str().ok()),
+                Some(*value),
+                "{name} on {}",
+                answer.status_code
+            );
+        }
+        assert_eq!(
+            answer.headers["content-type"],
+            "application/json; charset=utf-8"
+        );
+    }
 }
 
 #[test]
