@@ -205,6 +205,7 @@ async fn call_usage_api(
 ) -> serde_json::Value {
     let mut request = ApiGatewayProxyRequest::default();
     request.http_method = method.parse().unwrap();
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     request.path = Some(path.to_string());
     if let Some(body) = body {
         request
@@ -212,11 +213,15 @@ async fn call_usage_api(
             .insert("content-type", "application/json".parse().unwrap());
         request.body = Some(body.to_string());
     }
+    let mut parameters: std::collections::HashMap<String, String> = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     if let Some(license_arn) = license_arn {
-        request.query_string_parameters =
-            std::collections::HashMap::from([("licenseArn".to_string(), license_arn.to_string())])
-                .into();
+        parameters.insert("licenseArn".to_string(), license_arn.to_string());
     }
+    request.query_string_parameters = parameters.into();
     let response = awsmp_usage_api::handle(state, request).await;
     let body = match &response.body {
         Some(Body::Text(text)) => text.clone(),
@@ -444,6 +449,30 @@ async fn drive_every_function() -> Stack {
     stack.run_pipeline().await.unwrap();
     let fate = call_usage_api(&api, "GET", "/usage/events/api-1", Some(&staying), None).await;
     assert_eq!(fate["fate"]["state"], "counted", "{fate}");
+    // The entitlement answer: GetItem with the buyer account, Query on the license
+    // without it, both on the subscribers table in its own Region.
+    let encoded = staying.replace(':', "%3A").replace('/', "%2F");
+    let by_license = call_usage_api(
+        &api,
+        "GET",
+        &format!("/subscriptions/{encoded}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(by_license["usage"], "billed", "{by_license}");
+    let by_account = call_usage_api(
+        &api,
+        "GET",
+        &format!("/subscriptions/{encoded}?customerAWSAccountId={ACCOUNT_A}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        by_account["customerAWSAccountId"], ACCOUNT_A,
+        "{by_account}"
+    );
 
     // The outcome events of what the run made final: the aggregated table's records as
     // its stream tells them (each the change from Pending to its status).

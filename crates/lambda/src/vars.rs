@@ -12,8 +12,8 @@
 //! |---|---|---|
 //! | `PRODUCT_CODE` | register, usage-api, discoverer, aggregator, cleanup, submitter | the stack's product code (and the `ProductCode` dimension of every metric) |
 //! | `STAGE` | register, discoverer, cleanup, submitter | the stack's `StageName`, the `Stage` dimension of every metric |
-//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, register, discoverer, submitter | subscribers table name |
-//! | `SUBSCRIBERS_TABLE_REGION` | register, discoverer, submitter | Region of the subscribers table (us-east-1) |
+//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, register, discoverer, submitter, usage-api | subscribers table name |
+//! | `SUBSCRIBERS_TABLE_REGION` | register, discoverer, submitter, usage-api | Region of the subscribers table (us-east-1) |
 //! | `USAGE_TABLE` | usage-api, discoverer, aggregator, cleanup, outcome-events | raw usage table |
 //! | `AGGREGATED_TABLE` | usage-api, aggregator, submitter, outcome-events | aggregated-usage table |
 //! | `CUSTOMER_PROFILE_TABLE` | register, discoverer | `awsmp-<productCode>-customer-profile` (register: unset/empty gives HTTP 500 "Registration store not configured"; discoverer: where a deprovisioned buyer's profile expiry goes) |

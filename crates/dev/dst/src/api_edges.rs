@@ -170,9 +170,12 @@ impl EdgeSeller {
                 product_code: product.into(),
                 deployment_mode: DeploymentMode::Full,
                 read_scope: None,
+                subscribers_table: "subscribers".into(),
+                subscribers_table_region: "us-east-1".into(),
             }),
             usage: Arc::new(KeyLimited(usage)),
             aggregated,
+            subscribers: Arc::new(awsmp_core::memory::MemorySubscriberStore::new()),
             clock: Arc::new(clock.clone()),
         };
         EdgeSeller {

@@ -554,9 +554,12 @@ impl Stack {
                 product_code: self.product.into(),
                 deployment_mode: self.mode(),
                 read_scope: None,
+                subscribers_table: "subscribers".into(),
+                subscribers_table_region: "us-east-1".into(),
             }),
             usage: self.usage.clone(),
             aggregated: self.aggregated.clone(),
+            subscribers: self.subscribers.clone(),
             clock: Arc::new(self.clock.clone()),
         };
         let mut posted = serde_json::json!({

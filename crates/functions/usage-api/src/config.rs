@@ -10,6 +10,8 @@ pub const ENV_VARS: &[&str] = &[
     "PRODUCT_CODE",
     "DEPLOYMENT_MODE",
     "USAGE_API_READ_SCOPE",
+    "SUBSCRIBERS_TABLE",
+    "SUBSCRIBERS_TABLE_REGION",
 ];
 
 /// The usage API's settings.
@@ -27,6 +29,10 @@ pub struct Config {
     /// usage (the GET route's); a POST answers what an id recorded only to such a
     /// caller. Empty or unset (IAM authorization): every caller may.
     pub read_scope: Option<String>,
+    /// `SUBSCRIBERS_TABLE`: read by `GET /subscriptions/{licenseArn}`.
+    pub subscribers_table: String,
+    /// `SUBSCRIBERS_TABLE_REGION`: the events stack's Region, where that table lives.
+    pub subscribers_table_region: String,
 }
 
 impl Config {
@@ -40,6 +46,8 @@ impl Config {
             product_code: env.product_code(),
             deployment_mode: env.deployment_mode(),
             read_scope: lookup("USAGE_API_READ_SCOPE").filter(|s| !s.is_empty()),
+            subscribers_table: env.subscribers_table(),
+            subscribers_table_region: env.subscribers_table_region(),
         };
         env.finish(config)
     }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `POST /usage/events` | a batch of up to 100 events (1 MB): each checked as the aggregator checks it and written idempotently by its id ([`awsmp_core::usage_api::record_batch`]); `200` with every event's verdict in order |
 //! | `GET /usage/events/{id}?licenseArn=[&source=]` | the event's fate so far ([`awsmp_core::usage_api::event_fate`]); a CloudEvent is named by its `source` too |
+//! | `GET /subscriptions/{licenseArn}[?customerAWSAccountId=]` | the entitlement answer ([`awsmp_core::usage_api::entitlement`]): the buyer's statuses, Regions, agreement, deprovisioning window, and whether usage written now is billed; `404` for a license the subscribers table does not know |
 //!
 //! The status says only whether the envelope was understood: `400` malformed, `413` too
 //! large, `415` media type, `409` a direct-submit stack (no raw usage there), `503` with
@@ -28,11 +29,11 @@ use aws_config::SdkConfig;
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayProxyResponse};
 use aws_lambda_events::http::Method;
 use aws_lambda_events::http::header::HeaderValue;
-use awsmp_core::ports::{AggregatedStore, Clock, PortError, UsageStore};
+use awsmp_core::ports::{AggregatedStore, Clock, PortError, SubscriberStore, UsageStore};
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::usage_api::{
-    BatchError, EnvelopeError, MediaType, Target, Verdict, event_fate, event_key, parse_batch,
-    record_batch,
+    BatchError, EntitlementError, EnvelopeError, MediaType, Target, Verdict, entitlement,
+    event_fate, event_key, parse_batch, record_batch,
 };
 use awsmp_lambda::http::{self, Routed, error, header};
 use lambda_runtime::LambdaEvent;
@@ -52,15 +53,23 @@ pub struct State {
     pub usage: Arc<dyn UsageStore>,
     /// The aggregated-usage table (read by `GET`).
     pub aggregated: Arc<dyn AggregatedStore>,
+    /// The subscribers table (read by `GET /subscriptions/{licenseArn}`).
+    pub subscribers: Arc<dyn SubscriberStore>,
     /// "When received", the default instant of an event without one.
     pub clock: Arc<dyn Clock>,
 }
 
 impl State {
-    /// Builds the AWS clients once, on `sdk`, for `config`.
+    /// Builds the AWS clients once, on `sdk` (the subscribers table's in its own
+    /// Region), for `config`.
     pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
         let client = aws_sdk_dynamodb::Client::new(sdk);
+        let subscribers_sdk = awsmp_aws::in_region(sdk, &config.subscribers_table_region);
         State {
+            subscribers: Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+                aws_sdk_dynamodb::Client::new(&subscribers_sdk),
+                config.subscribers_table.clone(),
+            )),
             usage: Arc::new(awsmp_aws::DynamoUsageStore::new(
                 client.clone(),
                 config.usage_table.clone(),
@@ -80,6 +89,7 @@ impl State {
 enum Route {
     Events,
     Event,
+    Subscription,
 }
 
 /// The routes, matched on the path's last segments (so a custom domain's base path in
@@ -94,6 +104,11 @@ const ROUTES: &[http::Route<Route>] = &[
     http::Route {
         key: Route::Event,
         pattern: "/usage/events/{id}",
+        methods: &[Method::GET],
+    },
+    http::Route {
+        key: Route::Subscription,
+        pattern: "/subscriptions/{licenseArn}",
         methods: &[Method::GET],
     },
 ];
@@ -116,6 +131,17 @@ pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewa
             key: Route::Event,
             params,
         } => get_event(state, &request, params.get("id").unwrap_or_default()).await,
+        Routed::Found {
+            key: Route::Subscription,
+            params,
+        } => {
+            get_subscription(
+                state,
+                &request,
+                params.get("licenseArn").unwrap_or_default(),
+            )
+            .await
+        }
         Routed::MethodNotAllowed { allow } => {
             let mut response = error(
                 405,
@@ -128,7 +154,7 @@ pub async fn handle(state: &State, request: ApiGatewayProxyRequest) -> ApiGatewa
         Routed::NotFound { .. } => error(
             404,
             "NotFound",
-            "the usage API answers POST /usage/events and GET /usage/events/{id}?licenseArn=...",
+            "the usage API answers POST /usage/events, GET /usage/events/{id}?licenseArn=... and GET /subscriptions/{licenseArn}",
         ),
     }
 }
@@ -319,6 +345,77 @@ async fn get_event(
         ),
         Err(e) => store_error(&e, request),
     }
+}
+
+/// `GET /subscriptions/{licenseArn}`: one read of the subscribers table. The store's
+/// failures are answered as the usage table's are (detail in the log only).
+async fn get_subscription(
+    state: &State,
+    request: &ApiGatewayProxyRequest,
+    license_arn: &str,
+) -> ApiGatewayProxyResponse {
+    if license_arn.is_empty() {
+        return error(
+            400,
+            "MissingLicenseArn",
+            "name the license: GET /subscriptions/{licenseArn}, the ARN percent-encoded",
+        );
+    }
+    let account = request
+        .query_string_parameters
+        .first("customerAWSAccountId")
+        .filter(|a| !a.is_empty());
+    if let Some(account) = account
+        && !(account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return error(
+            400,
+            "InvalidCustomerAWSAccountId",
+            &format!("customerAWSAccountId must be a 12-digit AWS account id, not {account:?}"),
+        );
+    }
+    let now = state.clock.now();
+    match entitlement(state.subscribers.as_ref(), license_arn, account, now).await {
+        Ok(answer) => http::json(
+            200,
+            &serde_json::to_value(&answer)
+                .unwrap_or_else(|e| json!({"licenseArn": license_arn, "error": e.to_string()})),
+        ),
+        Err(e @ EntitlementError::Unknown { .. }) => {
+            error(404, "UnknownSubscription", &e.to_string())
+        }
+        Err(e @ EntitlementError::Ambiguous { .. }) => {
+            error(400, "AmbiguousLicense", &e.to_string())
+        }
+        Err(EntitlementError::Store(e)) => subscribers_error(&e, request),
+    }
+}
+
+/// A subscribers-table failure, answered without the store's own message.
+fn subscribers_error(e: &PortError, request: &ApiGatewayProxyRequest) -> ApiGatewayProxyResponse {
+    let request_id = request
+        .request_context
+        .request_id
+        .as_deref()
+        .unwrap_or("unknown");
+    tracing::error!(error = %e, request_id, "subscribers table unavailable");
+    let (status, code) = match e {
+        PortError::Transient { .. } => (503, "Throttled"),
+        _ => (500, "StoreFailed"),
+    };
+    let mut response = error(
+        status,
+        code,
+        &format!(
+            "the subscribers table could not be read (request {request_id}, detail in the function's log); retry after {RETRY_AFTER_SECONDS} s"
+        ),
+    );
+    if status == 503 {
+        response
+            .headers
+            .insert("retry-after", HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// Who called, for the log: the IAM principal or the JWT's subject.

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::query_map::QueryMap;
-use awsmp_core::memory::{ManualClock, MemoryTables, StoreOp};
+use awsmp_core::memory::{ManualClock, MemorySubscriberStore, MemoryTables, StoreOp};
 use awsmp_core::time::parse_usage_timestamp;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -12,6 +12,14 @@ use super::*;
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef0";
 
 fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
+    state_with(tables, mode, Arc::new(MemorySubscriberStore::default()))
+}
+
+fn state_with(
+    tables: &MemoryTables,
+    mode: DeploymentMode,
+    subscribers: Arc<MemorySubscriberStore>,
+) -> State {
     State {
         config: Arc::new(Config {
             usage_table: "usage".into(),
@@ -19,9 +27,12 @@ fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
             product_code: "prod".into(),
             deployment_mode: mode,
             read_scope: None,
+            subscribers_table: "subscribers".into(),
+            subscribers_table_region: "us-east-1".into(),
         }),
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
+        subscribers,
         clock: Arc::new(ManualClock::new(
             parse_usage_timestamp("2026-12-03T10:30:00Z").unwrap(),
         )),
@@ -491,4 +502,59 @@ async fn an_id_too_long_for_dynamodb_is_refused_alone_the_others_answered() {
         assert_eq!(body["results"][1]["reason"], "Unwritable");
     }
     assert_eq!(tables.raw_rows().len(), 4, "e-1, e-2 and their markers");
+}
+
+fn get_subscription(license: &str, account: Option<&str>) -> ApiGatewayProxyRequest {
+    let encoded: String = license
+        .bytes()
+        .map(|b| match b {
+            b':' => "%3A".to_string(),
+            b'/' => "%2F".to_string(),
+            other => (other as char).to_string(),
+        })
+        .collect();
+    let mut request = request(Method::GET, &format!("/subscriptions/{encoded}"), None, "");
+    if let Some(account) = account {
+        request.query_string_parameters = QueryMap::from(HashMap::from([(
+            "customerAWSAccountId".to_string(),
+            account.to_string(),
+        )]));
+    }
+    request
+}
+
+#[tokio::test]
+async fn the_entitlement_answer_is_one_read_of_the_subscribers_row() {
+    use awsmp_core::model::{Subscriber, SubscriptionStatus};
+    let tables = MemoryTables::new();
+    let subscribers = Arc::new(MemorySubscriberStore::default());
+    let now = parse_usage_timestamp("2026-12-03T10:30:00Z").unwrap();
+    let mut row = Subscriber::new(LICENSE, "111122223333");
+    row.subscription_status = Some(SubscriptionStatus::Deprovisioning);
+    row.deprovisioning_expiry = Some(parse_usage_timestamp("2026-12-03T11:00:00Z").unwrap());
+    row.agreement_id = Some("agmt-1".into());
+    subscribers.put_lifecycle(&row, now).await.unwrap();
+    let state = state_with(&tables, DeploymentMode::Full, subscribers);
+
+    let (status, body) =
+        answer(&handle(&state, get_subscription(LICENSE, Some("111122223333"))).await);
+    assert_eq!(status, 200);
+    assert_eq!(body["licenseArn"], LICENSE);
+    assert_eq!(body["subscriptionStatus"], "deprovisioning");
+    assert_eq!(body["usage"], "billedUntil");
+    assert_eq!(body["writeBy"], "2026-12-03T10:40:00Z");
+    assert_eq!(body["deprovisioningEndsAt"], "2026-12-03T11:00:00Z");
+    // Without the account: the license's only buyer.
+    let (_, by_license) = answer(&handle(&state, get_subscription(LICENSE, None)).await);
+    assert_eq!(by_license, body);
+
+    let (status, unknown) =
+        answer(&handle(&state, get_subscription(LICENSE, Some("444455556666"))).await);
+    assert_eq!(status, 404);
+    assert_eq!(unknown["code"], "UnknownSubscription");
+    let (status, bad) = answer(&handle(&state, get_subscription(LICENSE, Some("12-34"))).await);
+    assert_eq!(status, 400);
+    assert_eq!(bad["code"], "InvalidCustomerAWSAccountId");
+    let post = request(Method::POST, "/subscriptions/x", None, "");
+    assert_eq!(handle(&state, post).await.status_code, 405);
 }

@@ -30,9 +30,13 @@ use aws_lambda_events::http::Method;
 use aws_lambda_events::http::header::HeaderValue;
 use aws_lambda_events::query_map::QueryMap;
 use awsmp_core::memory::{
-    INGESTION_MARKER_ROW, ManualClock, MemoryTables, StoreOp, ingestion_marker_sort_key,
+    INGESTION_MARKER_ROW, ManualClock, MemorySubscriberStore, MemoryTables, StoreOp,
+    ingestion_marker_sort_key,
 };
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey, ReasonCode, attr};
+use awsmp_core::model::{
+    AggregatedRecord, AggregatedStatus, AgreementStatus, Attr, GroupKey, ReasonCode, Subscriber,
+    SubscriptionStatus, attr,
+};
 use awsmp_core::ports::PortError;
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::{HourBucket, parse_usage_timestamp};
@@ -72,6 +76,14 @@ fn python() -> PathBuf {
 }
 
 fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
+    state_with(tables, mode, Arc::new(MemorySubscriberStore::new()))
+}
+
+fn state_with(
+    tables: &MemoryTables,
+    mode: DeploymentMode,
+    subscribers: Arc<MemorySubscriberStore>,
+) -> State {
     State {
         config: Arc::new(Config {
             usage_table: "usage".into(),
@@ -79,9 +91,12 @@ fn state(tables: &MemoryTables, mode: DeploymentMode) -> State {
             product_code: PRODUCT.into(),
             deployment_mode: mode,
             read_scope: None,
+            subscribers_table: "subscribers".into(),
+            subscribers_table_region: "us-east-1".into(),
         }),
         usage: Arc::new(tables.usage_store()),
         aggregated: Arc::new(tables.aggregated_store()),
+        subscribers,
         clock: Arc::new(ManualClock::new(parse_usage_timestamp(NOW).unwrap())),
     }
 }
@@ -126,6 +141,26 @@ fn event(id: &str, dimension: &str, quantity: i64) -> Value {
 type Operation = Option<(&'static str, &'static str)>;
 const POST: Operation = Some(("/usage/events", "post"));
 const GET: Operation = Some(("/usage/events/{id}", "get"));
+const SUBSCRIPTION: Operation = Some(("/subscriptions/{licenseArn}", "get"));
+
+fn get_subscription(license: &str, account: Option<&str>) -> ApiGatewayProxyRequest {
+    let mut request = request(
+        Method::GET,
+        &format!(
+            "/subscriptions/{}",
+            license.replace(':', "%3A").replace('/', "%2F")
+        ),
+        None,
+        "",
+    );
+    if let Some(account) = account {
+        request.query_string_parameters = QueryMap::from(HashMap::from([(
+            "customerAWSAccountId".to_string(),
+            account.to_string(),
+        )]));
+    }
+    request
+}
 
 /// A request body to check against the request schema: its media type, the body, and
 /// whether a well-formed client sends it (the function also reads what is not).
@@ -534,7 +569,114 @@ async fn answer_everything() -> Vec<Answered> {
         .run(&full, "GET throttled", GET, get("e-1", Some(LICENSE)), None)
         .await;
 
-    // Outside both operations (a proxy that forwards everything).
+    // GET /subscriptions/{licenseArn}: every answer.
+    let subscribers = Arc::new(MemorySubscriberStore::new());
+    let entitled = state_with(&tables, DeploymentMode::Full, subscribers.clone());
+    let now = parse_usage_timestamp(NOW).unwrap();
+    for (license, status, expiry) in [
+        (LICENSE, Some(SubscriptionStatus::Active), None),
+        (
+            "arn:aws:license-manager::123456789012:license:l-deprovisioning",
+            Some(SubscriptionStatus::Deprovisioning),
+            parse_usage_timestamp("2026-12-03T11:20:00Z").ok(),
+        ),
+        (
+            "arn:aws:license-manager::123456789012:license:l-late",
+            Some(SubscriptionStatus::Deprovisioning),
+            parse_usage_timestamp("2026-12-03T10:35:00Z").ok(),
+        ),
+        (
+            "arn:aws:license-manager::123456789012:license:l-inactive",
+            Some(SubscriptionStatus::Inactive),
+            None,
+        ),
+        (
+            "arn:aws:license-manager::123456789012:license:l-pending",
+            None,
+            None,
+        ),
+    ] {
+        let mut row = Subscriber::new(license, ACCOUNT);
+        row.subscription_status = status;
+        row.deprovisioning_expiry = expiry;
+        row.agreement_id = Some("agmt-1".into());
+        row.agreement_status = Some(AgreementStatus::Active);
+        row.product_code = Some(PRODUCT.into());
+        row.registered_regions = vec!["us-east-1".into()];
+        subscribers.insert(row, now);
+        let body = cases
+            .run(
+                &entitled,
+                &format!("GET subscription {status:?}"),
+                SUBSCRIPTION,
+                get_subscription(license, Some(ACCOUNT)),
+                None,
+            )
+            .await;
+        assert_eq!(body["licenseArn"], license, "{body}");
+    }
+    let mut second = Subscriber::new(LICENSE, "444455556666");
+    second.subscription_status = Some(SubscriptionStatus::Active);
+    subscribers.insert(second, now);
+    let body = cases
+        .run(
+            &entitled,
+            "GET subscription ambiguous",
+            SUBSCRIPTION,
+            get_subscription(LICENSE, None),
+            None,
+        )
+        .await;
+    assert_eq!(body["code"], "AmbiguousLicense", "{body}");
+    cases
+        .run(
+            &entitled,
+            "GET subscription bad account",
+            SUBSCRIPTION,
+            get_subscription(LICENSE, Some("1234")),
+            None,
+        )
+        .await;
+    cases
+        .run(
+            &entitled,
+            "GET /subscriptions/ (no license: not routed)",
+            None,
+            request(Method::GET, "/subscriptions/", None, ""),
+            None,
+        )
+        .await;
+    cases
+        .run(
+            &entitled,
+            "GET subscription unknown",
+            SUBSCRIPTION,
+            get_subscription(LICENSE, Some("999999999999")),
+            None,
+        )
+        .await;
+    subscribers.fail_next(StoreOp::SubscriberGet, failed());
+    cases
+        .run(
+            &entitled,
+            "GET subscription store failed",
+            SUBSCRIPTION,
+            get_subscription(LICENSE, Some(ACCOUNT)),
+            None,
+        )
+        .await;
+    subscribers.fail_next(StoreOp::SubscriberGet, transient());
+    cases
+        .run(
+            &entitled,
+            "GET subscription throttled",
+            SUBSCRIPTION,
+            get_subscription(LICENSE, Some(ACCOUNT)),
+            None,
+        )
+        .await;
+
+    // Outside the operations (a proxy that forwards everything).
     cases
         .run(
             &full,
@@ -737,7 +879,7 @@ async fn every_answer_matches_the_openapi_document_and_every_documented_status_i
                 .collect::<Vec<_>>()
         })
         .collect();
-    let operations: BTreeSet<(String, String)> = [POST, GET]
+    let operations: BTreeSet<(String, String)> = [POST, GET, SUBSCRIPTION]
         .into_iter()
         .flatten()
         .map(|(path, method)| (path.to_string(), method.to_string()))
@@ -890,6 +1032,16 @@ async fn every_answer_matches_the_openapi_document_and_every_documented_status_i
         .map(|a| a.body["fate"]["state"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(fates, mapping_keys("Fate"));
+    let usage: BTreeSet<String> = answered
+        .iter()
+        .filter(|a| a.operation == SUBSCRIPTION && a.status == "200")
+        .map(|a| a.body["usage"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        usage,
+        string_set(&schemas["Entitlement"]["properties"]["usage"]["enum"]),
+        "every entitlement answer is answered"
+    );
     let codes: BTreeSet<String> = answered
         .iter()
         .filter_map(|a| a.body["code"].as_str().map(str::to_string))
