@@ -52,6 +52,11 @@
 //! The caller needs `dynamodb:PutItem` on the usage table: the row and its event-id
 //! marker are written together in one `TransactWriteItems`, which IAM authorizes as one
 //! `PutItem` per item. The SDK config's Region must be the stack's.
+//!
+//! [`Entitlements`] answers what the usage API's `GET /subscriptions/{licenseArn}`
+//! answers: is the buyer entitled, and is usage written now billed (and until when),
+//! from one read of the subscribers table (`dynamodb:GetItem`, or `dynamodb:Query`
+//! without the buyer account, on the events stack's `SubscribersTableName`).
 
 use std::sync::Arc;
 
@@ -64,10 +69,11 @@ pub use awsmp_core::guardrails::sendable::Unsendable;
 use awsmp_core::guardrails::write::{DirectSubmitRefusal, RowProblem, WriteRefused, write_checked};
 use awsmp_core::model::{Allocation, ReasonCode, Tag};
 pub use awsmp_core::ports::EventConflict;
-use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, UsageStore};
+use awsmp_core::ports::{IngestOutcome, NewUsageRow, PortError, SubscriberStore, UsageStore};
 use awsmp_core::remedy;
 pub use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::Instant;
+pub use awsmp_core::usage_api::{Entitlement, EntitlementError, UsageBilling};
 use chrono::{DateTime, SubsecRound, Utc};
 
 /// One event's usage: a quantity of one dimension for one license, at one instant.
@@ -426,5 +432,59 @@ mod tests {
             .at(at)
             .to_row(now);
         assert_eq!(row.timestamp, t("2026-11-30T12:00:01Z"));
+    }
+}
+
+/// Reads entitlement answers from the deployment's subscribers table (the events
+/// stack's `SubscribersTableName` output, in the events stack's Region, us-east-1).
+#[derive(Clone)]
+pub struct Entitlements {
+    store: Arc<dyn SubscriberStore>,
+}
+
+impl std::fmt::Debug for Entitlements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entitlements").finish_non_exhaustive()
+    }
+}
+
+impl Entitlements {
+    /// Answers from `subscribers_table` in `region` (the events stack's), whatever
+    /// Region `config` names.
+    pub fn new(
+        config: &aws_types::SdkConfig,
+        subscribers_table: impl Into<String>,
+        region: &str,
+    ) -> Self {
+        let client = aws_sdk_dynamodb::Client::new(&awsmp_aws::in_region(config, region));
+        Entitlements::with_store(Arc::new(awsmp_aws::DynamoSubscriberStore::new(
+            client,
+            subscribers_table.into(),
+        )))
+    }
+
+    /// Answers from any subscribers store (the in-memory one in tests).
+    pub fn with_store(store: Arc<dyn SubscriberStore>) -> Self {
+        Entitlements { store }
+    }
+
+    /// The entitlement of `license_arn` for `account` (or the license's only buyer
+    /// account) now.
+    pub async fn get(
+        &self,
+        license_arn: &str,
+        account: Option<&str>,
+    ) -> Result<Entitlement, EntitlementError> {
+        self.get_at(license_arn, account, Utc::now()).await
+    }
+
+    /// The same, as of `now`.
+    pub async fn get_at(
+        &self,
+        license_arn: &str,
+        account: Option<&str>,
+        now: Instant,
+    ) -> Result<Entitlement, EntitlementError> {
+        awsmp_core::usage_api::entitlement(self.store.as_ref(), license_arn, account, now).await
     }
 }

@@ -74,3 +74,47 @@ async fn records_once_per_event_id_and_only_what_the_aggregator_counts() {
     assert_eq!(valid.quantity, 7);
     assert_eq!(valid.allocations.unwrap()[0].tags[0].value, "search");
 }
+
+/// The entitlement answer from a real subscribers table, read in its own Region.
+#[tokio::test]
+async fn entitlements_answer_from_the_subscribers_table_in_its_region() {
+    use awsmp_core::model::{Subscriber, SubscriptionStatus};
+    use awsmp_core::ports::SubscriberStore;
+    use awsmp_local_aws::tables::create_subscribers_table;
+    use awsmp_usage::{EntitlementError, Entitlements, UsageBilling};
+
+    let moto = MotoServer::start().await.expect("moto (run `make venv`)");
+    let east = aws_sdk_dynamodb::Client::new(&moto.sdk_config_in("us-east-1"));
+    create_subscribers_table(&east, "awsmp-subscribers-test")
+        .await
+        .unwrap();
+    let store = awsmp_aws::DynamoSubscriberStore::new(east, "awsmp-subscribers-test");
+    let mut row = Subscriber::new(LICENSE, "111122223333");
+    row.subscription_status = Some(SubscriptionStatus::Active);
+    store.put_lifecycle(&row, Utc::now()).await.unwrap();
+
+    // A service in another Region reads the table where it lives.
+    let entitlements = Entitlements::new(
+        &moto.sdk_config_in("eu-west-1"),
+        "awsmp-subscribers-test",
+        "us-east-1",
+    );
+    let answer = entitlements
+        .get(LICENSE, Some("111122223333"))
+        .await
+        .unwrap();
+    assert_eq!(answer.usage, UsageBilling::Billed);
+    assert_eq!(
+        entitlements.get(LICENSE, None).await.unwrap(),
+        answer,
+        "by the license's only account"
+    );
+    let unknown = entitlements
+        .get(LICENSE, Some("444455556666"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, EntitlementError::Unknown { .. }),
+        "{unknown}"
+    );
+}
