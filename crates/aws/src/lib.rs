@@ -11,6 +11,7 @@
 //! | `WorkQueue` | [`SqsWorkQueue`] |
 //! | `MeteringApi` | [`SdkMeteringApi`] (one attempt per call) |
 //! | `CustomerResolver` | [`SdkCustomerResolver`] |
+//! | `AgreementApi` | `SdkAgreementApi` (the `agreements` feature) |
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
@@ -24,6 +25,8 @@
 //! `metering` and `eventbridge` features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
 
 pub mod aggregated;
+#[cfg(feature = "agreements")]
+pub mod agreements;
 pub mod clock;
 mod error;
 #[cfg(feature = "eventbridge")]
@@ -43,6 +46,8 @@ pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
+#[cfg(feature = "agreements")]
+pub use agreements::{SdkAgreementApi, agreement_client};
 pub use clock::SystemClock;
 #[cfg(feature = "eventbridge")]
 pub use events::EventBridgeBus;
