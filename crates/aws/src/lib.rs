@@ -21,8 +21,9 @@
 //! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
 //! local stack's SDK config). The Lambda skeleton the functions share is `awsmp-lambda`.
 //!
-//! The SQS, Marketplace Metering and EventBridge adapters are behind the `sqs`,
-//! `metering` and `eventbridge` features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
+//! The SQS, Marketplace Metering, EventBridge and Agreement API adapters are behind the
+//! `sqs`, `metering`, `eventbridge` and `agreements` features, so a seller's writer
+//! (`awsmp-usage`) links the DynamoDB SDK alone.
 
 pub mod aggregated;
 #[cfg(feature = "agreements")]
