@@ -71,22 +71,22 @@ impl SdkAgreementApi {
     }
 }
 
-/// Maps a failed call: not found, access denied, else a transient or failed
-/// [`PortError`] as every adapter classifies them.
+/// Maps a failed call: not found (of a call naming `agreement_id`), access denied,
+/// else a transient or failed [`PortError`] as every adapter classifies them.
 fn agreement_error<E>(
     operation: &'static str,
-    agreement_id: &str,
+    agreement_id: Option<&str>,
     err: SdkError<E, HttpResponse>,
 ) -> AgreementError
 where
     E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
 {
-    match error_code(&err) {
-        Some("ResourceNotFoundException") => AgreementError::NotFound {
+    match (error_code(&err), agreement_id) {
+        (Some("ResourceNotFoundException"), Some(agreement_id)) => AgreementError::NotFound {
             operation,
             agreement_id: agreement_id.to_string(),
         },
-        Some("AccessDeniedException") => AgreementError::AccessDenied {
+        (Some("AccessDeniedException"), _) => AgreementError::AccessDenied {
             operation,
             message: describe(&err),
         },
@@ -309,7 +309,7 @@ impl AgreementApi for SdkAgreementApi {
         {
             Ok(out) => out,
             Err(err) => {
-                return match agreement_error(op, agreement_id, err) {
+                return match agreement_error(op, Some(agreement_id), err) {
                     AgreementError::NotFound { .. } => Ok(None),
                     other => Err(other),
                 };
@@ -370,7 +370,7 @@ impl AgreementApi for SdkAgreementApi {
                 .set_next_token(next.take())
                 .send()
                 .await
-                .map_err(|e| agreement_error(op, agreement_id, e))?;
+                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
             for term in out.accepted_terms() {
                 reader
                     .read(agreement_id, term)
@@ -400,7 +400,7 @@ impl AgreementApi for SdkAgreementApi {
                 .set_next_token(next.take())
                 .send()
                 .await
-                .map_err(|e| agreement_error(op, agreement_id, e))?;
+                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
             for e in out.agreement_entitlements() {
                 entitlements.push(AgreementEntitlement {
                     license_arn: e.license_arn().map(str::to_string),
@@ -439,7 +439,7 @@ impl AgreementApi for SdkAgreementApi {
                 .set_next_token(next.take())
                 .send()
                 .await
-                .map_err(|e| agreement_error(op, "(search)", e))?;
+                .map_err(|e| agreement_error(op, None, e))?;
             for view in out.agreement_view_summaries() {
                 found.push(summary(view)?);
             }
