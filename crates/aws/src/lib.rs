@@ -11,6 +11,7 @@
 //! | `WorkQueue` | [`SqsWorkQueue`] |
 //! | `MeteringApi` | [`SdkMeteringApi`] (one attempt per call) |
 //! | `CustomerResolver` | [`SdkCustomerResolver`] |
+//! | `AgreementApi` | `SdkAgreementApi` (the `agreements` feature) |
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
@@ -20,10 +21,13 @@
 //! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
 //! local stack's SDK config). The Lambda skeleton the functions share is `awsmp-lambda`.
 //!
-//! The SQS, Marketplace Metering and EventBridge adapters are behind the `sqs`,
-//! `metering` and `eventbridge` features, so a seller's writer (`awsmp-usage`) links the DynamoDB SDK alone.
+//! The SQS, Marketplace Metering, EventBridge and Agreement API adapters are behind the
+//! `sqs`, `metering`, `eventbridge` and `agreements` features, so a seller's writer
+//! (`awsmp-usage`) links the DynamoDB SDK alone.
 
 pub mod aggregated;
+#[cfg(feature = "agreements")]
+pub mod agreements;
 pub mod clock;
 mod error;
 #[cfg(feature = "eventbridge")]
@@ -43,6 +47,8 @@ pub mod subscribers;
 pub mod usage;
 
 pub use aggregated::DynamoAggregatedStore;
+#[cfg(feature = "agreements")]
+pub use agreements::{SdkAgreementApi, agreement_client};
 pub use clock::SystemClock;
 #[cfg(feature = "eventbridge")]
 pub use events::EventBridgeBus;

@@ -1,7 +1,8 @@
 //! The SDK config of the local stack: every service on the emulator but Marketplace
-//! Metering, which goes to the simulator, with static local credentials. The local
-//! stack and the tests build it and hand it to each function's `State::connect`, as a
-//! Lambda's `main.rs` hands in the config it loads; handlers stay unaware of it.
+//! Metering and the Agreement API, which go to the simulator, with static local
+//! credentials. The local stack and the tests build it and hand it to each function's
+//! `State::connect`, as a Lambda's `main.rs` hands in the config it loads; handlers
+//! stay unaware of it.
 
 use aws_config::{Region, SdkConfig};
 use aws_credential_types::Credentials;
@@ -13,7 +14,7 @@ use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 pub struct LocalEndpoints {
     /// DynamoDB and SQS (the emulator).
     pub aws: String,
-    /// Marketplace Metering (the simulator).
+    /// Marketplace Metering and the Agreement API (the simulator).
     pub metering: String,
 }
 
@@ -47,7 +48,9 @@ impl LoadServiceConfig for PerServiceEndpoints {
         if key.profile() != "endpoint_url" {
             return None;
         }
-        Some(if key.service_id() == "Marketplace Metering" {
+        // The simulator serves the Agreement API beside Metering.
+        let simulated = ["Marketplace Metering", "Marketplace Agreement"];
+        Some(if simulated.contains(&key.service_id()) {
             self.0.metering.clone()
         } else {
             self.0.aws.clone()

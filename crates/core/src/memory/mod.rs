@@ -15,6 +15,8 @@
 //! counting, a rival writer) implements a [`Decorator`] instead of every port method.
 
 mod aggregated;
+pub mod agreement_contract;
+mod agreements;
 mod bus;
 pub mod contract;
 mod decorate;
@@ -38,6 +40,7 @@ pub use crate::items::{
 };
 pub use crate::metrics::RecordingMetrics;
 pub use aggregated::{MemoryAggregatedStore, claim_read};
+pub use agreements::{AgreementOp, AgreementRecord, MemoryAgreementApi};
 pub use bus::MemoryBus;
 pub use decorate::{
     AggregatedDecorator, Decorator, StoreCall, SubscriberDecorator, UsageDecorator, yield_now,

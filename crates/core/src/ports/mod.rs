@@ -4,6 +4,7 @@
 //! port there too), and the `awsmp-aws` crate implements them with the AWS SDK.
 
 mod aggregated;
+mod agreements;
 mod bus;
 mod clock;
 mod metering;
@@ -14,6 +15,7 @@ mod subscribers;
 mod usage;
 
 pub use aggregated::*;
+pub use agreements::*;
 pub use bus::*;
 pub use clock::*;
 pub use metering::*;

@@ -1,0 +1,454 @@
+//! [`AgreementApi`] on the Marketplace Agreement SDK (`aws-sdk-marketplaceagreement`,
+//! Smithy RPC v2 CBOR), as the seller: `DescribeAgreement`, `GetAgreementTerms`,
+//! `GetAgreementEntitlements` and `SearchAgreements` (always `AgreementType =
+//! PurchaseAgreement`, `PartyType = Proposer`, catalog `AWSMarketplace`), each list
+//! paged to its end.
+//!
+//! Errors: `ResourceNotFoundException` is the port's "not found"
+//! (`describe` answers `Ok(None)`); `AccessDeniedException` names the IAM action the
+//! role lacks (`aws-marketplace:<Operation>`); throttling, service faults and lost
+//! connections are [`PortError::Transient`], after the SDK's standard retries (three
+//! attempts with backoff) have failed; anything else is [`PortError::Failed`]. The
+//! API is in us-east-1 only: build the client from a us-east-1 config
+//! ([`crate::in_region`]).
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_marketplaceagreement::Client;
+use aws_sdk_marketplaceagreement::config::http::HttpResponse;
+use aws_sdk_marketplaceagreement::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_marketplaceagreement::primitives::DateTime;
+use aws_sdk_marketplaceagreement::types::{
+    AcceptedTerm, AgreementViewSummary, Filter, FreeTrialPricingTerm, UsageBasedPricingTerm,
+};
+use aws_smithy_types::retry::ProvideErrorKind;
+use awsmp_core::ports::{
+    AgreementApi, AgreementEntitlement, AgreementError, AgreementFacts, AgreementSearch,
+    AgreementStatus, AgreementSummary, AgreementTerms, DESCRIBE_AGREEMENT, EndTimeBehavior,
+    EntitlementStatus, FreeTrial, GET_AGREEMENT_ENTITLEMENTS, GET_AGREEMENT_TERMS,
+    SEARCH_AGREEMENTS, TrialGrant, add_rate, parse_price, trial_days,
+};
+use awsmp_core::time::Instant;
+use tracing::instrument;
+
+use crate::error::{describe, error_code, port_error};
+
+/// The Agreement API's only Region.
+pub const AGREEMENT_REGION: &str = "us-east-1";
+/// The catalog every search names.
+pub const CATALOG: &str = "AWSMarketplace";
+/// The largest `maxResults` the API takes.
+pub const MAX_PAGE_SIZE: i32 = 50;
+
+/// An Agreement API client on `config` moved to us-east-1, with the SDK's standard
+/// retries (see the module docs).
+pub fn agreement_client(config: &SdkConfig) -> Client {
+    Client::new(&crate::in_region(config, AGREEMENT_REGION))
+}
+
+/// [`AgreementApi`] through the SDK.
+#[derive(Debug, Clone)]
+pub struct SdkAgreementApi {
+    client: Client,
+    page_size: i32,
+}
+
+impl SdkAgreementApi {
+    /// Wraps `client` (its retry configuration is kept), asking for pages of
+    /// [`MAX_PAGE_SIZE`].
+    pub fn new(client: Client) -> Self {
+        SdkAgreementApi {
+            client,
+            page_size: MAX_PAGE_SIZE,
+        }
+    }
+
+    /// Asks for pages of `size` (clamped to 1..=50): for tests that page over a few
+    /// items.
+    pub fn with_page_size(mut self, size: i32) -> Self {
+        self.page_size = size.clamp(1, MAX_PAGE_SIZE);
+        self
+    }
+}
+
+/// Maps a failed call: not found (of a call naming `agreement_id`), access denied,
+/// else a transient or failed [`PortError`] as every adapter classifies them.
+fn agreement_error<E>(
+    operation: &'static str,
+    agreement_id: Option<&str>,
+    err: SdkError<E, HttpResponse>,
+) -> AgreementError
+where
+    E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
+{
+    match (error_code(&err), agreement_id) {
+        (Some("ResourceNotFoundException"), Some(agreement_id)) => AgreementError::NotFound {
+            operation,
+            agreement_id: agreement_id.to_string(),
+        },
+        (Some("AccessDeniedException"), _) => AgreementError::AccessDenied {
+            operation,
+            message: describe(&err),
+        },
+        _ => AgreementError::Port(port_error(operation, err)),
+    }
+}
+
+fn malformed(operation: &'static str, message: impl Into<String>) -> AgreementError {
+    AgreementError::Malformed {
+        operation,
+        message: message.into(),
+    }
+}
+
+fn instant(t: &DateTime) -> Option<Instant> {
+    Instant::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
+/// A required timestamp: missing or out of range is malformed.
+fn required_time(
+    operation: &'static str,
+    agreement_id: &str,
+    what: &str,
+    t: Option<&DateTime>,
+) -> Result<Instant, AgreementError> {
+    t.and_then(instant)
+        .ok_or_else(|| malformed(operation, format!("agreement {agreement_id}: no {what}")))
+}
+
+fn optional_time(
+    operation: &'static str,
+    agreement_id: &str,
+    what: &str,
+    t: Option<&DateTime>,
+) -> Result<Option<Instant>, AgreementError> {
+    t.map(|t| required_time(operation, agreement_id, what, Some(t)))
+        .transpose()
+}
+
+fn required<'a>(
+    operation: &'static str,
+    agreement_id: &str,
+    what: &str,
+    value: Option<&'a str>,
+) -> Result<&'a str, AgreementError> {
+    value
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| malformed(operation, format!("agreement {agreement_id}: no {what}")))
+}
+
+/// What the terms of one agreement add up to, term by term.
+#[derive(Default)]
+struct TermsReader {
+    terms: AgreementTerms,
+}
+
+impl TermsReader {
+    fn currency(&mut self, agreement_id: &str, currency: Option<&str>) -> Result<(), String> {
+        let Some(currency) = currency.filter(|c| !c.is_empty()) else {
+            return Ok(());
+        };
+        match &self.terms.currency {
+            Some(known) if known != currency => Err(format!(
+                "agreement {agreement_id}: priced in both {known} and {currency}"
+            )),
+            _ => {
+                self.terms.currency = Some(currency.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    fn usage(&mut self, agreement_id: &str, term: &UsageBasedPricingTerm) -> Result<(), String> {
+        self.currency(agreement_id, term.currency_code())?;
+        for card in term.rate_cards() {
+            for item in card.rate_card() {
+                let dimension =
+                    item.dimension_key()
+                        .filter(|d| !d.is_empty())
+                        .ok_or_else(|| {
+                            format!("agreement {agreement_id}: a rate without a dimension")
+                        })?;
+                let price = item.price().ok_or_else(|| {
+                    format!("agreement {agreement_id}: dimension {dimension} has no price")
+                })?;
+                let price = parse_price(agreement_id, dimension, price)?;
+                add_rate(agreement_id, &mut self.terms.rate_card, dimension, price)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn free_trial(
+        &mut self,
+        agreement_id: &str,
+        term: &FreeTrialPricingTerm,
+    ) -> Result<(), String> {
+        let duration = term.duration().unwrap_or_default();
+        let duration_days = trial_days(duration).ok_or_else(|| {
+            format!("agreement {agreement_id}: free trial duration {duration:?} is not P<n>D")
+        })?;
+        let grants = term
+            .grants()
+            .iter()
+            .map(|grant| {
+                let dimension = grant.dimension_key().unwrap_or_default().to_string();
+                // The SDK reads an absent maxQuantity as 1: "unlimited" cannot be told
+                // apart here.
+                let max_quantity = u32::try_from(grant.max_quantity()).map_err(|_| {
+                    format!(
+                        "agreement {agreement_id}: free trial grant of {dimension} has max quantity {}",
+                        grant.max_quantity()
+                    )
+                })?;
+                Ok(TrialGrant {
+                    dimension,
+                    max_quantity: Some(max_quantity),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if self.terms.free_trial.is_some() {
+            return Err(format!("agreement {agreement_id}: two free trial terms"));
+        }
+        self.terms.free_trial = Some(FreeTrial {
+            duration_days,
+            grants,
+        });
+        Ok(())
+    }
+
+    fn read(&mut self, agreement_id: &str, term: &AcceptedTerm) -> Result<(), String> {
+        match term {
+            AcceptedTerm::UsageBasedPricingTerm(usage) => self.usage(agreement_id, usage),
+            AcceptedTerm::FreeTrialPricingTerm(trial) => self.free_trial(agreement_id, trial),
+            AcceptedTerm::FixedUpfrontPricingTerm(upfront) => {
+                self.terms.has_upfront = true;
+                self.currency(agreement_id, upfront.currency_code())
+            }
+            AcceptedTerm::ConfigurableUpfrontPricingTerm(upfront) => {
+                self.terms.has_upfront = true;
+                self.currency(agreement_id, upfront.currency_code())
+            }
+            // Legal, support, renewal, validity, payment and unknown terms say nothing
+            // about usage prices.
+            _ => Ok(()),
+        }
+    }
+}
+
+fn summary(view: &AgreementViewSummary) -> Result<AgreementSummary, AgreementError> {
+    let op = SEARCH_AGREEMENTS;
+    let agreement_id = required(op, "?", "agreementId", view.agreement_id())?.to_string();
+    let id = agreement_id.as_str();
+    Ok(AgreementSummary {
+        status: AgreementStatus::parse(required(
+            op,
+            id,
+            "status",
+            view.status().map(|s| s.as_str()),
+        )?),
+        acceptor_account_id: required(
+            op,
+            id,
+            "acceptor",
+            view.acceptor().and_then(|a| a.account_id()),
+        )?
+        .to_string(),
+        start: required_time(op, id, "startTime", view.start_time())?,
+        end: optional_time(op, id, "endTime", view.end_time())?,
+        license_arns: view
+            .entitlements()
+            .iter()
+            .filter_map(|e| e.license_arn().map(str::to_string))
+            .collect(),
+        last_update_time: optional_time(op, id, "lastUpdateTime", view.last_update_time())?,
+        initial_agreement_id: view.initial_agreement_id().map(str::to_string),
+        agreement_id,
+    })
+}
+
+fn filter(name: &str, value: impl Into<String>) -> Filter {
+    Filter::builder().name(name).values(value).build()
+}
+
+/// The filters of a seller's search: the three fixed ones, then one per field set.
+pub fn search_filters(search: &AgreementSearch) -> Vec<Filter> {
+    let mut filters = vec![
+        filter("AgreementType", "PurchaseAgreement"),
+        filter("PartyType", "Proposer"),
+    ];
+    if let Some(arn) = &search.license_arn {
+        filters.push(filter("LicenseArn", arn));
+    }
+    if let Some(status) = &search.status {
+        filters.push(filter("Status", status.as_str()));
+    }
+    if let Some(after) = &search.updated_after {
+        filters.push(filter(
+            "AfterLastUpdateTime",
+            after.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ));
+    }
+    if let Some(product) = &search.product_id {
+        filters.push(filter("ResourceIdentifier", product));
+    }
+    filters
+}
+
+#[async_trait]
+impl AgreementApi for SdkAgreementApi {
+    #[instrument(skip(self), err(Debug))]
+    async fn describe(&self, agreement_id: &str) -> Result<Option<AgreementFacts>, AgreementError> {
+        let op = DESCRIBE_AGREEMENT;
+        let out = match self
+            .client
+            .describe_agreement()
+            .agreement_id(agreement_id)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) => {
+                return match agreement_error(op, Some(agreement_id), err) {
+                    AgreementError::NotFound { .. } => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        let id = agreement_id;
+        let proposal = out.proposal_summary();
+        Ok(Some(AgreementFacts {
+            agreement_id: out.agreement_id().unwrap_or(agreement_id).to_string(),
+            status: AgreementStatus::parse(required(
+                op,
+                id,
+                "status",
+                out.status().map(|s| s.as_str()),
+            )?),
+            acceptor_account_id: required(
+                op,
+                id,
+                "acceptor",
+                out.acceptor().and_then(|a| a.account_id()),
+            )?
+            .to_string(),
+            proposer_account_id: required(
+                op,
+                id,
+                "proposer",
+                out.proposer().and_then(|p| p.account_id()),
+            )?
+            .to_string(),
+            offer_id: required(op, id, "offerId", proposal.and_then(|p| p.offer_id()))?.to_string(),
+            offer_set_id: proposal.and_then(|p| p.offer_set_id()).map(str::to_string),
+            product_id: proposal
+                .and_then(|p| p.resources().first())
+                .and_then(|r| r.id())
+                .map(str::to_string),
+            start: required_time(op, id, "startTime", out.start_time())?,
+            end: optional_time(op, id, "endTime", out.end_time())?,
+            acceptance_time: required_time(op, id, "acceptanceTime", out.acceptance_time())?,
+            initial_agreement_id: out.initial_agreement_id().map(str::to_string),
+            end_time_behavior: out.end_time_behavior().map(|b| EndTimeBehavior {
+                kind: b.r#type().as_str().to_string(),
+                reason_code: b.reason_code().map(|r| r.as_str().to_string()),
+            }),
+        }))
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn terms(&self, agreement_id: &str) -> Result<AgreementTerms, AgreementError> {
+        let op = GET_AGREEMENT_TERMS;
+        let mut reader = TermsReader::default();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .get_agreement_terms()
+                .agreement_id(agreement_id)
+                .max_results(self.page_size)
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
+            for term in out.accepted_terms() {
+                reader
+                    .read(agreement_id, term)
+                    .map_err(|message| malformed(op, message))?;
+            }
+            match out.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_string()),
+                _ => return Ok(reader.terms),
+            }
+        }
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn entitlements(
+        &self,
+        agreement_id: &str,
+    ) -> Result<Vec<AgreementEntitlement>, AgreementError> {
+        let op = GET_AGREEMENT_ENTITLEMENTS;
+        let mut entitlements = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .get_agreement_entitlements()
+                .agreement_id(agreement_id)
+                .max_results(self.page_size)
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
+            for e in out.agreement_entitlements() {
+                entitlements.push(AgreementEntitlement {
+                    license_arn: e.license_arn().map(str::to_string),
+                    status: EntitlementStatus::parse(required(
+                        op,
+                        agreement_id,
+                        "entitlement status",
+                        e.status().map(|s| s.as_str()),
+                    )?),
+                    status_reason: e.status_reason_code().map(|r| r.as_str().to_string()),
+                });
+            }
+            match out.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_string()),
+                _ => return Ok(entitlements),
+            }
+        }
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn search(
+        &self,
+        search: &AgreementSearch,
+    ) -> Result<Vec<AgreementSummary>, AgreementError> {
+        let op = SEARCH_AGREEMENTS;
+        let filters = search_filters(search);
+        let mut found = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .search_agreements()
+                .catalog(CATALOG)
+                .set_filters(Some(filters.clone()))
+                .max_results(self.page_size)
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| agreement_error(op, None, e))?;
+            for view in out.agreement_view_summaries() {
+                found.push(summary(view)?);
+            }
+            match out.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_string()),
+                _ => break,
+            }
+        }
+        found.sort_by(|a, b| a.agreement_id.cmp(&b.agreement_id));
+        Ok(found)
+    }
+}
