@@ -209,7 +209,11 @@ def describe(case, response) -> str:
 # ---- checks beyond the built-in ones ----------------------------------------------------
 
 # path -> the one method it answers (the request target as sent, still percent-encoded)
-ROUTES = ((re.compile(r"^/usage/events$"), "POST"), (re.compile(r"^/usage/events/[^/]+$"), "GET"))
+ROUTES = (
+    (re.compile(r"^/usage/events$"), "POST"),
+    (re.compile(r"^/usage/events/[^/]+$"), "GET"),
+    (re.compile(r"^/subscriptions/[^/]+$"), "GET"),
+)
 _REGISTRY = Registry().with_resource("urn:usage-api", DRAFT202012.create_resource({**SPEC, "$id": "urn:usage-api"}))
 
 
@@ -225,7 +229,7 @@ def route_method(path: str) -> str | None:
 
 
 def unrouted(case, response) -> bool:
-    """A 404/405 the function answered for a request outside the two operations (the
+    """A 404/405 the function answered for a request outside its operations (the
     stand-in forwards every request; API Gateway answers these itself), checked against
     `x-unrouted-responses`. True when it was such an answer (and conforms)."""
     if response.status_code not in (404, 405):
