@@ -260,7 +260,7 @@ impl SubscriberDecorator for RacedOnce {
 
 /// Plays deprovision-cleanup at "now" as `LocalStack::connect` builds it, racing one
 /// concurrent lifecycle write.
-async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::CleanupReport {
+async fn run_deprovision_cleanup(stack: &Stack) -> awsmp_deprovision_cleanup::DeprovisionReport {
     let mut state = stack
         .connect(
             &stack.events,

@@ -102,7 +102,7 @@ async fn closes_exactly_the_rows_whose_window_has_passed() {
         .unwrap();
     assert_eq!(
         report,
-        CleanupReport {
+        DeprovisionReport {
             now: "2026-11-30T13:15:00Z".into(),
             deprovisioning: 3,
             closed: 2,
@@ -205,7 +205,7 @@ mod racing;
 
 /// Runs at 14:00 over row l-a (window ended 13:00) while another writer applies
 /// `their_change` to it just before our write, so our write meets a version conflict.
-async fn run_raced_by(their_change: fn(&mut Subscriber)) -> (MemorySubscriberStore, CleanupReport) {
+async fn run_raced_by(their_change: fn(&mut Subscriber)) -> (MemorySubscriberStore, DeprovisionReport) {
     let inner = MemorySubscriberStore::new();
     inner.insert(
         row(
