@@ -205,7 +205,9 @@ mod racing;
 
 /// Runs at 14:00 over row l-a (window ended 13:00) while another writer applies
 /// `their_change` to it just before our write, so our write meets a version conflict.
-async fn run_raced_by(their_change: fn(&mut Subscriber)) -> (MemorySubscriberStore, DeprovisionReport) {
+async fn run_raced_by(
+    their_change: fn(&mut Subscriber),
+) -> (MemorySubscriberStore, DeprovisionReport) {
     let inner = MemorySubscriberStore::new();
     inner.insert(
         row(
