@@ -12,9 +12,10 @@ use async_trait::async_trait;
 use crate::aggregate::ZeroQuantityPolicy;
 use crate::aggregate::run::{AggregatePorts, AggregateReport, AggregateSettings, aggregate_group};
 use crate::cleanup::{CleanupPorts, CleanupReport, finalize_named_rows};
+use crate::clock::ManualClock;
 use crate::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use crate::memory::{
-    ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
+    MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
     MemoryUsageStore, MemoryWorkQueue, RecordingMetrics, reference_row,
 };
 use crate::model::{

@@ -12,12 +12,13 @@ use crate::aggregate::submission_due;
 use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, Subscriber, SubscriptionStatus};
 use crate::pipeline::budget::Budget;
 use crate::pipeline::error::PipelineError;
-use crate::pipeline::retry::{RetryPolicy, random_u64, retry_transient};
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{
     AggregatedStore, Claim, ClaimRequest, Clock, Cursor, MAX_BATCH_WRITES, MalformedItem,
     MeteringApi, MeteringRecord, MetricsSink, OutcomeWrite, Page, RecordVerdict, SubmissionUpdate,
     SubscriberStore, metric,
 };
+use crate::random::random_u64;
 use crate::submit::batch::plan_batches;
 use crate::submit::bisect::{BisectReport, RecordResult};
 use crate::submit::outcome::{

@@ -898,7 +898,7 @@ async fn a_run_stamped_before_an_hour_began_never_ages_that_hour_out() {
 struct LeaseWatch {
     inner: MemoryMeteringApi,
     tables: crate::memory::MemoryTables,
-    clock: crate::memory::ManualClock,
+    clock: crate::clock::ManualClock,
     leases: Mutex<Vec<Option<Instant>>>,
 }
 
@@ -1289,7 +1289,7 @@ async fn the_whole_pipeline_bills_each_group_exactly_its_aggregated_rows() {
 /// hours has left the window by then (as AWS refuses it).
 struct SlowWindowed {
     inner: MemoryMeteringApi,
-    clock: crate::memory::ManualClock,
+    clock: crate::clock::ManualClock,
     latency: std::time::Duration,
 }
 
