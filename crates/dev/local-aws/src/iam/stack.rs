@@ -41,7 +41,7 @@ pub fn function_wiring(
     if props.get("Policies").is_some() {
         return Err(template.error(format!(
             "{logical_id}: SAM Policies (policy templates) are not expanded by this evaluator; \
-             give the function an explicit Role, or teach crates/dev/local-aws/src/iam.rs the template"
+             give the function an explicit Role, or teach crates/dev/local-aws/src/iam/stack.rs the template"
         )));
     }
     let role = match props.get("Role") {
