@@ -12,10 +12,11 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use awsmp_core::clock::ManualClock;
 use awsmp_core::lifecycle::{
     DEPROVISIONING_WINDOW, EventTarget, MarketplaceEvent, Transition, apply, expire_deprovisioning,
 };
-use awsmp_core::memory::{ManualClock, MemorySubscriberStore};
+use awsmp_core::memory::MemorySubscriberStore;
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
 use awsmp_subscription::{Config, State, handler};

@@ -17,9 +17,8 @@ use std::sync::Arc;
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::{HeaderValue, Method};
-use awsmp_core::memory::{
-    ManualClock, MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore,
-};
+use awsmp_core::clock::ManualClock;
+use awsmp_core::memory::{MemoryCustomerResolver, MemoryProfileStore, MemorySubscriberStore};
 use awsmp_core::ports::{ProfileStore, ResolvedCustomer};
 use awsmp_register::{Config, State, handle};
 

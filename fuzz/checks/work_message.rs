@@ -14,9 +14,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::aggregate::run::{AggregatePorts, AggregateSettings};
 use awsmp_core::cleanup::CleanupPorts;
-use awsmp_core::memory::{
-    ManualClock, MemoryTables, MemoryWorkQueue, RecordingMetrics, reference_row,
-};
+use awsmp_core::clock::ManualClock;
+use awsmp_core::memory::{MemoryTables, MemoryWorkQueue, RecordingMetrics, reference_row};
 use awsmp_core::ports::WorkMessage;
 use awsmp_core::time::MeteringLockHours;
 use lambda_runtime::{Context, LambdaEvent};

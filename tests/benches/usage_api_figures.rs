@@ -18,10 +18,11 @@ use std::time::Instant as WallClock;
 
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use aws_lambda_events::encodings::Body;
+use awsmp_core::clock::ManualClock;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::guardrails::write::check_row;
 use awsmp_core::items::size::raw_row_size;
-use awsmp_core::memory::{ManualClock, MemoryTables};
+use awsmp_core::memory::MemoryTables;
 use awsmp_core::ports::UsageStore;
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::{Instant, parse_usage_timestamp};

@@ -28,14 +28,14 @@ fi
 
 log=$(mktemp)
 stack_pid=
-cleanup() {
+stop_stack_and_remove_log() {
   if [[ -n "$stack_pid" ]] && kill -0 "$stack_pid" 2>/dev/null; then
     kill "$stack_pid" 2>/dev/null || true
     wait "$stack_pid" 2>/dev/null || true
   fi
   rm -f "$log"
 }
-trap cleanup EXIT
+trap stop_stack_and_remove_log EXIT
 trap 'exit 130' INT TERM
 
 started=$(date +%s)

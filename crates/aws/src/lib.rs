@@ -15,7 +15,7 @@
 //! | `MetricsSink` | [`EmfMetrics`] |
 //! | `Clock` | [`SystemClock`] |
 //! | `OperatorStore` | [`DynamoOperatorStore`] (the `awsmp` tool only) |
-//! | `ProfileTable` (awsmp-operate) | [`DynamoProfileTable`] (the `awsmp profile` commands only) |
+//! | `PiiTable` (awsmp-operate) | [`DynamoPiiTable`] (the `awsmp profile` commands only: one buyer's customer-profile row read or erased) |
 //!
 //! Beside the adapters: [`sdk`] (the pinned behaviour version, one config per Region),
 //! [`message`] (reading work messages), [`clock`] (the real clock) and [`local`] (the
@@ -39,6 +39,7 @@ pub mod message;
 pub mod metering;
 pub mod metrics;
 pub mod operator;
+pub mod pii;
 pub mod profiles;
 pub mod sdk;
 #[cfg(feature = "sqs")]
@@ -58,9 +59,10 @@ pub use message::{WorkMessageError, parse_work_message};
 pub use metering::{SdkCustomerResolver, SdkMeteringApi, metering_client};
 pub use metrics::EmfMetrics;
 pub use operator::DynamoOperatorStore;
-pub use profiles::{DynamoProfileTable, ProfileTableError};
+pub use pii::{DynamoPiiTable, PiiTableError};
+pub use profiles::DynamoProfileStore;
 pub use sdk::{behavior_version, in_region};
 #[cfg(feature = "sqs")]
 pub use sqs::SqsWorkQueue;
-pub use subscribers::{DynamoProfileStore, DynamoSubscriberStore};
+pub use subscribers::DynamoSubscriberStore;
 pub use usage::DynamoUsageStore;

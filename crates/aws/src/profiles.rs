@@ -1,70 +1,34 @@
-//! The customer-profile table as the operator reads and erases it (`awsmp profile`):
-//! one buyer's row by its keys, a strongly consistent `GetItem`, or a `DeleteItem` that
-//! applies only while the row exists and returns nothing. Never a `Scan` or `Query`: the
-//! table holds buyer PII, and the operator asks for one buyer at a time.
-//! (`DynamoProfileStore` in `subscribers.rs` is the register function's upsert.)
+//! [`ProfileStore`] on DynamoDB: the in-Region customer-profile table as the pipeline
+//! writes it (the register function's upsert, the discoverer's `expiresAt`). The
+//! operator's one-buyer read and erasure of the same table is `pii.rs`.
 
-use std::collections::BTreeMap;
-
+use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::types::ReturnValue;
-use awsmp_core::model::{Attr, attr};
+use awsmp_core::model::{CustomerProfile, attr};
+use awsmp_core::ports::{PortError, ProfileStore, ProfileWrite};
+use awsmp_core::time::Instant;
 use tracing::instrument;
 
-use crate::error::describe;
-use crate::item::{attr_from_dynamo, s};
+use crate::error::failed;
+use crate::item::{ItemKey, Update, expiry, s};
 
-/// A failed call on the customer-profile table. Never carries item data: only the
-/// operation, the table and what DynamoDB said.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProfileTableError {
-    /// `AccessDeniedException` (or a KMS access denial): IAM, the table's resource
-    /// policy or its key refused these credentials.
-    #[error("{operation} on {table} was refused: {message}")]
-    Denied {
-        /// `GetItem` or `DeleteItem`.
-        operation: &'static str,
-        /// The table.
-        table: String,
-        /// What DynamoDB said.
-        message: String,
-    },
-    /// `ResourceNotFoundException`: no such table in the Region.
-    #[error("{operation}: there is no table {table} ({message})")]
-    NoTable {
-        /// `GetItem` or `DeleteItem`.
-        operation: &'static str,
-        /// The table.
-        table: String,
-        /// What DynamoDB said.
-        message: String,
-    },
-    /// Anything else (throttled past the SDK's retries, the network, ...).
-    #[error("{operation} on {table} failed: {message}")]
-    Failed {
-        /// `GetItem` or `DeleteItem`.
-        operation: &'static str,
-        /// The table.
-        table: String,
-        /// What DynamoDB or the network said.
-        message: String,
-    },
-}
-
-/// The operator's handle on one Region's customer-profile table
-/// (`awsmp-<productCode>-customer-profile`).
+/// The customer-profile table (`awsmp-<productCode>-customer-profile`, in-Region).
+///
+/// Item: keys, `productCode`, one top-level string attribute per allowlisted form
+/// field, `createdAt` (write-once), `updatedAt`. The first registration writes every
+/// field (conditional on the row being absent); a later one writes each field only
+/// where it is absent (`if_not_exists`), so the first registration's contact fields
+/// stand. A field named like one of those fixed attributes is refused.
 #[derive(Debug, Clone)]
-pub struct DynamoProfileTable {
+pub struct DynamoProfileStore {
     client: Client,
     table: String,
 }
 
-impl DynamoProfileTable {
-    /// The table `table`, through `client` (built for the table's Region).
+impl DynamoProfileStore {
+    /// A store on `table`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        DynamoProfileTable {
+        DynamoProfileStore {
             client,
             table: table.into(),
         }
@@ -74,145 +38,105 @@ impl DynamoProfileTable {
     pub fn table(&self) -> &str {
         &self.table
     }
+}
 
-    /// The row of (`license_arn`, `account`), every attribute as stored (keys
-    /// included), read strongly consistent; `None` when there is none.
-    // The row is buyer data: only its keys are logged.
-    #[instrument(skip(self), fields(table = %self.table))]
-    pub async fn get(
+#[async_trait]
+impl ProfileStore for DynamoProfileStore {
+    // Field values are buyer data: never logged, only their count.
+    #[instrument(
+        skip(self, profile),
+        fields(table = %self.table, license = %profile.license_arn, fields = profile.fields.len())
+    )]
+    async fn upsert(
         &self,
-        license_arn: &str,
-        account: &str,
-    ) -> Result<Option<BTreeMap<String, Attr>>, ProfileTableError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(account))
-            .send()
-            .await
-            .map_err(|e| self.error("GetItem", &e))?;
-        Ok(out.item.map(|item| {
-            item.iter()
-                .map(|(name, value)| (name.clone(), attr_from_dynamo(value)))
-                .collect()
-        }))
-    }
-
-    /// Deletes the row of (`license_arn`, `account`) if it exists (`DeleteItem`,
-    /// condition `attribute_exists(licenseArn)`, `ReturnValues` `NONE`, so the deleted
-    /// data never comes back over the wire): `true` deleted, `false` there was none and
-    /// nothing was deleted.
-    #[instrument(skip(self), fields(table = %self.table))]
-    pub async fn delete_existing(
-        &self,
-        license_arn: &str,
-        account: &str,
-    ) -> Result<bool, ProfileTableError> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::LICENSE_ARN, s(license_arn))
-            .key(attr::CUSTOMER_ACCOUNT, s(account))
-            .condition_expression("attribute_exists(#l)")
-            .expression_attribute_names("#l", attr::LICENSE_ARN)
-            .return_values(ReturnValue::None)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some("ConditionalCheckFailedException") => Ok(false),
-            Err(e) => Err(self.error("DeleteItem", &e)),
+        profile: &CustomerProfile,
+        now: Instant,
+    ) -> Result<ProfileWrite, PortError> {
+        if let Some(name) = profile.fields.keys().find(|name| {
+            name.is_empty() || awsmp_core::model::PROFILE_FIXED_ATTRS.contains(&name.as_str())
+        }) {
+            return Err(failed(
+                "upsert profile",
+                format!(
+                    "form field name {name:?} is empty or reserved for the table's own attributes"
+                ),
+            ));
         }
-    }
-
-    fn error<E>(
-        &self,
-        operation: &'static str,
-        error: &SdkError<E, HttpResponse>,
-    ) -> ProfileTableError
-    where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        classify(operation, &self.table, error.code(), describe(error))
-    }
-}
-
-/// What a failure with the service's error `code` means (`message` is what it said).
-fn classify(
-    operation: &'static str,
-    table: &str,
-    code: Option<&str>,
-    message: String,
-) -> ProfileTableError {
-    let table = table.to_string();
-    match code.unwrap_or_default() {
-        // `AccessDeniedException`, and KMS's denials of the table's key.
-        c if c.contains("AccessDenied") => ProfileTableError::Denied {
-            operation,
-            table,
-            message,
-        },
-        "ResourceNotFoundException" => ProfileTableError::NoTable {
-            operation,
-            table,
-            message,
-        },
-        _ => ProfileTableError::Failed {
-            operation,
-            table,
-            message,
-        },
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-    use aws_sdk_dynamodb::error::ErrorMetadata;
-    use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-    use aws_smithy_types::body::SdkBody;
-
-    fn refused(code: &str) -> SdkError<DeleteItemError, HttpResponse> {
-        let meta = ErrorMetadata::builder()
-            .code(code)
-            .message("User: arn:aws:iam::123456789012:role/ops is not authorized to perform: dynamodb:DeleteItem with an explicit deny in a resource-based policy")
-            .build();
-        SdkError::service_error(
-            DeleteItemError::generic(meta),
-            HttpResponse::new(400.try_into().unwrap(), SdkBody::empty()),
+        let key = ItemKey {
+            table: &self.table,
+            sort_attr: attr::CUSTOMER_ACCOUNT,
+            license_arn: &profile.license_arn,
+            sort_key: &profile.customer_aws_account_id,
+        };
+        // UpdateItem rather than PutItem, so createdAt is written once. Neither write
+        // asks for the row back (the register role may not: dynamodb:ReturnValues).
+        let write = |first: bool| {
+            let mut update = Update::new();
+            update.set(attr::PRODUCT_CODE, s(&profile.product_code));
+            for (name, value) in &profile.fields {
+                if first {
+                    update.set(name, s(value));
+                } else {
+                    update.set_if_absent(name, s(value));
+                }
+            }
+            update.stamp(now);
+            update
+        };
+        let mut first = write(true);
+        let absent = format!("attribute_not_exists({})", first.name(attr::LICENSE_ARN));
+        if key
+            .update(
+                &self.client,
+                &first,
+                Some(absent),
+                "UpdateItem customer-profile (first registration)",
+            )
+            .await?
+        {
+            return Ok(ProfileWrite::First);
+        }
+        key.update(
+            &self.client,
+            &write(false),
+            None,
+            "UpdateItem customer-profile (registered again)",
         )
+        .await?;
+        Ok(ProfileWrite::Again)
     }
 
-    #[test]
-    fn a_denial_is_told_apart_from_a_missing_table_and_other_failures() {
-        let table = DynamoProfileTable::new(
-            Client::from_conf(
-                aws_sdk_dynamodb::Config::builder()
-                    .behavior_version(crate::behavior_version())
-                    .build(),
-            ),
-            "awsmp-p-customer-profile",
+    #[instrument(skip(self), fields(table = %self.table))]
+    async fn expire(
+        &self,
+        license_arn: &str,
+        account: &str,
+        at: Instant,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update.set(attr::EXPIRES_AT, expiry(at));
+        let (license, expires) = (
+            update.name(attr::LICENSE_ARN),
+            update.name(attr::EXPIRES_AT),
         );
-        for code in ["AccessDeniedException", "KMSAccessDeniedException"] {
-            let error = table.error("DeleteItem", &refused(code));
-            assert!(
-                matches!(&error, ProfileTableError::Denied { operation: "DeleteItem", table, .. } if table == "awsmp-p-customer-profile"),
-                "{code}: {error:?}"
-            );
-            assert!(error.to_string().contains("explicit deny"), "{error}");
+        let value = update.value(expiry(at));
+        // Only an existing row, and only when it does not say so already: a repeat
+        // (every discoverer run during the window) changes nothing.
+        let condition = format!(
+            "attribute_exists({license}) AND (attribute_not_exists({expires}) OR {expires} <> {value})"
+        );
+        ItemKey {
+            table: &self.table,
+            sort_attr: attr::CUSTOMER_ACCOUNT,
+            license_arn,
+            sort_key: account,
         }
-        assert!(matches!(
-            table.error("DeleteItem", &refused("ResourceNotFoundException")),
-            ProfileTableError::NoTable { .. }
-        ));
-        assert!(matches!(
-            table.error("DeleteItem", &refused("ValidationException")),
-            ProfileTableError::Failed { .. }
-        ));
+        .update(
+            &self.client,
+            &update,
+            Some(condition),
+            "UpdateItem customer-profile expiresAt",
+        )
+        .await
     }
 }

@@ -53,8 +53,8 @@ impl CleanupReport {
     }
 }
 
-/// Applies one `WorkMessage::Cleanup` at `now`; every row it finalizes gets
-/// `retention`'s `expiresAt` in the same write. Transient store errors are retried with
+/// Applies one `WorkMessage::Cleanup` at `now`: finalizes the raw rows it names, each
+/// with `retention`'s `expiresAt` in the same write. Transient store errors are retried with
 /// jittered backoff; anything left failing fails the message (SQS redelivers it and
 /// the rows already finalized are skipped).
 ///
@@ -63,7 +63,7 @@ impl CleanupReport {
 /// [`FinalWriteId`](crate::ports::FinalWriteId) tells a retry whose answer was lost
 /// that it did), so a redelivered message or a racing cleanup never counts a rejection
 /// twice and a lost answer never loses it.
-pub async fn cleanup(
+pub async fn finalize_named_rows(
     message: &WorkMessage,
     now: Instant,
     retention: Retention,
@@ -257,7 +257,7 @@ mod tests {
 
     /// Applies `message` at [`NOW`], as the cleanup Lambda would.
     async fn apply(world: &World, message: &WorkMessage) -> Result<CleanupReport, PipelineError> {
-        cleanup(message, t(NOW), world.retention, &world.cleanup_ports()).await
+        finalize_named_rows(message, t(NOW), world.retention, &world.cleanup_ports()).await
     }
 
     /// The next `times` finalize writes are throttled.
@@ -383,7 +383,7 @@ mod tests {
         };
 
         // WHEN cleanup rejects it (the retry finds its own write applied)
-        let report = cleanup(&message, t(NOW), world.retention, &ports)
+        let report = finalize_named_rows(&message, t(NOW), world.retention, &ports)
             .await
             .unwrap();
 

@@ -3,10 +3,12 @@
 //! item shapes ([`items`]), the [`ports`] every external service sits behind, and each
 //! step with its rules and the use case its Lambda runs over the ports:
 //! [`lifecycle`] (events stack), [`register`], [`guardrails`], [`discover`],
-//! [`aggregate`], [`cleanup`], [`submit`], [`outcomes`] (events from the tables' streams); [`pipeline`] is what the use cases share. Nothing here
+//! [`aggregate`], [`cleanup`], [`submit`], [`outcomes`] (events from the tables' streams); [`pipeline`] is what the use cases share,
+//! and [`backoff`] and [`random`] sit below the ports and every use case. Nothing here
 //! touches an SDK type or does I/O of its own; the operator's views are `awsmp-operate`.
 
 pub mod aggregate;
+pub mod backoff;
 pub mod cleanup;
 pub mod clock;
 pub mod config;
@@ -21,6 +23,7 @@ pub mod model;
 pub mod outcomes;
 pub mod pipeline;
 pub mod ports;
+pub mod random;
 pub mod register;
 pub mod remedy;
 pub mod retention;

@@ -5,7 +5,7 @@
 //! Seller Delivery Data Feeds, and one buyer's profile shown or erased with an audit
 //! record ([`pii`]). The CLI reads the tables through
 //! [`awsmp_core::ports::OperatorStore`], CloudTrail through [`ports::TrailEvents`] and
-//! the customer-profile table through [`ports::ProfileTable`], and renders these; no
+//! the customer-profile table through [`ports::PiiTable`], and renders these; no
 //! I/O here.
 
 pub mod failures;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use crate::ports::{
-    ProfileError, ProfileKey, ProfileTable, RawTrailEvent, TrailError, TrailEvents, TrailPage,
+    PiiTable, ProfileError, ProfileKey, RawTrailEvent, TrailError, TrailEvents, TrailPage,
 };
 use awsmp_core::model::Attr;
 use awsmp_core::time::Instant;
@@ -77,7 +77,7 @@ impl TrailEvents for MemoryTrail {
     }
 }
 
-/// In-memory [`ProfileTable`]: a cheap `Clone` handle on shared rows.
+/// In-memory [`PiiTable`]: a cheap `Clone` handle on shared rows.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryProfiles {
     rows: Arc<Mutex<BTreeMap<ProfileKey, BTreeMap<String, Attr>>>>,
@@ -133,7 +133,7 @@ impl MemoryProfiles {
 }
 
 #[async_trait]
-impl ProfileTable for MemoryProfiles {
+impl PiiTable for MemoryProfiles {
     async fn get(&self, key: &ProfileKey) -> Result<Option<BTreeMap<String, Attr>>, ProfileError> {
         self.call("get")?;
         Ok(lock(&self.rows).get(key).cloned())

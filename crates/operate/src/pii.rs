@@ -2,7 +2,7 @@
 //! customer-profile table shown, or erased with an audit record that names the buyer by
 //! the row's keys (identifiers, not PII) and carries none of its data. Point-in-time
 //! recovery keeps an erased row restorable for [`PITR_RECOVERY_DAYS`]: the erasure is
-//! complete only then. Through [`ProfileTable`], which cannot list the table.
+//! complete only then. Through [`PiiTable`], which cannot list the table.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +12,7 @@ use serde::Serialize;
 use awsmp_core::model::{Attr, PROFILE_FIXED_ATTRS, attr};
 use awsmp_core::time::Instant;
 
-use crate::ports::{ProfileError, ProfileKey, ProfileTable};
+use crate::ports::{PiiTable, ProfileError, ProfileKey};
 
 /// Days point-in-time recovery can restore a table to (DynamoDB's recovery period, 35
 /// unless the table sets `RecoveryPeriodInDays`; the stack sets none): an erased row
@@ -113,7 +113,7 @@ pub struct RegionProfile {
 
 /// Reads the buyer's row in one Region (one `GetItem`).
 pub async fn show(
-    table: &dyn ProfileTable,
+    table: &dyn PiiTable,
     key: &ProfileKey,
     place: &ProfilePlace,
 ) -> Result<RegionProfile, ProfileError> {
@@ -188,7 +188,7 @@ pub struct RegionErasure {
 /// row exists; with `dry_run`, a `GetItem` that says whether it would. `aws_profile` is
 /// recorded in the audit record.
 pub async fn erase(
-    table: &dyn ProfileTable,
+    table: &dyn PiiTable,
     key: &ProfileKey,
     place: &ProfilePlace,
     now: Instant,

@@ -2,7 +2,7 @@
 //! `LookupEvents` for the Marketplace Metering calls between two instants, already
 //! parsed. Event History keeps 90 days per Region and shows a call about 15 minutes
 //! after it was made; [`EventHistoryWindow`] applies both. Never CloudTrail Lake.
-//! And one Region's customer-profile table ([`ProfileTable`]): one buyer's row by its
+//! And one Region's customer-profile table ([`PiiTable`]): one buyer's row by its
 //! keys, read or deleted, never listed.
 
 use std::collections::BTreeMap;
@@ -168,10 +168,11 @@ pub enum ProfileError {
 /// names the only principals allowed.
 pub const PROFILE_ACCESS_ADVICE: &str = "The customer-profile table's resource policy lets only the register function's role and the PII role named by the stack parameter ProfileAccessRoleArn read or delete its items: run `awsmp profile` with that role's credentials (e.g. --profile naming an AWS profile that assumes it)";
 
-/// One Region's customer-profile table, one buyer at a time: there is no call that
-/// lists or scans it.
+/// One Region's customer-profile table as the operator's PII commands see it, one
+/// buyer at a time: read or erased, and there is no call that lists or scans it (the
+/// pipeline's writes to the same table are `awsmp_core::ports::ProfileStore`).
 #[async_trait]
-pub trait ProfileTable: Send + Sync {
+pub trait PiiTable: Send + Sync {
     /// The row of `key`, every attribute as stored (keys included), read strongly
     /// consistent; `None` when there is none.
     async fn get(&self, key: &ProfileKey) -> Result<Option<BTreeMap<String, Attr>>, ProfileError>;

@@ -1,18 +1,18 @@
 //! `awsmp profile show|erase`: one buyer's registration profile (PII) in each Region's
 //! customer-profile table, read or erased by its keys (never listed), the erasure
 //! confirmed first and audited without the data. The rules are `awsmp_operate::pii`'s;
-//! the table is `awsmp_aws::DynamoProfileTable` behind `awsmp_operate`'s port.
+//! the table is `awsmp_aws::DynamoPiiTable` behind `awsmp_operate`'s port.
 
 use std::io::{BufRead, IsTerminal, Write};
 
 use async_trait::async_trait;
-use awsmp_aws::{DynamoProfileTable, ProfileTableError};
+use awsmp_aws::{DynamoPiiTable, PiiTableError};
 use awsmp_core::model::Attr;
 use awsmp_operate::pii::{
     ErasureAudit, ErasureResult, PITR_RECOVERY_DAYS, ProfilePlace, RegionErasure, RegionProfile,
     erase, show,
 };
-use awsmp_operate::ports::{ProfileError, ProfileKey, ProfileTable};
+use awsmp_operate::ports::{PiiTable, ProfileError, ProfileKey};
 use serde::Serialize;
 
 use super::Ctx;
@@ -21,22 +21,22 @@ use crate::error::CommandError;
 use crate::output::{Format, Outcome, json, printable, table};
 
 /// The customer-profile table of one Region on the SDK, as `awsmp_operate`'s port.
-pub struct SdkProfileTable(DynamoProfileTable);
+pub struct SdkPiiTable(DynamoPiiTable);
 
-impl SdkProfileTable {
+impl SdkPiiTable {
     /// `table` in `region`, with the deployment's credentials.
     pub async fn connect(args: &DeploymentArgs, place: &ProfilePlace) -> Self {
         let config = args.sdk_config(Some(&place.region)).await;
-        SdkProfileTable(DynamoProfileTable::new(
+        SdkPiiTable(DynamoPiiTable::new(
             aws_sdk_dynamodb::Client::new(&config),
             place.table.clone(),
         ))
     }
 }
 
-fn port_error(error: ProfileTableError) -> ProfileError {
+fn port_error(error: PiiTableError) -> ProfileError {
     match error {
-        ProfileTableError::Denied {
+        PiiTableError::Denied {
             operation,
             table,
             message,
@@ -45,15 +45,13 @@ fn port_error(error: ProfileTableError) -> ProfileError {
             table,
             message,
         },
-        ProfileTableError::NoTable { table, message, .. } => {
-            ProfileError::NoTable { table, message }
-        }
-        failed @ ProfileTableError::Failed { .. } => ProfileError::Failed(failed.to_string()),
+        PiiTableError::NoTable { table, message, .. } => ProfileError::NoTable { table, message },
+        failed @ PiiTableError::Failed { .. } => ProfileError::Failed(failed.to_string()),
     }
 }
 
 #[async_trait]
-impl ProfileTable for SdkProfileTable {
+impl PiiTable for SdkPiiTable {
     async fn get(
         &self,
         key: &ProfileKey,
@@ -155,13 +153,13 @@ pub struct ProfileErasure {
 }
 
 /// One Region's table, as the commands use it.
-pub type PlacedTable = (ProfilePlace, Box<dyn ProfileTable>);
+pub type PlacedTable = (ProfilePlace, Box<dyn PiiTable>);
 
 /// The table of each place, on the SDK.
 pub async fn connect_all(args: &DeploymentArgs, places: Vec<ProfilePlace>) -> Vec<PlacedTable> {
     let mut tables: Vec<PlacedTable> = Vec::new();
     for place in places {
-        let table = SdkProfileTable::connect(args, &place).await;
+        let table = SdkPiiTable::connect(args, &place).await;
         tables.push((place, Box::new(table)));
     }
     tables

@@ -20,7 +20,7 @@ pub const MAX_WRITE_ATTEMPTS: usize = 3;
 /// What one run did (the function's response, and its summary log line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CleanupReport {
+pub struct DeprovisionReport {
     /// The instant the expiries were compared with.
     pub now: String,
     /// Rows found deprovisioning.
@@ -51,9 +51,9 @@ pub struct RowFailure {
 pub async fn close_expired(
     store: &dyn SubscriberStore,
     now: Instant,
-) -> Result<(CleanupReport, Vec<RowFailure>), PortError> {
+) -> Result<(DeprovisionReport, Vec<RowFailure>), PortError> {
     let rows = store.deprovisioning().await?;
-    let mut report = CleanupReport {
+    let mut report = DeprovisionReport {
         now: format_instant(now),
         deprovisioning: rows.len(),
         closed: 0,

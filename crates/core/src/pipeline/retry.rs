@@ -3,13 +3,18 @@
 //! concurrent retries (many aggregators, many cleanups) from re-colliding in lockstep.
 
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
 use tracing::warn;
 
+use crate::backoff::Backoff;
 use crate::ports::{Clock, PortError};
-use crate::submit::outcome::Backoff;
+use crate::random::random_u64;
+
+/// The seeding of [`random_u64`], at the path crates/dev/dst still imports it from
+/// (its home is [`crate::random`]; drop this once the simulation imports it there).
+#[cfg(feature = "test-util")]
+pub use crate::random::seed_randomness;
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,48 +40,6 @@ impl RetryPolicy {
     /// `[0, min(cap, base * 2^(retry-1)))` ("full jitter", [`Backoff::delay`]).
     pub fn delay(&self, retry: u32) -> Duration {
         self.backoff.delay(retry, random_u64())
-    }
-}
-
-/// 64 uniformly random bits from the standard library's randomly keyed hasher (or,
-/// in a simulation that seeded this thread with `seed_randomness` (test-util), from that seed).
-pub fn random_u64() -> u64 {
-    #[cfg(feature = "test-util")]
-    if let Some(bits) = seeded::next() {
-        return bits;
-    }
-    RandomState::new().hash_one(std::time::SystemTime::now())
-}
-
-/// Makes [`random_u64`] (jitter, claim ids) on this thread a deterministic stream from
-/// `seed`, so a simulation schedule replays exactly; `None` restores real randomness.
-#[cfg(feature = "test-util")]
-pub fn seed_randomness(seed: Option<u64>) {
-    seeded::set(seed);
-}
-
-#[cfg(feature = "test-util")]
-mod seeded {
-    //! The per-thread seeded stream behind `random_u64` in simulations (splitmix64).
-    use std::cell::Cell;
-
-    thread_local! {
-        static STATE: Cell<Option<u64>> = const { Cell::new(None) };
-    }
-
-    pub(super) fn set(seed: Option<u64>) {
-        STATE.with(|s| s.set(seed));
-    }
-
-    pub(super) fn next() -> Option<u64> {
-        STATE.with(|s| {
-            let state = s.get()?.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            s.set(Some(state));
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            Some(z ^ (z >> 31))
-        })
     }
 }
 

@@ -11,10 +11,11 @@ use async_trait::async_trait;
 
 use crate::aggregate::ZeroQuantityPolicy;
 use crate::aggregate::run::{AggregatePorts, AggregateReport, AggregateSettings, aggregate_group};
-use crate::cleanup::{CleanupPorts, CleanupReport, cleanup};
+use crate::cleanup::{CleanupPorts, CleanupReport, finalize_named_rows};
+use crate::clock::ManualClock;
 use crate::discover::{DiscoverPorts, DiscoverReport, DiscoverSettings, discover};
 use crate::memory::{
-    ManualClock, MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
+    MemoryAggregatedStore, MemoryMeteringApi, MemorySubscriberStore, MemoryTables,
     MemoryUsageStore, MemoryWorkQueue, RecordingMetrics, reference_row,
 };
 use crate::model::{
@@ -297,7 +298,7 @@ impl World {
     pub async fn cleanup_all(&self, now: Instant) -> CleanupReport {
         let mut total = CleanupReport::default();
         for message in self.cleanup_queue.drain() {
-            let report = cleanup(&message, now, self.retention, &self.cleanup_ports())
+            let report = finalize_named_rows(&message, now, self.retention, &self.cleanup_ports())
                 .await
                 .unwrap();
             total = crate::cleanup::merge_reports([&total, &report]);

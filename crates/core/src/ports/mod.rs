@@ -107,11 +107,11 @@ pub struct FinalWriteId {
 }
 
 impl FinalWriteId {
-    /// A fresh id: 64 random bits ([`crate::pipeline::retry::random_u64`], seeded in a
+    /// A fresh id: 64 random bits ([`crate::random::random_u64`], seeded in a
     /// simulation so it replays) and the process id, as a claim id is drawn.
     pub fn fresh() -> Self {
         FinalWriteId {
-            random: crate::pipeline::retry::random_u64(),
+            random: crate::random::random_u64(),
             process: std::process::id(),
         }
     }

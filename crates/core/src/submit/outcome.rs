@@ -1,7 +1,7 @@
 //! Mapping of one record's `BatchMeterUsage` result to its aggregated row's next state,
 //! the metric it emits and what the run does next (ARCHITECTURE.md:
-//! status transitions; docs/design.md: aggregation commit), plus
-//! the full-jitter backoff between retries. Pure: no I/O, randomness passed in.
+//! status transitions; docs/design.md: aggregation commit). Pure: no I/O. The
+//! full-jitter backoff between retries is [`crate::backoff`].
 //!
 //! | result | next row state | metric (per record) | run |
 //! |---|---|---|---|
@@ -25,8 +25,6 @@
 //! have billed the record, now or earlier (`possiblyBilled`, never cleared); a
 //! `DuplicateRecord` is `BilledByEarlierAttempt` only then
 //! ([`EarlierSends::possibly_billed`]), pinned or not.
-
-use std::time::Duration;
 
 use crate::model::{AggregatedStatus, Subscriber};
 use crate::ports::{MeteringError, MetricsSink, RecordVerdict, SubmissionUpdate, metric};
@@ -367,46 +365,6 @@ fn stays_pending(metric: Option<MetricEvent>, action: RunAction) -> Outcome {
         metric,
         action,
     }
-}
-
-/// Exponential backoff with full jitter: retry `n` waits a uniformly random time in
-/// `[0, min(cap, base * 2^(n-1)))`. Jitter spreads concurrent retries apart. The one
-/// backoff: `BatchMeterUsage` retries ([`Backoff::METERING`]) and store retries
-/// ([`crate::pipeline::retry::RetryPolicy`]) both wait with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// Ceiling of the first retry's wait.
-    pub base: Duration,
-    /// Largest ceiling.
-    pub cap: Duration,
-}
-
-impl Backoff {
-    /// `BatchMeterUsage` retries: 200 ms doubling to 5 s, inside a one-minute submitter run
-    /// whose calls are paced at the 10 requests/s quota.
-    pub const METERING: Backoff = Backoff {
-        base: Duration::from_millis(200),
-        cap: Duration::from_secs(5),
-    };
-
-    /// The wait before retry `retry` (1-based; 0 is read as 1), given 64 uniformly random
-    /// bits `random`. The same inputs always give the same wait.
-    pub fn delay(&self, retry: u32, random: u64) -> Duration {
-        let doublings = retry.saturating_sub(1).min(63);
-        let ceiling = self
-            .base
-            .as_nanos()
-            .saturating_mul(1u128 << doublings)
-            .min(self.cap.as_nanos());
-        // `random / 2^64` is a fraction in [0, 1); the product cannot overflow u128.
-        let nanos = (ceiling * u128::from(random)) >> 64;
-        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-}
-
-/// [`Backoff::METERING`]'s wait before retry `retry`, with randomness `random`.
-pub fn backoff_delay(retry: u32, random: u64) -> Duration {
-    Backoff::METERING.delay(retry, random)
 }
 
 #[cfg(test)]

@@ -146,7 +146,8 @@ impl MeteringApi for PacedMeteringApi<'_> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::memory::{ManualClock, MemoryMeteringApi};
+    use crate::clock::ManualClock;
+    use crate::memory::MemoryMeteringApi;
     use crate::time::parse_usage_timestamp;
 
     fn clock() -> ManualClock {

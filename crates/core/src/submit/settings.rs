@@ -7,10 +7,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::aggregate::ZeroQuantityPolicy;
-use crate::pipeline::retry::random_u64;
+use crate::backoff::Backoff;
+use crate::random::random_u64;
 use crate::retention::Retention;
 use crate::submit::batch::BatchLimits;
-use crate::submit::outcome::Backoff;
 use crate::submit::pacing::MIN_CALL_INTERVAL;
 
 /// `METERING_MODE` with the test-account allowlist it requires or forbids.

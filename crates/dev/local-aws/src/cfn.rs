@@ -11,8 +11,10 @@
 //! error naming the value, never a guess; the one exception is `GetAtt` of an
 //! attribute no IAM policy here names (a distribution's domain name, ...), which
 //! resolves to a visible stand-in `<Resource.Attribute>` that matches no ARN.
-//! The table reader ([`crate::template`]), the IAM checks ([`crate::iam`]) and the
-//! local stack's function wiring ([`crate::functions`]) all read through it.
+//! The table reader ([`crate::tables`]), the IAM checks ([`crate::iam`]) and the
+//! function specs ([`crate::function_specs`]) all read through it; so do the event
+//! rules' detail types ([`event_rule_detail_types`]), on the stack templates at the
+//! workspace root ([`workspace_templates`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -673,6 +675,57 @@ pub(crate) fn intrinsic(value: &Value) -> Option<(String, &Value)> {
         }
         _ => None,
     }
+}
+
+/// The `detail-type` list of the `EventPattern` of the `AWS::Events::Rule` resource
+/// `logical_id`, sorted (an error if the resource, its pattern or the list is missing).
+pub fn event_rule_detail_types(
+    path: &Path,
+    logical_id: &str,
+) -> Result<Vec<String>, LocalAwsError> {
+    let template = StackTemplate::load(path, &[])?;
+    let error = |message: String| template.error(message);
+    let resource = template.resource(logical_id)?;
+    if resource.get("Type").and_then(Value::as_str) != Some("AWS::Events::Rule") {
+        return Err(error(format!("{logical_id} is not an AWS::Events::Rule")));
+    }
+    let list = resource
+        .get("Properties")
+        .and_then(|p| p.get("EventPattern"))
+        .and_then(|p| p.get("detail-type"))
+        .and_then(Value::as_sequence)
+        .ok_or_else(|| error(format!("{logical_id} has no EventPattern detail-type list")))?;
+    let mut detail_types = list
+        .iter()
+        .map(|v| {
+            v.as_str().map(str::to_string).ok_or_else(|| {
+                error(format!(
+                    "{logical_id}: detail-type entry {v:?} is not a string"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    detail_types.sort();
+    Ok(detail_types)
+}
+
+/// The stack templates at the workspace root (`template-*.yaml`), sorted.
+pub fn workspace_templates() -> Vec<PathBuf> {
+    let root = crate::moto::workspace_root();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("template-") && n.ends_with(".yaml"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }
 
 #[cfg(test)]

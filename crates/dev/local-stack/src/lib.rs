@@ -1,18 +1,18 @@
 //! awsmp-local-stack: both stacks on one machine, the system `awsmp local up` runs and
 //! the end-to-end tests deploy. moto serves DynamoDB and SQS, our simulator serves
-//! Marketplace Metering, the tables and queues come from the SAM templates
-//! ([`resources`]), and every handler runs wired as its template wires it
-//! ([`functions`], [`runtime`], [`streams`]), on a virtual clock so a day of metering takes seconds
+//! Marketplace Metering, the queues come from the SAM templates and the tables from
+//! `awsmp_local_aws::tables` ([`resources`] deploys both), and every handler runs wired
+//! as its template wires it ([`wiring`], [`runtime`], [`streams`]), on a virtual clock so a day of metering takes seconds
 //! ([`system`]); [`demo`] is the scripted lifecycle it shows.
 
 pub mod clock;
 pub mod demo;
-pub mod functions;
 pub mod resources;
 pub mod runtime;
 pub mod streams;
 pub mod system;
 pub mod usage_api;
+pub mod wiring;
 
 use std::path::Path;
 

@@ -1,6 +1,7 @@
-//! Creates both stacks' tables and queues on the local emulator from the SAM
-//! templates, and binds them in each template so its references resolve to those
-//! local resources (and to nothing else).
+//! Deploys both stacks' resources on the local emulator from the SAM templates: the
+//! tables through `awsmp_local_aws::tables` (where every table is created), then their
+//! streams and the queues; and binds them in each template so its references resolve
+//! to those local resources (and to nothing else).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,6 +19,9 @@ use awsmp_local_aws::cfn::StackTemplate;
 pub const LOCAL_ACCOUNT: &str = "123456789012";
 /// Region of both local stacks.
 pub const LOCAL_REGION: &str = "us-east-1";
+/// The credentials the local usage API accepts (what `awsmp local up` prints for the
+/// emulator too): access key id and secret.
+pub const LOCAL_API_CREDENTIALS: (&str, &str) = ("test", "test");
 /// Visibility timeout of local queues: short, so a failed message is retried within
 /// the accelerated demo instead of after the template's real-world timeout.
 pub const LOCAL_VISIBILITY_TIMEOUT_SECS: u32 = 1;

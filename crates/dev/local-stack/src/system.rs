@@ -18,10 +18,10 @@ use lambda_runtime::LambdaEvent;
 
 use crate::LocalError;
 use crate::clock::LocalClock;
-use crate::functions::{WiredFunction, wire_functions};
 use crate::resources::{LOCAL_REGION, LocalStack};
 use crate::runtime::{SqsMapping, context, queue_depth, scheduled_event};
 use crate::streams::StreamMapping;
+use crate::wiring::{WiredFunction, wire_functions};
 use awsmp_local_aws::EventSource;
 
 /// Product code of the local main stack.
@@ -205,7 +205,7 @@ impl LocalSystem {
             Some(function) => {
                 let function = function.function.clone();
                 // SigV4 required, as the template's IAM authorization does in AWS.
-                let (key, secret) = crate::usage_api::LOCAL_API_CREDENTIALS;
+                let (key, secret) = crate::resources::LOCAL_API_CREDENTIALS;
                 let router = require_sigv4(
                     lambda_router(move |request| {
                         let function = function.clone();

@@ -10,12 +10,8 @@ use aws_sigv4::sign::v4;
 use serde_json::Value;
 
 use crate::LocalError;
-use crate::resources::LOCAL_REGION;
+use crate::resources::{LOCAL_API_CREDENTIALS, LOCAL_REGION};
 use crate::system::LocalSystem;
-
-/// The credentials the local usage API accepts (what `awsmp local up` prints for the
-/// emulator too): access key id and secret.
-pub const LOCAL_API_CREDENTIALS: (&str, &str) = ("test", "test");
 
 /// The SigV4 headers (`authorization`, `x-amz-date`) of `method url` with `headers` and
 /// `body`, signed with [`LOCAL_API_CREDENTIALS`] for `execute-api` in the local Region.

@@ -9,8 +9,9 @@ use aws_lambda_events::sqs::SqsEvent;
 use awsmp_aggregator::{State, handler};
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::aggregate::run::{AggregatePorts, AggregateSettings};
+use awsmp_core::clock::ManualClock;
 use awsmp_core::memory::fixtures::tables_with_one_row;
-use awsmp_core::memory::{ManualClock, MemoryTables, MemoryWorkQueue};
+use awsmp_core::memory::{MemoryTables, MemoryWorkQueue};
 use awsmp_core::time::{Instant, MeteringLockHours, parse_usage_timestamp};
 use lambda_runtime::{Context, LambdaEvent};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use awsmp_core::cleanup::{CleanupPorts, cleanup};
+use awsmp_core::cleanup::{CleanupPorts, finalize_named_rows};
 use awsmp_core::pipeline::budget::Budget;
 use awsmp_core::retention::Retention;
 use awsmp_lambda::{BatchError, ConfigError, EnvReader, work_batch};
@@ -96,7 +96,7 @@ pub async fn handler(
         state.ports.clock.as_ref(),
         Budget::UNLIMITED,
         |message, now| async move {
-            let report = cleanup(&message, now, state.retention, &state.ports).await?;
+            let report = finalize_named_rows(&message, now, state.retention, &state.ports).await?;
             info!(
                 aggregated = report.aggregated,
                 rejected = report.rejected,

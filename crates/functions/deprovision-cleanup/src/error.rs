@@ -5,7 +5,7 @@ use awsmp_core::ports::PortError;
 use awsmp_lambda::{FunctionError, diagnostic};
 use lambda_runtime::Diagnostic;
 
-use crate::{CleanupReport, RowFailure};
+use crate::{DeprovisionReport, RowFailure};
 
 /// A run that did not finish its work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,7 +24,7 @@ pub enum CleanupError {
     )]
     RowsFailed {
         /// What the run did manage.
-        report: CleanupReport,
+        report: DeprovisionReport,
         /// Every row that failed.
         failures: Vec<RowFailure>,
     },

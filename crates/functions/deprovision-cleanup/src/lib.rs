@@ -13,7 +13,7 @@ use awsmp_lambda::scheduled_now;
 use lambda_runtime::LambdaEvent;
 
 pub use awsmp_core::lifecycle::deprovision::{
-    CleanupReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
+    DeprovisionReport, MAX_WRITE_ATTEMPTS, RowFailure, close_expired,
 };
 /// The function's settings (`SUBSCRIBERS_TABLE`), its state (the table and the clock)
 /// and the variables its template sets: those of every subscribers-table function.
@@ -27,7 +27,7 @@ pub use error::CleanupError;
 pub async fn handler(
     state: &State,
     event: LambdaEvent<EventBridgeEvent>,
-) -> Result<CleanupReport, CleanupError> {
+) -> Result<DeprovisionReport, CleanupError> {
     run(state, scheduled_now(&event.payload, state.clock.as_ref())).await
 }
 
@@ -36,7 +36,7 @@ pub async fn handler(
 ///
 /// A failing row does not stop the others; the run then fails with every failure
 /// listed (the next run retries them, since they are still in the index).
-pub async fn run(state: &State, now: Instant) -> Result<CleanupReport, CleanupError> {
+pub async fn run(state: &State, now: Instant) -> Result<DeprovisionReport, CleanupError> {
     let (report, failures) = close_expired(state.subscribers.as_ref(), now)
         .await
         .map_err(CleanupError::Index)?;

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
+use awsmp_core::clock::ManualClock;
+use awsmp_core::memory::{MemorySubscriberStore, StoreOp};
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::{Instant, parse_usage_timestamp};
@@ -102,7 +103,7 @@ async fn closes_exactly_the_rows_whose_window_has_passed() {
         .unwrap();
     assert_eq!(
         report,
-        CleanupReport {
+        DeprovisionReport {
             now: "2026-11-30T13:15:00Z".into(),
             deprovisioning: 3,
             closed: 2,
@@ -205,7 +206,9 @@ mod racing;
 
 /// Runs at 14:00 over row l-a (window ended 13:00) while another writer applies
 /// `their_change` to it just before our write, so our write meets a version conflict.
-async fn run_raced_by(their_change: fn(&mut Subscriber)) -> (MemorySubscriberStore, CleanupReport) {
+async fn run_raced_by(
+    their_change: fn(&mut Subscriber),
+) -> (MemorySubscriberStore, DeprovisionReport) {
     let inner = MemorySubscriberStore::new();
     inner.insert(
         row(

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use awsmp_core::clock::ManualClock;
 use awsmp_core::discover::{DiscoverPorts, DiscoverSettings};
 use awsmp_core::memory::fixtures::tables_with_one_row;
-use awsmp_core::memory::{
-    ManualClock, MemorySubscriberStore, MemoryTables, MemoryWorkQueue, RecordingMetrics,
-};
+use awsmp_core::memory::{MemorySubscriberStore, MemoryTables, MemoryWorkQueue, RecordingMetrics};
 use awsmp_core::ports::WorkMessage;
 use awsmp_core::time::{MeteringLockHours, parse_usage_timestamp};
 use awsmp_discoverer::{State, handler};

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use awsmp_core::memory::{ManualClock, MemorySubscriberStore, StoreOp};
+use awsmp_core::clock::ManualClock;
+use awsmp_core::memory::{MemorySubscriberStore, StoreOp};
 use awsmp_core::model::{AgreementStatus, Subscriber, SubscriptionStatus};
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::{Instant, parse_usage_timestamp};

@@ -44,7 +44,7 @@ fn placed(regions: &[&(ProfilePlace, MemoryProfiles)]) -> Vec<PlacedTable> {
     regions
         .iter()
         .map(|(place, table)| {
-            let table: Box<dyn ProfileTable> = Box::new(table.clone());
+            let table: Box<dyn PiiTable> = Box::new(table.clone());
             (place.clone(), table)
         })
         .collect()

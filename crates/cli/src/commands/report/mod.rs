@@ -46,7 +46,7 @@ pub fn write_html(page: &ReportPage, path: &Path) -> Result<PathBuf, CommandErro
         .find_map(|_| {
             let partial = path.with_file_name(format!(
                 ".{name}.{:016x}.partial",
-                awsmp_core::pipeline::retry::random_u64()
+                awsmp_core::random::random_u64()
             ));
             match std::fs::OpenOptions::new()
                 .write(true)

@@ -4,7 +4,6 @@ use super::*;
 use crate::model::SubscriptionStatus;
 use crate::ports::UnclearAnswer;
 use crate::submit::bisect::DepthExceededBatch;
-use proptest::prelude::*;
 use std::sync::Mutex;
 
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-0123456789abcdef";
@@ -423,36 +422,4 @@ fn metric_events_reach_the_sink() {
             1
         )]
     );
-}
-
-#[test]
-fn backoff_doubles_to_the_cap() {
-    let max = u64::MAX;
-    assert_eq!(backoff_delay(0, 0), Duration::ZERO);
-    // Just under the ceiling with all-ones randomness.
-    let near =
-        |d: Duration, ceiling: Duration| d < ceiling && ceiling - d < Duration::from_micros(1);
-    assert!(near(backoff_delay(1, max), Duration::from_millis(200)));
-    assert!(near(backoff_delay(2, max), Duration::from_millis(400)));
-    assert!(near(backoff_delay(5, max), Duration::from_millis(3200)));
-    assert!(near(backoff_delay(6, max), Duration::from_secs(5)));
-    assert!(near(backoff_delay(u32::MAX, max), Duration::from_secs(5)));
-    assert_eq!(backoff_delay(0, max), backoff_delay(1, max));
-    // Half the randomness range is half the ceiling.
-    assert_eq!(backoff_delay(3, 1 << 63), Duration::from_millis(400));
-}
-
-proptest! {
-    #[test]
-    fn backoff_stays_within_the_jittered_ceiling(retry in 0u32..100, random: u64, other: u64) {
-        let delay = backoff_delay(retry, random);
-        let ceiling = Duration::from_millis(200)
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
-            .min(Duration::from_secs(5));
-        prop_assert!(delay < ceiling);
-        prop_assert_eq!(delay, backoff_delay(retry, random), "deterministic");
-        // More randomness never waits less.
-        let (low, high) = if random <= other { (random, other) } else { (other, random) };
-        prop_assert!(backoff_delay(retry, low) <= backoff_delay(retry, high));
-    }
 }
