@@ -88,7 +88,10 @@ fn memory_state(tables: &MemoryTables, counts: &Arc<OpCounts>) -> awsmp_usage_ap
             product_code: "prod-e2e".into(),
             deployment_mode: DeploymentMode::Full,
             read_scope: None,
+            subscribers_table: "subscribers".into(),
+            subscribers_table_region: "us-east-1".into(),
         }),
+        subscribers: Arc::new(awsmp_core::memory::MemorySubscriberStore::new()),
         usage: Arc::new(Counting {
             inner: Arc::new(tables.usage_store()) as Arc<dyn UsageStore>,
             counts: counts.clone(),
