@@ -374,8 +374,14 @@ pub(crate) async fn drive_every_function() -> Stack {
     // The entitlement answer: GetItem with the buyer account, Query on the license
     // without it, both on the subscribers table in its own Region.
     let encoded = staying.replace(':', "%3A").replace('/', "%2F");
-    let by_license =
-        call_usage_api(&api, "GET", &format!("/subscriptions/{encoded}"), None, None).await;
+    let by_license = call_usage_api(
+        &api,
+        "GET",
+        &format!("/subscriptions/{encoded}"),
+        None,
+        None,
+    )
+    .await;
     assert_eq!(by_license["usage"], "billed", "{by_license}");
     let by_account = call_usage_api(
         &api,
@@ -385,7 +391,10 @@ pub(crate) async fn drive_every_function() -> Stack {
         None,
     )
     .await;
-    assert_eq!(by_account["customerAWSAccountId"], ACCOUNT_A, "{by_account}");
+    assert_eq!(
+        by_account["customerAWSAccountId"], ACCOUNT_A,
+        "{by_account}"
+    );
 
     // The outcome events of what the run made final: the aggregated table's records as
     // its stream tells them (each the change from Pending to its status).

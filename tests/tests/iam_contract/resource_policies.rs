@@ -443,3 +443,84 @@ fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus()
         "{outcome_role} must put awsmp.metering"
     );
 }
+
+/// The registration page's files are code every buyer's browser runs: the page bucket
+/// takes object writes and deletes only from `PagePublisherArn` (what deploy.sh runs
+/// as) and `DeployerRoleArn`, whatever else a principal of the account may do; and
+/// nothing at all over plain HTTP. Without either ARN, IAM alone decides.
+#[test]
+fn only_the_pages_publisher_and_the_deployer_write_the_page_bucket() {
+    const PUBLISHER: &str = "arn:aws:iam::123456789012:user/alice";
+    const DEPLOYER: &str = "arn:aws:iam::123456789012:role/awsmp-cfn";
+    let developer = "arn:aws:iam::123456789012:role/developer";
+    let everything = awsmp_local_aws::Policy::from_yaml(
+        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
+    )
+    .unwrap();
+    for (publisher, deployer) in [
+        (Some(PUBLISHER), None),
+        (None, Some(DEPLOYER)),
+        (Some(PUBLISHER), Some(DEPLOYER)),
+        (None, None),
+    ] {
+        let mut parameters = vec![
+            ("ProductCode", PRODUCT),
+            ("StageName", STAGE),
+            ("AWS::Region", MAIN_REGION),
+            // ProfileKey=create needs a deployer role; shared leaves it optional.
+            ("ProfileKey", "shared"),
+        ];
+        parameters.extend(publisher.map(|p| ("PagePublisherArn", p)));
+        parameters.extend(deployer.map(|d| ("DeployerRoleArn", d)));
+        let main =
+            StackTemplate::load(&workspace_root().join("template-main.yaml"), &parameters).unwrap();
+        let policies = resource_policies(&main).unwrap();
+        let bucket = main.attribute("PageBucket", "Arn").unwrap();
+        let object = format!("{bucket}/app.js");
+        let tls = |who: &str| {
+            Context::new()
+                .with("aws:SecureTransport", ["true"])
+                .with("aws:PrincipalArn", [who])
+        };
+        let page_policy = policies
+            .iter()
+            .find(|p| p.logical_id == "PageBucketPolicy" && p.governs(&object))
+            .expect("the page bucket's policy governs its objects");
+        let decide_in = |who: &str, action: &str, context: Context| {
+            everything
+                .evaluate_in(action, &object, &context)
+                .with_resource_policy(
+                    page_policy
+                        .policy
+                        .evaluate_for(who, action, &object, &context),
+                )
+                .is_allowed()
+        };
+        let may = |who: &str, action: &str| decide_in(who, action, tls(who));
+        let guarded = publisher.is_some() || deployer.is_some();
+        for action in [
+            "s3:PutObject",
+            "s3:DeleteObject",
+            "s3:PutObjectAcl",
+            "s3:DeleteObjectVersion",
+        ] {
+            assert_eq!(
+                may(developer, action),
+                !guarded,
+                "{action} by a role with every permission ({publisher:?}, {deployer:?})"
+            );
+            for (named, who) in [(publisher, PUBLISHER), (deployer, DEPLOYER)] {
+                if named.is_some() {
+                    assert!(may(who, action), "{action} by {who}");
+                }
+            }
+        }
+        // Reading stays IAM's (CloudFront reads through its own statement).
+        assert!(may(developer, "s3:GetObject"));
+        // Plain HTTP: refused to everyone, the publisher too.
+        let plain = Context::new()
+            .with("aws:SecureTransport", ["false"])
+            .with("aws:PrincipalArn", [PUBLISHER]);
+        assert!(!decide_in(PUBLISHER, "s3:PutObject", plain));
+    }
+}

@@ -219,12 +219,14 @@ impl ResourcePolicy {
 }
 
 /// Every deployed table's `ResourcePolicy`, KMS key's `KeyPolicy`, queue policy
-/// (`AWS::SQS::QueuePolicy`, one entry per queue it is attached to) and event bus
+/// (`AWS::SQS::QueuePolicy`, one entry per queue it is attached to), bucket policy
+/// (`AWS::S3::BucketPolicy`, governing its bucket and the bucket's objects) and event bus
 /// policy statement (`AWS::Events::EventBusPolicy`, governing the bus its `Resource`
 /// names) of `template` under its parameters.
 pub fn resource_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
     let mut out = queue_policies(template)?;
     out.extend(bus_policies(template)?);
+    out.extend(bucket_policies(template)?);
     for (logical_id, resource) in template.resources() {
         let path: &[&str] = match resource.get("Type").and_then(Value::as_str) {
             Some("AWS::DynamoDB::Table") => &["ResourcePolicy", "PolicyDocument"],
@@ -289,6 +291,47 @@ fn bus_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAw
 
 /// Each deployed `AWS::SQS::QueuePolicy`, once per queue of its `Queues` (URLs, which
 /// name the template's queues by their `Ref`).
+/// Each deployed `AWS::S3::BucketPolicy`, governing the bucket its `Bucket` names (a
+/// `Ref` to a bucket of the template) and that bucket's objects.
+fn bucket_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
+    let mut out = Vec::new();
+    let buckets = template.resources_of_type("AWS::S3::Bucket");
+    for (logical_id, resource) in template.resources_of_type("AWS::S3::BucketPolicy") {
+        if !template.is_deployed(&logical_id)? {
+            continue;
+        }
+        let props = resource.get("Properties");
+        let (Some(bucket), Some(document)) = (
+            props.and_then(|p| p.get("Bucket")),
+            props.and_then(|p| p.get("PolicyDocument")),
+        ) else {
+            return Err(template.error(format!("{logical_id}: needs Bucket and PolicyDocument")));
+        };
+        let name = template.strings(bucket, &format!("{logical_id} Bucket"))?;
+        let Some(document) = template.resolve(document)? else {
+            continue;
+        };
+        let policy = Policy::from_resource_document(&document)
+            .map_err(|e| template.error(format!("{logical_id}: {e}")))?;
+        for name in name {
+            let bucket = buckets
+                .iter()
+                .find(|(id, _)| template.reference(id).is_ok_and(|r| r == name))
+                .ok_or_else(|| {
+                    template.error(format!(
+                        "{logical_id}: bucket {name} is not in the template"
+                    ))
+                })?;
+            out.push(ResourcePolicy {
+                logical_id: logical_id.clone(),
+                arn: template.attribute(&bucket.0, "Arn")?,
+                policy: policy.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
 fn queue_policies(template: &StackTemplate) -> Result<Vec<ResourcePolicy>, LocalAwsError> {
     let mut out = Vec::new();
     let queues = template.resources_of_type("AWS::SQS::Queue");
