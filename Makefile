@@ -224,7 +224,7 @@ browser-test:
 # test also runs in unit-and-integration, where it skips the browser if Chromium is not
 # installed yet; here Chromium is installed first and the browser half cannot be skipped.
 report-test: venv chromium
-	AWSMP_REQUIRE_CHROMIUM=1 cargo test -p awsmp-e2e --test report -- --nocapture
+	AWSMP_REQUIRE_CHROMIUM=1 cargo test -p awsmp-cli --test report -- --nocapture
 	@echo "report-test: page and screenshot in test-artifacts/report/"
 
 # Hook: the whole lifecycle on the local stack (./deploy.sh --local).

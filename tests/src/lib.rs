@@ -13,6 +13,7 @@
 //! are not recorded.
 
 pub mod calls;
+pub mod common;
 pub mod counting;
 pub mod events;
 pub mod invariant;

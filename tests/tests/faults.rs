@@ -5,16 +5,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::aggregate::plan_aggregation;
 use awsmp_core::guardrails::GuardrailContext;
 use awsmp_core::model::{GroupKey, attr};
 use awsmp_core::ports::{CommitOutcome, metric};
+use awsmp_e2e::common::*;
 use awsmp_e2e::{AGGREGATED_TABLE, Stack};
 use awsmp_marketplace_sim::{FaultKind, LossMode};
-use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 

@@ -5,17 +5,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::model::{ReasonCode, attr};
 use awsmp_core::ports::metric;
+use awsmp_e2e::common::*;
 use awsmp_e2e::views::AggregatedView;
 use awsmp_e2e::{QueueKind, Stack, license};
 use awsmp_marketplace_sim::FaultKind;
-use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 

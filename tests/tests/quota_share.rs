@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod common;
-
 use std::sync::Arc;
 
 use awsmp_core::aggregate::ZeroQuantityPolicy;
@@ -15,9 +13,9 @@ use awsmp_core::memory::MemoryTables;
 use awsmp_core::memory::fixtures::pending_record;
 use awsmp_core::model::GroupKey;
 use awsmp_core::ports::AggregatedStore;
+use awsmp_e2e::common::*;
 use awsmp_e2e::{Stack, license};
 use awsmp_marketplace_sim::{EntitlementSeed, ProductSeed};
-use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 /// Records per product: several seconds of calls at a 5/s share.

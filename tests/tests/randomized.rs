@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use awsmp_core::time::format_instant;
+use awsmp_e2e::common::*;
 use awsmp_e2e::license;
 use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget};
-use common::*;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 

@@ -14,8 +14,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../common/mod.rs"]
-mod common;
 mod drive;
 use drive::drive_every_function;
 mod resource_policies;
@@ -31,6 +29,7 @@ use awsmp_core::model::{Subscriber, SubscriptionStatus};
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
 use awsmp_e2e::calls::Authorization;
+use awsmp_e2e::common::*;
 use awsmp_e2e::events::{Delivered, queue_arn, scheduled_event, sqs_event};
 use awsmp_e2e::{QueueKind, SUBSCRIBERS_REGION, Stack, StackOptions, license};
 use awsmp_local_aws::cfn::DEFAULT_ACCOUNT;
@@ -39,7 +38,6 @@ use awsmp_local_aws::{
     resource_policies, workspace_root,
 };
 use awsmp_marketplace_sim::EntitlementSeed;
-use common::*;
 
 /// The main stack's Region in this test (not the subscribers table's).
 const MAIN_REGION: &str = "eu-west-1";

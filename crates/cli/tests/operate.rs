@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -16,10 +14,10 @@ use awsmp_cli::deployment::DeploymentArgs;
 use awsmp_cli::output::Format;
 use awsmp_core::model::{AggregatedStatus, attr};
 use awsmp_core::ports::AggregatedStore;
+use awsmp_e2e::common::*;
 use awsmp_e2e::{AGGREGATED_TABLE, USAGE_TABLE, license};
 use awsmp_marketplace_sim::ProductSeed;
 use awsmp_operate::license::ChainFilter;
-use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 

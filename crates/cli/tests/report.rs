@@ -9,8 +9,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,9 +16,9 @@ use std::process::Command;
 use awsmp_aws::DynamoOperatorStore;
 use awsmp_cli::commands;
 use awsmp_cli::output::Format;
+use awsmp_e2e::common::*;
 use awsmp_e2e::{AGGREGATED_TABLE, USAGE_TABLE, license};
 use awsmp_operate::report::{RegionReport, ReportPage};
-use common::*;
 
 const NOW: &str = "2026-11-30T10:30:00Z";
 /// A dimension that is markup: defined in the catalog and billed like any other.
@@ -28,7 +26,7 @@ const SCRIPT_DIMENSION: &str = "<script>alert(1)</script>";
 
 fn artifacts() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+        .join("../..")
         .join("test-artifacts")
         .join("report");
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,13 +1,12 @@
-//! Helpers shared by the end-to-end tests.
-
+//! Helpers shared by the end-to-end tests (this crate's and the operator tool's).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::views::AggregatedView;
+use crate::{Stack, StackOptions, license};
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::time::{Instant, parse_usage_timestamp};
-use awsmp_e2e::views::AggregatedView;
-use awsmp_e2e::{Stack, StackOptions, license};
 use awsmp_marketplace_sim::{FaultKind, FaultSpec, FaultTarget};
 
 /// Buyer accounts.
