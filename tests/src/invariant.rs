@@ -76,7 +76,9 @@ fn sent(ledger: &LedgerSnapshot) -> BTreeMap<GroupKey, BTreeSet<i64>> {
             &entry.dimension,
             entry.hour,
         );
-        sent.entry(key).or_default().insert(i64::from(entry.quantity));
+        sent.entry(key)
+            .or_default()
+            .insert(i64::from(entry.quantity));
     }
     for conflict in &ledger.conflicts {
         let key = group(
