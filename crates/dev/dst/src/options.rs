@@ -1,9 +1,10 @@
 //! What a schedule is, drawn from its seed before anything runs: the deployments and
-//! their settings, the seller's usage, what each actor will do, which faults of the
-//! scenario's own it stages (a revoked entitlement, a message that is no work message,
-//! another writer billing an hour first). A failing seed prints them with its replay
-//! line. Drawn first, they are the same for every shrink of a schedule: masking a fault
-//! changes what happens, never what the schedule is.
+//! their settings, the seller's usage, what each actor sets out to do (a crash may stop
+//! it first), which faults of the scenario's own it stages (a revoked entitlement, a
+//! message that is no work message, another writer billing an hour first). A failing
+//! seed prints them with its replay line. Drawn first, they are the same for every
+//! shrink of a schedule: masking a fault changes what happens, never what the schedule
+//! is.
 //!
 //! Not options: the scheduler's interleaving, the faults at every port call, each
 //! actor's waits between steps, and the data of single events (a row's quantity, an
