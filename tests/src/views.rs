@@ -52,6 +52,8 @@ pub struct AggregatedView {
     pub reason: Option<String>,
     /// `meteringRecordId`.
     pub metering_record_id: Option<String>,
+    /// `sentQuantity`.
+    pub sent_quantity: Option<i64>,
     /// Still carries `meteringPending`.
     pub pending: bool,
     /// `inFlightUntil` present.
@@ -136,6 +138,7 @@ pub async fn aggregated_rows(
             status: s(item, attr::METERING_STATUS).unwrap_or_else(|| "Pending".to_string()),
             reason: s(item, attr::METERING_STATUS_REASON),
             metering_record_id: s(item, attr::METERING_RECORD_ID),
+            sent_quantity: n(item, attr::SENT_QUANTITY),
             pending: item.contains_key(attr::METERING_PENDING),
             in_flight: item.contains_key(attr::IN_FLIGHT_UNTIL),
         })

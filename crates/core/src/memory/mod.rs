@@ -13,11 +13,14 @@
 //! assertions every usage/aggregated store must pass, run against these stores and
 //! against the DynamoDB adapters on moto. A test double that wraps a store (faults,
 //! counting, a rival writer) implements a [`Decorator`] instead of every port method.
+//! [`conservation`] is the conservation invariant every test of the whole pipeline
+//! holds its tables and Marketplace's ledger to (the simulation, the e2e suite).
 
 mod aggregated;
 pub mod agreement_contract;
 mod agreements;
 mod bus;
+pub mod conservation;
 pub mod contract;
 mod decorate;
 mod faults;

@@ -9,7 +9,10 @@ use super::page::paginate;
 use super::tables::{MemoryTables, TableKey};
 use crate::items::ingestion::judge_repeat;
 use crate::items::size::raw_row_size;
-use crate::items::{INGESTION_MARKER_ROW, IngestionWrite, check_item, set_expiry};
+use crate::items::{
+    INGESTION_MARKER_ROW, IngestionWrite, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, check_item,
+    set_expiry,
+};
 use crate::model::{Attr, GroupKey, RawUsageRow, attr};
 use crate::outcomes::Table;
 use crate::ports::{
@@ -69,6 +72,12 @@ pub fn reference_row(
 /// - Every write refuses an item over DynamoDB's 400 KB ([`crate::items::size`]) as
 ///   [`PortError::Failed`], changing nothing. Rows seeded with
 ///   [`MemoryTables::insert_raw_row`] are not checked (a seller's writer is not ours).
+/// - Every call naming a key longer than DynamoDB takes (a partition key over
+///   [`MAX_PARTITION_KEY_BYTES`], a sort key or sort-key prefix over
+///   [`MAX_SORT_KEY_BYTES`]) is refused whole, as DynamoDB refuses it with a
+///   `ValidationException`: [`PortError::Failed`], as the DynamoDB adapter reports that
+///   exception, on every retry. `put_row` refuses such a row before any call, as
+///   `IngestionWrite::new` does for the adapter too.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryUsageStore {
     pub(crate) tables: MemoryTables,
@@ -93,6 +102,29 @@ impl MemoryUsageStore {
     pub fn tables(&self) -> &MemoryTables {
         &self.tables
     }
+}
+
+/// Refuses, as DynamoDB does, a call of `operation` naming a partition key or a sort key
+/// (or the prefix a query's sort-key condition names) longer than DynamoDB takes: the
+/// [`PortError::Failed`] the DynamoDB adapter reports its `ValidationException` as.
+fn check_keys(operation: &'static str, license_arn: &str, sort_key: &str) -> Result<(), PortError> {
+    let message = if license_arn.len() > MAX_PARTITION_KEY_BYTES {
+        format!(
+            "Size of hashkey has exceeded the maximum size limit of {MAX_PARTITION_KEY_BYTES} bytes"
+        )
+    } else if sort_key.len() > MAX_SORT_KEY_BYTES {
+        format!(
+            "Aggregated size of all range keys has exceeded the size limit of {MAX_SORT_KEY_BYTES} bytes"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(PortError::Failed {
+        operation,
+        message: format!(
+            "ValidationException: One or more parameter values were invalid: {message}"
+        ),
+    })
 }
 
 /// Refuses a usage-table item DynamoDB would refuse: over 400 KB, keys included.
@@ -137,6 +169,7 @@ impl UsageStore for MemoryUsageStore {
     async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
         self.tables.faults.check(StoreOp::UsageGroupRows)?;
         let prefix = key.usage_sort_key_prefix();
+        check_keys("group_rows", &key.license_arn, &prefix)?;
         Ok(lock(&self.tables.state)
             .usage
             .values()
@@ -151,6 +184,7 @@ impl UsageStore for MemoryUsageStore {
         sort_key: &str,
     ) -> Result<Option<RawUsageRow>, PortError> {
         self.tables.faults.check(StoreOp::UsageGetRow)?;
+        check_keys("get_row", license_arn, sort_key)?;
         Ok(self.tables.raw_row(license_arn, sort_key))
     }
 
@@ -163,6 +197,7 @@ impl UsageStore for MemoryUsageStore {
         now: Instant,
     ) -> Result<bool, PortError> {
         self.tables.faults.check(StoreOp::UsageFinalizeRow)?;
+        check_keys("finalize_row", license_arn, sort_key)?;
         let RowFinal {
             status,
             reason,
@@ -286,6 +321,7 @@ impl UsageStore for MemoryUsageStore {
         now: Instant,
     ) -> Result<bool, PortError> {
         self.tables.faults.check(StoreOp::UsageRepairPending)?;
+        check_keys("repair_pending", license_arn, sort_key)?;
         let key = (license_arn.to_string(), sort_key.to_string());
         let mut state = self.tables.write(|| vec![(Table::Usage, key.clone())]);
         let Some(row) = state.usage.get_mut(&key) else {
@@ -515,5 +551,99 @@ mod tests {
             .unwrap();
         let quantities: Vec<_> = rows.iter().map(|r| r.attrs["quantity"].clone()).collect();
         assert_eq!(quantities, vec![Attr::N("1".into()), Attr::N("2".into())]);
+    }
+
+    #[tokio::test]
+    async fn a_key_longer_than_dynamodb_takes_is_refused_as_its_validation_exception() {
+        let tables = MemoryTables::new();
+        let store = tables.usage_store();
+        let row = reference_row(LICENSE, ACCOUNT, "requests", "2026-11-30T10:00:00Z", 1);
+        tables.insert_raw_row(row.clone());
+        let refused = |result: Result<_, PortError>, operation: &str, limit: usize| {
+            let Err(PortError::Failed {
+                operation: op,
+                message,
+            }) = result
+            else {
+                panic!("{operation}: not refused as DynamoDB refuses it: {result:?}");
+            };
+            assert_eq!(op, operation);
+            assert!(
+                message.starts_with("ValidationException: ")
+                    && message.contains(&format!("{limit} bytes")),
+                "{message}"
+            );
+        };
+        // At the limits: read as any key is.
+        let longest_sort_key = "s".repeat(MAX_SORT_KEY_BYTES);
+        let longest_license = "l".repeat(MAX_PARTITION_KEY_BYTES);
+        assert_eq!(
+            store.get_row(LICENSE, &longest_sort_key).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .get_row(&longest_license, &row.sort_key)
+                .await
+                .unwrap(),
+            None
+        );
+        // One byte over (UTF-8 bytes, not characters): refused, on every retry.
+        let long_sort_key = format!("{}é", "s".repeat(MAX_SORT_KEY_BYTES - 1));
+        let long_license = "l".repeat(MAX_PARTITION_KEY_BYTES + 1);
+        for _ in 0..2 {
+            refused(
+                store.get_row(LICENSE, &long_sort_key).await.map(|_| ()),
+                "get_row",
+                MAX_SORT_KEY_BYTES,
+            );
+        }
+        refused(
+            store
+                .get_row(&long_license, &row.sort_key)
+                .await
+                .map(|_| ()),
+            "get_row",
+            MAX_PARTITION_KEY_BYTES,
+        );
+        let final_write = RowFinal::new(RawStatus::Aggregated, None);
+        let now = t("2026-11-30T12:00:00Z");
+        refused(
+            store
+                .finalize_row(
+                    LICENSE,
+                    &long_sort_key,
+                    RowClaim::Uncounted,
+                    final_write,
+                    now,
+                )
+                .await
+                .map(|_| ()),
+            "finalize_row",
+            MAX_SORT_KEY_BYTES,
+        );
+        refused(
+            store
+                .repair_pending(
+                    &long_license,
+                    &row.sort_key,
+                    "x",
+                    hour("2026-11-30T10"),
+                    now,
+                )
+                .await
+                .map(|_| ()),
+            "repair_pending",
+            MAX_PARTITION_KEY_BYTES,
+        );
+        let mut long_group = group("requests", "2026-11-30T10");
+        long_group.license_arn = long_license.clone();
+        refused(
+            store.group_rows(&long_group).await.map(|_| ()),
+            "group_rows",
+            MAX_PARTITION_KEY_BYTES,
+        );
+        // The refusals wrote nothing.
+        assert_eq!(tables.raw_rows(), vec![row]);
     }
 }

@@ -1,5 +1,6 @@
 //! The command line: explore schedules under a time budget, or replay one seed (with
-//! the mask a shrink printed), and say the result in one line.
+//! the mask a shrink printed), and say the result in one line; a failing schedule is
+//! printed with its violations, its options and the command that replays it.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -152,6 +153,7 @@ fn report_failure(outcome: &Outcome, mask: &[u64], shrunk: bool) -> ExitCode {
     if outcome.violations.len() > SHOWN {
         println!("... and {} more", outcome.violations.len() - SHOWN);
     }
+    println!("{}", outcome.options);
     let mask: Vec<String> = mask.iter().map(u64::to_string).collect();
     let mask = if mask.is_empty() {
         String::new()

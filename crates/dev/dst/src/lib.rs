@@ -5,25 +5,30 @@
 //! (crashes between port calls, writes whose response is lost, duplicate and late
 //! redeliveries, stale invocation times, stalled calls past a Lambda timeout,
 //! throttling, conflicts, unprocessed records,
-//! a disabled Region for a while, poison records, lifecycle events racing usage). After
-//! each schedule the conservation invariant is checked; a failing seed is shrunk to
-//! the fewest faults that still fail and printed with the command that replays it.
-//! [`ceiling`] drains a backlog at the quota on the submitter's schedule instead.
+//! a disabled Region for a while, poison records, lifecycle events racing usage).
+//!
+//! A schedule's [`options`] are drawn from its seed first; [`scenario`] sets the
+//! [`actors`] going on each [`stack`], phase by phase; after each schedule every
+//! invariant in [`check`] runs over the [`world`] it left; a failing seed is shrunk to
+//! the fewest faults that still fail and printed with its options and the command that
+//! replays it. [`ceiling`] drains a backlog at the quota on the submitter's schedule
+//! instead.
 
-pub mod api_edges;
+pub mod actors;
 pub mod ceiling;
+pub mod check;
 pub mod cli;
 pub mod executor;
-pub mod invariant;
 pub mod marketplace;
-pub mod outcome_check;
-pub mod outcome_events;
+pub mod options;
 pub mod ports;
 pub mod queue;
-pub mod refusals;
 pub mod scenario;
 pub mod sim;
+pub mod stack;
+pub mod world;
 
+use options::Options;
 use sim::{Injected, Sim};
 
 /// What one schedule did.
@@ -31,6 +36,8 @@ use sim::{Injected, Sim};
 pub struct Outcome {
     /// The seed.
     pub seed: u64,
+    /// What the schedule was (drawn from the seed; the same for every mask).
+    pub options: Options,
     /// Faults injected.
     pub faults: Vec<Injected>,
     /// Invariant violations (empty: it held).
@@ -44,8 +51,9 @@ pub fn run_schedule(seed: u64, masked: &[u64]) -> Outcome {
     // Jitter and claim ids come from the seed too: the schedule replays exactly.
     awsmp_core::pipeline::retry::seed_randomness(Some(seed.rotate_left(17)));
     let sim = Sim::new(seed, masked.to_vec(), None);
-    let world = scenario::run(sim);
-    let mut violations = invariant::check(&world);
+    let options = Options::draw(&sim);
+    let world = scenario::run(sim, &options);
+    let mut violations = check::check(&world);
     if world.stats.unfinished > 0 {
         violations.push(format!(
             "{} tasks still running at the step limit (livelock?)",
@@ -54,6 +62,7 @@ pub fn run_schedule(seed: u64, masked: &[u64]) -> Outcome {
     }
     Outcome {
         seed,
+        options,
         faults: world.sim.injected(),
         violations,
         unfinished: world.stats.unfinished,

@@ -225,6 +225,11 @@ impl SimMarketplace {
 
     /// What was billed, per group.
     pub fn ledger(&self) -> BTreeMap<GroupKey, LedgerEntry> {
+        self.billed().into_iter().collect()
+    }
+
+    /// What was billed, in billing order (a group billed twice is there twice).
+    pub fn billed(&self) -> Vec<(GroupKey, LedgerEntry)> {
         self.state()
             .engine
             .ledger()

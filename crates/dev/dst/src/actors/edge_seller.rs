@@ -5,29 +5,14 @@
 //! last second, with now and then an event id longer than DynamoDB's keys take; it
 //! retries whole batches as the clock moves on through settling: across hours' ends,
 //! the metering lock, the 24-hour edge and 06:00 on the 1st. Its table refuses keys as
-//! DynamoDB does ([`KeyLimited`]).
-//!
-//! The invariant ([`check`]): every batch gets its verdicts (settling injects no
-//! fault); `accepted` means stored once and billable then (its hour's record sendable,
-//! under the stack's lock, before Marketplace's window for it closes); `rejected` means
-//! nothing stored for that event unless an earlier write stored it, and then the
-//! verdict must be `duplicate` or `conflict`; usage that could still be billed is not
-//! rejected for time; and no producer's event is answered as another's.
+//! DynamoDB does (the in-memory usage store does). What it was answered ([`EdgeLog`])
+//! is held to [`crate::check::api_edges`].
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use aws_lambda_events::apigw::ApiGatewayProxyRequest;
-use awsmp_core::items::{
-    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES, ingestion_marker_sort_key, ingestion_sort_key,
-};
 use awsmp_core::memory::ManualClock;
-use awsmp_core::model::{GroupKey, RawUsageRow};
-use awsmp_core::ports::{
-    AggregatedStore, Clock, Cursor, IngestOutcome, NewUsageRow, Page, PendingRawRef, PortError,
-    RowClaim, RowFinal, StrayPending, UsageStore,
-};
+use awsmp_core::ports::{AggregatedStore, Clock, UsageStore};
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, format_instant};
 use chrono::{Datelike, Duration, TimeZone, Timelike, Utc};
@@ -35,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::executor::{self, Task};
 use crate::sim::Sim;
+use crate::stack::lock;
 
 /// The dimension the edge seller meters (apart from the other tasks' usage).
 pub const DIMENSION: &str = "edges";
@@ -83,7 +69,8 @@ impl Posted {
         }
     }
 
-    fn label(&self) -> String {
+    /// How a violation names it.
+    pub fn label(&self) -> String {
         match self.source() {
             None => format!("event {:.40}", self.id),
             Some(source) => format!("CloudEvent {:.40} of {source}", self.id),
@@ -132,7 +119,7 @@ pub struct Answer {
     pub verdicts: Vec<(String, Option<String>)>,
 }
 
-/// What the edge seller did, for [`check`].
+/// What the edge seller did, for [`crate::check::api_edges`].
 #[derive(Debug, Clone, Default)]
 pub struct EdgeLog {
     /// The license it posts for.
@@ -155,7 +142,7 @@ pub struct EdgeSeller {
 
 impl EdgeSeller {
     /// A seller posting for `license` to the usage API of a stack with `product` and
-    /// `lock`, over its tables (keys held to DynamoDB's limits).
+    /// `lock`, over its tables.
     pub fn new(
         sim: &Sim,
         clock: &ManualClock,
@@ -173,7 +160,7 @@ impl EdgeSeller {
                 subscribers_table: "subscribers".into(),
                 subscribers_table_region: "us-east-1".into(),
             }),
-            usage: Arc::new(KeyLimited(usage)),
+            usage,
             aggregated,
             subscribers: Arc::new(awsmp_core::memory::MemorySubscriberStore::new()),
             clock: Arc::new(clock.clone()),
@@ -342,229 +329,4 @@ impl EdgeSeller {
             verdicts,
         });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A usage table that refuses, as DynamoDB does, a request naming a key longer than it
-/// takes: a `ValidationException` for the whole request, on every retry.
-pub struct KeyLimited(pub Arc<dyn UsageStore>);
-
-fn key_refused(
-    operation: &'static str,
-    license_arn: &str,
-    sort_keys: &[&str],
-) -> Result<(), PortError> {
-    let too_long = license_arn.len() > MAX_PARTITION_KEY_BYTES
-        || sort_keys.iter().any(|k| k.len() > MAX_SORT_KEY_BYTES);
-    if too_long {
-        return Err(PortError::Failed {
-            operation,
-            message: "ValidationException: One or more parameter values were invalid: Aggregated size of all range keys has exceeded the size limit of 1024 bytes".into(),
-        });
-    }
-    Ok(())
-}
-
-#[async_trait]
-impl UsageStore for KeyLimited {
-    async fn pending_page(
-        &self,
-        hour: HourBucket,
-        cursor: Option<Cursor>,
-    ) -> Result<Page<PendingRawRef>, PortError> {
-        self.0.pending_page(hour, cursor).await
-    }
-
-    async fn group_rows(&self, key: &GroupKey) -> Result<Vec<RawUsageRow>, PortError> {
-        self.0.group_rows(key).await
-    }
-
-    async fn get_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-    ) -> Result<Option<RawUsageRow>, PortError> {
-        key_refused("get_row", license_arn, &[sort_key])?;
-        self.0.get_row(license_arn, sort_key).await
-    }
-
-    async fn finalize_row(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        claim: RowClaim<'_>,
-        outcome: RowFinal,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.0
-            .finalize_row(license_arn, sort_key, claim, outcome, now)
-            .await
-    }
-
-    async fn put_row(&self, row: &NewUsageRow, now: Instant) -> Result<IngestOutcome, PortError> {
-        key_refused(
-            "put_row",
-            &row.license_arn,
-            &[
-                &ingestion_sort_key(row),
-                &ingestion_marker_sort_key(&row.event_id),
-            ],
-        )?;
-        self.0.put_row(row, now).await
-    }
-
-    async fn stray_pending_page(
-        &self,
-        live: &[HourBucket],
-        cursor: Option<Cursor>,
-    ) -> Result<Page<StrayPending>, PortError> {
-        self.0.stray_pending_page(live, cursor).await
-    }
-
-    async fn repair_pending(
-        &self,
-        license_arn: &str,
-        sort_key: &str,
-        from: &str,
-        hour: HourBucket,
-        now: Instant,
-    ) -> Result<bool, PortError> {
-        self.0
-            .repair_pending(license_arn, sort_key, from, hour, now)
-            .await
-    }
-}
-
-/// The first instant of the month after `t`'s.
-fn next_month(t: Instant) -> Instant {
-    let (year, month) = match t.month() {
-        12 => (t.year() + 1, 1),
-        m => (t.year(), m + 1),
-    };
-    Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0)
-        .single()
-        .unwrap_or(t)
-}
-
-/// Whether usage stamped `stamped`, written at `at`, can be billed: its hour's record
-/// (stamped at the hour's start) may be sent `lock` hours after the hour's start (a
-/// lock of 1: once the hour ends; last month's hours from 03:00 on the 1st), and Marketplace takes it until 24 hours after
-/// the hour's start, last month's only until 06:00 on the 1st. Written from AWS's
-/// rules here, not from the product's code.
-fn billable(stamped: Instant, at: Instant, lock: MeteringLockHours) -> bool {
-    let start = HourBucket::containing(stamped).start();
-    let month_after = next_month(start);
-    let opens = (start + Duration::hours(lock.hours())).min(month_after + Duration::hours(3));
-    let closes = (start + Duration::hours(24)).min(month_after + Duration::hours(6));
-    stamped <= at && at.max(opens) < closes
-}
-
-/// The edge seller's invariant, over what it was answered and the table it wrote.
-pub fn check(log: &EdgeLog, rows: &[RawUsageRow]) -> Vec<String> {
-    let mut violations = Vec::new();
-    let Some(lock) = log.lock else {
-        return violations;
-    };
-    let stored = |key: &str| {
-        let suffix = format!("#{key}");
-        rows.iter()
-            .filter(|r| {
-                r.license_arn == log.license
-                    && !r.sort_key.starts_with("event#")
-                    && r.sort_key.ends_with(&suffix)
-            })
-            .count()
-    };
-    // Events written so far: (producer, id) -> when.
-    let mut written: BTreeMap<(Producer, String), Instant> = BTreeMap::new();
-    let mut accepted_keys: BTreeSet<String> = BTreeSet::new();
-    for answer in &log.answers {
-        let when = format_instant(answer.at);
-        if answer.status != 200 || answer.verdicts.len() != answer.events.len() {
-            violations.push(format!(
-                "usage API at {when}: a batch of {} events answered {} with no fault injected: \
-                 its events got no verdict, and a retry is answered the same",
-                answer.events.len(),
-                answer.status
-            ));
-            continue;
-        }
-        for (event, (status, reason)) in answer.events.iter().zip(&answer.verdicts) {
-            let who = (event.producer, event.id.clone());
-            let stamped = event.stamped.unwrap_or(answer.at);
-            let earlier = written.get(&who).copied();
-            let name = event.label();
-            match (status.as_str(), earlier) {
-                ("accepted", Some(first)) => violations.push(format!(
-                    "usage API at {when}: {name} accepted again (first written {})",
-                    format_instant(first)
-                )),
-                ("accepted", None) => {
-                    if !billable(stamped, answer.at, lock) {
-                        violations.push(format!(
-                            "usage API at {when}: {name} stamped {} accepted, but its hour's \
-                             record can no longer be sent before its window closes",
-                            format_instant(stamped)
-                        ));
-                    }
-                    written.insert(who, answer.at);
-                    accepted_keys.insert(event.key());
-                }
-                ("duplicate" | "conflict", None) => violations.push(format!(
-                    "usage API at {when}: {name} answered {status}, yet this producer never \
-                     wrote it: it collided with another producer's event"
-                )),
-                ("conflict", Some(_)) => violations.push(format!(
-                    "usage API at {when}: {name} answered conflict for a retry of the same usage"
-                )),
-                ("duplicate", Some(_)) => {}
-                ("rejected", Some(first)) => violations.push(format!(
-                    "usage API at {when}: {name} answered rejected ({}), yet it was written at {} \
-                     and billable then: the verdict must say duplicate",
-                    reason.as_deref().unwrap_or("?"),
-                    format_instant(first)
-                )),
-                ("rejected", None) => {
-                    let for_time = reason.as_deref() == Some("TimestampOutOfWindow");
-                    // The product refuses usage its pipeline could not send before the
-                    // window closes (`PIPELINE_ROOM` before it): only usage billable
-                    // with that room to spare must be accepted.
-                    let room = awsmp_core::guardrails::sendable::PIPELINE_ROOM;
-                    if for_time && billable(stamped, answer.at + room, lock) {
-                        violations.push(format!(
-                            "usage API at {when}: {name} stamped {} rejected for its time, yet \
-                             its record could still be billed",
-                            format_instant(stamped)
-                        ));
-                    }
-                }
-                (other, _) => {
-                    violations.push(format!("usage API at {when}: {name} answered {other:?}"))
-                }
-            }
-        }
-    }
-    // Stored once each; never for an event no verdict accepted.
-    let all_keys: BTreeSet<String> = log
-        .answers
-        .iter()
-        .flat_map(|a| a.events.iter().map(Posted::key))
-        .collect();
-    for key in all_keys {
-        let count = stored(&key);
-        let want = usize::from(accepted_keys.contains(&key));
-        if count != want {
-            violations.push(format!(
-                "usage API: the event stored under {:.60} is stored {count} times, \
-                 accepted {want} times",
-                key
-            ));
-        }
-    }
-    violations
 }

@@ -13,7 +13,7 @@ use awsmp_core::model::{AggregatedStatus, Attr, attr};
 use awsmp_core::outcomes::{RECORD_OUTCOME, ROW_NOT_BILLED, Table};
 use serde_json::Value;
 
-use crate::scenario::World;
+use crate::world::World;
 
 fn status(image: Option<&Image>) -> Option<&str> {
     image

@@ -6,7 +6,7 @@
 //! answer), or an earlier claim on it was never released (its holder may have sent it);
 //! and a late raw row is `HourAlreadySubmitted` for an hour Marketplace never billed only
 //! if a call of ours reached Marketplace with it, or a claim on it lapsed. Liveness once
-//! the refusals stop is [`crate::invariant`]'s: every refusal ends long before the
+//! the refusals stop is [`crate::check::liveness`]'s: every refusal ends long before the
 //! records' windows close, so their groups are billed.
 
 use std::collections::BTreeSet;
@@ -15,7 +15,7 @@ use awsmp_core::model::{GroupKey, ReasonCode, attr};
 use awsmp_core::submit::REASON_INTERRUPTED_SUBMISSION;
 use awsmp_core::time::{HourBucket, parse_usage_timestamp};
 
-use crate::scenario::World;
+use crate::world::World;
 
 /// Every violation of the refusal rules in `world` (empty when they hold).
 pub fn check(world: &World) -> Vec<String> {
@@ -35,7 +35,7 @@ pub fn check(world: &World) -> Vec<String> {
             ));
         }
     }
-    if world.dry_run.is_some() {
+    if world.dry_run().is_some() {
         // A dry run closes records unsent: their late rows are rightly rejected.
         return violations;
     }

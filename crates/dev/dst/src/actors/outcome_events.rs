@@ -4,24 +4,22 @@
 //! order, filtered as the mappings filter (a new image in a told status), in batches;
 //! a batch item failure checkpoints the shard before the failed change, so it and
 //! everything after it are delivered again. The bus ([`SimBus`]) fails calls and
-//! refuses entries under the schedule's faults. [`crate::outcome_check`] holds what was
-//! told to the tables and to Marketplace's ledger.
+//! refuses entries under the schedule's faults. [`crate::check::outcome_events`] holds
+//! what was told to the tables and to Marketplace's ledger.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use awsmp_core::memory::{MemoryBus, MemoryTables, StreamChange as TableChange, yield_now};
-use awsmp_core::model::{Attr, GroupKey, attr};
+use awsmp_core::model::{Attr, attr};
 use awsmp_core::outcomes::Table;
 use awsmp_core::ports::{BusEvent, EventBus, PUT_EVENTS_MAX_BYTES, PortError};
-use awsmp_core::time::HourBucket;
 use awsmp_outcome_events::{
     Config, State, StreamChange, StreamEvent, StreamRecord, dynamodb_image,
 };
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::executor::{self, Task};
-use crate::scenario::ACCOUNT;
 use crate::sim::{FaultKind, Sim};
 
 /// The usage table's name in the simulated stack (its stream's ARN names it).
@@ -120,8 +118,9 @@ fn stream_record(change: &TableChange) -> StreamRecord {
 }
 
 impl OutcomeEvents {
-    /// The function over `tables`, whose streams are recorded from now on.
-    pub fn new(sim: &Sim, tables: &MemoryTables) -> Self {
+    /// The function over `tables`, whose streams are recorded from now on, delivered in
+    /// batches of at most `batch_size`.
+    pub fn new(sim: &Sim, tables: &MemoryTables, batch_size: usize) -> Self {
         tables.record_changes();
         let bus = MemoryBus::new();
         let state = State {
@@ -139,7 +138,7 @@ impl OutcomeEvents {
             bus,
             state,
             sim: sim.clone(),
-            batch_size: [1, 3, 10, 100][sim.below(4)],
+            batch_size,
             checkpoints: Mutex::new([0, 0]),
         }
     }
@@ -241,38 +240,5 @@ impl OutcomeEvents {
             }
         });
         executor::run(&self.sim, vec![task], false, 200_000, &|_| {});
-    }
-}
-
-/// A direct-submit seller's odd items, now and then: a row the submitter cannot read
-/// (it lacks its hour; closed `Error` as malformed), and a record whose product code is
-/// huge (billed all the same: the body never carries it; its outcome is larger than one
-/// `PutEvents` entry may be). Each must still be told, and must not hold the others back.
-pub fn seller_odd_items(
-    sim: &Sim,
-    tables: &MemoryTables,
-    (license_arn, product): (&str, &str),
-    hour: HourBucket,
-) {
-    if sim.below(3) == 0 {
-        tables.insert_malformed_aggregated(
-            license_arn,
-            &format!("{ACCOUNT}#events"),
-            &hour.to_string(),
-            "no hourBucket (a seller's direct-submit row)",
-        );
-    }
-    if sim.below(3) == 0 {
-        let key = GroupKey {
-            license_arn: license_arn.to_string(),
-            customer_aws_account_id: ACCOUNT.to_string(),
-            dimension: "events".to_string(),
-            hour,
-        };
-        let huge = format!("{product}-{}", "x".repeat(300 * 1024));
-        tables.insert_aggregated(
-            awsmp_core::memory::fixtures::pending_record(key, &huge, 1 + sim.below(5) as i64, 0),
-            hour.start(),
-        );
     }
 }

@@ -1,0 +1,20 @@
+//! The actors of a schedule, one file each: the seller ([`seller`]: its writer and its
+//! service, through [`usage_api`] half the time; [`edge_seller`] across the edges of
+//! time), the operator ([`operator`]), Marketplace ([`marketplace`]), buyers
+//! registering ([`register`]), and each function of the stacks: [`discoverer`],
+//! [`aggregator`], [`cleanup`], [`submitter`], the events stack's [`lifecycle`]
+//! functions and [`outcome_events`]. Each runs the real handler or use case on a
+//! [`crate::stack::Stack`]; [`crate::scenario`] sets them going.
+
+pub mod aggregator;
+pub mod cleanup;
+pub mod discoverer;
+pub mod edge_seller;
+pub mod lifecycle;
+pub mod marketplace;
+pub mod operator;
+pub mod outcome_events;
+pub mod register;
+pub mod seller;
+pub mod submitter;
+pub mod usage_api;
