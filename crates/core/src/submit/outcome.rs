@@ -12,6 +12,7 @@
 //! | `CustomerNotSubscribed`, no row or no `subscriptionStatus` yet | `Pending`, `sentQuantity` kept (re-sent with it; ages out to `SubmissionExpired`) | | continue |
 //! | `Unprocessed`: listed in `UnprocessedRecords` (after the one retry) | `Pending` | `UsageRecordUnprocessed` | continue |
 //! | answered ambiguously: in neither `Results` nor `UnprocessedRecords`, an unknown `Status`, or a result that does not echo the record sent: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | continue |
+//! | isolated `TimestampOutOfBoundsException` on a re-send an earlier call of ours may have billed (`possiblyBilled`) | `SubmissionExpired` + reason `InterruptedSubmission` (may have been billed) | `UsageSubmissionExpired` | continue |
 //! | isolated validation exception | `Error`, reason = exception name | `BatchMeterUsageException{Exception}` | continue |
 //! | sub-batch at the depth cap | `Pending` | (`BisectDepthExceeded` once per sub-batch, [`report_metrics`]) | continue |
 //! | ambiguous: in the call that failed transiently (internal error, timeout, transport) or was answered with the wrong number of verdicts: the call may have billed | `Pending`, `sentQuantity` kept: no more folds, re-sent with exactly that quantity | `AmbiguousSubmission` | back off |
@@ -28,6 +29,7 @@
 
 use crate::model::{AggregatedStatus, Subscriber};
 use crate::ports::{MeteringError, MetricsSink, RecordVerdict, SubmissionUpdate, metric};
+use crate::submit::REASON_INTERRUPTED_SUBMISSION;
 use crate::submit::bisect::{BisectReport, BisectStop, RecordResult, StopKind};
 
 /// Dimension name carrying the exception on `BatchMeterUsageException` and
@@ -198,6 +200,9 @@ pub fn may_have_billed(result: &RecordResult) -> bool {
     )
 }
 
+/// Marketplace's refusal of a record whose hour has left its window.
+const TIMESTAMP_OUT_OF_BOUNDS: &str = "TimestampOutOfBoundsException";
+
 /// Reason on a `DuplicateRecord` that answers a re-send: our earlier call billed it.
 pub const REASON_BILLED_BY_EARLIER_ATTEMPT: &str = "BilledByEarlierAttempt";
 /// Reason on a `DuplicateRecord` that answers a first send: something else billed it.
@@ -261,6 +266,22 @@ fn answer_state(
             Some(MetricEvent::plain(metric::USAGE_RECORD_UNPROCESSED)),
             RunAction::Continue,
         ),
+        // A re-send of a record an earlier call of ours may have billed, refused because
+        // its hour has since left the window: the window closed on a send whose answer
+        // never came, as an age-out over it says ("may have been billed"), not Error.
+        RecordResult::Isolated { exception, .. }
+            if possibly_billed && exception == TIMESTAMP_OUT_OF_BOUNDS =>
+        {
+            Outcome {
+                update: Some(update(
+                    AggregatedStatus::SubmissionExpired,
+                    Some(REASON_INTERRUPTED_SUBMISSION.to_string()),
+                    None,
+                )),
+                metric: Some(MetricEvent::plain(metric::USAGE_SUBMISSION_EXPIRED)),
+                action: RunAction::Continue,
+            }
+        }
         RecordResult::Isolated { exception, .. } => Outcome {
             update: Some(update(
                 AggregatedStatus::Error,

@@ -257,6 +257,48 @@ fn every_isolated_exception_becomes_error_with_its_name() {
     }
 }
 
+/// The window closed on a re-send of a record an earlier call of ours may have billed:
+/// it may have been billed, as an age-out over it says, so it is not an `Error`. Only
+/// that exception, and only after such a call: a first send refused as old is `Error`.
+#[test]
+fn a_resend_refused_as_past_the_window_after_a_call_that_may_have_billed_expires_interrupted() {
+    let refused = |name: &str| RecordResult::Isolated {
+        exception: name.into(),
+        message: "m".into(),
+    };
+    let outcome = next_state(
+        &refused("TimestampOutOfBoundsException"),
+        None,
+        None,
+        EarlierSends::POSSIBLY_BILLED,
+    );
+    let update_written = outcome.update.expect("an update");
+    assert_eq!(update_written.status, AggregatedStatus::SubmissionExpired);
+    assert_eq!(
+        update_written.reason.as_deref(),
+        Some(crate::submit::REASON_INTERRUPTED_SUBMISSION)
+    );
+    assert!(update_written.possibly_billed, "it may have been billed");
+    assert_eq!(
+        outcome.metric,
+        Some(MetricEvent::plain("UsageSubmissionExpired"))
+    );
+    for (name, earlier) in [
+        ("TimestampOutOfBoundsException", EarlierSends::NONE),
+        (
+            "InvalidUsageDimensionException",
+            EarlierSends::POSSIBLY_BILLED,
+        ),
+    ] {
+        let outcome = next_state(&refused(name), None, None, earlier);
+        assert_eq!(
+            outcome.update.map(|u| u.status),
+            Some(AggregatedStatus::Error),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn depth_capped_records_stay_pending() {
     let outcome = next_state(
