@@ -1,7 +1,16 @@
 //! What the resource policies refuse whatever else IAM grants: the buyer profiles, the
-//! subscription and pipeline queues, the default bus, and what keeps the profiles closed.
+//! subscription and pipeline queues, the default bus, what keeps the profiles closed, and
+//! the page bucket.
 
 use super::*;
+
+/// A developer's or CI's role with every permission IAM can give.
+fn allow_everything() -> awsmp_local_aws::Policy {
+    awsmp_local_aws::Policy::from_yaml(
+        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
+    )
+    .unwrap()
+}
 
 /// What the register role and the profile table's own policies refuse, whatever else
 /// IAM grants: the buyer rows to any role but the register function's and
@@ -28,10 +37,7 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
     let register_role = main.attribute("RegisterRole", "Arn").unwrap();
     let register = function_wiring(&main, "register").unwrap().policy;
     // A developer or CI role with every permission IAM can give.
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     let developer = "arn:aws:iam::123456789012:role/developer";
     let request = |action: &str, resource: &str| Authorization::new(action, resource);
 
@@ -172,10 +178,7 @@ fn buyer_profiles_are_closed_to_every_other_principal_and_the_register_role_read
 #[test]
 fn only_the_marketplace_rule_can_put_a_lifecycle_event_on_the_subscription_queue() {
     const ADMIN: &str = "arn:aws:iam::123456789012:role/queue-admin";
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     for admin in [None, Some(ADMIN)] {
         let mut parameters = vec![("StageName", STAGE), ("AWS::Region", SUBSCRIBERS_REGION)];
         parameters.extend(admin.map(|a| ("EventsQueueAdminRoleArn", a)));
@@ -253,10 +256,7 @@ fn only_the_marketplace_rule_can_put_a_lifecycle_event_on_the_subscription_queue
 #[test]
 fn only_the_pipeline_roles_can_put_work_on_the_pipeline_queues() {
     const ADMIN: &str = "arn:aws:iam::123456789012:role/work-admin";
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     for admin in [None, Some(ADMIN)] {
         let mut parameters = vec![
             ("ProductCode", PRODUCT),
@@ -318,10 +318,7 @@ fn only_the_pipeline_roles_can_put_work_on_the_pipeline_queues() {
 fn only_the_deployer_can_change_what_keeps_buyer_profiles_closed() {
     const DEPLOYER_ROLE: &str = "arn:aws:iam::123456789012:role/awsmp-cfn";
     let developer = "arn:aws:iam::123456789012:role/developer";
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     let guarded = [
         "dynamodb:PutResourcePolicy",
         "dynamodb:DeleteResourcePolicy",
@@ -402,10 +399,7 @@ fn only_the_deployer_can_change_what_keeps_buyer_profiles_closed() {
 /// an outcome a consumer would move money on, and may still put its own sources.
 #[test]
 fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus() {
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     let main = StackTemplate::load(
         &workspace_root().join("template-main.yaml"),
         &[
@@ -453,10 +447,7 @@ fn only_the_pages_publisher_and_the_deployer_write_the_page_bucket() {
     const PUBLISHER: &str = "arn:aws:iam::123456789012:user/alice";
     const DEPLOYER: &str = "arn:aws:iam::123456789012:role/awsmp-cfn";
     let developer = "arn:aws:iam::123456789012:role/developer";
-    let everything = awsmp_local_aws::Policy::from_yaml(
-        "Statement: [{Effect: Allow, Action: \"*\", Resource: \"*\"}]",
-    )
-    .unwrap();
+    let everything = allow_everything();
     for (publisher, deployer) in [
         (Some(PUBLISHER), None),
         (None, Some(DEPLOYER)),
