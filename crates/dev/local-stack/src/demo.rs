@@ -1,6 +1,6 @@
 //! The scripted buyer lifecycle `awsmp local up` drives: subscribe, register through
-//! the page's endpoints, post usage to the usage API, meter, deprovision, final flush, inactive; then
-//! a summary of what happened to every row and what was billed, checked against the
+//! the page's endpoints, post usage to the usage API, meter, deprovision, final flush,
+//! inactive, ask the usage API whether each buyer is still billed; then a summary of what happened to every row and what was billed, checked against the
 //! conservation invariant.
 
 use std::collections::BTreeMap;
@@ -252,7 +252,28 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         ),
     );
 
-    // 9. Every outcome reached the seller's rule on the default bus, once.
+    // 9. The seller's service asks whether each buyer is entitled: A's window has
+    //    closed (usage written now is never billed), B is still billed.
+    let mut told = Vec::new();
+    for (license, name, want) in [(LICENSE_A, "A", "notBilled"), (LICENSE_B, "B", "billed")] {
+        let (status, answer) = crate::usage_api::get_subscription(system, license).await?;
+        if status != 200 || answer["usage"] != want {
+            return Err(LocalError::Check(format!(
+                "GET /subscriptions for license {name} answered {status}: {answer}, expected usage {want}"
+            )));
+        }
+        told.push(format!(
+            "{name} {} ({})",
+            answer["subscriptionStatus"].as_str().unwrap_or("?"),
+            want
+        ));
+    }
+    say(
+        system,
+        &format!("GET /subscriptions: license {}", told.join(", license ")),
+    );
+
+    // 10. Every outcome reached the seller's rule on the default bus, once.
     let line = check_outcome_events(system).await?;
     say(system, &line);
 

@@ -145,6 +145,22 @@ pub async fn get_event(
     answer(response, "GET /usage/events").await
 }
 
+/// `GET /subscriptions/{licenseArn}`: the status and the entitlement answer.
+pub async fn get_subscription(
+    system: &LocalSystem,
+    license_arn: &str,
+) -> Result<(u16, Value), LocalError> {
+    let mut target = reqwest::Url::parse(&url(system, "/subscriptions/")?)
+        .map_err(|e| LocalError::Check(e.to_string()))?;
+    target
+        .path_segments_mut()
+        .map_err(|()| LocalError::Check("usage API URL has no path".into()))?
+        .pop_if_empty()
+        .push(license_arn);
+    let response = send(reqwest::Method::GET, target.as_str(), None, Vec::new()).await?;
+    answer(response, "GET /subscriptions").await
+}
+
 /// Runs the Python client (`examples/usage-api/post_usage.py`, botocore's SigV4 signer)
 /// with the venv's Python, posting `events`; its printed answer.
 pub fn post_with_python_client(
