@@ -360,27 +360,22 @@ impl AgreementApi for SdkAgreementApi {
     async fn terms(&self, agreement_id: &str) -> Result<AgreementTerms, AgreementError> {
         let op = GET_AGREEMENT_TERMS;
         let mut reader = TermsReader::default();
-        let mut next: Option<String> = None;
-        loop {
-            let out = self
-                .client
-                .get_agreement_terms()
-                .agreement_id(agreement_id)
-                .max_results(self.page_size)
-                .set_next_token(next.take())
-                .send()
-                .await
-                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
+        let mut pages = self
+            .client
+            .get_agreement_terms()
+            .agreement_id(agreement_id)
+            .max_results(self.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let out = page.map_err(|e| agreement_error(op, Some(agreement_id), e))?;
             for term in out.accepted_terms() {
                 reader
                     .read(agreement_id, term)
                     .map_err(|message| malformed(op, message))?;
             }
-            match out.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_string()),
-                _ => return Ok(reader.terms),
-            }
         }
+        Ok(reader.terms)
     }
 
     #[instrument(skip(self), err(Debug))]
@@ -390,17 +385,15 @@ impl AgreementApi for SdkAgreementApi {
     ) -> Result<Vec<AgreementEntitlement>, AgreementError> {
         let op = GET_AGREEMENT_ENTITLEMENTS;
         let mut entitlements = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let out = self
-                .client
-                .get_agreement_entitlements()
-                .agreement_id(agreement_id)
-                .max_results(self.page_size)
-                .set_next_token(next.take())
-                .send()
-                .await
-                .map_err(|e| agreement_error(op, Some(agreement_id), e))?;
+        let mut pages = self
+            .client
+            .get_agreement_entitlements()
+            .agreement_id(agreement_id)
+            .max_results(self.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let out = page.map_err(|e| agreement_error(op, Some(agreement_id), e))?;
             for e in out.agreement_entitlements() {
                 entitlements.push(AgreementEntitlement {
                     license_arn: e.license_arn().map(str::to_string),
@@ -413,11 +406,8 @@ impl AgreementApi for SdkAgreementApi {
                     status_reason: e.status_reason_code().map(|r| r.as_str().to_string()),
                 });
             }
-            match out.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_string()),
-                _ => return Ok(entitlements),
-            }
         }
+        Ok(entitlements)
     }
 
     #[instrument(skip(self), err(Debug))]
@@ -428,24 +418,18 @@ impl AgreementApi for SdkAgreementApi {
         let op = SEARCH_AGREEMENTS;
         let filters = search_filters(search);
         let mut found = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let out = self
-                .client
-                .search_agreements()
-                .catalog(CATALOG)
-                .set_filters(Some(filters.clone()))
-                .max_results(self.page_size)
-                .set_next_token(next.take())
-                .send()
-                .await
-                .map_err(|e| agreement_error(op, None, e))?;
+        let mut pages = self
+            .client
+            .search_agreements()
+            .catalog(CATALOG)
+            .set_filters(Some(filters))
+            .max_results(self.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let out = page.map_err(|e| agreement_error(op, None, e))?;
             for view in out.agreement_view_summaries() {
                 found.push(summary(view)?);
-            }
-            match out.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_string()),
-                _ => break,
             }
         }
         found.sort_by(|a, b| a.agreement_id.cmp(&b.agreement_id));
