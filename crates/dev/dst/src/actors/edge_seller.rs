@@ -10,7 +10,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use awsmp_core::memory::ManualClock;
 use awsmp_core::ports::{AggregatedStore, Clock, UsageStore};
 use awsmp_core::submit::DeploymentMode;
@@ -292,22 +291,10 @@ impl EdgeSeller {
         } else {
             ("application/json", json!({ "events": list }))
         };
-        let mut request = ApiGatewayProxyRequest::default();
-        request.http_method = aws_lambda_events::http::Method::POST;
-        request.path = Some("/usage/events".into());
-        request.headers.insert(
-            "content-type",
-            aws_lambda_events::http::HeaderValue::from_static(content_type),
-        );
-        request.body = Some(body.to_string());
         let at = self.clock.now();
-        let response = awsmp_usage_api::handle(&self.state, request).await;
-        let answer: Value = match &response.body {
-            Some(aws_lambda_events::encodings::Body::Text(text)) => {
-                serde_json::from_str(text).unwrap_or_default()
-            }
-            _ => Value::Null,
-        };
+        let (status, answer) =
+            crate::actors::usage_api::post_events(&self.state, content_type, body.to_string())
+                .await;
         let verdicts = answer["results"]
             .as_array()
             .map(|results| {
@@ -325,7 +312,7 @@ impl EdgeSeller {
         lock(&self.log).answers.push(Answer {
             at,
             events,
-            status: response.status_code,
+            status,
             verdicts,
         });
     }

@@ -73,25 +73,8 @@ impl Stack {
         };
         let slots = self.sending(&event, copies);
         for _ in 0..3 {
-            let mut request = ApiGatewayProxyRequest::default();
-            request.http_method = aws_lambda_events::http::Method::POST;
-            request.path = Some("/usage/events".into());
-            request.headers.insert(
-                "content-type",
-                aws_lambda_events::http::HeaderValue::from_static(content_type),
-            );
-            request.body = Some(body.clone());
-            let response = awsmp_usage_api::handle(&state, request).await;
-            let answer: serde_json::Value = match &response.body {
-                Some(aws_lambda_events::encodings::Body::Text(text)) => {
-                    serde_json::from_str(text).unwrap_or_default()
-                }
-                _ => serde_json::Value::Null,
-            };
-            let verdict = |i: usize| match (
-                response.status_code,
-                answer["results"][i]["status"].as_str(),
-            ) {
+            let (status, answer) = post_events(&state, content_type, body.clone()).await;
+            let verdict = |i: usize| match (status, answer["results"][i]["status"].as_str()) {
                 (200, Some("accepted")) => Some(Ingested::Created),
                 (200, Some("duplicate")) => Some(Ingested::Duplicate),
                 (200, Some("conflict")) => Some(Ingested::Conflict),
@@ -108,4 +91,29 @@ impl Stack {
             return;
         }
     }
+}
+
+/// `POST /usage/events` with `body` of `content_type` through the function's real
+/// handler: the status and the JSON answer (`null` when it is not JSON).
+pub(crate) async fn post_events(
+    state: &awsmp_usage_api::State,
+    content_type: &'static str,
+    body: String,
+) -> (i64, serde_json::Value) {
+    let mut request = ApiGatewayProxyRequest::default();
+    request.http_method = aws_lambda_events::http::Method::POST;
+    request.path = Some("/usage/events".into());
+    request.headers.insert(
+        "content-type",
+        aws_lambda_events::http::HeaderValue::from_static(content_type),
+    );
+    request.body = Some(body);
+    let response = awsmp_usage_api::handle(state, request).await;
+    let answer = match &response.body {
+        Some(aws_lambda_events::encodings::Body::Text(text)) => {
+            serde_json::from_str(text).unwrap_or_default()
+        }
+        _ => serde_json::Value::Null,
+    };
+    (response.status_code, answer)
 }
