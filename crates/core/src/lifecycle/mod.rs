@@ -19,6 +19,7 @@ pub mod deprovision;
 mod event;
 #[cfg(test)]
 mod fixtures;
+pub mod reconcile;
 pub mod subscribers;
 pub mod subscription;
 mod transition;

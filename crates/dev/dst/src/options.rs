@@ -59,6 +59,21 @@ pub struct Options {
     /// Marketplace revokes a buyer's entitlement mid-run (one schedule in four): which
     /// buyer, 0 or 1 (of the first two).
     pub revoked: Option<usize>,
+    /// Lifecycle events Marketplace lost, for the agreement reconciliation to repair.
+    pub lost: LostEvents,
+}
+
+/// Lifecycle events Marketplace lost (a rule disabled during a deploy, a message that
+/// aged out of the dead-letter queue), and how the Agreement API tells of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LostEvents {
+    /// The License Updated of this buyer (0 to 2) never arrives (one schedule in three).
+    pub updated: Option<usize>,
+    /// The third buyer's License Deprovisioned never arrives (one in three).
+    pub deprovisioning: bool,
+    /// Until settling, the Agreement API still calls the third buyer's ended agreement
+    /// `ACTIVE` (one in two): the reconciliation must not act on the row's newer news.
+    pub api_lag: bool,
 }
 
 /// The settings sellers deploy.
@@ -305,6 +320,11 @@ impl Options {
             deprovisioned_at: start - chrono::Duration::minutes(below_i64(sim, 60))
                 + chrono::Duration::minutes(below_i64(sim, 10)),
             revoked: (sim.below(4) == 0).then(|| sim.below(2)),
+            lost: LostEvents {
+                updated: (sim.below(3) == 0).then(|| sim.below(3)),
+                deprovisioning: sim.below(3) == 0,
+                api_lag: sim.below(2) == 0,
+            },
         }
     }
 }
@@ -374,13 +394,17 @@ impl fmt::Display for Options {
         write!(
             f,
             "  submitter runs {:?}, next runs after {} min, outcome batches of {}, garbage \
-             message {}, deprovisioned at {}, revoked buyer {:?}",
+             message {}, deprovisioned at {}, revoked buyer {:?}; lost: License Updated of \
+             buyer {:?}, the deprovisioning {}, the Agreement API lags {}",
             self.submitter_runs,
             self.next_runs_after_minutes,
             self.outcome_batch_size,
             self.garbage,
             format_instant(self.deprovisioned_at),
-            self.revoked.map(|n| n + 1)
+            self.revoked.map(|n| n + 1),
+            self.lost.updated.map(|n| n + 1),
+            self.lost.deprovisioning,
+            self.lost.api_lag
         )
     }
 }

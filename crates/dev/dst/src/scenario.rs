@@ -22,6 +22,7 @@ use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours};
 
 use crate::actors::edge_seller::EdgeSeller;
 use crate::actors::outcome_events::OutcomeEvents;
+use crate::actors::reconcile::Reconciler;
 use crate::actors::seller::{self, Buyers, Row};
 use crate::actors::submitter::{self, Runs};
 use crate::actors::{aggregator, cleanup, discoverer, lifecycle, marketplace, operator, register};
@@ -191,9 +192,12 @@ pub fn run(sim: Sim, options: &Options) -> World {
     // License Updated for every buyer, applied before the run (the other product's
     // buyer through the same events stack).
     let activated = options.start - chrono::Duration::hours(5);
+    // A lost one never arrives: the agreement reconciliation finds it in the API.
     let mut setup: Vec<Task<'_>> = buyers
         .into_iter()
-        .map(|l| lifecycle::updated(&stack, l, activated))
+        .enumerate()
+        .filter(|(n, _)| options.lost.updated != Some(*n))
+        .map(|(_, l)| lifecycle::updated(&stack, l, activated))
         .collect();
     if let Some(other) = second_stack.filter(|other| other.product != PRODUCT) {
         setup.push(lifecycle::updated(other, &l4, activated));
@@ -203,7 +207,15 @@ pub fn run(sim: Sim, options: &Options) -> World {
     sim.faults_on();
 
     // The concurrent phase, with faults.
-    *lock(&stack.deprovisioned) = Some((l3.clone(), options.deprovisioned_at));
+    if !options.lost.deprovisioning {
+        *lock(&stack.deprovisioned) = Some((l3.clone(), options.deprovisioned_at));
+    }
+    let reconciler = Reconciler::new(
+        buyers.map(String::as_str),
+        activated,
+        options.deprovisioned_at,
+        options.lost,
+    );
     let imports = Mutex::new(Vec::new());
     let tasks = concurrent(
         options,
@@ -212,7 +224,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         (&late, &imports),
         buyers,
         &hours,
-        &outcomes,
+        (&outcomes, &reconciler),
     );
     let queues: Vec<SimQueue> = std::iter::once(&stack)
         .chain(second_stack)
@@ -267,6 +279,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     let faults_end = clock.now();
     let settle_all = || {
         edge_seller.iter().for_each(EdgeSeller::step);
+        reconciler.settle(&stack);
         for stack in std::iter::once(&stack).chain(second_stack) {
             stack.settle();
         }
@@ -305,6 +318,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             garbage_sent: false,
             outcomes: None,
             edges: Default::default(),
+            reconciliations: Vec::new(),
         })
     });
     World {
@@ -329,6 +343,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         garbage_sent: options.garbage,
         outcomes: Some(outcomes),
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
+        reconciliations: reconciler.runs(),
         second,
         imports: imports
             .into_inner()
@@ -344,7 +359,7 @@ fn concurrent<'a>(
     (late, imports): (&'a [Row], &'a Mutex<Vec<crate::world::Import>>),
     [l1, l2, l3]: Buyers<'a>,
     hours: &Hours,
-    outcomes: &'a OutcomeEvents,
+    (outcomes, reconciler): (&'a OutcomeEvents, &'a Reconciler<'a>),
 ) -> Vec<Task<'a>> {
     let direct = options.settings.direct;
     let mut regional: Vec<Task<'_>> = Vec::new();
@@ -383,10 +398,14 @@ fn concurrent<'a>(
         cleanup::task(stack, "cleanup#1"),
         submitter::task(stack, "submitter#1", runs(0, 30)),
         submitter::task(stack, "submitter#2", runs(1, 80)),
-        lifecycle::deprovisioned(stack, l3, options.deprovisioned_at),
         lifecycle::deprovision_cleanup(stack),
+        reconciler.task(stack),
     ]
     .into_iter()
+    .chain(
+        (!options.lost.deprovisioning)
+            .then(|| lifecycle::deprovisioned(stack, l3, options.deprovisioned_at)),
+    )
     // Buyers registering while usage flows and l3's deprovisioning lands.
     .chain(
         [l1, l2, l3]

@@ -52,6 +52,8 @@ pub struct World {
     pub region: &'static str,
     /// This world's product.
     pub product: &'static str,
+    /// Each run of the agreement reconciliation: its report, or why it could not compare.
+    pub reconciliations: Vec<Result<awsmp_core::lifecycle::reconcile::ReconcileReport, String>>,
     /// The second main stack's world, when the schedule deploys one.
     pub second: Option<Box<World>>,
     /// The usage files the operator imported.

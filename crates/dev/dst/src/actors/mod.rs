@@ -3,7 +3,7 @@
 //! time), the operator ([`operator`]), Marketplace ([`marketplace`]), buyers
 //! registering ([`register`]), and each function of the stacks: [`discoverer`],
 //! [`aggregator`], [`cleanup`], [`submitter`], the events stack's [`lifecycle`]
-//! functions and [`outcome_events`]. Each runs the real handler or use case on a
+//! functions, the agreement [`reconcile`]iation and [`outcome_events`]. Each runs the real handler or use case on a
 //! [`crate::stack::Stack`]; [`crate::scenario`] sets them going.
 
 pub mod aggregator;
@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod marketplace;
 pub mod operator;
 pub mod outcome_events;
+pub mod reconcile;
 pub mod register;
 pub mod seller;
 pub mod submitter;

@@ -3,7 +3,7 @@
 //! workspace's one conservation checker, and what the faults explain), [`liveness`],
 //! [`metrics`], [`retention`], [`dry_run`], [`regions`] (an import lands only in its
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
-//! [`registrations`] and [`profiles`], [`refused_calls`] and [`refusals`]
+//! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation), [`refused_calls`] and [`refusals`]
 //! (Marketplace's), [`outcome_events`] and [`api_edges`] (the usage API across the
 //! edges of time).
 
@@ -11,6 +11,7 @@ pub mod allocations;
 pub mod api_edges;
 pub mod conservation;
 pub mod dry_run;
+pub mod entitlements;
 pub mod ingestion;
 pub mod liveness;
 pub mod metrics;
@@ -36,6 +37,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(conservation::check(world));
     violations.extend(dry_run::check(world));
     violations.extend(registrations::check(world));
+    violations.extend(entitlements::check(world));
     violations.extend(profiles::check(world));
     violations.extend(ingestion::check(world));
     violations.extend(regions::check(world));

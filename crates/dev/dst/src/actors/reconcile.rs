@@ -1,0 +1,146 @@
+//! The agreement reconciliation (events stack, scheduled) and the Agreement API it
+//! reads: the three buyers' agreements, started when their License Updated was sent,
+//! the third one's ending when its License Deprovisioned was (or would have been) sent.
+//! The API answers as of the simulation's clock, and lags behind when the schedule says
+//! so: until settling it still calls the ended agreement `ACTIVE`. The reconciliation
+//! runs once while the pipeline runs (under faults: its search may be throttled, its
+//! writes fail as every subscribers write may) and at every settling pass, fault-free.
+
+use std::cell::Cell;
+
+use awsmp_core::lifecycle::reconcile::{
+    Product, ReconcilePorts, ReconcileReport, ReconcileSettings, reconcile,
+};
+use awsmp_core::memory::agreement_contract::{SeedAgreement, record};
+use awsmp_core::memory::{AgreementOp, MemoryAgreementApi};
+use awsmp_core::ports::{AgreementStatus, Clock};
+use awsmp_core::time::Instant;
+
+use crate::executor::Task;
+use crate::options::LostEvents;
+use crate::scenario::{ACCOUNT, PRODUCT};
+use crate::sim::yield_now;
+use crate::stack::{Stack, lock};
+
+/// The product id the Agreement API knows the stack's product by.
+pub const PRODUCT_ID: &str = "prod-sim-id";
+
+/// The agreement id the simulation's lifecycle events name for `license_arn`.
+pub fn agreement_id(license_arn: &str) -> String {
+    format!(
+        "agmt-{}",
+        &license_arn[license_arn.len().saturating_sub(4)..]
+    )
+}
+
+/// The Agreement API of the schedule and the reconciliation's runs.
+pub struct Reconciler<'a> {
+    api: MemoryAgreementApi,
+    buyers: [&'a str; 3],
+    activated: Instant,
+    deprovisioned_at: Instant,
+    lost: LostEvents,
+    /// Settling began: the API no longer lags.
+    settled: Cell<bool>,
+    /// Each run's report, or its error.
+    runs: std::sync::Mutex<Vec<Result<ReconcileReport, String>>>,
+}
+
+impl<'a> Reconciler<'a> {
+    /// The API of `buyers`' agreements, active since `activated`; the third one's
+    /// ends at `deprovisioned_at`.
+    pub fn new(
+        buyers: [&'a str; 3],
+        activated: Instant,
+        deprovisioned_at: Instant,
+        lost: LostEvents,
+    ) -> Self {
+        Reconciler {
+            api: MemoryAgreementApi::new(),
+            buyers,
+            activated,
+            deprovisioned_at,
+            lost,
+            settled: Cell::new(false),
+            runs: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Seeds every agreement as the API answers at `now`.
+    fn answer_as_of(&self, now: Instant) {
+        for (n, license) in self.buyers.iter().enumerate() {
+            let seed = SeedAgreement {
+                agreement_id: agreement_id(license),
+                license_arn: license.to_string(),
+                account: ACCOUNT.to_string(),
+                product_id: PRODUCT_ID.to_string(),
+                offer_id: "offer-sim".to_string(),
+                start: self.activated,
+                end: None,
+                currency: "USD".to_string(),
+                rate_card: Vec::new(),
+                free_trial: None,
+                upfront: None,
+            };
+            let caught_up = !self.lost.api_lag || self.settled.get();
+            let ended = n == 2 && now >= self.deprovisioned_at && caught_up;
+            let record = if ended {
+                record(&seed, AgreementStatus::Cancelled, self.deprovisioned_at)
+            } else {
+                record(&seed, AgreementStatus::Active, self.activated)
+            };
+            self.api.seed(record);
+        }
+    }
+
+    /// One run on `stack`'s events-stack ports.
+    async fn run_once(&self, stack: &Stack) {
+        let now = stack.clock.now();
+        self.answer_as_of(now);
+        let settings = ReconcileSettings {
+            products: vec![Product {
+                product_id: PRODUCT_ID.to_string(),
+                product_code: PRODUCT.to_string(),
+            }],
+            dry_run: false,
+        };
+        let ports = ReconcilePorts {
+            agreements: &self.api,
+            subscribers: &*stack.subscribers,
+            clock: &stack.clock,
+        };
+        let answer = reconcile(ports, &settings).await.map_err(|e| e.to_string());
+        lock(&self.runs).push(answer);
+    }
+
+    /// The run while the pipeline runs, under faults.
+    pub fn task<'s>(&'s self, stack: &'s Stack) -> Task<'s> {
+        Task::new("agreement-reconcile", async move {
+            for _ in 0..stack.sim.below(120) {
+                yield_now().await;
+            }
+            if stack.sim.below(4) == 0 {
+                self.api.throttle_next(AgreementOp::Search);
+            }
+            self.run_once(stack).await;
+        })
+    }
+
+    /// A fault-free run while settling (the API has caught up).
+    pub fn settle(&self, stack: &Stack) {
+        self.settled.set(true);
+        let tasks = vec![Task::new("agreement-reconcile", self.run_once(stack))];
+        crate::executor::run(
+            &stack.sim,
+            tasks,
+            false,
+            crate::scenario::MAX_STEPS,
+            &|_| {},
+        );
+    }
+
+    /// Every run's report (or error), in order.
+    pub fn runs(&self) -> Vec<Result<ReconcileReport, String>> {
+        lock(&self.runs).clone()
+    }
+}

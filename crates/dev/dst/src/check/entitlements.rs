@@ -1,0 +1,107 @@
+//! Entitlements: whatever lifecycle events Marketplace lost, once the agreement
+//! reconciliation has run the subscribers rows are what the full event sequence would
+//! have made them: the same statuses, the same guard instants (a repair is never dated
+//! earlier or later than the event it stands for) and the same final-usage window (a
+//! lost deprovisioning is never re-opened past it, never back-dated before it). And
+//! the last, fault-free run finds nothing left to repair (liveness).
+
+use awsmp_core::lifecycle::reconcile::DriftAction;
+use awsmp_core::lifecycle::{MarketplaceEvent, Transition, apply, expire_deprovisioning};
+use awsmp_core::model::{AgreementStatus, Subscriber};
+use awsmp_core::ports::Clock;
+
+use crate::actors::reconcile::agreement_id;
+use crate::scenario::{ACCOUNT, PRODUCT, REGION, license};
+use crate::world::World;
+
+/// Every violation of it in `world` (empty when it holds). The events stack is the main
+/// stack's: the second stack's world has nothing of its own to check.
+pub fn check(world: &World) -> Vec<String> {
+    if (world.region, world.product) != (REGION, PRODUCT) {
+        return Vec::new();
+    }
+    let mut violations = Vec::new();
+    let options = &world.options;
+    let activated = options.start - chrono::Duration::hours(5);
+    let now = world.clock.now();
+    let rows = world.subscribers.rows();
+    for n in 0..3u32 {
+        let license_arn = license(n + 1);
+        let agreement = agreement_id(&license_arn);
+        let mut events = vec![MarketplaceEvent::LicenseUpdated {
+            license_arn: license_arn.clone(),
+            account: ACCOUNT.into(),
+            product_code: Some(PRODUCT.into()),
+            agreement_id: agreement.clone(),
+            time: activated,
+        }];
+        if n == 2 {
+            events.push(MarketplaceEvent::LicenseDeprovisioned {
+                license_arn: license_arn.clone(),
+                account: ACCOUNT.into(),
+                product_code: Some(PRODUCT.into()),
+                agreement_id: agreement.clone(),
+                time: options.deprovisioned_at,
+            });
+        }
+        let mut expected: Option<Subscriber> = None;
+        for event in &events {
+            if let Transition::Write { row, .. } = apply(expected.as_ref(), event) {
+                expected = Some(row);
+            }
+        }
+        let expected = expected.map(|row| expire_deprovisioning(&row, now).unwrap_or(row));
+        let id = format!("subscriber {license_arn}");
+        let actual = rows
+            .iter()
+            .find(|r| r.license_arn == license_arn && r.customer_aws_account_id == ACCOUNT);
+        let (Some(expected), Some(actual)) = (expected, actual) else {
+            violations.push(format!("{id}: no row after settling (entitlements)"));
+            continue;
+        };
+        let seen = |r: &Subscriber| {
+            (
+                r.subscription_status,
+                r.deprovisioning_expiry,
+                r.subscription_event_at,
+                r.agreement_id.clone(),
+            )
+        };
+        if seen(actual) != seen(&expected) {
+            violations.push(format!(
+                "{id}: (subscription, window end, its guard, agreement) are {:?}, the events \
+                 Marketplace sent would have made them {:?} (entitlements)",
+                seen(actual),
+                seen(&expected)
+            ));
+        }
+        // The third buyer's agreement ended (its Ended event is not part of the
+        // simulation's sequence, the reconciliation may apply it); the others' did not.
+        if n < 2 && actual.agreement_status != Some(AgreementStatus::Active) {
+            violations.push(format!(
+                "{id}: agreement {:?} while the API says active (entitlements)",
+                actual.agreement_status
+            ));
+        }
+    }
+    match world.reconciliations.last() {
+        None => violations.push("the agreement reconciliation never ran (entitlements)".into()),
+        Some(Err(e)) => violations.push(format!(
+            "the last, fault-free reconciliation failed: {e} (entitlements)"
+        )),
+        Some(Ok(report)) if !report.drifts.is_empty() => violations.push(format!(
+            "the last, fault-free reconciliation still finds drift: {:?} (entitlements)",
+            report.drifts
+        )),
+        Some(Ok(_)) => {}
+    }
+    // Safety under faults: a run may fail or report, never repair what it must not.
+    for report in world.reconciliations.iter().flatten() {
+        for drift in &report.drifts {
+            if drift.action == DriftAction::WouldRepair {
+                violations.push(format!("a live run planned only: {drift:?} (entitlements)"));
+            }
+        }
+    }
+    violations
+}
