@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{
-    Ctx, dlq, failures, inspect, local, profile, reconcile, replay, report, status, trail, usage,
+    Ctx, dlq, failures, inspect, local, profile, reconcile, replay, report, status, subscribers,
+    trail, usage,
 };
 use crate::deployment::DeploymentArgs;
 use crate::error::CommandError;
@@ -50,6 +51,8 @@ enum Command {
     Dlq(dlq::Command),
     #[command(subcommand)]
     Profile(profile::Command),
+    /// The subscribers table (us-east-1): `reconcile` holds it to the Agreement API.
+    Subscribers(subscribers::Command),
     /// Shell completions on stdout.
     ///
     /// Example: awsmp completions bash > /etc/bash_completion.d/awsmp
@@ -117,6 +120,7 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
         Command::Reconcile(command) => command.run(&ctx).await,
         Command::Dlq(command) => command.run(&ctx).await,
         Command::Profile(command) => command.run(&ctx).await,
+        Command::Subscribers(command) => command.run(&ctx).await,
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut Args::command(), "awsmp", &mut text);

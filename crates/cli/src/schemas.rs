@@ -6,6 +6,7 @@
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
 use crate::commands::{dlq, inspect, profile, reconcile, report, status, trail, usage};
+use awsmp_core::lifecycle::reconcile::ReconcileReport;
 
 /// Where the schemas are published.
 const ID_BASE: &str = "https://github.com/awsmp-metering/awsmp-metering/docs/schemas";
@@ -34,6 +35,10 @@ fn schema<T: JsonSchema>(name: &'static str, title: &'static str) -> CommandSche
 /// Every command's `--json` schema.
 pub fn all() -> Vec<CommandSchema> {
     vec![
+        schema::<ReconcileReport>(
+            "subscribers-reconcile",
+            "awsmp --json subscribers reconcile: the subscribers table held to the Agreement API",
+        ),
         schema::<dlq::Redrive>(
             "dlq-redrive",
             "awsmp --json dlq redrive: messages found in the DLQ and moved back",

@@ -13,6 +13,7 @@ pub mod reconcile;
 pub mod replay;
 pub mod report;
 pub mod status;
+pub mod subscribers;
 pub mod trail;
 pub mod usage;
 

@@ -17,6 +17,12 @@ pub struct Ran {
 /// arguments name a Region, under `home` (an empty one: no AWS config or credentials
 /// file is read). Its stdin is not a terminal.
 pub async fn awsmp_at(endpoint: &str, home: &Path, args: &[&str]) -> Ran {
+    awsmp_env(endpoint, home, args, &[]).await
+}
+
+/// [`awsmp_at`] with more environment variables (a service's own endpoint, such as
+/// `AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT`).
+pub async fn awsmp_env(endpoint: &str, home: &Path, args: &[&str], env: &[(&str, &str)]) -> Ran {
     std::fs::create_dir_all(home).unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_awsmp"));
     command
@@ -28,7 +34,8 @@ pub async fn awsmp_at(endpoint: &str, home: &Path, args: &[&str]) -> Ran {
         .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test");
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .envs(env.iter().copied());
     let out = tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()

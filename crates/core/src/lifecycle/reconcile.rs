@@ -75,6 +75,7 @@ pub struct ReconcilePorts<'a> {
 
 /// What disagreed between the API and a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum DriftKind {
     /// An active, started agreement whose license has no active row.
@@ -94,6 +95,7 @@ pub enum DriftKind {
 
 /// What the run did about a drift.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum DriftAction {
     /// The repair was written.
@@ -113,6 +115,7 @@ pub enum DriftAction {
 
 /// One license whose row disagrees with the API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Drift {
     /// What disagreed.
@@ -137,6 +140,7 @@ pub struct Drift {
 
 /// What one run found (the function's answer, the CLI's `--json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReconcileReport {
     /// The instant the run compared with.
