@@ -122,7 +122,7 @@ def main() -> int:
 
     # ---- every function reads exactly the variables the environment contract (crates/lambda/src/vars.rs) lists for it
     expected = architecture_env_table()
-    check(len(expected) == 9, "the environment contract lists readers for the nine functions", f"found {sorted(expected)}")
+    check(len(expected) == 10, "the environment contract lists readers for the ten functions", f"found {sorted(expected)}")
     seen: dict[str, str] = {}
     for t in templates:
         global_fn = section(section(t.lines, "Globals", 0) or [], "Function", 2) or []
@@ -198,6 +198,7 @@ def main() -> int:
 
     for binary, rate in [
         ("deprovision-cleanup", "rate(15 minutes)"),
+        ("agreement-reconcile", "rate(1 day)"),
         ("discoverer", "rate(15 minutes)"),
         ("submitter", "rate(1 minute)"),
     ]:
@@ -313,8 +314,8 @@ def main() -> int:
                 if any(re.match(r"^\s+Principal:", l) for l in statement):
                     continue  # a key policy's statement: "*" is the key itself
                 check(
-                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer"),
-                    f"{t.name} line {i + 1}: Resource \"*\" only for BatchMeterUsage/ResolveCustomer",
+                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer", "aws-marketplace:SearchAgreements"),
+                    f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements)",
                     f"action {action!r}",
                 )
     for binary, action in [("submitter", "aws-marketplace:BatchMeterUsage"), ("register", "aws-marketplace:ResolveCustomer")]:
@@ -374,7 +375,7 @@ def main() -> int:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     check(scalar(main_t.resources.get("ProfileExpiryFailedAlarm", []), "Condition", 4) == "DiscovererExpiresProfiles",
           "ProfileExpiryFailed alarm only where the discoverer expires profiles")
-    for t, function_ids in [(events, ["DeprovisionCleanupFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
+    for t, function_ids in [(events, ["DeprovisionCleanupFunction", "AgreementReconcileFunction"]), (main_t, ["DiscovererFunction", "SubmitterFunction"])]:
         for fid in function_ids:
             found = [
                 body for body in t.of_type("AWS::CloudWatch::Alarm").values()
@@ -818,6 +819,7 @@ process.stdout.write(JSON.stringify(out.headers));
     via = {
         "SubscriptionRole": {'!Sub "sqs.${AWS::Region}.amazonaws.com"', '!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
         "DeprovisionCleanupRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
+        "AgreementReconcileRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
     }
     for logical, body in events.of_type("AWS::IAM::Role").items():
         guarded: list[int] = []

@@ -4,8 +4,9 @@
 //! every request under the function's name before sending it: each client its
 //! `State::connect` builds on that config (DynamoDB in either Region, SQS, Marketplace
 //! Metering) is recorded, exactly as the function wires it. A request is read as it
-//! goes on the wire, after signing: the operation from the `X-Amz-Target` header (all
-//! three services speak a JSON protocol), the Region from the SigV4 credential scope,
+//! goes on the wire, after signing: the operation from the `X-Amz-Target` header (the
+//! JSON protocols) or the path (`/service/<Service>/operation/<Op>`: the Agreement API's
+//! RPC v2 CBOR), the Region from the SigV4 credential scope,
 //! and the JSON body (`TableName`, `IndexName`, `TransactItems`, `QueueUrl`, ...). The
 //! calls land in a shared [`CallLog`].
 //!
@@ -21,7 +22,7 @@
 //! | `BatchGetItem` / `BatchWriteItem` | the operation itself | each table named |
 //! | SQS `*Batch` operations | the single-message action (`SendMessageBatch` -> `sqs:SendMessage`) | the queue ARN from `QueueUrl` |
 //! | other SQS operations | `sqs:<Operation>` | the queue ARN |
-//! | Marketplace Metering | `aws-marketplace:<Operation>` | `*` (no resource-level permissions) |
+//! | Marketplace Metering, the Agreement API | `aws-marketplace:<Operation>` | `*` (no resource-level permissions) |
 //!
 //! ARNs carry the Region the call was signed for, so a cross-Region table (the
 //! subscribers table lives in us-east-1) is checked against its real ARN.
@@ -206,10 +207,12 @@ impl RecordedCall {
             p if p.starts_with("DynamoDB_") => self.dynamodb(operation, account),
             "AmazonSQS" => self.sqs(operation),
             "AWSEvents" => self.events(operation, account),
-            "AWSMPMeteringService" => Ok(vec![Authorization::new(
-                format!("aws-marketplace:{operation}"),
-                "*",
-            )]),
+            "AWSMPMeteringService" | "AWSMPCommerceService_v20200301" => {
+                Ok(vec![Authorization::new(
+                    format!("aws-marketplace:{operation}"),
+                    "*",
+                )])
+            }
             _ => Err(CallError::UnknownTarget {
                 function: self.function.clone(),
                 target: self.target.clone(),
@@ -470,6 +473,16 @@ struct RecordingConnector {
     client: RecordingClient,
 }
 
+/// The target of a Smithy RPC v2 CBOR request (`POST /service/<Service>/operation/<Op>`,
+/// the Agreement API through the Rust SDK, which sends no `X-Amz-Target`), as
+/// `<Service>.<Op>`.
+fn rpc_v2_target(uri: &str) -> Option<String> {
+    let path = uri.split_once("/service/")?.1;
+    let (service, operation) = path.split_once("/operation/")?;
+    let operation = operation.split(['?', '/']).next()?;
+    Some(format!("{service}.{operation}"))
+}
+
 impl HttpConnector for RecordingConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let headers = request.headers();
@@ -478,9 +491,14 @@ impl HttpConnector for RecordingConnector {
             .bytes()
             .and_then(|bytes| serde_json::from_slice(bytes).ok())
             .unwrap_or(Value::Null);
+        let target = headers
+            .get("x-amz-target")
+            .map(str::to_string)
+            .or_else(|| rpc_v2_target(request.uri()))
+            .unwrap_or_default();
         self.client.log.push(RecordedCall {
             function: self.client.function.clone(),
-            target: headers.get("x-amz-target").unwrap_or_default().to_string(),
+            target,
             region: headers
                 .get("authorization")
                 .and_then(signing_region)
@@ -512,6 +530,20 @@ mod tests {
             .into_iter()
             .map(|a| (a.action, a.resource))
             .collect()
+    }
+
+    #[test]
+    fn an_rpc_v2_request_is_read_from_its_path_and_authorized_as_its_operation() {
+        let target = rpc_v2_target(
+            "https://agreement-marketplace.us-east-1.amazonaws.com/service/AWSMPCommerceService_v20200301/operation/SearchAgreements",
+        )
+        .unwrap();
+        assert_eq!(target, "AWSMPCommerceService_v20200301.SearchAgreements");
+        assert_eq!(
+            auths(&call(&target, "us-east-1", Value::Null)),
+            vec![("aws-marketplace:SearchAgreements".into(), "*".into())]
+        );
+        assert_eq!(rpc_v2_target("http://localhost:4566/"), None);
     }
 
     #[test]

@@ -50,6 +50,9 @@ use crate::views::{AggregatedView, RawRowView};
 
 /// The stage both test stacks are deployed with.
 pub const STAGE: &str = "test";
+/// The events stack's `ReconcileProducts`: the Agreement API's product id of the
+/// harness's product (`prod-e2e`).
+pub const RECONCILE_PRODUCTS: &str = "prod-e2eagreements=prod-e2e";
 /// The Region of the subscribers table (the events stack's Region).
 pub const SUBSCRIBERS_REGION: &str = "us-east-1";
 /// The discoverer's `FlushMarginMinutes`: the deprovisioning flush runs in the last
@@ -221,7 +224,10 @@ impl Stack {
             &root.join("template-events.yaml"),
             &format!("awsmp-events-{STAGE}"),
             SUBSCRIBERS_REGION,
-            &[("StageName", STAGE)],
+            &[
+                ("StageName", STAGE),
+                ("ReconcileProducts", RECONCILE_PRODUCTS),
+            ],
             &subscribers_dynamodb,
             &aws_sdk_sqs::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION)),
         )

@@ -43,6 +43,8 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
                 ("AWS::StackName", "awsmp-main-test"),
                 ("ProductCode", "prod1234"),
                 ("StageName", "test"),
+                // The reconciliation exists only with products to reconcile.
+                ("ReconcileProducts", "prod-abc123=prod1234"),
             ],
         )
         .unwrap();
@@ -64,6 +66,10 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
                 "deprovision-cleanup" => asked(
                     &with_runtime,
                     awsmp_deprovision_cleanup::Config::from_lookup,
+                ),
+                "agreement-reconcile" => asked(
+                    &with_runtime,
+                    awsmp_agreement_reconcile::Config::from_lookup,
                 ),
                 "register" => asked(&with_runtime, awsmp_register::Config::from_lookup),
                 "discoverer" => asked(&with_runtime, awsmp_discoverer::Config::from_lookup),

@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `PRODUCT_CODE` | register, usage-api, discoverer, aggregator, cleanup, submitter | the stack's product code (and the `ProductCode` dimension of every metric) |
 //! | `STAGE` | register, discoverer, cleanup, submitter | the stack's `StageName`, the `Stage` dimension of every metric |
-//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, register, discoverer, submitter, usage-api | subscribers table name |
+//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, agreement-reconcile, register, discoverer, submitter, usage-api | subscribers table name |
 //! | `SUBSCRIBERS_TABLE_REGION` | register, discoverer, submitter, usage-api | Region of the subscribers table (us-east-1) |
 //! | `USAGE_TABLE` | usage-api, discoverer, aggregator, cleanup, outcome-events | raw usage table |
 //! | `AGGREGATED_TABLE` | usage-api, aggregator, submitter, outcome-events | aggregated-usage table |
@@ -30,6 +30,7 @@
 //! | `DEPLOYMENT_MODE` | usage-api, submitter | `full` or `direct-submit` (the usage API refuses raw usage in a direct-submit stack) |
 //! | `METERING_REQUESTS_PER_SECOND` | submitter | this stack's share (1..10, default 10) of the account's 10 `BatchMeterUsage` requests/s in the Region; parameter `MeteringRequestsPerSecond` |
 //! | `DATA_RETENTION_DAYS` | discoverer, aggregator, cleanup, submitter | parameter `DataRetentionDays`: 0 (default) keeps every item; otherwise at least 3 (`retention::MIN_RETENTION_DAYS`): the write that makes a raw row or a record final sets `expiresAt` that many days later (see "Retention") |
+//! | `RECONCILE_PRODUCTS` | agreement-reconcile | parameter `ReconcileProducts`: `prod-id=productCode` pairs, comma-separated: the products whose agreements it reconciles |
 //! | `ALLOWED_REGISTRATION_FIELDS` | register | comma-separated allowlist of form fields |
 //! | `RESOLVE_CUSTOMER_REGION` | register | Region for `ResolveCustomer` |
 //! | `REGISTRATION_PAGE_URL` | register | the branded page; the fulfillment endpoint 303s there with the token in the fragment |
@@ -37,7 +38,8 @@
 //!
 //! SDK endpoints come from the SDK's own variables (`AWS_ENDPOINT_URL`,
 //! `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_SQS`,
-//! `AWS_ENDPOINT_URL_MARKETPLACE_METERING`); handlers never read them.
+//! `AWS_ENDPOINT_URL_MARKETPLACE_METERING`, `AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT`);
+//! handlers never read them.
 
 use awsmp_core::aggregate::ZeroQuantityPolicy;
 use awsmp_core::retention::Retention;

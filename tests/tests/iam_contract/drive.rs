@@ -409,7 +409,62 @@ pub(crate) async fn drive_every_function() -> Stack {
         row.and_then(|r| r.subscription_status),
         Some(SubscriptionStatus::Inactive)
     );
+    run_agreement_reconcile(&stack).await;
     stack
+}
+
+/// Plays agreement-reconcile as `LocalStack::connect` builds it: Marketplace holds an
+/// active agreement for a license whose License Updated never arrived, so the run
+/// searches the agreements, reads the row and writes the repair.
+async fn run_agreement_reconcile(stack: &Stack) {
+    let lost = license(6);
+    let start = stack.now() - chrono::Duration::days(1);
+    stack
+        .sim
+        .handle()
+        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
+            agreement_id: "agmt-lost".into(),
+            license_arn: lost.clone(),
+            product_code: PRODUCT.into(),
+            product_id: Some("prod-e2eagreements".into()),
+            customer_aws_account_id: ACCOUNT_A.into(),
+            proposer_account_id: DEFAULT_ACCOUNT.into(),
+            offer_id: "offer-e2e".into(),
+            offer_set_id: None,
+            resale_authorization_id: None,
+            seller_of_record: true,
+            start_time: Some(start),
+            end_time: None,
+            acceptance_time: None,
+            status: awsmp_marketplace_sim::AgreementStatus::Active,
+            currency_code: "USD".into(),
+            rate_card: vec![],
+            free_trial: None,
+            fixed_upfront: None,
+            initial_agreement_id: None,
+            entitle: false,
+        })
+        .unwrap();
+    let mut state = stack
+        .connect(
+            &stack.events,
+            "agreement-reconcile",
+            &BTreeMap::new(),
+            awsmp_agreement_reconcile::Config::from_lookup,
+            awsmp_agreement_reconcile::State::connect,
+        )
+        .unwrap();
+    state.clock = Arc::new(stack.clock.clone());
+    let event = scheduled_event("awsmp-agreement-reconcile", stack.now()).unwrap();
+    let report = awsmp_agreement_reconcile::handler(&state, event)
+        .await
+        .unwrap();
+    assert_eq!(report.repaired(), 1, "{report:?}");
+    let row = stack.subscribers.get(&lost, ACCOUNT_A).await.unwrap();
+    assert_eq!(
+        row.and_then(|r| r.subscription_status),
+        Some(SubscriptionStatus::Active)
+    );
 }
 
 /// Plays the outcome-events function on a stream batch built from the aggregated

@@ -177,7 +177,14 @@ impl ReconcileReport {
 
     /// Drifts left for a person (reported) or for the next run (failed).
     pub fn unresolved(&self) -> usize {
-        self.count(|a| matches!(a, DriftAction::Reported | DriftAction::Failed))
+        self.unresolved_drifts().count()
+    }
+
+    /// The drifts [`ReconcileReport::unresolved`] counts.
+    pub fn unresolved_drifts(&self) -> impl Iterator<Item = &Drift> {
+        self.drifts
+            .iter()
+            .filter(|d| matches!(d.action, DriftAction::Reported | DriftAction::Failed))
     }
 
     fn count(&self, which: impl Fn(DriftAction) -> bool) -> usize {

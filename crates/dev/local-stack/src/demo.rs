@@ -12,7 +12,7 @@ use awsmp_marketplace_sim::model::{ProductSeed, TokenSeed};
 use chrono::Duration;
 
 use crate::LocalError;
-use crate::system::{LOCAL_PRODUCT_CODE, LocalSystem};
+use crate::system::{LOCAL_PRODUCT_CODE, LOCAL_PRODUCT_ID, LocalSystem};
 
 /// The demo buyer's account (holds two licenses).
 pub const BUYER_ACCOUNT: &str = "111122223333";
@@ -44,7 +44,7 @@ fn lifecycle_event(
             "requestId": "local",
             "catalog": "AWSMarketplace",
             "agreement": {"id": agreement},
-            "product": {"code": LOCAL_PRODUCT_CODE, "id": "prod-localdemo"},
+            "product": {"code": LOCAL_PRODUCT_CODE, "id": LOCAL_PRODUCT_ID},
             "license": {"arn": license},
             "acceptor": {"accountId": BUYER_ACCOUNT},
             "proposer": {"accountId": "123456789012"},

@@ -26,6 +26,8 @@ use awsmp_local_aws::EventSource;
 
 /// Product code of the local main stack.
 pub const LOCAL_PRODUCT_CODE: &str = "awsmplocaldemo";
+/// Product id of the local product (what the Agreement API names it by).
+pub const LOCAL_PRODUCT_ID: &str = "prod-localdemo";
 /// Stage name of the local stacks.
 pub const LOCAL_STAGE: &str = "local";
 
@@ -104,7 +106,13 @@ impl LocalSystem {
         let events = LocalStack::deploy(
             &paths.template("template-events.yaml"),
             &format!("awsmp-events-{LOCAL_STAGE}"),
-            &[("StageName", LOCAL_STAGE)],
+            &[
+                ("StageName", LOCAL_STAGE),
+                (
+                    "ReconcileProducts",
+                    &format!("{LOCAL_PRODUCT_ID}={LOCAL_PRODUCT_CODE}"),
+                ),
+            ],
             &dynamodb,
             &sqs,
         )

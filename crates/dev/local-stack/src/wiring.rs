@@ -40,6 +40,7 @@ pub struct WiredFunction {
 enum Handler {
     Subscription(awsmp_subscription::State),
     DeprovisionCleanup(awsmp_deprovision_cleanup::State),
+    AgreementReconcile(awsmp_agreement_reconcile::State),
     Register(awsmp_register::State),
     Discoverer(awsmp_discoverer::State),
     Aggregator(awsmp_aggregator::State),
@@ -159,6 +160,12 @@ impl LocalFunction for Local {
                     tracing::info!(function = %n, report = ?r, "run finished");
                 })
                 .map_err(|e| failed(n, e)),
+            Handler::AgreementReconcile(s) => awsmp_agreement_reconcile::handler(s, event)
+                .await
+                .map(|r| {
+                    tracing::info!(function = %n, report = ?r, "run finished");
+                })
+                .map_err(|e| failed(n, e)),
             _ => Err(LocalError::Wiring(format!("{n} takes no scheduled events"))),
         }
     }
@@ -212,6 +219,11 @@ pub fn wire_functions(
                     let mut state = connect!(awsmp_deprovision_cleanup).0;
                     state.clock = one;
                     Handler::DeprovisionCleanup(state)
+                }
+                "agreement-reconcile" => {
+                    let mut state = connect!(awsmp_agreement_reconcile).0;
+                    state.clock = one;
+                    Handler::AgreementReconcile(state)
                 }
                 "register" => {
                     let mut state = connect!(awsmp_register, metrics in metrics);

@@ -1,0 +1,11 @@
+//! Bootstrap of the `agreement-reconcile` function: its state built once ([`awsmp_lambda::init`]:
+//! tracing, config, SDK config, clients), then the runtime loop on its handler.
+
+use awsmp_agreement_reconcile::{Config, State, handler};
+use lambda_runtime::{Error, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let state = awsmp_lambda::init(Config::from_lookup, State::connect).await?;
+    lambda_runtime::run(service_fn(|event| handler(&state, event))).await
+}

@@ -1,0 +1,101 @@
+//! agreement-reconcile over the memory Agreement API and subscribers table: its
+//! configuration, a run that repairs, and a run that leaves a drift failing the
+//! invocation with every unresolved row named.
+
+use std::sync::Arc;
+
+use awsmp_core::clock::ManualClock;
+use awsmp_core::lifecycle::MarketplaceEvent;
+use awsmp_core::lifecycle::reconcile::DriftAction;
+use awsmp_core::memory::agreement_contract::{BUYER, LICENSE, PRODUCT, now, record, seed};
+use awsmp_core::memory::{AgreementOp, MemoryAgreementApi, MemorySubscriberStore};
+use awsmp_core::model::SubscriptionStatus;
+use awsmp_core::ports::AgreementStatus;
+use chrono::TimeDelta;
+
+use super::*;
+
+fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
+#[test]
+fn the_products_are_read_once_and_a_bad_pair_is_named() {
+    let config = Config::from_lookup(&env(&[
+        ("SUBSCRIBERS_TABLE", "t"),
+        ("RECONCILE_PRODUCTS", "prod-a=code1, prod-b=code2"),
+    ]))
+    .unwrap();
+    assert_eq!(config.products.len(), 2);
+    assert_eq!(config.products[1].product_code, "code2");
+    for bad in ["code1", "prod-a=", "abc=code", " , "] {
+        let err = Config::from_lookup(&env(&[
+            ("SUBSCRIBERS_TABLE", "t"),
+            ("RECONCILE_PRODUCTS", bad),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("RECONCILE_PRODUCTS"), "{bad}: {err}");
+    }
+    let err = Config::from_lookup(&env(&[])).unwrap_err().to_string();
+    assert!(
+        err.contains("SUBSCRIBERS_TABLE") && err.contains("RECONCILE_PRODUCTS"),
+        "every problem at once: {err}"
+    );
+}
+
+fn state(api: &MemoryAgreementApi, store: &MemorySubscriberStore) -> State {
+    State {
+        config: Arc::new(Config {
+            subscribers_table: "t".into(),
+            products: parse_products(&format!("{PRODUCT}=code")).unwrap(),
+        }),
+        subscribers: Arc::new(store.clone()),
+        agreements: Arc::new(api.clone()),
+        clock: Arc::new(ManualClock::new(now())),
+    }
+}
+
+#[tokio::test]
+async fn a_run_repairs_and_one_that_leaves_a_drift_fails_naming_it() {
+    let (api, store) = (MemoryAgreementApi::new(), MemorySubscriberStore::new());
+    let start = now() - TimeDelta::days(2);
+    let mut agreement = seed("agmt-1");
+    agreement.start = start;
+    api.seed(record(&agreement, AgreementStatus::Active, start));
+    let state = state(&api, &store);
+
+    let report = run(&state).await.unwrap();
+    assert_eq!(report.repaired(), 1);
+    let row = store.get(LICENSE, BUYER).await.unwrap().unwrap();
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+
+    // Deprovisioned (the event arrived), yet the API still says active: reported.
+    let event = MarketplaceEvent::LicenseDeprovisioned {
+        license_arn: LICENSE.into(),
+        account: BUYER.into(),
+        product_code: Some("code".into()),
+        agreement_id: "agmt-1".into(),
+        time: now() - TimeDelta::minutes(5),
+    };
+    let next = awsmp_core::lifecycle::apply(Some(&row), &event);
+    store
+        .put_lifecycle(next.row().unwrap(), now())
+        .await
+        .unwrap();
+    let err = run(&state).await.unwrap_err();
+    assert_eq!(err.error_type(), "SubscriberDriftUnresolved");
+    assert!(err.to_string().contains(LICENSE), "{err}");
+    let RunError::Unresolved { report } = err else {
+        panic!()
+    };
+    assert_eq!(report.drifts[0].action, DriftAction::Reported);
+
+    api.throttle_next(AgreementOp::Search);
+    let err = run(&state).await.unwrap_err();
+    assert_eq!(err.error_type(), "AgreementsUnreadable");
+}
