@@ -926,6 +926,14 @@ fn deployed(
     })
 }
 
+impl Stack {
+    /// The Agreement API on the simulator (us-east-1), as the operator tool reaches it.
+    pub fn agreement_api(&self) -> awsmp_aws::SdkAgreementApi {
+        let sdk = local_sdk_config(&self.moto, &self.sim, &self.options.region);
+        awsmp_aws::SdkAgreementApi::new(awsmp_aws::agreement_client(&sdk))
+    }
+}
+
 /// The local stack's SDK config: DynamoDB and SQS on moto, Marketplace Metering on the
 /// simulator, in `region`.
 fn local_sdk_config(moto: &MotoServer, sim: &RunningSim, region: &str) -> SdkConfig {

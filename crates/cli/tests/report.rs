@@ -183,8 +183,82 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     let now = stack.now();
     let store = DynamoOperatorStore::new(stack.dynamodb.clone(), USAGE_TABLE, AGGREGATED_TABLE);
 
+    // The first buyer's agreement prices requests at 0.0025 USD and not storage; the
+    // second's cannot be read (Marketplace has no agreement of that id).
+    stack
+        .sim
+        .handle()
+        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
+            agreement_id: format!("agmt-{ACCOUNT_A}"),
+            license_arn: l1.clone(),
+            product_code: stack.options.product_code.clone(),
+            product_id: Some("prod-e2eagreements".into()),
+            customer_aws_account_id: ACCOUNT_A.into(),
+            proposer_account_id: "123456789012".into(),
+            offer_id: "offer-private".into(),
+            offer_set_id: None,
+            resale_authorization_id: None,
+            seller_of_record: true,
+            start_time: Some(now - chrono::Duration::days(60)),
+            end_time: None,
+            acceptance_time: None,
+            status: awsmp_marketplace_sim::AgreementStatus::Active,
+            currency_code: "USD".into(),
+            rate_card: vec![awsmp_marketplace_sim::RateSeed {
+                dimension_key: "requests".into(),
+                price: "0.0025".parse().unwrap(),
+            }],
+            free_trial: None,
+            fixed_upfront: None,
+            initial_agreement_id: None,
+            entitle: false,
+        })
+        .unwrap();
+    let agreements = stack.agreement_api();
+
     // WHEN `awsmp report --html` runs (the code the binary runs)
-    let series = commands::report::read(&store, now, 6).await.unwrap();
+    let series = commands::report::read(
+        &store,
+        now,
+        6,
+        Some((stack.subscribers.as_ref(), &agreements)),
+    )
+    .await
+    .unwrap();
+
+    // THEN the estimate is the simulator's billed requests of the first buyer at its
+    // price, exactly; its storage is named unpriced; the second buyer is in no amount.
+    let charges = series.charges.clone().unwrap();
+    let ledger = stack.billed();
+    let requests: i64 = ledger
+        .iter()
+        .filter(|((l, _, d, _), _)| *l == l1 && d == "requests")
+        .map(|(_, q)| *q)
+        .sum();
+    assert!(requests > 0, "{ledger:?}");
+    let expected =
+        "0.0025".parse::<rust_decimal::Decimal>().unwrap() * rust_decimal::Decimal::from(requests);
+    assert_eq!(
+        charges.total["USD"],
+        expected.normalize().to_string(),
+        "{charges:?}"
+    );
+    assert!(charges.label.contains("estimate"));
+    assert_eq!(charges.by_buyer.len(), 1);
+    assert_eq!(
+        charges.by_buyer[0].agreement_id,
+        Some(format!("agmt-{ACCOUNT_A}"))
+    );
+    assert_eq!(
+        charges
+            .unpriced
+            .iter()
+            .map(|u| u.dimension.as_str())
+            .collect::<Vec<_>>(),
+        vec!["storage"]
+    );
+    assert_eq!(charges.without_rate_card, vec![l2.clone()]);
+    assert_eq!(charges.unavailable, None);
     let page = ReportPage {
         product_code: Some(stack.options.product_code.clone()),
         stage: Some("test".into()),

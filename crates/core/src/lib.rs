@@ -9,6 +9,7 @@
 
 pub mod aggregate;
 pub mod backoff;
+pub mod charges;
 pub mod cleanup;
 pub mod clock;
 pub mod config;

@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::failures::failures;
 use super::status::{HourCounts, StatusInputs, status};
+use awsmp_core::charges::{Amounts, ESTIMATE_LABEL, Estimate, RateCard, estimate};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
-use awsmp_core::ports::MalformedItem;
+use awsmp_core::ports::{AgreementApi, AgreementError, MalformedItem, SubscriberStore};
 use awsmp_core::time::{HourBucket, Instant};
 
 /// The most hours one chart's axis spans; data outside it stays in the tables.
@@ -59,6 +60,206 @@ pub struct Series {
     pub rows_unplaced: u64,
     /// Aggregated items that cannot be read as records.
     pub records_unreadable: u64,
+    /// What the billed quantities are worth under each buyer's agreement, when the
+    /// rate cards were read ([`charges`]); always an estimate.
+    pub charges: Option<Charges>,
+}
+
+/// The estimated charges of what was billed in the range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Charges {
+    /// What these amounts are: an estimate, and from what.
+    pub label: &'static str,
+    /// Why some or all rate cards could not be read (a role without
+    /// `aws-marketplace:GetAgreementTerms`, say), when so.
+    pub unavailable: Option<String>,
+    /// Per currency, exact decimal text (`"12.5"`): never added across currencies.
+    pub total: BTreeMap<String, String>,
+    /// Per hour (hours with a priced quantity only), per currency.
+    pub by_hour: BTreeMap<HourBucket, BTreeMap<String, String>>,
+    /// Per buyer (license and account), in license order.
+    pub by_buyer: Vec<BuyerCharges>,
+    /// Billed quantities the buyer's rate card does not price: on a private offer
+    /// Marketplace billed nothing for them.
+    pub unpriced: Vec<UnpricedUsage>,
+    /// Licenses whose rate card could not be read (their usage is in no amount).
+    pub without_rate_card: Vec<String>,
+}
+
+/// One buyer's estimated charges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuyerCharges {
+    /// The license.
+    pub license_arn: String,
+    /// The buyer.
+    #[serde(rename = "customerAWSAccountId")]
+    pub customer_aws_account_id: String,
+    /// The agreement whose rate card priced it.
+    pub agreement_id: Option<String>,
+    /// Per currency.
+    pub amounts: BTreeMap<String, String>,
+    /// Quantity billed inside the agreement's free trial (charged nothing).
+    pub free_trial_quantity: i64,
+}
+
+/// A billed quantity of a dimension the buyer's rate card does not price.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpricedUsage {
+    /// The license.
+    pub license_arn: String,
+    /// The buyer.
+    #[serde(rename = "customerAWSAccountId")]
+    pub customer_aws_account_id: String,
+    /// The dimension.
+    pub dimension: String,
+    /// Quantity billed in the range.
+    pub quantity: i64,
+}
+
+/// The rate card of each license billed from `from` on: its subscriber row's agreement
+/// (`DescribeAgreement` for its start, `GetAgreementTerms` for its prices), each
+/// agreement read once. A license whose row names no agreement, or whose agreement the
+/// API does not know, gets none. The first refusal or throttle stops the reading: the
+/// cards read so far come back with why the rest were not (the report never fails for
+/// it).
+pub async fn rate_cards(
+    records: &[AggregatedRecord],
+    from: HourBucket,
+    subscribers: &dyn SubscriberStore,
+    agreements: &dyn AgreementApi,
+) -> (BTreeMap<String, RateCard>, Option<String>) {
+    let mut licenses: BTreeMap<String, String> = BTreeMap::new();
+    for record in records.iter().filter(|r| r.key.hour >= from) {
+        licenses
+            .entry(record.key.license_arn.clone())
+            .or_insert_with(|| record.key.customer_aws_account_id.clone());
+    }
+    let mut by_agreement: BTreeMap<String, Option<RateCard>> = BTreeMap::new();
+    let mut cards = BTreeMap::new();
+    for (license, account) in licenses {
+        let agreement_id = match subscribers.get(&license, &account).await {
+            Ok(Some(row)) => row.agreement_id,
+            Ok(None) => None,
+            Err(e) => return (cards, Some(format!("the subscribers table: {e}"))),
+        };
+        let Some(agreement_id) = agreement_id else {
+            continue;
+        };
+        if !by_agreement.contains_key(&agreement_id) {
+            let card = match read_card(agreements, &agreement_id).await {
+                Ok(card) => card,
+                Err(e) => return (cards, Some(e.to_string())),
+            };
+            by_agreement.insert(agreement_id.clone(), card);
+        }
+        if let Some(Some(card)) = by_agreement.get(&agreement_id) {
+            cards.insert(license, card.clone());
+        }
+    }
+    (cards, None)
+}
+
+async fn read_card(
+    agreements: &dyn AgreementApi,
+    agreement_id: &str,
+) -> Result<Option<RateCard>, AgreementError> {
+    let Some(facts) = agreements.describe(agreement_id).await? else {
+        return Ok(None);
+    };
+    match agreements.terms(agreement_id).await {
+        Ok(terms) => Ok(Some(RateCard {
+            agreement_id: agreement_id.to_string(),
+            start: facts.start,
+            terms,
+        })),
+        Err(AgreementError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The estimated charges of the records billed from `from` on, each priced with its
+/// license's rate card in `cards` (a license without one is listed, never priced at 0).
+pub fn charges(
+    records: &[AggregatedRecord],
+    from: HourBucket,
+    cards: &BTreeMap<String, RateCard>,
+    unavailable: Option<String>,
+) -> Charges {
+    let mut total = Amounts::default();
+    let mut by_hour: BTreeMap<HourBucket, Amounts> = BTreeMap::new();
+    let mut buyers: BTreeMap<(String, String), (Amounts, i64)> = BTreeMap::new();
+    let mut unpriced: BTreeMap<(String, String, String), i64> = BTreeMap::new();
+    let mut without = std::collections::BTreeSet::new();
+    for record in records.iter().filter(|r| r.key.hour >= from) {
+        if !matches!(
+            record.status,
+            AggregatedStatus::Success | AggregatedStatus::DuplicateRecord
+        ) {
+            continue;
+        }
+        let key = &record.key;
+        let quantity = record.quantity_to_send();
+        let buyer = buyers
+            .entry((key.license_arn.clone(), key.customer_aws_account_id.clone()))
+            .or_default();
+        let card = cards.get(&key.license_arn);
+        match estimate(quantity, &key.dimension, key.hour.start(), card) {
+            Estimate::Priced { amount, currency } => {
+                total.add(&currency, amount);
+                by_hour.entry(key.hour).or_default().add(&currency, amount);
+                buyer.0.add(&currency, amount);
+            }
+            Estimate::FreeTrial => buyer.1 += quantity,
+            Estimate::Unpriced => {
+                *unpriced
+                    .entry((
+                        key.license_arn.clone(),
+                        key.customer_aws_account_id.clone(),
+                        key.dimension.clone(),
+                    ))
+                    .or_default() += quantity;
+            }
+            Estimate::NoRateCard => {
+                without.insert(key.license_arn.clone());
+            }
+        }
+    }
+    let by_buyer: Vec<BuyerCharges> = buyers
+        .into_iter()
+        .filter(|(_, (amounts, trial))| !amounts.is_empty() || *trial > 0)
+        .map(|((license_arn, account), (amounts, trial))| BuyerCharges {
+            agreement_id: cards.get(&license_arn).map(|c| c.agreement_id.clone()),
+            license_arn,
+            customer_aws_account_id: account,
+            amounts: amounts.as_text(),
+            free_trial_quantity: trial,
+        })
+        .collect();
+    Charges {
+        label: ESTIMATE_LABEL,
+        unavailable,
+        total: total.as_text(),
+        by_hour: by_hour
+            .into_iter()
+            .map(|(hour, amounts)| (hour, amounts.as_text()))
+            .collect(),
+        by_buyer,
+        unpriced: unpriced
+            .into_iter()
+            .map(
+                |((license_arn, account, dimension), quantity)| UnpricedUsage {
+                    license_arn,
+                    customer_aws_account_id: account,
+                    dimension,
+                    quantity,
+                },
+            )
+            .collect(),
+        without_rate_card: without.into_iter().collect(),
+    }
 }
 
 impl Series {
@@ -193,6 +394,7 @@ pub fn series(
         rejections,
         rows_unplaced: counts.rows_unplaced,
         records_unreadable: counts.records_unreadable,
+        charges: None,
     }
 }
 
@@ -340,5 +542,67 @@ mod tests {
         assert_eq!(s.axis().len() as i64, MAX_AXIS_HOURS);
         assert_eq!(s.hours_off_axis, 1);
         assert_eq!(s.axis_to, s.to);
+    }
+
+    #[test]
+    fn charges_price_each_billed_record_with_its_buyers_rate_card() {
+        // GIVEN billed records of a priced and an unpriced dimension, an unbilled one,
+        // and the buyer's rate card (requests at 0.0025 USD)
+        let records = [
+            operator_record("api", "2026-11-30T10", AggregatedStatus::Success, 3, None),
+            operator_record(
+                "api",
+                "2026-11-30T11",
+                AggregatedStatus::DuplicateRecord,
+                5,
+                None,
+            ),
+            operator_record("seats", "2026-11-30T11", AggregatedStatus::Success, 2, None),
+            operator_record(
+                "api",
+                "2026-11-30T11",
+                AggregatedStatus::Error,
+                7,
+                Some("X"),
+            ),
+        ];
+        let mut terms = awsmp_core::ports::AgreementTerms {
+            currency: Some("USD".into()),
+            ..Default::default()
+        };
+        terms
+            .rate_card
+            .insert("api".into(), "0.0025".parse().unwrap());
+        let cards = BTreeMap::from([(
+            LIC.to_string(),
+            RateCard {
+                agreement_id: "agmt-1".into(),
+                start: at("2026-01-01T00:00:00Z"),
+                terms,
+            },
+        )]);
+        // WHEN priced from 10:00
+        let c = charges(&records, "2026-11-30T10".parse().unwrap(), &cards, None);
+        // THEN only what was billed counts, exactly, in its currency, labelled
+        assert_eq!(c.total, BTreeMap::from([("USD".into(), "0.02".into())]));
+        assert_eq!(c.by_hour.len(), 2);
+        assert_eq!(c.by_buyer[0].amounts["USD"], "0.02");
+        assert_eq!(c.by_buyer[0].agreement_id.as_deref(), Some("agmt-1"));
+        assert!(c.label.contains("estimate"));
+        // and the unpriced dimension is named with its quantity, never priced at 0
+        assert_eq!(c.unpriced.len(), 1);
+        assert_eq!(
+            (c.unpriced[0].dimension.as_str(), c.unpriced[0].quantity),
+            ("seats", 2)
+        );
+        // and a license without a rate card is listed, not priced
+        let none = charges(
+            &records,
+            "2026-11-30T10".parse().unwrap(),
+            &BTreeMap::new(),
+            Some("no".into()),
+        );
+        assert!(none.total.is_empty());
+        assert_eq!(none.without_rate_card, vec![LIC.to_string()]);
     }
 }

@@ -210,6 +210,9 @@ fn section(id: &str, region: &str, stack: Option<&str>, series: &Series) -> Stri
     }
     out.push_str("</h2>\n");
     out.push_str(&totals(series));
+    if let Some(charges) = &series.charges {
+        out.push_str(&charges_table(charges));
+    }
     let axis = series.axis();
     out.push_str(&billed_figure(
         &format!("{id}-billed"),
@@ -230,6 +233,66 @@ fn section(id: &str, region: &str, stack: Option<&str>, series: &Series) -> Stri
         &series.rejections,
     ));
     out.push_str("</section>\n");
+    out
+}
+
+/// The estimated charges: per currency, per buyer, and what no rate card prices.
+fn charges_table(c: &awsmp_operate::report::Charges) -> String {
+    let money = |amounts: &std::collections::BTreeMap<String, String>| {
+        if amounts.is_empty() {
+            "none".to_string()
+        } else {
+            amounts
+                .iter()
+                .map(|(currency, amount)| format!("{} {}", escape(currency), escape(amount)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let mut out = format!(
+        "<h3>Estimated charges: {}</h3>\n<p class=\"note\">{}</p>\n",
+        money(&c.total),
+        escape(c.label)
+    );
+    if let Some(why) = &c.unavailable {
+        out.push_str(&format!(
+            "<p class=\"note\">Some rate cards could not be read: {}</p>\n",
+            escape(why)
+        ));
+    }
+    if !c.by_buyer.is_empty() {
+        out.push_str("<table>\n<caption>Estimated charges per buyer</caption>\n<thead><tr><th scope=\"col\">license</th><th scope=\"col\">account</th><th scope=\"col\">agreement</th><th scope=\"col\">estimated</th><th scope=\"col\">free-trial quantity</th></tr></thead>\n<tbody>\n");
+        for b in &c.by_buyer {
+            out.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>\n",
+                escape(&b.license_arn),
+                escape(&b.customer_aws_account_id),
+                escape(b.agreement_id.as_deref().unwrap_or("")),
+                money(&b.amounts),
+                b.free_trial_quantity
+            ));
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    if !c.unpriced.is_empty() {
+        out.push_str("<table>\n<caption>Billed dimensions the buyer's rate card does not price (on a private offer, billed at nothing)</caption>\n<thead><tr><th scope=\"col\">license</th><th scope=\"col\">account</th><th scope=\"col\">dimension</th><th scope=\"col\">quantity</th></tr></thead>\n<tbody>\n");
+        for u in &c.unpriced {
+            out.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td></tr>\n",
+                escape(&u.license_arn),
+                escape(&u.customer_aws_account_id),
+                escape(&u.dimension),
+                u.quantity
+            ));
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    if !c.without_rate_card.is_empty() {
+        out.push_str(&format!(
+            "<p class=\"note\">No rate card for {} license(s): their usage is in no amount.</p>\n",
+            c.without_rate_card.len()
+        ));
+    }
     out
 }
 

@@ -5,25 +5,39 @@ pub mod html;
 
 use std::path::{Path, PathBuf};
 
-use awsmp_core::ports::OperatorStore;
+use awsmp_core::ports::{AgreementApi, OperatorStore, SubscriberStore};
 use awsmp_core::time::Instant;
-use awsmp_operate::report::{RegionReport, ReportPage, Series, series};
+use awsmp_operate::report::{RegionReport, ReportPage, Series, charges, rate_cards, series};
 use serde::Serialize;
 
 use super::{Ctx, all_records, all_rows, stores};
+use crate::deployment::EVENTS_REGION;
 use crate::error::CommandError;
-use crate::output::{Format, Outcome, json};
+use crate::output::{Format, Outcome, json, spinner};
+use awsmp_aws::{SdkAgreementApi, agreement_client};
+
+/// Where the rate cards come from: the subscribers table (each license's agreement)
+/// and the Agreement API.
+pub type Pricing<'a> = (&'a dyn SubscriberStore, &'a dyn AgreementApi);
 
 /// Reads both tables (as `status` and `failures` read them) and computes one Region's
-/// series at `now` over the last `hours` hours.
+/// series at `now` over the last `hours` hours; with `pricing`, its estimated charges.
 pub async fn read(
     store: &dyn OperatorStore,
     now: Instant,
     hours: u32,
+    pricing: Option<Pricing<'_>>,
 ) -> Result<Series, CommandError> {
     let rows = all_rows(store, None).await?;
     let (records, malformed) = all_records(store, None).await?;
-    Ok(series(&rows, &records, &malformed, now, hours))
+    let mut series = series(&rows, &records, &malformed, now, hours);
+    if let Some((subscribers, agreements)) = pricing {
+        let bar = spinner("reading each buyer's rate card (GetAgreementTerms)");
+        let (cards, unavailable) = rate_cards(&records, series.from, subscribers, agreements).await;
+        bar.finish_and_clear();
+        series.charges = Some(charges(&records, series.from, &cards, unavailable));
+    }
+    Ok(series)
 }
 
 /// Writes the page to `path` (replacing it whole: a reader never sees half a page) and
@@ -94,6 +108,12 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
         .flat_map(|r| r.series.rejections.iter())
         .map(|r| r.count)
         .sum();
+    // A billed dimension no rate card prices: on a private offer, usage given away.
+    let unpriced = page
+        .regions
+        .iter()
+        .filter_map(|r| r.series.charges.as_ref())
+        .any(|c| !c.unpriced.is_empty());
     let text = match format {
         Format::Json => json(&Written {
             html: written.map(|p| p.display().to_string()),
@@ -117,16 +137,50 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
                     failed
                 ));
             }
+            for region in &page.regions {
+                if let Some(c) = &region.series.charges {
+                    let total: Vec<String> = c
+                        .total
+                        .iter()
+                        .map(|(cur, amount)| format!("{cur} {amount}"))
+                        .collect();
+                    out.push_str(&format!(
+                        "  {}: estimated charges {} ({}){}{}\n",
+                        region.region,
+                        if total.is_empty() {
+                            "none".to_string()
+                        } else {
+                            total.join(", ")
+                        },
+                        c.label,
+                        if c.unpriced.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; {} billed dimension(s) no rate card prices",
+                                c.unpriced.len()
+                            )
+                        },
+                        c.unavailable
+                            .as_ref()
+                            .map(|why| format!("; some rate cards unread: {why}"))
+                            .unwrap_or_default()
+                    ));
+                }
+            }
             if let Some(path) = written {
                 out.push_str(&format!("open it: file://{}\n", path.display()));
             }
             if failed > 0 {
                 out.push_str("needs attention: `awsmp failures` lists each with what to do\n");
             }
+            if unpriced {
+                out.push_str("needs attention: a billed dimension the buyer's rate card does not price (on a private offer Marketplace billed nothing for it): add it to the offer, or stop metering it\n");
+            }
             out
         }
     };
-    Outcome::flagged(text, failed > 0)
+    Outcome::flagged(text, failed > 0 || unpriced)
 }
 
 /// One self-contained HTML page with charts: billed quantity per hour and dimension,
@@ -145,6 +199,10 @@ pub struct Command {
     /// that is shown too).
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=744))]
     hours: u32,
+    /// Leave out the estimated charges (they read each billed buyer's rate card from
+    /// the Agreement API: aws-marketplace:DescribeAgreement and GetAgreementTerms).
+    #[arg(long)]
+    no_charges: bool,
 }
 
 impl Command {
@@ -156,9 +214,22 @@ impl Command {
             ));
         }
         let mut regions = Vec::new();
+        let agreements = if self.no_charges {
+            None
+        } else {
+            let config = ctx.deployment.sdk_config(Some(EVENTS_REGION)).await;
+            Some(SdkAgreementApi::new(agreement_client(&config)))
+        };
         for s in stores(ctx.deployment).await? {
+            let pricing = match (&s.subscribers, &agreements) {
+                (Some(subscribers), Some(api)) => Some((
+                    subscribers as &dyn SubscriberStore,
+                    api as &dyn AgreementApi,
+                )),
+                _ => None,
+            };
             regions.push(RegionReport {
-                series: read(&s.operator, ctx.now, self.hours).await?,
+                series: read(&s.operator, ctx.now, self.hours, pricing).await?,
                 region: s.deployment.region,
                 stack: s.deployment.stack,
             });
@@ -187,7 +258,7 @@ mod tests {
     async fn writes_the_page_and_says_where() {
         let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
         let tables = MemoryTables::default();
-        let s = read(&tables.operator_store(), now, 24).await.unwrap();
+        let s = read(&tables.operator_store(), now, 24, None).await.unwrap();
         let page = ReportPage {
             product_code: Some("abc123".into()),
             stage: Some("prod".into()),
