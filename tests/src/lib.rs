@@ -221,7 +221,8 @@ impl Stack {
             &root.join("template-events.yaml"),
             &format!("awsmp-events-{STAGE}"),
             SUBSCRIBERS_REGION,
-            &[("StageName", STAGE)],
+            // The subscribers table's stream on, and the buyer-events function wired.
+            &[("StageName", STAGE), ("BuyerEvents", "enabled")],
             &subscribers_dynamodb,
             &aws_sdk_sqs::Client::new(&moto.sdk_config_in(SUBSCRIBERS_REGION)),
         )
@@ -427,6 +428,18 @@ impl Stack {
             &BTreeMap::new(),
             awsmp_outcome_events::Config::from_lookup,
             awsmp_outcome_events::State::connect,
+        )
+    }
+
+    /// The buyer-events function (events stack) as `LocalStack::connect` builds it (its
+    /// calls recorded).
+    pub fn buyer_events(&self) -> Result<awsmp_buyer_events::State, HarnessError> {
+        self.connect(
+            &self.events,
+            "buyer-events",
+            &BTreeMap::new(),
+            awsmp_buyer_events::Config::from_lookup,
+            awsmp_buyer_events::State::connect,
         )
     }
 

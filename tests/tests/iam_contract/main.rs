@@ -75,6 +75,7 @@ const KEPT_WITHOUT_A_RECORDED_CALL: &[(&str, &str, &str, &str)] = &[
 const FUNCTIONS: &[(&str, &str)] = &[
     ("subscription", "template-events.yaml"),
     ("deprovision-cleanup", "template-events.yaml"),
+    ("buyer-events", "template-events.yaml"),
     ("register", "template-main.yaml"),
     ("usage-api", "template-main.yaml"),
     ("outcome-events", "template-main.yaml"),
@@ -224,6 +225,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ("StageName", STAGE),
             ("AWS::Region", SUBSCRIBERS_REGION),
             ("DataKmsKeyArn", EVENTS_KEY),
+            ("BuyerEvents", "enabled"),
         ],
     )
     .unwrap();
