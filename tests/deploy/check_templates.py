@@ -122,7 +122,7 @@ def main() -> int:
 
     # ---- every function reads exactly the variables the environment contract (crates/lambda/src/vars.rs) lists for it
     expected = architecture_env_table()
-    check(len(expected) == 10, "the environment contract lists readers for the ten functions", f"found {sorted(expected)}")
+    check(len(expected) == 11, "the environment contract lists readers for the eleven functions", f"found {sorted(expected)}")
     seen: dict[str, str] = {}
     for t in templates:
         global_fn = section(section(t.lines, "Globals", 0) or [], "Function", 2) or []
@@ -820,6 +820,8 @@ process.stdout.write(JSON.stringify(out.headers));
         "SubscriptionRole": {'!Sub "sqs.${AWS::Region}.amazonaws.com"', '!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
         "DeprovisionCleanupRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
         "AgreementReconcileRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
+        # The subscribers table's stream records are under the table's key.
+        "BuyerEventsRole": {'!Sub "dynamodb.${AWS::Region}.amazonaws.com"'},
     }
     for logical, body in events.of_type("AWS::IAM::Role").items():
         guarded: list[int] = []

@@ -1505,7 +1505,7 @@ if command -v cargo >/dev/null 2>&1; then
   expect_out 'awsmp-operate'
   for crate in awsmp-local-stack awsmp-local-aws awsmp-marketplace-sim awsmp-apigw-local \
     awsmp-subscription awsmp-register awsmp-usage-api awsmp-discoverer awsmp-aggregator \
-    awsmp-cleanup awsmp-submitter awsmp-deprovision-cleanup awsmp-outcome-events \
+    awsmp-cleanup awsmp-submitter awsmp-deprovision-cleanup awsmp-outcome-events awsmp-buyer-events \
     awsmp-lambda lambda_runtime; do
     expect_no_out "$crate v"
   done

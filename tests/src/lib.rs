@@ -224,8 +224,10 @@ impl Stack {
             &root.join("template-events.yaml"),
             &format!("awsmp-events-{STAGE}"),
             SUBSCRIBERS_REGION,
+            // The subscribers table's stream on, and the buyer-events function wired.
             &[
                 ("StageName", STAGE),
+                ("BuyerEvents", "enabled"),
                 ("ReconcileProducts", RECONCILE_PRODUCTS),
             ],
             &subscribers_dynamodb,
@@ -433,6 +435,18 @@ impl Stack {
             &BTreeMap::new(),
             awsmp_outcome_events::Config::from_lookup,
             awsmp_outcome_events::State::connect,
+        )
+    }
+
+    /// The buyer-events function (events stack) as `LocalStack::connect` builds it (its
+    /// calls recorded).
+    pub fn buyer_events(&self) -> Result<awsmp_buyer_events::State, HarnessError> {
+        self.connect(
+            &self.events,
+            "buyer-events",
+            &BTreeMap::new(),
+            awsmp_buyer_events::Config::from_lookup,
+            awsmp_buyer_events::State::connect,
         )
     }
 

@@ -1,7 +1,10 @@
 //! [`EventBus`] on EventBridge: one `PutEvents` call per batch (the caller keeps to ten
 //! entries and 256 KB), each entry's answer kept in order.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_sdk_eventbridge::Client;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use awsmp_core::ports::{BusEvent, EventBus, PortError};
@@ -21,6 +24,33 @@ impl EventBridgeBus {
         EventBridgeBus {
             client,
             bus_name: bus_name.into(),
+        }
+    }
+
+    /// The account's default bus in `sdk`'s Region, its client built once on `sdk`:
+    /// where every stream function (outcome events, buyer events) puts its events.
+    pub fn default_bus(sdk: &SdkConfig) -> Self {
+        EventBridgeBus::new(Client::new(sdk), "default")
+    }
+}
+
+/// The handler state of a function that puts events on the account's default bus (the
+/// stream functions: outcome events, buyer events): its settings and the bus. Each such
+/// crate's `State` is this, on its own `Config`.
+#[derive(Clone)]
+pub struct BusState<C> {
+    /// Settings.
+    pub config: Arc<C>,
+    /// The default event bus.
+    pub bus: Arc<dyn EventBus>,
+}
+
+impl<C: Clone> BusState<C> {
+    /// Builds the EventBridge client once, on `sdk`, for `config`.
+    pub fn connect(sdk: &SdkConfig, config: &C) -> Self {
+        BusState {
+            config: Arc::new(config.clone()),
+            bus: Arc::new(EventBridgeBus::default_bus(sdk)),
         }
     }
 }

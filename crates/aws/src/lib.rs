@@ -52,7 +52,7 @@ pub use aggregated::DynamoAggregatedStore;
 pub use agreements::{SdkAgreementApi, agreement_client};
 pub use clock::SystemClock;
 #[cfg(feature = "eventbridge")]
-pub use events::EventBridgeBus;
+pub use events::{BusState, EventBridgeBus};
 pub use local::LocalEndpoints;
 pub use message::{WorkMessageError, parse_work_message};
 #[cfg(feature = "metering")]

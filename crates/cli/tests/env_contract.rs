@@ -78,6 +78,7 @@ fn every_variable_a_handler_reads_is_set_by_its_template_and_vice_versa() {
                 "submitter" => asked(&with_runtime, awsmp_submitter::Config::from_lookup),
                 "usage-api" => asked(&with_runtime, awsmp_usage_api::Config::from_lookup),
                 "outcome-events" => asked(&with_runtime, awsmp_outcome_events::Config::from_lookup),
+                "buyer-events" => asked(&with_runtime, awsmp_buyer_events::Config::from_lookup),
                 other => panic!(
                     "{file}: {} declares unknown binary {other}",
                     function.logical_id

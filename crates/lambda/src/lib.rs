@@ -25,6 +25,7 @@ mod init;
 pub mod logging;
 mod scheduled;
 pub mod sdk;
+pub mod stream;
 mod subscribers;
 mod vars;
 mod work;

@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | `PRODUCT_CODE` | register, usage-api, discoverer, aggregator, cleanup, submitter | the stack's product code (and the `ProductCode` dimension of every metric) |
 //! | `STAGE` | register, discoverer, cleanup, submitter | the stack's `StageName`, the `Stage` dimension of every metric |
-//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, agreement-reconcile, register, discoverer, submitter, usage-api | subscribers table name |
+//! | `SUBSCRIBERS_TABLE` | subscription, deprovision-cleanup, agreement-reconcile, register, discoverer, submitter, usage-api, buyer-events | subscribers table name (buyer-events: the table whose stream it reads) |
 //! | `SUBSCRIBERS_TABLE_REGION` | register, discoverer, submitter, usage-api | Region of the subscribers table (us-east-1) |
 //! | `USAGE_TABLE` | usage-api, discoverer, aggregator, cleanup, outcome-events | raw usage table |
 //! | `AGGREGATED_TABLE` | usage-api, aggregator, submitter, outcome-events | aggregated-usage table |

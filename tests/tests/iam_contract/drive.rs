@@ -1,6 +1,7 @@
 //! Driving every function end to end on the local stack with its calls recorded:
 //! the subscription events, a registration, a metering run with its flush, late usage,
-//! age-out, deprovision-cleanup and the outcome events, as the contract evaluates them.
+//! age-out, deprovision-cleanup, the outcome events and the buyer events, as the
+//! contract evaluates them.
 
 use super::*;
 
@@ -410,6 +411,8 @@ pub(crate) async fn drive_every_function() -> Stack {
         Some(SubscriptionStatus::Inactive)
     );
     run_agreement_reconcile(&stack).await;
+    // The buyer events of every subscribers row, as its stream tells them.
+    publish_buyer_events(&stack).await;
     stack
 }
 
@@ -467,6 +470,71 @@ async fn run_agreement_reconcile(stack: &Stack) {
     );
 }
 
+/// Every item of `table` (scanned on `client`) as a stream record's image carries it:
+/// DynamoDB's attribute-value JSON of the strings, numbers and string sets these
+/// tables hold.
+async fn stream_images(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let items = client
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    items
+        .iter()
+        .map(|item| {
+            item.iter()
+                .filter_map(|(k, v)| {
+                    let value = match v {
+                        AttributeValue::S(s) => serde_json::json!({"S": s}),
+                        AttributeValue::N(n) => serde_json::json!({"N": n}),
+                        AttributeValue::Ss(ss) => serde_json::json!({"SS": ss}),
+                        _ => return None,
+                    };
+                    Some((k.clone(), value))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Plays the buyer-events function on a stream batch built from the subscribers
+/// table's rows, each as its insert (its calls recorded), and checks the bus took
+/// every event.
+async fn publish_buyer_events(stack: &Stack) {
+    let state = stack.buyer_events().unwrap();
+    let table = stack.events.tables.get("SubscribersTable").unwrap();
+    let stream_arn = stack
+        .events
+        .attribute("SubscribersTable", "StreamArn")
+        .unwrap();
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.moto.sdk_config_in(SUBSCRIBERS_REGION));
+    let records: Vec<serde_json::Value> = stream_images(&dynamodb, table)
+        .await
+        .into_iter()
+        .enumerate()
+        .map(|(i, image)| {
+            serde_json::json!({
+                "eventID": format!("iam-buyer-{i}"),
+                "eventName": "INSERT",
+                "eventSourceARN": stream_arn,
+                "dynamodb": {"SequenceNumber": format!("{}", 2000 + i), "NewImage": image},
+            })
+        })
+        .collect();
+    assert!(!records.is_empty(), "the subscribers table has no row");
+    deliver_stream(records, "buyer events", |event| {
+        awsmp_buyer_events::handler(&state, event)
+    })
+    .await;
+}
+
 /// Plays the outcome-events function on a stream batch built from the aggregated
 /// table's final records (its calls recorded) and checks the bus took every event.
 async fn publish_outcomes(stack: &Stack) {
@@ -476,30 +544,11 @@ async fn publish_outcomes(stack: &Stack) {
         .main
         .attribute("AggregatedUsageTable", "StreamArn")
         .unwrap();
-    let items = stack
-        .dynamodb
-        .scan()
-        .table_name(table)
-        .send()
+    let records: Vec<serde_json::Value> = stream_images(&stack.dynamodb, table)
         .await
-        .unwrap()
-        .items
-        .unwrap_or_default();
-    let records: Vec<serde_json::Value> = items
-        .iter()
+        .into_iter()
         .enumerate()
-        .filter_map(|(i, item)| {
-            let image: serde_json::Map<String, serde_json::Value> = item
-                .iter()
-                .filter_map(|(k, v)| {
-                    let value = match v {
-                        aws_sdk_dynamodb::types::AttributeValue::S(s) => serde_json::json!({"S": s}),
-                        aws_sdk_dynamodb::types::AttributeValue::N(n) => serde_json::json!({"N": n}),
-                        _ => return None,
-                    };
-                    Some((k.clone(), value))
-                })
-                .collect();
+        .filter_map(|(i, image)| {
             let status = image.get("meteringStatus")?["S"].as_str()?.to_string();
             (status != "Pending").then(|| {
                 let mut old = image.clone();
@@ -514,17 +563,36 @@ async fn publish_outcomes(stack: &Stack) {
         })
         .collect();
     assert!(!records.is_empty(), "the run made no record final");
-    let event: awsmp_outcome_events::StreamEvent =
-        serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
-    let response = awsmp_outcome_events::handler(
-        &state,
-        lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default()),
-    )
+    deliver_stream(records, "outcome events", |event| {
+        awsmp_outcome_events::handler(&state, event)
+    })
+    .await;
+}
+
+/// Hands `records` to a stream function's `handler` as one batch, as its mapping would,
+/// and checks the bus took every event (`what`).
+async fn deliver_stream<F>(
+    records: Vec<serde_json::Value>,
+    what: &str,
+    handler: impl FnOnce(lambda_runtime::LambdaEvent<awsmp_lambda::stream::StreamEvent>) -> F,
+) where
+    F: std::future::Future<
+            Output = Result<
+                aws_lambda_events::streams::DynamoDbEventResponse,
+                std::convert::Infallible,
+            >,
+        >,
+{
+    let event = serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
+    let response = handler(lambda_runtime::LambdaEvent::new(
+        event,
+        lambda_runtime::Context::default(),
+    ))
     .await
     .unwrap();
     assert!(
         response.batch_item_failures.is_empty(),
-        "the bus refused outcome events: {:?}",
+        "the bus refused {what}: {:?}",
         response.batch_item_failures
     );
 }

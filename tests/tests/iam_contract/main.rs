@@ -76,6 +76,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("subscription", "template-events.yaml"),
     ("deprovision-cleanup", "template-events.yaml"),
     ("agreement-reconcile", "template-events.yaml"),
+    ("buyer-events", "template-events.yaml"),
     ("register", "template-main.yaml"),
     ("usage-api", "template-main.yaml"),
     ("outcome-events", "template-main.yaml"),
@@ -226,6 +227,7 @@ async fn every_recorded_call_is_allowed_by_the_functions_role_and_every_grant_is
             ("AWS::Region", SUBSCRIBERS_REGION),
             ("DataKmsKeyArn", EVENTS_KEY),
             ("ReconcileProducts", awsmp_e2e::RECONCILE_PRODUCTS),
+            ("BuyerEvents", "enabled"),
         ],
     )
     .unwrap();

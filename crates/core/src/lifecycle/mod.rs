@@ -15,6 +15,7 @@
 //! does to a row, and in which order events may apply, is `transition`'s status
 //! machine.
 
+pub mod buyer_events;
 pub mod deprovision;
 mod event;
 #[cfg(test)]

@@ -58,6 +58,6 @@ pub use operator::MemoryOperatorStore;
 pub use profiles::MemoryProfileStore;
 pub use queue::{DEFAULT_MAX_MESSAGE_BYTES, MemoryWorkQueue};
 pub use resolver::MemoryCustomerResolver;
-pub use subscribers::MemorySubscriberStore;
+pub use subscribers::{MemorySubscriberStore, SubscriberChange};
 pub use tables::{DEFAULT_PAGE_SIZE, Image, MemoryTables, StreamChange};
 pub use usage::{MemoryUsageStore, reference_row};

@@ -1,4 +1,5 @@
-//! [`SubscriberStore`] in memory.
+//! [`SubscriberStore`] in memory, with the table's stream (`NEW_AND_OLD_IMAGES`) once
+//! [`MemorySubscriberStore::record_changes`] is on.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -7,7 +8,9 @@ use async_trait::async_trait;
 
 use super::faults::{Faults, StoreOp};
 use super::tables::TableKey;
+use crate::lifecycle::buyer_events::subscriber_image;
 use crate::model::{Subscriber, SubscriptionStatus};
+use crate::outcomes::Change;
 use crate::ports::{PortError, SubscriberStore};
 use crate::stamp::AuditStamp;
 use crate::sync::lock;
@@ -34,6 +37,19 @@ struct StoredSubscriber {
 pub struct MemorySubscriberStore {
     rows: Arc<Mutex<BTreeMap<TableKey, StoredSubscriber>>>,
     faults: Arc<Faults>,
+    /// The stream, once recorded: every committed change, in commit order.
+    stream: Arc<Mutex<Option<Vec<SubscriberChange>>>>,
+}
+
+/// One committed change of one subscribers row, as the table's stream tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriberChange {
+    /// The row before the change (absent for an insert).
+    pub old: Option<Subscriber>,
+    /// The row after it.
+    pub new: Subscriber,
+    /// The stream record: its id, its position (increasing) and the images.
+    pub change: Change,
 }
 
 impl MemorySubscriberStore {
@@ -49,13 +65,57 @@ impl MemorySubscriberStore {
 
     /// Writes a row exactly as given (overwriting, version included), stamped at `now`.
     pub fn insert(&self, row: Subscriber, now: Instant) {
-        lock(&self.rows).insert(
-            (row.license_arn.clone(), row.customer_aws_account_id.clone()),
-            StoredSubscriber {
-                row,
-                stamp: AuditStamp::at(now),
+        let mut rows = lock(&self.rows);
+        let key = (row.license_arn.clone(), row.customer_aws_account_id.clone());
+        let old = rows.get(&key).cloned();
+        let stored = StoredSubscriber {
+            row,
+            stamp: AuditStamp::at(now),
+        };
+        rows.insert(key, stored.clone());
+        self.record(old.as_ref(), &stored);
+    }
+
+    /// Starts recording the table's stream (off by default). Changes before this call
+    /// are not recorded.
+    pub fn record_changes(&self) {
+        lock(&self.stream).get_or_insert_with(Vec::new);
+    }
+
+    /// The recorded changes from position `from` on (0: the first), in commit order.
+    pub fn changes_from(&self, from: usize) -> Vec<SubscriberChange> {
+        lock(&self.stream)
+            .as_ref()
+            .map(|stream| stream.get(from..).unwrap_or_default().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// How many changes are recorded.
+    pub fn change_count(&self) -> usize {
+        lock(&self.stream).as_ref().map_or(0, Vec::len)
+    }
+
+    /// Records a committed write (called with the rows' lock held, so the stream's
+    /// order is the commit order). A write that changed nothing is no stream record.
+    fn record(&self, old: Option<&StoredSubscriber>, new: &StoredSubscriber) {
+        let mut stream = lock(&self.stream);
+        let Some(stream) = stream.as_mut() else {
+            return;
+        };
+        if old == Some(new) {
+            return;
+        }
+        let n = stream.len();
+        stream.push(SubscriberChange {
+            old: old.map(|s| s.row.clone()),
+            new: new.row.clone(),
+            change: Change {
+                change_id: format!("subscribers-{n}"),
+                position: format!("{n:024}"),
+                old: old.map(|s| subscriber_image(&s.row, Some(&s.stamp.updated_at))),
+                new: Some(subscriber_image(&new.row, Some(&new.stamp.updated_at))),
             },
-        );
+        });
     }
 
     /// Every row, ordered by (license, account).
@@ -112,7 +172,8 @@ impl SubscriberStore for MemorySubscriberStore {
         self.faults.check(StoreOp::SubscriberPutLifecycle)?;
         let mut rows = lock(&self.rows);
         let key = (row.license_arn.clone(), row.customer_aws_account_id.clone());
-        let stored_version = rows.get(&key).map_or(0, |s| s.row.version);
+        let before = rows.get(&key).cloned();
+        let stored_version = before.as_ref().map_or(0, |s| s.row.version);
         if stored_version != row.version {
             return Ok(false);
         }
@@ -135,6 +196,8 @@ impl SubscriberStore for MemorySubscriberStore {
         target.subscription_event_at = row.subscription_event_at;
         target.version = row.version + 1;
         entry.stamp.updated_at = stamp.updated_at;
+        let after = entry.clone();
+        self.record(before.as_ref(), &after);
         Ok(true)
     }
 
@@ -156,12 +219,12 @@ impl SubscriberStore for MemorySubscriberStore {
         }
         let mut rows = lock(&self.rows);
         let stamp = AuditStamp::at(now);
-        let entry = rows
-            .entry((license_arn.to_string(), account.to_string()))
-            .or_insert_with(|| StoredSubscriber {
-                row: Subscriber::new(license_arn, account),
-                stamp: stamp.clone(),
-            });
+        let key = (license_arn.to_string(), account.to_string());
+        let before = rows.get(&key).cloned();
+        let entry = rows.entry(key).or_insert_with(|| StoredSubscriber {
+            row: Subscriber::new(license_arn, account),
+            stamp: stamp.clone(),
+        });
         if entry.row.product_code.is_none() {
             entry.row.product_code = Some(product_code.to_string());
         }
@@ -171,6 +234,8 @@ impl SubscriberStore for MemorySubscriberStore {
             regions.sort();
         }
         entry.stamp.updated_at = stamp.updated_at;
+        let after = entry.clone();
+        self.record(before.as_ref(), &after);
         Ok(())
     }
 }

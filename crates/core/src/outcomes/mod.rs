@@ -15,7 +15,7 @@ mod publish;
 #[cfg(test)]
 mod tests;
 
-pub use publish::{PublishReport, publish};
+pub use publish::{PublishReport, publish, put_all};
 
 use std::collections::BTreeMap;
 

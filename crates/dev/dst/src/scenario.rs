@@ -20,6 +20,7 @@ use awsmp_core::ports::Clock;
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours};
 
+use crate::actors::buyer_events::BuyerEvents;
 use crate::actors::edge_seller::EdgeSeller;
 use crate::actors::outcome_events::OutcomeEvents;
 use crate::actors::reconcile::Reconciler;
@@ -168,6 +169,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     });
     seller::usage_before(&sim, &tables, &options.seller, buyers, &hours, direct);
     let outcomes = OutcomeEvents::new(&sim, &tables, options.outcome_batch_size);
+    let buyer_events = BuyerEvents::new(&sim, &subscribers, options.outcome_batch_size);
     // The second stack meters some of the first buyer's usage too (its own groups:
     // Marketplace deduplicates per Region), or its own buyer's.
     if let Some((other, tables, rows)) = &second_region {
@@ -217,7 +219,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         options.lost,
     );
     let imports = Mutex::new(Vec::new());
-    let tasks = concurrent(
+    let mut tasks = concurrent(
         options,
         (&stack, second_stack),
         &tables,
@@ -226,6 +228,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         &hours,
         (&outcomes, &reconciler),
     );
+    tasks.push(buyer_events.task());
     let queues: Vec<SimQueue> = std::iter::once(&stack)
         .chain(second_stack)
         .flat_map(|s| s.queues().map(SimQueue::clone))
@@ -268,6 +271,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     }
     later.retain(|task| !(direct && raw_usage_stage(&task.name)));
     later.push(outcomes.task());
+    later.push(buyer_events.task());
     let second = executor::run(&sim, later, true, MAX_STEPS, &release);
     stats.steps += second.steps;
     stats.crashed += second.crashed;
@@ -286,6 +290,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     };
     settle(&clock, &hours, settle_all);
     outcomes.drain();
+    buyer_events.drain();
 
     let second = second_region.map(|(other, tables, _)| {
         Box::new(World {
@@ -317,6 +322,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             dead_letters: other.dead_letters(),
             garbage_sent: false,
             outcomes: None,
+            buyer_events: None,
             edges: Default::default(),
             reconciliations: Vec::new(),
         })
@@ -342,6 +348,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         dead_letters: stack.dead_letters(),
         garbage_sent: options.garbage,
         outcomes: Some(outcomes),
+        buyer_events: Some(buyer_events),
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         reconciliations: reconciler.runs(),
         second,

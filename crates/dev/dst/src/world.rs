@@ -8,6 +8,7 @@ use awsmp_core::memory::{
 };
 use awsmp_core::time::Instant;
 
+use crate::actors::buyer_events::BuyerEvents;
 use crate::actors::edge_seller::EdgeLog;
 use crate::actors::outcome_events::OutcomeEvents;
 use crate::executor;
@@ -66,6 +67,9 @@ pub struct World {
     pub garbage_sent: bool,
     /// The outcome-events function over this world's tables' streams, if it ran.
     pub outcomes: Option<OutcomeEvents>,
+    /// The buyer-events function over the subscribers table's stream, if it ran (the
+    /// first Region's world: the table is the events stack's).
+    pub buyer_events: Option<BuyerEvents>,
     /// What the usage API answered the seller posting across the edges of time.
     pub edges: EdgeLog,
 }

@@ -25,7 +25,9 @@ pub const LICENSE_B: &str =
 /// Dimensions of the local product.
 pub const DIMENSIONS: [&str; 2] = ["requests", "storage_gb"];
 
-fn lifecycle_event(
+/// A Marketplace lifecycle event (`detail_type`) of `license` under `agreement` at `time`,
+/// for the demo buyer, as EventBridge delivers it to the events stack.
+pub fn lifecycle_event(
     detail_type: &str,
     license: &str,
     agreement: &str,

@@ -64,18 +64,23 @@ pub struct LocalSystem {
     pub now: Instant,
     /// The EMF metric lines the functions wrote.
     pub metrics_log: PathBuf,
-    /// The tables' stream mappings (outcome events).
+    /// The tables' stream mappings (outcome events, buyer events).
     pub streams: Vec<StreamMapping>,
     /// Serving: the stack's time, the wall instant it was read and the speed.
     pace: Option<(Instant, std::time::Instant, u32)>,
     /// The queue a rule on the default bus fills with every `awsmp.metering` event, as
     /// a seller's own rule would (when the main stack has outcome events).
     pub outcome_queue: Option<String>,
+    /// The queue a rule on the default bus fills with every `awsmp.buyers` event (when
+    /// the events stack has buyer events).
+    pub buyer_queue: Option<String>,
     last_run: BTreeMap<String, Instant>,
 }
 
 /// The local rule on the default bus that catches the outcome events.
 pub const LOCAL_OUTCOME_RULE: &str = "awsmp-local-outcome-events";
+/// The local rule on the default bus that catches the buyer lifecycle events.
+pub const LOCAL_BUYER_RULE: &str = "awsmp-local-buyer-events";
 
 /// Where the templates and the page live.
 #[derive(Debug, Clone)]
@@ -108,6 +113,7 @@ impl LocalSystem {
             &format!("awsmp-events-{LOCAL_STAGE}"),
             &[
                 ("StageName", LOCAL_STAGE),
+                ("BuyerEvents", "enabled"),
                 (
                     "ReconcileProducts",
                     &format!("{LOCAL_PRODUCT_ID}={LOCAL_PRODUCT_CODE}"),
@@ -259,10 +265,33 @@ impl LocalSystem {
                 }
             }
         }
-        let outcome_queue = if streams.is_empty() {
-            None
+        // A rule per source, as a seller's own rules would route them.
+        let streamed = |stack: usize| streams.iter().any(|s| functions[s.function].stack == stack);
+        let outcome_queue = if streamed(1) {
+            Some(
+                catch_events(
+                    &moto,
+                    &sqs,
+                    LOCAL_OUTCOME_RULE,
+                    awsmp_core::outcomes::SOURCE,
+                )
+                .await?,
+            )
         } else {
-            Some(catch_outcome_events(&moto, &sqs).await?)
+            None
+        };
+        let buyer_queue = if streamed(0) {
+            Some(
+                catch_events(
+                    &moto,
+                    &sqs,
+                    LOCAL_BUYER_RULE,
+                    awsmp_core::lifecycle::buyer_events::SOURCE,
+                )
+                .await?,
+            )
+        } else {
+            None
         };
 
         Ok(LocalSystem {
@@ -283,6 +312,7 @@ impl LocalSystem {
             metrics_log,
             streams,
             outcome_queue,
+            buyer_queue,
             pace: None,
         })
     }
@@ -426,14 +456,18 @@ impl LocalSystem {
         Ok(())
     }
 
-    /// Sends an EventBridge event to the events stack's queue, as the rule would.
+    /// Sends an EventBridge event to the events stack's queue, as the rule would: the
+    /// queue an events-stack function reads (the subscription function's).
     pub async fn put_marketplace_event(&self, event: &serde_json::Value) -> Result<(), LocalError> {
-        let (_, url) = self
-            .events
-            .queues
+        let url = self
+            .functions
             .iter()
-            .find(|(id, _)| !id.to_ascii_lowercase().contains("dlq"))
-            .map(|(_, q)| q)
+            .filter(|f| f.stack == 0)
+            .flat_map(|f| &f.events)
+            .find_map(|source| match source {
+                EventSource::Sqs { queue, .. } => self.events.queue_url(queue).ok(),
+                _ => None,
+            })
             .ok_or_else(|| LocalError::Template("events stack has no event queue".into()))?;
         self.sqs
             .send_message()
@@ -448,7 +482,19 @@ impl LocalSystem {
     /// Every event the local rule caught on the default bus since the last call (the
     /// outcome events), as EventBridge delivered them; empty without outcome events.
     pub async fn take_outcome_events(&self) -> Result<Vec<serde_json::Value>, LocalError> {
-        let Some(url) = &self.outcome_queue else {
+        self.take_caught(self.outcome_queue.as_deref()).await
+    }
+
+    /// Every event the local rule for `awsmp.buyers` caught on the default bus since
+    /// the last call (the buyer lifecycle events), as EventBridge delivered them; empty
+    /// without buyer events.
+    pub async fn take_buyer_events(&self) -> Result<Vec<serde_json::Value>, LocalError> {
+        self.take_caught(self.buyer_queue.as_deref()).await
+    }
+
+    /// Every message of a local rule's queue, read and deleted.
+    async fn take_caught(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, LocalError> {
+        let Some(url) = queue else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
@@ -468,7 +514,7 @@ impl LocalSystem {
             for m in messages {
                 let body = m.body.unwrap_or_default();
                 out.push(serde_json::from_str(&body).map_err(|e| {
-                    LocalError::Check(format!("an outcome event is not JSON ({e}): {body}"))
+                    LocalError::Check(format!("a caught event is not JSON ({e}): {body}"))
                 })?);
                 if let Some(handle) = m.receipt_handle {
                     self.sqs
@@ -494,33 +540,36 @@ impl LocalSystem {
     }
 }
 
-/// A queue and a rule on the emulator's default bus sending it every `awsmp.metering`
-/// event: what a seller's rule routing outcome events to their own queue does.
-async fn catch_outcome_events(
+/// A queue and a rule (both named `rule`) on the emulator's default bus sending it every
+/// event of `source`: what a seller's rule routing outcome or buyer events to their own
+/// queue does.
+async fn catch_events(
     moto: &MotoServer,
     sqs: &aws_sdk_sqs::Client,
+    rule: &str,
+    source: &str,
 ) -> Result<String, LocalError> {
-    let url = awsmp_local_aws::create_queue(sqs, LOCAL_OUTCOME_RULE).await?;
+    let url = awsmp_local_aws::create_queue(sqs, rule).await?;
     let arn = format!(
-        "arn:aws:sqs:{LOCAL_REGION}:{}:{LOCAL_OUTCOME_RULE}",
+        "arn:aws:sqs:{LOCAL_REGION}:{}:{rule}",
         crate::resources::LOCAL_ACCOUNT
     );
     let events = aws_sdk_eventbridge::Client::new(&moto.sdk_config());
     events
         .put_rule()
-        .name(LOCAL_OUTCOME_RULE)
+        .name(rule)
         .event_bus_name("default")
-        .event_pattern(serde_json::json!({ "source": [awsmp_core::outcomes::SOURCE] }).to_string())
+        .event_pattern(serde_json::json!({ "source": [source] }).to_string())
         .send()
         .await
         .map_err(|e| LocalError::Aws(format!("PutRule: {e}")))?;
     events
         .put_targets()
-        .rule(LOCAL_OUTCOME_RULE)
+        .rule(rule)
         .event_bus_name("default")
         .targets(
             aws_sdk_eventbridge::types::Target::builder()
-                .id("outcome-queue")
+                .id("caught-queue")
                 .arn(arn)
                 .build()
                 .map_err(|e| LocalError::Aws(format!("Target: {e}")))?,

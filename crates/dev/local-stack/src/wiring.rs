@@ -48,6 +48,7 @@ enum Handler {
     Submitter(awsmp_submitter::State),
     UsageApi(awsmp_usage_api::State),
     OutcomeEvents(awsmp_outcome_events::State),
+    BuyerEvents(awsmp_buyer_events::State),
 }
 
 struct Local {
@@ -127,14 +128,15 @@ impl LocalFunction for Local {
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<serde_json::Value, LocalError> {
         let n = &self.name;
-        let Handler::OutcomeEvents(s) = &self.handler else {
-            return Err(LocalError::Wiring(format!("{n} takes no stream records")));
-        };
-        let payload: awsmp_outcome_events::StreamEvent = serde_json::from_value(event.payload)
+        let payload: awsmp_lambda::stream::StreamEvent = serde_json::from_value(event.payload)
             .map_err(|e| LocalError::Wiring(format!("{n}: stream event: {e}")))?;
-        let response = awsmp_outcome_events::handler(s, LambdaEvent::new(payload, event.context))
-            .await
-            .map_err(|e| failed(n, e))?;
+        let event = LambdaEvent::new(payload, event.context);
+        let response = match &self.handler {
+            Handler::OutcomeEvents(s) => awsmp_outcome_events::handler(s, event).await,
+            Handler::BuyerEvents(s) => awsmp_buyer_events::handler(s, event).await,
+            _ => return Err(LocalError::Wiring(format!("{n} takes no stream records"))),
+        }
+        .map_err(|e| failed(n, e))?;
         serde_json::to_value(response).map_err(|e| failed(n, e))
     }
 
@@ -246,6 +248,7 @@ pub fn wire_functions(
                     Handler::UsageApi(state)
                 }
                 "outcome-events" => Handler::OutcomeEvents(connect!(awsmp_outcome_events).0),
+                "buyer-events" => Handler::BuyerEvents(connect!(awsmp_buyer_events).0),
                 "cleanup" => {
                     let mut state = connect!(awsmp_cleanup, metrics in ports.metrics);
                     state.ports.clock = one;

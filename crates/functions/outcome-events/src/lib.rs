@@ -5,26 +5,17 @@
 //! not take is reported as a batch item failure, so the stream delivers it (and the
 //! changes after it) again. It reads nothing and writes nothing but the bus.
 
-mod stream;
-
-use std::sync::Arc;
-
-use aws_config::SdkConfig;
-use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_lambda_events::streams::DynamoDbEventResponse;
 use awsmp_core::config::ConfigError;
 use awsmp_core::outcomes::{Change, Table, publish};
-use awsmp_core::ports::EventBus;
 use awsmp_lambda::EnvReader;
 use lambda_runtime::LambdaEvent;
 use tracing::{error, info};
 
-pub use stream::{
+pub use awsmp_lambda::stream::{
     StreamChange, StreamEvent, StreamRecord, dynamodb_attr, dynamodb_image, dynamodb_json,
-    table_name_of,
+    failed_positions, table_name_of,
 };
-
-/// The bus every outcome event goes to: the account's default bus in the stack's Region.
-pub const EVENT_BUS: &str = "default";
 
 /// Every environment variable this function reads (its template sets exactly these).
 pub const ENV_VARS: &[&str] = &["USAGE_TABLE", "AGGREGATED_TABLE"];
@@ -59,27 +50,9 @@ impl Config {
     }
 }
 
-/// Handler state.
-#[derive(Clone)]
-pub struct State {
-    /// Settings.
-    pub config: Arc<Config>,
-    /// The default event bus.
-    pub bus: Arc<dyn EventBus>,
-}
-
-impl State {
-    /// Builds the EventBridge client once, on `sdk`, for `config`.
-    pub fn connect(sdk: &SdkConfig, config: &Config) -> Self {
-        State {
-            config: Arc::new(config.clone()),
-            bus: Arc::new(awsmp_aws::EventBridgeBus::new(
-                aws_sdk_eventbridge::Client::new(sdk),
-                EVENT_BUS,
-            )),
-        }
-    }
-}
+/// Handler state: the settings and the default bus (`State::connect` builds its
+/// client once).
+pub type State = awsmp_aws::BusState<Config>;
 
 /// Handles one batch of stream records: publishes their outcome events and names the
 /// records whose event was not taken. A record from a table the function does not know
@@ -121,16 +94,7 @@ pub async fn handler(
         failed = failures.len(),
         "outcome events put"
     );
-    let mut response = DynamoDbEventResponse::default();
-    response.batch_item_failures = failures
-        .into_iter()
-        .map(|position| {
-            let mut failure = DynamoDbBatchItemFailure::default();
-            failure.item_identifier = Some(position);
-            failure
-        })
-        .collect();
-    Ok(response)
+    Ok(awsmp_lambda::stream::batch_response(failures))
 }
 
 #[cfg(test)]

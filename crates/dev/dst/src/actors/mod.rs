@@ -3,10 +3,11 @@
 //! time), the operator ([`operator`]), Marketplace ([`marketplace`]), buyers
 //! registering ([`register`]), and each function of the stacks: [`discoverer`],
 //! [`aggregator`], [`cleanup`], [`submitter`], the events stack's [`lifecycle`]
-//! functions, the agreement [`reconcile`]iation and [`outcome_events`]. Each runs the real handler or use case on a
+//! functions, the agreement [`reconcile`]iation, [`outcome_events`] and [`buyer_events`]. Each runs the real handler or use case on a
 //! [`crate::stack::Stack`]; [`crate::scenario`] sets them going.
 
 pub mod aggregator;
+pub mod buyer_events;
 pub mod cleanup;
 pub mod discoverer;
 pub mod edge_seller;

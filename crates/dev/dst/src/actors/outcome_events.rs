@@ -15,7 +15,7 @@ use awsmp_core::model::{Attr, attr};
 use awsmp_core::outcomes::Table;
 use awsmp_core::ports::{BusEvent, EventBus, PUT_EVENTS_MAX_BYTES, PortError};
 use awsmp_outcome_events::{
-    Config, State, StreamChange, StreamEvent, StreamRecord, dynamodb_image,
+    Config, State, StreamChange, StreamEvent, StreamRecord, dynamodb_image, failed_positions,
 };
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -35,6 +35,16 @@ const DRAIN_DELIVERIES: usize = 40;
 pub struct SimBus {
     inner: MemoryBus,
     sim: Sim,
+}
+
+impl SimBus {
+    /// The bus keeping what it takes in `inner`, failing under `sim`'s faults.
+    pub fn new(inner: MemoryBus, sim: &Sim) -> Self {
+        SimBus {
+            inner,
+            sim: sim.clone(),
+        }
+    }
 }
 
 #[async_trait]
@@ -128,10 +138,7 @@ impl OutcomeEvents {
                 usage_table: USAGE_TABLE.into(),
                 aggregated_table: AGGREGATED_TABLE.into(),
             }),
-            bus: Arc::new(SimBus {
-                inner: bus.clone(),
-                sim: sim.clone(),
-            }),
+            bus: Arc::new(SimBus::new(bus.clone(), sim)),
         };
         OutcomeEvents {
             tables: tables.clone(),
@@ -191,11 +198,7 @@ impl OutcomeEvents {
             .await
             .unwrap_or_else(|never| match never {});
             // Lambda checkpoints before the lowest failed sequence number.
-            let failed: Vec<&str> = response
-                .batch_item_failures
-                .iter()
-                .filter_map(|f| f.item_identifier.as_deref())
-                .collect();
+            let failed = failed_positions(&response);
             batch
                 .iter()
                 .find(|(_, c)| failed.contains(&c.change.position.as_str()))
@@ -218,27 +221,53 @@ impl OutcomeEvents {
     /// The function running beside the pipeline (under faults): a few invocations, at
     /// random moments.
     pub fn task(&self) -> Task<'_> {
-        Task::new("outcome-events", async move {
-            for _ in 0..(2 + self.sim.below(4)) {
-                for _ in 0..self.sim.below(60) {
-                    yield_now().await;
-                }
-                self.deliver_both().await;
-            }
-        })
+        invocations(&self.sim, "outcome-events", || self.deliver_both())
     }
 
     /// Settling, fault-free: invocations until both shards are caught up (bounded: a
     /// change the bus never takes holds its shard, as in AWS).
     pub fn drain(&self) {
-        let task = Task::new("outcome-events", async move {
-            for _ in 0..DRAIN_DELIVERIES {
-                if self.caught_up() {
-                    break;
-                }
-                self.deliver_both().await;
-            }
-        });
-        executor::run(&self.sim, vec![task], false, 200_000, &|_| {});
+        drain(
+            &self.sim,
+            "outcome-events",
+            || self.caught_up(),
+            || self.deliver_both(),
+        );
     }
+}
+
+/// A stream function running beside the pipeline (under faults): a few invocations of
+/// `deliver`, at random moments.
+pub fn invocations<'a, F: Future<Output = ()> + 'a>(
+    sim: &'a Sim,
+    name: &str,
+    deliver: impl Fn() -> F + 'a,
+) -> Task<'a> {
+    Task::new(name, async move {
+        for _ in 0..(2 + sim.below(4)) {
+            for _ in 0..sim.below(60) {
+                yield_now().await;
+            }
+            deliver().await;
+        }
+    })
+}
+
+/// Settling a stream function, fault-free: invocations of `deliver` until
+/// `caught_up` (bounded: a change the bus never takes holds its shard, as in AWS).
+pub fn drain<F: Future<Output = ()>>(
+    sim: &Sim,
+    name: &str,
+    caught_up: impl Fn() -> bool,
+    deliver: impl Fn() -> F,
+) {
+    let task = Task::new(name, async move {
+        for _ in 0..DRAIN_DELIVERIES {
+            if caught_up() {
+                break;
+            }
+            deliver().await;
+        }
+    });
+    executor::run(sim, vec![task], false, 200_000, &|_| {});
 }

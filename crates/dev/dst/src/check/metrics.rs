@@ -3,7 +3,10 @@
 //! once per record, no claim outlived its invocation, and `AmbiguousSubmission` never
 //! counts a record that was not in a call that may have billed it.
 
+use std::collections::BTreeMap;
+
 use awsmp_core::model::{AggregatedStatus, ReasonCode, attr};
+use awsmp_core::pipeline::retry::RetryPolicy;
 use awsmp_core::ports::metric;
 use awsmp_core::submit::REASON_ZERO_QUANTITY_SKIPPED;
 use awsmp_core::submit::outcome::REASON_UNEXPECTED_DUPLICATE;
@@ -49,6 +52,21 @@ pub fn check(world: &World) -> Vec<String> {
             })
         })
         .count() as u64;
+    // A final write every attempt of which lost its answer: its writer gave up on it (the
+    // write failed, for all it knew) although it took effect, so the metric line that
+    // follows the write is never logged either, and no later invocation can tell it from
+    // another writer's. At most one per `RetryPolicy::STORE.attempts` lost answers of one
+    // task.
+    let mut lost_by_task: BTreeMap<usize, u64> = BTreeMap::new();
+    for lost in injected
+        .iter()
+        .filter(|lost| lost.kind == FaultKind::FinalWriteLostResponse)
+    {
+        *lost_by_task.entry(lost.task).or_default() += 1;
+    }
+    let attempts = u64::from(RetryPolicy::STORE.attempts);
+    let gave_up_after_final_write: u64 = lost_by_task.values().map(|n| n / attempts).sum();
+    let died_after_final_write = died_after_final_write + gave_up_after_final_write;
     for (what, metric_name, items) in [
         (
             "raw rows RejectedClientSide",

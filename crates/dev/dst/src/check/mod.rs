@@ -3,12 +3,13 @@
 //! workspace's one conservation checker, and what the faults explain), [`liveness`],
 //! [`metrics`], [`retention`], [`dry_run`], [`regions`] (an import lands only in its
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
-//! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation), [`refused_calls`] and [`refusals`]
-//! (Marketplace's), [`outcome_events`] and [`api_edges`] (the usage API across the
-//! edges of time).
+//! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation),
+//! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`],
+//! [`buyer_events`] and [`api_edges`] (the usage API across the edges of time).
 
 pub mod allocations;
 pub mod api_edges;
+pub mod buyer_events;
 pub mod conservation;
 pub mod dry_run;
 pub mod entitlements;
@@ -48,6 +49,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(refused_calls::check(world));
     violations.extend(metrics::check(world));
     violations.extend(outcome_events::check(world));
+    violations.extend(buyer_events::check(world));
     violations.extend(api_edges::check(&world.edges, &world.tables.raw_rows()));
     if let Some(other) = &world.second {
         violations.extend(

@@ -1,10 +1,13 @@
 //! The DynamoDB stream event Lambda's event-source mapping delivers (the documented
 //! JSON: `Records[].eventID`, `eventName`, `eventSourceARN`, `dynamodb.SequenceNumber`,
 //! `NewImage`, `OldImage` in DynamoDB's attribute-value JSON), read into
-//! [`awsmp_core::outcomes::Change`]s.
+//! [`awsmp_core::outcomes::Change`]s, and the partial batch response naming the
+//! changes to deliver again: shared by every stream function (outcome-events,
+//! buyer-events).
 
 use std::collections::BTreeMap;
 
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use awsmp_core::model::Attr;
 use awsmp_core::outcomes::Change;
 use serde::Deserialize;
@@ -133,4 +136,28 @@ pub fn table_name_of(stream_arn: &str) -> Option<&str> {
     let mut parts = resource.split('/');
     (parts.next()? == "table").then_some(())?;
     parts.next()
+}
+
+/// The partial batch response naming `failed` (sequence numbers): Lambda checkpoints
+/// before the lowest and delivers it and everything after it in the shard again.
+pub fn batch_response(failed: Vec<String>) -> DynamoDbEventResponse {
+    let mut response = DynamoDbEventResponse::default();
+    response.batch_item_failures = failed
+        .into_iter()
+        .map(|position| {
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(position);
+            failure
+        })
+        .collect();
+    response
+}
+
+/// The names of the changes a partial batch response asks to be delivered again.
+pub fn failed_positions(response: &DynamoDbEventResponse) -> Vec<&str> {
+    response
+        .batch_item_failures
+        .iter()
+        .filter_map(|f| f.item_identifier.as_deref())
+        .collect()
 }
