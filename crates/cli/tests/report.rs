@@ -189,29 +189,17 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
         .sim
         .handle()
         .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
-            agreement_id: format!("agmt-{ACCOUNT_A}"),
-            license_arn: l1.clone(),
-            product_code: stack.options.product_code.clone(),
-            product_id: Some("prod-e2eagreements".into()),
-            customer_aws_account_id: ACCOUNT_A.into(),
-            proposer_account_id: "123456789012".into(),
-            offer_id: "offer-private".into(),
-            offer_set_id: None,
-            resale_authorization_id: None,
-            seller_of_record: true,
-            start_time: Some(now - chrono::Duration::days(60)),
-            end_time: None,
-            acceptance_time: None,
-            status: awsmp_marketplace_sim::AgreementStatus::Active,
-            currency_code: "USD".into(),
             rate_card: vec![awsmp_marketplace_sim::RateSeed {
                 dimension_key: "requests".into(),
                 price: "0.0025".parse().unwrap(),
             }],
-            free_trial: None,
-            fixed_upfront: None,
-            initial_agreement_id: None,
-            entitle: false,
+            ..awsmp_e2e::agreement_seed(
+                &format!("agmt-{ACCOUNT_A}"),
+                &l1,
+                ACCOUNT_A,
+                (&stack.options.product_code, "prod-e2eagreements"),
+                now - chrono::Duration::days(60),
+            )
         })
         .unwrap();
     let agreements = stack.agreement_api();

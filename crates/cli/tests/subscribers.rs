@@ -54,28 +54,7 @@ async fn deployed(moto: &MotoServer) {
 }
 
 fn agreement(id: &str, license: &str, start: chrono::DateTime<Utc>) -> AgreementSeed {
-    AgreementSeed {
-        agreement_id: id.into(),
-        license_arn: license.into(),
-        product_code: "prod".into(),
-        product_id: Some(PRODUCT_ID.into()),
-        customer_aws_account_id: ACCOUNT.into(),
-        proposer_account_id: "123456789012".into(),
-        offer_id: "offer-1".into(),
-        offer_set_id: None,
-        resale_authorization_id: None,
-        seller_of_record: true,
-        start_time: Some(start),
-        end_time: None,
-        acceptance_time: None,
-        status: AgreementStatus::Active,
-        currency_code: "USD".into(),
-        rate_card: vec![],
-        free_trial: None,
-        fixed_upfront: None,
-        initial_agreement_id: None,
-        entitle: false,
-    }
+    awsmp_e2e::agreement_seed(id, license, ACCOUNT, ("prod", PRODUCT_ID), start)
 }
 
 struct Setup {

@@ -425,28 +425,13 @@ async fn run_agreement_reconcile(stack: &Stack) {
     stack
         .sim
         .handle()
-        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
-            agreement_id: "agmt-lost".into(),
-            license_arn: lost.clone(),
-            product_code: PRODUCT.into(),
-            product_id: Some("prod-e2eagreements".into()),
-            customer_aws_account_id: ACCOUNT_A.into(),
-            proposer_account_id: DEFAULT_ACCOUNT.into(),
-            offer_id: "offer-e2e".into(),
-            offer_set_id: None,
-            resale_authorization_id: None,
-            seller_of_record: true,
-            start_time: Some(start),
-            end_time: None,
-            acceptance_time: None,
-            status: awsmp_marketplace_sim::AgreementStatus::Active,
-            currency_code: "USD".into(),
-            rate_card: vec![],
-            free_trial: None,
-            fixed_upfront: None,
-            initial_agreement_id: None,
-            entitle: false,
-        })
+        .seed_agreement(awsmp_e2e::agreement_seed(
+            "agmt-lost",
+            &lost,
+            ACCOUNT_A,
+            (PRODUCT, "prod-e2eagreements"),
+            start,
+        ))
         .unwrap();
     let mut state = stack
         .connect(

@@ -63,6 +63,19 @@ impl World {
         self.store.get(license, BUYER).await.unwrap()
     }
 
+    /// An active agreement `id` on `license` since `start`, whose License Updated
+    /// arrived.
+    async fn subscribed(&self, id: &str, license: &str, start: Instant) {
+        self.agreement(id, license, start, AgreementStatus::Active, start);
+        self.event(license_event(
+            "License Updated - Manufacturer",
+            license,
+            id,
+            start,
+        ))
+        .await;
+    }
+
     /// Applies a real Marketplace event, as the subscription function does.
     async fn event(&self, json: serde_json::Value) {
         apply_event(&self.store, &self.clock, "m-1", Some(&json.to_string()))
@@ -142,14 +155,7 @@ async fn a_dry_run_reports_the_repair_and_writes_nothing() {
 async fn a_lost_deprovisioning_reopens_the_window_it_would_have_opened() {
     let w = World::new();
     let start = now() - TimeDelta::days(3);
-    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
-    w.event(license_event(
-        "License Updated - Manufacturer",
-        LICENSE,
-        "agmt-1",
-        start,
-    ))
-    .await;
+    w.subscribed("agmt-1", LICENSE, start).await;
     let ended = now() - TimeDelta::minutes(20);
     w.agreement("agmt-1", LICENSE, start, AgreementStatus::Cancelled, ended);
 
@@ -189,14 +195,7 @@ async fn a_lost_deprovisioning_reopens_the_window_it_would_have_opened() {
 async fn a_deprovisioning_lost_past_its_window_is_closed_not_back_dated_into_a_flush() {
     let w = World::new();
     let start = now() - TimeDelta::days(3);
-    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
-    w.event(license_event(
-        "License Updated - Manufacturer",
-        LICENSE,
-        "agmt-1",
-        start,
-    ))
-    .await;
+    w.subscribed("agmt-1", LICENSE, start).await;
     let ended = now() - TimeDelta::hours(3);
     w.agreement("agmt-1", LICENSE, start, AgreementStatus::Expired, ended);
 
@@ -216,14 +215,7 @@ async fn a_deprovisioning_lost_past_its_window_is_closed_not_back_dated_into_a_f
 async fn an_agreement_the_api_says_active_never_reactivates_a_deprovisioned_row() {
     let w = World::new();
     let start = now() - TimeDelta::days(3);
-    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
-    w.event(license_event(
-        "License Updated - Manufacturer",
-        LICENSE,
-        "agmt-1",
-        start,
-    ))
-    .await;
+    w.subscribed("agmt-1", LICENSE, start).await;
     w.event(license_event(
         "License Deprovisioned - Manufacturer",
         LICENSE,
@@ -252,14 +244,7 @@ async fn an_agreement_the_api_says_active_never_reactivates_a_deprovisioned_row(
 async fn a_lost_replacement_moves_the_row_to_the_new_agreement() {
     let w = World::new();
     let start = now() - TimeDelta::days(30);
-    w.agreement("agmt-old", LICENSE, start, AgreementStatus::Active, start);
-    w.event(license_event(
-        "License Updated - Manufacturer",
-        LICENSE,
-        "agmt-old",
-        start,
-    ))
-    .await;
+    w.subscribed("agmt-old", LICENSE, start).await;
     let replaced = now() - TimeDelta::days(2);
     w.agreement(
         "agmt-old",
