@@ -394,30 +394,19 @@ fn only_the_deployer_can_change_what_keeps_buyer_profiles_closed() {
     }
 }
 
-/// Only an outcome-events role may put `source: awsmp.metering` on the default bus (the
-/// bus policy statement the main stack adds): a role with every permission cannot forge
-/// an outcome a consumer would move money on, and may still put its own sources.
-#[test]
-fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus() {
+/// Only the role of `function` may put `source` on the default bus (the bus policy
+/// statement the stack adds): a role with every permission cannot forge an event a
+/// consumer would act on, and may still put its own sources.
+fn only_its_role_puts(template: &StackTemplate, region: &str, role: &str, source: &str) {
     let everything = allow_everything();
-    let main = StackTemplate::load(
-        &workspace_root().join("template-main.yaml"),
-        &[
-            ("ProductCode", PRODUCT),
-            ("StageName", STAGE),
-            ("AWS::Region", MAIN_REGION),
-            ("OutcomeEvents", "enabled"),
-        ],
-    )
-    .unwrap();
-    let policies = resource_policies(&main).unwrap();
-    let bus = format!("arn:aws:events:{MAIN_REGION}:{DEFAULT_ACCOUNT}:event-bus/default");
+    let policies = resource_policies(template).unwrap();
+    let bus = format!("arn:aws:events:{region}:{DEFAULT_ACCOUNT}:event-bus/default");
     let bus_policy = &policies
         .iter()
         .find(|p| p.governs(&bus))
-        .expect("the main stack adds a statement to the default bus's policy")
+        .expect("the stack adds a statement to the default bus's policy")
         .policy;
-    let outcome_role = main.attribute("OutcomeEventsRole", "Arn").unwrap();
+    let its_role = template.attribute(role, "Arn").unwrap();
     let put = |who: &str, source: &str| {
         let context = Context::new()
             .with("aws:PrincipalArn", [who])
@@ -428,13 +417,51 @@ fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus()
     };
     let developer = "arn:aws:iam::123456789012:role/developer";
     assert!(matches!(
-        put(developer, "awsmp.metering"),
+        put(developer, source),
         Decision::ExplicitDeny { .. }
     ));
     assert!(put(developer, "my.app").is_allowed());
     assert!(
-        put(&outcome_role, "awsmp.metering").is_allowed(),
-        "{outcome_role} must put awsmp.metering"
+        put(&its_role, source).is_allowed(),
+        "{its_role} must put {source}"
+    );
+}
+
+/// Only an outcome-events role may put `source: awsmp.metering` on the default bus:
+/// nobody forges an outcome a consumer would move money on.
+#[test]
+fn only_the_outcome_events_role_can_put_the_products_source_on_the_default_bus() {
+    let main = StackTemplate::load(
+        &workspace_root().join("template-main.yaml"),
+        &[
+            ("ProductCode", PRODUCT),
+            ("StageName", STAGE),
+            ("AWS::Region", MAIN_REGION),
+            ("OutcomeEvents", "enabled"),
+        ],
+    )
+    .unwrap();
+    only_its_role_puts(&main, MAIN_REGION, "OutcomeEventsRole", "awsmp.metering");
+}
+
+/// Only the buyer-events role may put `source: awsmp.buyers` on us-east-1's default
+/// bus: nobody forges a registration a seller's provisioning would act on.
+#[test]
+fn only_the_buyer_events_role_can_put_the_buyers_source_on_the_default_bus() {
+    let events = StackTemplate::load(
+        &workspace_root().join("template-events.yaml"),
+        &[
+            ("StageName", STAGE),
+            ("AWS::Region", SUBSCRIBERS_REGION),
+            ("BuyerEvents", "enabled"),
+        ],
+    )
+    .unwrap();
+    only_its_role_puts(
+        &events,
+        SUBSCRIBERS_REGION,
+        "BuyerEventsRole",
+        "awsmp.buyers",
     );
 }
 
