@@ -90,6 +90,22 @@ where
             operation,
             message: describe(&err),
         },
+        // An answer that is no Agreement API answer at all (an HTML 404 from an
+        // endpoint that is something else): said in one line, not as the decoder's dump.
+        (None, _)
+            if err.as_service_error().is_some()
+                && err
+                    .raw_response()
+                    .is_some_and(|r| (400..500).contains(&r.status().as_u16())) =>
+        {
+            let status = err.raw_response().map_or(0, |r| r.status().as_u16());
+            AgreementError::Port(awsmp_core::ports::PortError::Failed {
+                operation,
+                message: format!(
+                    "HTTP {status} that is no Agreement API answer: is the endpoint the Agreement API's (AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT, or AWS_ENDPOINT_URL)?"
+                ),
+            })
+        }
         _ => AgreementError::Port(port_error(operation, err)),
     }
 }

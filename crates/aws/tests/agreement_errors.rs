@@ -251,3 +251,31 @@ async fn a_price_that_is_not_a_decimal_names_its_dimension() {
     );
     assert!(!err.is_transient());
 }
+
+/// An endpoint that is not the Agreement API (moto answering an HTML 404): every
+/// operation fails in one line that says to check the endpoint, not the decoder's dump,
+/// and is not retried as if the service were busy.
+#[tokio::test]
+async fn an_answer_that_is_no_agreement_api_answer_says_to_check_the_endpoint() {
+    fn html_404() -> HttpResponse {
+        let mut response = HttpResponse::new(
+            StatusCode::try_from(404).unwrap(),
+            SdkBody::from("<!doctype html>\n<title>404 Not Found</title>\n"),
+        );
+        response
+            .headers_mut()
+            .insert("content-type", "text/html; charset=utf-8");
+        response
+    }
+    for (operation, error, calls) in each_operation(3, html_404).await {
+        let text = error.to_string();
+        assert!(
+            text.contains("HTTP 404 that is no Agreement API answer")
+                && text.contains("AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT")
+                && !text.contains("doctype"),
+            "{operation}: {text}"
+        );
+        assert!(!error.is_transient(), "{operation}");
+        assert_eq!(calls, 1, "{operation}: not retried");
+    }
+}

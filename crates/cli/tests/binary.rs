@@ -270,6 +270,11 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     let env: Vec<(String, String)> = [
         ("AWS_ENDPOINT_URL", system.moto.endpoint().to_string()),
         ("AWS_ENDPOINT_URL_CLOUDTRAIL", system.sim.endpoint_url()),
+        // The report's estimated charges read the buyers' agreements there too.
+        (
+            "AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT",
+            system.sim.endpoint_url(),
+        ),
         ("AWS_REGION", "us-east-1".to_string()),
         ("AWS_ACCESS_KEY_ID", "test".to_string()),
         ("AWS_SECRET_ACCESS_KEY", "test".to_string()),

@@ -67,7 +67,6 @@ pub struct Series {
 
 /// The estimated charges of what was billed in the range.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct Charges {
     /// What these amounts are: an estimate, and from what.
     pub label: &'static str,
@@ -89,12 +88,10 @@ pub struct Charges {
 
 /// One buyer's estimated charges.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct BuyerCharges {
     /// The license.
     pub license_arn: String,
     /// The buyer.
-    #[serde(rename = "customerAWSAccountId")]
     pub customer_aws_account_id: String,
     /// The agreement whose rate card priced it.
     pub agreement_id: Option<String>,
@@ -106,12 +103,10 @@ pub struct BuyerCharges {
 
 /// A billed quantity of a dimension the buyer's rate card does not price.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct UnpricedUsage {
     /// The license.
     pub license_arn: String,
     /// The buyer.
-    #[serde(rename = "customerAWSAccountId")]
     pub customer_aws_account_id: String,
     /// The dimension.
     pub dimension: String,

@@ -177,9 +177,12 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
 #[cfg(feature = "local")]
 /// The operator commands to try against the running local stack.
 fn print_commands(system: &system::LocalSystem) {
+    // The Agreement API (the report's estimated charges, `subscribers reconcile`) is
+    // served by the simulator.
     let env = format!(
-        "AWS_ENDPOINT_URL={} AWS_REGION={} AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
+        "AWS_ENDPOINT_URL={} AWS_ENDPOINT_URL_MARKETPLACE_AGREEMENT={} AWS_REGION={} AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test",
         system.moto.endpoint(),
+        system.sim.endpoint_url(),
         resources::LOCAL_REGION
     );
     let target = format!(

@@ -145,7 +145,7 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
                         .map(|(cur, amount)| format!("{cur} {amount}"))
                         .collect();
                     out.push_str(&format!(
-                        "  {}: estimated charges {} ({}){}{}\n",
+                        "  {}: estimated charges {} ({}){}{}{}\n",
                         region.region,
                         if total.is_empty() {
                             "none".to_string()
@@ -159,6 +159,14 @@ pub fn render(page: &ReportPage, written: Option<&Path>, format: Format) -> Outc
                             format!(
                                 "; {} billed dimension(s) no rate card prices",
                                 c.unpriced.len()
+                            )
+                        },
+                        if c.without_rate_card.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; {} billed license(s) without a rate card",
+                                c.without_rate_card.len()
                             )
                         },
                         c.unavailable
