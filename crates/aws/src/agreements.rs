@@ -1,9 +1,13 @@
 //! [`AgreementApi`] on the Marketplace Agreement SDK (`aws-sdk-marketplaceagreement`,
 //! Smithy RPC v2 CBOR), as the seller: `DescribeAgreement`, `GetAgreementTerms`,
 //! `GetAgreementEntitlements` and `SearchAgreements` (always `AgreementType =
-//! PurchaseAgreement`, `PartyType = Proposer`, catalog `AWSMarketplace`), each list
+//! PurchaseAgreement`, `PartyType = Proposer`, catalog `AWSMarketplace`),
+//! `ListAgreementInvoiceLineItems` (grouped by invoice), and the billing adjustments
+//! (`BatchCreateBillingAdjustmentRequest`, `GetBillingAdjustmentRequest`), each list
 //! paged to its end.
 //!
+//! A write refused as a whole (`ValidationException` with its reason,
+//! `ConflictException`) is [`AgreementError::Refused`]: nothing was created.
 //! Errors: `ResourceNotFoundException` is the port's "not found"
 //! (`describe` answers `Ok(None)`); `AccessDeniedException` names the IAM action the
 //! role lacks (`aws-marketplace:<Operation>`); throttling, service faults and lost
@@ -17,18 +21,25 @@ use aws_config::SdkConfig;
 use aws_sdk_marketplaceagreement::Client;
 use aws_sdk_marketplaceagreement::config::http::HttpResponse;
 use aws_sdk_marketplaceagreement::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_marketplaceagreement::operation::batch_create_billing_adjustment_request::BatchCreateBillingAdjustmentRequestError;
 use aws_sdk_marketplaceagreement::primitives::DateTime;
 use aws_sdk_marketplaceagreement::types::{
-    AcceptedTerm, AgreementViewSummary, Filter, FreeTrialPricingTerm, UsageBasedPricingTerm,
+    AcceptedTerm, AgreementInvoiceLineItemGroupSummary, AgreementViewSummary,
+    BatchCreateBillingAdjustmentRequestEntry, BillingAdjustmentReasonCode, Filter,
+    FreeTrialPricingTerm, InvoiceBillingPeriod, LineItemGroupBy, UsageBasedPricingTerm,
 };
 use aws_smithy_types::retry::ProvideErrorKind;
 use awsmp_core::ports::{
-    AgreementApi, AgreementEntitlement, AgreementError, AgreementFacts, AgreementSearch,
-    AgreementStatus, AgreementSummary, AgreementTerms, DESCRIBE_AGREEMENT, EndTimeBehavior,
+    AdjustmentBatch, AdjustmentFiled, AdjustmentRefused, AdjustmentRequest, AdjustmentState,
+    AdjustmentStatus, AgreementApi, AgreementEntitlement, AgreementError, AgreementFacts,
+    AgreementSearch, AgreementStatus, AgreementSummary, AgreementTerms,
+    BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST, BillingPeriod, DESCRIBE_AGREEMENT, EndTimeBehavior,
     EntitlementStatus, FreeTrial, GET_AGREEMENT_ENTITLEMENTS, GET_AGREEMENT_TERMS,
+    GET_BILLING_ADJUSTMENT_REQUEST, InvoiceSummary, LIST_AGREEMENT_INVOICE_LINE_ITEMS,
     SEARCH_AGREEMENTS, TrialGrant, add_rate, parse_price, trial_days,
 };
 use awsmp_core::time::Instant;
+use rust_decimal::Decimal;
 use tracing::instrument;
 
 use crate::error::{describe, error_code, port_error};
@@ -108,6 +119,88 @@ where
         }
         _ => AgreementError::Port(port_error(operation, err)),
     }
+}
+
+/// A write refused as a whole: its validation reason, else the plain mapping.
+fn write_error<E>(
+    operation: &'static str,
+    reason: Option<&str>,
+    err: SdkError<E, HttpResponse>,
+) -> AgreementError
+where
+    E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
+{
+    match error_code(&err) {
+        Some(code @ ("ValidationException" | "ConflictException")) => AgreementError::Refused {
+            operation,
+            code: code.to_string(),
+            reason: reason.map(str::to_string),
+            message: err
+                .as_service_error()
+                .and_then(|e| e.message())
+                .unwrap_or("no message")
+                .to_string(),
+        },
+        _ => agreement_error(operation, None, err),
+    }
+}
+
+/// A decimal amount of an answer, exactly.
+fn amount(
+    operation: &'static str,
+    agreement_id: &str,
+    what: &str,
+    value: Option<&str>,
+) -> Result<Decimal, AgreementError> {
+    let text = required(operation, agreement_id, what, value)?;
+    text.trim().parse::<Decimal>().map_err(|e| {
+        malformed(
+            operation,
+            format!("agreement {agreement_id}: {what} {text:?} is not a decimal ({e})"),
+        )
+    })
+}
+
+fn invoice(
+    agreement_id: &str,
+    item: &AgreementInvoiceLineItemGroupSummary,
+) -> Result<InvoiceSummary, AgreementError> {
+    let op = LIST_AGREEMENT_INVOICE_LINE_ITEMS;
+    let money = item.pricing_currency_amount();
+    Ok(InvoiceSummary {
+        agreement_id: item.agreement_id().unwrap_or(agreement_id).to_string(),
+        invoice_id: required(op, agreement_id, "invoiceId", item.invoice_id())?.to_string(),
+        invoice_type: required(
+            op,
+            agreement_id,
+            "invoiceType",
+            item.invoice_type().map(|t| t.as_str()),
+        )?
+        .to_string(),
+        amount: amount(op, agreement_id, "amount", money.and_then(|m| m.amount()))?,
+        max_adjustment: amount(
+            op,
+            agreement_id,
+            "maxAdjustmentAmount",
+            money.and_then(|m| m.max_adjustment_amount()),
+        )?,
+        currency: required(
+            op,
+            agreement_id,
+            "currencyCode",
+            money.and_then(|m| m.currency_code()),
+        )?
+        .to_string(),
+        period: item.invoice_billing_period().and_then(|p| {
+            Some(BillingPeriod {
+                year: p.year(),
+                month: u32::try_from(p.month())
+                    .ok()
+                    .filter(|m| (1..=12).contains(m))?,
+            })
+        }),
+        issued: optional_time(op, agreement_id, "issuedTime", item.issued_time())?,
+    })
 }
 
 fn malformed(operation: &'static str, message: impl Into<String>) -> AgreementError {
@@ -450,5 +543,142 @@ impl AgreementApi for SdkAgreementApi {
         }
         found.sort_by(|a, b| a.agreement_id.cmp(&b.agreement_id));
         Ok(found)
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn invoices(
+        &self,
+        agreement_id: &str,
+        period: Option<BillingPeriod>,
+    ) -> Result<Vec<InvoiceSummary>, AgreementError> {
+        let op = LIST_AGREEMENT_INVOICE_LINE_ITEMS;
+        let period = period
+            .map(|p| {
+                InvoiceBillingPeriod::builder()
+                    .year(p.year)
+                    .month(i32::try_from(p.month).unwrap_or(1))
+                    .build()
+                    .map_err(|e| malformed(op, e.to_string()))
+            })
+            .transpose()?;
+        let mut found = Vec::new();
+        let mut pages = self
+            .client
+            .list_agreement_invoice_line_items()
+            .agreement_id(agreement_id)
+            .group_by(LineItemGroupBy::InvoiceId)
+            .set_invoice_billing_period(period)
+            .max_results(self.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let out = page.map_err(|e| agreement_error(op, Some(agreement_id), e))?;
+            for item in out.agreement_invoice_line_item_group_summaries() {
+                found.push(invoice(agreement_id, item)?);
+            }
+        }
+        Ok(found)
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn request_adjustments(
+        &self,
+        entries: &[AdjustmentRequest],
+    ) -> Result<AdjustmentBatch, AgreementError> {
+        let op = BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST;
+        let built = entries
+            .iter()
+            .map(|e| {
+                BatchCreateBillingAdjustmentRequestEntry::builder()
+                    .agreement_id(&e.agreement_id)
+                    .original_invoice_id(&e.original_invoice_id)
+                    .adjustment_amount(e.amount.normalize().to_string())
+                    .currency_code(&e.currency)
+                    .adjustment_reason_code(BillingAdjustmentReasonCode::from(
+                        e.reason_code.as_str(),
+                    ))
+                    .set_description(e.description.clone())
+                    .client_token(&e.client_token)
+                    .build()
+                    .map_err(|err| malformed(op, err.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = match self
+            .client
+            .batch_create_billing_adjustment_request()
+            .set_billing_adjustment_request_entries(Some(built))
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) => {
+                let reason = match err.as_service_error() {
+                    Some(BatchCreateBillingAdjustmentRequestError::ValidationException(v)) => {
+                        v.reason().map(|r| r.as_str().to_string())
+                    }
+                    _ => None,
+                };
+                return Err(write_error(op, reason.as_deref(), err));
+            }
+        };
+        Ok(AdjustmentBatch {
+            filed: out
+                .items()
+                .iter()
+                .map(|i| AdjustmentFiled {
+                    client_token: i.client_token().to_string(),
+                    adjustment_id: i.billing_adjustment_request_id().to_string(),
+                })
+                .collect(),
+            refused: out
+                .errors()
+                .iter()
+                .map(|e| AdjustmentRefused {
+                    client_token: e.client_token().to_string(),
+                    code: e.code().as_str().to_string(),
+                    message: e.message().to_string(),
+                })
+                .collect(),
+        })
+    }
+
+    #[instrument(skip(self), err(Debug))]
+    async fn adjustment(
+        &self,
+        agreement_id: &str,
+        adjustment_id: &str,
+    ) -> Result<Option<AdjustmentState>, AgreementError> {
+        let op = GET_BILLING_ADJUSTMENT_REQUEST;
+        let out = match self
+            .client
+            .get_billing_adjustment_request()
+            .agreement_id(agreement_id)
+            .billing_adjustment_request_id(adjustment_id)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(err) => {
+                return match agreement_error(op, Some(agreement_id), err) {
+                    AgreementError::NotFound { .. } => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        Ok(Some(AdjustmentState {
+            adjustment_id: out.billing_adjustment_request_id().to_string(),
+            agreement_id: out.agreement_id().to_string(),
+            original_invoice_id: out.original_invoice_id().to_string(),
+            amount: amount(
+                op,
+                agreement_id,
+                "adjustmentAmount",
+                Some(out.adjustment_amount()),
+            )?,
+            currency: out.currency_code().to_string(),
+            client_token: None,
+            status: AdjustmentStatus::parse(out.status().as_str()),
+            status_message: out.status_message().map(str::to_string),
+        }))
     }
 }

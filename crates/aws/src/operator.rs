@@ -1,16 +1,19 @@
 //! [`OperatorStore`] on DynamoDB, for the `awsmp` tool: pages of both tables (a query
-//! by license, or a scan) and the replay of an `Error` record as one conditional update.
+//! by license, or a scan), the replay of an `Error` record as one conditional update,
+//! and corrections (the `correction` map of a billed record, written conditionally on
+//! the client token it holds).
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow, attr};
+use awsmp_core::corrections::{CORRECTION_ATTR, Correction};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow, attr};
 use awsmp_core::ports::{Cursor, OperatorStore, Page, PortError};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
 use crate::aggregated::{attempts_condition, malformed_item, record_from_item};
 use crate::item::page::one_page;
-use crate::item::{DynamoItem, ItemKey, Update, s};
+use crate::item::{DynamoItem, ItemKey, Update, attr_from_dynamo, attr_to_dynamo, s};
 use crate::usage::raw_row_from_item;
 
 /// Both metering tables of one main stack, as the operator reads them.
@@ -81,6 +84,23 @@ impl DynamoOperatorStore {
             }
         }
     }
+}
+
+/// The correction an item carries, if any; an unreadable one is an error naming the item.
+fn correction_of(table: &str, item: &DynamoItem) -> Result<Option<Correction>, PortError> {
+    item.get(CORRECTION_ATTR)
+        .map(|value| {
+            Correction::from_attr(&attr_from_dynamo(value)).map_err(|message| PortError::Failed {
+                operation: "read correction",
+                message: format!(
+                    "{table} item {:?}/{:?}: {message}",
+                    item.get(attr::LICENSE_ARN).and_then(|v| v.as_s().ok()),
+                    item.get(attr::AGGREGATED_SORT_KEY)
+                        .and_then(|v| v.as_s().ok())
+                ),
+            })
+        })
+        .transpose()
 }
 
 #[async_trait]
@@ -159,6 +179,105 @@ impl OperatorStore for DynamoOperatorStore {
         };
         let condition = format!("{status} = {error} AND {read_attempts}");
         key.update(&self.client, &update, Some(condition), "UpdateItem replay")
+            .await
+    }
+
+    #[instrument(skip(self), fields(table = %self.aggregated_table))]
+    async fn correction(
+        &self,
+        key: &GroupKey,
+    ) -> Result<Option<(AggregatedRecord, Option<Correction>)>, PortError> {
+        let sort_key = key.aggregated_sort_key();
+        let item_key = ItemKey {
+            table: &self.aggregated_table,
+            sort_attr: attr::AGGREGATED_SORT_KEY,
+            license_arn: &key.license_arn,
+            sort_key: &sort_key,
+        };
+        let Some(item) = item_key.get(&self.client, "GetItem correction").await? else {
+            return Ok(None);
+        };
+        let record = record_from_item(&self.aggregated_table, &item)?;
+        Ok(Some((
+            record,
+            correction_of(&self.aggregated_table, &item)?,
+        )))
+    }
+
+    #[instrument(skip(self), fields(table = %self.aggregated_table))]
+    async fn corrections_page(
+        &self,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<(AggregatedRecord, Correction)>, PortError> {
+        let operation = "scan corrections";
+        let (items, next) = one_page(operation, operation, cursor, |start| {
+            self.client
+                .scan()
+                .table_name(&self.aggregated_table)
+                .filter_expression("attribute_exists(#c)")
+                .expression_attribute_names("#c", CORRECTION_ATTR)
+                .set_limit(self.page_limit)
+                .set_exclusive_start_key(start)
+                .send()
+        })
+        .await?;
+        let mut page = Page {
+            next,
+            ..Page::default()
+        };
+        for item in &items {
+            match (
+                record_from_item(&self.aggregated_table, item),
+                correction_of(&self.aggregated_table, item),
+            ) {
+                (Ok(record), Ok(Some(correction))) => page.items.push((record, correction)),
+                (Ok(_), Ok(None)) => {}
+                (Err(e), _) | (_, Err(e)) => {
+                    page.malformed.push(malformed_item(item, e.to_string()))
+                }
+            }
+        }
+        Ok(page)
+    }
+
+    #[instrument(skip(self, correction), fields(table = %self.aggregated_table, key = %key))]
+    async fn record_correction(
+        &self,
+        key: &GroupKey,
+        expected: Option<&str>,
+        correction: &Correction,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update.set(CORRECTION_ATTR, attr_to_dynamo(&correction.to_attr())?);
+        let status = update.name(attr::METERING_STATUS);
+        let success = update.value(s(AggregatedStatus::Success.as_str()));
+        let holds = match expected {
+            None => {
+                let c = update.name(CORRECTION_ATTR);
+                format!("attribute_not_exists({c})")
+            }
+            Some(token) => {
+                let c = update.name(CORRECTION_ATTR);
+                let t = update.name("clientToken");
+                let v = update.value(s(token));
+                format!("{c}.{t} = {v}")
+            }
+        };
+        let sort_key = key.aggregated_sort_key();
+        let item_key = ItemKey {
+            table: &self.aggregated_table,
+            sort_attr: attr::AGGREGATED_SORT_KEY,
+            license_arn: &key.license_arn,
+            sort_key: &sort_key,
+        };
+        let condition = format!("{status} = {success} AND {holds}");
+        item_key
+            .update(
+                &self.client,
+                &update,
+                Some(condition),
+                "UpdateItem correction",
+            )
             .await
     }
 }

@@ -13,6 +13,7 @@ pub mod charges;
 pub mod cleanup;
 pub mod clock;
 pub mod config;
+pub mod corrections;
 pub mod discover;
 pub mod guardrails;
 pub mod items;

@@ -375,6 +375,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                 stamp: record_stamp,
                 expires_at: None,
                 final_write_id: None,
+                correction: None,
             },
         );
         Ok(CommitOutcome::Committed)
@@ -529,6 +530,7 @@ impl AggregatedStore for MemoryAggregatedStore {
                 stamp,
                 expires_at: None,
                 final_write_id: None,
+                correction: None,
             },
         );
         Ok(PutOutcome::Created)

@@ -1,16 +1,23 @@
-//! [`AgreementApi`] in memory: seeded agreements, answered as the Agreement API
-//! answers the seller, with one-shot failures ([`AgreementOp`], `fail_next`) for the
-//! error paths (a throttled search, a role without `GetAgreementTerms`).
+//! [`AgreementApi`] in memory: seeded agreements and invoices, answered as the
+//! Agreement API answers the seller (billing adjustments idempotent by client token,
+//! never above what an invoice has left), with one-shot failures ([`AgreementOp`],
+//! `fail_next`, `lose_next`) for the error paths (a throttled search, a role without
+//! `GetAgreementTerms`, an answer lost after the adjustment was made).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use rust_decimal::Decimal;
+
 use crate::ports::{
-    AgreementApi, AgreementEntitlement, AgreementError, AgreementFacts, AgreementSearch,
-    AgreementSummary, AgreementTerms, DESCRIBE_AGREEMENT, GET_AGREEMENT_ENTITLEMENTS,
-    GET_AGREEMENT_TERMS, PortError, SEARCH_AGREEMENTS,
+    AdjustmentBatch, AdjustmentFiled, AdjustmentRefused, AdjustmentRequest, AdjustmentState,
+    AdjustmentStatus, AgreementApi, AgreementEntitlement, AgreementError, AgreementFacts,
+    AgreementSearch, AgreementSummary, AgreementTerms, BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST,
+    BillingPeriod, DESCRIBE_AGREEMENT, GET_AGREEMENT_ENTITLEMENTS, GET_AGREEMENT_TERMS,
+    GET_BILLING_ADJUSTMENT_REQUEST, InvoiceSummary, LIST_AGREEMENT_INVOICE_LINE_ITEMS,
+    MAX_ADJUSTMENTS_PER_BATCH, PortError, SEARCH_AGREEMENTS,
 };
 use crate::sync::lock;
 use crate::time::Instant;
@@ -41,6 +48,12 @@ pub enum AgreementOp {
     Entitlements,
     /// [`AgreementApi::search`].
     Search,
+    /// [`AgreementApi::invoices`].
+    Invoices,
+    /// [`AgreementApi::request_adjustments`].
+    RequestAdjustments,
+    /// [`AgreementApi::adjustment`].
+    Adjustment,
 }
 
 impl AgreementOp {
@@ -51,6 +64,9 @@ impl AgreementOp {
             AgreementOp::Terms => GET_AGREEMENT_TERMS,
             AgreementOp::Entitlements => GET_AGREEMENT_ENTITLEMENTS,
             AgreementOp::Search => SEARCH_AGREEMENTS,
+            AgreementOp::Invoices => LIST_AGREEMENT_INVOICE_LINE_ITEMS,
+            AgreementOp::RequestAdjustments => BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST,
+            AgreementOp::Adjustment => GET_BILLING_ADJUSTMENT_REQUEST,
         }
     }
 }
@@ -58,7 +74,10 @@ impl AgreementOp {
 #[derive(Debug, Default)]
 struct State {
     agreements: BTreeMap<String, AgreementRecord>,
+    invoices: Vec<InvoiceSummary>,
+    adjustments: Vec<(AdjustmentRequest, AdjustmentState)>,
     faults: HashMap<AgreementOp, VecDeque<AgreementError>>,
+    lost: HashMap<AgreementOp, usize>,
     calls: HashMap<AgreementOp, usize>,
 }
 
@@ -119,6 +138,62 @@ impl MemoryAgreementApi {
         );
     }
 
+    /// Lets the next call of `op` take effect, then answers it as a lost connection
+    /// does ([`PortError::Transient`]).
+    pub fn lose_next(&self, op: AgreementOp) {
+        *lock(&self.state).lost.entry(op).or_default() += 1;
+    }
+
+    /// Holds an invoice (replacing one with the same agreement and id).
+    pub fn seed_invoice(&self, invoice: InvoiceSummary) {
+        let mut state = lock(&self.state);
+        state.invoices.retain(|i| {
+            !(i.agreement_id == invoice.agreement_id && i.invoice_id == invoice.invoice_id)
+        });
+        state.invoices.push(invoice);
+    }
+
+    /// Every adjustment made, in order, with the request that made it.
+    pub fn adjustments(&self) -> Vec<(AdjustmentRequest, AdjustmentState)> {
+        lock(&self.state).adjustments.clone()
+    }
+
+    /// Moves every pending adjustment to `status` (`message` for a failure); a failed
+    /// one gives its amount back to its invoice.
+    pub fn settle_adjustments(&self, status: AdjustmentStatus, message: Option<&str>) {
+        let mut state = lock(&self.state);
+        let mut refunded = Vec::new();
+        for (request, adjustment) in &mut state.adjustments {
+            if adjustment.status == AdjustmentStatus::Pending {
+                adjustment.status = status.clone();
+                if status == AdjustmentStatus::ValidationFailed {
+                    adjustment.status_message = message.map(str::to_string);
+                    refunded.push(request.clone());
+                }
+            }
+        }
+        for request in refunded {
+            if let Some(invoice) = state.invoices.iter_mut().find(|i| {
+                i.agreement_id == request.agreement_id
+                    && i.invoice_id == request.original_invoice_id
+            }) {
+                invoice.max_adjustment += request.amount;
+            }
+        }
+    }
+
+    /// Whether the call of `op` now should take effect and then be answered as lost.
+    fn take_lost(&self, op: AgreementOp) -> bool {
+        let mut state = lock(&self.state);
+        match state.lost.get_mut(&op) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// How many times `op` was called (failed calls included).
     pub fn calls(&self, op: AgreementOp) -> usize {
         lock(&self.state).calls.get(&op).copied().unwrap_or(0)
@@ -141,6 +216,172 @@ impl MemoryAgreementApi {
                 agreement_id: agreement_id.to_string(),
             })
     }
+}
+
+fn lost_answer(op: AgreementOp) -> AgreementError {
+    AgreementError::Port(PortError::Transient {
+        operation: op.operation(),
+        message: "connection reset before the answer arrived".into(),
+    })
+}
+
+fn refused(reason: &str, message: String) -> AgreementError {
+    AgreementError::Refused {
+        operation: BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST,
+        code: "ValidationException".into(),
+        reason: Some(reason.into()),
+        message,
+    }
+}
+
+/// One entry's fate in a call: made before with its token, to create, or refused.
+enum Plan {
+    Repeat(String),
+    Create,
+    Refuse(&'static str, String),
+}
+
+/// `BatchCreateBillingAdjustmentRequest` on the state, as the simulator applies it:
+/// a broken call creates nothing; entries are then created, repeated or refused one
+/// by one.
+fn request_adjustments(
+    state: &mut State,
+    entries: &[AdjustmentRequest],
+) -> Result<AdjustmentBatch, AgreementError> {
+    if entries.is_empty() || entries.len() > MAX_ADJUSTMENTS_PER_BATCH {
+        return Err(refused(
+            "BILLING_ADJUSTMENTS_LIMIT_EXCEEDED",
+            format!(
+                "1 to {MAX_ADJUSTMENTS_PER_BATCH} entries per request (got {})",
+                entries.len()
+            ),
+        ));
+    }
+    if entries
+        .iter()
+        .any(|e| e.agreement_id != entries[0].agreement_id)
+    {
+        return Err(refused(
+            "MULTIPLE_AGREEMENT_IDS",
+            "every entry of one request must name the same agreement".into(),
+        ));
+    }
+    let mut left: BTreeMap<String, (Decimal, String)> = BTreeMap::new();
+    let mut plans = Vec::new();
+    for e in entries {
+        let token_ok = (1..=64).contains(&e.client_token.len())
+            && e.client_token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !token_ok || e.amount <= Decimal::ZERO {
+            return Err(refused(
+                if token_ok {
+                    "INVALID_ADJUSTMENT_AMOUNT"
+                } else {
+                    "INVALID_CLIENT_TOKEN"
+                },
+                format!(
+                    "entry {}: a positive amount and a token of [a-zA-Z0-9-]{{1,64}}",
+                    e.client_token
+                ),
+            ));
+        }
+        if let Some((earlier, made)) = state
+            .adjustments
+            .iter()
+            .find(|(r, _)| r.client_token == e.client_token)
+        {
+            plans.push(if earlier == e {
+                Plan::Repeat(made.adjustment_id.clone())
+            } else {
+                Plan::Refuse(
+                    "CONFLICT_EXCEPTION",
+                    format!(
+                        "clientToken {} was already used for another request",
+                        e.client_token
+                    ),
+                )
+            });
+            continue;
+        }
+        let Some(invoice) = state.invoices.iter().find(|i| {
+            i.is_invoice()
+                && i.agreement_id == e.agreement_id
+                && i.invoice_id == e.original_invoice_id
+        }) else {
+            plans.push(Plan::Refuse(
+                "RESOURCE_NOT_FOUND_EXCEPTION",
+                format!(
+                    "invoice {} of agreement {} was not found",
+                    e.original_invoice_id, e.agreement_id
+                ),
+            ));
+            continue;
+        };
+        let (remaining, currency) = left
+            .entry(invoice.invoice_id.clone())
+            .or_insert((invoice.max_adjustment, invoice.currency.clone()));
+        if e.currency != *currency {
+            return Err(refused(
+                "INVALID_CURRENCY_CODE",
+                format!(
+                    "currencyCode {} is not the invoice's currency {currency}",
+                    e.currency
+                ),
+            ));
+        }
+        if e.amount > *remaining {
+            return Err(refused(
+                "EXCEEDED_MAXIMUM_ADJUSTMENT_AMOUNT",
+                format!(
+                    "adjustmentAmount {} exceeds the maxAdjustmentAmount {remaining} left on invoice {}",
+                    e.amount, e.original_invoice_id
+                ),
+            ));
+        }
+        *remaining -= e.amount;
+        plans.push(Plan::Create);
+    }
+    let mut batch = AdjustmentBatch::default();
+    for (e, plan) in entries.iter().zip(plans) {
+        match plan {
+            Plan::Repeat(adjustment_id) => batch.filed.push(AdjustmentFiled {
+                client_token: e.client_token.clone(),
+                adjustment_id,
+            }),
+            Plan::Refuse(code, message) => batch.refused.push(AdjustmentRefused {
+                client_token: e.client_token.clone(),
+                code: code.into(),
+                message,
+            }),
+            Plan::Create => {
+                let adjustment_id = format!("ba-{:016x}", state.adjustments.len() + 1);
+                if let Some(invoice) = state.invoices.iter_mut().find(|i| {
+                    i.agreement_id == e.agreement_id && i.invoice_id == e.original_invoice_id
+                }) {
+                    invoice.max_adjustment -= e.amount;
+                }
+                state.adjustments.push((
+                    e.clone(),
+                    AdjustmentState {
+                        adjustment_id: adjustment_id.clone(),
+                        agreement_id: e.agreement_id.clone(),
+                        original_invoice_id: e.original_invoice_id.clone(),
+                        amount: e.amount,
+                        currency: e.currency.clone(),
+                        client_token: Some(e.client_token.clone()),
+                        status: AdjustmentStatus::Pending,
+                        status_message: None,
+                    },
+                ));
+                batch.filed.push(AdjustmentFiled {
+                    client_token: e.client_token.clone(),
+                    adjustment_id,
+                });
+            }
+        }
+    }
+    Ok(batch)
 }
 
 fn matches(record: &AgreementRecord, filter: &AgreementSearch) -> bool {
@@ -215,5 +456,48 @@ impl AgreementApi for MemoryAgreementApi {
             .filter(|record| matches(record, filter))
             .map(summary)
             .collect())
+    }
+
+    async fn invoices(
+        &self,
+        agreement_id: &str,
+        period: Option<BillingPeriod>,
+    ) -> Result<Vec<InvoiceSummary>, AgreementError> {
+        self.enter(AgreementOp::Invoices)?;
+        self.held(AgreementOp::Invoices, agreement_id)?;
+        Ok(lock(&self.state)
+            .invoices
+            .iter()
+            .filter(|i| i.agreement_id == agreement_id)
+            .filter(|i| period.is_none_or(|p| i.period == Some(p)))
+            .cloned()
+            .collect())
+    }
+
+    async fn request_adjustments(
+        &self,
+        entries: &[AdjustmentRequest],
+    ) -> Result<AdjustmentBatch, AgreementError> {
+        let op = AgreementOp::RequestAdjustments;
+        self.enter(op)?;
+        let batch = request_adjustments(&mut lock(&self.state), entries)?;
+        if self.take_lost(op) {
+            return Err(lost_answer(op));
+        }
+        Ok(batch)
+    }
+
+    async fn adjustment(
+        &self,
+        agreement_id: &str,
+        adjustment_id: &str,
+    ) -> Result<Option<AdjustmentState>, AgreementError> {
+        self.enter(AgreementOp::Adjustment)?;
+        Ok(lock(&self.state)
+            .adjustments
+            .iter()
+            .map(|(_, a)| a)
+            .find(|a| a.agreement_id == agreement_id && a.adjustment_id == adjustment_id)
+            .cloned())
     }
 }

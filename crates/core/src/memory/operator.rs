@@ -1,11 +1,12 @@
-//! [`OperatorStore`] over [`MemoryTables`]: the operator's pages of both tables and its
-//! replay, with the same conditions as the DynamoDB adapter.
+//! [`OperatorStore`] over [`MemoryTables`]: the operator's pages of both tables, its
+//! replay and its corrections, with the same conditions as the DynamoDB adapter.
 
 use async_trait::async_trait;
 
 use super::page::paginate;
 use super::tables::{MemoryTables, aggregated_key};
-use crate::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
+use crate::corrections::Correction;
+use crate::model::{AggregatedRecord, AggregatedStatus, GroupKey, RawUsageRow};
 use crate::outcomes::Table;
 use crate::ports::{Cursor, MalformedItem, OperatorStore, Page, PortError};
 use crate::sync::lock;
@@ -110,6 +111,57 @@ impl OperatorStore for MemoryOperatorStore {
         // Pending again: DynamoDB must not delete it before it is billed.
         stored.expires_at = None;
         stored.stamp.updated_at = format_instant(now);
+        Ok(true)
+    }
+
+    async fn correction(
+        &self,
+        key: &GroupKey,
+    ) -> Result<Option<(AggregatedRecord, Option<Correction>)>, PortError> {
+        Ok(lock(&self.tables.state)
+            .aggregated
+            .get(&aggregated_key(key))
+            .map(|stored| (stored.record.clone(), stored.correction.clone())))
+    }
+
+    async fn corrections_page(
+        &self,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<(AggregatedRecord, Correction)>, PortError> {
+        let corrected: Vec<_> = lock(&self.tables.state)
+            .aggregated
+            .iter()
+            .filter_map(|(k, stored)| {
+                let c = stored.correction.clone()?;
+                Some((k.clone(), (stored.record.clone(), c)))
+            })
+            .collect();
+        paginate(
+            corrected,
+            cursor,
+            self.tables.page_size,
+            "operator corrections_page",
+        )
+    }
+
+    async fn record_correction(
+        &self,
+        key: &GroupKey,
+        expected: Option<&str>,
+        correction: &Correction,
+    ) -> Result<bool, PortError> {
+        let table_key = aggregated_key(key);
+        let mut state = self
+            .tables
+            .write(|| vec![(Table::Aggregated, table_key.clone())]);
+        let Some(stored) = state.aggregated.get_mut(&table_key) else {
+            return Ok(false);
+        };
+        let holds = stored.correction.as_ref().map(|c| c.client_token.as_str());
+        if stored.record.status != AggregatedStatus::Success || holds != expected {
+            return Ok(false);
+        }
+        stored.correction = Some(correction.clone());
         Ok(true)
     }
 }

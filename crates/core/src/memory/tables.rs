@@ -34,6 +34,8 @@ pub(crate) struct StoredAggregate {
     pub(crate) stamp: AuditStamp,
     pub(crate) expires_at: Option<Instant>,
     pub(crate) final_write_id: Option<String>,
+    /// `correction`, written by `awsmp adjust` on a billed record.
+    pub(crate) correction: Option<crate::corrections::Correction>,
 }
 
 /// An aggregated-table item a seller wrote that cannot be read as a record (kept by
@@ -280,6 +282,7 @@ impl MemoryTables {
                     stamp: AuditStamp::at(now),
                     expires_at: None,
                     final_write_id: None,
+                    correction: None,
                 },
             );
     }

@@ -1,8 +1,10 @@
 //! The AWS Marketplace Agreement API, read as the seller (the proposer): an agreement's
 //! facts (`DescribeAgreement`), its prices (`GetAgreementTerms`), its entitlements
-//! (`GetAgreementEntitlements`) and the seller's purchase agreements
-//! (`SearchAgreements`). What the agreement reconciliation and the rate cards need,
-//! in domain types: money is a [`Decimal`], never a float, and every list is paged to
+//! (`GetAgreementEntitlements`), the seller's purchase agreements
+//! (`SearchAgreements`), its invoices (`ListAgreementInvoiceLineItems`) and billing
+//! adjustments (`BatchCreateBillingAdjustmentRequest`, `GetBillingAdjustmentRequest`).
+//! What the agreement reconciliation, the rate cards and corrections need, in domain
+//! types: money is a [`Decimal`], never a float, and every list is paged to
 //! its end by the implementation.
 
 use std::collections::BTreeMap;
@@ -22,6 +24,17 @@ pub const GET_AGREEMENT_TERMS: &str = "GetAgreementTerms";
 pub const GET_AGREEMENT_ENTITLEMENTS: &str = "GetAgreementEntitlements";
 /// `aws-marketplace:SearchAgreements`.
 pub const SEARCH_AGREEMENTS: &str = "SearchAgreements";
+/// `aws-marketplace:ListAgreementInvoiceLineItems`.
+pub const LIST_AGREEMENT_INVOICE_LINE_ITEMS: &str = "ListAgreementInvoiceLineItems";
+/// `aws-marketplace:BatchCreateBillingAdjustmentRequest`: the operator's alone, never
+/// a stack's.
+pub const BATCH_CREATE_BILLING_ADJUSTMENT_REQUEST: &str = "BatchCreateBillingAdjustmentRequest";
+/// `aws-marketplace:GetBillingAdjustmentRequest`.
+pub const GET_BILLING_ADJUSTMENT_REQUEST: &str = "GetBillingAdjustmentRequest";
+/// Entries one `BatchCreateBillingAdjustmentRequest` may carry.
+pub const MAX_ADJUSTMENTS_PER_BATCH: usize = 5;
+/// The reason code of a correction of ours: the usage was metered wrong.
+pub const INCORRECT_METERING: &str = "INCORRECT_METERING";
 
 /// An agreement's status, as `DescribeAgreement` and `SearchAgreements` spell it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -251,6 +264,158 @@ pub struct AgreementSummary {
     pub initial_agreement_id: Option<String>,
 }
 
+/// A calendar month an invoice bills (`invoiceBillingPeriod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BillingPeriod {
+    /// The year.
+    pub year: i32,
+    /// The month, 1..=12.
+    pub month: u32,
+}
+
+impl std::fmt::Display for BillingPeriod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:04}-{:02}", self.year, self.month)
+    }
+}
+
+/// One invoice of an agreement as `ListAgreementInvoiceLineItems` (grouped by
+/// invoice) lists it: a pre-tax total, never its usage lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceSummary {
+    /// The agreement billed.
+    pub agreement_id: String,
+    /// The invoice id, an adjustment's `originalInvoiceId`.
+    pub invoice_id: String,
+    /// `INVOICE` or `CREDIT_MEMO`, as answered.
+    pub invoice_type: String,
+    /// Its pre-tax amount.
+    pub amount: Decimal,
+    /// What may still be refunded on it (less than `amount` after earlier adjustments).
+    pub max_adjustment: Decimal,
+    /// Its currency.
+    pub currency: String,
+    /// The month it bills, when answered.
+    pub period: Option<BillingPeriod>,
+    /// When it was issued, when answered.
+    pub issued: Option<Instant>,
+}
+
+impl InvoiceSummary {
+    /// Whether it is an invoice (not a credit memo).
+    pub fn is_invoice(&self) -> bool {
+        self.invoice_type == "INVOICE"
+    }
+}
+
+/// One entry of `BatchCreateBillingAdjustmentRequest`: a refund of `amount` (positive,
+/// pre-tax, in the invoice's currency) against one invoice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustmentRequest {
+    /// The agreement (every entry of one call names the same).
+    pub agreement_id: String,
+    /// The invoice refunded against.
+    pub original_invoice_id: String,
+    /// The amount, exact.
+    pub amount: Decimal,
+    /// Its currency.
+    pub currency: String,
+    /// The reason code ([`INCORRECT_METERING`] for ours).
+    pub reason_code: String,
+    /// A description (at most 500 characters).
+    pub description: Option<String>,
+    /// Unique per entry (1..64 of `[a-zA-Z0-9-]`): the same token with the same
+    /// request answers the adjustment it made, never a second one.
+    pub client_token: String,
+}
+
+/// One entry the call created (or had created before with the same client token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustmentFiled {
+    /// The entry's client token.
+    pub client_token: String,
+    /// The adjustment's id (`ba-...`).
+    pub adjustment_id: String,
+}
+
+/// One entry the call refused on its own (`errors[]`): nothing was created for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustmentRefused {
+    /// The entry's client token.
+    pub client_token: String,
+    /// `CONFLICT_EXCEPTION` (the token was used for another request),
+    /// `RESOURCE_NOT_FOUND_EXCEPTION`, `VALIDATION_EXCEPTION` or `INTERNAL_FAILURE`.
+    pub code: String,
+    /// What the service said.
+    pub message: String,
+}
+
+/// What a `BatchCreateBillingAdjustmentRequest` answered, entry by entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AdjustmentBatch {
+    /// Entries created (or created before with the same token).
+    pub filed: Vec<AdjustmentFiled>,
+    /// Entries refused.
+    pub refused: Vec<AdjustmentRefused>,
+}
+
+/// A billing adjustment's status.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AdjustmentStatus {
+    /// `PENDING`: being processed.
+    Pending,
+    /// `COMPLETED`: the buyer has a credit memo or a refund.
+    Completed,
+    /// `VALIDATION_FAILED`: nothing was refunded (see the status message).
+    ValidationFailed,
+    /// A status this build does not know, as answered.
+    Unknown(String),
+}
+
+impl AdjustmentStatus {
+    /// The status as the API spells it.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "PENDING" => AdjustmentStatus::Pending,
+            "COMPLETED" => AdjustmentStatus::Completed,
+            "VALIDATION_FAILED" => AdjustmentStatus::ValidationFailed,
+            other => AdjustmentStatus::Unknown(other.to_string()),
+        }
+    }
+
+    /// The API's spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AdjustmentStatus::Pending => "PENDING",
+            AdjustmentStatus::Completed => "COMPLETED",
+            AdjustmentStatus::ValidationFailed => "VALIDATION_FAILED",
+            AdjustmentStatus::Unknown(s) => s,
+        }
+    }
+}
+
+/// A billing adjustment as `GetBillingAdjustmentRequest` answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustmentState {
+    /// Its id.
+    pub adjustment_id: String,
+    /// The agreement.
+    pub agreement_id: String,
+    /// The invoice refunded against.
+    pub original_invoice_id: String,
+    /// The amount.
+    pub amount: Decimal,
+    /// Its currency.
+    pub currency: String,
+    /// The client token it was filed with (`GetBillingAdjustmentRequest` does not
+    /// answer it: `None` there).
+    pub client_token: Option<String>,
+    /// Its status.
+    pub status: AdjustmentStatus,
+    /// Why it failed (`VALIDATION_FAILED` only).
+    pub status_message: Option<String>,
+}
+
 /// A failed Agreement API call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgreementError {
@@ -270,6 +435,20 @@ pub enum AgreementError {
     AccessDenied {
         /// The operation, whose name is the IAM action's.
         operation: &'static str,
+        /// What the service said.
+        message: String,
+    },
+    /// `ValidationException` or `ConflictException` of a write: the request itself was
+    /// refused (an amount above what the invoice has left, another currency, ...)
+    /// and nothing was created.
+    #[error("{operation} refused: {code}{}: {message}", reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    Refused {
+        /// The operation.
+        operation: &'static str,
+        /// `ValidationException` or `ConflictException`.
+        code: String,
+        /// The validation reason (`EXCEEDED_MAXIMUM_ADJUSTMENT_AMOUNT`, ...), if any.
+        reason: Option<String>,
         /// What the service said.
         message: String,
     },
@@ -372,6 +551,30 @@ pub trait AgreementApi: Send + Sync {
         &self,
         filter: &AgreementSearch,
     ) -> Result<Vec<AgreementSummary>, AgreementError>;
+
+    /// `ListAgreementInvoiceLineItems` grouped by invoice, every page, of `period`
+    /// only when given. An unknown agreement is [`AgreementError::NotFound`].
+    async fn invoices(
+        &self,
+        agreement_id: &str,
+        period: Option<BillingPeriod>,
+    ) -> Result<Vec<InvoiceSummary>, AgreementError>;
+
+    /// `BatchCreateBillingAdjustmentRequest` with at most
+    /// [`MAX_ADJUSTMENTS_PER_BATCH`] entries of one agreement. A refused call is
+    /// [`AgreementError::Refused`] and created nothing; entries refused on their own
+    /// are in [`AdjustmentBatch::refused`].
+    async fn request_adjustments(
+        &self,
+        entries: &[AdjustmentRequest],
+    ) -> Result<AdjustmentBatch, AgreementError>;
+
+    /// `GetBillingAdjustmentRequest`: `Ok(None)` for an id the API does not know.
+    async fn adjustment(
+        &self,
+        agreement_id: &str,
+        adjustment_id: &str,
+    ) -> Result<Option<AdjustmentState>, AgreementError>;
 }
 
 #[cfg(test)]

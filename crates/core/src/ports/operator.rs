@@ -1,8 +1,10 @@
-//! What the operator tool reads and replays through: whole tables, page by page.
+//! What the operator tool reads, replays and corrects through: whole tables, page by
+//! page, and one record's correction.
 
 use async_trait::async_trait;
 
-use crate::model::{AggregatedRecord, RawUsageRow};
+use crate::corrections::Correction;
+use crate::model::{AggregatedRecord, GroupKey, RawUsageRow};
 use crate::time::Instant;
 
 use super::{Cursor, Page, PortError};
@@ -34,4 +36,27 @@ pub trait OperatorStore: Send + Sync {
     /// removed, `sentQuantity` kept or set to its quantity so no late row folds in), only
     /// while it is still `Error` with the attempt count read. `Ok(false)` when it changed.
     async fn replay(&self, record: &AggregatedRecord, now: Instant) -> Result<bool, PortError>;
+
+    /// One record and its correction (`awsmp adjust`); `None` when the table has no
+    /// such record.
+    async fn correction(
+        &self,
+        key: &GroupKey,
+    ) -> Result<Option<(AggregatedRecord, Option<Correction>)>, PortError>;
+
+    /// One page of the records that carry a correction (`awsmp adjustments`: a scan).
+    async fn corrections_page(
+        &self,
+        cursor: Option<Cursor>,
+    ) -> Result<Page<(AggregatedRecord, Correction)>, PortError>;
+
+    /// Writes `correction` on a billed (`Success`) record, only while the record's
+    /// correction is the one with client token `expected` (`None`: it has none).
+    /// `Ok(false)` when the record is not billed or holds another correction.
+    async fn record_correction(
+        &self,
+        key: &GroupKey,
+        expected: Option<&str>,
+        correction: &Correction,
+    ) -> Result<bool, PortError>;
 }
