@@ -32,7 +32,13 @@ impl World {
         let tables = MemoryTables::new();
         let now = parse_instant("2026-11-05T00:00:00Z").unwrap();
         tables.insert_aggregated(
-            operator_record("requests", "2026-10-20T10", AggregatedStatus::Success, 1000, None),
+            operator_record(
+                "requests",
+                "2026-10-20T10",
+                AggregatedStatus::Success,
+                1000,
+                None,
+            ),
             now,
         );
         let subscribers = MemorySubscriberStore::new();
@@ -87,7 +93,14 @@ fn invoice(amount: &str, max: &str) -> InvoiceSummary {
 }
 
 fn key() -> GroupKey {
-    operator_record("requests", "2026-10-20T10", AggregatedStatus::Success, 1, None).key
+    operator_record(
+        "requests",
+        "2026-10-20T10",
+        AggregatedStatus::Success,
+        1,
+        None,
+    )
+    .key
 }
 
 fn request(correct: i64) -> CorrectionRequest {
@@ -150,7 +163,11 @@ async fn a_correction_is_filed_once_through_lost_answers() {
         panic!("{second:?}")
     };
     assert_eq!(filed.status, CorrectionStatus::Pending);
-    assert_eq!(w.api.adjustments().len(), 1, "one adjustment whatever the retries");
+    assert_eq!(
+        w.api.adjustments().len(),
+        1,
+        "one adjustment whatever the retries"
+    );
     assert_eq!(w.api.calls(AgreementOp::RequestAdjustments), 3);
     assert_eq!(w.stored().await.unwrap(), filed);
     // Once filed, a rerun sends nothing.
@@ -246,7 +263,13 @@ async fn refusals_say_why_and_file_nothing() {
 async fn a_month_not_yet_invoiced_says_when_to_run_again() {
     let w = World::new();
     w.tables.insert_aggregated(
-        operator_record("requests", "2026-11-02T10", AggregatedStatus::Success, 10, None),
+        operator_record(
+            "requests",
+            "2026-11-02T10",
+            AggregatedStatus::Success,
+            10,
+            None,
+        ),
         w.clock.now(),
     );
     let mut req = request(5);
@@ -262,11 +285,23 @@ async fn a_month_not_yet_invoiced_says_when_to_run_again() {
 async fn an_unbilled_or_unpriced_record_has_nothing_to_refund() {
     let w = World::new();
     w.tables.insert_aggregated(
-        operator_record("requests", "2026-10-21T10", AggregatedStatus::Error, 10, None),
+        operator_record(
+            "requests",
+            "2026-10-21T10",
+            AggregatedStatus::Error,
+            10,
+            None,
+        ),
         w.clock.now(),
     );
     w.tables.insert_aggregated(
-        operator_record("seats", "2026-10-21T10", AggregatedStatus::Success, 10, None),
+        operator_record(
+            "seats",
+            "2026-10-21T10",
+            AggregatedStatus::Success,
+            10,
+            None,
+        ),
         w.clock.now(),
     );
     let mut req = request(5);
@@ -342,8 +377,5 @@ fn tokens_differ_by_quantity_and_attempt_and_fit_the_api() {
     assert_ne!(a, client_token(&key(), 1000, 500, 1));
     assert_ne!(a, client_token(&key(), 1000, 600, 2));
     assert_eq!(a.len(), 62);
-    assert!(
-        a.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    );
+    assert!(a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
 }

@@ -402,6 +402,15 @@ impl MemoryTables {
             .collect()
     }
 
+    /// Every aggregated record that carries a correction, with it.
+    pub fn corrections(&self) -> Vec<(AggregatedRecord, crate::corrections::Correction)> {
+        lock(&self.state)
+            .aggregated
+            .values()
+            .filter_map(|stored| Some((stored.record.clone(), stored.correction.clone()?)))
+            .collect()
+    }
+
     /// The audit stamps of an aggregated record (`createdAt` kept from its first write).
     pub fn aggregated_audit(&self, key: &GroupKey) -> Option<AuditStamp> {
         lock(&self.state)

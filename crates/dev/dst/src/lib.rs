@@ -15,6 +15,7 @@
 //! instead.
 
 pub mod actors;
+pub mod agreements;
 pub mod ceiling;
 pub mod check;
 pub mod cli;
@@ -54,6 +55,9 @@ pub fn run_schedule(seed: u64, masked: &[u64]) -> Outcome {
     let options = Options::draw(&sim);
     let world = scenario::run(sim, &options);
     let mut violations = check::check(&world);
+    // Last: the corrections move the clock past the month's end to its invoice.
+    let corrections = actors::corrections::run(&world);
+    violations.extend(check::corrections::check(&world, &corrections));
     if world.stats.unfinished > 0 {
         violations.push(format!(
             "{} tasks still running at the step limit (livelock?)",

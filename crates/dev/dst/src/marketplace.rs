@@ -15,11 +15,13 @@ use awsmp_core::model::{Allocation, GroupKey};
 use awsmp_core::ports::{Clock, MeteringApi, MeteringError, MeteringRecord, RecordVerdict};
 use awsmp_core::submit::answer::{self, Answer, AnsweredResult, EchoedRecord};
 use awsmp_core::time::{HourBucket, Instant};
+use awsmp_marketplace_sim::agreement::Protocol;
 use awsmp_marketplace_sim::engine::{Engine, RequestBody};
 use awsmp_marketplace_sim::validate::Patterns;
 use awsmp_marketplace_sim::{
-    AdminError, AuthFailure, ClockSetting, EntitlementKey, EntitlementSeed, FaultKind, FaultSpec,
-    FaultTarget, IdenticalRetryStatus, ProductSeed, RejectedRequest, SimConfig, ThrottleConfig,
+    AdminError, AgreementSeed, AuthFailure, BillingAdjustment, ClockSetting, EntitlementKey,
+    EntitlementSeed, FaultKind, FaultSpec, FaultTarget, IdenticalRetryStatus, ProductSeed,
+    RejectedRequest, SimConfig, ThrottleConfig,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -296,6 +298,32 @@ impl SimMarketplace {
                     .any(|f| f.wire_name() == r.error_type)
             })
             .collect()
+    }
+
+    /// Holds an agreement (its Agreement API answers, invoices built from this
+    /// Marketplace's ledger, billing adjustments against them).
+    pub fn seed_agreement(&self, seed: AgreementSeed) -> Result<(), MarketplaceError> {
+        self.state().engine.seed_agreement(seed)?;
+        Ok(())
+    }
+
+    /// Serves one Agreement API call as boto3 sends it (awsJson 1.0) at the
+    /// simulation's time: the HTTP status and the JSON answer (or exception).
+    pub fn agreement_call(&self, operation: &str, request: &Value) -> (u16, Value) {
+        let body = serde_json::to_vec(request).unwrap_or_default();
+        let reply = self.state().engine.agreement_call(
+            Protocol::AwsJson10,
+            operation,
+            RequestBody::Complete(&body),
+            std::time::Instant::now(),
+        );
+        let answer = serde_json::from_slice(&reply.body).unwrap_or(Value::Null);
+        (reply.status.as_u16(), answer)
+    }
+
+    /// Every billing adjustment made, oldest first (those due completed first).
+    pub fn billing_adjustments(&self) -> Vec<BillingAdjustment> {
+        self.state().engine.billing_adjustments()
     }
 
     /// Every record answered `CustomerNotSubscribed`, in order.

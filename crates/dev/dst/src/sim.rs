@@ -56,6 +56,10 @@ pub enum FaultKind {
     RefusalStorm,
     /// A `BatchMeterUsage` call whose connection fails before its request is written.
     ConnectRefused,
+    /// An Agreement API call (a correction's) fails before it takes effect.
+    AgreementTransient,
+    /// A billing adjustment request takes effect and its answer is lost.
+    AgreementLostResponse,
 }
 
 impl FaultKind {
@@ -82,6 +86,8 @@ impl FaultKind {
             FaultKind::AuthRefused => 300,
             FaultKind::RefusalStorm => 150,
             FaultKind::ConnectRefused => 300,
+            FaultKind::AgreementTransient => 1500,
+            FaultKind::AgreementLostResponse => 3000,
         }
     }
 }

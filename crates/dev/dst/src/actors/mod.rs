@@ -1,6 +1,6 @@
 //! The actors of a schedule, one file each: the seller ([`seller`]: its writer and its
 //! service, through [`usage_api`] half the time; [`edge_seller`] across the edges of
-//! time), the operator ([`operator`]), Marketplace ([`marketplace`]), buyers
+//! time), the operator ([`operator`]; its over-bill [`corrections`], run last), Marketplace ([`marketplace`]), buyers
 //! registering ([`register`]), and each function of the stacks: [`discoverer`],
 //! [`aggregator`], [`cleanup`], [`submitter`], the events stack's [`lifecycle`]
 //! functions, the agreement [`reconcile`]iation, [`outcome_events`] and [`buyer_events`]. Each runs the real handler or use case on a
@@ -9,6 +9,7 @@
 pub mod aggregator;
 pub mod buyer_events;
 pub mod cleanup;
+pub mod corrections;
 pub mod discoverer;
 pub mod edge_seller;
 pub mod lifecycle;

@@ -5,12 +5,15 @@
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
 //! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation),
 //! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`],
-//! [`buyer_events`] and [`api_edges`] (the usage API across the edges of time).
+//! [`buyer_events`] and [`api_edges`] (the usage API across the edges of time); and,
+//! after them all, [`corrections`] (run from `run_schedule`: the corrections move the
+//! clock past the month's end).
 
 pub mod allocations;
 pub mod api_edges;
 pub mod buyer_events;
 pub mod conservation;
+pub mod corrections;
 pub mod dry_run;
 pub mod entitlements;
 pub mod ingestion;
