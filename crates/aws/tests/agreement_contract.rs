@@ -2,27 +2,36 @@
 //! `SdkAgreementApi` on the Marketplace simulator over HTTP (RPC v2 CBOR): the same
 //! cases the in-memory API passes. The client comes from the local stack's config
 //! (`LocalEndpoints`), so this also checks that it sends the Agreement API to the
-//! simulator, in us-east-1.
+//! simulator, in us-east-1. Usage is billed into the simulator's ledger through a real
+//! `BatchMeterUsage` call (the metering SDK client), so its invoices are built as it
+//! builds them for any seller.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use async_trait::async_trait;
 use aws_sdk_marketplaceagreement::config::retry::RetryConfig;
+use aws_sdk_marketplacemetering::primitives::DateTime as MeteringTime;
+use aws_sdk_marketplacemetering::types::{UsageRecord, UsageRecordResultStatus};
 use awsmp_aws::{LocalEndpoints, SdkAgreementApi, agreement_client};
 use awsmp_core::memory::agreement_contract::{
     AgreementBackend, PAGE_SIZE, SELLER, SeedAgreement, now,
 };
 use awsmp_core::ports::{AgreementApi, AgreementStatus};
+use awsmp_core::time::Instant;
 use awsmp_local_aws::SimServer;
 use awsmp_local_aws::marketplace_sim::{
-    self as sim, ClockSetting, FixedUpfrontSeed, FreeTrialSeed, GrantSeed, RateSeed, SimConfig,
-    ThrottleConfig,
+    self as sim, ClockSetting, EntitlementSeed, FixedUpfrontSeed, FreeTrialSeed, GrantSeed,
+    ProductSeed, RateSeed, SimConfig, ThrottleConfig,
 };
 use chrono::TimeDelta;
+
+/// The product every seeded agreement is of.
+const PRODUCT_CODE: &str = "prodcode123";
 
 /// The simulator (quota off, clock fixed at the contract's `NOW`) and the adapter on it.
 struct SimBackend {
     sim: SimServer,
     api: SdkAgreementApi,
+    metering: aws_sdk_marketplacemetering::Client,
 }
 
 async fn simulator() -> SimBackend {
@@ -32,6 +41,11 @@ async fn simulator() -> SimBackend {
             ..ThrottleConfig::default()
         },
         clock: ClockSetting::Fixed { at: now() },
+        // The dimensions the contract bills: two priced by its rate cards, one not.
+        products: vec![ProductSeed {
+            product_code: PRODUCT_CODE.into(),
+            dimensions: vec!["requests".into(), "storage_gb".into(), "unpriced".into()],
+        }],
         ..SimConfig::default()
     })
     .await
@@ -57,6 +71,7 @@ async fn simulator() -> SimBackend {
     );
     SimBackend {
         api: SdkAgreementApi::new(client).with_page_size(PAGE_SIZE),
+        metering: sim.metering_client(),
         sim,
     }
 }
@@ -77,7 +92,7 @@ impl AgreementBackend for SimBackend {
             .seed_agreement(sim::AgreementSeed {
                 agreement_id: a.agreement_id.clone(),
                 license_arn: a.license_arn.clone(),
-                product_code: "prodcode123".into(),
+                product_code: PRODUCT_CODE.into(),
                 product_id: Some(a.product_id.clone()),
                 customer_aws_account_id: a.account.clone(),
                 proposer_account_id: SELLER.into(),
@@ -140,6 +155,61 @@ impl AgreementBackend for SimBackend {
             .handle()
             .set_throttle(ThrottleConfig::default())
             .unwrap();
+    }
+
+    async fn bill(
+        &self,
+        license: &str,
+        account: &str,
+        dimension: &str,
+        quantity: u32,
+        hour: Instant,
+    ) {
+        let handle = self.sim.handle();
+        let clock = handle.clock_setting();
+        assert!(hour <= handle.now(), "billed at {hour}, after the clock");
+        // BatchMeterUsage takes the last 24 hours only: meter within the hour, then
+        // put the clock back.
+        handle.set_clock(ClockSetting::Fixed {
+            at: hour + TimeDelta::minutes(30),
+        });
+        handle
+            .entitle(EntitlementSeed {
+                license_arn: license.to_string(),
+                customer_aws_account_id: account.to_string(),
+                product_code: PRODUCT_CODE.into(),
+            })
+            .unwrap();
+        let record = UsageRecord::builder()
+            .timestamp(MeteringTime::from_secs(hour.timestamp()))
+            .customer_aws_account_id(account)
+            .license_arn(license)
+            .dimension(dimension)
+            .quantity(i32::try_from(quantity).unwrap())
+            .build()
+            .unwrap();
+        let out = self
+            .metering
+            .batch_meter_usage()
+            // Records of a license carry no ProductCode (the license names it).
+            .usage_records(record)
+            .send()
+            .await;
+        handle.set_clock(clock);
+        let out = out.unwrap();
+        assert!(out.unprocessed_records().is_empty(), "{out:?}");
+        assert!(
+            matches!(
+                out.results()[0].status(),
+                Some(UsageRecordResultStatus::Success | UsageRecordResultStatus::DuplicateRecord)
+            ),
+            "{out:?}"
+        );
+    }
+
+    async fn settle(&self) {
+        // A minute of processing; the next Agreement API call completes them.
+        self.sim.handle().advance_clock(120);
     }
 }
 

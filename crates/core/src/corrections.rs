@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{Datelike, Duration, TimeZone, Utc};
+use chrono::{Datelike, Duration, TimeZone, Timelike, Utc};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
@@ -517,7 +517,13 @@ async fn plan(
         invoice_id: invoice.invoice_id.clone(),
         amount,
         currency,
-        requested_at: ports.clock.now(),
+        // Whole seconds: the instant as the table stores it, so a stored correction
+        // reads back equal.
+        requested_at: ports
+            .clock
+            .now()
+            .with_nanosecond(0)
+            .unwrap_or_else(|| ports.clock.now()),
         adjustment_id: None,
         status: CorrectionStatus::Requested,
         message: None,

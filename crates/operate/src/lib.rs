@@ -1,6 +1,7 @@
 //! awsmp-operate: what the operator tool (`awsmp`) computes, and nothing the Lambdas
 //! run. Pure views over what the tables hold (status, failures, one license's chain,
-//! the report's series), when a record may be replayed, how an import is kept to one
+//! the report's series), when a record may be replayed, over-bills corrected and
+//! followed ([`corrections`]), how an import is kept to one
 //! deployment and resumed, and reconciliation of our records with CloudTrail and the
 //! Seller Delivery Data Feeds, and one buyer's profile shown or erased with an audit
 //! record ([`pii`]). The CLI reads the tables through
@@ -8,6 +9,7 @@
 //! the customer-profile table through [`ports::PiiTable`], and renders these; no
 //! I/O here.
 
+pub mod corrections;
 pub mod failures;
 pub mod import;
 pub mod license;

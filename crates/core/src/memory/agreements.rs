@@ -1,10 +1,11 @@
 //! [`AgreementApi`] in memory: seeded agreements and invoices, answered as the
 //! Agreement API answers the seller (billing adjustments idempotent by client token,
-//! never above what an invoice has left), with one-shot failures ([`AgreementOp`],
-//! `fail_next`, `lose_next`) for the error paths (a throttled search, a role without
-//! `GetAgreementTerms`, an answer lost after the adjustment was made).
+//! never above what an invoice has left, a completed one listed as a credit memo),
+//! with one-shot failures ([`AgreementOp`], `fail_next`, `lose_next`) for the error
+//! paths (a throttled search, a role without `GetAgreementTerms`, an answer lost after
+//! the adjustment was made).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -158,26 +159,57 @@ impl MemoryAgreementApi {
         lock(&self.state).adjustments.clone()
     }
 
-    /// Moves every pending adjustment to `status` (`message` for a failure); a failed
-    /// one gives its amount back to its invoice.
+    /// Moves every pending adjustment to `status` (`message` for a failure): a failed
+    /// one gives its amount back to its invoice, a completed one adds its credit memo
+    /// (issued at no stated time; [`MemoryAgreementApi::settle_adjustments_at`] gives one).
     pub fn settle_adjustments(&self, status: AdjustmentStatus, message: Option<&str>) {
+        self.settle_adjustments_at(status, message, None);
+    }
+
+    /// [`MemoryAgreementApi::settle_adjustments`], its credit memos issued `at`. As the
+    /// Agreement API does: a `COMPLETED` adjustment is listed by `invoices` as a
+    /// `CREDIT_MEMO` (`CM` and the adjustment id's digits) of its amount, in its
+    /// invoice's month, with nothing left to adjust.
+    pub fn settle_adjustments_at(
+        &self,
+        status: AdjustmentStatus,
+        message: Option<&str>,
+        at: Option<Instant>,
+    ) {
         let mut state = lock(&self.state);
-        let mut refunded = Vec::new();
+        let mut settled = Vec::new();
         for (request, adjustment) in &mut state.adjustments {
             if adjustment.status == AdjustmentStatus::Pending {
                 adjustment.status = status.clone();
                 if status == AdjustmentStatus::ValidationFailed {
                     adjustment.status_message = message.map(str::to_string);
-                    refunded.push(request.clone());
                 }
+                settled.push((request.clone(), adjustment.adjustment_id.clone()));
             }
         }
-        for request in refunded {
-            if let Some(invoice) = state.invoices.iter_mut().find(|i| {
+        for (request, adjustment_id) in settled {
+            let Some(invoice) = state.invoices.iter_mut().find(|i| {
                 i.agreement_id == request.agreement_id
                     && i.invoice_id == request.original_invoice_id
-            }) {
-                invoice.max_adjustment += request.amount;
+            }) else {
+                continue;
+            };
+            match status {
+                AdjustmentStatus::ValidationFailed => invoice.max_adjustment += request.amount,
+                AdjustmentStatus::Completed => {
+                    let memo = InvoiceSummary {
+                        agreement_id: request.agreement_id.clone(),
+                        invoice_id: format!("CM{}", adjustment_id.trim_start_matches("ba-")),
+                        invoice_type: "CREDIT_MEMO".into(),
+                        amount: request.amount,
+                        max_adjustment: Decimal::ZERO,
+                        currency: request.currency.clone(),
+                        period: invoice.period,
+                        issued: at,
+                    };
+                    state.invoices.push(memo);
+                }
+                _ => {}
             }
         }
     }
@@ -241,20 +273,126 @@ enum Plan {
     Refuse(&'static str, String),
 }
 
+/// The adjustment reason codes the API takes.
+const REASON_CODES: [&str; 7] = [
+    "INCORRECT_TERMS_ACCEPTED",
+    "INCORRECT_METERING",
+    "TEST_ENVIRONMENT_CHARGES",
+    "ALTERNATIVE_PROCUREMENT_CHANNEL",
+    "UNINTENDED_RENEWAL",
+    "BUYER_DISSATISFACTION",
+    "OTHER",
+];
+
+/// An entry the API refuses the whole call for, checked field by field in the
+/// simulator's order (`agreementId`, `originalInvoiceId`, `adjustmentAmount`,
+/// `currencyCode`, `adjustmentReasonCode`, `description`, `clientToken`).
+fn broken_entry(e: &AdjustmentRequest) -> Option<AgreementError> {
+    let agreement_ok = (1..=64).contains(&e.agreement_id.len())
+        && e.agreement_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b'-'));
+    if !agreement_ok {
+        return Some(refused(
+            "INVALID_AGREEMENT_ID",
+            format!(
+                "agreementId {:?} must be 1 to 64 characters of [A-Za-z0-9_/-]",
+                e.agreement_id
+            ),
+        ));
+    }
+    if e.original_invoice_id.is_empty() || e.original_invoice_id.len() > 255 {
+        return Some(refused(
+            "MISSING_INVOICE_ID",
+            "originalInvoiceId is required, at most 255 characters".into(),
+        ));
+    }
+    // The wire's `[0-9]*(\.[0-9]{0,8})?`: positive, unsigned, at most 8 decimals.
+    if e.amount <= Decimal::ZERO || e.amount.normalize().scale() > 8 {
+        return Some(refused(
+            "INVALID_ADJUSTMENT_AMOUNT",
+            format!(
+                "adjustmentAmount {} must be a positive decimal of at most 8 decimals, without sign",
+                e.amount
+            ),
+        ));
+    }
+    if e.currency.is_empty() {
+        return Some(refused(
+            "MISSING_CURRENCY_CODE",
+            "currencyCode is required".into(),
+        ));
+    }
+    if e.reason_code.is_empty() {
+        return Some(refused(
+            "MISSING_REASON_CODE",
+            "adjustmentReasonCode is required".into(),
+        ));
+    }
+    if !REASON_CODES.contains(&e.reason_code.as_str()) {
+        return Some(refused(
+            "INVALID_REASON_CODE",
+            format!("{:?} is not an adjustment reason code", e.reason_code),
+        ));
+    }
+    if e.description
+        .as_ref()
+        .is_some_and(|d| d.chars().count() > 500)
+    {
+        return Some(refused(
+            "INVALID_DESCRIPTION",
+            "description is longer than 500 characters".into(),
+        ));
+    }
+    let token_ok = (1..=64).contains(&e.client_token.len())
+        && e.client_token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !token_ok {
+        return Some(refused(
+            "INVALID_CLIENT_TOKEN",
+            format!(
+                "clientToken {:?} must be 1 to 64 characters of [a-zA-Z0-9-]",
+                e.client_token
+            ),
+        ));
+    }
+    None
+}
+
 /// `BatchCreateBillingAdjustmentRequest` on the state, as the simulator applies it:
-/// a broken call creates nothing; entries are then created, repeated or refused one
-/// by one.
+/// a broken call (a broken entry, two entries with one token, two agreements, an
+/// agreement without a priced term, another currency, more than an invoice has left)
+/// creates nothing; an unknown agreement refuses every entry; entries are then
+/// created, repeated (same token, same request) or refused one by one (the token used
+/// for another request, an unknown invoice).
 fn request_adjustments(
     state: &mut State,
     entries: &[AdjustmentRequest],
 ) -> Result<AdjustmentBatch, AgreementError> {
-    if entries.is_empty() || entries.len() > MAX_ADJUSTMENTS_PER_BATCH {
+    if entries.is_empty() {
+        return Err(refused(
+            "MISSING_BILLING_ADJUSTMENTS",
+            "at least one entry is required".into(),
+        ));
+    }
+    if entries.len() > MAX_ADJUSTMENTS_PER_BATCH {
         return Err(refused(
             "BILLING_ADJUSTMENTS_LIMIT_EXCEEDED",
             format!(
-                "1 to {MAX_ADJUSTMENTS_PER_BATCH} entries per request (got {})",
+                "at most {MAX_ADJUSTMENTS_PER_BATCH} entries per request (got {})",
                 entries.len()
             ),
+        ));
+    }
+    if let Some(err) = entries.iter().find_map(broken_entry) {
+        return Err(err);
+    }
+    let tokens: BTreeSet<&str> = entries.iter().map(|e| e.client_token.as_str()).collect();
+    if tokens.len() != entries.len() {
+        return Err(refused(
+            "INVALID_CLIENT_TOKEN",
+            "each entry needs its own clientToken".into(),
         ));
     }
     if entries
@@ -266,26 +404,28 @@ fn request_adjustments(
             "every entry of one request must name the same agreement".into(),
         ));
     }
+    let Some(agreement) = state.agreements.get(&entries[0].agreement_id) else {
+        return Ok(AdjustmentBatch {
+            filed: Vec::new(),
+            refused: entries
+                .iter()
+                .map(|e| AdjustmentRefused {
+                    client_token: e.client_token.clone(),
+                    code: "RESOURCE_NOT_FOUND_EXCEPTION".into(),
+                    message: format!("agreement {} was not found", e.agreement_id),
+                })
+                .collect(),
+        });
+    };
+    if agreement.terms.rate_card.is_empty() && !agreement.terms.has_upfront {
+        return Err(refused(
+            "MISSING_USAGE_AGREEMENT",
+            "the agreement has no priced term to adjust".into(),
+        ));
+    }
     let mut left: BTreeMap<String, (Decimal, String)> = BTreeMap::new();
     let mut plans = Vec::new();
     for e in entries {
-        let token_ok = (1..=64).contains(&e.client_token.len())
-            && e.client_token
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !token_ok || e.amount <= Decimal::ZERO {
-            return Err(refused(
-                if token_ok {
-                    "INVALID_ADJUSTMENT_AMOUNT"
-                } else {
-                    "INVALID_CLIENT_TOKEN"
-                },
-                format!(
-                    "entry {}: a positive amount and a token of [a-zA-Z0-9-]{{1,64}}",
-                    e.client_token
-                ),
-            ));
-        }
         if let Some((earlier, made)) = state
             .adjustments
             .iter()
@@ -297,8 +437,8 @@ fn request_adjustments(
                 Plan::Refuse(
                     "CONFLICT_EXCEPTION",
                     format!(
-                        "clientToken {} was already used for another request",
-                        e.client_token
+                        "clientToken {} was already used for another billing adjustment request ({})",
+                        e.client_token, made.adjustment_id
                     ),
                 )
             });
@@ -465,13 +605,20 @@ impl AgreementApi for MemoryAgreementApi {
     ) -> Result<Vec<InvoiceSummary>, AgreementError> {
         self.enter(AgreementOp::Invoices)?;
         self.held(AgreementOp::Invoices, agreement_id)?;
-        Ok(lock(&self.state)
+        let mut found: Vec<InvoiceSummary> = lock(&self.state)
             .invoices
             .iter()
             .filter(|i| i.agreement_id == agreement_id)
             .filter(|i| period.is_none_or(|p| i.period == Some(p)))
             .cloned()
-            .collect())
+            .collect();
+        // As the API lists them: by issue time, then id.
+        found.sort_by(|a, b| {
+            a.issued
+                .cmp(&b.issued)
+                .then_with(|| a.invoice_id.cmp(&b.invoice_id))
+        });
+        Ok(found)
     }
 
     async fn request_adjustments(
@@ -498,6 +645,10 @@ impl AgreementApi for MemoryAgreementApi {
             .iter()
             .map(|(_, a)| a)
             .find(|a| a.agreement_id == agreement_id && a.adjustment_id == adjustment_id)
-            .cloned())
+            .map(|a| AdjustmentState {
+                // GetBillingAdjustmentRequest does not answer it.
+                client_token: None,
+                ..a.clone()
+            }))
     }
 }

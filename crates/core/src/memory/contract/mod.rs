@@ -14,7 +14,8 @@
 //! The cases, by concern: raw rows and the pending pages (`rows.rs`), the aggregation
 //! commit (`commit.rs`), the submitter's claims (`claims.rs`), final writes of raw
 //! rows (`finals.rs`), DynamoDB's size and count limits (`limits.rs`), and what an
-//! aggregated record keeps (`records.rs`); the shared fixtures are here.
+//! aggregated record keeps, its correction included (`records.rs`); the shared
+//! fixtures are here.
 
 // A test suite: a failed expectation is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -146,6 +147,9 @@ macro_rules! store_contract_tests {
             expires_at_only_on_final_writes_and_removed_by_pending_ones,
             a_final_write_retried_after_it_applied_answers_true_and_only_to_itself,
             possibly_billed_is_written_by_outcomes_and_never_cleared,
+            a_correction_is_written_on_a_billed_record_only_over_the_one_it_holds,
+            a_correction_needs_a_billed_record,
+            corrections_page_lists_exactly_the_corrected_records,
         );
     };
     (@cases $backend:expr; $($case:ident),* $(,)?) => {

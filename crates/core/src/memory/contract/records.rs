@@ -1,6 +1,11 @@
-//! What an aggregated record keeps: the operator's reads and replays, `possiblyBilled` never cleared, `expiresAt` only on final writes.
+//! What an aggregated record keeps: the operator's reads and replays, `possiblyBilled`
+//! never cleared, `expiresAt` only on final writes, and a billed record's correction
+//! (written only over the one it holds, read back whole).
+
+use rust_decimal::Decimal;
 
 use super::*;
+use crate::corrections::{Correction, CorrectionStatus};
 
 /// The operator's pages cover each table once (by license: only that license's items),
 /// and a replay puts an `Error` record back in the pending index with its quantity
@@ -373,4 +378,225 @@ pub async fn expires_at_only_on_final_writes_and_removed_by_pending_ones(b: &dyn
             .unwrap()
     );
     assert_eq!(b.record_expiry(&key).await, Some(at));
+}
+
+/// A record of `h` (`requests`, quantity 1) left `status` by the submitter: committed,
+/// then (for anything but `Pending`) claimed and recorded with that outcome.
+async fn record_left(b: &dyn Backend, h: &str, status: AggregatedStatus) -> GroupKey {
+    let agg = b.aggregated();
+    let key = group(h);
+    let row = seed(b, &format!("{h}:00:00Z"), 1).await;
+    let create = commit(
+        record(key.clone(), 1, 1),
+        None,
+        &[&row],
+        "2026-11-30T23:00:00Z",
+    );
+    assert_eq!(agg.commit(&create).await.unwrap(), CommitOutcome::Committed);
+    if status == AggregatedStatus::Pending {
+        return key;
+    }
+    let held = claim("c1", "2026-11-30T23:05:00Z", "2026-11-30T23:10:00Z");
+    claim_read(agg, &key, 1, &held)
+        .await
+        .unwrap()
+        .expect("claimed");
+    let (reason, id) = match status {
+        AggregatedStatus::Success => (None, Some("mr-1".to_string())),
+        _ => (Some("InvalidUsageDimensionException".to_string()), None),
+    };
+    let outcome = SubmissionUpdate::new(status, reason, id);
+    let at = t("2026-11-30T23:06:00Z");
+    assert!(agg.record(&key, Some("c1"), &outcome, at).await.unwrap());
+    assert_eq!(read_record(agg, &key).await.status, status);
+    key
+}
+
+/// A correction as `awsmp adjust` first writes it (`REQUESTED`, no adjustment yet),
+/// its amount with more decimals than a price.
+fn requested(token: &str) -> Correction {
+    Correction {
+        client_token: token.to_string(),
+        attempt: 1,
+        billed_quantity: 1000,
+        correct_quantity: 600,
+        agreement_id: "agmt-contract1".to_string(),
+        invoice_id: "E2E2026110112345abcde".to_string(),
+        amount: "1.0123456789".parse::<Decimal>().expect("an amount"),
+        currency: "USD".to_string(),
+        requested_at: t("2026-12-02T10:15:42Z"),
+        adjustment_id: None,
+        status: CorrectionStatus::Requested,
+        message: None,
+    }
+}
+
+/// What AWS's answer makes of it: failed, with the adjustment's id and AWS's words.
+fn failed(token: &str) -> Correction {
+    Correction {
+        attempt: 2,
+        adjustment_id: Some("ba-0123456789abcdef0123".to_string()),
+        status: CorrectionStatus::Failed,
+        message: Some(
+            "ValidationException (EXCEEDED_MAXIMUM_ADJUSTMENT_AMOUNT): 1.01 > 0.50 \u{2014} «left»"
+                .to_string(),
+        ),
+        ..requested(token)
+    }
+}
+
+/// A billed record's correction: none at first; written over none only when it has
+/// none, then only over the one with the token given; read back whole (every field,
+/// the optional ones both absent and present, the amount exact through the map);
+/// the record itself untouched by it.
+pub async fn a_correction_is_written_on_a_billed_record_only_over_the_one_it_holds(
+    b: &dyn Backend,
+) {
+    let (agg, op) = (b.aggregated(), b.operator());
+    let key = record_left(b, "2026-11-30T10", AggregatedStatus::Success).await;
+    let before = read_record(agg, &key).await;
+    let (read, none) = op.correction(&key).await.unwrap().expect("the record");
+    assert_eq!((read, none), (before.clone(), None));
+
+    let first = requested("awsmp-token-1");
+    assert!(op.record_correction(&key, None, &first).await.unwrap());
+    let (read, held) = op.correction(&key).await.unwrap().expect("the record");
+    assert_eq!(held.as_ref(), Some(&first));
+    assert_eq!(
+        held.map(|c| c.amount.to_string()),
+        Some("1.0123456789".to_string()),
+        "exact, not a float"
+    );
+    assert_eq!(read, before, "the record itself is untouched");
+    assert_eq!(read_record(agg, &key).await, before);
+
+    let other = requested("awsmp-token-2");
+    assert!(
+        !op.record_correction(&key, None, &other).await.unwrap(),
+        "it holds one: a write expecting none is refused"
+    );
+    assert!(
+        !op.record_correction(&key, Some("awsmp-token-9"), &other)
+            .await
+            .unwrap(),
+        "another token"
+    );
+    assert_eq!(op.correction(&key).await.unwrap().unwrap().1, Some(first));
+
+    let next = failed("awsmp-token-1");
+    assert!(
+        op.record_correction(&key, Some("awsmp-token-1"), &next)
+            .await
+            .unwrap()
+    );
+    assert_eq!(op.correction(&key).await.unwrap().unwrap().1, Some(next));
+    let retry = requested("awsmp-token-2");
+    assert!(
+        op.record_correction(&key, Some("awsmp-token-1"), &retry)
+            .await
+            .unwrap(),
+        "the token is the same: written again"
+    );
+    // Back to no message and no adjustment id: the whole map replaced, nothing kept.
+    assert_eq!(op.correction(&key).await.unwrap().unwrap().1, Some(retry));
+    assert!(
+        !op.record_correction(&key, Some("awsmp-token-1"), &requested("awsmp-token-3"))
+            .await
+            .unwrap(),
+        "the record now holds token 2"
+    );
+    assert_eq!(read_record(agg, &key).await, before);
+}
+
+/// Only a billed (`Success`) record takes a correction; a record the table does not
+/// hold has none, and a write to it creates nothing.
+pub async fn a_correction_needs_a_billed_record(b: &dyn Backend) {
+    let (agg, op) = (b.aggregated(), b.operator());
+    for (h, status) in [
+        ("2026-11-30T10", AggregatedStatus::Pending),
+        ("2026-11-30T11", AggregatedStatus::Error),
+    ] {
+        let key = record_left(b, h, status).await;
+        assert!(
+            !op.record_correction(&key, None, &requested("awsmp-token-1"))
+                .await
+                .unwrap(),
+            "{status:?}"
+        );
+        let (read, none) = op.correction(&key).await.unwrap().expect("the record");
+        assert_eq!((read.status, none), (status, None));
+    }
+
+    let absent = group("2026-11-30T12");
+    assert_eq!(op.correction(&absent).await.unwrap(), None);
+    assert!(
+        !op.record_correction(&absent, None, &requested("awsmp-token-1"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !op.record_correction(&absent, Some("awsmp-token-1"), &requested("awsmp-token-1"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        op.correction(&absent).await.unwrap(),
+        None,
+        "nothing created"
+    );
+    assert_eq!(agg.get(&absent).await.unwrap(), None);
+    let records = all_pages(|c| op.records_page(None, c)).await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(all_pages(|c| op.corrections_page(c)).await.is_empty());
+}
+
+/// `corrections_page` lists the records that carry a correction, each once with it,
+/// over as many pages as the scan takes, and none of the others.
+pub async fn corrections_page_lists_exactly_the_corrected_records(b: &dyn Backend) {
+    let op = b.operator();
+    assert!(all_pages(|c| op.corrections_page(c)).await.is_empty());
+    let mut keys = Vec::new();
+    for h in [
+        "2026-11-30T10",
+        "2026-11-30T11",
+        "2026-11-30T12",
+        "2026-11-30T13",
+        "2026-11-30T14",
+    ] {
+        keys.push(record_left(b, h, AggregatedStatus::Success).await);
+    }
+    let pending = record_left(b, "2026-11-30T15", AggregatedStatus::Pending).await;
+    let mut other_license = group("2026-11-30T10");
+    other_license.license_arn = format!("{LICENSE}0");
+    let mut wanted = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
+        let correction = failed(&format!("awsmp-token-{i}"));
+        assert!(op.record_correction(key, None, &correction).await.unwrap());
+        wanted.insert(key.to_string(), correction);
+    }
+    assert!(
+        !op.record_correction(&pending, None, &requested("awsmp-token-x"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !op.record_correction(&other_license, None, &requested("awsmp-token-y"))
+            .await
+            .unwrap()
+    );
+
+    let listed = all_pages(|c| op.corrections_page(c)).await;
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let found: BTreeMap<String, Correction> = listed
+        .iter()
+        .map(|(record, correction)| (record.key.to_string(), correction.clone()))
+        .collect();
+    assert_eq!(
+        found, wanted,
+        "each corrected record once, with its correction"
+    );
+    for (record, _) in &listed {
+        assert_eq!(record.status, AggregatedStatus::Success);
+        assert_eq!(read_record(b.aggregated(), &record.key).await, *record);
+    }
 }
