@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{
-    Ctx, dlq, failures, inspect, local, profile, reconcile, replay, report, status, subscribers,
+    Ctx, adjust, dlq, failures, inspect, local, profile, reconcile, replay, report, status, subscribers,
     trail, usage,
 };
 use crate::deployment::DeploymentArgs;
@@ -47,6 +47,8 @@ enum Command {
     Replay(replay::Command),
     Trail(trail::Command),
     Reconcile(reconcile::Command),
+    Adjust(adjust::Adjust),
+    Adjustments(adjust::Adjustments),
     #[command(subcommand)]
     Dlq(dlq::Command),
     #[command(subcommand)]
@@ -118,6 +120,8 @@ async fn dispatch(args: Args, format: Format) -> Result<Vec<Outcome>, CommandErr
         Command::Replay(command) => command.run(&ctx).await,
         Command::Trail(command) => command.run(&ctx).await,
         Command::Reconcile(command) => command.run(&ctx).await,
+        Command::Adjust(command) => command.run(&ctx).await,
+        Command::Adjustments(command) => command.run(&ctx).await,
         Command::Dlq(command) => command.run(&ctx).await,
         Command::Profile(command) => command.run(&ctx).await,
         Command::Subscribers(command) => command.run(&ctx).await,

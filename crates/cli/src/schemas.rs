@@ -5,7 +5,7 @@
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
-use crate::commands::{dlq, inspect, profile, reconcile, report, status, trail, usage};
+use crate::commands::{adjust, dlq, inspect, profile, reconcile, report, status, trail, usage};
 use awsmp_core::lifecycle::reconcile::ReconcileReport;
 
 /// Where the schemas are published.
@@ -35,6 +35,10 @@ fn schema<T: JsonSchema>(name: &'static str, title: &'static str) -> CommandSche
 /// Every command's `--json` schema.
 pub fn all() -> Vec<CommandSchema> {
     vec![
+        schema::<adjust::CorrectionsJson>(
+            "adjust",
+            "awsmp --json adjust and adjustments: each record's correction (a billing adjustment) and the refunds per currency",
+        ),
         schema::<ReconcileReport>(
             "subscribers-reconcile",
             "awsmp --json subscribers reconcile: the subscribers table held to the Agreement API",

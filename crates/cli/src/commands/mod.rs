@@ -3,6 +3,7 @@
 //! What several commands share is here: the context of a run, each deployment's stores,
 //! reading whole tables, and the time arguments.
 
+pub mod adjust;
 pub mod dlq;
 pub mod failures;
 pub mod inspect;

@@ -79,6 +79,7 @@ impl Operation {
     fn matches(self, target: FaultTarget) -> bool {
         match target {
             FaultTarget::Any => true,
+            FaultTarget::BillingAdjustments => false,
             FaultTarget::BatchMeterUsage => self == Self::BatchMeterUsage,
             FaultTarget::ResolveCustomer => self == Self::ResolveCustomer,
         }

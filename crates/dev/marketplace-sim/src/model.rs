@@ -297,8 +297,11 @@ pub enum FaultTarget {
     BatchMeterUsage,
     /// `ResolveCustomer` calls.
     ResolveCustomer,
-    /// Calls of either operation.
+    /// Calls of either metering operation.
     Any,
+    /// `BatchCreateBillingAdjustmentRequest` calls (Agreement API): `lose_response`
+    /// only, answered HTTP 500 after the adjustments were made.
+    BillingAdjustments,
 }
 
 fn one() -> u32 {
@@ -327,6 +330,13 @@ impl FaultSpec {
         if self.count == 0 {
             return Err(AdminError::Invalid(
                 "fault count must be at least 1".to_owned(),
+            ));
+        }
+        if self.operation == FaultTarget::BillingAdjustments
+            && !matches!(self.kind, FaultKind::LoseResponse { .. })
+        {
+            return Err(AdminError::Invalid(
+                "a billing_adjustments fault must be lose_response (the adjustments are made, the answer lost)".to_owned(),
             ));
         }
         if let Some((name, records)) = self.kind.per_record() {

@@ -311,3 +311,44 @@ async fn adjustments_are_limited_to_two_calls_a_second() {
     }
     assert_eq!(throttled, 1);
 }
+
+#[tokio::test]
+async fn a_lost_adjustment_answer_still_made_the_adjustment_once() {
+    let sim = billed_sim().await;
+    sim.handle().set_clock(ClockSetting::Fixed {
+        at: after_month_end(),
+    });
+    let invoice = invoices(&sim).await[0].invoice_id().unwrap().to_owned();
+    let client = agreement_client(&sim).await;
+    sim.handle()
+        .inject_fault(awsmp_marketplace_sim::FaultSpec {
+            kind: awsmp_marketplace_sim::FaultKind::LoseResponse {
+                mode: Default::default(),
+            },
+            count: 2,
+            operation: awsmp_marketplace_sim::FaultTarget::BillingAdjustments,
+        })
+        .unwrap();
+    // Two answers lost (HTTP 500), each after the adjustment was made or found.
+    for _ in 0..2 {
+        let err = create(&client, vec![entry(&invoice, "2.50", "lost-1")])
+            .await
+            .expect_err("the answer is lost");
+        assert_eq!(err.code(), Some("InternalServerException"), "{err:?}");
+    }
+    let third = create(&client, vec![entry(&invoice, "2.50", "lost-1")])
+        .await
+        .expect("answered");
+    assert_eq!(third.items().len(), 1);
+    assert_eq!(sim.handle().billing_adjustments().len(), 1, "made once");
+    // Only lose_response applies to billing adjustments.
+    let refused = sim
+        .handle()
+        .inject_fault(awsmp_marketplace_sim::FaultSpec {
+            kind: awsmp_marketplace_sim::FaultKind::Throttling,
+            count: 1,
+            operation: awsmp_marketplace_sim::FaultTarget::BillingAdjustments,
+        })
+        .unwrap_err();
+    assert!(refused.to_string().contains("lose_response"), "{refused}");
+}

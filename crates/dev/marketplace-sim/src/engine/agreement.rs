@@ -20,7 +20,7 @@ use crate::agreement::{
     AgreementOp, AgreementReply, Protocol, adjustments, decode, invoices, ops, reply,
 };
 use crate::error::AdminError;
-use crate::model::{EntitlementSeed, TokenSeed};
+use crate::model::{EntitlementSeed, FaultTarget, TokenSeed};
 
 impl Engine {
     /// Serves one Agreement API call of `operation` (the path's or `X-Amz-Target`'s
@@ -32,7 +32,15 @@ impl Engine {
         body: RequestBody<'_>,
         real_now: Instant,
     ) -> AgreementReply {
-        let result = self.agreement_result(protocol, operation, body, real_now);
+        let mut result = self.agreement_result(protocol, operation, body, real_now);
+        if result.is_ok()
+            && operation == AgreementOp::BatchCreateBillingAdjustmentRequest.name()
+            && self.take_adjustment_loss()
+        {
+            result = Err(AgreementError::internal(
+                "injected lose_response fault: the adjustments were made, their answer lost",
+            ));
+        }
         match &result {
             Ok(_) => info!(operation, "Agreement call served"),
             Err(err) => {
@@ -107,6 +115,24 @@ impl Engine {
                 adjustments::list_adjustments(book, &request)
             }
         }
+    }
+
+    /// Takes one use of a pending `lose_response` fault on billing adjustments.
+    fn take_adjustment_loss(&mut self) -> bool {
+        let Some(position) = self
+            .faults
+            .iter()
+            .position(|f| f.operation == FaultTarget::BillingAdjustments)
+        else {
+            return false;
+        };
+        if let Some(fault) = self.faults.get_mut(position) {
+            fault.remaining = fault.remaining.saturating_sub(1);
+            if fault.remaining == 0 {
+                self.faults.remove(position);
+            }
+        }
+        true
     }
 
     /// Completes the adjustments whose processing time has passed, emitting their
