@@ -318,6 +318,18 @@ def main() -> int:
                     f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements)",
                     f"action {action!r}",
                 )
+    # ---- no stack may refund: billing adjustments are the operator's alone (awsmp adjust)
+    refunds = [
+        f"{t.name} line {i + 1}: {line.strip()}"
+        for t in templates
+        for i, line in enumerate(t.lines)
+        if re.search(r"aws-marketplace:(\*|BatchCreateBillingAdjustmentRequest|SendAgreementCancellationRequest)", line)
+    ]
+    check(
+        not refunds,
+        "no stack role may file billing adjustments or cancel agreements (the operator's role alone, docs/operate.md)",
+        "; ".join(refunds),
+    )
     for binary, action in [("submitter", "aws-marketplace:BatchMeterUsage"), ("register", "aws-marketplace:ResolveCustomer")]:
         roles = "\n".join(main_t.resources.get(binary.capitalize() + "Role", []))
         check(f"Action: {action}" in roles, f"{binary} role allows {action}")
