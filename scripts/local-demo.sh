@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The local stack's demo as a test: runs `awsmp local up` (the same code as
 # ./deploy.sh --local, in the debug build the tests already compiled) and fails
-# unless it exits 0 after printing what was billed, and `awsmp status` found the local
-# deployment through its stack outputs.
+# unless it exits 0 after printing what was billed, `awsmp status` found the local
+# deployment through its stack outputs, and an over-bill was refunded once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="$(mktemp)"
@@ -16,7 +16,8 @@ else
 fi
 elapsed=$(( $(date +%s) - start ))
 if [ "$status" -eq 0 ] && grep -q '^billed records: [1-9]' "$log" &&
-   grep -q '^Region us-east-1 (stack awsmp-main-awsmplocaldemo-local)' "$log"; then
+   grep -q '^Region us-east-1 (stack awsmp-main-awsmplocaldemo-local)' "$log" &&
+   grep -q '^USD: refunded 0.0125, pending 0' "$log"; then
   echo "local demo: billed usage and passed its checks in ${elapsed}s"
   echo "1 passed, 0 failed"
 else

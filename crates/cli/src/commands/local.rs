@@ -69,6 +69,7 @@ pub async fn up(root: Option<&Path>, serve: bool, speed: u32) -> Result<(), Loca
     let summary = demo::run(&mut system).await?;
     println!("{summary}");
     println!("{}", operator_status(&system).await?);
+    println!("{}", operator_correction(&system, start).await?);
     if serve {
         print_commands(&system);
         system.catch_up_and_run(speed).await?;
@@ -171,6 +172,94 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
     Ok(format!(
         "awsmp {} status, as the operator sees the local stack:\n{}",
         "--stage local --product-code awsmplocaldemo", shown.text
+    ))
+}
+
+#[cfg(feature = "local")]
+/// A month later, the operator refunds an over-bill (`awsmp adjust`, the code the
+/// command runs): license B's requests of the demo's first hour billed 15, the seller
+/// says 10. The simulator's clock moves past the month's end (its invoice is issued),
+/// the adjustment's answer is lost twice on the way (the SDK retries with the same
+/// client token), and `awsmp adjustments` follows it to completed. The simulator's
+/// clock goes back to the stack's after.
+async fn operator_correction(
+    system: &system::LocalSystem,
+    start: awsmp_core::time::Instant,
+) -> Result<String, LocalError> {
+    use awsmp_core::corrections::{CorrectionPorts, CorrectionRequest};
+    use awsmp_marketplace_sim::{ClockSetting, FaultKind, FaultSpec, FaultTarget};
+    let failed = |what: &str| LocalError::Check(format!("awsmp adjust: {what}"));
+    let config = awsmp_aws::LocalEndpoints {
+        aws: system.moto.endpoint().to_string(),
+        metering: system.sim.endpoint_url(),
+    }
+    .sdk_config(resources::LOCAL_REGION);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let records = awsmp_aws::DynamoOperatorStore::new(
+        dynamodb.clone(),
+        system.table("UsageTable")?,
+        system.table("AggregatedUsageTable")?,
+    );
+    let subscribers =
+        awsmp_aws::DynamoSubscriberStore::new(dynamodb, system.table("SubscribersTable")?);
+    let agreements = awsmp_aws::SdkAgreementApi::new(awsmp_aws::agreement_client(&config));
+    let ports = CorrectionPorts {
+        records: &records,
+        subscribers: &subscribers,
+        agreements: &agreements,
+        clock: &awsmp_aws::SystemClock,
+    };
+    let hour = awsmp_core::time::HourBucket::containing(start);
+    let key = awsmp_core::model::GroupKey {
+        license_arn: demo::LICENSE_B.into(),
+        customer_aws_account_id: demo::BUYER_ACCOUNT.into(),
+        dimension: "requests".into(),
+        hour,
+    };
+    let request = CorrectionRequest {
+        key: key.clone(),
+        correct_quantity: 10,
+        agreement_id: None,
+    };
+    let sim = system.sim.handle();
+    let invoiced = awsmp_core::corrections::invoiced_from(awsmp_core::corrections::period_of(
+        hour.start(),
+    )) + chrono::Duration::hours(1);
+    sim.set_clock(ClockSetting::Fixed { at: invoiced });
+    sim.inject_fault(FaultSpec {
+        kind: FaultKind::LoseResponse {
+            mode: Default::default(),
+        },
+        count: 2,
+        operation: FaultTarget::BillingAdjustments,
+    })
+    .map_err(|e| failed(&e.to_string()))?;
+    let filed = awsmp_operate::corrections::adjust(
+        ports,
+        std::slice::from_ref(&request),
+        true,
+        crate::commands::adjust::RETRIES,
+    )
+    .await;
+    let made = sim.billing_adjustments();
+    if filed.first().map(|l| l.result.as_str()) != Some("filed") || made.len() != 1 {
+        return Err(failed(&format!(
+            "expected one adjustment filed through two lost answers, got {filed:?} and {} made",
+            made.len()
+        )));
+    }
+    sim.advance_clock(120);
+    let followed = awsmp_operate::corrections::adjustments(ports, true)
+        .await
+        .map_err(|e| failed(&e.to_string()))?;
+    sim.set_clock(ClockSetting::Fixed { at: system.now });
+    let shown =
+        crate::commands::adjust::render(&followed, crate::output::Format::Human, None).text;
+    if !shown.contains("USD: refunded 0.0125, pending 0") {
+        return Err(failed(&format!("expected 0.0125 USD refunded:\n{shown}")));
+    }
+    Ok(format!(
+        "a month later, an over-bill refunded: awsmp adjust '{key}=10' --yes (two answers lost on the way, one adjustment made), then awsmp adjustments:\n{shown}"
     ))
 }
 

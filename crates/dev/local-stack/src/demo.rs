@@ -75,7 +75,7 @@ async fn send_lifecycle_event(
 
 /// The demo buyer's agreement `agreement` on `license`: pay-as-you-go, requests at
 /// 0.0025 USD and storage_gb at 0.50 USD.
-fn demo_agreement(license: &str, agreement: &str) -> AgreementSeed {
+fn demo_agreement(license: &str, agreement: &str, start: Instant) -> AgreementSeed {
     AgreementSeed {
         agreement_id: agreement.into(),
         license_arn: license.into(),
@@ -87,7 +87,7 @@ fn demo_agreement(license: &str, agreement: &str) -> AgreementSeed {
         offer_set_id: None,
         resale_authorization_id: None,
         seller_of_record: true,
-        start_time: None,
+        start_time: Some(start),
         end_time: None,
         acceptance_time: None,
         status: SimAgreementStatus::Active,
@@ -133,7 +133,7 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         system
             .sim
             .handle()
-            .seed_agreement(demo_agreement(license, agreement))
+            .seed_agreement(demo_agreement(license, agreement, hour0.start()))
             .map_err(|e| LocalError::Setup(format!("seeding the simulator: {e}")))?;
     }
 
