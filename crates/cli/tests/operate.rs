@@ -139,12 +139,42 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
             .all(|a| a["urgency"].is_string())
     );
 
-    // failures: both codes and the remedy.
-    let found = commands::failures::read(&store, "2026-11-30T00".parse().unwrap(), now)
-        .await
+    // failures: both codes, the remedy, and what the unbilled record is worth under
+    // the buyer's agreement (Seats at 2.50 USD: 3 of them, 7.5 USD).
+    stack
+        .sim
+        .handle()
+        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
+            rate_card: vec![awsmp_marketplace_sim::RateSeed {
+                dimension_key: "Seats".into(),
+                price: "2.50".parse().unwrap(),
+            }],
+            ..awsmp_e2e::agreement_seed(
+                &format!("agmt-{ACCOUNT_A}"),
+                &l1,
+                ACCOUNT_A,
+                (&stack.options.product_code, "prod-e2eagreements"),
+                now - chrono::Duration::days(60),
+            )
+        })
         .unwrap();
+    let agreements = stack.agreement_api();
+    let (found, unpriced) = commands::failures::read(
+        &store,
+        "2026-11-30T00".parse().unwrap(),
+        now,
+        Some((stack.subscribers.as_ref(), &agreements)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(unpriced, None);
     assert_eq!(found.len(), 2, "{found:?}");
     let error = found.iter().find(|f| f.status == "Error").unwrap();
+    let worth = error.worth.clone().unwrap();
+    assert_eq!(
+        (worth.amount.as_deref(), worth.currency.as_deref(), worth.basis),
+        (Some("7.5"), Some("USD"), "priced")
+    );
     assert_eq!(
         error.reason.as_deref(),
         Some("InvalidUsageDimensionException")
@@ -159,9 +189,15 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         (rejected.reason.as_deref(), rejected.server_side.as_deref()),
         (Some("TooManyTags"), Some("InvalidTagException"))
     );
+    assert_eq!(rejected.worth, None, "a raw row is not priced");
     let listed = commands::failures::render(&found, Format::Human);
     assert!(listed.attention);
     assert!(listed.text.contains("what to do:"), "{}", listed.text);
+    assert!(
+        listed.text.contains("unbilled, estimated: 7.5 USD (estimated from"),
+        "{}",
+        listed.text
+    );
 
     // inspect license: the chain with Marketplace's record id.
     let view = commands::inspect::license(

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
-use crate::ports::AgreementTerms;
+use crate::ports::{AgreementApi, AgreementError, AgreementTerms};
 use crate::time::Instant;
 
 /// How every estimate is labelled wherever it is shown.
@@ -28,6 +28,26 @@ pub struct RateCard {
     pub start: Instant,
     /// Its terms.
     pub terms: AgreementTerms,
+}
+
+/// The rate card of `agreement_id` (`DescribeAgreement` for its start, then
+/// `GetAgreementTerms`); `None` when the API does not know the agreement.
+pub async fn rate_card(
+    agreements: &dyn AgreementApi,
+    agreement_id: &str,
+) -> Result<Option<RateCard>, AgreementError> {
+    let Some(facts) = agreements.describe(agreement_id).await? else {
+        return Ok(None);
+    };
+    match agreements.terms(agreement_id).await {
+        Ok(terms) => Ok(Some(RateCard {
+            agreement_id: agreement_id.to_string(),
+            start: facts.start,
+            terms,
+        })),
+        Err(AgreementError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// What one quantity of one dimension is worth.

@@ -20,7 +20,7 @@ use chrono::{Datelike, Duration, TimeZone, Timelike, Utc};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
-use crate::charges::{Estimate, RateCard, estimate};
+use crate::charges::{Estimate, estimate, rate_card};
 use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey};
 use crate::ports::{
     AdjustmentRequest, AdjustmentStatus, AgreementApi, AgreementError, BillingPeriod, Clock,
@@ -300,6 +300,9 @@ pub enum Refusal {
         "license {0} has no agreement id on its subscribers row: give --agreement-id (awsmp subscribers reconcile fills it)"
     )]
     NoAgreement(String),
+    /// The Agreement API does not know the agreement.
+    #[error("the Agreement API does not know agreement {0}: check the license's agreement (awsmp inspect license) or give --agreement-id")]
+    NoRateCard(String),
     /// The dimension was billed nothing under the agreement.
     #[error(
         "dimension {dimension} {why} under agreement {agreement_id}: it was billed nothing, so there is nothing to refund"
@@ -459,13 +462,9 @@ async fn plan(
             .and_then(|row| row.agreement_id)
             .ok_or_else(|| Refusal::NoAgreement(key.license_arn.clone()))?,
     };
-    let facts = ports.agreements.describe(&agreement_id).await?;
-    let terms = ports.agreements.terms(&agreement_id).await?;
-    let card = RateCard {
-        agreement_id: agreement_id.clone(),
-        start: facts.map_or(key.hour.start(), |f| f.start),
-        terms,
-    };
+    let card = rate_card(ports.agreements, &agreement_id)
+        .await?
+        .ok_or_else(|| Refusal::NoRateCard(agreement_id.clone()))?;
     let over = billed - request.correct_quantity;
     let nothing = |why| Refusal::NothingBilled {
         dimension: key.dimension.clone(),

@@ -1,6 +1,10 @@
 //! `awsmp failures`: every raw row and aggregated record that ended unbilled, with its
-//! reason, the paired server-side exception and what to do.
+//! reason, the paired server-side exception, what to do, and what an unbilled record
+//! is worth (an estimate from the buyer's agreement terms).
 
+use std::collections::BTreeMap;
+
+use awsmp_core::charges::{Amounts, Estimate, RateCard, estimate};
 use serde::Serialize;
 
 use super::replay::check_replay;
@@ -42,6 +46,69 @@ pub struct Failure {
     /// A call of ours may have billed the record before it ended so (its answer was
     /// lost or unclear): settling it outside metering could bill the buyer twice.
     pub possibly_billed: bool,
+    /// What the unbilled record would have billed, estimated from its buyer's
+    /// agreement terms (records only; `null` for a raw row, or when not priced).
+    pub worth: Option<Worth>,
+}
+
+/// What an unbilled record is worth: an estimate from the buyer's agreement terms
+/// ([`awsmp_core::charges::ESTIMATE_LABEL`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Worth {
+    /// Quantity x price, exact (a decimal string); `null` unless `basis` is `priced`.
+    pub amount: Option<String>,
+    /// Its currency.
+    pub currency: Option<String>,
+    /// `priced`, `free trial` (nothing charged), `unpriced` (the rate card has no price
+    /// for the dimension) or `no rate card` (none could be read for the license).
+    pub basis: &'static str,
+}
+
+/// Prices every record's failure with its license's rate card in `cards`.
+pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {
+    for f in found.iter_mut() {
+        let (Some(_), Some(dimension), Some(hour), Some(quantity)) =
+            (&f.group, &f.dimension, f.hour, f.quantity)
+        else {
+            continue;
+        };
+        let card = cards.get(&f.license_arn);
+        f.worth = Some(match estimate(quantity, dimension, hour.start(), card) {
+            Estimate::Priced { amount, currency } => Worth {
+                amount: Some(amount.normalize().to_string()),
+                currency: Some(currency),
+                basis: "priced",
+            },
+            Estimate::FreeTrial => Worth {
+                amount: None,
+                currency: None,
+                basis: "free trial",
+            },
+            Estimate::Unpriced => Worth {
+                amount: None,
+                currency: None,
+                basis: "unpriced",
+            },
+            Estimate::NoRateCard => Worth {
+                amount: None,
+                currency: None,
+                basis: "no rate card",
+            },
+        });
+    }
+}
+
+/// What the priced failures are worth together, per currency.
+pub fn unbilled_worth(found: &[Failure]) -> Amounts {
+    let mut total = Amounts::default();
+    for worth in found.iter().filter_map(|f| f.worth.as_ref()) {
+        if let (Some(amount), Some(currency)) = (&worth.amount, &worth.currency)
+            && let Ok(amount) = amount.parse()
+        {
+            total.add(currency, amount);
+        }
+    }
+    total
 }
 
 /// Every failure of usage hours from `since` on (unreadable items always), records
@@ -80,6 +147,7 @@ pub fn failures(
             replayable: check_replay(record, now).is_ok(),
             group: Some(record.key.to_string()),
             possibly_billed: record.may_have_been_billed(),
+            worth: None,
         });
     }
     for item in unreadable {
@@ -97,6 +165,7 @@ pub fn failures(
             replayable: false,
             group: None,
             possibly_billed: false,
+            worth: None,
         });
     }
     for row in rows {
@@ -128,6 +197,7 @@ pub fn failures(
             replayable: false,
             group: None,
             possibly_billed: false,
+            worth: None,
         });
     }
     out
@@ -220,5 +290,71 @@ mod tests {
         );
         let billed: Vec<bool> = found.iter().map(|f| f.possibly_billed).collect();
         assert_eq!(billed, [true, false]);
+    }
+
+    /// GIVEN unbilled records of a priced, an unpriced and a trial dimension, and one
+    /// of a license without a rate card WHEN priced THEN each says what it is worth,
+    /// exactly, and only the priced one counts in the total.
+    #[test]
+    fn each_unbilled_record_says_what_it_is_worth() {
+        use awsmp_core::ports::{AgreementTerms, FreeTrial};
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let record = |dimension: &str, quantity| {
+            awsmp_core::memory::fixtures::operator_record(
+                dimension,
+                "2026-11-30T11",
+                AggregatedStatus::Error,
+                quantity,
+                Some("InvalidUsageDimensionException"),
+            )
+        };
+        let mut other = record("api", 5);
+        other.key.license_arn = "arn:aws:license-manager::123456789012:license:l-2".into();
+        let mut found = failures(
+            &[],
+            &[record("api", 400), record("seats", 3), record("trial", 9), other],
+            &[],
+            "2026-11-30T00".parse().unwrap(),
+            now,
+        );
+        let card = RateCard {
+            agreement_id: "agmt-1".into(),
+            start: parse_usage_timestamp("2026-11-25T00:00:00Z").unwrap(),
+            terms: AgreementTerms {
+                currency: Some("USD".into()),
+                rate_card: [("api", "0.0025"), ("trial", "1")]
+                    .into_iter()
+                    .map(|(d, p)| (d.to_string(), p.parse().unwrap()))
+                    .collect(),
+                free_trial: Some(FreeTrial {
+                    duration_days: 14,
+                    grants: vec![awsmp_core::ports::TrialGrant {
+                        dimension: "trial".into(),
+                        max_quantity: None,
+                    }],
+                }),
+                has_upfront: false,
+            },
+        };
+        let cards = BTreeMap::from([(
+            "arn:aws:license-manager::123456789012:license:l-1".to_string(),
+            card,
+        )]);
+        price(&mut found, &cards);
+        let basis = |dimension: &str, license_end: &str| {
+            found
+                .iter()
+                .find(|f| {
+                    f.dimension.as_deref() == Some(dimension) && f.license_arn.ends_with(license_end)
+                })
+                .and_then(|f| f.worth.clone())
+                .unwrap()
+        };
+        let api = basis("api", "l-1");
+        assert_eq!((api.amount.as_deref(), api.basis), (Some("1"), "priced"));
+        assert_eq!(basis("seats", "l-1").basis, "unpriced");
+        assert_eq!(basis("trial", "l-1").basis, "free trial");
+        assert_eq!(basis("api", "l-2").basis, "no rate card");
+        assert_eq!(unbilled_worth(&found).as_text()["USD"], "1");
     }
 }

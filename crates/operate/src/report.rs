@@ -11,7 +11,7 @@ use super::failures::failures;
 use super::status::{HourCounts, StatusInputs, status};
 use awsmp_core::charges::{Amounts, ESTIMATE_LABEL, Estimate, RateCard, estimate};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, RawUsageRow};
-use awsmp_core::ports::{AgreementApi, AgreementError, MalformedItem, SubscriberStore};
+use awsmp_core::ports::{AgreementApi, MalformedItem, SubscriberStore};
 use awsmp_core::time::{HourBucket, Instant};
 
 /// The most hours one chart's axis spans; data outside it stays in the tables.
@@ -144,7 +144,7 @@ pub async fn rate_cards(
             continue;
         };
         if !by_agreement.contains_key(&agreement_id) {
-            let card = match read_card(agreements, &agreement_id).await {
+            let card = match awsmp_core::charges::rate_card(agreements, &agreement_id).await {
                 Ok(card) => card,
                 Err(e) => return (cards, Some(e.to_string())),
             };
@@ -155,24 +155,6 @@ pub async fn rate_cards(
         }
     }
     (cards, None)
-}
-
-async fn read_card(
-    agreements: &dyn AgreementApi,
-    agreement_id: &str,
-) -> Result<Option<RateCard>, AgreementError> {
-    let Some(facts) = agreements.describe(agreement_id).await? else {
-        return Ok(None);
-    };
-    match agreements.terms(agreement_id).await {
-        Ok(terms) => Ok(Some(RateCard {
-            agreement_id: agreement_id.to_string(),
-            start: facts.start,
-            terms,
-        })),
-        Err(AgreementError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// The estimated charges of the records billed from `from` on, each priced with its

@@ -1,27 +1,51 @@
-//! `awsmp failures`: everything that ended unbilled since an hour, with both codes and
-//! the remedy.
+//! `awsmp failures`: everything that ended unbilled since an hour, with both codes, the
+//! remedy, and what each unbilled record is worth (estimated from the buyer's agreement).
 
-use awsmp_core::ports::OperatorStore;
+use awsmp_aws::{SdkAgreementApi, agreement_client};
+use awsmp_core::charges::ESTIMATE_LABEL;
+use awsmp_core::ports::{AgreementApi, OperatorStore, SubscriberStore};
 use awsmp_core::time::{HourBucket, Instant};
-use awsmp_operate::failures::{Failure, failures};
+use awsmp_operate::failures::{Failure, failures, price, unbilled_worth};
+use awsmp_operate::report::rate_cards;
 
 use super::{Ctx, all_records, all_rows, since_hour_arg, stores};
+use crate::deployment::EVENTS_REGION;
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, cell, json, table};
 
-/// Reads both tables and lists the failures of usage hours from `since`.
+/// Reads both tables and lists the failures of usage hours from `since`; with
+/// `pricing` (the subscribers table and the Agreement API), each unbilled record says
+/// what it is worth. A rate card that cannot be read leaves the failures unpriced,
+/// and the second value says why.
 pub async fn read(
     store: &dyn OperatorStore,
     since: HourBucket,
     now: Instant,
-) -> Result<Vec<Failure>, CommandError> {
+    pricing: Option<(&dyn SubscriberStore, &dyn AgreementApi)>,
+) -> Result<(Vec<Failure>, Option<String>), CommandError> {
     let rows = all_rows(store, None).await?;
     let (records, malformed) = all_records(store, None).await?;
-    Ok(failures(&rows, &records, &malformed, since, now))
+    let mut found = failures(&rows, &records, &malformed, since, now);
+    let mut unpriced = None;
+    if let Some((subscribers, agreements)) = pricing {
+        let unbilled: Vec<_> = records
+            .into_iter()
+            .filter(|r| found.iter().any(|f| f.group.as_deref() == Some(&r.key.to_string())))
+            .collect();
+        let (cards, unavailable) = rate_cards(&unbilled, since, subscribers, agreements).await;
+        price(&mut found, &cards);
+        unpriced = unavailable;
+    }
+    Ok((found, unpriced))
 }
 
 /// Renders the list; attention when it is not empty.
 pub fn render(found: &[Failure], format: Format) -> Outcome {
+    render_priced(found, None, format)
+}
+
+/// Renders the list with why it could not be priced, if so.
+pub fn render_priced(found: &[Failure], unpriced: Option<&str>, format: Format) -> Outcome {
     let text = match format {
         Format::Json => json(&found),
         Format::Human if found.is_empty() => "no failures\n".to_string(),
@@ -35,6 +59,7 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
                     "license",
                     "key",
                     "quantity",
+                    "worth (est.)",
                     "replay",
                 ],
                 found.iter().map(|f| {
@@ -46,10 +71,32 @@ pub fn render(found: &[Failure], format: Format) -> Outcome {
                         f.license_arn.clone(),
                         f.key.clone(),
                         cell(f.quantity),
+                        match &f.worth {
+                            Some(w) => match (&w.amount, &w.currency) {
+                                (Some(a), Some(c)) => format!("{a} {c}"),
+                                _ => w.basis.to_string(),
+                            },
+                            None => "-".to_string(),
+                        },
                         if f.replayable { "yes" } else { "no" }.to_string(),
                     ]
                 }),
             );
+            let worth = unbilled_worth(found);
+            if !worth.is_empty() {
+                let total: Vec<String> = worth
+                    .as_text()
+                    .into_iter()
+                    .map(|(c, a)| format!("{a} {c}"))
+                    .collect();
+                out.push_str(&format!(
+                    "\n\nunbilled, estimated: {} ({ESTIMATE_LABEL})",
+                    total.join(", ")
+                ));
+            }
+            if let Some(why) = unpriced {
+                out.push_str(&format!("\n\nnot priced: {why}"));
+            }
             out.push_str("\n\nwhat to do:\n");
             let mut seen = std::collections::BTreeSet::new();
             for f in found {
@@ -100,6 +147,10 @@ pub struct Command {
     /// hour (default: 48 hours ago).
     #[arg(long)]
     since: Option<String>,
+    /// Leave out what each unbilled record is worth (it reads each buyer's rate card
+    /// from the Agreement API: aws-marketplace:DescribeAgreement and GetAgreementTerms).
+    #[arg(long)]
+    no_charges: bool,
 }
 
 impl Command {
@@ -109,10 +160,23 @@ impl Command {
             Some(text) => since_hour_arg("--since", &text)?,
             None => HourBucket::containing(ctx.now).plus_hours(-48),
         };
+        let agreements = if self.no_charges {
+            None
+        } else {
+            let config = ctx.deployment.sdk_config(Some(EVENTS_REGION)).await;
+            Some(SdkAgreementApi::new(agreement_client(&config)))
+        };
         let mut out = Vec::new();
         for s in stores(ctx.deployment).await? {
-            let found = read(&s.operator, since, ctx.now).await?;
-            out.push(render(&found, ctx.format));
+            let pricing = match (&s.subscribers, &agreements) {
+                (Some(subscribers), Some(api)) => Some((
+                    subscribers as &dyn SubscriberStore,
+                    api as &dyn AgreementApi,
+                )),
+                _ => None,
+            };
+            let (found, unpriced) = read(&s.operator, since, ctx.now, pricing).await?;
+            out.push(render_priced(&found, unpriced.as_deref(), ctx.format));
         }
         Ok(out)
     }
