@@ -947,31 +947,17 @@ pub fn agreement_seed(
     agreement_id: &str,
     license_arn: &str,
     account: &str,
-    (product_code, product_id): (&str, &str),
+    product: (&str, &str),
     start: Instant,
 ) -> awsmp_marketplace_sim::AgreementSeed {
-    awsmp_marketplace_sim::AgreementSeed {
-        agreement_id: agreement_id.into(),
-        license_arn: license_arn.into(),
-        product_code: product_code.into(),
-        product_id: Some(product_id.into()),
-        customer_aws_account_id: account.into(),
-        proposer_account_id: "123456789012".into(),
-        offer_id: "offer-e2e".into(),
-        offer_set_id: None,
-        resale_authorization_id: None,
-        seller_of_record: true,
-        start_time: Some(start),
-        end_time: None,
-        acceptance_time: None,
-        status: awsmp_marketplace_sim::AgreementStatus::Active,
-        currency_code: "USD".into(),
-        rate_card: vec![],
-        free_trial: None,
-        fixed_upfront: None,
-        initial_agreement_id: None,
-        entitle: false,
-    }
+    awsmp_marketplace_sim::AgreementSeed::active(
+        agreement_id,
+        license_arn,
+        account,
+        product,
+        start,
+        "offer-e2e",
+    )
 }
 
 impl Stack {

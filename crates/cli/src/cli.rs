@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::commands::{
-    Ctx, adjust, dlq, failures, inspect, local, profile, reconcile, replay, report, status, subscribers,
-    trail, usage,
+    Ctx, adjust, dlq, failures, inspect, local, profile, reconcile, replay, report, status,
+    subscribers, trail, usage,
 };
 use crate::deployment::DeploymentArgs;
 use crate::error::CommandError;

@@ -11,7 +11,7 @@ mod common;
 
 use awsmp_e2e::common::*;
 use awsmp_e2e::{AGGREGATED_TABLE, SUBSCRIBERS_TABLE, USAGE_TABLE, license};
-use awsmp_marketplace_sim::{ClockSetting, FaultKind, FaultSpec, FaultTarget, RateSeed};
+use awsmp_marketplace_sim::{ClockSetting, FaultKind, FaultSpec, FaultTarget};
 use common::binary::{Ran, awsmp_env};
 
 const NOW: &str = "2026-11-30T10:30:00Z";
@@ -75,25 +75,17 @@ async fn an_over_bill_is_refunded_once_and_followed_to_completed() {
     stack
         .sim
         .handle()
-        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
-            rate_card: vec![
-                RateSeed {
-                    dimension_key: "requests".into(),
-                    price: "0.0025".parse().unwrap(),
-                },
-                RateSeed {
-                    dimension_key: "storage".into(),
-                    price: "0.5".parse().unwrap(),
-                },
-            ],
-            ..awsmp_e2e::agreement_seed(
+        .seed_agreement(
+            awsmp_e2e::agreement_seed(
                 &format!("agmt-{ACCOUNT_A}"),
                 &l1,
                 ACCOUNT_A,
                 (&stack.options.product_code, "prod-e2eagreements"),
                 now - chrono::Duration::days(60),
             )
-        })
+            .priced(&[("requests", "0.0025"), ("storage", "0.5")])
+            .unwrap(),
+        )
         .unwrap();
     stack.sim.handle().set_clock(ClockSetting::Fixed {
         at: "2026-12-01T01:00:00Z".parse().unwrap(),
@@ -153,12 +145,20 @@ async fn an_over_bill_is_refunded_once_and_followed_to_completed() {
     assert_eq!(line(&again)["result"], "already filed");
     let other = awsmp(&stack, &["adjust", &format!("{requests}=500"), "--yes"]).await;
     assert_eq!(other.code, 3, "{}", other.stdout);
-    assert!(other.stdout.contains("already has a correction"), "{}", other.stdout);
+    assert!(
+        other.stdout.contains("already has a correction"),
+        "{}",
+        other.stdout
+    );
     // An under-bill cannot be added to an hour Marketplace billed.
     let storage = format!("{l1}|{ACCOUNT_A}|storage|2026-11-30T08=12");
     let under = awsmp(&stack, &["adjust", &storage, "--yes"]).await;
     assert_eq!(under.code, 3, "{}", under.stdout);
-    assert!(under.stdout.contains("under-billed by 2"), "{}", under.stdout);
+    assert!(
+        under.stdout.contains("under-billed by 2"),
+        "{}",
+        under.stdout
+    );
     assert_eq!(stack.sim.handle().billing_adjustments().len(), 1);
 
     // `adjustments` follows it to COMPLETED once AWS processed it.
@@ -172,5 +172,9 @@ async fn an_over_bill_is_refunded_once_and_followed_to_completed() {
     assert_eq!(value["totals"]["USD"]["refunded"], "1");
     assert_eq!(value["totals"]["USD"]["pending"], "0");
     let human = awsmp(&stack, &["adjustments", "--no-refresh"]).await;
-    assert!(human.stdout.contains("USD: refunded 1, pending 0"), "{}", human.stdout);
+    assert!(
+        human.stdout.contains("USD: refunded 1, pending 0"),
+        "{}",
+        human.stdout
+    );
 }

@@ -144,19 +144,17 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     stack
         .sim
         .handle()
-        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
-            rate_card: vec![awsmp_marketplace_sim::RateSeed {
-                dimension_key: "Seats".into(),
-                price: "2.50".parse().unwrap(),
-            }],
-            ..awsmp_e2e::agreement_seed(
+        .seed_agreement(
+            awsmp_e2e::agreement_seed(
                 &format!("agmt-{ACCOUNT_A}"),
                 &l1,
                 ACCOUNT_A,
                 (&stack.options.product_code, "prod-e2eagreements"),
                 now - chrono::Duration::days(60),
             )
-        })
+            .priced(&[("Seats", "2.50")])
+            .unwrap(),
+        )
         .unwrap();
     let agreements = stack.agreement_api();
     let (found, unpriced) = commands::failures::read(
@@ -172,7 +170,11 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     let error = found.iter().find(|f| f.status == "Error").unwrap();
     let worth = error.worth.clone().unwrap();
     assert_eq!(
-        (worth.amount.as_deref(), worth.currency.as_deref(), worth.basis),
+        (
+            worth.amount.as_deref(),
+            worth.currency.as_deref(),
+            worth.basis
+        ),
         (Some("7.5"), Some("USD"), "priced")
     );
     assert_eq!(
@@ -194,7 +196,9 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     assert!(listed.attention);
     assert!(listed.text.contains("what to do:"), "{}", listed.text);
     assert!(
-        listed.text.contains("unbilled, estimated: 7.5 USD (estimated from"),
+        listed
+            .text
+            .contains("unbilled, estimated: 7.5 USD (estimated from"),
         "{}",
         listed.text
     );

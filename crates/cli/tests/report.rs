@@ -188,19 +188,17 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     stack
         .sim
         .handle()
-        .seed_agreement(awsmp_marketplace_sim::AgreementSeed {
-            rate_card: vec![awsmp_marketplace_sim::RateSeed {
-                dimension_key: "requests".into(),
-                price: "0.0025".parse().unwrap(),
-            }],
-            ..awsmp_e2e::agreement_seed(
+        .seed_agreement(
+            awsmp_e2e::agreement_seed(
                 &format!("agmt-{ACCOUNT_A}"),
                 &l1,
                 ACCOUNT_A,
                 (&stack.options.product_code, "prod-e2eagreements"),
                 now - chrono::Duration::days(60),
             )
-        })
+            .priced(&[("requests", "0.0025")])
+            .unwrap(),
+        )
         .unwrap();
     let agreements = stack.agreement_api();
 

@@ -301,7 +301,9 @@ pub enum Refusal {
     )]
     NoAgreement(String),
     /// The Agreement API does not know the agreement.
-    #[error("the Agreement API does not know agreement {0}: check the license's agreement (awsmp inspect license) or give --agreement-id")]
+    #[error(
+        "the Agreement API does not know agreement {0}: check the license's agreement (awsmp inspect license) or give --agreement-id"
+    )]
     NoRateCard(String),
     /// The dimension was billed nothing under the agreement.
     #[error(

@@ -312,7 +312,12 @@ mod tests {
         other.key.license_arn = "arn:aws:license-manager::123456789012:license:l-2".into();
         let mut found = failures(
             &[],
-            &[record("api", 400), record("seats", 3), record("trial", 9), other],
+            &[
+                record("api", 400),
+                record("seats", 3),
+                record("trial", 9),
+                other,
+            ],
             &[],
             "2026-11-30T00".parse().unwrap(),
             now,
@@ -345,7 +350,8 @@ mod tests {
             found
                 .iter()
                 .find(|f| {
-                    f.dimension.as_deref() == Some(dimension) && f.license_arn.ends_with(license_end)
+                    f.dimension.as_deref() == Some(dimension)
+                        && f.license_arn.ends_with(license_end)
                 })
                 .and_then(|f| f.worth.clone())
                 .unwrap()

@@ -140,12 +140,21 @@ impl Adjust {
         let plan = adjust(ports, &requests, false, 0).await;
         bar.finish_and_clear();
         if self.dry_run {
-            return Ok(vec![render(&plan, ctx.format, Some("dry run: nothing was filed"))]);
+            return Ok(vec![render(
+                &plan,
+                ctx.format,
+                Some("dry run: nothing was filed"),
+            )]);
         }
         if ask {
             eprint!("{}", human(&plan, None));
-            let question = "File these billing adjustments? AWS refunds the buyer at once and cannot undo it.";
-            if !confirm(question, &mut std::io::stdin().lock(), &mut std::io::stderr())? {
+            let question =
+                "File these billing adjustments? AWS refunds the buyer at once and cannot undo it.";
+            if !confirm(
+                question,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stderr(),
+            )? {
                 return Ok(vec![Outcome::flagged(
                     "not confirmed: nothing filed\n".into(),
                     true,
@@ -191,7 +200,14 @@ fn human(lines: &[CorrectionLine], footer: Option<&str>) -> String {
     }
     let mut out = table(
         &[
-            "group", "result", "billed", "correct", "refund", "invoice", "adjustment", "why",
+            "group",
+            "result",
+            "billed",
+            "correct",
+            "refund",
+            "invoice",
+            "adjustment",
+            "why",
         ],
         lines.iter().map(|l| {
             vec![

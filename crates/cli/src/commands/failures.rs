@@ -30,7 +30,11 @@ pub async fn read(
     if let Some((subscribers, agreements)) = pricing {
         let unbilled: Vec<_> = records
             .into_iter()
-            .filter(|r| found.iter().any(|f| f.group.as_deref() == Some(&r.key.to_string())))
+            .filter(|r| {
+                found
+                    .iter()
+                    .any(|f| f.group.as_deref() == Some(&r.key.to_string()))
+            })
             .collect();
         let (cards, unavailable) = rate_cards(&unbilled, since, subscribers, agreements).await;
         price(&mut found, &cards);

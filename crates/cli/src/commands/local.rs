@@ -222,9 +222,9 @@ async fn operator_correction(
         agreement_id: None,
     };
     let sim = system.sim.handle();
-    let invoiced = awsmp_core::corrections::invoiced_from(awsmp_core::corrections::period_of(
-        hour.start(),
-    )) + chrono::Duration::hours(1);
+    let invoiced =
+        awsmp_core::corrections::invoiced_from(awsmp_core::corrections::period_of(hour.start()))
+            + chrono::Duration::hours(1);
     sim.set_clock(ClockSetting::Fixed { at: invoiced });
     sim.inject_fault(FaultSpec {
         kind: FaultKind::LoseResponse {
@@ -253,8 +253,7 @@ async fn operator_correction(
         .await
         .map_err(|e| failed(&e.to_string()))?;
     sim.set_clock(ClockSetting::Fixed { at: system.now });
-    let shown =
-        crate::commands::adjust::render(&followed, crate::output::Format::Human, None).text;
+    let shown = crate::commands::adjust::render(&followed, crate::output::Format::Human, None).text;
     if !shown.contains("USD: refunded 0.0125, pending 0") {
         return Err(failed(&format!("expected 0.0125 USD refunded:\n{shown}")));
     }

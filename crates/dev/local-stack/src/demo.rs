@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_core::time::{HourBucket, Instant, format_instant};
+use awsmp_marketplace_sim::AgreementSeed;
 use awsmp_marketplace_sim::model::{ProductSeed, TokenSeed};
-use awsmp_marketplace_sim::{AgreementSeed, AgreementStatus as SimAgreementStatus, RateSeed};
 use chrono::Duration;
 
 use crate::LocalError;
@@ -75,38 +75,22 @@ async fn send_lifecycle_event(
 
 /// The demo buyer's agreement `agreement` on `license`: pay-as-you-go, requests at
 /// 0.0025 USD and storage_gb at 0.50 USD.
-fn demo_agreement(license: &str, agreement: &str, start: Instant) -> AgreementSeed {
-    AgreementSeed {
-        agreement_id: agreement.into(),
-        license_arn: license.into(),
-        product_code: LOCAL_PRODUCT_CODE.into(),
-        product_id: Some(LOCAL_PRODUCT_ID.into()),
-        customer_aws_account_id: BUYER_ACCOUNT.into(),
-        proposer_account_id: "123456789012".into(),
-        offer_id: "offer-localdemo".into(),
-        offer_set_id: None,
-        resale_authorization_id: None,
-        seller_of_record: true,
-        start_time: Some(start),
-        end_time: None,
-        acceptance_time: None,
-        status: SimAgreementStatus::Active,
-        currency_code: "USD".into(),
-        rate_card: [("requests", "0.0025"), ("storage_gb", "0.50")]
-            .into_iter()
-            .map(|(dimension, price)| RateSeed {
-                dimension_key: dimension.into(),
-                price: price.parse().unwrap_or_default(),
-            })
-            .collect(),
-        free_trial: None,
-        fixed_upfront: None,
-        initial_agreement_id: None,
-        entitle: false,
-    }
+fn demo_agreement(
+    license: &str,
+    agreement: &str,
+    start: Instant,
+) -> Result<AgreementSeed, awsmp_marketplace_sim::AdminError> {
+    AgreementSeed::active(
+        agreement,
+        license,
+        BUYER_ACCOUNT,
+        (LOCAL_PRODUCT_CODE, LOCAL_PRODUCT_ID),
+        start,
+        "offer-localdemo",
+    )
+    .priced(&[("requests", "0.0025"), ("storage_gb", "0.50")])
 }
 
-/// Prints a step of the story.
 fn say(system: &LocalSystem, text: &str) {
     println!("[{}] {text}", format_instant(system.now));
 }
@@ -130,10 +114,8 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         (LICENSE_A, "agmt-localdemoa"),
         (LICENSE_B, "agmt-localdemob"),
     ] {
-        system
-            .sim
-            .handle()
-            .seed_agreement(demo_agreement(license, agreement, hour0.start()))
+        demo_agreement(license, agreement, hour0.start())
+            .and_then(|seed| system.sim.handle().seed_agreement(seed))
             .map_err(|e| LocalError::Setup(format!("seeding the simulator: {e}")))?;
     }
 

@@ -21,7 +21,7 @@ use awsmp_core::memory::agreement_contract::{SeedAgreement, record};
 use awsmp_core::model::{AggregatedStatus, GroupKey};
 use awsmp_core::ports::{AgreementStatus, Clock, OperatorStore};
 use awsmp_core::time::Instant;
-use awsmp_marketplace_sim::{AgreementSeed, RateSeed};
+use awsmp_marketplace_sim::AgreementSeed;
 use rust_decimal::Decimal;
 
 use crate::actors::reconcile::{PRODUCT_ID, agreement_id};
@@ -30,9 +30,6 @@ use crate::executor::{self, Task};
 use crate::scenario::{ACCOUNT, IMPORTED, MAX_STEPS, license};
 use crate::stack::lock;
 use crate::world::World;
-
-/// The seller's account, the agreements' proposer.
-const SELLER: &str = "123456789012";
 
 /// The buyers' rate card: dimension and price (USD).
 pub const PRICES: [(&str, &str); 3] = [
@@ -96,35 +93,19 @@ fn seed_agreements(world: &World, facts: &MemoryAgreementApi, start: Instant) ->
     for n in 1..=3 {
         let license = license(n);
         let id = agreement_id(&license);
-        let engine = AgreementSeed {
-            agreement_id: id.clone(),
-            license_arn: license.clone(),
-            product_code: world.product.to_string(),
-            product_id: Some(PRODUCT_ID.to_string()),
-            customer_aws_account_id: ACCOUNT.to_string(),
-            proposer_account_id: SELLER.to_string(),
-            offer_id: "offer-sim".to_string(),
-            offer_set_id: None,
-            resale_authorization_id: None,
-            seller_of_record: true,
-            start_time: Some(start),
-            end_time: None,
-            acceptance_time: None,
-            status: Default::default(),
-            currency_code: "USD".to_string(),
-            rate_card: prices
-                .iter()
-                .map(|(d, p)| RateSeed {
-                    dimension_key: d.clone(),
-                    price: *p,
-                })
-                .collect(),
-            free_trial: None,
-            fixed_upfront: None,
-            initial_agreement_id: None,
-            entitle: false,
-        };
-        if let Err(e) = world.metering.inner.seed_agreement(engine) {
+        let engine = AgreementSeed::active(
+            &id,
+            &license,
+            ACCOUNT,
+            (world.product, PRODUCT_ID),
+            start,
+            "offer-sim",
+        )
+        .priced(&PRICES);
+        let seeded = engine
+            .map_err(crate::marketplace::MarketplaceError::from)
+            .and_then(|engine| world.metering.inner.seed_agreement(engine));
+        if let Err(e) = seeded {
             refused.push(format!("agreement {}: {e}", agreement_id(&license)));
         }
         let seed = SeedAgreement {

@@ -173,6 +173,65 @@ pub struct AgreementSeed {
     pub entitle: bool,
 }
 
+impl AgreementSeed {
+    /// An active pay-as-you-go agreement of the seller of record (`123456789012`) in
+    /// USD: `agreement_id` on `license_arn` of `account`, for `product_code` (the
+    /// Agreement API's `product_id`), from `start`, accepting offer `offer_id`; no rate
+    /// card (see [`AgreementSeed::priced`]), no trial, and it does not entitle the
+    /// license for metering (the caller entitles it).
+    pub fn active(
+        agreement_id: &str,
+        license_arn: &str,
+        account: &str,
+        (product_code, product_id): (&str, &str),
+        start: DateTime<Utc>,
+        offer_id: &str,
+    ) -> Self {
+        AgreementSeed {
+            agreement_id: agreement_id.into(),
+            license_arn: license_arn.into(),
+            product_code: product_code.into(),
+            product_id: Some(product_id.into()),
+            customer_aws_account_id: account.into(),
+            proposer_account_id: "123456789012".into(),
+            offer_id: offer_id.into(),
+            offer_set_id: None,
+            resale_authorization_id: None,
+            seller_of_record: true,
+            start_time: Some(start),
+            end_time: None,
+            acceptance_time: None,
+            status: AgreementStatus::Active,
+            currency_code: usd(),
+            rate_card: Vec::new(),
+            free_trial: None,
+            fixed_upfront: None,
+            initial_agreement_id: None,
+            entitle: false,
+        }
+    }
+
+    /// The same agreement with its usage rate card: each dimension and its price, a
+    /// decimal string (`"0.0025"`); a price that is no decimal is refused.
+    pub fn priced(self, prices: &[(&str, &str)]) -> Result<Self, crate::error::AdminError> {
+        let rate_card = prices
+            .iter()
+            .map(|(dimension, price)| {
+                let price = price.parse::<Decimal>().map_err(|e| {
+                    crate::error::AdminError::Invalid(format!(
+                        "the price {price:?} of dimension {dimension} is not a decimal: {e}"
+                    ))
+                })?;
+                Ok(RateSeed {
+                    dimension_key: (*dimension).to_string(),
+                    price,
+                })
+            })
+            .collect::<Result<_, crate::error::AdminError>>()?;
+        Ok(AgreementSeed { rate_card, ..self })
+    }
+}
+
 fn yes() -> bool {
     true
 }
