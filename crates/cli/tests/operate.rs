@@ -82,7 +82,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     let store = operator(&stack);
 
     // status: the 08 hour billed 10, one error, one rejection; 10 still open.
-    let report = commands::status::read(&store, &[], 0, None, now, 6)
+    let report = commands::status::read(&store, &[], 0, None, now, 6, None)
         .await
         .unwrap();
     let eight = &report.hours[&"2026-11-30T08".parse().unwrap()];
@@ -192,6 +192,36 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         (Some("TooManyTags"), Some("InvalidTagException"))
     );
     assert_eq!(rejected.worth, None, "a raw row is not priced");
+    // status with the rate card: the 10 billed requests are priced by no term of the
+    // agreement (it prices Seats only): given away, so it needs attention.
+    let priced = commands::status::read(
+        &store,
+        &[],
+        0,
+        None,
+        now,
+        6,
+        Some((stack.subscribers.as_ref(), &agreements)),
+    )
+    .await
+    .unwrap();
+    let charges = priced.charges.as_ref().unwrap();
+    assert_eq!(charges.unpriced.len(), 1, "{charges:?}");
+    assert_eq!(
+        (
+            charges.unpriced[0].dimension.as_str(),
+            charges.unpriced[0].quantity
+        ),
+        ("requests", 10)
+    );
+    assert!(
+        priced
+            .attention
+            .iter()
+            .any(|a| a.message.contains("given away") && a.message.contains("requests")),
+        "{:?}",
+        priced.attention
+    );
     let listed = commands::failures::render(&found, Format::Human);
     assert!(listed.attention);
     assert!(listed.text.contains("what to do:"), "{}", listed.text);

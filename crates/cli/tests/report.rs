@@ -311,7 +311,7 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     );
 
     // The status table agrees with `awsmp status`, hour by hour.
-    let status = commands::status::read(&store, &[], 0, None, now, 6)
+    let status = commands::status::read(&store, &[], 0, None, now, 6, None)
         .await
         .unwrap();
     let records = table_rows(&html, "r0-records-table");

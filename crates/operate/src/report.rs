@@ -302,6 +302,7 @@ pub fn series(
             queues: &[],
             deprovisioning: 0,
             requests_per_second: crate::status::DEFAULT_REQUESTS_PER_SECOND,
+            rate_cards: None,
         },
         now,
         hours,

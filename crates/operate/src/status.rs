@@ -1,7 +1,8 @@
 //! `awsmp status`: one Region's metering at a glance. Per hour, raw rows pending /
 //! counted / rejected / expired and records pending / billed / error / not subscribed
-//! / expired; the oldest pending usage against the 24 h window; and what needs
-//! attention first.
+//! / expired; the oldest pending usage against the 24 h window; with the buyers' rate
+//! cards, what the billed usage is worth (an estimate) and which billed dimensions no
+//! agreement prices (usage given away); and what needs attention first.
 
 use std::collections::BTreeMap;
 
@@ -133,6 +134,9 @@ pub struct StatusReport {
     pub backlog: Backlog,
     /// How close the busiest hour came to the documented limits.
     pub limits: Limits,
+    /// What the billed usage of the hours shown is worth, estimated from each buyer's
+    /// agreement terms (`null` when not asked: `--no-charges`, or no subscribers table).
+    pub charges: Option<crate::report::Charges>,
     /// What needs attention, most urgent first.
     pub attention: Vec<Attention>,
 }
@@ -152,6 +156,11 @@ pub struct StatusInputs<'a> {
     pub deprovisioning: u64,
     /// The stack's share of the quota (`MeteringRequestsPerSecond`).
     pub requests_per_second: u32,
+    /// Each billed license's rate card, and why some could not be read, when asked.
+    pub rate_cards: Option<(
+        &'a BTreeMap<String, awsmp_core::charges::RateCard>,
+        Option<&'a str>,
+    )>,
 }
 
 /// The status at `now` for hours from `hours` back (pending usage older than that is
@@ -233,6 +242,9 @@ pub fn status(inputs: StatusInputs<'_>, now: Instant, hours: u32) -> StatusRepor
             busiest_records_hour: None,
             records_per_mille: 0,
         },
+        charges: inputs.rate_cards.map(|(cards, unavailable)| {
+            crate::report::charges(inputs.records, from, cards, unavailable.map(str::to_string))
+        }),
         attention: Vec::new(),
     };
     report.backlog = backlog(&report.hours, inputs.requests_per_second);
@@ -304,6 +316,23 @@ fn attention(report: &StatusReport) -> Vec<Attention> {
                 format!(
                     "usage of {hour} is still pending and leaves the 24 h window in {left} h: check the discoverer, aggregator and submitter (alarms, logs, DLQs)"
                 ),
+            );
+        }
+    }
+    if let Some(charges) = &report.charges {
+        for u in &charges.unpriced {
+            add(
+                Urgency::Warning,
+                format!(
+                    "{} of dimension {} billed to license {} (account {}) is priced by no term of the buyer's agreement: on a private offer Marketplace bills nothing for it (usage given away); offer a replacement that prices it, or stop metering the dimension",
+                    u.quantity, u.dimension, u.license_arn, u.customer_aws_account_id
+                ),
+            );
+        }
+        if let Some(why) = &charges.unavailable {
+            add(
+                Urgency::Info,
+                format!("estimated charges incomplete: {why}"),
             );
         }
     }
@@ -445,6 +474,7 @@ mod tests {
                 queues: &queues,
                 deprovisioning: 0,
                 requests_per_second: DEFAULT_REQUESTS_PER_SECOND,
+                rate_cards: None,
             },
             now,
             6,
@@ -507,6 +537,7 @@ mod tests {
                     queues: &[],
                     deprovisioning: 0,
                     requests_per_second,
+                    rate_cards: None,
                 },
                 now,
                 24,
@@ -547,6 +578,7 @@ mod tests {
                 queues: &[],
                 deprovisioning: 0,
                 requests_per_second: 1,
+                rate_cards: None,
             },
             now,
             24,
@@ -569,5 +601,70 @@ mod tests {
         );
         assert_eq!(minutes_text(45), "45 min");
         assert_eq!(minutes_text(120), "2 h");
+    }
+
+    /// GIVEN billed records of a priced and an unpriced dimension WHEN the status is
+    /// taken with the buyer's rate card THEN it says what the billed usage is worth and
+    /// warns that the unpriced dimension was given away.
+    #[test]
+    fn billed_usage_no_agreement_prices_needs_attention() {
+        use awsmp_core::charges::RateCard;
+        use awsmp_core::ports::AgreementTerms;
+        let now = parse_usage_timestamp("2026-11-30T12:30:00Z").unwrap();
+        let records = vec![
+            awsmp_core::memory::fixtures::operator_record(
+                "api",
+                "2026-11-30T10",
+                AggregatedStatus::Success,
+                400,
+                None,
+            ),
+            awsmp_core::memory::fixtures::operator_record(
+                "seats",
+                "2026-11-30T10",
+                AggregatedStatus::Success,
+                3,
+                None,
+            ),
+        ];
+        let cards = BTreeMap::from([(
+            records[0].key.license_arn.clone(),
+            RateCard {
+                agreement_id: "agmt-1".into(),
+                start: parse_usage_timestamp("2026-11-01T00:00:00Z").unwrap(),
+                terms: AgreementTerms {
+                    currency: Some("USD".into()),
+                    rate_card: BTreeMap::from([("api".to_string(), "0.0025".parse().unwrap())]),
+                    free_trial: None,
+                    has_upfront: false,
+                },
+            },
+        )]);
+        let report = status(
+            StatusInputs {
+                rows: &[],
+                records: &records,
+                records_unreadable: 0,
+                queues: &[],
+                deprovisioning: 0,
+                requests_per_second: DEFAULT_REQUESTS_PER_SECOND,
+                rate_cards: Some((&cards, None)),
+            },
+            now,
+            6,
+        );
+        let charges = report.charges.as_ref().unwrap();
+        assert_eq!(charges.total["USD"], "1");
+        let warning = report
+            .attention
+            .iter()
+            .find(|a| a.message.contains("seats"))
+            .unwrap();
+        assert_eq!(warning.urgency, Urgency::Warning);
+        assert!(
+            warning.message.contains("given away"),
+            "{}",
+            warning.message
+        );
     }
 }

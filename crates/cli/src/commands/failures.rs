@@ -1,7 +1,6 @@
 //! `awsmp failures`: everything that ended unbilled since an hour, with both codes, the
 //! remedy, and what each unbilled record is worth (estimated from the buyer's agreement).
 
-use awsmp_aws::{SdkAgreementApi, agreement_client};
 use awsmp_core::charges::ESTIMATE_LABEL;
 use awsmp_core::ports::{AgreementApi, OperatorStore, SubscriberStore};
 use awsmp_core::time::{HourBucket, Instant};
@@ -9,7 +8,6 @@ use awsmp_operate::failures::{Failure, failures, price, unbilled_worth};
 use awsmp_operate::report::rate_cards;
 
 use super::{Ctx, all_records, all_rows, since_hour_arg, stores};
-use crate::deployment::EVENTS_REGION;
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, cell, json, table};
 
@@ -164,21 +162,10 @@ impl Command {
             Some(text) => since_hour_arg("--since", &text)?,
             None => HourBucket::containing(ctx.now).plus_hours(-48),
         };
-        let agreements = if self.no_charges {
-            None
-        } else {
-            let config = ctx.deployment.sdk_config(Some(EVENTS_REGION)).await;
-            Some(SdkAgreementApi::new(agreement_client(&config)))
-        };
+        let agreements = super::charges_api(ctx, self.no_charges).await;
         let mut out = Vec::new();
         for s in stores(ctx.deployment).await? {
-            let pricing = match (&s.subscribers, &agreements) {
-                (Some(subscribers), Some(api)) => Some((
-                    subscribers as &dyn SubscriberStore,
-                    api as &dyn AgreementApi,
-                )),
-                _ => None,
-            };
+            let pricing = super::pricing(&s, agreements.as_ref());
             let (found, unpriced) = read(&s.operator, since, ctx.now, pricing).await?;
             out.push(render_priced(&found, unpriced.as_deref(), ctx.format));
         }

@@ -161,6 +161,7 @@ async fn operator_status(system: &system::LocalSystem) -> Result<String, LocalEr
         deployment.requests_per_second,
         system.now,
         6,
+        None,
     )
     .await
     .map_err(failed)?;

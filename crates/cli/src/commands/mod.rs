@@ -62,6 +62,36 @@ pub async fn stores(args: &DeploymentArgs) -> Result<Vec<Stores>, CommandError> 
     Ok(out)
 }
 
+/// The Agreement API (us-east-1) with the deployment's credentials, unless the command
+/// was told to leave the estimated charges out (`--no-charges`).
+pub async fn charges_api(ctx: &Ctx<'_>, no_charges: bool) -> Option<awsmp_aws::SdkAgreementApi> {
+    if no_charges {
+        return None;
+    }
+    let config = ctx
+        .deployment
+        .sdk_config(Some(crate::deployment::EVENTS_REGION))
+        .await;
+    Some(awsmp_aws::SdkAgreementApi::new(
+        awsmp_aws::agreement_client(&config),
+    ))
+}
+
+/// What prices one deployment's usage: its subscribers table and the Agreement API,
+/// when both are there.
+pub fn pricing<'a>(
+    s: &'a Stores,
+    api: Option<&'a awsmp_aws::SdkAgreementApi>,
+) -> Option<(
+    &'a dyn awsmp_core::ports::SubscriberStore,
+    &'a dyn awsmp_core::ports::AgreementApi,
+)> {
+    match (&s.subscribers, api) {
+        (Some(subscribers), Some(api)) => Some((subscribers, api)),
+        _ => None,
+    }
+}
+
 /// The stores of the one deployment a write command (`command`) goes to
 /// ([`DeploymentArgs::resolve_one_for_writes`]).
 pub async fn write_target(args: &DeploymentArgs, command: &str) -> Result<Stores, CommandError> {

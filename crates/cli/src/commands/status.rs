@@ -1,7 +1,9 @@
 //! `awsmp status`: one screen per Region.
 
-use awsmp_core::ports::{OperatorStore, SubscriberStore};
-use awsmp_core::time::Instant;
+use awsmp_core::charges::ESTIMATE_LABEL;
+use awsmp_core::ports::{AgreementApi, OperatorStore, SubscriberStore};
+use awsmp_core::time::{HourBucket, Instant};
+use awsmp_operate::report::rate_cards;
 use awsmp_operate::status::{
     DEFAULT_REQUESTS_PER_SECOND, QueueDepth, StatusInputs, StatusReport, Urgency, minutes_text,
     status,
@@ -29,7 +31,9 @@ pub(crate) struct RegionStatus<'a> {
     report: &'a StatusReport,
 }
 
-/// Reads the tables and computes the status at `now` over the last `hours` hours.
+/// Reads the tables and computes the status at `now` over the last `hours` hours; with
+/// `pricing` (the subscribers table and the Agreement API), what the billed usage is
+/// worth and which billed dimensions no agreement prices.
 pub async fn read(
     store: &dyn OperatorStore,
     queues: &[QueueDepth],
@@ -37,9 +41,17 @@ pub async fn read(
     requests_per_second: Option<u32>,
     now: Instant,
     hours: u32,
+    pricing: Option<(&dyn SubscriberStore, &dyn AgreementApi)>,
 ) -> Result<StatusReport, CommandError> {
     let rows = all_rows(store, None).await?;
     let (records, malformed) = all_records(store, None).await?;
+    let from = HourBucket::containing(now).plus_hours(-i64::from(hours.saturating_sub(1)));
+    let cards = match pricing {
+        Some((subscribers, agreements)) => {
+            Some(rate_cards(&records, from, subscribers, agreements).await)
+        }
+        None => None,
+    };
     Ok(status(
         StatusInputs {
             rows: &rows,
@@ -48,6 +60,9 @@ pub async fn read(
             queues,
             deprovisioning,
             requests_per_second: requests_per_second.unwrap_or(DEFAULT_REQUESTS_PER_SECOND),
+            rate_cards: cards
+                .as_ref()
+                .map(|(cards, unavailable)| (cards, unavailable.as_deref())),
         },
         now,
         hours,
@@ -147,6 +162,19 @@ fn human(place: &Place, report: &StatusReport) -> String {
         "subscribers deprovisioning: {}\n",
         report.deprovisioning
     ));
+    if let Some(charges) = &report.charges
+        && !charges.total.is_empty()
+    {
+        let total: Vec<String> = charges
+            .total
+            .iter()
+            .map(|(currency, amount)| format!("{amount} {currency}"))
+            .collect();
+        out.push_str(&format!(
+            "estimated charges of the billed usage shown: {} ({ESTIMATE_LABEL})\n",
+            total.join(", ")
+        ));
+    }
     let limits = &report.limits;
     if let Some((hour, rows)) = limits.busiest_ingest_hour {
         out.push_str(&format!(
@@ -191,13 +219,19 @@ pub struct Command {
     /// that is shown too).
     #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=744))]
     hours: u32,
+    /// Leave out the estimated charges and the unpriced-dimension check (they read each
+    /// billed buyer's rate card: aws-marketplace:DescribeAgreement and GetAgreementTerms).
+    #[arg(long)]
+    no_charges: bool,
 }
 
 impl Command {
     /// Reads each deployment named and renders its status.
     pub async fn run(self, ctx: &Ctx<'_>) -> Result<Vec<Outcome>, CommandError> {
+        let agreements = super::charges_api(ctx, self.no_charges).await;
         let mut out = Vec::new();
         for s in stores(ctx.deployment).await? {
+            let pricing = super::pricing(&s, agreements.as_ref());
             let queues = queues::depths(&s.sqs, &s.deployment.queues).await?;
             let deprovisioning = match &s.subscribers {
                 Some(store) => store.deprovisioning().await?.len() as u64,
@@ -210,6 +244,7 @@ impl Command {
                 s.deployment.requests_per_second,
                 ctx.now,
                 self.hours,
+                pricing,
             )
             .await?;
             let place = Place {

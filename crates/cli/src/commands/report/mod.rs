@@ -11,10 +11,8 @@ use awsmp_operate::report::{RegionReport, ReportPage, Series, charges, rate_card
 use serde::Serialize;
 
 use super::{Ctx, all_records, all_rows, stores};
-use crate::deployment::EVENTS_REGION;
 use crate::error::CommandError;
 use crate::output::{Format, Outcome, json, spinner};
-use awsmp_aws::{SdkAgreementApi, agreement_client};
 
 /// Where the rate cards come from: the subscribers table (each license's agreement)
 /// and the Agreement API.
@@ -222,20 +220,9 @@ impl Command {
             ));
         }
         let mut regions = Vec::new();
-        let agreements = if self.no_charges {
-            None
-        } else {
-            let config = ctx.deployment.sdk_config(Some(EVENTS_REGION)).await;
-            Some(SdkAgreementApi::new(agreement_client(&config)))
-        };
+        let agreements = super::charges_api(ctx, self.no_charges).await;
         for s in stores(ctx.deployment).await? {
-            let pricing = match (&s.subscribers, &agreements) {
-                (Some(subscribers), Some(api)) => Some((
-                    subscribers as &dyn SubscriberStore,
-                    api as &dyn AgreementApi,
-                )),
-                _ => None,
-            };
+            let pricing = super::pricing(&s, agreements.as_ref());
             regions.push(RegionReport {
                 series: read(&s.operator, ctx.now, self.hours, pricing).await?,
                 region: s.deployment.region,
