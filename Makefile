@@ -256,6 +256,7 @@ bench: venv
 	cargo bench -p awsmp-e2e --bench pipeline_figures
 	cargo bench -p awsmp-e2e --bench usage_api_figures
 	cargo bench -p awsmp-dst --bench submitter_ceiling
+	cargo bench -p awsmp-operate --bench charges_figures
 	bash scripts/lambda-artifacts.sh
 	@bash scripts/lambda-artifacts.sh --target aarch64-unknown-linux-gnu || \
 	  echo "bench: no arm64 figures here (the line above says what is missing)"

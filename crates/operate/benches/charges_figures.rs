@@ -1,0 +1,100 @@
+//! Money's figures (docs/performance.md, "Money"): the Agreement API calls the
+//! estimates make per billed license (`rate_cards`, as `awsmp report`, `status` and
+//! `failures` read them), and how fast the estimate prices records once the rate cards
+//! are read (`charges`), over 2,000 licenses, each on its own agreement, with 24 billed
+//! hours of two dimensions each (96,000 records). The rate cards are read from the
+//! in-memory Agreement API, which counts its calls; nothing here is on the submitter's
+//! path (it prices nothing).
+//!
+//! Run: `cargo bench -p awsmp-operate --bench charges_figures`.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::time::Instant as Clock;
+
+use awsmp_core::memory::agreement_contract::{record, seed};
+use awsmp_core::memory::fixtures::operator_record;
+use awsmp_core::memory::{AgreementOp, MemoryAgreementApi, MemorySubscriberStore};
+use awsmp_core::model::{AggregatedRecord, AggregatedStatus, Subscriber};
+use awsmp_core::ports::AgreementStatus;
+use awsmp_core::time::{HourBucket, parse_usage_timestamp};
+use awsmp_operate::report::{charges, rate_cards};
+
+const LICENSES: usize = 2_000;
+const HOURS: i64 = 24;
+const RUNS: usize = 5;
+
+fn license(n: usize) -> String {
+    format!("arn:aws:license-manager::123456789012:license:l-{n:032x}")
+}
+
+fn main() {
+    let now = parse_usage_timestamp("2026-11-30T23:30:00Z").unwrap();
+    let first: HourBucket = "2026-11-30T00".parse().unwrap();
+    let subscribers = MemorySubscriberStore::new();
+    let api = MemoryAgreementApi::new();
+    let mut records: Vec<AggregatedRecord> = Vec::new();
+    for n in 0..LICENSES {
+        let lic = license(n);
+        let agreement = format!("agmt-{n:08}");
+        let mut row = Subscriber::new(&lic, "111122223333");
+        row.agreement_id = Some(agreement.clone());
+        subscribers.insert(row, now);
+        let mut agreement_seed = seed(&agreement);
+        agreement_seed.license_arn = lic.clone();
+        api.seed(record(&agreement_seed, AgreementStatus::Active, now));
+        for h in 0..HOURS {
+            for dimension in ["requests", "storage_gb"] {
+                let hour = first.plus_hours(h).to_string();
+                let mut r = operator_record(
+                    dimension,
+                    &hour,
+                    AggregatedStatus::Success,
+                    1 + (n as i64 % 97),
+                    None,
+                );
+                r.key.license_arn = lic.clone();
+                records.push(r);
+            }
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let started = Clock::now();
+    let (cards, unavailable) = runtime.block_on(rate_cards(&records, first, &subscribers, &api));
+    let read_ms = started.elapsed().as_secs_f64() * 1000.0;
+    assert!(unavailable.is_none(), "{unavailable:?}");
+    assert_eq!(cards.len(), LICENSES);
+    let describe = api.calls(AgreementOp::Describe);
+    let terms = api.calls(AgreementOp::Terms);
+    println!(
+        "rate cards: {LICENSES} billed licenses read with {describe} DescribeAgreement + {terms} GetAgreementTerms calls ({:.1} per license per report, status or failures run; {read_ms:.0} ms in memory)",
+        (describe + terms) as f64 / LICENSES as f64
+    );
+    // At the documented quotas (DescribeAgreement 5/s, GetAgreementTerms 10/s per
+    // account), the reads of one run take at least this long.
+    println!(
+        "rate cards at AWS's quotas: at least {:.0} s per run for {LICENSES} licenses (DescribeAgreement 5/s bounds it)",
+        describe as f64 / 5.0
+    );
+    let mut best = f64::MAX;
+    for _ in 0..RUNS {
+        let started = Clock::now();
+        let priced = charges(&records, first, &cards, None);
+        black_box(&priced);
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    let priced = charges(&records, first, &cards, None);
+    println!(
+        "estimate: {} records priced in {:.1} ms ({:.0} records/s, best of {RUNS}); total {} USD",
+        records.len(),
+        best * 1000.0,
+        records.len() as f64 / best,
+        priced.total["USD"]
+    );
+    println!(
+        "submitter's path: 0 Agreement API calls and 0 estimates (it prices nothing; the estimate runs in the operator tool only)"
+    );
+}
