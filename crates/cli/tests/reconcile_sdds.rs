@@ -122,6 +122,51 @@ async fn the_feeds_are_joined_resolved_and_compared_per_day() {
         "{problems:?}"
     );
 
+    // With each license's rate card, each discrepancy says what it is worth: 0.25 x
+    // 0.0025, 7 x 0.5 and 0.5 x 0.5 USD.
+    let card = |agreement: &str| awsmp_core::charges::RateCard {
+        agreement_id: agreement.into(),
+        start: "2026-01-01T00:00:00Z".parse().unwrap(),
+        terms: awsmp_core::ports::AgreementTerms {
+            currency: Some("USD".into()),
+            rate_card: [("requests", "0.0025"), ("storage_gb", "0.5")]
+                .into_iter()
+                .map(|(d, p)| (d.to_string(), p.parse().unwrap()))
+                .collect(),
+            free_trial: None,
+            has_upfront: false,
+        },
+    };
+    let priced = reconcile_report(
+        AwsRecords::Sdds(&files),
+        &ours,
+        &malformed,
+        &ReconcileArgs {
+            rate_cards: Some(
+                [(LICENSE, card("agmt-a")), (LICENSE_2, card("agmt-b"))]
+                    .into_iter()
+                    .map(|(l, c)| (l.to_string(), c))
+                    .collect(),
+            ),
+            ..args.clone()
+        },
+        now(),
+    )
+    .await
+    .unwrap();
+    let priced = json_of(&priced);
+    let values: Vec<&str> = priced["reconciliation"]["discrepancies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["value"]["amount"].as_str().unwrap())
+        .collect();
+    assert_eq!(values, ["0.000625", "3.5", "0.25"]);
+    assert_eq!(
+        priced["reconciliation"]["discrepancy_value"]["USD"],
+        "3.750625"
+    );
+
     let human = reconcile_report(
         AwsRecords::Sdds(&files),
         &ours,

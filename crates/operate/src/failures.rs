@@ -64,6 +64,17 @@ pub struct Worth {
     pub basis: &'static str,
 }
 
+impl Worth {
+    /// Not priced, and why (`free trial`, `unpriced`, `no rate card`).
+    pub fn unpriced(basis: &'static str) -> Self {
+        Worth {
+            amount: None,
+            currency: None,
+            basis,
+        }
+    }
+}
+
 /// Prices every record's failure with its license's rate card in `cards`.
 pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {
     for f in found.iter_mut() {
@@ -79,21 +90,9 @@ pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {
                 currency: Some(currency),
                 basis: "priced",
             },
-            Estimate::FreeTrial => Worth {
-                amount: None,
-                currency: None,
-                basis: "free trial",
-            },
-            Estimate::Unpriced => Worth {
-                amount: None,
-                currency: None,
-                basis: "unpriced",
-            },
-            Estimate::NoRateCard => Worth {
-                amount: None,
-                currency: None,
-                basis: "no rate card",
-            },
+            Estimate::FreeTrial => Worth::unpriced("free trial"),
+            Estimate::Unpriced => Worth::unpriced("unpriced"),
+            Estimate::NoRateCard => Worth::unpriced("no rate card"),
         });
     }
 }

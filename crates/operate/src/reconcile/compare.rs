@@ -142,6 +142,9 @@ pub struct Discrepancy {
     pub aws_ids: Vec<String>,
     /// What it probably means and what to look at.
     pub note: Option<String>,
+    /// What the difference is worth (`|ours - AWS| x` the license's price), an
+    /// estimate from the buyer's agreement terms; `null` when not priced.
+    pub value: Option<crate::failures::Worth>,
 }
 
 /// Count and quantities of one kind of discrepancy.
@@ -184,6 +187,9 @@ pub struct Reconciliation {
     pub ours_total: Quantity,
     /// AWS's total in the window.
     pub aws_total: Quantity,
+    /// What the discrepancies are worth together, per currency (exact decimal
+    /// text), an estimate; empty when not priced.
+    pub discrepancy_value: BTreeMap<String, String>,
 }
 
 impl Reconciliation {
@@ -200,6 +206,7 @@ impl Reconciliation {
                 .collect(),
             ours_total: Quantity::ZERO,
             aws_total: Quantity::ZERO,
+            discrepancy_value: BTreeMap::new(),
         }
     }
 
@@ -328,6 +335,7 @@ pub fn reconcile_with_trail(
             our_record_id: our.and_then(|o| o.record.metering_record_id.clone()),
             aws_ids,
             note: None,
+            value: None,
         };
         match (ours_quantity, aws_quantity) {
             (Some(o), Some(a)) if o == a && d.aws_ids.len() <= 1 => {
@@ -483,6 +491,7 @@ pub fn reconcile_with_sdds(
             our_record_id: None,
             aws_ids: theirs.map(|t| t.1.clone()).unwrap_or_default(),
             note: None,
+            value: None,
         };
         match (ours_quantity, aws_quantity) {
             (Some(o), Some(a)) if (o - a).abs() <= SDDS_ROUNDING => {
@@ -509,6 +518,53 @@ pub fn reconcile_with_sdds(
         result.push(d);
     }
     result
+}
+
+/// Prices every discrepancy of one license with its rate card in `cards`: the
+/// difference `|ours - AWS|` at the period's price, summed per currency into
+/// [`Reconciliation::discrepancy_value`]. A discrepancy of no single license (AWS's
+/// extra usage, keyed by account) or of a license without a rate card says so.
+pub fn price_discrepancies(
+    result: &mut Reconciliation,
+    cards: &BTreeMap<String, awsmp_core::charges::RateCard>,
+) {
+    use awsmp_core::charges::{Amounts, Estimate, estimate};
+    use rust_decimal::Decimal;
+    let mut total = Amounts::default();
+    for d in &mut result.discrepancies {
+        let difference = (d.ours.unwrap_or_default() - d.aws.unwrap_or_default()).abs();
+        let at = match d.key.period {
+            Period::Hour(h) => h.start(),
+            Period::Day(day) => day
+                .and_hms_opt(0, 0, 0)
+                .map(|t| chrono::TimeZone::from_utc_datetime(&chrono::Utc, &t))
+                .unwrap_or_default(),
+        };
+        let card = d
+            .key
+            .license
+            .as_deref()
+            .filter(|l| !l.contains(", "))
+            .and_then(|l| cards.get(l));
+        // `estimate` prices whole units; the feed's quantities have decimals, so the
+        // price is taken per unit and applied to the exact difference.
+        let worth = match estimate(1, &d.key.dimension, at, card) {
+            Estimate::Priced { amount, currency } => {
+                let value = amount * Decimal::new(difference.micros(), 6);
+                total.add(&currency, value);
+                crate::failures::Worth {
+                    amount: Some(value.normalize().to_string()),
+                    currency: Some(currency),
+                    basis: "priced",
+                }
+            }
+            Estimate::FreeTrial => crate::failures::Worth::unpriced("free trial"),
+            Estimate::Unpriced => crate::failures::Worth::unpriced("unpriced"),
+            Estimate::NoRateCard => crate::failures::Worth::unpriced("no rate card"),
+        };
+        d.value = Some(worth);
+    }
+    result.discrepancy_value = total.as_text();
 }
 
 /// One record of a CloudTrail call next to our aggregated record (`awsmp trail`).

@@ -18,8 +18,8 @@ pub use crate::ports::{
 };
 pub use compare::{
     AwsSource, DayWindow, Discrepancy, DiscrepancyKind, KindTotal, OurRecord, Period, ReconcileKey,
-    Reconciliation, TrailRow, TrailWindow, is_billed, join_trail, reconcile_with_sdds,
-    reconcile_with_trail,
+    Reconciliation, TrailRow, TrailWindow, is_billed, join_trail, price_discrepancies,
+    reconcile_with_sdds, reconcile_with_trail,
 };
 pub use quantity::Quantity;
 pub use sdds::{AwsDailyUsage, FeedFile, JoinedUsage, LineProblem, join_feeds};

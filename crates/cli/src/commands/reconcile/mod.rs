@@ -166,6 +166,9 @@ pub struct ReconcileArgs {
     pub region: String,
     /// One JSON document instead of tables.
     pub json: bool,
+    /// Each license's rate card, to say what each discrepancy is worth (an estimate);
+    /// `None`: quantities only.
+    pub rate_cards: Option<std::collections::BTreeMap<String, awsmp_core::charges::RateCard>>,
 }
 
 /// Our aggregated records, every page of the operator store (of one license when
@@ -335,6 +338,10 @@ pub async fn reconcile_report(
             )
         }
     };
+    let mut reconciliation = reconciliation;
+    if let Some(cards) = &args.rate_cards {
+        awsmp_operate::reconcile::price_discrepancies(&mut reconciliation, cards);
+    }
     let attention = !reconciliation.is_clean() || !problems.is_empty();
     if args.json {
         let doc = ReconcileJson {
@@ -371,6 +378,18 @@ pub async fn reconcile_report(
         "Billed by us: {}; recorded by AWS: {}\n",
         reconciliation.ours_total, reconciliation.aws_total
     ));
+    if !reconciliation.discrepancy_value.is_empty() {
+        let worth: Vec<String> = reconciliation
+            .discrepancy_value
+            .iter()
+            .map(|(currency, amount)| format!("{amount} {currency}"))
+            .collect();
+        out.push_str(&format!(
+            "The discrepancies are worth {} ({})\n",
+            worth.join(", "),
+            awsmp_core::charges::ESTIMATE_LABEL
+        ));
+    }
     out.push_str(&table(
         &["discrepancy", "keys", "ours", "AWS"],
         DiscrepancyKind::ALL
@@ -408,6 +427,13 @@ pub async fn reconcile_report(
                     d.ours.map_or_else(|| "-".into(), |q| q.to_string()),
                     d.aws.map_or_else(|| "-".into(), |q| q.to_string()),
                     d.our_status.map_or_else(|| "-".into(), |s| s.to_string()),
+                    match &d.value {
+                        Some(w) => match (&w.amount, &w.currency) {
+                            (Some(a), Some(c)) => format!("{a} {c}"),
+                            _ => w.basis.to_string(),
+                        },
+                        None => "-".into(),
+                    },
                     d.note.clone().unwrap_or_default(),
                 ]
             })
@@ -422,6 +448,7 @@ pub async fn reconcile_report(
         "ours",
         "AWS",
         "our status",
+        "worth (est.)",
         "note",
     ];
     if reconciliation.discrepancies.is_empty() {
@@ -470,6 +497,10 @@ pub struct Command {
     /// Only this license.
     #[arg(long)]
     license: Option<String>,
+    /// Leave out what each discrepancy is worth (it reads each billed buyer's rate
+    /// card: aws-marketplace:DescribeAgreement and GetAgreementTerms).
+    #[arg(long)]
+    no_charges: bool,
     /// The data feed bucket: the three feeds' files of the month are found in it
     /// (`<Feed>_V<n>/year=YYYY/month=MM/data.csv`). Needs s3:ListBucket and
     /// s3:GetObject (and kms:Decrypt on the bucket's key). Read only if it belongs to
@@ -528,6 +559,7 @@ impl Command {
                 ));
             }
         };
+        let agreements = super::charges_api(ctx, self.no_charges).await;
         let mut out = Vec::new();
         for s in all {
             let config = ctx.deployment.sdk_config(Some(&s.deployment.region)).await;
@@ -537,11 +569,31 @@ impl Command {
                 Some(files) => AwsRecords::Sdds(files),
                 None => AwsRecords::CloudTrail(&trail),
             };
+            let rate_cards = match super::pricing(&s, agreements.as_ref()) {
+                Some((subscribers, api)) => {
+                    let month = self
+                        .month
+                        .clone()
+                        .unwrap_or_else(|| format!("{:04}-{:02}", ctx.now.year(), ctx.now.month()));
+                    let (start, _) = month_bounds(&month)?;
+                    let records: Vec<_> = ours.iter().map(|o| o.record.clone()).collect();
+                    let (cards, _) = awsmp_operate::report::rate_cards(
+                        &records,
+                        HourBucket::containing(start),
+                        subscribers,
+                        api,
+                    )
+                    .await;
+                    Some(cards)
+                }
+                None => None,
+            };
             let args = ReconcileArgs {
                 month: self.month.clone(),
                 license: self.license.clone(),
                 region: s.deployment.region.clone(),
                 json: ctx.format == Format::Json,
+                rate_cards,
             };
             out.push(
                 reconcile_report(aws, &ours, &malformed, &args, ctx.now)
