@@ -307,7 +307,64 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
     let line = check_outcome_events(system).await?;
     say(system, &line);
 
+    // 11. The buyer's lifecycle reached the seller's rule too: what a provisioning
+    //     system would act on.
+    for line in check_buyer_events(system).await? {
+        say(system, &line);
+    }
+
     summary(system).await
+}
+
+/// The buyer lifecycle events the local rule caught, in order, one line each; checks
+/// that license A's story was told (subscribed, registered, deprovisioning until its
+/// window's end, inactive) and license B's subscription, each event once.
+async fn check_buyer_events(system: &LocalSystem) -> Result<Vec<String>, LocalError> {
+    use awsmp_core::lifecycle::buyer_events::SOURCE;
+    let events = system.take_buyer_events().await?;
+    if events.is_empty() {
+        return Ok(vec!["buyer events are disabled in this stack".into()]);
+    }
+    let mut told: Vec<(String, String)> = Vec::new();
+    let mut lines = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for event in &events {
+        let d = &event["detail"];
+        let kind = event["detail-type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let license = d["licenseArn"].as_str().unwrap_or_default().to_string();
+        if event["source"] != SOURCE || !ids.insert(d["eventId"].to_string()) {
+            return Err(LocalError::Check(format!(
+                "a buyer event from another source, or told twice: {event}"
+            )));
+        }
+        let until = d["billedUntil"]
+            .as_str()
+            .map(|u| format!(", billed until {u}"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "buyer event {kind}: license {}{until}",
+            short(&license)
+        ));
+        told.push((license, kind));
+    }
+    for (license, kind) in [
+        (LICENSE_A, "Buyer Subscribed"),
+        (LICENSE_A, "Buyer Registered"),
+        (LICENSE_A, "Buyer Deprovisioning"),
+        (LICENSE_A, "Buyer Inactive"),
+        (LICENSE_B, "Buyer Subscribed"),
+    ] {
+        if !told.iter().any(|(l, k)| l == license && k == kind) {
+            return Err(LocalError::Check(format!(
+                "no {kind} event for license {} on the default bus: {lines:?}",
+                short(license)
+            )));
+        }
+    }
+    Ok(lines)
 }
 
 /// Checks the outcome events the local rule caught against the tables: one `Usage
