@@ -359,6 +359,8 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
     };
 
     let inspect_group = [&["inspect", "group"][..], &REQUESTS, &["--hour", &h0]].concat();
+    // A correction of a record billed this month: refused, its month not invoiced yet.
+    let correction = format!("{ACTIVE_LICENSE}|{ACCOUNT}|requests|{h0}=1");
     let mut cases = vec![
         case("status", &["status"]),
         json("status-json", "status", &["status"]),
@@ -423,6 +425,18 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         case("not-found", &["--stage", "nosuchstage", "status"]),
         case("bad-arguments", &["replay"]),
         case("bad-hour", &["replay", "--failed-since", "yesterday"]),
+        case(
+            "adjust-not-invoiced",
+            &["adjust", &correction, "--dry-run"],
+        ),
+        json(
+            "adjust-not-invoiced-json",
+            "adjust",
+            &["adjust", &correction, "--dry-run"],
+        ),
+        case("adjust-unconfirmed", &["adjust", &correction]),
+        case("adjustments-none", &["adjustments"]),
+        json("adjustments-none-json", "adjust", &["adjustments"]),
     ];
     cases.push(Case {
         args: put("golden-put-1", "3"),
@@ -579,7 +593,7 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
-    assert_eq!(schema_pairs.len(), 14, "every --json case was checked");
+    assert_eq!(schema_pairs.len(), 16, "every --json case was checked");
     // The checker itself refuses a document that breaks its schema.
     let (schema, doc) = &schema_pairs[0];
     let mut broken: serde_json::Value =
