@@ -251,6 +251,11 @@ impl OperatorStore for DynamoOperatorStore {
         update.set(CORRECTION_ATTR, attr_to_dynamo(&correction.to_attr())?);
         let status = update.name(attr::METERING_STATUS);
         let success = update.value(s(AggregatedStatus::Success.as_str()));
+        let duplicate = update.value(s(AggregatedStatus::DuplicateRecord.as_str()));
+        let reason = update.name(attr::METERING_STATUS_REASON);
+        let earlier = update.value(s(
+            awsmp_core::submit::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT,
+        ));
         let holds = match expected {
             None => {
                 let c = update.name(CORRECTION_ATTR);
@@ -270,7 +275,10 @@ impl OperatorStore for DynamoOperatorStore {
             license_arn: &key.license_arn,
             sort_key: &sort_key,
         };
-        let condition = format!("{status} = {success} AND {holds}");
+        // Billed: `Success`, or a `DuplicateRecord` an earlier send of ours billed.
+        let condition = format!(
+            "({status} = {success} OR ({status} = {duplicate} AND {reason} = {earlier})) AND {holds}"
+        );
         item_key
             .update(
                 &self.client,

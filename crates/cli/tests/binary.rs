@@ -425,10 +425,7 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         case("not-found", &["--stage", "nosuchstage", "status"]),
         case("bad-arguments", &["replay"]),
         case("bad-hour", &["replay", "--failed-since", "yesterday"]),
-        case(
-            "adjust-not-invoiced",
-            &["adjust", &correction, "--dry-run"],
-        ),
+        case("adjust-not-invoiced", &["adjust", &correction, "--dry-run"]),
         json(
             "adjust-not-invoiced-json",
             "adjust",

@@ -1,4 +1,5 @@
-//! Corrections: a billed record the seller says was over-billed, refunded through AWS's
+//! Corrections: a billed record (`Success`, or `DuplicateRecord` billed by an earlier
+//! send of ours) the seller says was over-billed, refunded through AWS's
 //! billing adjustments (`BatchCreateBillingAdjustmentRequest`, reason
 //! `INCORRECT_METERING`) against the invoice that billed its month.
 //!
@@ -21,7 +22,7 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::charges::{Estimate, estimate, rate_card};
-use crate::model::{AggregatedRecord, AggregatedStatus, Attr, GroupKey};
+use crate::model::{AggregatedRecord, Attr, GroupKey};
 use crate::ports::{
     AdjustmentRequest, AdjustmentStatus, AgreementApi, AgreementError, BillingPeriod, Clock,
     INCORRECT_METERING, OperatorStore, PortError, SubscriberStore,
@@ -540,7 +541,7 @@ fn check(
     existing: Option<&Correction>,
 ) -> Result<(Option<Correction>, u32), Refusal> {
     let key = record.key.to_string();
-    if record.status != AggregatedStatus::Success {
+    if !crate::outcomes::billed(record.status, record.status_reason.as_deref()) {
         return Err(Refusal::NotBilled {
             key,
             status: record.status.as_str().to_string(),

@@ -158,7 +158,9 @@ impl OperatorStore for MemoryOperatorStore {
             return Ok(false);
         };
         let holds = stored.correction.as_ref().map(|c| c.client_token.as_str());
-        if stored.record.status != AggregatedStatus::Success || holds != expected {
+        let billed =
+            crate::outcomes::billed(stored.record.status, stored.record.status_reason.as_deref());
+        if !billed || holds != expected {
             return Ok(false);
         }
         stored.correction = Some(correction.clone());

@@ -50,7 +50,8 @@ pub trait OperatorStore: Send + Sync {
         cursor: Option<Cursor>,
     ) -> Result<Page<(AggregatedRecord, Correction)>, PortError>;
 
-    /// Writes `correction` on a billed (`Success`) record, only while the record's
+    /// Writes `correction` on a billed record (`Success`, or `DuplicateRecord` billed by
+    /// an earlier send of ours: `outcomes::billed`), only while the record's
     /// correction is the one with client token `expected` (`None`: it has none).
     /// `Ok(false)` when the record is not billed or holds another correction.
     async fn record_correction(

@@ -383,6 +383,20 @@ pub async fn expires_at_only_on_final_writes_and_removed_by_pending_ones(b: &dyn
 /// A record of `h` (`requests`, quantity 1) left `status` by the submitter: committed,
 /// then (for anything but `Pending`) claimed and recorded with that outcome.
 async fn record_left(b: &dyn Backend, h: &str, status: AggregatedStatus) -> GroupKey {
+    let reason = match status {
+        AggregatedStatus::Success | AggregatedStatus::Pending => None,
+        _ => Some("InvalidUsageDimensionException"),
+    };
+    record_left_with(b, h, status, reason).await
+}
+
+/// [`record_left`] with the status's `reason`.
+async fn record_left_with(
+    b: &dyn Backend,
+    h: &str,
+    status: AggregatedStatus,
+    reason: Option<&str>,
+) -> GroupKey {
     let agg = b.aggregated();
     let key = group(h);
     let row = seed(b, &format!("{h}:00:00Z"), 1).await;
@@ -401,11 +415,8 @@ async fn record_left(b: &dyn Backend, h: &str, status: AggregatedStatus) -> Grou
         .await
         .unwrap()
         .expect("claimed");
-    let (reason, id) = match status {
-        AggregatedStatus::Success => (None, Some("mr-1".to_string())),
-        _ => (Some("InvalidUsageDimensionException".to_string()), None),
-    };
-    let outcome = SubmissionUpdate::new(status, reason, id);
+    let id = (status == AggregatedStatus::Success).then(|| "mr-1".to_string());
+    let outcome = SubmissionUpdate::new(status, reason.map(str::to_string), id);
     let at = t("2026-11-30T23:06:00Z");
     assert!(agg.record(&key, Some("c1"), &outcome, at).await.unwrap());
     assert_eq!(read_record(agg, &key).await.status, status);
@@ -527,6 +538,34 @@ pub async fn a_correction_needs_a_billed_record(b: &dyn Backend) {
         assert_eq!((read.status, none), (status, None));
     }
 
+    // A DuplicateRecord is billed only when an earlier send of ours billed it.
+    let theirs = record_left_with(
+        b,
+        "2026-11-30T13",
+        AggregatedStatus::DuplicateRecord,
+        Some("DuplicateRecord"),
+    )
+    .await;
+    assert!(
+        !op.record_correction(&theirs, None, &requested("awsmp-token-1"))
+            .await
+            .unwrap(),
+        "another writer billed the hour: nothing of ours to refund"
+    );
+    let ours = record_left_with(
+        b,
+        "2026-11-30T14",
+        AggregatedStatus::DuplicateRecord,
+        Some(crate::submit::outcome::REASON_BILLED_BY_EARLIER_ATTEMPT),
+    )
+    .await;
+    assert!(
+        op.record_correction(&ours, None, &requested("awsmp-token-2"))
+            .await
+            .unwrap(),
+        "billed by an earlier send of ours"
+    );
+
     let absent = group("2026-11-30T12");
     assert_eq!(op.correction(&absent).await.unwrap(), None);
     assert!(
@@ -546,8 +585,8 @@ pub async fn a_correction_needs_a_billed_record(b: &dyn Backend) {
     );
     assert_eq!(agg.get(&absent).await.unwrap(), None);
     let records = all_pages(|c| op.records_page(None, c)).await;
-    assert_eq!(records.len(), 2, "{records:?}");
-    assert!(all_pages(|c| op.corrections_page(c)).await.is_empty());
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(all_pages(|c| op.corrections_page(c)).await.len(), 1);
 }
 
 /// `corrections_page` lists the records that carry a correction, each once with it,
