@@ -961,6 +961,31 @@ pub fn agreement_seed(
 }
 
 impl Stack {
+    /// Seeds the simulator with `account`'s active agreement on `license_arn`, id
+    /// `agmt-<account>` (the one `license_updated` puts on the row), started 60 days
+    /// before the stack's now, pricing each dimension at its decimal price.
+    pub fn seed_priced_agreement(
+        &self,
+        license_arn: &str,
+        account: &str,
+        prices: &[(&str, &str)],
+    ) -> Result<(), HarnessError> {
+        let seed = agreement_seed(
+            &format!("agmt-{account}"),
+            license_arn,
+            account,
+            (&self.options.product_code, "prod-e2eagreements"),
+            self.now() - chrono::Duration::days(60),
+        )
+        .priced(prices)
+        .map_err(|e| HarnessError::Sim(e.to_string()))?;
+        self.sim
+            .handle()
+            .seed_agreement(seed)
+            .map(|_| ())
+            .map_err(|e| HarnessError::Sim(e.to_string()))
+    }
+
     /// The Agreement API on the simulator (us-east-1), as the operator tool reaches it.
     pub fn agreement_api(&self) -> awsmp_aws::SdkAgreementApi {
         let sdk = local_sdk_config(&self.moto, &self.sim, &self.options.region);

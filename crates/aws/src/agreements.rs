@@ -121,6 +121,25 @@ where
     }
 }
 
+/// The answer of a read naming `agreement_id`: `Ok(None)` when the API does not know
+/// what it names (`ResourceNotFoundException`).
+fn found<T, E>(
+    operation: &'static str,
+    agreement_id: &str,
+    answer: Result<T, SdkError<E, HttpResponse>>,
+) -> Result<Option<T>, AgreementError>
+where
+    E: ProvideErrorMetadata + ProvideErrorKind + std::error::Error + 'static,
+{
+    match answer {
+        Ok(out) => Ok(Some(out)),
+        Err(err) => match agreement_error(operation, Some(agreement_id), err) {
+            AgreementError::NotFound { .. } => Ok(None),
+            other => Err(other),
+        },
+    }
+}
+
 /// A write refused as a whole: its validation reason, else the plain mapping.
 fn write_error<E>(
     operation: &'static str,
@@ -409,20 +428,14 @@ impl AgreementApi for SdkAgreementApi {
     #[instrument(skip(self), err(Debug))]
     async fn describe(&self, agreement_id: &str) -> Result<Option<AgreementFacts>, AgreementError> {
         let op = DESCRIBE_AGREEMENT;
-        let out = match self
+        let answer = self
             .client
             .describe_agreement()
             .agreement_id(agreement_id)
             .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(err) => {
-                return match agreement_error(op, Some(agreement_id), err) {
-                    AgreementError::NotFound { .. } => Ok(None),
-                    other => Err(other),
-                };
-            }
+            .await;
+        let Some(out) = found(op, agreement_id, answer)? else {
+            return Ok(None);
         };
         let id = agreement_id;
         let proposal = out.proposal_summary();
@@ -649,21 +662,15 @@ impl AgreementApi for SdkAgreementApi {
         adjustment_id: &str,
     ) -> Result<Option<AdjustmentState>, AgreementError> {
         let op = GET_BILLING_ADJUSTMENT_REQUEST;
-        let out = match self
+        let answer = self
             .client
             .get_billing_adjustment_request()
             .agreement_id(agreement_id)
             .billing_adjustment_request_id(adjustment_id)
             .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(err) => {
-                return match agreement_error(op, Some(agreement_id), err) {
-                    AgreementError::NotFound { .. } => Ok(None),
-                    other => Err(other),
-                };
-            }
+            .await;
+        let Some(out) = found(op, agreement_id, answer)? else {
+            return Ok(None);
         };
         Ok(Some(AdjustmentState {
             adjustment_id: out.billing_adjustment_request_id().to_string(),

@@ -86,6 +86,19 @@ impl DynamoOperatorStore {
     }
 }
 
+impl DynamoOperatorStore {
+    /// The aggregated item of `key`, whose sort key is `sort_key`
+    /// (`key.aggregated_sort_key()`).
+    fn record_item<'a>(&'a self, key: &'a GroupKey, sort_key: &'a str) -> ItemKey<'a> {
+        ItemKey {
+            table: &self.aggregated_table,
+            sort_attr: attr::AGGREGATED_SORT_KEY,
+            license_arn: &key.license_arn,
+            sort_key,
+        }
+    }
+}
+
 /// The correction an item carries, if any; an unreadable one is an error naming the item.
 fn correction_of(table: &str, item: &DynamoItem) -> Result<Option<Correction>, PortError> {
     item.get(CORRECTION_ATTR)
@@ -188,12 +201,7 @@ impl OperatorStore for DynamoOperatorStore {
         key: &GroupKey,
     ) -> Result<Option<(AggregatedRecord, Option<Correction>)>, PortError> {
         let sort_key = key.aggregated_sort_key();
-        let item_key = ItemKey {
-            table: &self.aggregated_table,
-            sort_attr: attr::AGGREGATED_SORT_KEY,
-            license_arn: &key.license_arn,
-            sort_key: &sort_key,
-        };
+        let item_key = self.record_item(key, &sort_key);
         let Some(item) = item_key.get(&self.client, "GetItem correction").await? else {
             return Ok(None);
         };
@@ -269,12 +277,7 @@ impl OperatorStore for DynamoOperatorStore {
             }
         };
         let sort_key = key.aggregated_sort_key();
-        let item_key = ItemKey {
-            table: &self.aggregated_table,
-            sort_attr: attr::AGGREGATED_SORT_KEY,
-            license_arn: &key.license_arn,
-            sort_key: &sort_key,
-        };
+        let item_key = self.record_item(key, &sort_key);
         // Billed: `Success`, or a `DuplicateRecord` an earlier send of ours billed.
         let condition = format!(
             "({status} = {success} OR ({status} = {duplicate} AND {reason} = {earlier})) AND {holds}"

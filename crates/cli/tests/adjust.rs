@@ -71,20 +71,11 @@ async fn an_over_bill_is_refunded_once_and_followed_to_completed() {
     stack.run_pipeline().await.unwrap();
     let billed = stack.billed();
     assert_eq!(billed.values().sum::<i64>(), 1010, "{billed:?}");
-    let now = stack.now();
     stack
-        .sim
-        .handle()
-        .seed_agreement(
-            awsmp_e2e::agreement_seed(
-                &format!("agmt-{ACCOUNT_A}"),
-                &l1,
-                ACCOUNT_A,
-                (&stack.options.product_code, "prod-e2eagreements"),
-                now - chrono::Duration::days(60),
-            )
-            .priced(&[("requests", "0.0025"), ("storage", "0.5")])
-            .unwrap(),
+        .seed_priced_agreement(
+            &l1,
+            ACCOUNT_A,
+            &[("requests", "0.0025"), ("storage", "0.5")],
         )
         .unwrap();
     stack.sim.handle().set_clock(ClockSetting::Fixed {

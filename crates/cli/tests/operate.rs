@@ -142,19 +142,7 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     // failures: both codes, the remedy, and what the unbilled record is worth under
     // the buyer's agreement (Seats at 2.50 USD: 3 of them, 7.5 USD).
     stack
-        .sim
-        .handle()
-        .seed_agreement(
-            awsmp_e2e::agreement_seed(
-                &format!("agmt-{ACCOUNT_A}"),
-                &l1,
-                ACCOUNT_A,
-                (&stack.options.product_code, "prod-e2eagreements"),
-                now - chrono::Duration::days(60),
-            )
-            .priced(&[("Seats", "2.50")])
-            .unwrap(),
-        )
+        .seed_priced_agreement(&l1, ACCOUNT_A, &[("Seats", "2.50")])
         .unwrap();
     let agreements = stack.agreement_api();
     let (found, unpriced) = commands::failures::read(

@@ -186,19 +186,7 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     // The first buyer's agreement prices requests at 0.0025 USD and not storage; the
     // second's cannot be read (Marketplace has no agreement of that id).
     stack
-        .sim
-        .handle()
-        .seed_agreement(
-            awsmp_e2e::agreement_seed(
-                &format!("agmt-{ACCOUNT_A}"),
-                &l1,
-                ACCOUNT_A,
-                (&stack.options.product_code, "prod-e2eagreements"),
-                now - chrono::Duration::days(60),
-            )
-            .priced(&[("requests", "0.0025")])
-            .unwrap(),
-        )
+        .seed_priced_agreement(&l1, ACCOUNT_A, &[("requests", "0.0025")])
         .unwrap();
     let agreements = stack.agreement_api();
 
