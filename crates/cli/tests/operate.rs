@@ -221,10 +221,12 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
         listed.text
     );
 
-    // inspect license: the chain with Marketplace's record id.
+    // inspect license: the chain with Marketplace's record id, and what each record is
+    // worth under the buyer's agreement (Seats priced, requests not).
     let view = commands::inspect::license(
         &store,
         Some(stack.subscribers.as_ref()),
+        Some(&agreements),
         &l1,
         &ChainFilter::default(),
     )
@@ -232,6 +234,11 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     .unwrap();
     assert_eq!(view.subscribers.len(), 1);
     assert_eq!(view.subscribers[0].subscription_status, "active");
+    assert_eq!(
+        view.subscribers[0].agreement_id.as_deref(),
+        Some(format!("agmt-{ACCOUNT_A}").as_str())
+    );
+    assert_eq!(view.charges_unavailable, None);
     let billed = view
         .groups
         .iter()
@@ -240,6 +247,12 @@ async fn an_operator_sees_what_happened_and_replays_the_fixed_error_once() {
     assert_eq!(billed.record_status.as_deref(), Some("Success"));
     assert!(billed.metering_record_id.is_some());
     assert_eq!(billed.quantity_counted, 10);
+    assert_eq!(billed.worth.as_ref().map(|w| w.basis), Some("unpriced"));
+    let seats = view.groups.iter().find(|g| g.dimension == "Seats").unwrap();
+    assert_eq!(
+        seats.worth.as_ref().and_then(|w| w.amount.as_deref()),
+        Some("7.5")
+    );
 
     // replay: refused while billed, done for the error once the catalog has the dimension.
     let aggregated = DynamoAggregatedStore::new(stack.dynamodb.clone(), AGGREGATED_TABLE);

@@ -65,6 +65,20 @@ pub struct Worth {
 }
 
 impl Worth {
+    /// What an estimate says, as shown.
+    pub fn of(estimate: Estimate) -> Self {
+        match estimate {
+            Estimate::Priced { amount, currency } => Worth {
+                amount: Some(amount.normalize().to_string()),
+                currency: Some(currency),
+                basis: "priced",
+            },
+            Estimate::FreeTrial => Worth::unpriced("free trial"),
+            Estimate::Unpriced => Worth::unpriced("unpriced"),
+            Estimate::NoRateCard => Worth::unpriced("no rate card"),
+        }
+    }
+
     /// Not priced, and why (`free trial`, `unpriced`, `no rate card`).
     pub fn unpriced(basis: &'static str) -> Self {
         Worth {
@@ -84,16 +98,7 @@ pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {
             continue;
         };
         let card = cards.get(&f.license_arn);
-        f.worth = Some(match estimate(quantity, dimension, hour.start(), card) {
-            Estimate::Priced { amount, currency } => Worth {
-                amount: Some(amount.normalize().to_string()),
-                currency: Some(currency),
-                basis: "priced",
-            },
-            Estimate::FreeTrial => Worth::unpriced("free trial"),
-            Estimate::Unpriced => Worth::unpriced("unpriced"),
-            Estimate::NoRateCard => Worth::unpriced("no rate card"),
-        });
+        f.worth = Some(Worth::of(estimate(quantity, dimension, hour.start(), card)));
     }
 }
 

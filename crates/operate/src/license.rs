@@ -38,6 +38,9 @@ pub struct GroupChain {
     pub metering_record_id: Option<String>,
     /// Sends so far.
     pub attempts: Option<u32>,
+    /// What the record's quantity is worth under the buyer's agreement (an estimate;
+    /// `null` when not priced).
+    pub worth: Option<crate::failures::Worth>,
 }
 
 /// Which groups to show.
@@ -120,6 +123,26 @@ pub fn chains(
         chain.attempts = Some(record.attempt_count);
     }
     groups.into_values().collect()
+}
+
+/// Prices each group's record (its quantity at its hour) with the rate card of its
+/// buyer's agreement in `cards` (by account: a license's rows each name one).
+pub fn price_chains(
+    groups: &mut [GroupChain],
+    cards: &BTreeMap<String, awsmp_core::charges::RateCard>,
+) {
+    for g in groups.iter_mut() {
+        let (Some(quantity), Some(hour)) = (g.record_quantity, g.hour) else {
+            continue;
+        };
+        let card = cards.get(&g.account);
+        g.worth = Some(crate::failures::Worth::of(awsmp_core::charges::estimate(
+            quantity,
+            &g.dimension,
+            hour.start(),
+            card,
+        )));
+    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 use awsmp_aws::{DynamoAggregatedStore, DynamoUsageStore};
 use awsmp_core::guardrails::is_license_arn;
 use awsmp_core::model::{Attr, GroupKey, Subscriber, attr};
-use awsmp_core::ports::{AggregatedStore, OperatorStore, SubscriberStore, UsageStore};
-use awsmp_operate::license::{ChainFilter, GroupChain, chains};
+use awsmp_core::ports::{
+    AggregatedStore, AgreementApi, OperatorStore, SubscriberStore, UsageStore,
+};
+use awsmp_operate::license::{ChainFilter, GroupChain, chains, price_chains};
 use awsmp_operate::rows::{row_account_dimension, row_hour};
 use serde::Serialize;
 
@@ -24,6 +26,8 @@ pub struct LicenseView {
     pub subscribers: Vec<SubscriberView>,
     /// Whether the subscribers table was read.
     pub subscribers_read: bool,
+    /// Why the groups' worth could not be estimated (a rate card not read), if so.
+    pub charges_unavailable: Option<String>,
     /// Every group's chain.
     pub groups: Vec<GroupChain>,
 }
@@ -33,6 +37,8 @@ pub struct LicenseView {
 pub struct SubscriberView {
     /// Buyer account.
     pub account: String,
+    /// `agreementId`, when set.
+    pub agreement_id: Option<String>,
     /// `agreementStatus`.
     pub agreement_status: String,
     /// `subscriptionStatus`.
@@ -47,6 +53,7 @@ impl From<&Subscriber> for SubscriberView {
     fn from(s: &Subscriber) -> Self {
         SubscriberView {
             account: s.customer_aws_account_id.clone(),
+            agreement_id: s.agreement_id.clone(),
             agreement_status: s
                 .agreement_status
                 .map_or_else(|| "-".into(), |a| a.as_str().to_string()),
@@ -61,10 +68,12 @@ impl From<&Subscriber> for SubscriberView {
     }
 }
 
-/// Reads one license's subscriber rows and both tables' items.
+/// Reads one license's subscriber rows and both tables' items; with `agreements`,
+/// each group's record says what it is worth under its buyer's agreement.
 pub async fn license(
     store: &dyn OperatorStore,
     subscribers: Option<&dyn SubscriberStore>,
+    agreements: Option<&dyn AgreementApi>,
     license_arn: &str,
     filter: &ChainFilter,
 ) -> Result<LicenseView, CommandError> {
@@ -74,15 +83,32 @@ pub async fn license(
         Some(store) => Some(store.by_license(license_arn).await?),
         None => None,
     };
+    let mut groups = chains(&rows, &records, filter);
+    let mut charges_unavailable = None;
+    if let Some(api) = agreements {
+        let mut cards = std::collections::BTreeMap::new();
+        for s in subs.iter().flatten() {
+            let Some(id) = &s.agreement_id else { continue };
+            match awsmp_core::charges::rate_card(api, id).await {
+                Ok(Some(card)) => {
+                    cards.insert(s.customer_aws_account_id.clone(), card);
+                }
+                Ok(None) => {}
+                Err(e) => charges_unavailable = Some(e.to_string()),
+            }
+        }
+        price_chains(&mut groups, &cards);
+    }
     Ok(LicenseView {
         license_arn: license_arn.to_string(),
         subscribers_read: subs.is_some(),
+        charges_unavailable,
         subscribers: subs
             .unwrap_or_default()
             .iter()
             .map(SubscriberView::from)
             .collect(),
-        groups: chains(&rows, &records, filter),
+        groups,
     })
 }
 
@@ -140,6 +166,7 @@ pub fn render_license(view: &LicenseView, format: Format) -> Outcome {
             "reason",
             "meteringRecordId",
             "attempts",
+            "worth (est.)",
         ],
         view.groups.iter().map(|g| {
             vec![
@@ -164,10 +191,20 @@ pub fn render_license(view: &LicenseView, format: Format) -> Outcome {
                 cell(g.record_reason.as_deref()),
                 cell(g.metering_record_id.as_deref()),
                 cell(g.attempts),
+                match &g.worth {
+                    Some(w) => match (&w.amount, &w.currency) {
+                        (Some(a), Some(c)) => format!("{a} {c}"),
+                        _ => w.basis.to_string(),
+                    },
+                    None => "-".to_string(),
+                },
             ]
         }),
     ));
     out.push('\n');
+    if let Some(why) = &view.charges_unavailable {
+        out.push_str(&format!("worth not estimated: {why}\n"));
+    }
     Outcome::ok(out)
 }
 fn show(attrs: &std::collections::BTreeMap<String, Attr>, name: &str) -> Option<String> {
@@ -321,6 +358,10 @@ pub enum Command {
         /// Only this dimension.
         #[arg(long)]
         dimension: Option<String>,
+        /// Leave out what each record is worth (it reads the buyer's rate card:
+        /// aws-marketplace:DescribeAgreement and GetAgreementTerms).
+        #[arg(long)]
+        no_charges: bool,
     },
     /// One group: every raw row and its aggregated record.
     ///
@@ -387,15 +428,18 @@ impl Command {
                 license: arn,
                 hour,
                 dimension,
+                no_charges,
             } => {
                 license_arg(&arn)?;
                 let filter = ChainFilter {
                     hour: hour.map(|h| hour_arg("--hour", &h)).transpose()?,
                     dimension,
                 };
+                let api = super::charges_api(ctx, no_charges).await;
                 for s in stores(ctx.deployment).await? {
                     let subscribers = s.subscribers.as_ref().map(|s| s as &dyn SubscriberStore);
-                    let view = license(&s.operator, subscribers, &arn, &filter).await?;
+                    let agreements = api.as_ref().map(|a| a as &dyn AgreementApi);
+                    let view = license(&s.operator, subscribers, agreements, &arn, &filter).await?;
                     out.push(render_license(&view, ctx.format));
                 }
             }
