@@ -314,8 +314,8 @@ def main() -> int:
                 if any(re.match(r"^\s+Principal:", l) for l in statement):
                     continue  # a key policy's statement: "*" is the key itself
                 check(
-                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer", "aws-marketplace:SearchAgreements"),
-                    f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements)",
+                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer", "aws-marketplace:SearchAgreements", "aws-marketplace:GetAgreementTerms"),
+                    f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements, GetAgreementTerms)",
                     f"action {action!r}",
                 )
     # ---- no stack may refund: billing adjustments are the operator's alone (awsmp adjust)

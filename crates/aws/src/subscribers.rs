@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use awsmp_core::charges::StoredRateCard;
 use awsmp_core::model::subscriber_attr as sa;
 use awsmp_core::model::{Subscriber, SubscriptionStatus, attr};
 use awsmp_core::ports::{PortError, SubscriberStore};
@@ -13,14 +14,17 @@ use tracing::instrument;
 
 use crate::error::failed;
 use crate::item::page::all_pages;
-use crate::item::{DynamoItem, ItemKey, Reader, Update, instant, n, s};
+use crate::item::{
+    DynamoItem, ItemKey, Reader, Update, attr_from_dynamo, attr_to_dynamo, instant, n, s,
+};
 
 /// The subscribers table (`awsmp-subscribers-<stage>`).
 ///
 /// Attributes, and nothing else ever: `licenseArn`, `customerAWSAccountId`,
 /// `productCode`, `agreementId`, `agreementStatus`, `subscriptionStatus`,
 /// `deprovisioningExpiry`, `registeredRegions`, `agreementEventAt`,
-/// `subscriptionEventAt`, `version`, `deprovisioningIndex`, `createdAt`, `updatedAt`.
+/// `subscriptionEventAt`, `version`, `deprovisioningIndex`, `rateCard` (prices and
+/// dates of the license's agreement), `createdAt`, `updatedAt`.
 #[derive(Debug, Clone)]
 pub struct DynamoSubscriberStore {
     client: Client,
@@ -68,6 +72,11 @@ impl DynamoSubscriberStore {
             agreement_event_at: reader.opt_instant(sa::AGREEMENT_EVENT_AT)?,
             subscription_event_at: reader.opt_instant(sa::SUBSCRIPTION_EVENT_AT)?,
             version: reader.opt_u64(attr::VERSION)?.unwrap_or(0),
+            rate_card: item
+                .get(sa::RATE_CARD)
+                .map(|value| StoredRateCard::from_attr(&attr_from_dynamo(value)).map(Box::new))
+                .transpose()
+                .map_err(|message| reader.corrupt(message))?,
         })
     }
 
@@ -228,6 +237,37 @@ impl SubscriberStore for DynamoSubscriberStore {
                 &update,
                 Some(condition),
                 "UpdateItem subscribers lifecycle",
+            )
+            .await
+    }
+
+    #[instrument(skip(self, card), fields(table = %self.table, agreement = %card.card.agreement_id))]
+    async fn put_rate_card(
+        &self,
+        license_arn: &str,
+        account: &str,
+        card: &StoredRateCard,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        let mut update = Update::new();
+        update
+            .set(sa::RATE_CARD, attr_to_dynamo(&card.to_attr())?)
+            .stamp(now);
+        let agreement = update.name(sa::AGREEMENT_ID);
+        let on_agreement = update.value(s(&card.card.agreement_id));
+        let kept = update.name(sa::RATE_CARD);
+        let read_at = update.name("readAt");
+        let this_read = update.value(instant(card.read_at));
+        // RFC 3339 instants in one format order as text.
+        let condition = format!(
+            "{agreement} = {on_agreement} AND (attribute_not_exists({kept}) OR {kept}.{read_at} <= {this_read})"
+        );
+        self.row_key(license_arn, account)
+            .update(
+                &self.client,
+                &update,
+                Some(condition),
+                "UpdateItem subscribers rateCard",
             )
             .await
     }

@@ -1,6 +1,6 @@
 //! `DynamoSubscriberStore` and `DynamoProfileStore` against moto: versioned lifecycle
 //! writes, the sparse deprovisioning index, the agreement index, idempotent region
-//! registration, write-once profile stamps.
+//! registration, write-once profile stamps, rate cards kept beside the lifecycle.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use awsmp_aws::{DynamoProfileStore, DynamoSubscriberStore};
+use awsmp_core::charges::{RateCard, StoredRateCard};
 use awsmp_core::model::{AgreementStatus, CustomerProfile, Subscriber, SubscriptionStatus};
-use awsmp_core::ports::{ProfileStore, ProfileWrite, SubscriberStore};
+use awsmp_core::ports::{
+    AgreementTerms, FreeTrial, ProfileStore, ProfileWrite, SubscriberStore, TrialGrant,
+};
 use common::*;
 
 const OTHER_ACCOUNT: &str = "444455556666";
@@ -369,4 +372,86 @@ async fn profile_expiry_is_written_once_and_never_creates_a_row() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("reserved"), "{err}");
+}
+
+fn stored_card(agreement_id: &str, read_at: &str, price: &str) -> StoredRateCard {
+    StoredRateCard {
+        card: RateCard {
+            agreement_id: agreement_id.into(),
+            start: t("2026-11-01T00:00:00Z"),
+            terms: AgreementTerms {
+                currency: Some("USD".into()),
+                rate_card: BTreeMap::from([("requests".to_string(), price.parse().unwrap())]),
+                free_trial: Some(FreeTrial {
+                    duration_days: 14,
+                    grants: vec![TrialGrant {
+                        dimension: "requests".into(),
+                        max_quantity: Some(1000),
+                    }],
+                }),
+                has_upfront: false,
+            },
+        },
+        agreement_updated_at: Some(t("2026-11-02T00:00:00Z")),
+        read_at: t(read_at),
+    }
+}
+
+#[tokio::test]
+async fn a_rate_card_is_kept_only_on_its_agreements_row_never_over_a_later_read() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoSubscriberStore::new(db.clone(), SUBSCRIBERS);
+    let now = t("2026-11-30T12:00:00Z");
+    let card = stored_card("agmt-1", "2026-11-30T12:00:00Z", "0.0025");
+    assert!(
+        !store
+            .put_rate_card(LICENSE, ACCOUNT, &card, now)
+            .await
+            .unwrap(),
+        "no row: nothing to keep it on (and no row is created)"
+    );
+    assert!(store.get(LICENSE, ACCOUNT).await.unwrap().is_none());
+
+    store.put_lifecycle(&active(ACCOUNT), now).await.unwrap();
+    assert!(
+        store
+            .put_rate_card(LICENSE, ACCOUNT, &card, now)
+            .await
+            .unwrap()
+    );
+    let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    assert_eq!(row.rate_card.as_deref(), Some(&card), "read back exactly");
+    assert_eq!(row.current_rate_card(), Some(&card.card));
+    assert_eq!(row.version, 1, "the card is not a lifecycle write");
+    let item = raw_item(&db, SUBSCRIBERS, ACCOUNT).await;
+    assert!(matches!(item.get("rateCard"), Some(AttributeValue::M(_))));
+
+    let earlier = stored_card("agmt-1", "2026-11-30T11:00:00Z", "9");
+    assert!(
+        !store
+            .put_rate_card(LICENSE, ACCOUNT, &earlier, now)
+            .await
+            .unwrap()
+    );
+    let other = stored_card("agmt-2", "2026-11-30T13:00:00Z", "9");
+    assert!(
+        !store
+            .put_rate_card(LICENSE, ACCOUNT, &other, now)
+            .await
+            .unwrap()
+    );
+    let later = stored_card("agmt-1", "2026-11-30T13:00:00Z", "0.003");
+    assert!(
+        store
+            .put_rate_card(LICENSE, ACCOUNT, &later, now)
+            .await
+            .unwrap()
+    );
+
+    // A lifecycle write keeps the card.
+    let mut next = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    next.subscription_status = Some(SubscriptionStatus::Deprovisioning);
+    assert!(store.put_lifecycle(&next, now).await.unwrap());
+    let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
+    assert_eq!(row.rate_card.as_deref(), Some(&later));
 }

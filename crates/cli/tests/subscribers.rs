@@ -130,7 +130,11 @@ async fn lost_events_are_found_in_the_agreement_api_and_repaired_once() {
     .unwrap();
     let start = now - TimeDelta::days(3);
     sim.handle()
-        .seed_agreement(agreement("agmt-1", LICENSE, start))
+        .seed_agreement(
+            agreement("agmt-1", LICENSE, start)
+                .priced(&[("requests", "0.0025"), ("storage_gb", "0.5")])
+                .unwrap(),
+        )
         .unwrap();
     sim.handle()
         .seed_agreement(agreement("agmt-2", LICENSE_2, start))
@@ -159,6 +163,10 @@ async fn lost_events_are_found_in_the_agreement_api_and_repaired_once() {
         .collect();
     assert_eq!(actions, vec!["wouldRepair", "wouldRepair"], "{report}");
     assert_eq!(report["drifts"][0]["kind"], "licenseUpdatedLost");
+    assert_eq!(
+        report["rateCards"]["refreshed"], 0,
+        "no row yet, so no card to keep: {report}"
+    );
     assert!(setup.row(LICENSE).await.is_none());
 
     let live = setup
@@ -166,10 +174,23 @@ async fn lost_events_are_found_in_the_agreement_api_and_repaired_once() {
         .await;
     assert_eq!(live.code, 0, "{} / {}", live.stdout, live.stderr);
     assert!(live.stdout.contains("repaired"), "{}", live.stdout);
+    assert!(
+        live.stdout
+            .contains("rate cards: 0 current, 2 read and kept, 0 left for the next run, 0 failed"),
+        "{}",
+        live.stdout
+    );
     let row = setup.row(LICENSE).await.unwrap();
     assert_eq!(s(&row, "subscriptionStatus"), "active");
     assert_eq!(s(&row, "agreementId"), "agmt-1");
     assert_eq!(s(&row, "productCode"), "prod");
+    // The agreement's prices, read over the SDK's wire protocol, kept on the row.
+    let card = row["rateCard"].as_m().unwrap();
+    let prices = card["prices"].as_m().unwrap();
+    assert_eq!(prices["requests"].as_s().unwrap(), "0.0025");
+    assert_eq!(prices["storage_gb"].as_s().unwrap(), "0.5");
+    assert_eq!(card["currency"].as_s().unwrap(), "USD");
+    assert_eq!(card["agreementId"].as_s().unwrap(), "agmt-1");
 
     // The second buyer cancels and its License Deprovisioned is lost too.
     setup.sim.handle().advance_clock(600);
@@ -209,6 +230,13 @@ async fn lost_events_are_found_in_the_agreement_api_and_repaired_once() {
         .await;
     assert_eq!(again.code, 0);
     assert!(again.stdout.contains("no drift"), "{}", again.stdout);
+    assert!(
+        again
+            .stdout
+            .contains("rate cards: 1 current, 0 read and kept"),
+        "a kept card is not read again: {}",
+        again.stdout
+    );
 }
 
 #[tokio::test]

@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
-use crate::ports::{AgreementApi, AgreementError, AgreementTerms};
-use crate::time::Instant;
+use crate::model::{Attr, AttrMap};
+use crate::ports::{AgreementApi, AgreementError, AgreementTerms, FreeTrial, TrialGrant};
+use crate::time::{Instant, format_instant};
 
 /// How every estimate is labelled wherever it is shown.
 pub const ESTIMATE_LABEL: &str =
@@ -47,6 +48,125 @@ pub async fn rate_card(
         })),
         Err(AgreementError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// The subscribers-row attribute holding a license's rate card.
+pub const RATE_CARD_ATTR: &str = "rateCard";
+
+/// A rate card as kept on its license's subscribers row (PII-free: prices and dates):
+/// read by the agreement reconciliation when the license becomes active on an agreement
+/// and again whenever the agreement's `lastUpdateTime` moves (an amendment), so
+/// reports and checks price usage without calling the Agreement API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRateCard {
+    /// The card.
+    pub card: RateCard,
+    /// The agreement's `lastUpdateTime` when the card was read (`None`: the API gave
+    /// none); a different one means the terms may have changed.
+    pub agreement_updated_at: Option<Instant>,
+    /// When it was read.
+    pub read_at: Instant,
+}
+
+impl StoredRateCard {
+    /// Whether it still describes `agreement_id` as last updated at `updated_at`.
+    pub fn is_current(&self, agreement_id: &str, updated_at: Option<Instant>) -> bool {
+        self.card.agreement_id == agreement_id && self.agreement_updated_at == updated_at
+    }
+
+    /// The stored map.
+    pub fn to_attr(&self) -> Attr {
+        let s = |v: &str| Attr::S(v.to_string());
+        let terms = &self.card.terms;
+        let prices = terms
+            .rate_card
+            .iter()
+            .map(|(dimension, price)| (dimension.clone(), s(&price.normalize().to_string())))
+            .collect();
+        let mut map = BTreeMap::from([
+            ("agreementId".to_string(), s(&self.card.agreement_id)),
+            ("start".to_string(), s(&format_instant(self.card.start))),
+            ("prices".to_string(), Attr::M(prices)),
+            ("hasUpfront".to_string(), Attr::Bool(terms.has_upfront)),
+            ("readAt".to_string(), s(&format_instant(self.read_at))),
+        ]);
+        if let Some(currency) = &terms.currency {
+            map.insert("currency".to_string(), s(currency));
+        }
+        if let Some(at) = self.agreement_updated_at {
+            map.insert("agreementUpdatedAt".to_string(), s(&format_instant(at)));
+        }
+        if let Some(trial) = &terms.free_trial {
+            let grants = trial
+                .grants
+                .iter()
+                .map(|grant| {
+                    let mut g = BTreeMap::from([("dimension".to_string(), s(&grant.dimension))]);
+                    if let Some(max) = grant.max_quantity {
+                        g.insert("maxQuantity".to_string(), Attr::N(max.to_string()));
+                    }
+                    Attr::M(g)
+                })
+                .collect();
+            map.insert(
+                "freeTrial".to_string(),
+                Attr::M(BTreeMap::from([
+                    ("days".to_string(), Attr::N(trial.duration_days.to_string())),
+                    ("grants".to_string(), Attr::L(grants)),
+                ])),
+            );
+        }
+        Attr::M(map)
+    }
+
+    /// Reads the stored map; an error names what is wrong.
+    pub fn from_attr(value: &Attr) -> Result<Self, String> {
+        let map = AttrMap::of(RATE_CARD_ATTR, value)?;
+        let mut rate_card = BTreeMap::new();
+        if let Some(prices) = map.get("prices") {
+            let prices = AttrMap::of("rateCard.prices", prices)?;
+            for dimension in prices.keys() {
+                rate_card.insert(dimension.to_string(), prices.parsed(dimension)?);
+            }
+        }
+        let free_trial = match map.get("freeTrial") {
+            None => None,
+            Some(trial) => {
+                let trial = AttrMap::of("rateCard.freeTrial", trial)?;
+                let mut grants = Vec::new();
+                if let Some(Attr::L(items)) = trial.get("grants") {
+                    for item in items {
+                        let grant = AttrMap::of("rateCard.freeTrial.grants[]", item)?;
+                        grants.push(TrialGrant {
+                            dimension: grant.text("dimension")?,
+                            max_quantity: match grant.get("maxQuantity") {
+                                None => None,
+                                Some(_) => Some(grant.number("maxQuantity")?),
+                            },
+                        });
+                    }
+                }
+                Some(FreeTrial {
+                    duration_days: trial.number("days")?,
+                    grants,
+                })
+            }
+        };
+        Ok(StoredRateCard {
+            card: RateCard {
+                agreement_id: map.text("agreementId")?,
+                start: map.instant("start")?,
+                terms: AgreementTerms {
+                    currency: map.optional("currency"),
+                    rate_card,
+                    free_trial,
+                    has_upfront: matches!(map.get("hasUpfront"), Some(Attr::Bool(true))),
+                },
+            },
+            agreement_updated_at: map.optional_instant("agreementUpdatedAt")?,
+            read_at: map.instant("readAt")?,
+        })
     }
 }
 
@@ -207,5 +327,50 @@ mod tests {
             Estimate::Unpriced,
             "a trial covers only the dimensions it grants"
         );
+    }
+
+    #[test]
+    fn a_stored_rate_card_reads_back_as_written_and_a_bad_price_is_named() {
+        let trial = FreeTrial {
+            duration_days: 14,
+            grants: vec![TrialGrant {
+                dimension: "requests".into(),
+                max_quantity: Some(1000),
+            }],
+        };
+        let stored = StoredRateCard {
+            card: card(Some(trial)),
+            agreement_updated_at: Some(at("2026-11-02T00:00:00Z")),
+            read_at: at("2026-12-01T10:00:00Z"),
+        };
+        assert_eq!(
+            StoredRateCard::from_attr(&stored.to_attr()).unwrap(),
+            stored
+        );
+        let bare = StoredRateCard {
+            card: RateCard {
+                terms: AgreementTerms::default(),
+                ..card(None)
+            },
+            agreement_updated_at: None,
+            read_at: at("2026-12-01T10:00:00Z"),
+        };
+        assert_eq!(StoredRateCard::from_attr(&bare.to_attr()).unwrap(), bare);
+        assert!(stored.is_current("agmt-1", Some(at("2026-11-02T00:00:00Z"))));
+        assert!(!stored.is_current("agmt-1", None), "an amendment moved it");
+        assert!(!stored.is_current("agmt-2", Some(at("2026-11-02T00:00:00Z"))));
+
+        let Attr::M(mut map) = stored.to_attr() else {
+            unreachable!()
+        };
+        map.insert(
+            "prices".into(),
+            Attr::M(BTreeMap::from([(
+                "requests".into(),
+                Attr::S("cheap".into()),
+            )])),
+        );
+        let err = StoredRateCard::from_attr(&Attr::M(map)).unwrap_err();
+        assert!(err.contains("rateCard.prices.requests"), "{err}");
     }
 }

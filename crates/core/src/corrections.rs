@@ -22,12 +22,12 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::charges::{Estimate, estimate, rate_card};
-use crate::model::{AggregatedRecord, Attr, GroupKey};
+use crate::model::{AggregatedRecord, Attr, AttrMap, GroupKey};
 use crate::ports::{
     AdjustmentRequest, AdjustmentStatus, AgreementApi, AgreementError, BillingPeriod, Clock,
     INCORRECT_METERING, OperatorStore, PortError, SubscriberStore,
 };
-use crate::time::{Instant, format_instant, parse_instant};
+use crate::time::{Instant, format_instant};
 
 /// Where a correction stands, as its record keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -151,48 +151,22 @@ impl Correction {
 
     /// Reads the stored map; an error names what is wrong.
     pub fn from_attr(value: &Attr) -> Result<Self, String> {
-        let Attr::M(map) = value else {
-            return Err(format!("{CORRECTION_ATTR} is not a map"));
-        };
-        let text = |name: &str| match map.get(name) {
-            Some(Attr::S(v)) => Ok(v.clone()),
-            _ => Err(format!(
-                "{CORRECTION_ATTR}.{name} is missing or not a string"
-            )),
-        };
-        let optional = |name: &str| match map.get(name) {
-            Some(Attr::S(v)) => Some(v.clone()),
-            _ => None,
-        };
-        let number = |name: &str| match map.get(name) {
-            Some(Attr::N(v)) => v
-                .parse::<i64>()
-                .map_err(|e| format!("{CORRECTION_ATTR}.{name}: {e}")),
-            _ => Err(format!(
-                "{CORRECTION_ATTR}.{name} is missing or not a number"
-            )),
-        };
-        let amount = text("amount")?;
-        let status = text("status")?;
-        let requested_at = text("requestedAt")?;
+        let map = AttrMap::of(CORRECTION_ATTR, value)?;
+        let status = map.text("status")?;
         Ok(Correction {
-            client_token: text("clientToken")?,
-            attempt: u32::try_from(number("attempt")?)
-                .map_err(|e| format!("{CORRECTION_ATTR}.attempt: {e}"))?,
-            billed_quantity: number("billedQuantity")?,
-            correct_quantity: number("correctQuantity")?,
-            agreement_id: text("agreementId")?,
-            invoice_id: text("invoiceId")?,
-            amount: amount
-                .parse()
-                .map_err(|e| format!("{CORRECTION_ATTR}.amount {amount:?}: {e}"))?,
-            currency: text("currency")?,
-            requested_at: parse_instant(&requested_at)
-                .ok_or_else(|| format!("{CORRECTION_ATTR}.requestedAt {requested_at:?}"))?,
-            adjustment_id: optional("adjustmentId"),
+            client_token: map.text("clientToken")?,
+            attempt: map.number("attempt")?,
+            billed_quantity: map.number("billedQuantity")?,
+            correct_quantity: map.number("correctQuantity")?,
+            agreement_id: map.text("agreementId")?,
+            invoice_id: map.text("invoiceId")?,
+            amount: map.parsed("amount")?,
+            currency: map.text("currency")?,
+            requested_at: map.instant("requestedAt")?,
+            adjustment_id: map.optional("adjustmentId"),
             status: CorrectionStatus::parse(&status)
                 .ok_or_else(|| format!("{CORRECTION_ATTR}.status {status:?}"))?,
-            message: optional("message"),
+            message: map.optional("message"),
         })
     }
 }

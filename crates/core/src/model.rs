@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::{HourBucket, Instant};
+use crate::time::{HourBucket, Instant, parse_instant};
 
 /// A loosely typed attribute value as stored (the shape of a DynamoDB attribute,
 /// without the SDK). Guardrails validate these into typed rows, so a seller's bad
@@ -39,6 +39,83 @@ impl Attr {
         match self {
             Attr::S(s) => Some(s),
             _ => None,
+        }
+    }
+}
+
+/// The fields of a stored map attribute (a correction, a rate card), read with errors
+/// that name the attribute and the field.
+#[derive(Debug, Clone, Copy)]
+pub struct AttrMap<'a> {
+    name: &'a str,
+    map: &'a BTreeMap<String, Attr>,
+}
+
+impl<'a> AttrMap<'a> {
+    /// `value` as the map attribute `name`.
+    pub fn of(name: &'a str, value: &'a Attr) -> Result<Self, String> {
+        match value {
+            Attr::M(map) => Ok(AttrMap { name, map }),
+            _ => Err(format!("{name} is not a map")),
+        }
+    }
+
+    /// Its field names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> {
+        self.map.keys().map(String::as_str)
+    }
+
+    /// A field, whatever its type.
+    pub fn get(&self, field: &str) -> Option<&'a Attr> {
+        self.map.get(field)
+    }
+
+    /// A string field that must be there.
+    pub fn text(&self, field: &str) -> Result<String, String> {
+        self.optional(field)
+            .ok_or_else(|| format!("{}.{field} is missing or not a string", self.name))
+    }
+
+    /// A string field that may be absent.
+    pub fn optional(&self, field: &str) -> Option<String> {
+        self.map.get(field).and_then(Attr::as_s).map(str::to_string)
+    }
+
+    /// A number field that must be there.
+    pub fn number<T>(&self, field: &str) -> Result<T, String>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        match self.map.get(field) {
+            Some(Attr::N(v)) => v.parse().map_err(|e| format!("{}.{field}: {e}", self.name)),
+            _ => Err(format!("{}.{field} is missing or not a number", self.name)),
+        }
+    }
+
+    /// A string field holding a value of `T` (a decimal, a status).
+    pub fn parsed<T>(&self, field: &str) -> Result<T, String>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        let text = self.text(field)?;
+        text.parse()
+            .map_err(|e| format!("{}.{field} {text:?}: {e}", self.name))
+    }
+
+    /// An RFC 3339 instant (`...Z`) that must be there.
+    pub fn instant(&self, field: &str) -> Result<Instant, String> {
+        let text = self.text(field)?;
+        parse_instant(&text)
+            .ok_or_else(|| format!("{}.{field} {text:?} is not an instant", self.name))
+    }
+
+    /// An instant that may be absent (present but malformed is an error).
+    pub fn optional_instant(&self, field: &str) -> Result<Option<Instant>, String> {
+        match self.map.get(field) {
+            None => Ok(None),
+            Some(_) => self.instant(field).map(Some),
         }
     }
 }
@@ -164,6 +241,8 @@ pub mod subscriber_attr {
     pub const AGREEMENT_EVENT_AT: &str = "agreementEventAt";
     /// Ordering guard of `subscriptionStatus`.
     pub const SUBSCRIPTION_EVENT_AT: &str = "subscriptionEventAt";
+    /// The license's rate card (a map: prices, currency, free trial; PII-free).
+    pub const RATE_CARD: &str = crate::charges::RATE_CARD_ATTR;
     /// Sparse-index marker: `"deprovisioning"` only while deprovisioning.
     pub const DEPROVISIONING_INDEX: &str = "deprovisioningIndex";
     /// The marker's one value.
@@ -629,9 +708,25 @@ pub struct Subscriber {
     pub subscription_event_at: Option<Instant>,
     /// Optimistic-concurrency version; 0 for a row not yet stored.
     pub version: u64,
+    /// The rate card last read for the row's agreement (`rateCard`), written apart
+    /// from the lifecycle (never versioned); it may be of an earlier agreement: use
+    /// [`Subscriber::current_rate_card`].
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub rate_card: Option<Box<crate::charges::StoredRateCard>>,
 }
 
 impl Subscriber {
+    /// The stored rate card, if it is the row's current agreement's.
+    pub fn current_rate_card(&self) -> Option<&crate::charges::RateCard> {
+        self.rate_card
+            .as_ref()
+            .filter(|stored| {
+                self.agreement_id.as_deref() == Some(stored.card.agreement_id.as_str())
+            })
+            .map(|stored| &stored.card)
+    }
+
     /// An empty row for a license/account pair (not yet stored).
     pub fn new(license_arn: impl Into<String>, account: impl Into<String>) -> Self {
         Subscriber {
@@ -646,6 +741,7 @@ impl Subscriber {
             agreement_event_at: None,
             subscription_event_at: None,
             version: 0,
+            rate_card: None,
         }
     }
 }

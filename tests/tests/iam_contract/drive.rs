@@ -418,7 +418,8 @@ pub(crate) async fn drive_every_function() -> Stack {
 
 /// Plays agreement-reconcile as `LocalStack::connect` builds it: Marketplace holds an
 /// active agreement for a license whose License Updated never arrived, so the run
-/// searches the agreements, reads the row and writes the repair.
+/// searches the agreements, reads the row, writes the repair, then reads the
+/// agreement's terms and keeps its rate card on the row.
 async fn run_agreement_reconcile(stack: &Stack) {
     let lost = license(6);
     let start = stack.now() - chrono::Duration::days(1);
@@ -448,21 +449,27 @@ async fn run_agreement_reconcile(stack: &Stack) {
         .await
         .unwrap();
     assert_eq!(report.repaired(), 1, "{report:?}");
-    let row = stack.subscribers.get(&lost, ACCOUNT_A).await.unwrap();
+    assert_eq!(report.rate_cards.refreshed, 1, "{report:?}");
+    let row = stack
+        .subscribers
+        .get(&lost, ACCOUNT_A)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
     assert_eq!(
-        row.and_then(|r| r.subscription_status),
-        Some(SubscriptionStatus::Active)
+        row.current_rate_card()
+            .map(|card| card.agreement_id.as_str()),
+        Some("agmt-lost")
     );
 }
 
 /// Every item of `table` (scanned on `client`) as a stream record's image carries it:
-/// DynamoDB's attribute-value JSON of the strings, numbers and string sets these
-/// tables hold.
+/// DynamoDB's attribute-value JSON (the rate card's map included).
 async fn stream_images(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Vec<serde_json::Map<String, serde_json::Value>> {
-    use aws_sdk_dynamodb::types::AttributeValue;
     let items = client
         .scan()
         .table_name(table)
@@ -475,14 +482,10 @@ async fn stream_images(
         .iter()
         .map(|item| {
             item.iter()
-                .filter_map(|(k, v)| {
-                    let value = match v {
-                        AttributeValue::S(s) => serde_json::json!({"S": s}),
-                        AttributeValue::N(n) => serde_json::json!({"N": n}),
-                        AttributeValue::Ss(ss) => serde_json::json!({"SS": ss}),
-                        _ => return None,
-                    };
-                    Some((k.clone(), value))
+                .map(|(k, v)| {
+                    let value =
+                        awsmp_lambda::stream::dynamodb_json(&awsmp_aws::item::attr_from_dynamo(v));
+                    (k.clone(), value)
                 })
                 .collect()
         })

@@ -99,7 +99,7 @@ fn command_error(error: ReconcileError) -> CommandError {
             source: AgreementError::AccessDenied { .. },
             ..
         } => CommandError::Aws(format!(
-            "{error}; run it with a role allowed aws-marketplace:SearchAgreements (the managed policy AWSMarketplaceSellerOfferManagement allows it)"
+            "{error}; run it with a role allowed aws-marketplace:SearchAgreements and aws-marketplace:GetAgreementTerms (the managed policy AWSMarketplaceSellerOfferManagement allows both)"
         )),
         ReconcileError::Search { source, .. } if source.is_transient() => CommandError::Aws(
             format!("{error}; nothing was written: run it again in a minute"),
@@ -111,7 +111,8 @@ fn command_error(error: ReconcileError) -> CommandError {
 
 /// Renders the report; attention when anything is left for a person or the next run.
 pub fn render(report: &ReconcileReport, format: Format) -> Outcome {
-    let attention = report.unresolved() > 0;
+    let cards = &report.rate_cards;
+    let attention = report.unresolved() > 0 || !cards.failed.is_empty();
     let text = match format {
         Format::Json => json(report),
         Format::Human => {
@@ -141,7 +142,28 @@ pub fn render(report: &ReconcileReport, format: Format) -> Outcome {
                 ));
                 out.push('\n');
             }
-            if report.dry_run && report.repaired() > 0 {
+            let refreshed = if report.dry_run {
+                "would be read"
+            } else {
+                "read and kept"
+            };
+            out.push_str(&format!(
+                "rate cards: {} current, {} {refreshed}, {} left for the next run, {} failed\n",
+                cards.current,
+                cards.refreshed,
+                cards.deferred,
+                cards.failed.len()
+            ));
+            for failed in &cards.failed {
+                out.push_str(&format!(
+                    "  {}/{} (agreement {}): {}; the role needs aws-marketplace:GetAgreementTerms\n",
+                    failed.license_arn,
+                    failed.customer_aws_account_id,
+                    failed.agreement_id,
+                    failed.error
+                ));
+            }
+            if report.dry_run && (report.repaired() > 0 || cards.refreshed > 0) {
                 out.push_str(
                     "dry run: nothing was written; run it again without --dry-run to repair\n",
                 );

@@ -11,6 +11,7 @@ use crate::memory::{
 };
 use crate::model::{AggregatedStatus, Subscriber};
 use crate::ports::{AgreementStatus, InvoiceSummary, OperatorStore};
+use crate::time::parse_instant;
 
 const AGREEMENT: &str = "agmt-correction";
 const LICENSE: &str = "arn:aws:license-manager::123456789012:license:l-1";

@@ -164,6 +164,10 @@ pub fn subscriber_from_image(image: &BTreeMap<String, Attr>) -> Option<Subscribe
         Some(Attr::N(n)) => n.parse().unwrap_or(0),
         _ => 0,
     };
+    row.rate_card = image
+        .get(sa::RATE_CARD)
+        .and_then(|card| crate::charges::StoredRateCard::from_attr(card).ok())
+        .map(Box::new);
     Some(row)
 }
 
@@ -210,6 +214,12 @@ pub fn subscriber_image(row: &Subscriber, updated_at: Option<&str>) -> BTreeMap<
     put(
         attr::VERSION,
         (row.version > 0).then(|| Attr::N(row.version.to_string())),
+    );
+    put(
+        sa::RATE_CARD,
+        row.rate_card
+            .as_deref()
+            .map(crate::charges::StoredRateCard::to_attr),
     );
     put(
         attr::UPDATED_AT,

@@ -39,6 +39,7 @@ use crate::ports::{
 use crate::time::{Instant, format_instant};
 
 use super::subscribers::{Decision, UpdateError, Updated, update_subscriber};
+use rate_cards::RateCardReport;
 
 /// Most write attempts per row when the real events keep moving its version.
 pub const MAX_WRITE_ATTEMPTS: usize = 5;
@@ -162,6 +163,8 @@ pub struct ReconcileReport {
     pub backfilled: usize,
     /// Every disagreement, in license order.
     pub drifts: Vec<Drift>,
+    /// The rate cards kept on the rows ([`rate_cards`]).
+    pub rate_cards: RateCardReport,
 }
 
 impl ReconcileReport {
@@ -214,6 +217,18 @@ struct License<'a> {
     account: String,
     product_code: &'a str,
     agreements: Vec<&'a AgreementSummary>,
+}
+
+impl License<'_> {
+    /// The agreement the license is active on now, as the API says: the latest
+    /// started `ACTIVE` one.
+    fn started_active(&self, now: Instant) -> Option<&AgreementSummary> {
+        self.agreements
+            .iter()
+            .copied()
+            .filter(|a| a.status == AgreementStatus::Active && a.start <= now)
+            .max_by(|a, b| (a.start, &a.agreement_id).cmp(&(b.start, &b.agreement_id)))
+    }
 }
 
 /// Reads every agreement of `settings.products` and repairs (or, dry, reports) each
@@ -272,6 +287,7 @@ pub async fn reconcile(
         scheduled: 0,
         backfilled: 0,
         drifts: Vec::new(),
+        rate_cards: RateCardReport::default(),
     };
     for license in licenses.values() {
         let checked = Check {
@@ -306,6 +322,17 @@ pub async fn reconcile(
             }
         }
     }
+    let due = licenses
+        .values()
+        .filter_map(|license| {
+            license.started_active(now).map(|active| rate_cards::Due {
+                license_arn: &license.license_arn,
+                account: &license.account,
+                active,
+            })
+        })
+        .collect();
+    report.rate_cards = rate_cards::refresh(ports, now, settings.dry_run, due).await;
     Ok(report)
 }
 
@@ -369,11 +396,7 @@ impl Check<'_> {
     fn plan(&self, row: Option<&Subscriber>) -> Planned {
         let now = self.now;
         let agreements = &self.license.agreements;
-        let started_active = agreements
-            .iter()
-            .filter(|a| a.status == AgreementStatus::Active && a.start <= now)
-            .max_by(|a, b| (a.start, &a.agreement_id).cmp(&(b.start, &b.agreement_id)));
-        if let Some(active) = started_active {
+        if let Some(active) = self.license.started_active(now) {
             return self.plan_active(row, active);
         }
         if agreements
@@ -705,6 +728,8 @@ fn whole_seconds(t: Instant) -> Instant {
     use chrono::Timelike;
     t.with_nanosecond(0).unwrap_or(t)
 }
+
+pub mod rate_cards;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

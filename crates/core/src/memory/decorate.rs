@@ -328,6 +328,18 @@ impl<D: SubscriberDecorator> SubscriberStore for D {
             .await
     }
 
+    async fn put_rate_card(
+        &self,
+        license_arn: &str,
+        account: &str,
+        card: &crate::charges::StoredRateCard,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        let inner = self.inner().put_rate_card(license_arn, account, card, now);
+        self.around(StoreCall::of(StoreOp::SubscriberPutRateCard), inner)
+            .await
+    }
+
     async fn add_registered_region(
         &self,
         license_arn: &str,

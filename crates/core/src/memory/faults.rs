@@ -53,6 +53,8 @@ pub enum StoreOp {
     SubscriberDeprovisioning,
     /// [`SubscriberStore::put_lifecycle`].
     SubscriberPutLifecycle,
+    /// [`SubscriberStore::put_rate_card`].
+    SubscriberPutRateCard,
     /// [`SubscriberStore::add_registered_region`].
     SubscriberAddRegisteredRegion,
     /// [`ProfileStore::upsert`].
@@ -85,6 +87,7 @@ impl StoreOp {
             StoreOp::SubscriberByAgreement => "subscribers.by_agreement",
             StoreOp::SubscriberDeprovisioning => "subscribers.deprovisioning",
             StoreOp::SubscriberPutLifecycle => "subscribers.put_lifecycle",
+            StoreOp::SubscriberPutRateCard => "subscribers.put_rate_card",
             StoreOp::SubscriberAddRegisteredRegion => "subscribers.add_registered_region",
             StoreOp::ProfileUpsert => "profiles.upsert",
             StoreOp::ProfileExpire => "profiles.expire",
@@ -104,6 +107,7 @@ impl StoreOp {
                 | StoreOp::AggregatedPutDirect
                 | StoreOp::AggregatedRejectMalformed
                 | StoreOp::SubscriberPutLifecycle
+                | StoreOp::SubscriberPutRateCard
                 | StoreOp::SubscriberAddRegisteredRegion
                 | StoreOp::ProfileUpsert
                 | StoreOp::ProfileExpire

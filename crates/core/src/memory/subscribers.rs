@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::faults::{Faults, StoreOp};
 use super::tables::TableKey;
+use crate::charges::StoredRateCard;
 use crate::lifecycle::buyer_events::subscriber_image;
 use crate::model::{Subscriber, SubscriptionStatus};
 use crate::outcomes::Change;
@@ -31,6 +32,9 @@ struct StoredSubscriber {
 ///   `deprovisioningExpiry`, the two guards (each removed when `None`) and
 ///   `productCode`/`agreementId` (kept when `None`: a lifecycle write never erases
 ///   identity); stores `version + 1`; never touches `registeredRegions`.
+/// - `put_rate_card` writes only `rateCard`, on a row of the card's agreement whose
+///   kept card is not newer (as DynamoDB's condition on `agreementId` and
+///   `rateCard.readAt`).
 /// - `deprovisioning` lists rows that are `deprovisioning` with an expiry (the sparse
 ///   index needs both), by expiry.
 #[derive(Debug, Clone, Default)]
@@ -198,6 +202,37 @@ impl SubscriberStore for MemorySubscriberStore {
         entry.stamp.updated_at = stamp.updated_at;
         let after = entry.clone();
         self.record(before.as_ref(), &after);
+        Ok(true)
+    }
+
+    async fn put_rate_card(
+        &self,
+        license_arn: &str,
+        account: &str,
+        card: &StoredRateCard,
+        now: Instant,
+    ) -> Result<bool, PortError> {
+        self.faults.check(StoreOp::SubscriberPutRateCard)?;
+        let mut rows = lock(&self.rows);
+        let key = (license_arn.to_string(), account.to_string());
+        let Some(entry) = rows.get_mut(&key) else {
+            return Ok(false);
+        };
+        let on_agreement =
+            entry.row.agreement_id.as_deref() == Some(card.card.agreement_id.as_str());
+        let newer_kept = entry
+            .row
+            .rate_card
+            .as_ref()
+            .is_some_and(|kept| kept.read_at > card.read_at);
+        if !on_agreement || newer_kept {
+            return Ok(false);
+        }
+        let before = entry.clone();
+        entry.row.rate_card = Some(Box::new(card.clone()));
+        entry.stamp.updated_at = AuditStamp::at(now).updated_at;
+        let after = entry.clone();
+        self.record(Some(&before), &after);
         Ok(true)
     }
 

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 
+use crate::charges::StoredRateCard;
 use crate::model::{CustomerProfile, Subscriber};
 use crate::time::Instant;
 
@@ -26,6 +27,17 @@ pub trait SubscriberStore: Send + Sync {
     /// `row.version` (0 = must not exist); stores `row.version + 1`. Never touches
     /// `registeredRegions`. `Ok(false)` on a version conflict (re-read and retry).
     async fn put_lifecycle(&self, row: &Subscriber, now: Instant) -> Result<bool, PortError>;
+
+    /// Stores `card` as the row's `rateCard` if the row is still on the card's agreement
+    /// and holds no card read later; never touches anything else (the version
+    /// included). `Ok(false)`: the row is gone, on another agreement, or has a newer card.
+    async fn put_rate_card(
+        &self,
+        license_arn: &str,
+        account: &str,
+        card: &StoredRateCard,
+        now: Instant,
+    ) -> Result<bool, PortError>;
 
     /// Registration: sets `productCode` if absent and `ADD registeredRegions :region`
     /// (idempotent), creating the row if needed. Never touches lifecycle fields.

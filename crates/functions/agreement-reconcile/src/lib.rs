@@ -1,8 +1,9 @@
 //! The agreement-reconcile Lambda (events stack, daily by default): runs the use case
 //! [`awsmp_core::lifecycle::reconcile`] over the products `RECONCILE_PRODUCTS` names,
-//! repairing each subscribers row a lost Marketplace event left behind. A run that
+//! repairing each subscribers row a lost Marketplace event left behind and keeping each
+//! active license's rate card on its row (`GetAgreementTerms`). A run that
 //! leaves a drift for a person (reported) or for the next run (a write that failed), or
-//! cannot read the agreements at all, fails the invocation, so the function's error
+//! cannot read the agreements at all, or could not read a rate card, fails the invocation, so the function's error
 //! metric and its alarm tell; what it repaired is in its summary log line.
 
 use std::sync::Arc;
@@ -118,6 +119,35 @@ pub enum RunError {
         /// What the run did.
         report: ReconcileReport,
     },
+    /// Every row agrees, but rate cards could not be read or stored: the next run
+    /// retries them; metering never waits on them.
+    #[error("{}", rate_cards_unread(report))]
+    RateCardsUnread {
+        /// What the run did.
+        report: ReconcileReport,
+    },
+}
+
+fn rate_cards_unread(report: &ReconcileReport) -> String {
+    let cards = &report.rate_cards;
+    let rows: Vec<String> = cards
+        .failed
+        .iter()
+        .map(|f| {
+            format!(
+                "{}/{} (agreement {}): {}",
+                f.license_arn, f.customer_aws_account_id, f.agreement_id, f.error
+            )
+        })
+        .collect();
+    format!(
+        "{} rate cards were not read ({} refreshed, {} left for the next run after a throttle; \
+         the role needs aws-marketplace:GetAgreementTerms): {}",
+        rows.len(),
+        cards.refreshed,
+        cards.deferred,
+        rows.join("; ")
+    )
 }
 
 fn unresolved(report: &ReconcileReport) -> String {
@@ -143,6 +173,7 @@ impl FunctionError for RunError {
         match self {
             RunError::Reconcile(_) => "AgreementsUnreadable",
             RunError::Unresolved { .. } => "SubscriberDriftUnresolved",
+            RunError::RateCardsUnread { .. } => "RateCardsUnread",
         }
     }
 }
@@ -182,10 +213,17 @@ pub async fn run(state: &State) -> Result<ReconcileReport, RunError> {
         backfilled = report.backfilled,
         repaired = report.repaired(),
         unresolved = report.unresolved(),
+        rate_cards_current = report.rate_cards.current,
+        rate_cards_refreshed = report.rate_cards.refreshed,
+        rate_cards_deferred = report.rate_cards.deferred,
+        rate_cards_failed = report.rate_cards.failed.len(),
         "agreement reconciliation finished"
     );
     if report.unresolved() > 0 {
         return Err(RunError::Unresolved { report });
+    }
+    if !report.rate_cards.failed.is_empty() {
+        return Err(RunError::RateCardsUnread { report });
     }
     Ok(report)
 }

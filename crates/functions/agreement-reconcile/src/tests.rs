@@ -99,3 +99,43 @@ async fn a_run_repairs_and_one_that_leaves_a_drift_fails_naming_it() {
     let err = run(&state).await.unwrap_err();
     assert_eq!(err.error_type(), "AgreementsUnreadable");
 }
+
+#[tokio::test]
+async fn a_rate_card_that_cannot_be_read_fails_the_run_after_the_rows_are_repaired() {
+    let (api, store) = (MemoryAgreementApi::new(), MemorySubscriberStore::new());
+    let start = now() - TimeDelta::days(2);
+    let mut agreement = seed("agmt-1");
+    agreement.start = start;
+    api.seed(record(&agreement, AgreementStatus::Active, start));
+    let state = state(&api, &store);
+    api.fail_next(
+        AgreementOp::Terms,
+        awsmp_core::ports::AgreementError::AccessDenied {
+            operation: "GetAgreementTerms",
+            message: "not authorized".into(),
+        },
+    );
+
+    let err = run(&state).await.unwrap_err();
+    assert_eq!(err.error_type(), "RateCardsUnread");
+    let text = err.to_string();
+    assert!(
+        text.contains("agmt-1") && text.contains("GetAgreementTerms"),
+        "{text}"
+    );
+    let row = store.get(LICENSE, BUYER).await.unwrap().unwrap();
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+    assert!(row.rate_card.is_none());
+
+    let report = run(&state).await.unwrap();
+    assert_eq!(report.rate_cards.refreshed, 1);
+    assert!(
+        store
+            .get(LICENSE, BUYER)
+            .await
+            .unwrap()
+            .unwrap()
+            .current_rate_card()
+            .is_some()
+    );
+}

@@ -187,6 +187,21 @@ fn an_image_round_trips_to_its_row() {
     let active = after(None, &updated("2026-11-30T10:00:00Z"));
     let mut row = after(Some(&active), &deprovisioned("2026-11-30T12:00:00Z"));
     row.registered_regions = vec!["eu-west-1".into(), "us-east-1".into()];
+    let at = crate::time::parse_instant("2026-11-30T10:00:00Z").unwrap();
+    row.rate_card = Some(Box::new(crate::charges::StoredRateCard {
+        card: crate::charges::RateCard {
+            agreement_id: "agmt-1".into(),
+            start: at,
+            terms: crate::ports::AgreementTerms {
+                currency: Some("USD".into()),
+                rate_card: [("requests".to_string(), "0.0025".parse().unwrap())].into(),
+                free_trial: None,
+                has_upfront: false,
+            },
+        },
+        agreement_updated_at: None,
+        read_at: at,
+    }));
     assert_eq!(
         subscriber_from_image(&subscriber_image(&row, None)),
         Some(row)

@@ -408,3 +408,149 @@ async fn an_agreement_whose_both_events_were_lost_ends_as_they_would_have_left_i
     w.run(false).await;
     assert!(w.row(LICENSE_2).await.is_some());
 }
+
+fn price(row: &Subscriber, dimension: &str) -> Option<String> {
+    row.current_rate_card()
+        .and_then(|card| card.terms.rate_card.get(dimension))
+        .map(|p| p.normalize().to_string())
+}
+
+#[tokio::test]
+async fn a_rate_card_is_read_once_per_agreement_and_again_after_an_amendment() {
+    let w = World::new();
+    w.subscribed("agmt-1", LICENSE, now() - TimeDelta::days(2))
+        .await;
+    let report = w.run(false).await;
+    assert_eq!(
+        (report.rate_cards.refreshed, report.rate_cards.current),
+        (1, 0)
+    );
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(price(&row, "requests").as_deref(), Some("0.0025"));
+    assert_eq!(price(&row, "storage_gb").as_deref(), Some("0.5"));
+    let version = row.version;
+
+    let again = w.run(false).await;
+    assert_eq!(
+        (again.rate_cards.refreshed, again.rate_cards.current),
+        (0, 1)
+    );
+    assert_eq!(
+        w.api.calls(AgreementOp::Terms),
+        1,
+        "a current card is not read"
+    );
+
+    // An amendment moves lastUpdateTime: the card is read again.
+    w.api.update("agmt-1", |r| {
+        r.terms
+            .rate_card
+            .insert("requests".into(), "0.003".parse().unwrap());
+        r.last_update_time = now() - TimeDelta::hours(1);
+    });
+    let dry = w.run(true).await;
+    assert_eq!(dry.rate_cards.refreshed, 1);
+    assert_eq!(
+        price(&w.row(LICENSE).await.unwrap(), "requests").as_deref(),
+        Some("0.0025"),
+        "a dry run writes nothing"
+    );
+    assert_eq!(w.run(false).await.rate_cards.refreshed, 1);
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(price(&row, "requests").as_deref(), Some("0.003"));
+    assert_eq!(
+        row.version, version,
+        "the lifecycle's version is not the card's"
+    );
+}
+
+#[tokio::test]
+async fn a_throttled_card_read_is_named_the_rest_wait_and_the_lifecycle_does_not() {
+    let w = World::new();
+    let start = now() - TimeDelta::days(2);
+    w.subscribed("agmt-1", LICENSE, start).await;
+    w.agreement("agmt-2", LICENSE_2, start, AgreementStatus::Active, start);
+    w.api.throttle_next(AgreementOp::Terms);
+
+    let report = w.run(false).await;
+    assert_eq!(
+        report.repaired(),
+        1,
+        "the lost License Updated is still repaired"
+    );
+    let cards = &report.rate_cards;
+    assert_eq!(
+        (cards.refreshed, cards.deferred, cards.failed.len()),
+        (0, 1, 1)
+    );
+    assert_eq!(cards.failed[0].license_arn, LICENSE);
+    assert!(w.row(LICENSE).await.unwrap().rate_card.is_none());
+
+    let next = w.run(false).await;
+    assert_eq!(
+        (next.rate_cards.refreshed, next.rate_cards.failed.len()),
+        (2, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_replacement_gets_its_own_card_and_the_old_one_is_never_current() {
+    let w = World::new();
+    let start = now() - TimeDelta::days(30);
+    w.subscribed("agmt-old", LICENSE, start).await;
+    w.run(false).await;
+    let old = *w.row(LICENSE).await.unwrap().rate_card.unwrap();
+
+    let replaced = now() - TimeDelta::days(2);
+    w.agreement(
+        "agmt-old",
+        LICENSE,
+        start,
+        AgreementStatus::Replaced,
+        replaced,
+    );
+    w.agreement(
+        "agmt-new",
+        LICENSE,
+        replaced,
+        AgreementStatus::Active,
+        replaced,
+    );
+    w.api.update("agmt-new", |r| {
+        r.terms
+            .rate_card
+            .insert("requests".into(), "0.002".parse().unwrap());
+    });
+    // The replacement's License Updated arrived: the row moved, its card did not.
+    w.event(license_event(
+        "License Updated - Manufacturer",
+        LICENSE,
+        "agmt-new",
+        replaced,
+    ))
+    .await;
+    let moved = w.row(LICENSE).await.unwrap();
+    assert!(moved.rate_card.is_some() && moved.current_rate_card().is_none());
+    assert!(
+        !w.store
+            .put_rate_card(LICENSE, BUYER, &old, now())
+            .await
+            .unwrap(),
+        "a card of the agreement the row left is never stored"
+    );
+
+    assert_eq!(w.run(false).await.rate_cards.refreshed, 1);
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(row.current_rate_card().unwrap().agreement_id, "agmt-new");
+    assert_eq!(price(&row, "requests").as_deref(), Some("0.002"));
+    // A card read earlier never replaces one read later.
+    let mut stale = *row.rate_card.clone().unwrap();
+    stale.read_at -= TimeDelta::minutes(1);
+    stale.card.terms.rate_card.clear();
+    assert!(
+        !w.store
+            .put_rate_card(LICENSE, BUYER, &stale, now())
+            .await
+            .unwrap()
+    );
+}

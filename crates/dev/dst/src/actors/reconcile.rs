@@ -5,6 +5,9 @@
 //! so: until settling it still calls the ended agreement `ACTIVE`. The reconciliation
 //! runs once while the pipeline runs (under faults: its search may be throttled, its
 //! writes fail as every subscribers write may) and at every settling pass, fault-free.
+//! Each run also keeps the active licenses' rate cards on their rows (its terms read
+//! may be throttled too); each buyer's agreement has its own prices, and the first
+//! buyer's is amended (new prices, a later `lastUpdateTime`) once settling begins.
 
 use std::cell::Cell;
 
@@ -31,6 +34,30 @@ pub fn agreement_id(license_arn: &str) -> String {
         "agmt-{}",
         &license_arn[license_arn.len().saturating_sub(4)..]
     )
+}
+
+/// The prices of `license_arn`'s agreement (each buyer's own, so a card kept on the
+/// wrong row shows), `amended` or as first agreed.
+pub fn prices(license_arn: &str, amended: bool) -> Vec<(String, rust_decimal::Decimal)> {
+    let n: u32 = license_arn
+        .chars()
+        .last()
+        .and_then(|c| c.to_digit(10))
+        .unwrap_or(0);
+    let requests = i64::from(n) + 1 + if amended { 10 } else { 0 };
+    vec![
+        (
+            "requests".to_string(),
+            rust_decimal::Decimal::new(requests, 4),
+        ),
+        ("storage_gb".to_string(), rust_decimal::Decimal::new(5, 1)),
+    ]
+}
+
+/// Whether `n`'s agreement (0-based) is amended once settling begins: the first
+/// buyer's is, so its card, read while the pipeline ran, must be read again.
+pub fn amended_when_settled(n: usize) -> bool {
+    n == 0
 }
 
 /// The Agreement API of the schedule and the reconciliation's runs.
@@ -69,6 +96,7 @@ impl<'a> Reconciler<'a> {
     /// Seeds every agreement as the API answers at `now`.
     fn answer_as_of(&self, now: Instant) {
         for (n, license) in self.buyers.iter().enumerate() {
+            let amended = amended_when_settled(n) && self.settled.get();
             let seed = SeedAgreement {
                 agreement_id: agreement_id(license),
                 license_arn: license.to_string(),
@@ -78,7 +106,7 @@ impl<'a> Reconciler<'a> {
                 start: self.activated,
                 end: None,
                 currency: "USD".to_string(),
-                rate_card: Vec::new(),
+                rate_card: prices(license, amended),
                 free_trial: None,
                 upfront: None,
             };
@@ -86,6 +114,10 @@ impl<'a> Reconciler<'a> {
             let ended = n == 2 && now >= self.deprovisioned_at && caught_up;
             let record = if ended {
                 record(&seed, AgreementStatus::Cancelled, self.deprovisioned_at)
+            } else if amended {
+                // An amendment moves lastUpdateTime.
+                let at = self.activated + chrono::Duration::hours(1);
+                record(&seed, AgreementStatus::Active, at)
             } else {
                 record(&seed, AgreementStatus::Active, self.activated)
             };
@@ -121,6 +153,9 @@ impl<'a> Reconciler<'a> {
             }
             if stack.sim.below(4) == 0 {
                 self.api.throttle_next(AgreementOp::Search);
+            }
+            if stack.sim.below(4) == 0 {
+                self.api.throttle_next(AgreementOp::Terms);
             }
             self.run_once(stack).await;
         })

@@ -4,13 +4,18 @@
 //! earlier or later than the event it stands for) and the same final-usage window (a
 //! lost deprovisioning is never re-opened past it, never back-dated before it). And
 //! the last, fault-free run finds nothing left to repair (liveness).
+//!
+//! Rate cards: a card kept on a row always holds the prices of the agreement it names
+//! (never another buyer's, never another agreement's), and after the last, fault-free
+//! run every license still active holds its own agreement's card, with nothing left
+//! failed or deferred (liveness).
 
 use awsmp_core::lifecycle::reconcile::DriftAction;
 use awsmp_core::lifecycle::{MarketplaceEvent, Transition, apply, expire_deprovisioning};
 use awsmp_core::model::{AgreementStatus, Subscriber};
 use awsmp_core::ports::Clock;
 
-use crate::actors::reconcile::agreement_id;
+use crate::actors::reconcile::{agreement_id, amended_when_settled, prices};
 use crate::scenario::{ACCOUNT, PRODUCT, REGION, license};
 use crate::world::World;
 
@@ -75,6 +80,28 @@ pub fn check(world: &World) -> Vec<String> {
                 seen(&expected)
             ));
         }
+        let priced = |amended: bool| -> std::collections::BTreeMap<String, rust_decimal::Decimal> {
+            prices(&license_arn, amended).into_iter().collect()
+        };
+        let now_priced = priced(amended_when_settled(n as usize));
+        if let Some(kept) = &actual.rate_card {
+            let card = &kept.card;
+            let ever = card.terms.rate_card == priced(false) || card.terms.rate_card == now_priced;
+            if card.agreement_id != agreement || !ever {
+                violations.push(format!(
+                    "{id}: keeps the card of {} pricing {:?}, its agreement {agreement} prices \
+                     {now_priced:?} (rate cards)",
+                    card.agreement_id, card.terms.rate_card
+                ));
+            }
+        }
+        if n < 2 && actual.current_rate_card().map(|c| &c.terms.rate_card) != Some(&now_priced) {
+            violations.push(format!(
+                "{id}: active on {agreement}, its card after the last run prices {:?}, the \
+                 agreement now {now_priced:?} (rate cards)",
+                actual.current_rate_card().map(|c| &c.terms.rate_card)
+            ));
+        }
         // The third buyer's agreement ended (its Ended event is not part of the
         // simulation's sequence, the reconciliation may apply it); the others' did not.
         if n < 2 && actual.agreement_status != Some(AgreementStatus::Active) {
@@ -93,6 +120,14 @@ pub fn check(world: &World) -> Vec<String> {
             "the last, fault-free reconciliation still finds drift: {:?} (entitlements)",
             report.drifts
         )),
+        Some(Ok(report))
+            if !report.rate_cards.failed.is_empty() || report.rate_cards.deferred > 0 =>
+        {
+            violations.push(format!(
+                "the last, fault-free reconciliation left rate cards unread: {:?} (rate cards)",
+                report.rate_cards
+            ));
+        }
         Some(Ok(_)) => {}
     }
     // Safety under faults: a run may fail or report, never repair what it must not.
