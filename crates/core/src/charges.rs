@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use rust_decimal::Decimal;
 
-use crate::model::{Attr, AttrMap};
+use crate::model::{Attr, AttrMap, Subscriber};
 use crate::ports::{AgreementApi, AgreementError, AgreementTerms, FreeTrial, TrialGrant};
 use crate::time::{Instant, format_instant};
 
@@ -167,6 +167,22 @@ impl StoredRateCard {
             agreement_updated_at: map.optional_instant("agreementUpdatedAt")?,
             read_at: map.instant("readAt")?,
         })
+    }
+}
+
+/// The rate card of a subscribers row: the one kept on it when it is of the row's
+/// agreement (no call; as fresh as the last reconciliation run), else read from the
+/// API. `None`: the row names no agreement, or the API does not know it.
+pub async fn rate_card_of(
+    row: &Subscriber,
+    agreements: &dyn AgreementApi,
+) -> Result<Option<RateCard>, AgreementError> {
+    if let Some(kept) = row.current_rate_card() {
+        return Ok(Some(kept.clone()));
+    }
+    match &row.agreement_id {
+        Some(agreement_id) => rate_card(agreements, agreement_id).await,
+        None => Ok(None),
     }
 }
 

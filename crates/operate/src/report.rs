@@ -114,9 +114,10 @@ pub struct UnpricedUsage {
     pub quantity: i64,
 }
 
-/// The rate card of each license billed from `from` on: its subscriber row's agreement
-/// (`DescribeAgreement` for its start, `GetAgreementTerms` for its prices), each
-/// agreement read once. A license whose row names no agreement, or whose agreement the
+/// The rate card of each license billed from `from` on: the one kept on its subscribers
+/// row by the agreement reconciliation, or, for a row without a current one, its
+/// agreement's read from the API (`DescribeAgreement` for its start,
+/// `GetAgreementTerms` for its prices), each agreement read once. A license whose row names no agreement, or whose agreement the
 /// API does not know, gets none. The first refusal or throttle stops the reading: the
 /// cards read so far come back with why the rest were not (the report never fails for
 /// it).
@@ -135,16 +136,16 @@ pub async fn rate_cards(
     let mut by_agreement: BTreeMap<String, Option<RateCard>> = BTreeMap::new();
     let mut cards = BTreeMap::new();
     for (license, account) in licenses {
-        let agreement_id = match subscribers.get(&license, &account).await {
-            Ok(Some(row)) => row.agreement_id,
-            Ok(None) => None,
+        let row = match subscribers.get(&license, &account).await {
+            Ok(Some(row)) => row,
+            Ok(None) => continue,
             Err(e) => return (cards, Some(format!("the subscribers table: {e}"))),
         };
-        let Some(agreement_id) = agreement_id else {
+        let Some(agreement_id) = row.agreement_id.clone() else {
             continue;
         };
         if !by_agreement.contains_key(&agreement_id) {
-            let card = match awsmp_core::charges::rate_card(agreements, &agreement_id).await {
+            let card = match awsmp_core::charges::rate_card_of(&row, agreements).await {
                 Ok(card) => card,
                 Err(e) => return (cards, Some(e.to_string())),
             };
@@ -520,6 +521,67 @@ mod tests {
         assert_eq!(s.axis().len() as i64, MAX_AXIS_HOURS);
         assert_eq!(s.hours_off_axis, 1);
         assert_eq!(s.axis_to, s.to);
+    }
+
+    #[tokio::test]
+    async fn a_card_kept_on_the_row_prices_without_a_call_and_another_agreements_is_not_used() {
+        use awsmp_core::charges::StoredRateCard;
+        use awsmp_core::memory::agreement_contract::{record, seed};
+        use awsmp_core::memory::{AgreementOp, MemoryAgreementApi, MemorySubscriberStore};
+        use awsmp_core::ports::AgreementStatus;
+
+        let now = at("2026-11-30T12:00:00Z");
+        let records = [operator_record(
+            "requests",
+            "2026-11-30T10",
+            AggregatedStatus::Success,
+            3,
+            None,
+        )];
+        let from: HourBucket = "2026-11-30T00".parse().unwrap();
+        let (subscribers, api) = (MemorySubscriberStore::new(), MemoryAgreementApi::new());
+        let mut kept = seed("agmt-1");
+        kept.license_arn = LIC.into();
+        api.seed(record(&kept, AgreementStatus::Active, now));
+        let mut terms = api.get("agmt-1").unwrap().terms;
+        terms
+            .rate_card
+            .insert("requests".into(), "0.004".parse().unwrap());
+        let mut row = awsmp_core::model::Subscriber::new(LIC, "111122223333");
+        row.agreement_id = Some("agmt-1".into());
+        row.rate_card = Some(Box::new(StoredRateCard {
+            card: RateCard {
+                agreement_id: "agmt-1".into(),
+                start: kept.start,
+                terms,
+            },
+            agreement_updated_at: Some(now),
+            read_at: now,
+        }));
+        subscribers.insert(row.clone(), now);
+
+        let (cards, unavailable) = rate_cards(&records, from, &subscribers, &api).await;
+        assert!(unavailable.is_none());
+        assert_eq!(
+            cards[LIC].terms.rate_card["requests"].to_string(),
+            "0.004",
+            "the kept card"
+        );
+        assert_eq!(
+            api.calls(AgreementOp::Describe) + api.calls(AgreementOp::Terms),
+            0
+        );
+
+        // Replaced: the row moved to agmt-2 before its card was read; agmt-1's is not used.
+        let mut replacement = seed("agmt-2");
+        replacement.license_arn = LIC.into();
+        api.seed(record(&replacement, AgreementStatus::Active, now));
+        row.agreement_id = Some("agmt-2".into());
+        subscribers.insert(row, now);
+        let (cards, _) = rate_cards(&records, from, &subscribers, &api).await;
+        assert_eq!(cards[LIC].agreement_id, "agmt-2");
+        assert_eq!(cards[LIC].terms.rate_card["requests"].to_string(), "0.0025");
+        assert_eq!(api.calls(AgreementOp::Terms), 1, "read from the API");
     }
 
     #[test]

@@ -88,8 +88,7 @@ pub async fn license(
     if let Some(api) = agreements {
         let mut cards = std::collections::BTreeMap::new();
         for s in subs.iter().flatten() {
-            let Some(id) = &s.agreement_id else { continue };
-            match awsmp_core::charges::rate_card(api, id).await {
+            match awsmp_core::charges::rate_card_of(s, api).await {
                 Ok(Some(card)) => {
                     cards.insert(s.customer_aws_account_id.clone(), card);
                 }

@@ -19,6 +19,8 @@
 //! ended. T is the agreement's end when it has passed, else its `lastUpdateTime` (the
 //! API does not say when a cancelled pay-as-you-go agreement ended).
 //!
+//! Each run then keeps the active licenses' rate cards on their rows ([`rate_cards`]).
+//!
 //! Not reconciled: a row no agreement of the products names (the search starts from the
 //! API; finding those needs a table scan), and a row of an agreement that ended before
 //! this stack ever saw it (no row: nothing to bill, nothing reported).
