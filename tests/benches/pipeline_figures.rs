@@ -341,7 +341,10 @@ impl Cost {
             + get("usage.scan_pending")
             + get("usage.get")
             + get("subscribers.get")
-            + get("subscribers.deprovisioning");
+            + get("subscribers.deprovisioning")
+            // The discoverer's unpriced-dimension check: one batch per page of groups,
+            // each buyer read once a run (a few items per call here).
+            + get("subscribers.get_many");
         let rru = 0.5 * reads;
         // Messages: one aggregation message per group commit attempt, at most.
         let messages = get("aggregated.commit");

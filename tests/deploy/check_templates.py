@@ -383,6 +383,7 @@ def main() -> int:
         "BatchMeterUsageException", "CustomerNotSubscribed", "BisectDepthExceeded", "MeteringApiDisabled",
         "UnexpectedDuplicateRecord", "IncompleteRun", "MalformedItem", "LateUsageAfterSubmission",
         "AmbiguousSubmission", "ProfileExpiryFailed", "BatchMeterUsageRefused",
+        "UnpricedUsage", "UnpricedUsageUnchecked",
     ]:
         check(f'SELECT SUM({metric}) FROM \\"AwsMarketplace/Metering\\"' in alarm_text, f"alarm on EMF metric {metric}")
     check(scalar(main_t.resources.get("ProfileExpiryFailedAlarm", []), "Condition", 4) == "DiscovererExpiresProfiles",

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use awsmp_core::charges::StoredRateCard;
 use awsmp_core::model::subscriber_attr as sa;
 use awsmp_core::model::{Subscriber, SubscriptionStatus, attr};
@@ -12,7 +12,12 @@ use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
 use tracing::instrument;
 
-use crate::error::failed;
+use crate::error::{failed, port_error};
+
+/// Keys one `BatchGetItem` takes.
+const MAX_BATCH_GET_KEYS: usize = 100;
+/// Sends of one batch while DynamoDB leaves keys unprocessed.
+const MAX_BATCH_GET_ATTEMPTS: u32 = 4;
 use crate::item::page::all_pages;
 use crate::item::{
     DynamoItem, ItemKey, Reader, Update, attr_from_dynamo, attr_to_dynamo, instant, n, s,
@@ -117,6 +122,63 @@ impl SubscriberStore for DynamoSubscriberStore {
         item.as_ref()
             .map(|item| self.subscriber_from_item(item))
             .transpose()
+    }
+
+    #[instrument(skip(self, keys), fields(table = %self.table, keys = keys.len()))]
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Subscriber>, PortError> {
+        // BatchGetItem refuses a repeated key and takes at most 100 keys a call.
+        let unique: std::collections::BTreeSet<&(String, String)> = keys.iter().collect();
+        let unique: Vec<&(String, String)> = unique.into_iter().collect();
+        let mut rows = Vec::with_capacity(unique.len());
+        for chunk in unique.chunks(MAX_BATCH_GET_KEYS) {
+            let keys: Vec<DynamoItem> = chunk
+                .iter()
+                .map(|(license, account)| {
+                    DynamoItem::from([
+                        (attr::LICENSE_ARN.to_string(), s(license)),
+                        (attr::CUSTOMER_ACCOUNT.to_string(), s(account)),
+                    ])
+                })
+                .collect();
+            let mut request = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .build()
+                .map_err(|e| failed("BatchGetItem subscribers", e.to_string()))?;
+            // Unprocessed keys (throttled or over 16 MB) are sent again, a few times.
+            for attempt in 0.. {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| port_error("BatchGetItem subscribers", e))?;
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    rows.push(self.subscriber_from_item(&item)?);
+                }
+                match out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                    Some(left) if !left.keys.is_empty() => {
+                        if attempt + 1 >= MAX_BATCH_GET_ATTEMPTS {
+                            return Err(PortError::Transient {
+                                operation: "BatchGetItem subscribers",
+                                message: format!(
+                                    "{} keys still unprocessed after {MAX_BATCH_GET_ATTEMPTS} attempts",
+                                    left.keys.len()
+                                ),
+                            });
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                        request = left;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(rows)
     }
 
     #[instrument(skip(self), fields(table = %self.table))]

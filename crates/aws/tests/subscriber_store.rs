@@ -455,3 +455,40 @@ async fn a_rate_card_is_kept_only_on_its_agreements_row_never_over_a_later_read(
     let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
     assert_eq!(row.rate_card.as_deref(), Some(&later));
 }
+
+#[tokio::test]
+async fn many_rows_are_read_in_batches_and_a_missing_or_repeated_key_is_no_error() {
+    let (_moto, db) = moto_with_tables().await;
+    let store = DynamoSubscriberStore::new(db.clone(), SUBSCRIBERS);
+    let now = t("2026-11-30T12:00:00Z");
+    // 150 buyers: two BatchGetItem calls (100 keys each at most).
+    let accounts: Vec<String> = (0..150).map(|n| format!("{:012}", 100_000 + n)).collect();
+    for account in &accounts {
+        store.put_lifecycle(&active(account), now).await.unwrap();
+    }
+    let card = stored_card("agmt-1", "2026-11-30T12:00:00Z", "0.0025");
+    assert!(
+        store
+            .put_rate_card(LICENSE, &accounts[7], &card, now)
+            .await
+            .unwrap()
+    );
+    let mut keys: Vec<(String, String)> = accounts
+        .iter()
+        .map(|a| (LICENSE.to_string(), a.clone()))
+        .collect();
+    keys.push((LICENSE.to_string(), accounts[0].clone()));
+    keys.push((LICENSE.to_string(), "999999999999".to_string()));
+
+    let rows = store.get_many(&keys).await.unwrap();
+    assert_eq!(
+        rows.len(),
+        150,
+        "each existing row once; the unknown one left out"
+    );
+    let with_card: Vec<_> = rows.iter().filter(|r| r.rate_card.is_some()).collect();
+    assert_eq!(with_card.len(), 1);
+    assert_eq!(with_card[0].customer_aws_account_id, accounts[7]);
+    assert_eq!(with_card[0].current_rate_card(), Some(&card.card));
+    assert!(store.get_many(&[]).await.unwrap().is_empty());
+}

@@ -2,8 +2,10 @@
 //! `metering_pending` index (never a table scan) and enqueue one aggregation message per
 //! `(licenseArn, account, dimension, hour)` group: deprovisioning flushes first (lock
 //! bypassed, onto their own queue), then completed hours oldest-first; then sweep the
-//! index for rows no hour query visits (expired hours, non-bucket markers). Stops
-//! cleanly at the budget's deadline and reports what it left for the next run.
+//! index for rows no hour query visits (expired hours, non-bucket markers). Before each
+//! send, the groups' dimensions are held against their buyers' kept rate cards
+//! ([`unpriced`]). Stops cleanly at the budget's deadline and reports what it left for
+//! the next run.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -50,7 +52,7 @@ pub const DISCOVERY_PERIOD_MINUTES: i64 = 15;
 pub struct DiscoverPorts {
     /// Raw usage table.
     pub usage: Arc<dyn UsageStore>,
-    /// Subscribers table (deprovisioning index).
+    /// Subscribers table (deprovisioning index; the enqueued buyers' rate cards).
     pub subscribers: Arc<dyn SubscriberStore>,
     /// Normal aggregation work.
     pub work_queue: Arc<dyn WorkQueue>,
@@ -125,6 +127,12 @@ pub struct DiscoverReport {
     pub profiles_expiring: usize,
     /// Why setting a profile's expiry failed, if it did (the next run tries again).
     pub profile_error: Option<String>,
+    /// Dimensions of the enqueued groups their buyer's rate card does not price.
+    pub unpriced: Vec<UnpricedDimension>,
+    /// Buyers of the enqueued groups whose row holds no rate card of its agreement.
+    pub without_rate_card: usize,
+    /// Why the buyers' rows could not be read for that check, if they could not.
+    pub rate_cards_unread: Option<String>,
 }
 
 impl DiscoverReport {
@@ -182,68 +190,83 @@ pub async fn discover(
         budget,
         report: DiscoverReport::default(),
         seen: HashSet::new(),
+        unpriced: UnpricedCheck::default(),
     };
-    let current = HourBucket::containing(now);
-
-    let mut flushing = BTreeSet::new();
-    let mut open_hour_due = BTreeSet::new();
-    match ports.subscribers.deprovisioning().await {
-        Ok(rows) => {
-            let rows: Vec<_> = rows
-                .into_iter()
-                .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
-                .collect();
-            run.expire_profiles(&rows).await;
-            for row in rows {
-                // No expiry recorded: the window's end is unknown, so flush the open hour now.
-                let due = row.deprovisioning_expiry.is_none_or(|expiry| {
-                    now >= expiry - settings.flush_margin - settings.discovery_period
-                });
-                if due {
-                    open_hour_due.insert(row.license_arn.clone());
-                }
-                flushing.insert(row.license_arn);
-            }
-        }
-        Err(e) => {
-            error!(error = %e, "deprovisioning index unreadable; flush skipped this run");
-            run.report.flush_error = Some(e.to_string());
-        }
-    }
-
-    if !flushing.is_empty() {
-        let mut buckets: Vec<HourBucket> = time::live_buckets(now)
-            .into_iter()
-            .filter(|b| *b < current)
-            .collect();
-        if !open_hour_due.is_empty() {
-            buckets.push(current);
-        }
-        for (i, bucket) in buckets.iter().enumerate() {
-            let licenses = if *bucket == current {
-                &open_hour_due
-            } else {
-                &flushing
-            };
-            if !run.walk(*bucket, Pass::Flush, licenses).await? {
-                run.leave(&buckets[i..]);
-                return Ok(run.finish());
-            }
-        }
-    }
-
-    let buckets = time::completed_buckets(now, settings.lock);
-    for (i, bucket) in buckets.iter().enumerate() {
-        if !run.walk(*bucket, Pass::Normal, &flushing).await? {
-            run.leave(&buckets[i..]);
-            return Ok(run.finish());
-        }
-    }
-
-    if !run.sweep().await? {
-        run.report.sweep_incomplete = true;
-    }
+    run.all().await?;
+    run.report.unpriced = run.unpriced.unpriced();
+    run.report.without_rate_card = run.unpriced.without_rate_card();
+    run.report.rate_cards_unread = run.unpriced.error.clone();
     Ok(run.finish())
+}
+
+impl Run<'_> {
+    /// The flush, the completed hours and the sweep; `Ok` also when the deadline came.
+    async fn all(&mut self) -> Result<(), PipelineError> {
+        let now = self.now;
+        let settings = self.settings;
+        let ports = self.ports;
+        let current = HourBucket::containing(now);
+
+        let mut flushing = BTreeSet::new();
+        let mut open_hour_due = BTreeSet::new();
+        match ports.subscribers.deprovisioning().await {
+            Ok(rows) => {
+                let rows: Vec<_> = rows
+                    .into_iter()
+                    .filter(|r| r.subscription_status == Some(SubscriptionStatus::Deprovisioning))
+                    .collect();
+                self.expire_profiles(&rows).await;
+                for row in rows {
+                    // No expiry recorded: the window's end is unknown, so flush the open hour now.
+                    let due = row.deprovisioning_expiry.is_none_or(|expiry| {
+                        now >= expiry - settings.flush_margin - settings.discovery_period
+                    });
+                    if due {
+                        open_hour_due.insert(row.license_arn.clone());
+                    }
+                    flushing.insert(row.license_arn);
+                }
+            }
+            Err(e) => {
+                error!(error = %e, "deprovisioning index unreadable; flush skipped this run");
+                self.report.flush_error = Some(e.to_string());
+            }
+        }
+
+        if !flushing.is_empty() {
+            let mut buckets: Vec<HourBucket> = time::live_buckets(now)
+                .into_iter()
+                .filter(|b| *b < current)
+                .collect();
+            if !open_hour_due.is_empty() {
+                buckets.push(current);
+            }
+            for (i, bucket) in buckets.iter().enumerate() {
+                let licenses = if *bucket == current {
+                    &open_hour_due
+                } else {
+                    &flushing
+                };
+                if !self.walk(*bucket, Pass::Flush, licenses).await? {
+                    self.leave(&buckets[i..]);
+                    return Ok(());
+                }
+            }
+        }
+
+        let buckets = time::completed_buckets(now, settings.lock);
+        for (i, bucket) in buckets.iter().enumerate() {
+            if !self.walk(*bucket, Pass::Normal, &flushing).await? {
+                self.leave(&buckets[i..]);
+                return Ok(());
+            }
+        }
+
+        if !self.sweep().await? {
+            self.report.sweep_incomplete = true;
+        }
+        Ok(())
+    }
 }
 
 impl Run<'_> {
@@ -305,6 +328,8 @@ struct Run<'a> {
     report: DiscoverReport,
     /// Groups already enqueued this run (a group's rows span pages and passes).
     seen: HashSet<GroupKey>,
+    /// The enqueued groups' dimensions held against their buyers' rate cards.
+    unpriced: UnpricedCheck,
 }
 
 impl Run<'_> {
@@ -378,6 +403,18 @@ impl Run<'_> {
         if messages.is_empty() {
             return Ok(());
         }
+        let groups = messages.iter().filter_map(|m| match m {
+            WorkMessage::Aggregate { group, .. } => Some(group),
+            _ => None,
+        });
+        self.unpriced
+            .before_send(
+                self.ports.subscribers.as_ref(),
+                self.ports.metrics.as_ref(),
+                self.ports.clock.as_ref(),
+                groups,
+            )
+            .await;
         let queue = match pass {
             Pass::Flush => self.ports.deprovision_queue.as_ref(),
             Pass::Normal => self.ports.work_queue.as_ref(),
@@ -631,6 +668,11 @@ fn hour_in_sort_key(sort_key: &str, account: &str, dimension: &str) -> Option<Ho
         .strip_prefix('#')?;
     rest.get(..13)?.parse().ok()
 }
+
+pub mod unpriced;
+
+use unpriced::UnpricedCheck;
+pub use unpriced::UnpricedDimension;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

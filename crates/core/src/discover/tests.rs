@@ -531,3 +531,121 @@ async fn a_profile_expiry_that_cannot_be_written_is_counted_and_retried_next_run
     );
     assert_eq!(world.metrics.total(metric::PROFILE_EXPIRY_FAILED), 1);
 }
+
+/// An active row of `license` on `agreement` whose kept rate card prices `priced`.
+fn priced_buyer(world: &World, license: &str, account: &str, agreement: &str, priced: &[&str]) {
+    let now = world.clock.now();
+    let mut row = Subscriber::new(license, account);
+    row.agreement_id = Some(agreement.to_string());
+    row.subscription_status = Some(SubscriptionStatus::Active);
+    row.rate_card = Some(Box::new(crate::charges::StoredRateCard {
+        card: crate::charges::RateCard {
+            agreement_id: agreement.to_string(),
+            start: now,
+            terms: crate::ports::AgreementTerms {
+                currency: Some("USD".into()),
+                rate_card: priced
+                    .iter()
+                    .map(|d| (d.to_string(), rust_decimal::Decimal::new(25, 4)))
+                    .collect(),
+                free_trial: None,
+                has_upfront: false,
+            },
+        },
+        agreement_updated_at: None,
+        read_at: now,
+    }));
+    world.subscribers.insert(row, now);
+}
+
+#[tokio::test]
+async fn a_dimension_the_buyers_rate_card_does_not_price_is_reported_before_it_is_billed() {
+    // GIVEN two buyers with kept rate cards pricing only `requests`, one buyer without
+    // a card, and usage of `requests` and `seats` (two hours of it for the first buyer)
+    let now = t(NOW);
+    let world = World::new(now);
+    let (l1, l2, l3) = (license(1), license(2), license(3));
+    priced_buyer(&world, &l1, ACCOUNT_A, "agmt-1", &["requests"]);
+    priced_buyer(&world, &l2, ACCOUNT_B, "agmt-2", &["requests", "seats"]);
+    let mut moved = Subscriber::new(&l3, ACCOUNT_A);
+    moved.agreement_id = Some("agmt-3".into());
+    world.subscribers.insert(moved, now);
+    world.put_each(&[
+        (&l1, ACCOUNT_A, "requests", "2026-11-30T09:05:00Z", 3),
+        (&l1, ACCOUNT_A, "seats", "2026-11-30T08:05:00Z", 1),
+        (&l1, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1),
+        (&l2, ACCOUNT_B, "seats", "2026-11-30T09:05:00Z", 1),
+        (&l3, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1),
+    ]);
+
+    let report = world.discover(now).await;
+
+    // THEN only the first buyer's `seats` is reported, with its groups and agreement,
+    // and counted; every group is still enqueued
+    assert_eq!(
+        report.unpriced,
+        vec![UnpricedDimension {
+            license_arn: l1.clone(),
+            customer_aws_account_id: ACCOUNT_A.into(),
+            agreement_id: "agmt-1".into(),
+            dimension: "seats".into(),
+            groups: 2,
+        }]
+    );
+    assert_eq!(
+        world
+            .metrics
+            .get(metric::UNPRICED_USAGE, &[("Dimension", "seats")]),
+        2
+    );
+    assert_eq!(
+        report.without_rate_card, 1,
+        "a row without a card is not judged"
+    );
+    assert_eq!(report.groups, 5);
+    assert!(report.complete());
+}
+
+#[tokio::test]
+async fn an_unreadable_rate_card_is_reported_and_never_holds_metering_back() {
+    let now = t(NOW);
+    let world = World::new(now);
+    let l1 = license(1);
+    priced_buyer(&world, &l1, ACCOUNT_A, "agmt-1", &["requests"]);
+    world.put_each(&[(&l1, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1)]);
+    world.subscribers.fail_next(
+        StoreOp::SubscriberGetMany,
+        PortError::Failed {
+            operation: "BatchGetItem subscribers",
+            message: "AccessDeniedException".into(),
+        },
+    );
+
+    let report = world.discover(now).await;
+    assert_eq!(report.groups, 1, "the group is enqueued all the same");
+    assert!(report.unpriced.is_empty());
+    let unread = report.rate_cards_unread.as_deref().unwrap();
+    assert!(unread.contains("AccessDenied"), "{unread}");
+    assert_eq!(world.metrics.total(metric::UNPRICED_USAGE_UNCHECKED), 1);
+    assert!(report.complete(), "the check is not part of the run's work");
+}
+
+#[tokio::test]
+async fn a_throttled_rate_card_read_is_retried_before_the_page_is_sent() {
+    let now = t(NOW);
+    let world = World::new(now);
+    let l1 = license(1);
+    priced_buyer(&world, &l1, ACCOUNT_A, "agmt-1", &["requests"]);
+    world.put_each(&[(&l1, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1)]);
+    world.subscribers.fail_next(
+        StoreOp::SubscriberGetMany,
+        PortError::Transient {
+            operation: "BatchGetItem subscribers",
+            message: "throttled".into(),
+        },
+    );
+    let report = world.discover(now).await;
+    assert_eq!(report.unpriced.len(), 1, "{report:?}");
+    assert!(report.rate_cards_unread.is_none());
+    assert_eq!(world.metrics.total(metric::UNPRICED_USAGE_UNCHECKED), 0);
+}

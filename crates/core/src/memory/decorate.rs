@@ -303,6 +303,12 @@ impl<D: SubscriberDecorator> SubscriberStore for D {
             .await
     }
 
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Subscriber>, PortError> {
+        let inner = self.inner().get_many(keys);
+        self.around(StoreCall::of(StoreOp::SubscriberGetMany), inner)
+            .await
+    }
+
     async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
         let inner = self.inner().by_license(license_arn);
         self.around(StoreCall::of(StoreOp::SubscriberByLicense), inner)

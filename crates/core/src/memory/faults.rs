@@ -45,6 +45,8 @@ pub enum StoreOp {
     AggregatedStrayPendingPage,
     /// [`SubscriberStore::get`].
     SubscriberGet,
+    /// [`SubscriberStore::get_many`].
+    SubscriberGetMany,
     /// [`SubscriberStore::by_license`].
     SubscriberByLicense,
     /// [`SubscriberStore::by_agreement`].
@@ -83,6 +85,7 @@ impl StoreOp {
             StoreOp::AggregatedRejectMalformed => "aggregated.reject_malformed",
             StoreOp::AggregatedStrayPendingPage => "aggregated.stray_pending_page",
             StoreOp::SubscriberGet => "subscribers.get",
+            StoreOp::SubscriberGetMany => "subscribers.get_many",
             StoreOp::SubscriberByLicense => "subscribers.by_license",
             StoreOp::SubscriberByAgreement => "subscribers.by_agreement",
             StoreOp::SubscriberDeprovisioning => "subscribers.deprovisioning",

@@ -152,6 +152,15 @@ impl SubscriberStore for MemorySubscriberStore {
             .map(|s| s.row.clone()))
     }
 
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Subscriber>, PortError> {
+        self.faults.check(StoreOp::SubscriberGetMany)?;
+        let rows = lock(&self.rows);
+        Ok(keys
+            .iter()
+            .filter_map(|key| rows.get(key).map(|s| s.row.clone()))
+            .collect())
+    }
+
     async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError> {
         self.faults.check(StoreOp::SubscriberByLicense)?;
         Ok(self.select(|row| row.license_arn == license_arn))

@@ -52,6 +52,12 @@ pub mod metric {
     /// A buyer profile's expiry (`ProfileRetentionDays`) the discoverer could not write;
     /// the next run retries. Not an incomplete run: metering is unaffected.
     pub const PROFILE_EXPIRY_FAILED: &str = "ProfileExpiryFailed";
+    /// Groups about to be billed of a dimension the buyer's rate card does not price
+    /// (dimension `Dimension`; the discoverer, before the record is sent).
+    pub const UNPRICED_USAGE: &str = "UnpricedUsage";
+    /// Groups the discoverer sent without that check: their buyers' rows could not be
+    /// read.
+    pub const UNPRICED_USAGE_UNCHECKED: &str = "UnpricedUsageUnchecked";
 }
 
 /// Metrics (EMF to stdout in Lambda).

@@ -14,6 +14,10 @@ pub trait SubscriberStore: Send + Sync {
     /// Reads one row.
     async fn get(&self, license_arn: &str, account: &str) -> Result<Option<Subscriber>, PortError>;
 
+    /// Reads the rows of many (license, account) pairs at once; a pair without a row
+    /// is left out. In no particular order.
+    async fn get_many(&self, keys: &[(String, String)]) -> Result<Vec<Subscriber>, PortError>;
+
     /// Rows for a license (any account).
     async fn by_license(&self, license_arn: &str) -> Result<Vec<Subscriber>, PortError>;
 

@@ -218,6 +218,16 @@ pub fn run(sim: Sim, options: &Options) -> World {
         options.deprovisioned_at,
         options.lost,
     );
+    // An earlier reconciliation kept the subscribed buyers' rate cards.
+    sim.faults_off();
+    executor::run(
+        &sim,
+        vec![Task::new("rate cards", reconciler.keep_cards(&stack))],
+        false,
+        MAX_STEPS,
+        &|_| {},
+    );
+    sim.faults_on();
     let imports = Mutex::new(Vec::new());
     let mut tasks = concurrent(
         options,
@@ -325,6 +335,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             buyer_events: None,
             edges: Default::default(),
             reconciliations: Vec::new(),
+            discoveries: lock(&other.discoveries).clone(),
         })
     });
     World {
@@ -351,6 +362,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         buyer_events: Some(buyer_events),
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         reconciliations: reconciler.runs(),
+        discoveries: lock(&stack.discoveries).clone(),
         second,
         imports: imports
             .into_inner()

@@ -85,6 +85,8 @@ pub struct Stack {
     /// The License Deprovisioned event of the run (redelivered while settling, as SQS
     /// redelivers a message whose handler died).
     pub deprovisioned: Mutex<Option<(String, Instant)>>,
+    /// Each discoverer run's report (a run that failed has none).
+    pub discoveries: Mutex<Vec<awsmp_core::discover::DiscoverReport>>,
     /// The events stack's functions (subscription, deprovision-cleanup) run beside this
     /// Region's pipeline (only one Region's: there is one events stack).
     pub events_stack: bool,
@@ -179,6 +181,7 @@ impl Stack {
             registrations: Mutex::new(Vec::new()),
             ingested: Mutex::new(Vec::new()),
             deprovisioned: Mutex::new(None),
+            discoveries: Mutex::new(Vec::new()),
             events_stack: region == REGION,
         }
     }

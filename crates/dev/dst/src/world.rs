@@ -72,6 +72,8 @@ pub struct World {
     pub buyer_events: Option<BuyerEvents>,
     /// What the usage API answered the seller posting across the edges of time.
     pub edges: EdgeLog,
+    /// Each discoverer run's report.
+    pub discoveries: Vec<awsmp_core::discover::DiscoverReport>,
 }
 
 impl World {

@@ -38,7 +38,11 @@ impl Stack {
             metrics: Arc::new(self.metrics.clone()),
             clock: self.lambda_clock(),
         };
-        let _ = discover(now, &self.discover_settings(), &ports, Budget::UNLIMITED).await;
+        if let Ok(report) =
+            discover(now, &self.discover_settings(), &ports, Budget::UNLIMITED).await
+        {
+            crate::stack::lock(&self.discoveries).push(report);
+        }
     }
 }
 

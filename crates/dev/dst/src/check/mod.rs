@@ -4,6 +4,7 @@
 //! [`metrics`], [`retention`], [`dry_run`], [`regions`] (an import lands only in its
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
 //! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation),
+//! [`unpriced`] (dimensions no rate card prices, reported before billing),
 //! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`],
 //! [`buyer_events`] and [`api_edges`] (the usage API across the edges of time); and,
 //! after them all, [`corrections`] (run from `run_schedule`: the corrections move the
@@ -27,6 +28,7 @@ pub mod refused_calls;
 pub mod regions;
 pub mod registrations;
 pub mod retention;
+pub mod unpriced;
 
 use std::collections::BTreeMap;
 
@@ -42,6 +44,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(dry_run::check(world));
     violations.extend(registrations::check(world));
     violations.extend(entitlements::check(world));
+    violations.extend(unpriced::check(world));
     violations.extend(profiles::check(world));
     violations.extend(ingestion::check(world));
     violations.extend(regions::check(world));

@@ -1,0 +1,158 @@
+//! Unpriced dimensions caught before billing: before the discoverer sends a page's
+//! groups to the aggregator, their buyers' rows are read in one batch
+//! (`SubscriberStore::get_many`, each buyer once a run) and every group of a dimension
+//! the rate card kept on the row does not price is reported (metric `UnpricedUsage`, a
+//! warning naming the buyer, the agreement and the dimension, and the run's report).
+//! Checked before the send, so a run that dies after it, or a send whose answer is
+//! lost, cannot bill such usage unreported. On a private offer Marketplace meters it and
+//! bills nothing; on a public offer it is a dimension added after the agreement, or a
+//! catalog mistake `InvalidUsageDimensionException` will reject.
+//!
+//! It never holds metering back: a row without a kept card is only counted, and a read
+//! that fails (after the store's retries) is reported, metric `UnpricedUsageUnchecked`
+//! counting the groups sent unchecked (the page is sent all the same; the next page
+//! reads again).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+use tracing::warn;
+
+use crate::model::GroupKey;
+use crate::pipeline::retry::{RetryPolicy, retry_transient};
+use crate::ports::{Clock, MetricsSink, SubscriberStore, metric};
+
+/// A dimension a buyer's usage carries that their agreement's rate card does not price.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpricedDimension {
+    /// The license.
+    pub license_arn: String,
+    /// The buyer.
+    #[serde(rename = "customerAWSAccountId")]
+    pub customer_aws_account_id: String,
+    /// The agreement whose card does not price it.
+    pub agreement_id: String,
+    /// The dimension.
+    pub dimension: String,
+    /// Its groups (hours) sent this run.
+    pub groups: usize,
+}
+
+/// A buyer's kept card, as the check needs it: its agreement and the dimensions it prices.
+type Priced = Option<(String, BTreeSet<String>)>;
+
+/// One run's check: the cards read so far and what they found.
+#[derive(Debug, Default)]
+pub struct UnpricedCheck {
+    cards: HashMap<(String, String), Priced>,
+    found: BTreeMap<(String, String, String), (String, usize)>,
+    /// Why the buyers' rows could not be read, the last time they could not.
+    pub error: Option<String>,
+}
+
+impl UnpricedCheck {
+    /// Checks `groups`, about to be sent, against their buyers' kept rate cards.
+    pub async fn before_send<'g>(
+        &mut self,
+        subscribers: &dyn SubscriberStore,
+        metrics: &dyn MetricsSink,
+        clock: &dyn Clock,
+        groups: impl IntoIterator<Item = &'g GroupKey>,
+    ) {
+        let groups: Vec<&GroupKey> = groups.into_iter().collect();
+        let unread: BTreeSet<(String, String)> = groups
+            .iter()
+            .map(|g| (g.license_arn.clone(), g.customer_aws_account_id.clone()))
+            .filter(|key| !self.cards.contains_key(key))
+            .collect();
+        if !unread.is_empty() {
+            let keys: Vec<(String, String)> = unread.iter().cloned().collect();
+            let read =
+                retry_transient(clock, RetryPolicy::STORE, || subscribers.get_many(&keys)).await;
+            match read {
+                Ok(rows) => {
+                    for key in unread {
+                        self.cards.insert(key, None);
+                    }
+                    for row in rows {
+                        let priced = row.current_rate_card().map(|card| {
+                            (
+                                card.agreement_id.clone(),
+                                card.terms.rate_card.keys().cloned().collect(),
+                            )
+                        });
+                        self.cards
+                            .insert((row.license_arn, row.customer_aws_account_id), priced);
+                    }
+                }
+                Err(e) => {
+                    let unchecked = groups
+                        .iter()
+                        .filter(|g| {
+                            !self.cards.contains_key(&(
+                                g.license_arn.clone(),
+                                g.customer_aws_account_id.clone(),
+                            ))
+                        })
+                        .count();
+                    warn!(error = %e, unchecked, "buyers' rate cards unread; these groups are sent unchecked");
+                    metrics.count(metric::UNPRICED_USAGE_UNCHECKED, &[], unchecked as u64);
+                    self.error = Some(e.to_string());
+                }
+            }
+        }
+        for group in groups {
+            let key = (
+                group.license_arn.clone(),
+                group.customer_aws_account_id.clone(),
+            );
+            let Some(Some((agreement, priced))) = self.cards.get(&key) else {
+                continue;
+            };
+            if priced.contains(&group.dimension) {
+                continue;
+            }
+            metrics.count(
+                metric::UNPRICED_USAGE,
+                &[("Dimension", group.dimension.as_str())],
+                1,
+            );
+            let entry = self
+                .found
+                .entry((key.0, key.1, group.dimension.clone()))
+                .or_insert_with(|| (agreement.clone(), 0));
+            entry.1 += 1;
+            if entry.1 == 1 {
+                warn!(
+                    license = %group.license_arn,
+                    account = %group.customer_aws_account_id,
+                    agreement = %agreement,
+                    dimension = %group.dimension,
+                    "usage of a dimension the buyer's agreement does not price: on a private offer it is billed at nothing, on a public one Marketplace may reject it"
+                );
+            }
+        }
+    }
+
+    /// Every unpriced dimension of a buyer, in (license, account, dimension) order.
+    pub fn unpriced(&self) -> Vec<UnpricedDimension> {
+        self.found
+            .iter()
+            .map(
+                |((license, account, dimension), (agreement, groups))| UnpricedDimension {
+                    license_arn: license.clone(),
+                    customer_aws_account_id: account.clone(),
+                    agreement_id: agreement.clone(),
+                    dimension: dimension.clone(),
+                    groups: *groups,
+                },
+            )
+            .collect()
+    }
+
+    /// Buyers whose row holds no rate card of its agreement (or has no row): not judged.
+    pub fn without_rate_card(&self) -> usize {
+        self.cards.values().filter(|card| card.is_none()).count()
+    }
+}
