@@ -435,6 +435,22 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         case("adjustments-none", &["adjustments"]),
         json("adjustments-none-json", "adjust", &["adjustments"]),
     ];
+    // In the first hours of a month the demo's hours may fall in the month before, whose
+    // invoice the simulator has issued: the correction would then be planned, not
+    // refused. Those three goldens hold only when the hour is in this month.
+    let this_month = chrono::Utc::now().format("%Y-%m").to_string();
+    let month_ended = month != this_month;
+    if month_ended {
+        eprintln!(
+            "the demo's hour {h0} is in {month}, not {this_month}: the adjust goldens are skipped this run"
+        );
+        cases.retain(|c| {
+            !matches!(
+                c.name,
+                "adjust-not-invoiced" | "adjust-not-invoiced-json" | "adjust-unconfirmed"
+            )
+        });
+    }
     cases.push(Case {
         args: put("golden-put-1", "3"),
         ..case("usage-put", &[])
@@ -590,7 +606,8 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
-    assert_eq!(schema_pairs.len(), 16, "every --json case was checked");
+    let json_cases = if month_ended { 15 } else { 16 };
+    assert_eq!(schema_pairs.len(), json_cases, "every --json case was checked");
     // The checker itself refuses a document that breaks its schema.
     let (schema, doc) = &schema_pairs[0];
     let mut broken: serde_json::Value =
