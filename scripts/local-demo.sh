@@ -2,7 +2,8 @@
 # The local stack's demo as a test: runs `awsmp local up` (the same code as
 # ./deploy.sh --local, in the debug build the tests already compiled) and fails
 # unless it exits 0 after printing what was billed, `awsmp status` found the local
-# deployment through its stack outputs, and an over-bill was refunded once.
+# deployment through its stack outputs, an over-bill was refunded once, and the
+# agreement reconciliation kept each buyer's rate card.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="$(mktemp)"
@@ -17,7 +18,8 @@ fi
 elapsed=$(( $(date +%s) - start ))
 if [ "$status" -eq 0 ] && grep -q '^billed records: [1-9]' "$log" &&
    grep -q '^Region us-east-1 (stack awsmp-main-awsmplocaldemo-local)' "$log" &&
-   grep -q '^USD: refunded 0.0125, pending 0' "$log"; then
+   grep -q '^USD: refunded 0.0125, pending 0' "$log" &&
+   grep -q 'rate cards kept on the subscribers rows by the agreement reconciliation: A agmt-localdemoa (requests 0.0025 USD, storage_gb 0.5 USD)' "$log"; then
   echo "local demo: billed usage and passed its checks in ${elapsed}s"
   echo "1 passed, 0 failed"
 else

@@ -607,7 +607,11 @@ async fn every_command_of_the_binary_prints_what_its_golden_file_and_schema_say(
         String::from_utf8_lossy(&checked.stderr)
     );
     let json_cases = if month_ended { 15 } else { 16 };
-    assert_eq!(schema_pairs.len(), json_cases, "every --json case was checked");
+    assert_eq!(
+        schema_pairs.len(),
+        json_cases,
+        "every --json case was checked"
+    );
     // The checker itself refuses a document that breaks its schema.
     let (schema, doc) = &schema_pairs[0];
     let mut broken: serde_json::Value =

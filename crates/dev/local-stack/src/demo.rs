@@ -313,7 +313,66 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         say(system, &line);
     }
 
+    // 12. The agreement reconciliation kept each buyer's rate card on its row: what
+    //     the estimates price with, and what the discoverer held each dimension to
+    //     before billing it (every dimension here is priced: no UnpricedUsage).
+    let line = check_rate_cards(system).await?;
+    say(system, &line);
+
     summary(system).await
+}
+
+/// Each buyer's rate card, as kept on its subscribers row by the agreement
+/// reconciliation: checks both are there, of the buyer's agreement, pricing every
+/// dimension the demo meters.
+async fn check_rate_cards(system: &LocalSystem) -> Result<String, LocalError> {
+    use awsmp_core::ports::SubscriberStore;
+    let store = awsmp_aws::DynamoSubscriberStore::new(
+        system.dynamodb.clone(),
+        system.table("SubscribersTable")?,
+    );
+    let mut told = Vec::new();
+    for (license, name, agreement) in [
+        (LICENSE_A, "A", "agmt-localdemoa"),
+        (LICENSE_B, "B", "agmt-localdemob"),
+    ] {
+        let row = store
+            .get(license, BUYER_ACCOUNT)
+            .await
+            .map_err(|e| LocalError::Check(format!("reading license {name}'s row: {e}")))?;
+        let Some(card) = row.as_ref().and_then(|r| r.current_rate_card()) else {
+            return Err(LocalError::Check(format!(
+                "license {name}'s row holds no rate card of {agreement}: the agreement reconciliation did not keep it"
+            )));
+        };
+        let currency = card.terms.currency.clone().unwrap_or_default();
+        let prices: Vec<String> = DIMENSIONS
+            .iter()
+            .map(|d| match card.terms.rate_card.get(*d) {
+                Some(price) => Ok(format!("{d} {} {currency}", price.normalize())),
+                None => Err(LocalError::Check(format!(
+                    "license {name}'s rate card does not price {d}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+        told.push(format!(
+            "{name} {} ({})",
+            card.agreement_id,
+            prices.join(", ")
+        ));
+    }
+    let metrics = metric_counts(&system.metrics_log);
+    for name in ["UnpricedUsage", "UnpricedUsageUnchecked"] {
+        if let Some(count) = metrics.get(name).filter(|c| **c > 0) {
+            return Err(LocalError::Check(format!(
+                "the discoverer counted {count} {name}, yet every dimension metered is priced and every row readable"
+            )));
+        }
+    }
+    Ok(format!(
+        "rate cards kept on the subscribers rows by the agreement reconciliation: {}; the discoverer found no unpriced dimension before billing",
+        told.join("; ")
+    ))
 }
 
 /// The buyer lifecycle events the local rule caught, in order, one line each; checks
