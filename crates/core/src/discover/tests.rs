@@ -606,13 +606,19 @@ async fn a_dimension_the_buyers_rate_card_does_not_price_is_reported_before_it_i
     assert!(report.complete());
 }
 
-#[tokio::test]
-async fn an_unreadable_rate_card_is_reported_and_never_holds_metering_back() {
+/// A buyer whose kept card prices only `requests`, with an hour of `seats` pending.
+fn unpriced_seats() -> (Instant, World) {
     let now = t(NOW);
     let world = World::new(now);
     let l1 = license(1);
     priced_buyer(&world, &l1, ACCOUNT_A, "agmt-1", &["requests"]);
     world.put_each(&[(&l1, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1)]);
+    (now, world)
+}
+
+#[tokio::test]
+async fn an_unreadable_rate_card_is_reported_and_never_holds_metering_back() {
+    let (now, world) = unpriced_seats();
     world.subscribers.fail_next(
         StoreOp::SubscriberGetMany,
         PortError::Failed {
@@ -632,11 +638,7 @@ async fn an_unreadable_rate_card_is_reported_and_never_holds_metering_back() {
 
 #[tokio::test]
 async fn a_throttled_rate_card_read_is_retried_before_the_page_is_sent() {
-    let now = t(NOW);
-    let world = World::new(now);
-    let l1 = license(1);
-    priced_buyer(&world, &l1, ACCOUNT_A, "agmt-1", &["requests"]);
-    world.put_each(&[(&l1, ACCOUNT_A, "seats", "2026-11-30T09:05:00Z", 1)]);
+    let (now, world) = unpriced_seats();
     world.subscribers.fail_next(
         StoreOp::SubscriberGetMany,
         PortError::Transient {

@@ -60,14 +60,21 @@ fn state(api: &MemoryAgreementApi, store: &MemorySubscriberStore) -> State {
     }
 }
 
-#[tokio::test]
-async fn a_run_repairs_and_one_that_leaves_a_drift_fails_naming_it() {
+/// The API holding one active agreement, started two days ago, whose License Updated
+/// never arrived; the function's state over both.
+fn one_active_agreement() -> (MemoryAgreementApi, MemorySubscriberStore, State) {
     let (api, store) = (MemoryAgreementApi::new(), MemorySubscriberStore::new());
     let start = now() - TimeDelta::days(2);
     let mut agreement = seed("agmt-1");
     agreement.start = start;
     api.seed(record(&agreement, AgreementStatus::Active, start));
     let state = state(&api, &store);
+    (api, store, state)
+}
+
+#[tokio::test]
+async fn a_run_repairs_and_one_that_leaves_a_drift_fails_naming_it() {
+    let (api, store, state) = one_active_agreement();
 
     let report = run(&state).await.unwrap();
     assert_eq!(report.repaired(), 1);
@@ -102,12 +109,7 @@ async fn a_run_repairs_and_one_that_leaves_a_drift_fails_naming_it() {
 
 #[tokio::test]
 async fn a_rate_card_that_cannot_be_read_fails_the_run_after_the_rows_are_repaired() {
-    let (api, store) = (MemoryAgreementApi::new(), MemorySubscriberStore::new());
-    let start = now() - TimeDelta::days(2);
-    let mut agreement = seed("agmt-1");
-    agreement.start = start;
-    api.seed(record(&agreement, AgreementStatus::Active, start));
-    let state = state(&api, &store);
+    let (api, store, state) = one_active_agreement();
     api.fail_next(
         AgreementOp::Terms,
         awsmp_core::ports::AgreementError::AccessDenied {

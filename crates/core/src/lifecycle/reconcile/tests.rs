@@ -76,6 +76,27 @@ impl World {
         .await;
     }
 
+    /// `agmt-old` on [`LICENSE`] (started at `start`) replaced two days ago by
+    /// `agmt-new`, as the API answers it; the instant of the replacement.
+    fn replace_two_days_ago(&self, start: Instant) -> Instant {
+        let replaced = now() - TimeDelta::days(2);
+        self.agreement(
+            "agmt-old",
+            LICENSE,
+            start,
+            AgreementStatus::Replaced,
+            replaced,
+        );
+        self.agreement(
+            "agmt-new",
+            LICENSE,
+            replaced,
+            AgreementStatus::Active,
+            replaced,
+        );
+        replaced
+    }
+
     /// Applies a real Marketplace event, as the subscription function does.
     async fn event(&self, json: serde_json::Value) {
         apply_event(&self.store, &self.clock, "m-1", Some(&json.to_string()))
@@ -245,21 +266,7 @@ async fn a_lost_replacement_moves_the_row_to_the_new_agreement() {
     let w = World::new();
     let start = now() - TimeDelta::days(30);
     w.subscribed("agmt-old", LICENSE, start).await;
-    let replaced = now() - TimeDelta::days(2);
-    w.agreement(
-        "agmt-old",
-        LICENSE,
-        start,
-        AgreementStatus::Replaced,
-        replaced,
-    );
-    w.agreement(
-        "agmt-new",
-        LICENSE,
-        replaced,
-        AgreementStatus::Active,
-        replaced,
-    );
+    w.replace_two_days_ago(start);
 
     let drift = only(&w.run(false).await).clone();
     assert_eq!(
@@ -501,21 +508,7 @@ async fn a_replacement_gets_its_own_card_and_the_old_one_is_never_current() {
     w.run(false).await;
     let old = *w.row(LICENSE).await.unwrap().rate_card.unwrap();
 
-    let replaced = now() - TimeDelta::days(2);
-    w.agreement(
-        "agmt-old",
-        LICENSE,
-        start,
-        AgreementStatus::Replaced,
-        replaced,
-    );
-    w.agreement(
-        "agmt-new",
-        LICENSE,
-        replaced,
-        AgreementStatus::Active,
-        replaced,
-    );
+    let replaced = w.replace_two_days_ago(start);
     w.api.update("agmt-new", |r| {
         r.terms
             .rate_card
