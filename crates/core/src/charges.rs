@@ -234,6 +234,45 @@ pub fn estimate(quantity: i64, dimension: &str, at: Instant, card: Option<&RateC
     }
 }
 
+/// What a quantity is worth, as the operator tool and the usage API show it: an
+/// estimate from the buyer's agreement terms ([`ESTIMATE_LABEL`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Worth {
+    /// Quantity x price, exact (a decimal string); `null` unless `basis` is `priced`.
+    pub amount: Option<String>,
+    /// Its currency.
+    pub currency: Option<String>,
+    /// `priced`, `free trial` (nothing charged), `unpriced` (the rate card has no price
+    /// for the dimension) or `no rate card` (none could be read for the license).
+    pub basis: &'static str,
+}
+
+impl Worth {
+    /// What an estimate says, as shown.
+    pub fn of(estimate: Estimate) -> Self {
+        match estimate {
+            Estimate::Priced { amount, currency } => Worth {
+                amount: Some(amount.normalize().to_string()),
+                currency: Some(currency),
+                basis: "priced",
+            },
+            Estimate::FreeTrial => Worth::unpriced("free trial"),
+            Estimate::Unpriced => Worth::unpriced("unpriced"),
+            Estimate::NoRateCard => Worth::unpriced("no rate card"),
+        }
+    }
+
+    /// Not priced, and why (`free trial`, `unpriced`, `no rate card`).
+    pub fn unpriced(basis: &'static str) -> Self {
+        Worth {
+            amount: None,
+            currency: None,
+            basis,
+        }
+    }
+}
+
 /// Amounts added up per currency (never across currencies), as exact decimals.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Amounts(BTreeMap<String, Decimal>);

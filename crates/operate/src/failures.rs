@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use awsmp_core::charges::{Amounts, Estimate, RateCard, estimate};
+use awsmp_core::charges::{Amounts, RateCard, estimate};
 use serde::Serialize;
 
 use super::replay::check_replay;
@@ -51,43 +51,7 @@ pub struct Failure {
     pub worth: Option<Worth>,
 }
 
-/// What an unbilled record is worth: an estimate from the buyer's agreement terms
-/// ([`awsmp_core::charges::ESTIMATE_LABEL`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Worth {
-    /// Quantity x price, exact (a decimal string); `null` unless `basis` is `priced`.
-    pub amount: Option<String>,
-    /// Its currency.
-    pub currency: Option<String>,
-    /// `priced`, `free trial` (nothing charged), `unpriced` (the rate card has no price
-    /// for the dimension) or `no rate card` (none could be read for the license).
-    pub basis: &'static str,
-}
-
-impl Worth {
-    /// What an estimate says, as shown.
-    pub fn of(estimate: Estimate) -> Self {
-        match estimate {
-            Estimate::Priced { amount, currency } => Worth {
-                amount: Some(amount.normalize().to_string()),
-                currency: Some(currency),
-                basis: "priced",
-            },
-            Estimate::FreeTrial => Worth::unpriced("free trial"),
-            Estimate::Unpriced => Worth::unpriced("unpriced"),
-            Estimate::NoRateCard => Worth::unpriced("no rate card"),
-        }
-    }
-
-    /// Not priced, and why (`free trial`, `unpriced`, `no rate card`).
-    pub fn unpriced(basis: &'static str) -> Self {
-        Worth {
-            amount: None,
-            currency: None,
-            basis,
-        }
-    }
-}
+pub use awsmp_core::charges::Worth;
 
 /// Prices every record's failure with its license's rate card in `cards`.
 pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {

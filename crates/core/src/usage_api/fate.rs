@@ -2,14 +2,17 @@
 //! pipeline wrote: the event's marker (which row its id wrote), that row (pending,
 //! counted, rejected with its reason, expired) and, once counted, its hour's record
 //! (`Pending` awaiting submission, `Success` with its `meteringRecordId`, `Error` with
-//! its reason, ...). Three reads at most, never a query or a scan.
+//! its reason, ...) with what it is worth under the buyer's agreement (an estimate,
+//! from the rate card kept on their subscribers row). Four reads at most, never a
+//! query or a scan.
 
 use serde::Serialize;
 
+use crate::charges::{Worth, estimate};
 use crate::items::state::{RowState, row_state};
 use crate::items::{INGESTION_MARKER_ROW, ingestion_marker_sort_key};
 use crate::model::{AggregatedStatus, Allocation, Attr, GroupKey};
-use crate::ports::{AggregatedStore, EventContent, PortError, UsageStore};
+use crate::ports::{AggregatedStore, EventContent, PortError, SubscriberStore, UsageStore};
 use crate::remedy;
 use crate::time::{HourBucket, Instant};
 
@@ -105,6 +108,11 @@ pub struct RecordView {
     /// Marketplace's record id, once billed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metering_record_id: Option<String>,
+    /// What the record's quantity is worth under the buyer's agreement, an estimate
+    /// ([`crate::charges::ESTIMATE_LABEL`]) from the rate card kept on their
+    /// subscribers row; absent when the row could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_charge: Option<Worth>,
 }
 
 /// An event and its fate.
@@ -153,10 +161,13 @@ async fn written_row(
 }
 
 /// The fate of event `id` under `license_arn`; `Ok(None)` when the id was never written
-/// for that license.
+/// for that license. A counted event's record says what it is worth, priced with the
+/// rate card kept on the buyer's row in `subscribers` (one read; a failed read leaves
+/// the estimate out rather than the answer).
 pub async fn event_fate(
     usage: &dyn UsageStore,
     aggregated: &dyn AggregatedStore,
+    subscribers: &dyn SubscriberStore,
     license_arn: &str,
     id: &str,
 ) -> Result<Option<EventFate>, PortError> {
@@ -195,15 +206,33 @@ pub async fn event_fate(
                 match aggregated.get(&key).await? {
                     // Counted, but the record is gone (retention): still counted.
                     None => Fate::Deleted,
-                    Some(record) => Fate::Counted {
-                        record: RecordView {
-                            hour_bucket: key.hour,
-                            quantity: record.quantity,
-                            metering_status: record.status,
-                            metering_status_reason: record.status_reason,
-                            metering_record_id: record.metering_record_id,
-                        },
-                    },
+                    Some(record) => {
+                        let estimated_charge = match subscribers
+                            .get(license_arn, &key.customer_aws_account_id)
+                            .await
+                        {
+                            Ok(row) => Some(Worth::of(estimate(
+                                record.quantity_to_send(),
+                                &key.dimension,
+                                key.hour.start(),
+                                row.as_ref().and_then(|r| r.current_rate_card()),
+                            ))),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the buyer's rate card unread; the read-back says no estimate");
+                                None
+                            }
+                        };
+                        Fate::Counted {
+                            record: RecordView {
+                                hour_bucket: key.hour,
+                                quantity: record.quantity,
+                                metering_status: record.status,
+                                metering_status_reason: record.status_reason,
+                                metering_record_id: record.metering_record_id,
+                                estimated_charge,
+                            },
+                        }
+                    }
                 }
             }
         },

@@ -8,7 +8,7 @@ use crate::guardrails::quantity_of_json;
 use crate::memory::StoreOp;
 use crate::model::{ReasonCode, SubscriptionStatus};
 use crate::pipeline::testkit::{ACCOUNT_A, PRODUCT, World, license, t};
-use crate::ports::PortError;
+use crate::ports::{PortError, SubscriberStore};
 use crate::submit::DeploymentMode;
 
 fn event(id: &str, quantity: i64) -> Value {
@@ -366,9 +366,15 @@ async fn an_events_fate_follows_it_from_pending_through_its_hours_record_to_bill
     let fate = |id: &'static str| {
         let world = world.clone();
         async move {
-            event_fate(&world.usage, &world.aggregated, &license(1), id)
-                .await
-                .unwrap()
+            event_fate(
+                &world.usage,
+                &world.aggregated,
+                &world.subscribers,
+                &license(1),
+                id,
+            )
+            .await
+            .unwrap()
         }
     };
     assert_eq!(fate("never").await, None);
@@ -401,6 +407,41 @@ async fn an_events_fate_follows_it_from_pending_through_its_hours_record_to_bill
     assert_eq!(wire["fate"]["state"], "counted");
     assert_eq!(wire["fate"]["record"]["meteringStatus"], "Success");
     assert_eq!(wire["fate"]["record"]["hourBucket"], "2026-12-03T10");
+    // No rate card kept on the buyer's row yet: said so, never priced at 0.
+    assert_eq!(
+        wire["fate"]["record"]["estimatedCharge"],
+        json!({"amount": null, "currency": null, "basis": "no rate card"})
+    );
+
+    // The reconciliation kept the agreement's card: 7 x 0.0025 USD, exact.
+    let mut row = world
+        .subscribers
+        .get(&license(1), ACCOUNT_A)
+        .await
+        .unwrap()
+        .unwrap();
+    row.agreement_id = Some("agmt-1".into());
+    let now = t("2026-12-03T11:06:00Z");
+    row.rate_card = Some(Box::new(crate::charges::StoredRateCard {
+        card: crate::charges::RateCard {
+            agreement_id: "agmt-1".into(),
+            start: t("2026-11-01T00:00:00Z"),
+            terms: crate::ports::AgreementTerms {
+                currency: Some("USD".into()),
+                rate_card: [("api_calls".to_string(), "0.0025".parse().unwrap())].into(),
+                free_trial: None,
+                has_upfront: false,
+            },
+        },
+        agreement_updated_at: None,
+        read_at: now,
+    }));
+    world.subscribers.insert(row, now);
+    let priced = serde_json::to_value(fate("e-2").await.unwrap()).unwrap();
+    assert_eq!(
+        priced["fate"]["record"]["estimatedCharge"],
+        json!({"amount": "0.0175", "currency": "USD", "basis": "priced"})
+    );
 }
 
 fn cloud(source: &str, id: &str, quantity: i64, time: Option<&str>) -> Value {

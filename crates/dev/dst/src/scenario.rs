@@ -142,7 +142,15 @@ pub fn run(sim: Sim, options: &Options) -> World {
     // The seller posting to the usage API across the edges, while settling moves on.
     let edge_seller = (!direct).then(|| {
         let tables = (stack.usage.clone() as _, stack.aggregated.clone() as _);
-        EdgeSeller::new(&sim, &clock, tables, (PRODUCT, settings.lock), license(1))
+        let subscribers = stack.subscribers.clone() as _;
+        EdgeSeller::new(
+            &sim,
+            &clock,
+            tables,
+            subscribers,
+            (PRODUCT, settings.lock),
+            license(1),
+        )
     });
     // The second main stack: its own tables, pipeline and Marketplace; the product's
     // buyers in its second Region, or its own buyer (l4) for the second product.
@@ -299,6 +307,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         }
     };
     settle(&clock, &hours, settle_all);
+    edge_seller.iter().for_each(EdgeSeller::read_back);
     outcomes.drain();
     buyer_events.drain();
 

@@ -319,6 +319,7 @@ async fn get_event(
     match event_fate(
         state.usage.as_ref(),
         state.aggregated.as_ref(),
+        state.subscribers.as_ref(),
         license_arn,
         &key,
     )

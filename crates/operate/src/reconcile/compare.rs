@@ -550,17 +550,11 @@ pub fn price_discrepancies(
         // price is taken per unit and applied to the exact difference.
         let worth = match estimate(1, &d.key.dimension, at, card) {
             Estimate::Priced { amount, currency } => {
-                let value = amount * Decimal::new(difference.micros(), 6);
-                total.add(&currency, value);
-                crate::failures::Worth {
-                    amount: Some(value.normalize().to_string()),
-                    currency: Some(currency),
-                    basis: "priced",
-                }
+                let amount = amount * Decimal::new(difference.micros(), 6);
+                total.add(&currency, amount);
+                crate::failures::Worth::of(Estimate::Priced { amount, currency })
             }
-            Estimate::FreeTrial => crate::failures::Worth::unpriced("free trial"),
-            Estimate::Unpriced => crate::failures::Worth::unpriced("unpriced"),
-            Estimate::NoRateCard => crate::failures::Worth::unpriced("no rate card"),
+            other => crate::failures::Worth::of(other),
         };
         d.value = Some(worth);
     }

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 
 use awsmp_core::memory::ManualClock;
-use awsmp_core::ports::{AggregatedStore, Clock, UsageStore};
+use awsmp_core::ports::{AggregatedStore, Clock, SubscriberStore, UsageStore};
 use awsmp_core::submit::DeploymentMode;
 use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, format_instant};
 use chrono::{Datelike, Duration, TimeZone, Timelike, Utc};
@@ -127,6 +127,9 @@ pub struct EdgeLog {
     pub lock: Option<MeteringLockHours>,
     /// Every post, in order.
     pub answers: Vec<Answer>,
+    /// Once settled, each accepted event read back (`GET /usage/events/{id}`): the
+    /// event, the HTTP status and the answer.
+    pub read_backs: Vec<(Posted, i64, Value)>,
 }
 
 /// The seller's service posting across the edges (one per schedule, full stacks only).
@@ -146,6 +149,7 @@ impl EdgeSeller {
         sim: &Sim,
         clock: &ManualClock,
         (usage, aggregated): (Arc<dyn UsageStore>, Arc<dyn AggregatedStore>),
+        subscribers: Arc<dyn SubscriberStore>,
         (product, lock): (&str, MeteringLockHours),
         license: String,
     ) -> Self {
@@ -161,7 +165,7 @@ impl EdgeSeller {
             }),
             usage,
             aggregated,
-            subscribers: Arc::new(awsmp_core::memory::MemorySubscriberStore::new()),
+            subscribers,
             clock: Arc::new(clock.clone()),
         };
         EdgeSeller {
@@ -174,6 +178,7 @@ impl EdgeSeller {
                 license,
                 lock: Some(lock),
                 answers: Vec::new(),
+                read_backs: Vec::new(),
             }),
         }
     }
@@ -181,6 +186,36 @@ impl EdgeSeller {
     /// What it did.
     pub fn log(&self) -> EdgeLog {
         lock(&self.log).clone()
+    }
+
+    /// Once settled: reads back every event a post accepted, as the seller's service
+    /// would to learn its fate (and what it is worth).
+    pub fn read_back(&self) {
+        let (license, accepted) = {
+            let log = lock(&self.log);
+            let mut accepted: Vec<Posted> = Vec::new();
+            for answer in &log.answers {
+                for (event, (status, _)) in answer.events.iter().zip(&answer.verdicts) {
+                    if status == "accepted" && !accepted.iter().any(|a| a.key() == event.key()) {
+                        accepted.push(event.clone());
+                    }
+                }
+            }
+            (log.license.clone(), accepted)
+        };
+        let tasks = vec![Task::new("seller-reads-back", async move {
+            for event in accepted {
+                let (status, answer) = crate::actors::usage_api::get_event(
+                    &self.state,
+                    &event.id,
+                    &license,
+                    event.source(),
+                )
+                .await;
+                lock(&self.log).read_backs.push((event, status, answer));
+            }
+        })];
+        executor::run(&self.sim, tasks, false, MAX_STEPS, &|_| {});
     }
 
     /// One settling step, before the pipeline runs: new batches in the first steps,

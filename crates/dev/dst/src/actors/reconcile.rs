@@ -37,6 +37,9 @@ pub fn agreement_id(license_arn: &str) -> String {
     )
 }
 
+/// What every agreement prices the edge seller's dimension at (0.01).
+pub const EDGES_PRICE: rust_decimal::Decimal = rust_decimal::Decimal::from_parts(1, 0, 0, false, 2);
+
 /// The prices of `license_arn`'s agreement (each buyer's own, so a card kept on the
 /// wrong row shows), `amended` or as first agreed.
 pub fn prices(license_arn: &str, amended: bool) -> Vec<(String, rust_decimal::Decimal)> {
@@ -52,6 +55,10 @@ pub fn prices(license_arn: &str, amended: bool) -> Vec<(String, rust_decimal::De
             rust_decimal::Decimal::new(requests, 4),
         ),
         ("storage_gb".to_string(), rust_decimal::Decimal::new(5, 1)),
+        (
+            crate::actors::edge_seller::DIMENSION.to_string(),
+            EDGES_PRICE,
+        ),
     ]
 }
 

@@ -95,6 +95,39 @@ impl Stack {
 
 /// `POST /usage/events` with `body` of `content_type` through the function's real
 /// handler: the status and the JSON answer (`null` when it is not JSON).
+/// `GET /usage/events/{id}?licenseArn=[&source=]` on the handler: its status and body.
+pub(crate) async fn get_event(
+    state: &awsmp_usage_api::State,
+    id: &str,
+    license_arn: &str,
+    source: Option<&str>,
+) -> (i64, serde_json::Value) {
+    let mut request = ApiGatewayProxyRequest::default();
+    request.http_method = aws_lambda_events::http::Method::GET;
+    request.path = Some(format!("/usage/events/{id}"));
+    let mut query = std::collections::HashMap::from([(
+        "licenseArn".to_string(),
+        vec![license_arn.to_string()],
+    )]);
+    if let Some(source) = source {
+        query.insert("source".to_string(), vec![source.to_string()]);
+    }
+    request.query_string_parameters = query.into();
+    answered(awsmp_usage_api::handle(state, request).await)
+}
+
+fn answered(
+    response: aws_lambda_events::apigw::ApiGatewayProxyResponse,
+) -> (i64, serde_json::Value) {
+    let answer = match &response.body {
+        Some(aws_lambda_events::encodings::Body::Text(text)) => {
+            serde_json::from_str(text).unwrap_or_default()
+        }
+        _ => serde_json::Value::Null,
+    };
+    (response.status_code, answer)
+}
+
 pub(crate) async fn post_events(
     state: &awsmp_usage_api::State,
     content_type: &'static str,
@@ -108,12 +141,5 @@ pub(crate) async fn post_events(
         aws_lambda_events::http::HeaderValue::from_static(content_type),
     );
     request.body = Some(body);
-    let response = awsmp_usage_api::handle(state, request).await;
-    let answer = match &response.body {
-        Some(aws_lambda_events::encodings::Body::Text(text)) => {
-            serde_json::from_str(text).unwrap_or_default()
-        }
-        _ => serde_json::Value::Null,
-    };
-    (response.status_code, answer)
+    answered(awsmp_usage_api::handle(state, request).await)
 }

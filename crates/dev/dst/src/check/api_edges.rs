@@ -13,6 +13,7 @@ use awsmp_core::time::{HourBucket, Instant, MeteringLockHours, format_instant};
 use chrono::{Datelike, Duration, TimeZone, Utc};
 
 use crate::actors::edge_seller::{EdgeLog, Posted, Producer};
+use crate::actors::reconcile::EDGES_PRICE;
 
 /// The first instant of the month after `t`'s.
 fn next_month(t: Instant) -> Instant {
@@ -137,6 +138,46 @@ pub fn check(log: &EdgeLog, rows: &[RawUsageRow]) -> Vec<String> {
                 "usage API: the event stored under {:.60} is stored {count} times, \
                  accepted {want} times",
                 key
+            ));
+        }
+    }
+    violations
+}
+
+/// The edge seller's read-backs, once settled: every accepted event is found (`200`),
+/// and a counted one's record says what it is worth under the buyer's agreement,
+/// exactly its quantity x [`EDGES_PRICE`] in USD, labelled `priced` (the buyer's card is
+/// kept on its row by then: [`crate::check::entitlements`] holds that).
+pub fn read_backs(log: &EdgeLog) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (event, status, answer) in &log.read_backs {
+        if *status != 200 {
+            violations.push(format!(
+                "{}: accepted, yet read back {status}: {answer} (read-back)",
+                event.label()
+            ));
+            continue;
+        }
+        if answer["fate"]["state"] != "counted" {
+            continue;
+        }
+        let record = &answer["fate"]["record"];
+        let Some(quantity) = record["quantity"].as_i64() else {
+            violations.push(format!(
+                "{}: a counted record without its quantity: {answer} (read-back)",
+                event.label()
+            ));
+            continue;
+        };
+        let worth = (EDGES_PRICE * rust_decimal::Decimal::from(quantity))
+            .normalize()
+            .to_string();
+        let want = serde_json::json!({"amount": worth, "currency": "USD", "basis": "priced"});
+        if record["estimatedCharge"] != want {
+            violations.push(format!(
+                "{}: its record of {quantity} is said to be worth {}, the agreement prices it {want} (read-back)",
+                event.label(),
+                record["estimatedCharge"]
             ));
         }
     }

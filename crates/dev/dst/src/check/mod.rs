@@ -57,6 +57,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(outcome_events::check(world));
     violations.extend(buyer_events::check(world));
     violations.extend(api_edges::check(&world.edges, &world.tables.raw_rows()));
+    violations.extend(api_edges::read_backs(&world.edges));
     if let Some(other) = &world.second {
         violations.extend(
             check(other)
