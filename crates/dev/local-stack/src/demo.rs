@@ -272,13 +272,34 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
             "GET /usage/events/evt-a1 answered {status}: {fate}, expected its record billed"
         )));
     }
+    // What the record is worth: its quantity x the agreement's requests price
+    // (0.0025), exact: in ten-thousandths, written out without trailing zeros.
+    let worth = record["quantity"].as_i64().map(|q| {
+        let tenths_of_mills = q * 25;
+        let text = format!(
+            "{}.{:04}",
+            tenths_of_mills / 10_000,
+            tenths_of_mills % 10_000
+        );
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    });
+    let charge = &record["estimatedCharge"];
+    if charge["basis"] != "priced"
+        || charge["currency"] != "USD"
+        || charge["amount"].as_str().map(str::to_string) != worth
+    {
+        return Err(LocalError::Check(format!(
+            "GET /usage/events/evt-a1 says its record is worth {charge}, expected {worth:?} USD (its quantity x 0.0025)"
+        )));
+    }
     say(
         system,
         &format!(
-            "GET /usage/events/evt-a1: counted into {} {}, Success, meteringRecordId {}",
+            "GET /usage/events/evt-a1: counted into {} {}, Success, meteringRecordId {}, worth {} USD (estimated from the buyer's agreement terms)",
             record["hourBucket"].as_str().unwrap_or("?"),
             fate["usage"]["dimension"].as_str().unwrap_or("?"),
             record["meteringRecordId"].as_str().unwrap_or("?"),
+            charge["amount"].as_str().unwrap_or("?"),
         ),
     );
 
