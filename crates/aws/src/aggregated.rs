@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update as TxUpdate};
+use awsmp_core::charges::{UNIT_PRICE_ATTR, UnitPrice};
 use awsmp_core::items::{CommitWrite, OPTIONAL_RECORD_ATTRS, aggregated_item};
 use awsmp_core::model::{AggregatedRecord, AggregatedStatus, GroupKey, attr};
 use awsmp_core::ports::{
@@ -17,8 +18,8 @@ use tracing::instrument;
 use crate::error::{describe, failed, is_conditional_check_failed, is_transient, port_error};
 use crate::item::page::one_page;
 use crate::item::{
-    DynamoItem, ItemKey, Reader, Update, attr_to_dynamo, instant, n, not_live_filter,
-    pending_hour_query, s, stamp_attrs, to_dynamo_item,
+    DynamoItem, ItemKey, Reader, Update, attr_from_dynamo, attr_to_dynamo, instant, n,
+    not_live_filter, pending_hour_query, s, stamp_attrs, to_dynamo_item,
 };
 
 /// The aggregated-usage table (`awsmp-<productCode>-aggregated-usage-<stage>`), plus
@@ -230,6 +231,11 @@ pub fn record_from_item(table: &str, item: &DynamoItem) -> Result<AggregatedReco
         sent_quantity: reader.opt_i64(attr::SENT_QUANTITY)?,
         possibly_billed: reader.opt_bool(attr::POSSIBLY_BILLED)?,
         folding: item.contains_key(attr::AGGREGATION_IN_PROGRESS),
+        unit_price: item
+            .get(UNIT_PRICE_ATTR)
+            .map(|value| UnitPrice::from_attr(&attr_from_dynamo(value)))
+            .transpose()
+            .map_err(|message| reader.corrupt(message))?,
     })
 }
 

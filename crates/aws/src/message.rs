@@ -39,6 +39,7 @@ mod tests {
             WorkMessage::Aggregate {
                 group: group.clone(),
                 flush: true,
+                price: None,
             },
             WorkMessage::Cleanup {
                 group,

@@ -432,6 +432,7 @@ fn message() -> WorkMessage {
     WorkMessage::Aggregate {
         group: group("requests", "2026-11-30T10"),
         flush: false,
+        price: None,
     }
 }
 

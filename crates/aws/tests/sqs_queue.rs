@@ -6,6 +6,7 @@
 mod common;
 
 use awsmp_aws::{SqsWorkQueue, parse_work_message};
+use awsmp_core::charges::{PriceBasis, UnitPrice};
 use awsmp_core::model::{GroupKey, ReasonCode};
 use awsmp_core::ports::{PortError, WorkMessage, WorkQueue};
 use awsmp_local_aws::{MotoServer, create_queue};
@@ -18,6 +19,14 @@ fn aggregate(i: usize) -> WorkMessage {
             ..group("x", "2026-11-30T10")
         },
         flush: i.is_multiple_of(2),
+        // Some carry a unit price: it travels as JSON, its decimal exact.
+        price: i.is_multiple_of(3).then(|| UnitPrice {
+            agreement_id: "agmt-1".into(),
+            basis: PriceBasis::Priced {
+                price: "0.0001234".parse().unwrap(),
+                currency: "USD".into(),
+            },
+        }),
     }
 }
 

@@ -219,18 +219,123 @@ impl RateCard {
 
 /// What `quantity` of `dimension`, used at `at`, is worth under `card`.
 pub fn estimate(quantity: i64, dimension: &str, at: Instant, card: Option<&RateCard>) -> Estimate {
-    let Some(card) = card else {
-        return Estimate::NoRateCard;
-    };
-    if card.in_free_trial(dimension, at) {
-        return Estimate::FreeTrial;
+    card.map_or(Estimate::NoRateCard, |card| {
+        card.unit_price(dimension, at).estimate(quantity)
+    })
+}
+
+/// The aggregated-record attribute holding the unit price its usage was priced at.
+pub const UNIT_PRICE_ATTR: &str = "unitPrice";
+
+/// What one unit of a dimension, used in a given hour, costs under a buyer's agreement:
+/// taken by the discoverer from the rate card kept on the buyer's row when it sends the
+/// group, carried in the work message and kept on the aggregated record
+/// ([`UNIT_PRICE_ATTR`]), so each record says what it is worth as it was priced, with no
+/// read on any later path. A record without one was sent while no card was kept (or
+/// the row could not be read): "no rate card".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct UnitPrice {
+    /// The agreement whose rate card priced it.
+    pub agreement_id: String,
+    /// The price, or why there is none.
+    #[serde(flatten)]
+    pub basis: PriceBasis,
+}
+
+/// A unit's price under an agreement, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(tag = "basis", rename_all = "camelCase")]
+pub enum PriceBasis {
+    /// Priced by the rate card.
+    Priced {
+        /// One unit's price, exact (a decimal string on the wire).
+        #[serde(with = "rust_decimal::serde::str")]
+        #[cfg_attr(feature = "schema", schemars(with = "String"))]
+        price: Decimal,
+        /// Its currency (`USD`).
+        currency: String,
+    },
+    /// Inside the agreement's free trial: nothing is charged.
+    FreeTrial,
+    /// The rate card has no price for the dimension.
+    Unpriced,
+}
+
+impl RateCard {
+    /// What one unit of `dimension`, used at `at`, costs under this card.
+    pub fn unit_price(&self, dimension: &str, at: Instant) -> UnitPrice {
+        let basis = if self.in_free_trial(dimension, at) {
+            PriceBasis::FreeTrial
+        } else {
+            match (self.terms.rate_card.get(dimension), &self.terms.currency) {
+                (Some(price), Some(currency)) => PriceBasis::Priced {
+                    price: *price,
+                    currency: currency.clone(),
+                },
+                _ => PriceBasis::Unpriced,
+            }
+        };
+        UnitPrice {
+            agreement_id: self.agreement_id.clone(),
+            basis,
+        }
     }
-    match (card.terms.rate_card.get(dimension), &card.terms.currency) {
-        (Some(price), Some(currency)) => Estimate::Priced {
-            amount: *price * Decimal::from(quantity),
-            currency: currency.clone(),
-        },
-        _ => Estimate::Unpriced,
+}
+
+impl UnitPrice {
+    /// What `quantity` units are worth at this price.
+    pub fn estimate(&self, quantity: i64) -> Estimate {
+        match &self.basis {
+            PriceBasis::Priced { price, currency } => Estimate::Priced {
+                amount: *price * Decimal::from(quantity),
+                currency: currency.clone(),
+            },
+            PriceBasis::FreeTrial => Estimate::FreeTrial,
+            PriceBasis::Unpriced => Estimate::Unpriced,
+        }
+    }
+
+    /// The stored map (`agreementId`, `basis`: `priced`, `freeTrial` or `unpriced`, and
+    /// for a priced unit `price` as a decimal string and `currency`).
+    pub fn to_attr(&self) -> Attr {
+        let s = |v: &str| Attr::S(v.to_string());
+        let mut map = BTreeMap::from([("agreementId".to_string(), s(&self.agreement_id))]);
+        let basis = match &self.basis {
+            PriceBasis::Priced { price, currency } => {
+                map.insert("price".to_string(), s(&price.normalize().to_string()));
+                map.insert("currency".to_string(), s(currency));
+                "priced"
+            }
+            PriceBasis::FreeTrial => "freeTrial",
+            PriceBasis::Unpriced => "unpriced",
+        };
+        map.insert("basis".to_string(), s(basis));
+        Attr::M(map)
+    }
+
+    /// Reads the stored map; an error names what is wrong.
+    pub fn from_attr(value: &Attr) -> Result<Self, String> {
+        let map = AttrMap::of(UNIT_PRICE_ATTR, value)?;
+        let basis = match map.text("basis")?.as_str() {
+            "priced" => PriceBasis::Priced {
+                price: map.parsed("price")?,
+                currency: map.text("currency")?,
+            },
+            "freeTrial" => PriceBasis::FreeTrial,
+            "unpriced" => PriceBasis::Unpriced,
+            other => {
+                return Err(format!(
+                    "{UNIT_PRICE_ATTR}.basis is {other:?}: expected priced, freeTrial or unpriced"
+                ));
+            }
+        };
+        Ok(UnitPrice {
+            agreement_id: map.text("agreementId")?,
+            basis,
+        })
     }
 }
 
@@ -427,5 +532,65 @@ mod tests {
         );
         let err = StoredRateCard::from_attr(&Attr::M(map)).unwrap_err();
         assert!(err.contains("rateCard.prices.requests"), "{err}");
+    }
+
+    #[test]
+    fn a_unit_price_is_the_cards_for_the_hour_and_keeps_its_decimal_everywhere() {
+        let trial = FreeTrial {
+            duration_days: 14,
+            grants: Vec::new(),
+        };
+        let c = card(Some(trial));
+        let inside = c.unit_price("requests", at("2026-11-03T00:00:00Z"));
+        assert_eq!(inside.basis, PriceBasis::FreeTrial);
+        let after = c.unit_price("requests", at("2026-12-03T00:00:00Z"));
+        assert_eq!(
+            after,
+            UnitPrice {
+                agreement_id: "agmt-1".into(),
+                basis: PriceBasis::Priced {
+                    price: "0.0025".parse().unwrap(),
+                    currency: "USD".into()
+                }
+            }
+        );
+        assert_eq!(
+            c.unit_price("storage_gb", at("2026-12-03T00:00:00Z")).basis,
+            PriceBasis::Unpriced
+        );
+        // What a unit price says of a quantity is what the card says of it.
+        for (dimension, hour) in [
+            ("requests", "2026-11-03T00:00:00Z"),
+            ("requests", "2026-12-03T00:00:00Z"),
+            ("storage_gb", "2026-12-03T00:00:00Z"),
+        ] {
+            assert_eq!(
+                c.unit_price(dimension, at(hour)).estimate(7),
+                estimate(7, dimension, at(hour), Some(&c))
+            );
+        }
+        // Stored and sent as JSON, it reads back exactly (no float on the way).
+        for price in [
+            inside,
+            after.clone(),
+            UnitPrice {
+                basis: PriceBasis::Unpriced,
+                ..after.clone()
+            },
+        ] {
+            assert_eq!(UnitPrice::from_attr(&price.to_attr()).unwrap(), price);
+            let json = serde_json::to_string(&price).unwrap();
+            assert_eq!(serde_json::from_str::<UnitPrice>(&json).unwrap(), price);
+        }
+        assert_eq!(
+            serde_json::to_value(&after).unwrap(),
+            serde_json::json!({"agreementId": "agmt-1", "basis": "priced", "price": "0.0025", "currency": "USD"})
+        );
+        let Attr::M(mut map) = after.to_attr() else {
+            unreachable!()
+        };
+        map.insert("basis".into(), Attr::S("cheap".into()));
+        let err = UnitPrice::from_attr(&Attr::M(map)).unwrap_err();
+        assert!(err.contains("unitPrice.basis"), "{err}");
     }
 }

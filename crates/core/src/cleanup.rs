@@ -416,6 +416,7 @@ mod tests {
         let message = WorkMessage::Aggregate {
             group: group_09(&license(1)),
             flush: false,
+            price: None,
         };
         let result = apply(&world, &message).await;
         assert!(matches!(

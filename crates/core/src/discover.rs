@@ -388,6 +388,7 @@ impl Run<'_> {
                     messages.push(WorkMessage::Aggregate {
                         group,
                         flush: pass == Pass::Flush,
+                        price: None,
                     });
                 }
             }
@@ -399,7 +400,11 @@ impl Run<'_> {
         }
     }
 
-    async fn send(&mut self, pass: Pass, messages: Vec<WorkMessage>) -> Result<(), PipelineError> {
+    async fn send(
+        &mut self,
+        pass: Pass,
+        mut messages: Vec<WorkMessage>,
+    ) -> Result<(), PipelineError> {
         if messages.is_empty() {
             return Ok(());
         }
@@ -415,6 +420,11 @@ impl Run<'_> {
                 groups,
             )
             .await;
+        for message in &mut messages {
+            if let WorkMessage::Aggregate { group, price, .. } = message {
+                *price = self.unpriced.price_of(group);
+            }
+        }
         let queue = match pass {
             Pass::Flush => self.ports.deprovision_queue.as_ref(),
             Pass::Normal => self.ports.work_queue.as_ref(),

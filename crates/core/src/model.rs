@@ -556,6 +556,10 @@ pub struct AggregatedRecord {
     /// record is not submittable until the fold's last commit clears it.
     #[serde(default)]
     pub folding: bool,
+    /// The unit price its usage was priced at when the discoverer sent the group
+    /// (`unitPrice`; `None`: no rate card was kept for the buyer then).
+    #[serde(default)]
+    pub unit_price: Option<crate::charges::UnitPrice>,
 }
 
 impl AggregatedRecord {
@@ -577,6 +581,7 @@ impl AggregatedRecord {
             sent_quantity: None,
             possibly_billed: None,
             folding: false,
+            unit_price: None,
         }
     }
 

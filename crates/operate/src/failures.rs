@@ -53,9 +53,10 @@ pub struct Failure {
 
 pub use awsmp_core::charges::Worth;
 
-/// Prices every record's failure with its license's rate card in `cards`.
+/// Prices every record's failure not yet priced (its record keeps no unit price) with
+/// its license's rate card in `cards`.
 pub fn price(found: &mut [Failure], cards: &BTreeMap<String, RateCard>) {
-    for f in found.iter_mut() {
+    for f in found.iter_mut().filter(|f| f.worth.is_none()) {
         let (Some(_), Some(dimension), Some(hour), Some(quantity)) =
             (&f.group, &f.dimension, f.hour, f.quantity)
         else {
@@ -115,7 +116,11 @@ pub fn failures(
             replayable: check_replay(record, now).is_ok(),
             group: Some(record.key.to_string()),
             possibly_billed: record.may_have_been_billed(),
-            worth: None,
+            // Priced as aggregated when the record keeps its unit price; else by `price`.
+            worth: record
+                .unit_price
+                .as_ref()
+                .map(|p| Worth::of(p.estimate(record.quantity_to_send()))),
         });
     }
     for item in unreadable {
@@ -278,6 +283,16 @@ mod tests {
         };
         let mut other = record("api", 5);
         other.key.license_arn = "arn:aws:license-manager::123456789012:license:l-2".into();
+        // A record keeping the unit price it was aggregated at needs no card.
+        let mut kept = record("api", 5);
+        kept.key.license_arn = "arn:aws:license-manager::123456789012:license:l-3".into();
+        kept.unit_price = Some(awsmp_core::charges::UnitPrice {
+            agreement_id: "agmt-3".into(),
+            basis: awsmp_core::charges::PriceBasis::Priced {
+                price: "0.2".parse().unwrap(),
+                currency: "USD".into(),
+            },
+        });
         let mut found = failures(
             &[],
             &[
@@ -285,6 +300,7 @@ mod tests {
                 record("seats", 3),
                 record("trial", 9),
                 other,
+                kept,
             ],
             &[],
             "2026-11-30T00".parse().unwrap(),
@@ -329,6 +345,7 @@ mod tests {
         assert_eq!(basis("seats", "l-1").basis, "unpriced");
         assert_eq!(basis("trial", "l-1").basis, "free trial");
         assert_eq!(basis("api", "l-2").basis, "no rate card");
-        assert_eq!(unbilled_worth(&found).as_text()["USD"], "1");
+        assert_eq!(basis("api", "l-3").amount.as_deref(), Some("1"));
+        assert_eq!(unbilled_worth(&found).as_text()["USD"], "2");
     }
 }

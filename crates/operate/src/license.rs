@@ -121,17 +121,22 @@ pub fn chains(
         chain.record_reason = record.status_reason.clone();
         chain.metering_record_id = record.metering_record_id.clone();
         chain.attempts = Some(record.attempt_count);
+        chain.worth = record
+            .unit_price
+            .as_ref()
+            .map(|p| crate::failures::Worth::of(p.estimate(record.quantity_to_send())));
     }
     groups.into_values().collect()
 }
 
-/// Prices each group's record (its quantity at its hour) with the rate card of its
-/// buyer's agreement in `cards` (by account: a license's rows each name one).
+/// Prices each group's record not yet priced (it keeps no unit price of its own: its
+/// quantity at its hour) with the rate card of its buyer's agreement in `cards` (by
+/// account: a license's rows each name one).
 pub fn price_chains(
     groups: &mut [GroupChain],
     cards: &BTreeMap<String, awsmp_core::charges::RateCard>,
 ) {
-    for g in groups.iter_mut() {
+    for g in groups.iter_mut().filter(|g| g.worth.is_none()) {
         let (Some(quantity), Some(hour)) = (g.record_quantity, g.hour) else {
             continue;
         };

@@ -22,6 +22,7 @@ use std::str::FromStr;
 
 use chrono::{Datelike, Duration, TimeZone, Utc};
 
+use crate::charges::UnitPrice;
 use crate::guardrails::{
     self, AllocationMode, GuardrailContext, GuardrailOutcome, MAX_QUANTITY, RejectedRow,
 };
@@ -282,6 +283,17 @@ impl AggregationPlan {
     pub fn with_row_expiry(mut self, expires_at: Option<Instant>) -> Self {
         for commit in &mut self.commits {
             commit.rows_expire_at = expires_at;
+        }
+        self
+    }
+
+    /// The plan with `price` kept on the record each commit writes (`None` leaves the
+    /// record's own: a message sent while no card could be read never erases one).
+    pub fn priced(mut self, price: Option<&UnitPrice>) -> Self {
+        if let Some(price) = price {
+            for commit in &mut self.commits {
+                commit.record.unit_price = Some(price.clone());
+            }
         }
         self
     }

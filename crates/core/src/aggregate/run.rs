@@ -90,6 +90,8 @@ pub struct AggregateReport {
 ///   record (it would never be sent); its rows are finalized `Aggregated` here, which
 ///   keeps conservation (they add nothing to any billed quantity). A zero record that
 ///   exists anyway is handled by the submitter.
+/// - Each commit keeps the message's unit price on the record (a message without one
+///   leaves the record's as it was).
 /// - Each commit counts its rows and finalizes them (`Aggregated`, out of the pending
 ///   index) in the same transaction. Only rejected rows (and recovered ones) go to the
 ///   cleanup queue, in one or more `WorkMessage::Cleanup`; if the queue refuses them the
@@ -100,7 +102,12 @@ pub async fn aggregate_group(
     settings: &AggregateSettings,
     ports: &AggregatePorts,
 ) -> Result<AggregateReport, PipelineError> {
-    let WorkMessage::Aggregate { group, flush } = message else {
+    let WorkMessage::Aggregate {
+        group,
+        flush,
+        price,
+    } = message
+    else {
         return Err(PipelineError::WrongMessageKind {
             stage: "aggregator",
             kind: "cleanup",
@@ -144,7 +151,8 @@ pub async fn aggregate_group(
         // Each commit finalizes the rows it counts: they get the retention's expiry.
         let plan = plan_aggregation(group, &candidates, existing.as_ref(), &ctx)
             .map_err(|e| fold_error(group, e))?
-            .with_row_expiry(settings.retention.expiry(now));
+            .with_row_expiry(settings.retention.expiry(now))
+            .priced(price.as_ref());
         report.other_group = plan.other_group.len();
 
         let skip_zero = settings.zero_policy == ZeroQuantityPolicy::Skip

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
+use crate::charges::PriceBasis;
 use crate::memory::StoreOp;
 use crate::model::Attr;
 use crate::pipeline::testkit::*;
@@ -16,7 +17,7 @@ fn aggregate_groups(messages: &[WorkMessage]) -> Vec<(GroupKey, bool)> {
     messages
         .iter()
         .map(|m| match m {
-            WorkMessage::Aggregate { group, flush } => (group.clone(), *flush),
+            WorkMessage::Aggregate { group, flush, .. } => (group.clone(), *flush),
             other => panic!("unexpected {other:?}"),
         })
         .collect()
@@ -604,6 +605,39 @@ async fn a_dimension_the_buyers_rate_card_does_not_price_is_reported_before_it_i
     );
     assert_eq!(report.groups, 5);
     assert!(report.complete());
+    // AND each message carries its buyer's unit price: priced, unpriced, or none for
+    // the buyer without a card
+    let prices: Vec<(String, String, Option<PriceBasis>)> = world
+        .work
+        .messages()
+        .into_iter()
+        .filter_map(|m| match m {
+            WorkMessage::Aggregate { group, price, .. } => {
+                if let Some(p) = &price {
+                    assert_eq!(
+                        p.agreement_id,
+                        format!("agmt-{}", &group.license_arn[group.license_arn.len() - 1..])
+                    );
+                }
+                Some((group.license_arn, group.dimension, price.map(|p| p.basis)))
+            }
+            _ => None,
+        })
+        .collect();
+    let priced = Some(PriceBasis::Priced {
+        price: rust_decimal::Decimal::new(25, 4),
+        currency: "USD".into(),
+    });
+    assert_eq!(
+        prices,
+        vec![
+            (l1.clone(), "seats".into(), Some(PriceBasis::Unpriced)),
+            (l1.clone(), "requests".into(), priced.clone()),
+            (l1.clone(), "seats".into(), Some(PriceBasis::Unpriced)),
+            (l2.clone(), "seats".into(), priced),
+            (l3.clone(), "seats".into(), None),
+        ]
+    );
 }
 
 /// A buyer whose kept card prices only `requests`, with an hour of `seats` pending.

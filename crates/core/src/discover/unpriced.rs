@@ -8,6 +8,10 @@
 //! bills nothing; on a public offer it is a dimension added after the agreement, or a
 //! catalog mistake `InvalidUsageDimensionException` will reject.
 //!
+//! The cards read are also what prices each group: [`UnpricedCheck::price_of`] gives
+//! the unit price the work message carries to the aggregator, which keeps it on the
+//! record (so every record says what it is worth, with no read on a later path).
+//!
 //! It never holds metering back: a row without a kept card is only counted, and a read
 //! that fails (after the store's retries) is reported, metric `UnpricedUsageUnchecked`
 //! counting the groups sent unchecked (the page is sent all the same; the next page
@@ -18,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 use tracing::warn;
 
+use crate::charges::{RateCard, UnitPrice};
 use crate::model::GroupKey;
 use crate::pipeline::retry::{RetryPolicy, retry_transient};
 use crate::ports::{Clock, MetricsSink, SubscriberStore, metric};
@@ -39,13 +44,11 @@ pub struct UnpricedDimension {
     pub groups: usize,
 }
 
-/// A buyer's kept card, as the check needs it: its agreement and the dimensions it prices.
-type Priced = Option<(String, BTreeSet<String>)>;
-
-/// One run's check: the cards read so far and what they found.
+/// One run's check: the cards read so far (`None`: the buyer's row keeps none, or there
+/// is no row) and what they found.
 #[derive(Debug, Default)]
 pub struct UnpricedCheck {
-    cards: HashMap<(String, String), Priced>,
+    cards: HashMap<(String, String), Option<RateCard>>,
     found: BTreeMap<(String, String, String), (String, usize)>,
     /// Why the buyers' rows could not be read, the last time they could not.
     pub error: Option<String>,
@@ -76,14 +79,9 @@ impl UnpricedCheck {
                         self.cards.insert(key, None);
                     }
                     for row in rows {
-                        let priced = row.current_rate_card().map(|card| {
-                            (
-                                card.agreement_id.clone(),
-                                card.terms.rate_card.keys().cloned().collect(),
-                            )
-                        });
+                        let card = row.current_rate_card().cloned();
                         self.cards
-                            .insert((row.license_arn, row.customer_aws_account_id), priced);
+                            .insert((row.license_arn, row.customer_aws_account_id), card);
                     }
                 }
                 Err(e) => {
@@ -107,12 +105,13 @@ impl UnpricedCheck {
                 group.license_arn.clone(),
                 group.customer_aws_account_id.clone(),
             );
-            let Some(Some((agreement, priced))) = self.cards.get(&key) else {
+            let Some(Some(card)) = self.cards.get(&key) else {
                 continue;
             };
-            if priced.contains(&group.dimension) {
+            if card.terms.rate_card.contains_key(&group.dimension) {
                 continue;
             }
+            let agreement = &card.agreement_id;
             metrics.count(
                 metric::UNPRICED_USAGE,
                 &[("Dimension", group.dimension.as_str())],
@@ -133,6 +132,17 @@ impl UnpricedCheck {
                 );
             }
         }
+    }
+
+    /// The unit price of `group`'s usage under the card kept for its buyer, as read by
+    /// [`UnpricedCheck::before_send`] (`None`: no card kept, or the row was unread).
+    pub fn price_of(&self, group: &GroupKey) -> Option<UnitPrice> {
+        let key = (
+            group.license_arn.clone(),
+            group.customer_aws_account_id.clone(),
+        );
+        let card = self.cards.get(&key)?.as_ref()?;
+        Some(card.unit_price(&group.dimension, group.hour.start()))
     }
 
     /// Every unpriced dimension of a buyer, in (license, account, dimension) order.

@@ -11,6 +11,7 @@ use std::fmt::Display;
 
 use thiserror::Error;
 
+use crate::charges::{UNIT_PRICE_ATTR, UnitPrice};
 use crate::items::size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 use crate::model::{AggregatedRecord, Allocation, Attr, RawStatus, RawUsageRow, attr};
 use crate::ports::{AggregationCommit, MAX_ROWS_PER_COMMIT, NewUsageRow, PortError};
@@ -429,6 +430,7 @@ pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
     attr::POSSIBLY_BILLED,
     attr::AGGREGATION_IN_PROGRESS,
     attr::METERING_PENDING,
+    UNIT_PRICE_ATTR,
 ];
 
 /// Every attribute of an aggregated record as stored, keys included (audit stamps and
@@ -437,7 +439,7 @@ pub const OPTIONAL_RECORD_ATTRS: &[&str] = &[
 /// `attemptCount` (N), `version` (N), and when set `usageAllocations`, `productCode`
 /// (absent when empty), `meteringStatusReason`, `meteringRecordId`, `inFlightUntil`,
 /// `claimId`, `sentQuantity` (N), `possiblyBilled` (BOOL, either value),
-/// `aggregationInProgress` (BOOL true) and
+/// `aggregationInProgress` (BOOL true), `unitPrice` (a map: [`UnitPrice::to_attr`]) and
 /// `meteringPending` (the hour, only while not terminal).
 pub fn aggregated_item(record: &AggregatedRecord) -> BTreeMap<String, Attr> {
     let key = &record.key;
@@ -505,6 +507,10 @@ pub fn aggregated_item(record: &AggregatedRecord) -> BTreeMap<String, Attr> {
         (
             attr::METERING_PENDING,
             (!record.status.is_terminal()).then(|| Attr::S(key.hour.to_string())),
+        ),
+        (
+            UNIT_PRICE_ATTR,
+            record.unit_price.as_ref().map(UnitPrice::to_attr),
         ),
     ];
     for (name, value) in optional {

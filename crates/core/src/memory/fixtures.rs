@@ -164,6 +164,7 @@ pub fn operator_record(
         sent_quantity: Some(quantity),
         possibly_billed: None,
         folding: false,
+        unit_price: None,
     }
 }
 

@@ -153,10 +153,12 @@ mod tests {
         let keep = WorkMessage::Aggregate {
             group: group("a", "2026-11-30T10"),
             flush: false,
+            price: None,
         };
         let refuse = WorkMessage::Aggregate {
             group: group("b", "2026-11-30T10"),
             flush: true,
+            price: None,
         };
         queue.fail_where(
             |m| matches!(m, WorkMessage::Aggregate { group, .. } if group.dimension == "b"),

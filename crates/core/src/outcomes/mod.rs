@@ -10,6 +10,9 @@
 //! event, for its second outcome. Its `outcomeId` is the stream record's id, so a
 //! retried delivery of the same change carries the same id (consumers dedupe on it).
 //! No buyer PII is in an event: the usage tables hold none.
+//!
+//! A record's event says what its quantity is worth (`estimatedCharge`), at the unit
+//! price the record keeps from the buyer's agreement terms: an estimate.
 
 mod publish;
 #[cfg(test)]
@@ -21,6 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::charges::{Estimate, UNIT_PRICE_ATTR, UnitPrice, Worth};
 use crate::items::ingestion_marker_event_id;
 use crate::model::{AggregatedStatus, Attr, RawStatus, attr};
 use crate::ports::{BusEvent, PUT_EVENTS_MAX_BYTES};
@@ -151,6 +155,12 @@ pub struct RecordOutcome {
     /// What to do, unless `billed`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remedy: Option<String>,
+    /// What `quantity` is worth at the unit price the record was priced at when it was
+    /// sent to aggregation (`unitPrice`, from the buyer's agreement terms): an
+    /// estimate, before tax and credits. Basis `no rate card` when it carries none.
+    /// Absent when the quantity is unreadable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_charge: Option<Worth>,
     /// Some optional fields were left out to keep the event within what `PutEvents`
     /// takes (a seller wrote a huge attribute): read the item for them.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -365,6 +375,7 @@ pub fn outcome(table: Table, change: &Change) -> Option<BusEvent> {
                 remedy: (!billed)
                     .then(|| for_status(FailureStatus::Record(status), reason.as_deref())),
                 reason,
+                estimated_charge: quantity.map(|q| estimated_charge(new, q)),
                 truncated: false,
             };
             fit(RECORD_OUTCOME, detail, license_arn)
@@ -406,6 +417,16 @@ pub fn outcome(table: Table, change: &Change) -> Option<BusEvent> {
             fit(ROW_NOT_BILLED, detail, license_arn)
         }
     }
+}
+
+/// What `quantity` of a record is worth at the unit price kept on its item; `no rate
+/// card` when it keeps none (or one that cannot be read: a seller's direct-submit item).
+fn estimated_charge(item: &BTreeMap<String, Attr>, quantity: i64) -> Worth {
+    let estimate = item
+        .get(UNIT_PRICE_ATTR)
+        .and_then(|price| UnitPrice::from_attr(price).ok())
+        .map_or(Estimate::NoRateCard, |price| price.estimate(quantity));
+    Worth::of(estimate)
 }
 
 /// A string attribute's text.

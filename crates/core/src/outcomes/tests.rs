@@ -109,6 +109,7 @@ fn a_record_billed_tells_its_outcome_once() {
             "attempts": 1,
             "billed": true,
             "possiblyBilled": false,
+            "estimatedCharge": { "amount": null, "currency": null, "basis": "no rate card" },
         })
     );
     // A later write that leaves the status as it was (retention, a re-stamp) tells nothing.
@@ -254,6 +255,45 @@ fn the_quantity_told_is_the_one_sent() {
     let d = detail(&outcome(Table::Aggregated, &change("c2", None, Some(same))).unwrap());
     assert_eq!(d["quantity"], 42, "{d}");
     assert!(d.get("recordQuantity").is_none(), "{d}");
+}
+
+#[test]
+fn the_estimated_charge_is_the_quantity_sent_at_the_records_unit_price() {
+    use crate::charges::{PriceBasis, UNIT_PRICE_ATTR, UnitPrice};
+    let priced = |basis: PriceBasis| {
+        let mut item = record(
+            "Success",
+            &[("sentQuantity", "40"), ("meteringRecordId", "mr-1")],
+        );
+        let price = UnitPrice {
+            agreement_id: "agmt-1".into(),
+            basis,
+        };
+        item.insert(UNIT_PRICE_ATTR.to_string(), price.to_attr());
+        item
+    };
+    let told = |item| detail(&outcome(Table::Aggregated, &change("c1", None, Some(item))).unwrap());
+    // 40 sent (not the 42 stored) x 0.0125, exact.
+    let d = told(priced(PriceBasis::Priced {
+        price: "0.0125".parse().unwrap(),
+        currency: "USD".into(),
+    }));
+    assert_eq!(
+        d["estimatedCharge"],
+        serde_json::json!({ "amount": "0.5", "currency": "USD", "basis": "priced" }),
+        "{d}"
+    );
+    let d = told(priced(PriceBasis::FreeTrial));
+    assert_eq!(d["estimatedCharge"]["basis"], "free trial", "{d}");
+    assert!(d["estimatedCharge"]["amount"].is_null(), "{d}");
+    let d = told(priced(PriceBasis::Unpriced));
+    assert_eq!(d["estimatedCharge"]["basis"], "unpriced", "{d}");
+    // A seller's item whose unitPrice is not ours to read: no rate card, still told.
+    let mut odd = record("Success", &[("meteringRecordId", "mr-1")]);
+    odd.insert(UNIT_PRICE_ATTR.to_string(), Attr::S("a dollar".into()));
+    let d = told(odd);
+    assert_eq!(d["estimatedCharge"]["basis"], "no rate card", "{d}");
+    assert_eq!(d["billed"], true, "{d}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::charges::UnitPrice;
 use crate::model::{GroupKey, ReasonCode};
 
 use super::PortError;
@@ -19,6 +20,11 @@ pub enum WorkMessage {
         /// True for a deprovisioning flush (lock bypassed).
         #[serde(default)]
         flush: bool,
+        /// The unit price of the group's usage under the buyer's agreement, from the
+        /// rate card kept on the buyer's row when the group was sent (`None`: none
+        /// kept, or the row could not be read). The aggregator keeps it on the record.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        price: Option<UnitPrice>,
     },
     /// Finalize raw rows of one group (aggregator -> cleanup).
     Cleanup {

@@ -207,20 +207,29 @@ pub async fn event_fate(
                     // Counted, but the record is gone (retention): still counted.
                     None => Fate::Deleted,
                     Some(record) => {
-                        let estimated_charge = match subscribers
-                            .get(license_arn, &key.customer_aws_account_id)
-                            .await
-                        {
-                            Ok(row) => Some(Worth::of(estimate(
-                                record.quantity_to_send(),
-                                &key.dimension,
-                                key.hour.start(),
-                                row.as_ref().and_then(|r| r.current_rate_card()),
-                            ))),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "the buyer's rate card unread; the read-back says no estimate");
-                                None
-                            }
+                        // At the unit price the record keeps (no read); a record
+                        // aggregated while no card was kept is priced with the row's.
+                        let kept = record
+                            .unit_price
+                            .as_ref()
+                            .map(|p| Worth::of(p.estimate(record.quantity_to_send())));
+                        let estimated_charge = match kept {
+                            Some(worth) => Some(worth),
+                            None => match subscribers
+                                .get(license_arn, &key.customer_aws_account_id)
+                                .await
+                            {
+                                Ok(row) => Some(Worth::of(estimate(
+                                    record.quantity_to_send(),
+                                    &key.dimension,
+                                    key.hour.start(),
+                                    row.as_ref().and_then(|r| r.current_rate_card()),
+                                ))),
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "the buyer's rate card unread; the read-back says no estimate");
+                                    None
+                                }
+                            },
                         };
                         Fate::Counted {
                             record: RecordView {

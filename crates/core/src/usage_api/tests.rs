@@ -442,6 +442,28 @@ async fn an_events_fate_follows_it_from_pending_through_its_hours_record_to_bill
         priced["fate"]["record"]["estimatedCharge"],
         json!({"amount": "0.0175", "currency": "USD", "basis": "priced"})
     );
+
+    // A record that keeps the unit price it was aggregated at (0.01, before an
+    // amendment) is worth that, whatever the row's card says now.
+    let mut record = world
+        .tables
+        .aggregated_records()
+        .into_iter()
+        .find(|r| r.key.hour.to_string() == "2026-12-03T10")
+        .unwrap();
+    record.unit_price = Some(crate::charges::UnitPrice {
+        agreement_id: "agmt-1".into(),
+        basis: crate::charges::PriceBasis::Priced {
+            price: "0.01".parse().unwrap(),
+            currency: "USD".into(),
+        },
+    });
+    world.tables.insert_aggregated(record, now);
+    let kept = serde_json::to_value(fate("e-2").await.unwrap()).unwrap();
+    assert_eq!(
+        kept["fate"]["record"]["estimatedCharge"],
+        json!({"amount": "0.07", "currency": "USD", "basis": "priced"})
+    );
 }
 
 fn cloud(source: &str, id: &str, quantity: i64, time: Option<&str>) -> Value {

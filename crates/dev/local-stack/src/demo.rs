@@ -73,8 +73,11 @@ async fn send_lifecycle_event(
     system.put_marketplace_event(&event).await
 }
 
-/// The demo buyer's agreement `agreement` on `license`: pay-as-you-go, requests at
-/// 0.0025 USD and storage_gb at 0.50 USD.
+/// What the demo buyers' agreements price each dimension at (USD).
+const PRICES: [(&str, &str); 2] = [("requests", "0.0025"), ("storage_gb", "0.50")];
+
+/// The demo buyer's agreement `agreement` on `license`: pay-as-you-go, priced at
+/// [`PRICES`].
 fn demo_agreement(
     license: &str,
     agreement: &str,
@@ -88,7 +91,7 @@ fn demo_agreement(
         start,
         "offer-localdemo",
     )
-    .priced(&[("requests", "0.0025"), ("storage_gb", "0.50")])
+    .priced(&PRICES)
 }
 
 fn say(system: &LocalSystem, text: &str) {
@@ -480,6 +483,7 @@ async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError
         }
     }
     let mut got: Vec<(String, String, String)> = Vec::new();
+    let mut worth = rust_decimal::Decimal::ZERO;
     for event in system.take_outcome_events().await? {
         let d = &event["detail"];
         let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
@@ -489,7 +493,10 @@ async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError
             )));
         }
         let key = match event["detail-type"].as_str() {
-            Some(RECORD_OUTCOME) => text(&d["recordKey"]),
+            Some(RECORD_OUTCOME) => {
+                worth += estimated_charge(d)?;
+                text(&d["recordKey"])
+            }
             Some(ROW_NOT_BILLED) => text(&d["usageRowKey"]),
             _ => {
                 return Err(LocalError::Check(format!(
@@ -507,9 +514,42 @@ async fn check_outcome_events(system: &LocalSystem) -> Result<String, LocalError
         )));
     }
     Ok(format!(
-        "outcome events on the default bus (source {SOURCE}): {records} {RECORD_OUTCOME}, {} {ROW_NOT_BILLED}, each once",
+        "outcome events on the default bus (source {SOURCE}): {records} {RECORD_OUTCOME} (worth {} USD together, estimated from the buyers' agreement terms), {} {ROW_NOT_BILLED}, each once",
+        worth.normalize(),
         expected.len() - records
     ))
+}
+
+/// What a record's outcome event says it is worth, checked: exactly its quantity x its
+/// dimension's price in [`PRICES`], as the record keeps it from the rate card the
+/// discoverer read (every demo record is priced; a record never billed counts 0).
+fn estimated_charge(detail: &serde_json::Value) -> Result<rust_decimal::Decimal, LocalError> {
+    let charge = &detail["estimatedCharge"];
+    let price = PRICES
+        .iter()
+        .find(|(d, _)| detail["dimension"] == *d)
+        .and_then(|(_, p)| p.parse::<rust_decimal::Decimal>().ok());
+    let expected = detail["quantity"]
+        .as_i64()
+        .zip(price)
+        .map(|(q, p)| p * rust_decimal::Decimal::from(q));
+    let told = charge["amount"]
+        .as_str()
+        .and_then(|a| a.parse::<rust_decimal::Decimal>().ok());
+    if charge["basis"] != "priced"
+        || charge["currency"] != "USD"
+        || told.is_none()
+        || told != expected
+    {
+        return Err(LocalError::Check(format!(
+            "an outcome event says its record is worth {charge}, expected {expected:?} USD (its quantity x the agreement's price): {detail}"
+        )));
+    }
+    Ok(if detail["billed"] == true {
+        told.unwrap_or_default()
+    } else {
+        rust_decimal::Decimal::ZERO
+    })
 }
 
 /// Posts `events` to the local usage API and checks every verdict is `want`.

@@ -18,6 +18,7 @@ fn aggregate_message(key: &GroupKey) -> WorkMessage {
     WorkMessage::Aggregate {
         group: key.clone(),
         flush: false,
+        price: None,
     }
 }
 
@@ -590,6 +591,7 @@ async fn a_still_locked_hour_waits_unless_it_is_a_flush() {
     let flush = WorkMessage::Aggregate {
         group: key.clone(),
         flush: true,
+        price: None,
     };
     let report = world.aggregate(&flush, now).await.unwrap();
     assert_eq!(report.counted, 1);
@@ -738,4 +740,37 @@ async fn cleanup_work_is_split_into_bounded_messages() {
     assert_eq!(messages.len(), 3);
     let cleanup = world.cleanup_all(now).await;
     assert_eq!(cleanup.aggregated + cleanup.rejected, 2500);
+}
+
+#[tokio::test]
+async fn the_record_keeps_the_unit_price_its_last_priced_message_carried() {
+    use crate::charges::{PriceBasis, UnitPrice};
+    let OneRow {
+        now, world, l, key, ..
+    } = one_row();
+    let price = |p: i64| UnitPrice {
+        agreement_id: "agmt-1".into(),
+        basis: PriceBasis::Priced {
+            price: rust_decimal::Decimal::new(p, 3),
+            currency: "USD".into(),
+        },
+    };
+    let priced = |p: Option<UnitPrice>| WorkMessage::Aggregate {
+        group: key.clone(),
+        flush: false,
+        price: p,
+    };
+    // A priced message prices the new record.
+    world.aggregate(&priced(Some(price(5))), now).await.unwrap();
+    assert_eq!(world.record(&key).unwrap().unit_price, Some(price(5)));
+    // A later fold sent while the card could not be read keeps it.
+    world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:06:00Z", 1);
+    world.aggregate(&priced(None), now).await.unwrap();
+    let record = world.record(&key).unwrap();
+    assert_eq!((record.quantity, record.unit_price), (4, Some(price(5))));
+    // One sent after an amendment re-prices it.
+    world.put(&l, ACCOUNT_A, "requests", "2026-11-30T09:07:00Z", 1);
+    world.aggregate(&priced(Some(price(7))), now).await.unwrap();
+    let record = world.record(&key).unwrap();
+    assert_eq!((record.quantity, record.unit_price), (5, Some(price(7))));
 }

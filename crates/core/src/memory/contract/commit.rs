@@ -11,8 +11,21 @@ pub async fn commit_creates_then_folds_under_the_version_and_claims_rows(b: &dyn
     let late = seed(b, "2026-11-30T10:50:00Z", 4).await;
     let agg = b.aggregated();
 
+    // The record keeps the unit price it was priced at, exactly.
+    let priced = |price: &str| {
+        Some(crate::charges::UnitPrice {
+            agreement_id: "agmt-1".into(),
+            basis: crate::charges::PriceBasis::Priced {
+                price: price.parse().unwrap_or_default(),
+                currency: "USD".into(),
+            },
+        })
+    };
     let create = commit(
-        record(key.clone(), 3, 1),
+        AggregatedRecord {
+            unit_price: priced("0.0001234"),
+            ..record(key.clone(), 3, 1)
+        },
         None,
         &[&r1, &r2],
         "2026-11-30T11:00:00Z",
@@ -51,9 +64,12 @@ pub async fn commit_creates_then_folds_under_the_version_and_claims_rows(b: &dyn
         "2026-11-30T11:01:00Z",
     );
     assert_eq!(agg.commit(&twice).await.unwrap(), CommitOutcome::Conflict);
-    // The fold at the stored version.
+    // The fold at the stored version, re-priced.
     let fold = commit(
-        record(key.clone(), 7, 2),
+        AggregatedRecord {
+            unit_price: priced("0.25"),
+            ..record(key.clone(), 7, 2)
+        },
         Some(1),
         &[&late],
         "2026-11-30T11:02:00Z",

@@ -5,7 +5,8 @@
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
 //! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation),
 //! [`unpriced`] (dimensions no rate card prices, reported before billing),
-//! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`],
+//! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`] and
+//! [`estimates`] (what each told record is worth),
 //! [`buyer_events`] and [`api_edges`] (the usage API across the edges of time); and,
 //! after them all, [`corrections`] (run from `run_schedule`: the corrections move the
 //! clock past the month's end).
@@ -17,6 +18,7 @@ pub mod conservation;
 pub mod corrections;
 pub mod dry_run;
 pub mod entitlements;
+pub mod estimates;
 pub mod ingestion;
 pub mod liveness;
 pub mod metrics;
@@ -55,6 +57,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(refused_calls::check(world));
     violations.extend(metrics::check(world));
     violations.extend(outcome_events::check(world));
+    violations.extend(estimates::check(world));
     violations.extend(buyer_events::check(world));
     violations.extend(api_edges::check(&world.edges, &world.tables.raw_rows()));
     violations.extend(api_edges::read_backs(&world.edges));

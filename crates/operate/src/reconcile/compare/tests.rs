@@ -42,6 +42,7 @@ fn ours(k: GroupKey, quantity: i64, status: AggregatedStatus, id: &str) -> OurRe
             sent_quantity: None,
             possibly_billed: None,
             folding: false,
+            unit_price: None,
         },
         recorded_at: Some(at("2026-03-15T13:05:00Z")),
     }
