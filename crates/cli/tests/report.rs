@@ -254,11 +254,29 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     );
     let html = std::fs::read_to_string(&path).unwrap();
 
-    // THEN the page parses as written: four charts, each titled, with its table.
+    // THEN the page parses as written: five charts (the estimated charges in USD
+    // beside the four of quantities and statuses), each titled, with its table.
     assert_balanced(&html);
-    assert_eq!(html.matches("<svg").count(), 4);
-    assert_eq!(html.matches("</svg>").count(), 4);
-    assert_eq!(html.matches("<table id=").count(), 4);
+    assert_eq!(html.matches("<svg").count(), 5);
+    assert_eq!(html.matches("</svg>").count(), 5);
+    assert_eq!(html.matches("<table id=").count(), 5);
+    // The charges chart's table: each priced hour's estimate as computed, and the
+    // total, exactly.
+    let shown = table_rows(&html, "r0-charges-usd-table");
+    assert_eq!(
+        shown[0],
+        vec!["hour (UTC)".to_string(), "estimated USD".into()]
+    );
+    let hours: Vec<Vec<String>> = charges
+        .by_hour
+        .iter()
+        .map(|(hour, amounts)| vec![hour.to_string(), amounts["USD"].clone()])
+        .collect();
+    assert_eq!(&shown[1..shown.len() - 1], hours.as_slice());
+    assert_eq!(
+        shown.last().unwrap(),
+        &vec!["total".to_string(), charges.total["USD"].clone()]
+    );
     assert!(html.contains(
         "<title>awsmp report: product prod-e2e, stage test, us-east-1: 2026-11-30T05:00 to 2026-11-30T10:30 UTC</title>"
     ));
@@ -370,10 +388,10 @@ async fn the_html_report_shows_what_was_billed_and_renders_in_chromium() {
     let (dom, log) = headless(&chromium, &["--dump-dom"], &path);
     assert_eq!(
         dom.matches("<svg").count(),
-        4,
-        "the browser's tree has four charts"
+        5,
+        "the browser's tree has five charts"
     );
-    assert_eq!(dom.matches("<table id=").count(), 4);
+    assert_eq!(dom.matches("<table id=").count(), 5);
     assert!(!dom.contains("<script"));
     assert!(
         !log.contains("Content Security Policy"),

@@ -77,6 +77,10 @@ pub struct Charges {
     pub total: BTreeMap<String, String>,
     /// Per hour (hours with a priced quantity only), per currency.
     pub by_hour: BTreeMap<HourBucket, BTreeMap<String, String>>,
+    /// Per UTC day (`YYYY-MM-DD`, days with a priced quantity only), per currency.
+    pub by_day: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per dimension (priced ones only), per currency.
+    pub by_dimension: BTreeMap<String, BTreeMap<String, String>>,
     /// Per buyer (license and account), in license order.
     pub by_buyer: Vec<BuyerCharges>,
     /// Billed quantities the buyer's rate card does not price: on a private offer
@@ -158,8 +162,9 @@ pub async fn rate_cards(
     (cards, None)
 }
 
-/// The estimated charges of the records billed from `from` on, each priced with its
-/// license's rate card in `cards` (a license without one is listed, never priced at 0).
+/// The estimated charges of the records billed from `from` on, each at the unit price
+/// it keeps (priced when it was aggregated) or, for a record without one, with its
+/// license's rate card in `cards` (a license without either is listed, never priced at 0).
 pub fn charges(
     records: &[AggregatedRecord],
     from: HourBucket,
@@ -168,6 +173,8 @@ pub fn charges(
 ) -> Charges {
     let mut total = Amounts::default();
     let mut by_hour: BTreeMap<HourBucket, Amounts> = BTreeMap::new();
+    let mut by_day: BTreeMap<String, Amounts> = BTreeMap::new();
+    let mut by_dimension: BTreeMap<String, Amounts> = BTreeMap::new();
     let mut buyers: BTreeMap<(String, String), (Amounts, i64)> = BTreeMap::new();
     let mut unpriced: BTreeMap<(String, String, String), i64> = BTreeMap::new();
     let mut without = std::collections::BTreeSet::new();
@@ -184,10 +191,22 @@ pub fn charges(
             .entry((key.license_arn.clone(), key.customer_aws_account_id.clone()))
             .or_default();
         let card = cards.get(&key.license_arn);
-        match estimate(quantity, &key.dimension, key.hour.start(), card) {
+        let estimate = match &record.unit_price {
+            Some(price) => price.estimate(quantity),
+            None => estimate(quantity, &key.dimension, key.hour.start(), card),
+        };
+        match estimate {
             Estimate::Priced { amount, currency } => {
                 total.add(&currency, amount);
                 by_hour.entry(key.hour).or_default().add(&currency, amount);
+                by_day
+                    .entry(key.hour.start().format("%Y-%m-%d").to_string())
+                    .or_default()
+                    .add(&currency, amount);
+                by_dimension
+                    .entry(key.dimension.clone())
+                    .or_default()
+                    .add(&currency, amount);
                 buyer.0.add(&currency, amount);
             }
             Estimate::FreeTrial => buyer.1 += quantity,
@@ -223,6 +242,14 @@ pub fn charges(
         by_hour: by_hour
             .into_iter()
             .map(|(hour, amounts)| (hour, amounts.as_text()))
+            .collect(),
+        by_day: by_day
+            .into_iter()
+            .map(|(day, amounts)| (day, amounts.as_text()))
+            .collect(),
+        by_dimension: by_dimension
+            .into_iter()
+            .map(|(dimension, amounts)| (dimension, amounts.as_text()))
             .collect(),
         by_buyer,
         unpriced: unpriced
@@ -644,5 +671,25 @@ mod tests {
         );
         assert!(none.total.is_empty());
         assert_eq!(none.without_rate_card, vec![LIC.to_string()]);
+        // and a record that keeps the unit price it was aggregated at (before an
+        // amendment: 0.01) is worth that, whatever the card says now
+        let mut kept = records.clone();
+        kept[0].unit_price = Some(awsmp_core::charges::UnitPrice {
+            agreement_id: "agmt-1".into(),
+            basis: awsmp_core::charges::PriceBasis::Priced {
+                price: "0.01".parse().unwrap(),
+                currency: "USD".into(),
+            },
+        });
+        let c = charges(&kept, "2026-11-30T10".parse().unwrap(), &cards, None);
+        assert_eq!(c.total["USD"], "0.0425", "3 x 0.01 + 5 x 0.0025");
+        // and per day and per dimension, the same sums
+        assert_eq!(c.by_day["2026-11-30"]["USD"], "0.0425");
+        assert_eq!(
+            c.by_dimension.keys().collect::<Vec<_>>(),
+            vec!["api"],
+            "an unpriced dimension is in no amount"
+        );
+        assert_eq!(c.by_dimension["api"]["USD"], "0.0425");
     }
 }

@@ -210,10 +210,19 @@ fn section(id: &str, region: &str, stack: Option<&str>, series: &Series) -> Stri
     }
     out.push_str("</h2>\n");
     out.push_str(&totals(series));
+    let axis = series.axis();
     if let Some(charges) = &series.charges {
         out.push_str(&charges_table(charges));
+        for currency in charges.total.keys() {
+            out.push_str(&revenue_figure(
+                &format!("{id}-charges-{}", currency.to_ascii_lowercase()),
+                region,
+                charges,
+                currency,
+                &axis,
+            ));
+        }
     }
-    let axis = series.axis();
     out.push_str(&billed_figure(
         &format!("{id}-billed"),
         region,
@@ -395,7 +404,16 @@ fn svg_open(id: &str, height: f64, title: &str, desc: &str) -> String {
     )
 }
 
-/// Stacked bars, one per hour of `axis`; `values[hour][layer]`.
+/// A value of a chart whose values count units of 10^-`scale` (money in its smallest
+/// shown unit), as its labels write it: exact, without trailing zeros.
+fn scaled(value: i64, scale: u32) -> String {
+    rust_decimal::Decimal::new(value, scale)
+        .normalize()
+        .to_string()
+}
+
+/// Stacked bars, one per hour of `axis`; `values[hour][layer]`, each counting units of
+/// 10^-`scale` (0 for quantities and counts).
 fn stacked_svg(
     id: &str,
     title: &str,
@@ -403,6 +421,7 @@ fn stacked_svg(
     axis: &[HourBucket],
     layers: &[Layer],
     values: &[Vec<i64>],
+    scale: u32,
 ) -> String {
     let height = TOP + PLOT_HEIGHT + BOTTOM;
     let plot_width = WIDTH - LEFT - RIGHT;
@@ -417,12 +436,13 @@ fn stacked_svg(
         _ => (String::new(), String::new()),
     };
     let desc = format!(
-        "Stacked bars, one per hour from {first} to {last} UTC, of {unit} by {}; the highest hour has {max}. The table below has every number.",
+        "Stacked bars, one per hour from {first} to {last} UTC, of {unit} by {}; the highest hour has {}. The table below has every number.",
         layers
             .iter()
             .map(|l| l.name.as_str())
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        scaled(max, scale)
     );
     let mut out = svg_open(id, height, title, &desc);
     let step = nice_step(max);
@@ -441,10 +461,11 @@ fn stacked_svg(
         while tick <= top_value {
             let ty = y(tick);
             out.push_str(&format!(
-                "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{ty:.1}\" y2=\"{ty:.1}\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{tick}</text>\n",
+                "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{ty:.1}\" y2=\"{ty:.1}\"/>\n<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
                 WIDTH - RIGHT,
                 LEFT - 6.0,
-                ty + 4.0
+                ty + 4.0,
+                scaled(tick, scale)
             ));
             tick += step;
         }
@@ -467,11 +488,12 @@ fn stacked_svg(
             }
             let top = y(below + value);
             out.push_str(&format!(
-                "<rect class=\"bar k{}\" x=\"{x:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{hour} {}: {value}</title></rect>\n",
+                "<rect class=\"bar k{}\" x=\"{x:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{hour} {}: {}</title></rect>\n",
                 layer.colour,
                 (slot - 2.0 * gap).max(0.5),
                 y(below) - top,
-                escape(&layer.name)
+                escape(&layer.name),
+                scaled(*value, scale)
             ));
             below += value;
         }
@@ -583,6 +605,7 @@ fn billed_figure(id: &str, region: &str, series: &Series, axis: &[HourBucket]) -
         axis,
         &layers,
         &values,
+        0,
     );
     let mut headers = vec!["hour (UTC)".to_string()];
     headers.extend(series.dimensions.iter().cloned());
@@ -619,6 +642,83 @@ fn billed_figure(id: &str, region: &str, series: &Series, axis: &[HourBucket]) -
         foot,
     );
     figure(id, caption, svg, legend(&layers), table)
+}
+
+/// The estimated charges of each hour in `currency` (one chart per currency: amounts
+/// are never added across currencies), beside the billed quantities; drawn in the
+/// smallest unit any hour's amount needs, so every bar is exact.
+fn revenue_figure(
+    id: &str,
+    region: &str,
+    charges: &awsmp_operate::report::Charges,
+    currency: &str,
+    axis: &[HourBucket],
+) -> String {
+    /// The most decimal places a chart is drawn in (a bar below this is drawn as 0;
+    /// its table cell still shows it).
+    const MAX_SCALE: u32 = 8;
+    let amount = |hour: &HourBucket| -> Option<rust_decimal::Decimal> {
+        charges.by_hour.get(hour)?.get(currency)?.parse().ok()
+    };
+    let scale = charges
+        .by_hour
+        .keys()
+        .filter_map(amount)
+        .map(|a| a.normalize().scale())
+        .max()
+        .unwrap_or(0)
+        .min(MAX_SCALE);
+    let values: Vec<Vec<i64>> = axis
+        .iter()
+        .map(|h| {
+            let units = amount(h).map_or(0, |mut a| {
+                a.rescale(scale);
+                i64::try_from(a.mantissa()).unwrap_or(i64::MAX)
+            });
+            vec![units]
+        })
+        .collect();
+    let layers = [Layer {
+        name: currency.to_string(),
+        colour: GREEN,
+    }];
+    let caption =
+        format!("Estimated charges per hour ({currency}), from the buyers' agreement terms");
+    let svg = stacked_svg(
+        id,
+        &format!("{caption}, {region}"),
+        currency,
+        axis,
+        &layers,
+        &values,
+        scale,
+    );
+    let rows: Vec<String> = charges
+        .by_hour
+        .iter()
+        .filter_map(|(hour, amounts)| {
+            let amount = amounts.get(currency)?;
+            Some(format!(
+                "<tr><th scope=\"row\">{hour}</th><td class=\"n\">{}</td></tr>",
+                escape(amount)
+            ))
+        })
+        .collect();
+    let foot = charges.total.get(currency).map(|total| {
+        format!(
+            "<tr><th scope=\"row\">total</th><td class=\"n\">{}</td></tr>",
+            escape(total)
+        )
+    });
+    let table = table(
+        &format!("{id}-table"),
+        &format!("{caption} (numbers; an estimate, before tax and credits)"),
+        &["hour (UTC)".to_string(), format!("estimated {currency}")],
+        1,
+        &rows,
+        foot,
+    );
+    figure(id, &caption, svg, legend(&layers), table)
 }
 
 /// A column of a status-mix chart and table: its name, colour and count.
@@ -677,6 +777,7 @@ fn mix_figure(
         axis,
         &layers,
         &values,
+        0,
     );
     let mut headers = vec!["hour (UTC)".to_string()];
     headers.extend(columns.iter().map(|(name, _, _)| (*name).to_string()));
@@ -966,6 +1067,64 @@ mod tests {
         assert!(html.contains(
             "<tr><td>Error</td><td>InvalidUsageDimensionException</td><td>InvalidUsageDimensionException</td><td class=\"n\">1</td><td class=\"n\">2</td></tr>"
         ));
+    }
+
+    #[test]
+    fn the_estimated_charges_are_charted_per_currency_exactly_beside_the_quantities() {
+        let mut p = page("api", "InvalidUsageDimensionException", "us-east-1");
+        let hour = |h: &str| h.parse::<HourBucket>().unwrap();
+        let amounts = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(c, a)| (c.to_string(), a.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        p.regions[0].series.charges = Some(awsmp_operate::report::Charges {
+            label: awsmp_core::charges::ESTIMATE_LABEL,
+            unavailable: None,
+            total: amounts(&[("EUR", "2"), ("USD", "0.105")]),
+            by_hour: [
+                (hour("2026-11-30T10"), amounts(&[("USD", "0.0075")])),
+                (
+                    hour("2026-11-30T11"),
+                    amounts(&[("EUR", "2"), ("USD", "0.0975")]),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+            by_day: Default::default(),
+            by_dimension: Default::default(),
+            by_buyer: Vec::new(),
+            unpriced: Vec::new(),
+            without_rate_card: Vec::new(),
+        });
+        let html = render(&p);
+        // One chart per currency, never one sum across them.
+        assert_eq!(html.matches("<svg").count(), 6);
+        for currency in ["usd", "eur"] {
+            assert!(html.contains(&format!("<table id=\"r0-charges-{currency}-table\">")));
+        }
+        // Each hour's bar and row say its amount exactly, and the foot the total.
+        assert!(
+            html.contains("<title>2026-11-30T11 USD: 0.0975</title>"),
+            "{html}"
+        );
+        assert!(html.contains("<title>2026-11-30T10 USD: 0.0075</title>"));
+        assert!(
+            html.contains(
+                "<tr><th scope=\"row\">2026-11-30T11</th><td class=\"n\">0.0975</td></tr>"
+            )
+        );
+        assert!(html.contains("<tr><th scope=\"row\">total</th><td class=\"n\">0.105</td></tr>"));
+        assert!(
+            html.contains("Estimated charges per hour (USD), from the buyers&#39; agreement terms")
+        );
+        assert!(html.contains("an estimate, before tax and credits"));
+        // The EUR chart has no USD in it.
+        let eur = &html[html.find("r0-charges-eur-t").unwrap()..];
+        let eur = &eur[..eur.find("</figure>").unwrap()];
+        assert!(eur.contains("<title>2026-11-30T11 EUR: 2</title>"));
+        assert!(!eur.contains("USD"));
     }
 
     #[test]
