@@ -21,6 +21,7 @@ if [ "$status" -eq 0 ] && grep -q '^billed records: [1-9]' "$log" &&
    grep -q '^USD: refunded 0.0125, pending 0' "$log" &&
    grep -q 'GET /usage/events/evt-a1: counted into .* worth 0.105 USD (estimated' "$log" &&
    grep -q 'Usage Record Outcome (worth [0-9.]* USD together, estimated' "$log" &&
+   grep -q 'buyer event Buyer Registered: .*(form fields companyName, contactEmail, names only)' "$log" &&
    grep -q 'rate cards kept on the subscribers rows by the agreement reconciliation: A agmt-localdemoa (requests 0.0025 USD, storage_gb 0.5 USD)' "$log"; then
   echo "local demo: billed usage and passed its checks in ${elapsed}s"
   echo "1 passed, 0 failed"

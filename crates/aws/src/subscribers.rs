@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use awsmp_core::charges::StoredRateCard;
 use awsmp_core::model::subscriber_attr as sa;
-use awsmp_core::model::{Subscriber, SubscriptionStatus, attr};
+use awsmp_core::model::{RegistrationFacts, Subscriber, SubscriptionStatus, attr};
 use awsmp_core::ports::{PortError, SubscriberStore};
 use awsmp_core::time::Instant;
 use tracing::instrument;
@@ -77,6 +77,11 @@ impl DynamoSubscriberStore {
             agreement_event_at: reader.opt_instant(sa::AGREEMENT_EVENT_AT)?,
             subscription_event_at: reader.opt_instant(sa::SUBSCRIPTION_EVENT_AT)?,
             version: reader.opt_u64(attr::VERSION)?.unwrap_or(0),
+            registrations: Box::new(RegistrationFacts {
+                count: reader.opt_u64(sa::REGISTRATION_COUNT)?.unwrap_or(0),
+                last_region: reader.opt_s(sa::LAST_REGISTERED_REGION)?,
+                fields: reader.string_set(sa::REGISTERED_FIELDS)?,
+            }),
             rate_card: item
                 .get(sa::RATE_CARD)
                 .map(|value| StoredRateCard::from_attr(&attr_from_dynamo(value)).map(Box::new))
@@ -340,24 +345,30 @@ impl SubscriberStore for DynamoSubscriberStore {
         license_arn: &str,
         account: &str,
         product_code: &str,
-        region: &str,
+        (region, fields): (&str, &[String]),
         now: Instant,
     ) -> Result<(), PortError> {
-        if region.is_empty() {
+        if region.is_empty() || fields.iter().any(String::is_empty) {
             // DynamoDB refuses an empty string in a String Set.
             return Err(failed(
                 "add_registered_region",
-                "the region to add is empty",
+                "the region to add, or a field name, is empty",
             ));
         }
         let mut update = Update::new();
         update
             .set_if_absent(attr::PRODUCT_CODE, s(product_code))
+            .set(sa::LAST_REGISTERED_REGION, s(region))
             .stamp(now)
             .add(
                 sa::REGISTERED_REGIONS,
                 AttributeValue::Ss(vec![region.to_string()]),
-            );
+            )
+            .add(sa::REGISTRATION_COUNT, n(1));
+        if !fields.is_empty() {
+            // A String Set cannot be empty: a form with no fields adds none.
+            update.add(sa::REGISTERED_FIELDS, AttributeValue::Ss(fields.to_vec()));
+        }
         self.row_key(license_arn, account)
             .update(
                 &self.client,

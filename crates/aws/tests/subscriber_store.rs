@@ -218,7 +218,7 @@ async fn registration_adds_regions_idempotently_and_never_touches_the_lifecycle(
                 LICENSE,
                 ACCOUNT,
                 "prodcode",
-                region,
+                (region, &["email".to_string()]),
                 t("2026-11-30T09:00:00Z"),
             )
             .await
@@ -226,6 +226,9 @@ async fn registration_adds_regions_idempotently_and_never_touches_the_lifecycle(
     }
     let row = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
     assert_eq!(row.registered_regions, vec!["us-east-1"]);
+    // Each registration counts, a repeat too; the field names are a set.
+    assert_eq!(row.registrations.count, 2);
+    assert_eq!(row.registrations.fields, vec!["email"]);
     assert_eq!(row.version, 0);
     assert_eq!(row.subscription_status, None);
 
@@ -243,7 +246,7 @@ async fn registration_adds_regions_idempotently_and_never_touches_the_lifecycle(
             LICENSE,
             ACCOUNT,
             "other-code",
-            "eu-west-1",
+            ("eu-west-1", &[]),
             t("2026-11-30T11:00:00Z"),
         )
         .await
@@ -264,7 +267,13 @@ async fn registration_adds_regions_idempotently_and_never_touches_the_lifecycle(
     );
 
     let err = store
-        .add_registered_region(LICENSE, ACCOUNT, "prodcode", "", t("2026-11-30T11:00:00Z"))
+        .add_registered_region(
+            LICENSE,
+            ACCOUNT,
+            "prodcode",
+            ("", &[]),
+            t("2026-11-30T11:00:00Z"),
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");

@@ -237,6 +237,12 @@ pub mod subscriber_attr {
     pub const DEPROVISIONING_EXPIRY: &str = "deprovisioningExpiry";
     /// String Set of Regions the buyer registered in.
     pub const REGISTERED_REGIONS: &str = "registeredRegions";
+    /// Successful registrations, every Region, repeats included (N).
+    pub const REGISTRATION_COUNT: &str = "registrationCount";
+    /// The Region of the latest registration.
+    pub const LAST_REGISTERED_REGION: &str = "lastRegisteredRegion";
+    /// String Set of the names (never the values) of the form fields registrations carried.
+    pub const REGISTERED_FIELDS: &str = "registeredFields";
     /// Ordering guard of `agreementStatus`.
     pub const AGREEMENT_EVENT_AT: &str = "agreementEventAt";
     /// Ordering guard of `subscriptionStatus`.
@@ -719,6 +725,36 @@ pub struct Subscriber {
     #[serde(skip)]
     #[cfg_attr(feature = "schema", schemars(skip))]
     pub rate_card: Option<Box<crate::charges::StoredRateCard>>,
+    /// What the registrations told the row (absent: none yet, or only a writer that
+    /// predates them).
+    #[serde(default, skip_serializing_if = "RegistrationFacts::is_none_told")]
+    pub registrations: Box<RegistrationFacts>,
+}
+
+/// What the registrations told a subscribers row, PII-free: how many, the latest's
+/// Region, and the names (never the values) of the form fields they carried.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct RegistrationFacts {
+    /// Successful registrations, every Region, repeats included (`registrationCount`).
+    pub count: u64,
+    /// The Region of the latest (`lastRegisteredRegion`).
+    pub last_region: Option<String>,
+    /// The form fields any registration carried, by name, sorted (`registeredFields`).
+    pub fields: Vec<String>,
+}
+
+impl RegistrationFacts {
+    /// Nothing told yet.
+    pub fn is_empty(&self) -> bool {
+        *self == RegistrationFacts::default()
+    }
+
+    /// [`RegistrationFacts::is_empty`] of a row's boxed facts (serde's test).
+    #[allow(clippy::borrowed_box)]
+    fn is_none_told(facts: &Box<RegistrationFacts>) -> bool {
+        facts.is_empty()
+    }
 }
 
 impl Subscriber {
@@ -747,6 +783,7 @@ impl Subscriber {
             subscription_event_at: None,
             version: 0,
             rate_card: None,
+            registrations: Box::default(),
         }
     }
 }

@@ -75,6 +75,14 @@ pub async fn register(
         });
     }
     let now = ports.clock.now();
+    // The names of the fields the buyer filled in (never their values) go to the
+    // PII-free row, for the seller's `Buyer Registered` event.
+    let field_names: Vec<String> = registration
+        .fields
+        .iter()
+        .filter(|(_, value)| !value.trim().is_empty())
+        .map(|(name, _)| name.clone())
+        .collect();
     let profile = CustomerProfile {
         license_arn: customer.license_arn.clone(),
         customer_aws_account_id: customer.customer_aws_account_id.clone(),
@@ -92,7 +100,7 @@ pub async fn register(
             &customer.license_arn,
             &customer.customer_aws_account_id,
             &customer.product_code,
-            region,
+            (region, &field_names),
             now,
         )
         .await

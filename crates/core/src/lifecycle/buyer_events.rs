@@ -110,6 +110,18 @@ pub struct BuyerEventDetail {
     /// `Buyer Registered`: `true` when the buyer had registered in no Region before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_registration: Option<bool>,
+    /// `Buyer Registered`: `true` for a registration in a Region the buyer had already
+    /// registered in (the page posted again): counted, told, nothing new to provision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<bool>,
+    /// `Buyer Registered`: the buyer's registrations so far, every Region, this one
+    /// and repeats included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration_count: Option<u64>,
+    /// `Buyer Registered`: the names of the form fields the buyer's registrations
+    /// carried, sorted; never their values (read them through the profile role).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub form_fields: Option<Vec<String>>,
     /// `Buyer Agreement Replaced`: the agreement before the change.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub previous_agreement_id: Option<String>,
@@ -158,6 +170,21 @@ pub fn subscriber_from_image(image: &BTreeMap<String, Attr>) -> Option<Subscribe
         }
         _ => Vec::new(),
     };
+    row.registrations = Box::new(crate::model::RegistrationFacts {
+        count: match image.get(sa::REGISTRATION_COUNT) {
+            Some(Attr::N(n)) => n.parse().unwrap_or(0),
+            _ => 0,
+        },
+        last_region: text(sa::LAST_REGISTERED_REGION),
+        fields: match image.get(sa::REGISTERED_FIELDS) {
+            Some(Attr::Ss(fields)) => {
+                let mut fields = fields.clone();
+                fields.sort();
+                fields
+            }
+            _ => Vec::new(),
+        },
+    });
     row.agreement_event_at = instant(sa::AGREEMENT_EVENT_AT);
     row.subscription_event_at = instant(sa::SUBSCRIPTION_EVENT_AT);
     row.version = match image.get(attr::VERSION) {
@@ -205,6 +232,19 @@ pub fn subscriber_image(row: &Subscriber, updated_at: Option<&str>) -> BTreeMap<
     put(
         sa::REGISTERED_REGIONS,
         (!row.registered_regions.is_empty()).then(|| Attr::Ss(row.registered_regions.clone())),
+    );
+    let told = &row.registrations;
+    put(
+        sa::REGISTRATION_COUNT,
+        (told.count > 0).then(|| Attr::N(told.count.to_string())),
+    );
+    put(
+        sa::LAST_REGISTERED_REGION,
+        told.last_region.clone().map(Attr::S),
+    );
+    put(
+        sa::REGISTERED_FIELDS,
+        (!told.fields.is_empty()).then(|| Attr::Ss(told.fields.clone())),
     );
     put(sa::AGREEMENT_EVENT_AT, instant(row.agreement_event_at));
     put(
@@ -287,6 +327,9 @@ pub fn derive(old: Option<&Subscriber>, new: Option<&Subscriber>) -> Vec<BuyerEv
             billed_until: None,
             region: None,
             first_registration: None,
+            repeat: None,
+            registration_count: None,
+            form_fields: None,
             previous_agreement_id: None,
         },
     };
@@ -303,14 +346,32 @@ pub fn derive(old: Option<&Subscriber>, new: Option<&Subscriber>) -> Vec<BuyerEv
         events.push(e);
     }
     let first_registration = old.registered_regions.is_empty();
-    for region in &new.registered_regions {
-        if region.is_empty() || old.registered_regions.contains(region) {
-            continue;
-        }
-        let mut e = event(BuyerEventKind::Registered, region);
-        e.detail.region = Some(region.clone());
+    let told = &new.registrations;
+    if told.count > old.registrations.count {
+        // A counted registration (first, in a new Region, or a repeat): one event,
+        // identified by its count, so a repeat is told and a redelivery is not.
+        let region = told.last_region.clone().unwrap_or_default();
+        let mut e = event(
+            BuyerEventKind::Registered,
+            &format!("{region}#{}", told.count),
+        );
+        e.detail.repeat = Some(old.registered_regions.contains(&region));
+        e.detail.region = Some(region);
         e.detail.first_registration = Some(first_registration);
+        e.detail.registration_count = Some(told.count);
+        e.detail.form_fields = Some(told.fields.clone());
         events.push(e);
+    } else {
+        // A writer that counts nothing: one event per Region added.
+        for region in &new.registered_regions {
+            if region.is_empty() || old.registered_regions.contains(region) {
+                continue;
+            }
+            let mut e = event(BuyerEventKind::Registered, region);
+            e.detail.region = Some(region.clone());
+            e.detail.first_registration = Some(first_registration);
+            events.push(e);
+        }
     }
     if became(SubscriptionStatus::Deprovisioning) {
         let mut e = event(

@@ -351,12 +351,12 @@ impl<D: SubscriberDecorator> SubscriberStore for D {
         license_arn: &str,
         account: &str,
         product_code: &str,
-        region: &str,
+        registered: (&str, &[String]),
         now: Instant,
     ) -> Result<(), PortError> {
         let inner =
             self.inner()
-                .add_registered_region(license_arn, account, product_code, region, now);
+                .add_registered_region(license_arn, account, product_code, registered, now);
         self.around(StoreCall::of(StoreOp::SubscriberAddRegisteredRegion), inner)
             .await
     }

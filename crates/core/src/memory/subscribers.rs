@@ -250,15 +250,15 @@ impl SubscriberStore for MemorySubscriberStore {
         license_arn: &str,
         account: &str,
         product_code: &str,
-        region: &str,
+        (region, fields): (&str, &[String]),
         now: Instant,
     ) -> Result<(), PortError> {
         self.faults.check(StoreOp::SubscriberAddRegisteredRegion)?;
-        if region.is_empty() {
+        if region.is_empty() || fields.iter().any(String::is_empty) {
             // DynamoDB refuses an empty string in a String Set.
             return Err(PortError::Failed {
                 operation: "add_registered_region",
-                message: "the region to add is empty".to_string(),
+                message: "the region to add, or a field name, is empty".to_string(),
             });
         }
         let mut rows = lock(&self.rows);
@@ -277,6 +277,15 @@ impl SubscriberStore for MemorySubscriberStore {
             regions.push(region.to_string());
             regions.sort();
         }
+        let told = &mut entry.row.registrations;
+        told.count += 1;
+        told.last_region = Some(region.to_string());
+        for field in fields {
+            if !told.fields.contains(field) {
+                told.fields.push(field.clone());
+            }
+        }
+        told.fields.sort();
         entry.stamp.updated_at = stamp.updated_at;
         let after = entry.clone();
         self.record(before.as_ref(), &after);
@@ -296,15 +305,15 @@ mod tests {
         let now = t("2026-11-30T10:00:00Z");
         // Registration first: a row with regions and no lifecycle, version 0.
         store
-            .add_registered_region(LICENSE, ACCOUNT, "prod", "eu-west-1", now)
+            .add_registered_region(LICENSE, ACCOUNT, "prod", ("eu-west-1", &[]), now)
             .await
             .unwrap();
         store
-            .add_registered_region(LICENSE, ACCOUNT, "other", "eu-west-1", now)
+            .add_registered_region(LICENSE, ACCOUNT, "other", ("eu-west-1", &[]), now)
             .await
             .unwrap();
         store
-            .add_registered_region(LICENSE, ACCOUNT, "prod", "ap-south-1", now)
+            .add_registered_region(LICENSE, ACCOUNT, "prod", ("ap-south-1", &[]), now)
             .await
             .unwrap();
         let registered = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();
@@ -316,7 +325,7 @@ mod tests {
         assert_eq!(registered.version, 0);
         assert!(
             store
-                .add_registered_region(LICENSE, ACCOUNT, "prod", "", now)
+                .add_registered_region(LICENSE, ACCOUNT, "prod", ("", &[]), now)
                 .await
                 .is_err()
         );
@@ -340,7 +349,7 @@ mod tests {
         assert!(!store.put_lifecycle(&active, now).await.unwrap());
         // Registration after the lifecycle never touches lifecycle fields.
         store
-            .add_registered_region(LICENSE, ACCOUNT, "prod", "us-east-1", now)
+            .add_registered_region(LICENSE, ACCOUNT, "prod", ("us-east-1", &[]), now)
             .await
             .unwrap();
         let after = store.get(LICENSE, ACCOUNT).await.unwrap().unwrap();

@@ -43,14 +43,17 @@ pub trait SubscriberStore: Send + Sync {
         now: Instant,
     ) -> Result<bool, PortError>;
 
-    /// Registration: sets `productCode` if absent and `ADD registeredRegions :region`
-    /// (idempotent), creating the row if needed. Never touches lifecycle fields.
+    /// Registration: sets `productCode` if absent, `ADD registeredRegions :region`
+    /// (idempotent), counts the registration (`ADD registrationCount 1`), sets
+    /// `lastRegisteredRegion` and adds the names of the form `fields` it carried
+    /// (`registeredFields`, never their values), creating the row if needed. Never
+    /// touches lifecycle fields.
     async fn add_registered_region(
         &self,
         license_arn: &str,
         account: &str,
         product_code: &str,
-        region: &str,
+        (region, fields): (&str, &[String]),
         now: Instant,
     ) -> Result<(), PortError>;
 }

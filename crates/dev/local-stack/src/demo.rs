@@ -427,8 +427,26 @@ async fn check_buyer_events(system: &LocalSystem) -> Result<Vec<String>, LocalEr
             .as_str()
             .map(|u| format!(", billed until {u}"))
             .unwrap_or_default();
+        // A registration tells the form's field names, never what the buyer typed.
+        let text = event.to_string();
+        if text.contains("Example Corp") || text.contains("ops@example.com") {
+            return Err(LocalError::Check(format!(
+                "a buyer event carries what the buyer typed into the form: {event}"
+            )));
+        }
+        let fields = d["formFields"]
+            .as_array()
+            .map(|names| {
+                let names: Vec<&str> = names.iter().filter_map(|n| n.as_str()).collect();
+                format!(
+                    ", registration {} (form fields {}, names only)",
+                    d["registrationCount"],
+                    names.join(", ")
+                )
+            })
+            .unwrap_or_default();
         lines.push(format!(
-            "buyer event {kind}: license {}{until}",
+            "buyer event {kind}: license {}{until}{fields}",
             short(&license)
         ));
         told.push((license, kind));

@@ -195,7 +195,8 @@ async fn registration_on_moto_and_the_simulator() {
     let east_tables = env.east().list_tables().send().await.unwrap();
     assert_eq!(east_tables.table_names(), [SUBSCRIBERS_TABLE]);
 
-    // AND the cross-Region subscriber row holds identity + registeredRegions only.
+    // AND the cross-Region subscriber row holds identity, registeredRegions and the
+    // registration's count, Region and field names only: never a value typed in.
     let rows = scan(&env.east(), SUBSCRIBERS_TABLE).await;
     assert_eq!(rows.len(), 1);
     let names: BTreeSet<&str> = rows[0].keys().map(String::as_str).collect();
@@ -206,9 +207,20 @@ async fn registration_on_moto_and_the_simulator() {
             "customerAWSAccountId",
             "productCode",
             "registeredRegions",
+            "registrationCount",
+            "lastRegisteredRegion",
+            "registeredFields",
             "createdAt",
             "updatedAt",
         ])
+    );
+    let mut fields = rows[0]["registeredFields"].as_ss().unwrap().clone();
+    fields.sort();
+    assert_eq!(fields, ["companyName", "contactEmail", "contactName"]);
+    assert_eq!(rows[0]["registrationCount"], AttributeValue::N("1".into()));
+    assert!(
+        !format!("{:?}", rows[0]).contains("jane@example.com"),
+        "no value typed into the form reaches the PII-free table"
     );
     assert_eq!(
         rows[0]["registeredRegions"],

@@ -397,7 +397,7 @@ fn raced_by_registrations(inner: &MemorySubscriberStore, races: usize) -> racing
             Box::pin(async move {
                 let (license, account) = (&row.license_arn, &row.customer_aws_account_id);
                 store
-                    .add_registered_region(license, account, PRODUCT, "eu-west-1", now)
+                    .add_registered_region(license, account, PRODUCT, ("eu-west-1", &[]), now)
                     .await
                     .unwrap();
                 let current = store.get(license, account).await.unwrap();

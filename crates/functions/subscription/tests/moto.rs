@@ -23,6 +23,14 @@ use events::*;
 
 const TABLE: &str = "awsmp-subscribers-test";
 
+/// What a registration writes to the row besides its keys, product and stamps.
+const REGISTERED: &[&str] = &[
+    "registeredRegions",
+    "registrationCount",
+    "lastRegisteredRegion",
+    "registeredFields",
+];
+
 /// Every attribute the subscribers table may ever hold (docs/design.md, "Tables").
 const ALLOWED: &[&str] = &[
     "licenseArn",
@@ -33,6 +41,9 @@ const ALLOWED: &[&str] = &[
     "subscriptionStatus",
     "deprovisioningExpiry",
     "registeredRegions",
+    "registrationCount",
+    "lastRegisteredRegion",
+    "registeredFields",
     "createdAt",
     "updatedAt",
     "agreementEventAt",
@@ -225,7 +236,10 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
             LICENSE,
             ACCOUNT,
             "aw4fgf5tyo5w2ap6fEXAMPLE",
-            "eu-west-1",
+            (
+                "eu-west-1",
+                &["companyName".to_string(), "email".to_string()],
+            ),
             now,
         )
         .await
@@ -238,6 +252,9 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
             "customerAWSAccountId",
             "productCode",
             "registeredRegions",
+            "registrationCount",
+            "lastRegisteredRegion",
+            "registeredFields",
             "createdAt",
             "updatedAt"
         ])
@@ -260,7 +277,7 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
         send(&state, &format!("m{i}"), event_at(fixture, time)).await;
         let names = env.names(TABLE).await;
         let mut expected = set(&lifecycle);
-        expected.insert("registeredRegions".into());
+        expected.extend(set(REGISTERED));
         assert_eq!(names, expected, "after {fixture}");
         ever.extend(names);
     }
@@ -271,11 +288,26 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
             LICENSE,
             ACCOUNT,
             "aw4fgf5tyo5w2ap6fEXAMPLE",
-            "us-west-2",
+            ("us-west-2", &["email".to_string(), "phone".to_string()]),
             now,
         )
         .await
         .unwrap();
+    // Counted, the latest Region kept, the field names added up (never a value).
+    let told = store
+        .get(LICENSE, ACCOUNT)
+        .await
+        .unwrap()
+        .unwrap()
+        .registrations;
+    assert_eq!(
+        (told.count, told.last_region.as_deref(), told.fields),
+        (
+            2,
+            Some("us-west-2"),
+            vec!["companyName".to_string(), "email".into(), "phone".into()]
+        )
+    );
     ever.extend(env.names(TABLE).await);
 
     send(&state, "ended", event_at(ENDED_M, H11)).await;
@@ -287,11 +319,8 @@ async fn the_subscribers_table_only_ever_holds_the_documented_attributes() {
     .await;
     let names = env.names(TABLE).await;
     let mut expected = set(&lifecycle);
-    expected.extend(set(&[
-        "registeredRegions",
-        "deprovisioningExpiry",
-        "deprovisioningIndex",
-    ]));
+    expected.extend(set(REGISTERED));
+    expected.extend(set(&["deprovisioningExpiry", "deprovisioningIndex"]));
     assert_eq!(names, expected, "while deprovisioning");
     ever.extend(names);
 

@@ -149,6 +149,85 @@ fn each_new_region_is_one_registration_the_first_says_so() {
 }
 
 #[test]
+fn each_counted_registration_is_told_once_a_repeat_as_such_with_its_field_names() {
+    use crate::model::RegistrationFacts;
+    let registered = |before: &Subscriber, region: &str, fields: &[&str]| {
+        let mut row = before.clone();
+        if !row.registered_regions.iter().any(|r| r == region) {
+            row.registered_regions.push(region.into());
+            row.registered_regions.sort();
+        }
+        let told = &mut row.registrations;
+        told.count += 1;
+        told.last_region = Some(region.into());
+        told.fields.extend(fields.iter().map(|f| f.to_string()));
+        told.fields.sort();
+        told.fields.dedup();
+        row
+    };
+    let row = Subscriber::new(LICENSE, ACCOUNT);
+    let first = registered(&row, "eu-west-1", &["email"]);
+    let again = registered(&first, "eu-west-1", &["companyName", "email"]);
+    let elsewhere = registered(&again, "us-east-1", &[]);
+    let told: Vec<BuyerEvent> = [(&row, &first), (&first, &again), (&again, &elsewhere)]
+        .into_iter()
+        .flat_map(|(old, new)| derive(Some(old), Some(new)))
+        .collect();
+    assert_eq!(kinds(&told), vec![BuyerEventKind::Registered; 3]);
+    let facts: Vec<_> = told
+        .iter()
+        .map(|e| {
+            let d = &e.detail;
+            (
+                d.region.clone().unwrap(),
+                d.first_registration.unwrap(),
+                d.repeat.unwrap(),
+                d.registration_count.unwrap(),
+                d.form_fields.clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        facts,
+        vec![
+            ("eu-west-1".into(), true, false, 1, vec!["email".into()]),
+            (
+                "eu-west-1".into(),
+                false,
+                true,
+                2,
+                vec!["companyName".into(), "email".into()]
+            ),
+            (
+                "us-east-1".into(),
+                false,
+                false,
+                3,
+                vec!["companyName".into(), "email".into()]
+            ),
+        ]
+    );
+    // Three registrations, three ids; a redelivery of one carries its id again.
+    let ids: std::collections::BTreeSet<_> = told.iter().map(|e| &e.detail.event_id).collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(derive(Some(&first), Some(&again)), vec![told[1].clone()]);
+    // The image carries the count, Region and names, and reads back.
+    assert_eq!(
+        subscriber_from_image(&subscriber_image(&elsewhere, None)),
+        Some(elsewhere.clone())
+    );
+    assert_ne!(*elsewhere.registrations, RegistrationFacts::default());
+    // No value ever: the event's detail holds names only.
+    let detail = serde_json::to_value(&told[1].detail).unwrap();
+    assert_eq!(
+        detail["formFields"],
+        serde_json::json!(["companyName", "email"])
+    );
+    assert_eq!(detail["repeat"], true);
+    assert_eq!(detail["registrationCount"], 2);
+}
+
+#[test]
 fn a_change_of_nothing_told_tells_nothing_and_a_removal_neither() {
     let active = after(None, &updated("2026-11-30T10:00:00Z"));
     let mut touched = active.clone();

@@ -383,7 +383,7 @@ async fn an_agreement_whose_both_events_were_lost_ends_as_they_would_have_left_i
     w.agreement("agmt-1", LICENSE, start, AgreementStatus::Cancelled, ended);
     // The buyer registered: a row with no lifecycle.
     w.store
-        .add_registered_region(LICENSE, BUYER, CODE, "us-east-1", now())
+        .add_registered_region(LICENSE, BUYER, CODE, ("us-east-1", &[]), now())
         .await
         .unwrap();
 

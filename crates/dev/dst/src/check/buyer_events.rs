@@ -1,11 +1,12 @@
 //! The buyer-events invariant, after a settled schedule, over the subscribers table's
 //! recorded stream (the rows before and after each committed change, read here without
-//! the function's derivation): every status change, agreement change and Region added
-//! was told exactly once per `eventId` (repeated deliveries of one id must agree and are
-//! deduplicated; two ids for one change are a violation); a `Buyer Deprovisioning`
-//! says `billedUntil` = the row's `deprovisioningExpiry`; nothing is told that no
-//! committed change made; and no event carries a field outside the documented, PII-free
-//! set. The stream is drained fault-free before the check, so a change never told is a
+//! the function's derivation): every status change, agreement change and counted
+//! registration (a repeat too) was told exactly once per `eventId` (repeated deliveries
+//! of one id must agree and are deduplicated; two ids for one change are a violation);
+//! a `Buyer Deprovisioning` says `billedUntil` = the row's `deprovisioningExpiry`; a
+//! `Buyer Registered` says `repeat`, `registrationCount` and `formFields` as the row
+//! counted them; nothing is told that no committed change made; and no event carries a
+//! field outside the documented, PII-free set, or what the buyer typed into the form. The stream is drained fault-free before the check, so a change never told is a
 //! liveness failure too.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,8 +31,15 @@ const FIELDS: &[&str] = &[
     "billedUntil",
     "region",
     "firstRegistration",
+    "repeat",
+    "registrationCount",
+    "formFields",
     "previousAgreementId",
 ];
+
+/// What the simulated buyers type into the form's one field (`companyName`): no event
+/// may carry it.
+const FORM_VALUE: &str = "Example Corp";
 
 /// What one told event is about: (license, account, detail-type, Region or "").
 type About = (String, String, String, String);
@@ -39,8 +47,9 @@ type About = (String, String, String, String);
 /// One copy of a told event: its detail-type, detail and resources.
 type Copy = (&'static str, Value, Vec<String>);
 
-/// What `change` should tell, each as what it is about, with the `billedUntil` it must
-/// carry (a deprovisioning's expiry), read from the rows themselves.
+/// What `change` should tell, each as what it is about, with what it must carry (a
+/// deprovisioning's `billedUntil`; a counted registration's `repeat`,
+/// `registrationCount` and `formFields`, as JSON), read from the rows themselves.
 fn expected(change: &SubscriberChange) -> Vec<(About, Option<String>)> {
     let new = &change.new;
     let empty = Subscriber::new(new.license_arn.clone(), new.customer_aws_account_id.clone());
@@ -65,9 +74,23 @@ fn expected(change: &SubscriberChange) -> Vec<(About, Option<String>)> {
             None => {}
         }
     }
-    for region in &new.registered_regions {
-        if !old.registered_regions.contains(region) {
-            out.push((about("Buyer Registered", region), None));
+    let (before, after) = (&old.registrations, &new.registrations);
+    if after.count > before.count {
+        let region = after.last_region.clone().unwrap_or_default();
+        let carries = serde_json::json!({
+            "repeat": old.registered_regions.contains(&region),
+            "registrationCount": after.count,
+            "formFields": after.fields,
+        });
+        out.push((
+            about("Buyer Registered", &region),
+            Some(carries.to_string()),
+        ));
+    } else {
+        for region in &new.registered_regions {
+            if !old.registered_regions.contains(region) {
+                out.push((about("Buyer Registered", region), None));
+            }
         }
     }
     if new.agreement_status == Some(AgreementStatus::Inactive)
@@ -151,6 +174,24 @@ pub fn check(world: &World) -> Vec<String> {
             ));
             continue;
         };
+        if detail.to_string().contains(FORM_VALUE) {
+            violations.push(format!(
+                "buyer events: {id} carries what the buyer typed into the form: {detail}"
+            ));
+        }
+        if *detail_type == "Buyer Registered" && made.iter().any(Option::is_some) {
+            let carries = serde_json::json!({
+                "repeat": detail["repeat"],
+                "registrationCount": detail["registrationCount"],
+                "formFields": detail["formFields"],
+            })
+            .to_string();
+            if !made.contains(&Some(carries.clone())) {
+                violations.push(format!(
+                    "buyer events: {id} tells {carries}, but the registrations counted on                      the row made {made:?}: {detail}"
+                ));
+            }
+        }
         if *detail_type == "Buyer Deprovisioning" {
             let billed_until = detail["billedUntil"].as_str().map(str::to_string);
             if !made.contains(&billed_until) {
