@@ -434,6 +434,15 @@ impl FaultyMetering {
             .clone()
     }
 
+    /// [`Self::rival_groups`] as their records' item keys (license, sort key): what an
+    /// outcome event names.
+    pub fn rival_record_keys(&self) -> BTreeSet<(String, String)> {
+        self.rival_groups()
+            .into_iter()
+            .map(|key| (key.license_arn.clone(), key.aggregated_sort_key()))
+            .collect()
+    }
+
     /// Groups carried by a call of ours that may have billed without a definite answer.
     pub fn ambiguous_groups(&self) -> BTreeSet<GroupKey> {
         self.ambiguous_groups

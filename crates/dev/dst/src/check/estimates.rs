@@ -45,12 +45,7 @@ pub fn check(world: &World) -> Vec<String> {
     // A direct-submit seller writes the records: no discoverer prices them.
     let kept_from_start =
         |n: usize| world.options.lost.updated != Some(n) && !world.options.settings.direct;
-    let rival: BTreeSet<(String, String)> = world
-        .metering
-        .rival_groups()
-        .into_iter()
-        .map(|key| (key.license_arn.clone(), key.aggregated_sort_key()))
-        .collect();
+    let rival = world.metering.rival_record_keys();
     let mut violations = Vec::new();
     let mut unestimated = BTreeSet::new();
     for event in outcomes.told() {

@@ -73,12 +73,7 @@ pub fn check(world: &World) -> Vec<String> {
         .into_iter()
         .map(|(key, entry)| ((key.license_arn.clone(), key.aggregated_sort_key()), entry))
         .collect();
-    let rival: BTreeSet<(String, String)> = world
-        .metering
-        .rival_groups()
-        .into_iter()
-        .map(|key| (key.license_arn.clone(), key.aggregated_sort_key()))
-        .collect();
+    let rival = world.metering.rival_record_keys();
     // Each record's last move into a terminal status: the ledger at the end speaks of it.
     let mut last: BTreeMap<&(String, String), &str> = BTreeMap::new();
     for change in changes.iter().filter(|c| c.table == Table::Aggregated) {
