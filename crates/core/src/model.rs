@@ -602,6 +602,14 @@ impl AggregatedRecord {
         self.is_pending() && self.sent_quantity.is_none() && self.in_flight_until.is_none()
     }
 
+    /// What the quantity to send is worth at the unit price the record keeps (`None`:
+    /// it keeps none; price it with the buyer's rate card instead).
+    pub fn kept_estimate(&self) -> Option<crate::charges::Estimate> {
+        self.unit_price
+            .as_ref()
+            .map(|price| price.estimate(self.quantity_to_send()))
+    }
+
     /// The quantity to put on the wire: the one already (possibly) billed, if any.
     pub fn quantity_to_send(&self) -> i64 {
         self.sent_quantity.unwrap_or(self.quantity)

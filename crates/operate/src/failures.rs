@@ -117,10 +117,7 @@ pub fn failures(
             group: Some(record.key.to_string()),
             possibly_billed: record.may_have_been_billed(),
             // Priced as aggregated when the record keeps its unit price; else by `price`.
-            worth: record
-                .unit_price
-                .as_ref()
-                .map(|p| Worth::of(p.estimate(record.quantity_to_send()))),
+            worth: record.kept_estimate().map(Worth::of),
         });
     }
     for item in unreadable {

@@ -121,10 +121,7 @@ pub fn chains(
         chain.record_reason = record.status_reason.clone();
         chain.metering_record_id = record.metering_record_id.clone();
         chain.attempts = Some(record.attempt_count);
-        chain.worth = record
-            .unit_price
-            .as_ref()
-            .map(|p| crate::failures::Worth::of(p.estimate(record.quantity_to_send())));
+        chain.worth = record.kept_estimate().map(crate::failures::Worth::of);
     }
     groups.into_values().collect()
 }

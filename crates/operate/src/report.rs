@@ -191,10 +191,9 @@ pub fn charges(
             .entry((key.license_arn.clone(), key.customer_aws_account_id.clone()))
             .or_default();
         let card = cards.get(&key.license_arn);
-        let estimate = match &record.unit_price {
-            Some(price) => price.estimate(quantity),
-            None => estimate(quantity, &key.dimension, key.hour.start(), card),
-        };
+        let estimate = record
+            .kept_estimate()
+            .unwrap_or_else(|| estimate(quantity, &key.dimension, key.hour.start(), card));
         match estimate {
             Estimate::Priced { amount, currency } => {
                 total.add(&currency, amount);

@@ -209,11 +209,7 @@ pub async fn event_fate(
                     Some(record) => {
                         // At the unit price the record keeps (no read); a record
                         // aggregated while no card was kept is priced with the row's.
-                        let kept = record
-                            .unit_price
-                            .as_ref()
-                            .map(|p| Worth::of(p.estimate(record.quantity_to_send())));
-                        let estimated_charge = match kept {
+                        let estimated_charge = match record.kept_estimate().map(Worth::of) {
                             Some(worth) => Some(worth),
                             None => match subscribers
                                 .get(license_arn, &key.customer_aws_account_id)
