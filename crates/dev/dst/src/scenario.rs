@@ -22,6 +22,7 @@ use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours};
 
 use crate::actors::buyer_events::BuyerEvents;
 use crate::actors::edge_seller::EdgeSeller;
+use crate::actors::gatekeeper::Gatekeeper;
 use crate::actors::outcome_events::OutcomeEvents;
 use crate::actors::reconcile::Reconciler;
 use crate::actors::seller::{self, Buyers, Row};
@@ -178,6 +179,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     seller::usage_before(&sim, &tables, &options.seller, buyers, &hours, direct);
     let outcomes = OutcomeEvents::new(&sim, &tables, options.outcome_batch_size);
     let buyer_events = BuyerEvents::new(&sim, &subscribers, options.outcome_batch_size);
+    let gatekeeper = Gatekeeper::new(&stack, &buyers);
     // The second stack meters some of the first buyer's usage too (its own groups:
     // Marketplace deduplicates per Region), or its own buyer's.
     if let Some((other, tables, rows)) = &second_region {
@@ -247,6 +249,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         (&outcomes, &reconciler),
     );
     tasks.push(buyer_events.task());
+    tasks.push(gatekeeper.task("gatekeeper#1"));
     let queues: Vec<SimQueue> = std::iter::once(&stack)
         .chain(second_stack)
         .flat_map(|s| s.queues().map(SimQueue::clone))
@@ -290,6 +293,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
     later.retain(|task| !(direct && raw_usage_stage(&task.name)));
     later.push(outcomes.task());
     later.push(buyer_events.task());
+    later.push(gatekeeper.task("gatekeeper#2"));
     let second = executor::run(&sim, later, true, MAX_STEPS, &release);
     stats.steps += second.steps;
     stats.crashed += second.crashed;
@@ -305,6 +309,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         for stack in std::iter::once(&stack).chain(second_stack) {
             stack.settle();
         }
+        gatekeeper.settled();
     };
     settle(&clock, &hours, settle_all);
     edge_seller.iter().for_each(EdgeSeller::read_back);
@@ -344,6 +349,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             buyer_events: None,
             edges: Default::default(),
             reconciliations: Vec::new(),
+            gates: Vec::new(),
             discoveries: lock(&other.discoveries).clone(),
         })
     });
@@ -371,6 +377,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         buyer_events: Some(buyer_events),
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         reconciliations: reconciler.runs(),
+        gates: gatekeeper.answers(),
         discoveries: lock(&stack.discoveries).clone(),
         second,
         imports: imports

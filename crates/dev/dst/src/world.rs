@@ -72,6 +72,9 @@ pub struct World {
     pub buyer_events: Option<BuyerEvents>,
     /// What the usage API answered the seller posting across the edges of time.
     pub edges: EdgeLog,
+    /// What the seller's service was answered asking `GET /subscriptions` (the first
+    /// Region's world).
+    pub gates: Vec<crate::actors::gatekeeper::Asked>,
     /// Each discoverer run's report.
     pub discoveries: Vec<awsmp_core::discover::DiscoverReport>,
 }

@@ -3,7 +3,7 @@
 //! time), the operator ([`operator`]; its over-bill [`corrections`], run last), Marketplace ([`marketplace`]), buyers
 //! registering ([`register`]), and each function of the stacks: [`discoverer`],
 //! [`aggregator`], [`cleanup`], [`submitter`], the events stack's [`lifecycle`]
-//! functions, the agreement [`reconcile`]iation, [`outcome_events`] and [`buyer_events`]. Each runs the real handler or use case on a
+//! functions, the agreement [`reconcile`]iation, the seller's service asking the entitlement answer ([`gatekeeper`]), [`outcome_events`] and [`buyer_events`]. Each runs the real handler or use case on a
 //! [`crate::stack::Stack`]; [`crate::scenario`] sets them going.
 
 pub mod aggregator;
@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod corrections;
 pub mod discoverer;
 pub mod edge_seller;
+pub mod gatekeeper;
 pub mod lifecycle;
 pub mod marketplace;
 pub mod operator;

@@ -18,7 +18,7 @@ const SELLER_SOURCE: &str = "/seller/usage";
 
 impl Stack {
     /// The usage API's function over this stack's tables.
-    fn usage_api(&self) -> awsmp_usage_api::State {
+    pub(crate) fn usage_api(&self) -> awsmp_usage_api::State {
         awsmp_usage_api::State {
             config: Arc::new(awsmp_usage_api::Config {
                 usage_table: "usage".into(),
@@ -116,7 +116,7 @@ pub(crate) async fn get_event(
     answered(awsmp_usage_api::handle(state, request).await)
 }
 
-fn answered(
+pub(crate) fn answered(
     response: aws_lambda_events::apigw::ApiGatewayProxyResponse,
 ) -> (i64, serde_json::Value) {
     let answer = match &response.body {

@@ -3,7 +3,7 @@
 //! workspace's one conservation checker, and what the faults explain), [`liveness`],
 //! [`metrics`], [`retention`], [`dry_run`], [`regions`] (an import lands only in its
 //! Region), [`queues`], [`ingestion`] and [`allocations`] (the seller's events),
-//! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation),
+//! [`registrations`] and [`profiles`], [`entitlements`] (the agreement reconciliation) and [`entitlement_answers`] (`GET /subscriptions`),
 //! [`unpriced`] (dimensions no rate card prices, reported before billing),
 //! [`refused_calls`] and [`refusals`] (Marketplace's), [`outcome_events`] and
 //! [`estimates`] (what each told record is worth),
@@ -17,6 +17,7 @@ pub mod buyer_events;
 pub mod conservation;
 pub mod corrections;
 pub mod dry_run;
+pub mod entitlement_answers;
 pub mod entitlements;
 pub mod estimates;
 pub mod ingestion;
@@ -46,6 +47,7 @@ pub fn check(world: &World) -> Vec<String> {
     violations.extend(dry_run::check(world));
     violations.extend(registrations::check(world));
     violations.extend(entitlements::check(world));
+    violations.extend(entitlement_answers::check(world));
     violations.extend(unpriced::check(world));
     violations.extend(profiles::check(world));
     violations.extend(ingestion::check(world));

@@ -1,0 +1,126 @@
+//! The seller's service gating access on the entitlement answer: it asks the usage
+//! API's `GET /subscriptions/{licenseArn}` (its real handler, on the stack's subscribers
+//! table) about each buyer and about a license no event ever named, now and then
+//! without the buyer account, while the pipeline runs under faults and after each
+//! settling step. What it was answered ([`Asked`]) is held to
+//! [`crate::check::entitlement_answers`].
+
+use std::sync::Mutex;
+
+use aws_lambda_events::apigw::ApiGatewayProxyRequest;
+use awsmp_core::ports::Clock;
+use awsmp_core::time::Instant;
+
+use crate::actors::usage_api::answered;
+use crate::executor::Task;
+use crate::scenario::{ACCOUNT, license};
+use crate::sim::yield_now;
+use crate::stack::{Stack, lock};
+
+/// A license no lifecycle event or registration names: always `404`.
+pub fn unknown_license() -> String {
+    license(9)
+}
+
+/// One question and its answer.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// The license asked about.
+    pub license: String,
+    /// When (the simulation's clock, which the function's reads).
+    pub at: Instant,
+    /// Asked after a settling step's fault-free reconciliation and pipeline runs.
+    pub settled: bool,
+    /// The HTTP status.
+    pub status: i64,
+    /// The JSON answer.
+    pub answer: serde_json::Value,
+}
+
+/// The gatekeeper of one stack, and everything it was answered.
+pub struct Gatekeeper<'a> {
+    stack: &'a Stack,
+    licenses: Vec<String>,
+    asked: Mutex<Vec<Asked>>,
+}
+
+impl<'a> Gatekeeper<'a> {
+    /// A gatekeeper asking about `licenses` (and [`unknown_license`]) on `stack`.
+    pub fn new(stack: &'a Stack, licenses: &[&String]) -> Self {
+        let mut licenses: Vec<String> = licenses.iter().map(|l| (*l).clone()).collect();
+        licenses.push(unknown_license());
+        Gatekeeper {
+            stack,
+            licenses,
+            asked: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `GET /subscriptions/{license}` once, with the buyer account or (one time in
+    /// three) without it, noted.
+    async fn ask(&self, license: &str, settled: bool) {
+        let at = self.stack.clock.now();
+        let account = (self.stack.sim.below(3) != 0).then_some(ACCOUNT);
+        let (status, answer) = get_subscription(self.stack, license, account).await;
+        lock(&self.asked).push(Asked {
+            license: license.to_string(),
+            at,
+            settled,
+            status,
+            answer,
+        });
+    }
+
+    /// Questions about random buyers at random moments of a phase under faults.
+    pub fn task<'s>(&'s self, name: &str) -> Task<'s> {
+        Task::new(name.to_string(), async move {
+            for _ in 0..1 + self.stack.sim.below(6) {
+                for _ in 0..self.stack.sim.below(40) {
+                    yield_now().await;
+                }
+                let n = self.stack.sim.below(self.licenses.len());
+                self.ask(&self.licenses[n], false).await;
+            }
+        })
+    }
+
+    /// After a settling step: one question about every license, fault-free.
+    pub fn settled(&self) {
+        let tasks = vec![Task::new("gatekeeper", async move {
+            for license in &self.licenses {
+                self.ask(license, true).await;
+            }
+        })];
+        crate::executor::run(
+            &self.stack.sim,
+            tasks,
+            false,
+            crate::scenario::MAX_STEPS,
+            &|_| {},
+        );
+    }
+
+    /// Everything it was answered, in order.
+    pub fn answers(&self) -> Vec<Asked> {
+        lock(&self.asked).clone()
+    }
+}
+
+/// `GET /subscriptions/{license}[?customerAWSAccountId=]` on the usage API's handler.
+async fn get_subscription(
+    stack: &Stack,
+    license: &str,
+    account: Option<&str>,
+) -> (i64, serde_json::Value) {
+    let mut request = ApiGatewayProxyRequest::default();
+    request.http_method = aws_lambda_events::http::Method::GET;
+    request.path = Some(format!("/subscriptions/{license}"));
+    if let Some(account) = account {
+        request.query_string_parameters = std::collections::HashMap::from([(
+            "customerAWSAccountId".to_string(),
+            vec![account.to_string()],
+        )])
+        .into();
+    }
+    answered(awsmp_usage_api::handle(&stack.usage_api(), request).await)
+}
