@@ -7,11 +7,10 @@
 
 use std::sync::Mutex;
 
-use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use awsmp_core::ports::Clock;
 use awsmp_core::time::Instant;
 
-use crate::actors::usage_api::answered;
+use crate::actors::usage_api::get;
 use crate::executor::Task;
 use crate::scenario::{ACCOUNT, license};
 use crate::sim::yield_now;
@@ -112,15 +111,14 @@ async fn get_subscription(
     license: &str,
     account: Option<&str>,
 ) -> (i64, serde_json::Value) {
-    let mut request = ApiGatewayProxyRequest::default();
-    request.http_method = aws_lambda_events::http::Method::GET;
-    request.path = Some(format!("/subscriptions/{license}"));
-    if let Some(account) = account {
-        request.query_string_parameters = std::collections::HashMap::from([(
-            "customerAWSAccountId".to_string(),
-            vec![account.to_string()],
-        )])
-        .into();
-    }
-    answered(awsmp_usage_api::handle(&stack.usage_api(), request).await)
+    let query: Vec<(&str, &str)> = account
+        .map(|account| ("customerAWSAccountId", account))
+        .into_iter()
+        .collect();
+    get(
+        &stack.usage_api(),
+        format!("/subscriptions/{license}"),
+        &query,
+    )
+    .await
 }

@@ -93,8 +93,6 @@ impl Stack {
     }
 }
 
-/// `POST /usage/events` with `body` of `content_type` through the function's real
-/// handler: the status and the JSON answer (`null` when it is not JSON).
 /// `GET /usage/events/{id}?licenseArn=[&source=]` on the handler: its status and body.
 pub(crate) async fn get_event(
     state: &awsmp_usage_api::State,
@@ -102,21 +100,29 @@ pub(crate) async fn get_event(
     license_arn: &str,
     source: Option<&str>,
 ) -> (i64, serde_json::Value) {
+    let mut query = vec![("licenseArn", license_arn)];
+    query.extend(source.map(|source| ("source", source)));
+    get(state, format!("/usage/events/{id}"), &query).await
+}
+
+/// `GET path?query` on the handler: its status and body.
+pub(crate) async fn get(
+    state: &awsmp_usage_api::State,
+    path: String,
+    query: &[(&str, &str)],
+) -> (i64, serde_json::Value) {
     let mut request = ApiGatewayProxyRequest::default();
     request.http_method = aws_lambda_events::http::Method::GET;
-    request.path = Some(format!("/usage/events/{id}"));
-    let mut query = std::collections::HashMap::from([(
-        "licenseArn".to_string(),
-        vec![license_arn.to_string()],
-    )]);
-    if let Some(source) = source {
-        query.insert("source".to_string(), vec![source.to_string()]);
-    }
-    request.query_string_parameters = query.into();
+    request.path = Some(path);
+    request.query_string_parameters = query
+        .iter()
+        .map(|(name, value)| (name.to_string(), vec![value.to_string()]))
+        .collect::<std::collections::HashMap<_, _>>()
+        .into();
     answered(awsmp_usage_api::handle(state, request).await)
 }
 
-pub(crate) fn answered(
+fn answered(
     response: aws_lambda_events::apigw::ApiGatewayProxyResponse,
 ) -> (i64, serde_json::Value) {
     let answer = match &response.body {
@@ -128,6 +134,8 @@ pub(crate) fn answered(
     (response.status_code, answer)
 }
 
+/// `POST /usage/events` with `body` of `content_type` through the function's real
+/// handler: the status and the JSON answer (`null` when it is not JSON).
 pub(crate) async fn post_events(
     state: &awsmp_usage_api::State,
     content_type: &'static str,
