@@ -3,7 +3,8 @@
 # ./deploy.sh --local, in the debug build the tests already compiled) and fails
 # unless it exits 0 after printing what was billed, `awsmp status` found the local
 # deployment through its stack outputs, an over-bill was refunded once, and the
-# agreement reconciliation kept each buyer's rate card.
+# subscription function (at License Updated) and the agreement reconciliation kept
+# each buyer's rate card.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log="$(mktemp)"
@@ -22,6 +23,7 @@ if [ "$status" -eq 0 ] && grep -q '^billed records: [1-9]' "$log" &&
    grep -q 'GET /usage/events/evt-a1: counted into .* worth 0.105 USD (estimated' "$log" &&
    grep -q 'Usage Record Outcome (worth [0-9.]* USD together, estimated' "$log" &&
    grep -q 'buyer event Buyer Registered: .*(form fields companyName, contactEmail, names only)' "$log" &&
+   grep -q 'rate cards kept when License Updated was handled: A agmt-localdemoa (requests 0.0025 USD, storage_gb 0.5 USD)' "$log" &&
    grep -q 'rate cards kept on the subscribers rows by the agreement reconciliation: A agmt-localdemoa (requests 0.0025 USD, storage_gb 0.5 USD)' "$log"; then
   echo "local demo: billed usage and passed its checks in ${elapsed}s"
   echo "1 passed, 0 failed"

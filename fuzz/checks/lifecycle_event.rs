@@ -138,9 +138,11 @@ fn check_handler(body: &str) {
     let state = State {
         config: Arc::new(Config {
             subscribers_table: "awsmp-subscribers-fuzz".into(),
+            rate_cards: false,
         }),
         subscribers: Arc::new(store),
         clock: Arc::new(ManualClock::new(now)),
+        agreements: None,
     };
     let mut message = SqsMessage::default();
     message.message_id = Some("m-1".into());

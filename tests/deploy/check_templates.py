@@ -310,13 +310,18 @@ def main() -> int:
                     statement.insert(0, t.lines[back])
                     if re.match(r"^\s+- (Sid|Effect):", t.lines[back]):
                         break
-                action = next((l.split(":", 1)[1].strip() for l in statement if re.match(r"^\s+Action:", l)), "")
+                at = next((n for n, l in enumerate(statement) if re.match(r"^\s+Action:", l)), None)
+                action = statement[at].split(":", 1)[1].strip() if at is not None else ""
+                # A list of actions: every one of them must be allowed "*".
+                actions = [action] if action else [
+                    l.strip()[2:].strip() for l in statement[at + 1:] if re.match(r"^\s+- [a-z0-9-]+:[A-Za-z]+\s*$", l)
+                ] if at is not None else [""]
                 if any(re.match(r"^\s+Principal:", l) for l in statement):
                     continue  # a key policy's statement: "*" is the key itself
                 check(
-                    action in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer", "aws-marketplace:SearchAgreements", "aws-marketplace:GetAgreementTerms"),
-                    f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements, GetAgreementTerms)",
-                    f"action {action!r}",
+                    bool(actions) and all(a in ("aws-marketplace:BatchMeterUsage", "aws-marketplace:ResolveCustomer", "aws-marketplace:SearchAgreements", "aws-marketplace:DescribeAgreement", "aws-marketplace:GetAgreementTerms") for a in actions),
+                    f"{t.name} line {i + 1}: Resource \"*\" only for the Marketplace actions without resource-level permissions (BatchMeterUsage, ResolveCustomer, SearchAgreements, DescribeAgreement, GetAgreementTerms)",
+                    f"actions {actions!r}",
                 )
     # ---- no stack may refund: billing adjustments are the operator's alone (awsmp adjust)
     refunds = [

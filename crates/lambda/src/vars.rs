@@ -30,6 +30,7 @@
 //! | `DEPLOYMENT_MODE` | usage-api, submitter | `full` or `direct-submit` (the usage API refuses raw usage in a direct-submit stack) |
 //! | `METERING_REQUESTS_PER_SECOND` | submitter | this stack's share (1..10, default 10) of the account's 10 `BatchMeterUsage` requests/s in the Region; parameter `MeteringRequestsPerSecond` |
 //! | `DATA_RETENTION_DAYS` | discoverer, aggregator, cleanup, submitter | parameter `DataRetentionDays`: 0 (default) keeps every item; otherwise at least 3 (`retention::MIN_RETENTION_DAYS`): the write that makes a raw row or a record final sets `expiresAt` that many days later (see "Retention") |
+//! | `RATE_CARDS` | subscription | `enabled` (the events stack runs the agreement reconciliation) or `disabled`: after License Updated or Purchase Agreement Amended, read the agreement's terms and keep them on the row as its rate card |
 //! | `RECONCILE_PRODUCTS` | agreement-reconcile | parameter `ReconcileProducts`: `prod-id=productCode` pairs, comma-separated: the products whose agreements it reconciles |
 //! | `ALLOWED_REGISTRATION_FIELDS` | register | comma-separated allowlist of form fields |
 //! | `RESOLVE_CUSTOMER_REGION` | register | Region for `ResolveCustomer` |

@@ -261,7 +261,33 @@ pub(crate) async fn drive_every_function() -> Stack {
         &format!("agmt-{}", &ended[ended.len() - 4..]),
         "2026-11-30T08:00:00Z",
     ));
+    // The staying buyer's agreement is in the Agreement API: its License Updated is
+    // followed by its rate card (DescribeAgreement, GetAgreementTerms). It is filed
+    // under another product id than the one the reconciliation below searches.
+    stack
+        .sim
+        .handle()
+        .seed_agreement(awsmp_e2e::agreement_seed(
+            &format!("agmt-{}", &staying[staying.len() - 4..]),
+            &staying,
+            ACCOUNT_A,
+            (PRODUCT, "prod-e2estaying"),
+            stack.now() - chrono::Duration::days(1),
+        ))
+        .unwrap();
     deliver_events(&stack, events).await;
+    assert!(
+        stack
+            .subscribers
+            .get(&staying, ACCOUNT_A)
+            .await
+            .unwrap()
+            .and_then(|row| row
+                .current_rate_card()
+                .map(|card| card.agreement_id.clone()))
+            .is_some(),
+        "License Updated keeps the buyer's rate card"
+    );
 
     // A registration: ResolveCustomer, the profile row, registeredRegions.
     register(&stack, &staying, ACCOUNT_A).await;

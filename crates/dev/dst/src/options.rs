@@ -74,6 +74,18 @@ pub struct LostEvents {
     /// Until settling, the Agreement API still calls the third buyer's ended agreement
     /// `ACTIVE` (one in two): the reconciliation must not act on the row's newer news.
     pub api_lag: bool,
+    /// The Agreement API throttles the rate-card read that follows this buyer's (0 to 2)
+    /// License Updated (one in four): the activation stands, the reconciliation reads
+    /// the card.
+    pub card_throttled: Option<usize>,
+}
+
+impl LostEvents {
+    /// Whether buyer `n`'s (0 to 2) rate card was kept when its License Updated was
+    /// handled, before the pipeline's first run (else the reconciliation keeps it).
+    pub fn card_kept_at_activation(&self, n: usize) -> bool {
+        self.updated != Some(n) && self.card_throttled != Some(n)
+    }
 }
 
 /// The settings sellers deploy.
@@ -324,6 +336,7 @@ impl Options {
                 updated: (sim.below(3) == 0).then(|| sim.below(3)),
                 deprovisioning: sim.below(3) == 0,
                 api_lag: sim.below(2) == 0,
+                card_throttled: (sim.below(4) == 0).then(|| sim.below(3)),
             },
         }
     }
@@ -395,7 +408,8 @@ impl fmt::Display for Options {
             f,
             "  submitter runs {:?}, next runs after {} min, outcome batches of {}, garbage \
              message {}, deprovisioned at {}, revoked buyer {:?}; lost: License Updated of \
-             buyer {:?}, the deprovisioning {}, the Agreement API lags {}",
+             buyer {:?}, the deprovisioning {}, the Agreement API lags {}; the card read \
+             after License Updated throttled for buyer {:?}",
             self.submitter_runs,
             self.next_runs_after_minutes,
             self.outcome_batch_size,
@@ -404,7 +418,8 @@ impl fmt::Display for Options {
             self.revoked.map(|n| n + 1),
             self.lost.updated.map(|n| n + 1),
             self.lost.deprovisioning,
-            self.lost.api_lag
+            self.lost.api_lag,
+            self.lost.card_throttled.map(|n| n + 1)
         )
     }
 }

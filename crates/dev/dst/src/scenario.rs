@@ -15,7 +15,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use awsmp_core::memory::{ManualClock, MemoryProfileStore, MemorySubscriberStore, MemoryTables};
+use awsmp_core::memory::{
+    AgreementOp, ManualClock, MemoryProfileStore, MemorySubscriberStore, MemoryTables,
+};
 use awsmp_core::ports::Clock;
 use awsmp_core::retention::Retention;
 use awsmp_core::time::{self, HourBucket, Instant, MeteringLockHours};
@@ -201,43 +203,56 @@ pub fn run(sim: Sim, options: &Options) -> World {
         stack.work.send_garbage(GARBAGE);
     }
 
-    // License Updated for every buyer, applied before the run (the other product's
-    // buyer through the same events stack).
+    // License Updated for every buyer, applied before the run, one after the other (the
+    // other product's buyer through the same events stack); each is followed by its
+    // buyer's rate card, read from the Agreement API as it answers then.
     let activated = options.start - chrono::Duration::hours(5);
-    // A lost one never arrives: the agreement reconciliation finds it in the API.
-    let mut setup: Vec<Task<'_>> = buyers
-        .into_iter()
-        .enumerate()
-        .filter(|(n, _)| options.lost.updated != Some(*n))
-        .map(|(_, l)| lifecycle::updated(&stack, l, activated))
-        .collect();
+    let reconciler = Reconciler::new(
+        stack.agreements.clone(),
+        buyers.map(String::as_str),
+        activated,
+        options.deprovisioned_at,
+        options.lost,
+    );
+    reconciler.answer_as_of(activated);
+    let lost = options.lost;
+    let mut setup: Vec<Task<'_>> = vec![Task::new("license-updated", async {
+        for (n, l) in buyers.into_iter().enumerate() {
+            // A lost one never arrives: the agreement reconciliation finds it in the API.
+            if lost.updated == Some(n) {
+                continue;
+            }
+            if lost.card_throttled == Some(n) {
+                stack.agreements.throttle_next(AgreementOp::Terms);
+            }
+            stack.lifecycle(lifecycle::UPDATED, l, activated).await;
+        }
+    })];
     if let Some(other) = second_stack.filter(|other| other.product != PRODUCT) {
         setup.push(lifecycle::updated(other, &l4, activated));
     }
     sim.faults_off();
     executor::run(&sim, setup, false, MAX_STEPS, &|_| {});
     sim.faults_on();
+    // What each buyer's row holds once its License Updated was handled.
+    let activation_cards = buyers
+        .iter()
+        .map(|l| {
+            let row = subscribers
+                .rows()
+                .into_iter()
+                .find(|row| row.license_arn == **l);
+            (
+                (*l).clone(),
+                row.and_then(|row| row.rate_card.map(|card| *card)),
+            )
+        })
+        .collect();
 
     // The concurrent phase, with faults.
     if !options.lost.deprovisioning {
         *lock(&stack.deprovisioned) = Some((l3.clone(), options.deprovisioned_at));
     }
-    let reconciler = Reconciler::new(
-        buyers.map(String::as_str),
-        activated,
-        options.deprovisioned_at,
-        options.lost,
-    );
-    // An earlier reconciliation kept the subscribed buyers' rate cards.
-    sim.faults_off();
-    executor::run(
-        &sim,
-        vec![Task::new("rate cards", reconciler.keep_cards(&stack))],
-        false,
-        MAX_STEPS,
-        &|_| {},
-    );
-    sim.faults_on();
     let imports = Mutex::new(Vec::new());
     let mut tasks = concurrent(
         options,
@@ -349,6 +364,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             buyer_events: None,
             edges: Default::default(),
             reconciliations: Vec::new(),
+            activation_cards: Vec::new(),
             gates: Vec::new(),
             discoveries: lock(&other.discoveries).clone(),
         })
@@ -377,6 +393,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         buyer_events: Some(buyer_events),
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         reconciliations: reconciler.runs(),
+        activation_cards,
         gates: gatekeeper.answers(),
         discoveries: lock(&stack.discoveries).clone(),
         second,

@@ -74,6 +74,9 @@ pub struct Stack {
     pub metering_mode: MeteringMode,
     /// The subscription function.
     pub subscription: awsmp_subscription::State,
+    /// The Agreement API the events stack's functions read (the subscription function's
+    /// rate cards, the reconciliation: [`crate::actors::reconcile`] seeds it).
+    pub agreements: awsmp_core::memory::MemoryAgreementApi,
     /// The deprovision-cleanup function.
     pub deprovision_cleanup: awsmp_deprovision_cleanup::State,
     /// The register function.
@@ -120,6 +123,7 @@ impl Stack {
         (settings, deployment): (Settings, &Deployment),
     ) -> Stack {
         let licenses = [license(1), license(2), license(3)];
+        let agreements = awsmp_core::memory::MemoryAgreementApi::new();
         let subscription_store: Arc<FaultySubscribers> =
             Arc::new(FaultySubscribers::new(subscribers.clone(), sim.clone()));
         let register = register::state(
@@ -166,10 +170,13 @@ impl Stack {
             subscription: awsmp_subscription::State {
                 config: Arc::new(awsmp_subscription::Config {
                     subscribers_table: "subscribers".into(),
+                    rate_cards: true,
                 }),
                 subscribers: subscription_store.clone(),
                 clock: skewed_by(clock, deployment.subscription_skew_ms),
+                agreements: Some(Arc::new(agreements.clone())),
             },
+            agreements,
             deprovision_cleanup: awsmp_deprovision_cleanup::State {
                 config: Arc::new(awsmp_deprovision_cleanup::Config {
                     subscribers_table: "subscribers".into(),

@@ -134,6 +134,13 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
         system,
         "buyer subscribed: License Updated for two licenses of one account",
     );
+    // Each License Updated was followed by its buyer's rate card, read from the
+    // Agreement API by the subscription function: priced from the first hour.
+    let cards = kept_rate_cards(system, true).await?;
+    say(
+        system,
+        &format!("rate cards kept when License Updated was handled: {cards}"),
+    );
 
     // 2. Register through the fulfillment endpoint, as the buyer's browser would.
     register(system).await?;
@@ -347,9 +354,27 @@ pub async fn run(system: &mut LocalSystem) -> Result<String, LocalError> {
 }
 
 /// Each buyer's rate card, as kept on its subscribers row by the agreement
-/// reconciliation: checks both are there, of the buyer's agreement, pricing every
-/// dimension the demo meters.
+/// reconciliation (which read each once more, learning its agreement's
+/// `lastUpdateTime`), and no unpriced dimension counted.
 async fn check_rate_cards(system: &LocalSystem) -> Result<String, LocalError> {
+    let told = kept_rate_cards(system, false).await?;
+    let metrics = metric_counts(&system.metrics_log);
+    for name in ["UnpricedUsage", "UnpricedUsageUnchecked"] {
+        if let Some(count) = metrics.get(name).filter(|c| **c > 0) {
+            return Err(LocalError::Check(format!(
+                "the discoverer counted {count} {name}, yet every dimension metered is priced and every row readable"
+            )));
+        }
+    }
+    Ok(format!(
+        "rate cards kept on the subscribers rows by the agreement reconciliation: {told}; the discoverer found no unpriced dimension before billing"
+    ))
+}
+
+/// Each buyer's rate card on its subscribers row, checked to be of the buyer's
+/// agreement and to price every dimension the demo meters; `at_activation`: read
+/// after License Updated (it knows no `lastUpdateTime`), else by the reconciliation.
+async fn kept_rate_cards(system: &LocalSystem, at_activation: bool) -> Result<String, LocalError> {
     use awsmp_core::ports::SubscriberStore;
     let store = awsmp_aws::DynamoSubscriberStore::new(
         system.dynamodb.clone(),
@@ -364,11 +389,25 @@ async fn check_rate_cards(system: &LocalSystem) -> Result<String, LocalError> {
             .get(license, BUYER_ACCOUNT)
             .await
             .map_err(|e| LocalError::Check(format!("reading license {name}'s row: {e}")))?;
+        let kept_by = if at_activation {
+            "the subscription function did not keep it after License Updated"
+        } else {
+            "the agreement reconciliation did not keep it"
+        };
         let Some(card) = row.as_ref().and_then(|r| r.current_rate_card()) else {
             return Err(LocalError::Check(format!(
-                "license {name}'s row holds no rate card of {agreement}: the agreement reconciliation did not keep it"
+                "license {name}'s row holds no rate card of {agreement}: {kept_by}"
             )));
         };
+        let read_on_event = row
+            .as_ref()
+            .and_then(|r| r.rate_card.as_ref())
+            .is_some_and(|stored| stored.agreement_updated_at.is_none());
+        if read_on_event != at_activation {
+            return Err(LocalError::Check(format!(
+                "license {name}'s rate card: {kept_by}"
+            )));
+        }
         let currency = card.terms.currency.clone().unwrap_or_default();
         let prices: Vec<String> = DIMENSIONS
             .iter()
@@ -385,18 +424,7 @@ async fn check_rate_cards(system: &LocalSystem) -> Result<String, LocalError> {
             prices.join(", ")
         ));
     }
-    let metrics = metric_counts(&system.metrics_log);
-    for name in ["UnpricedUsage", "UnpricedUsageUnchecked"] {
-        if let Some(count) = metrics.get(name).filter(|c| **c > 0) {
-            return Err(LocalError::Check(format!(
-                "the discoverer counted {count} {name}, yet every dimension metered is priced and every row readable"
-            )));
-        }
-    }
-    Ok(format!(
-        "rate cards kept on the subscribers rows by the agreement reconciliation: {}; the discoverer found no unpriced dimension before billing",
-        told.join("; ")
-    ))
+    Ok(told.join("; "))
 }
 
 /// The buyer lifecycle events the local rule caught, in order, one line each; checks

@@ -46,9 +46,11 @@ fn state_with(store: Arc<dyn SubscriberStore>) -> State {
     State {
         config: Arc::new(Config {
             subscribers_table: "awsmp-subscribers-test".into(),
+            rate_cards: false,
         }),
         subscribers: store,
         clock: Arc::new(ManualClock::new(t(H10))),
+        agreements: None,
     }
 }
 
@@ -433,3 +435,94 @@ async fn endless_contention_fails_the_message_for_redelivery() {
 #[path = "../tests/support/logs.rs"]
 mod logs;
 use logs::capture_logs;
+
+/// A harness whose function reads rate cards from `api`, which knows the fixtures'
+/// agreement.
+fn with_rate_cards() -> (
+    State,
+    MemorySubscriberStore,
+    awsmp_core::memory::MemoryAgreementApi,
+) {
+    use awsmp_core::memory::agreement_contract::{record, seed};
+    let (mut state, store) = harness();
+    let api = awsmp_core::memory::MemoryAgreementApi::new();
+    let mut agreement = seed(AGREEMENT);
+    agreement.license_arn = LICENSE.to_string();
+    agreement.account = ACCOUNT.to_string();
+    agreement.start = t("2024-08-30T21:00:00Z");
+    api.seed(record(
+        &agreement,
+        awsmp_core::ports::AgreementStatus::Active,
+        agreement.start,
+    ));
+    state.config = Arc::new(Config {
+        subscribers_table: "awsmp-subscribers-test".into(),
+        rate_cards: true,
+    });
+    state.agreements = Some(Arc::new(api.clone()));
+    (state, store, api)
+}
+
+#[tokio::test]
+async fn with_rate_cards_license_updated_keeps_the_agreements_card_on_the_row() {
+    let (state, store, api) = with_rate_cards();
+    assert!(
+        deliver(&state, &[(UPDATED, "2024-08-30T21:36:03Z")])
+            .await
+            .is_empty()
+    );
+    let row = only_row(&store);
+    let card = row.current_rate_card().expect("a card at activation");
+    assert_eq!(card.agreement_id, AGREEMENT);
+    assert_eq!(
+        card.terms
+            .rate_card
+            .get("requests")
+            .map(ToString::to_string),
+        Some("0.0025".to_string())
+    );
+    assert_eq!(card.start, t("2024-08-30T21:00:00Z"));
+    // A redelivery reads nothing more; a deprovisioning reads nothing at all.
+    deliver(
+        &state,
+        &[
+            (UPDATED, "2024-08-30T21:36:03Z"),
+            (DEPROVISIONED, "2024-08-30T22:00:00Z"),
+        ],
+    )
+    .await;
+    assert_eq!(api.calls(awsmp_core::memory::AgreementOp::Terms), 1);
+}
+
+#[tokio::test]
+async fn with_rate_cards_a_throttled_read_never_fails_the_activation() {
+    let (state, store, api) = with_rate_cards();
+    api.throttle_next(awsmp_core::memory::AgreementOp::Terms);
+    assert!(
+        deliver(&state, &[(UPDATED, "2024-08-30T21:36:03Z")])
+            .await
+            .is_empty(),
+        "the message is done: the reconciliation reads the card"
+    );
+    let row = only_row(&store);
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+    assert!(row.rate_card.is_none());
+}
+
+#[test]
+fn rate_cards_must_be_enabled_or_disabled() {
+    let lookup = |value: &'static str| {
+        move |name: &str| match name {
+            "SUBSCRIBERS_TABLE" => Some("t".to_string()),
+            "RATE_CARDS" => Some(value.to_string()),
+            _ => None,
+        }
+    };
+    assert!(Config::from_lookup(&lookup("enabled")).unwrap().rate_cards);
+    assert!(!Config::from_lookup(&lookup("disabled")).unwrap().rate_cards);
+    let err = Config::from_lookup(&lookup("yes")).unwrap_err().to_string();
+    assert!(
+        err.contains("RATE_CARDS must be enabled or disabled"),
+        "{err}"
+    );
+}

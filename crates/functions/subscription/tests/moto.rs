@@ -85,6 +85,7 @@ impl Env {
         let store = DynamoSubscriberStore::new(self.client.clone(), table);
         let config = Config {
             subscribers_table: table.to_string(),
+            rate_cards: false,
         };
         (State::connect(&self.moto.sdk_config(), &config), store)
     }

@@ -547,3 +547,128 @@ async fn a_replacement_gets_its_own_card_and_the_old_one_is_never_current() {
             .unwrap()
     );
 }
+
+impl World {
+    /// Applies `json` as the subscription function does, then keeps the cards it calls for.
+    async fn event_with_cards(&self, json: serde_json::Value) -> rate_cards::KeptAfterEvent {
+        self.event(json.clone()).await;
+        let event = MarketplaceEvent::from_json_str(&json.to_string()).unwrap();
+        let ports = ReconcilePorts {
+            agreements: &self.api,
+            subscribers: &self.store,
+            clock: &self.clock,
+        };
+        rate_cards::keep_after_event(ports, &event).await
+    }
+}
+
+#[tokio::test]
+async fn license_updated_keeps_the_card_at_activation_and_only_once() {
+    let w = World::new();
+    let start = now() - TimeDelta::hours(1);
+    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
+    let updated = license_event("License Updated - Manufacturer", LICENSE, "agmt-1", start);
+    let kept = w.event_with_cards(updated.clone()).await;
+    assert_eq!((kept.kept, kept.current, kept.failed.len()), (1, 0, 0));
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(price(&row, "requests").as_deref(), Some("0.0025"));
+    let card = row.rate_card.clone().unwrap();
+    assert_eq!(
+        card.card.start, start,
+        "the agreement's start, as described"
+    );
+    assert_eq!(
+        card.agreement_updated_at, None,
+        "an event does not say when the agreement last changed"
+    );
+
+    // The same event again reads nothing.
+    let again = w.event_with_cards(updated).await;
+    assert_eq!((again.kept, again.current), (0, 1));
+    assert_eq!(w.api.calls(AgreementOp::Terms), 1);
+
+    // The reconciliation reads the card once more, to learn lastUpdateTime.
+    let report = w.run(false).await;
+    assert_eq!(report.rate_cards.refreshed, 1);
+    assert_eq!(w.run(false).await.rate_cards.current, 1);
+}
+
+#[tokio::test]
+async fn an_amendment_rereads_the_card_of_every_row_of_its_agreement() {
+    let w = World::new();
+    let start = now() - TimeDelta::days(2);
+    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
+    w.event_with_cards(license_event(
+        "License Updated - Manufacturer",
+        LICENSE,
+        "agmt-1",
+        start,
+    ))
+    .await;
+    w.api.update("agmt-1", |r| {
+        r.terms
+            .rate_card
+            .insert("requests".into(), "0.003".parse().unwrap());
+        r.last_update_time = now() - TimeDelta::hours(1);
+    });
+    w.clock.advance(std::time::Duration::from_secs(60));
+    let amended = serde_json::json!({
+        "source": "aws.agreement-marketplace",
+        "detail-type": "Purchase Agreement Amended - Manufacturer",
+        "time": format_instant(now() - TimeDelta::hours(1)),
+        "detail": {"agreement": {"id": "agmt-1"}, "acceptor": {"accountId": BUYER}},
+    });
+    let kept = w.event_with_cards(amended).await;
+    assert_eq!((kept.kept, kept.failed.len()), (1, 0));
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(price(&row, "requests").as_deref(), Some("0.003"));
+}
+
+#[tokio::test]
+async fn a_card_that_cannot_be_read_leaves_the_activation_applied_for_the_reconciliation() {
+    let w = World::new();
+    let start = now() - TimeDelta::hours(1);
+    w.agreement("agmt-1", LICENSE, start, AgreementStatus::Active, start);
+    w.api.throttle_next(AgreementOp::Terms);
+    let kept = w
+        .event_with_cards(license_event(
+            "License Updated - Manufacturer",
+            LICENSE,
+            "agmt-1",
+            start,
+        ))
+        .await;
+    assert_eq!((kept.kept, kept.failed.len()), (0, 1));
+    assert!(
+        kept.failed[0].1.to_string().contains("Throttling"),
+        "{}",
+        kept.failed[0].1
+    );
+    let row = w.row(LICENSE).await.unwrap();
+    assert_eq!(row.subscription_status, Some(SubscriptionStatus::Active));
+    assert!(row.rate_card.is_none());
+    assert_eq!(w.run(false).await.rate_cards.refreshed, 1);
+
+    // An unknown agreement is named; a deprovisioned row is never read for.
+    let unknown = w
+        .event_with_cards(license_event(
+            "License Updated - Manufacturer",
+            LICENSE_2,
+            "agmt-unknown",
+            start,
+        ))
+        .await;
+    assert_eq!(unknown.failed.len(), 1);
+    assert!(unknown.failed[0].1.to_string().contains("agmt-unknown"));
+    let reads = w.api.calls(AgreementOp::Terms);
+    let gone = w
+        .event_with_cards(license_event(
+            "License Deprovisioned - Manufacturer",
+            LICENSE,
+            "agmt-1",
+            now(),
+        ))
+        .await;
+    assert_eq!((gone.kept, gone.current, gone.failed.len()), (0, 0, 0));
+    assert_eq!(w.api.calls(AgreementOp::Terms), reads);
+}

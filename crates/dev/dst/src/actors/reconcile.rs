@@ -11,13 +11,12 @@
 
 use std::cell::Cell;
 
-use awsmp_core::charges::{RateCard, StoredRateCard};
 use awsmp_core::lifecycle::reconcile::{
     Product, ReconcilePorts, ReconcileReport, ReconcileSettings, reconcile,
 };
 use awsmp_core::memory::agreement_contract::{SeedAgreement, record};
 use awsmp_core::memory::{AgreementOp, MemoryAgreementApi};
-use awsmp_core::ports::{AgreementStatus, AgreementTerms, Clock, SubscriberStore};
+use awsmp_core::ports::{AgreementStatus, Clock};
 use awsmp_core::time::Instant;
 
 use crate::executor::Task;
@@ -82,16 +81,17 @@ pub struct Reconciler<'a> {
 }
 
 impl<'a> Reconciler<'a> {
-    /// The API of `buyers`' agreements, active since `activated`; the third one's
-    /// ends at `deprovisioned_at`.
+    /// The API of `buyers`' agreements (`api`, the events stack's), active since
+    /// `activated`; the third one's ends at `deprovisioned_at`.
     pub fn new(
+        api: MemoryAgreementApi,
         buyers: [&'a str; 3],
         activated: Instant,
         deprovisioned_at: Instant,
         lost: LostEvents,
     ) -> Self {
         Reconciler {
-            api: MemoryAgreementApi::new(),
+            api,
             buyers,
             activated,
             deprovisioned_at,
@@ -102,7 +102,7 @@ impl<'a> Reconciler<'a> {
     }
 
     /// Seeds every agreement as the API answers at `now`.
-    fn answer_as_of(&self, now: Instant) {
+    pub fn answer_as_of(&self, now: Instant) {
         for (n, license) in self.buyers.iter().enumerate() {
             let amended = amended_when_settled(n) && self.settled.get();
             let seed = SeedAgreement {
@@ -130,32 +130,6 @@ impl<'a> Reconciler<'a> {
                 record(&seed, AgreementStatus::Active, self.activated)
             };
             self.api.seed(record);
-        }
-    }
-
-    /// Keeps each subscribed buyer's rate card on its row, as an earlier run would have
-    /// (the lost License Updated's buyer has no row yet).
-    pub async fn keep_cards(&self, stack: &Stack) {
-        for license in self.buyers {
-            let agreement = agreement_id(license);
-            let card = StoredRateCard {
-                card: RateCard {
-                    agreement_id: agreement.clone(),
-                    start: self.activated,
-                    terms: AgreementTerms {
-                        currency: Some("USD".to_string()),
-                        rate_card: prices(license, false).into_iter().collect(),
-                        free_trial: None,
-                        has_upfront: false,
-                    },
-                },
-                agreement_updated_at: Some(self.activated),
-                read_at: stack.clock.now(),
-            };
-            let _ = stack
-                .subscribers
-                .put_rate_card(license, ACCOUNT, &card, stack.clock.now())
-                .await;
         }
     }
 

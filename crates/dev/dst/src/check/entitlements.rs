@@ -6,9 +6,11 @@
 //! the last, fault-free run finds nothing left to repair (liveness).
 //!
 //! Rate cards: a card kept on a row always holds the prices of the agreement it names
-//! (never another buyer's, never another agreement's), and after the last, fault-free
-//! run every license still active holds its own agreement's card, with nothing left
-//! failed or deferred (liveness).
+//! (never another buyer's, never another agreement's); a buyer whose License Updated
+//! was handled holds its agreement's card from then on, before the pipeline's first run,
+//! unless the Agreement API refused that read (then the activation still stands); and
+//! after the last, fault-free run every license still active holds its own agreement's
+//! card, with nothing left failed or deferred (liveness).
 
 use awsmp_core::lifecycle::reconcile::DriftAction;
 use awsmp_core::lifecycle::{MarketplaceEvent, Transition, apply, expire_deprovisioning};
@@ -111,6 +113,7 @@ pub fn check(world: &World) -> Vec<String> {
             ));
         }
     }
+    violations.extend(activation_cards(world));
     match world.reconciliations.last() {
         None => violations.push("the agreement reconciliation never ran (entitlements)".into()),
         Some(Err(e)) => violations.push(format!(
@@ -136,6 +139,36 @@ pub fn check(world: &World) -> Vec<String> {
             if drift.action == DriftAction::WouldRepair {
                 violations.push(format!("a live run planned only: {drift:?} (entitlements)"));
             }
+        }
+    }
+    violations
+}
+
+/// Each buyer's card right after its License Updated: its own agreement's, as first
+/// agreed; none only for a lost License Updated or a throttled read.
+fn activation_cards(world: &World) -> Vec<String> {
+    let lost = world.options.lost;
+    let mut violations = Vec::new();
+    for (n, (license_arn, card)) in world.activation_cards.iter().enumerate() {
+        let agreement = agreement_id(license_arn);
+        let want: std::collections::BTreeMap<_, _> =
+            prices(license_arn, false).into_iter().collect();
+        match card {
+            None if !lost.card_kept_at_activation(n) => {}
+            Some(_) if lost.updated == Some(n) => violations.push(format!(
+                "{license_arn}: a card kept before any License Updated (rate cards)"
+            )),
+            Some(card)
+                if card.card.agreement_id == agreement && card.card.terms.rate_card == want => {}
+            Some(card) => violations.push(format!(
+                "{license_arn}: right after License Updated its card is of {} pricing {:?}, \
+                 its agreement {agreement} prices {want:?} (rate cards)",
+                card.card.agreement_id, card.card.terms.rate_card
+            )),
+            None => violations.push(format!(
+                "{license_arn}: License Updated handled, yet no rate card was kept: its usage \
+                 is unpriced until the reconciliation runs (rate cards, liveness)"
+            )),
         }
     }
     violations

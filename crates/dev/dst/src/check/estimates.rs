@@ -2,8 +2,8 @@
 //! agreements the simulation prices): every record's `estimatedCharge` is exactly its
 //! `quantity` x a price its buyer's agreement had for the dimension (as first agreed,
 //! or as amended), in the agreement's currency, or `unpriced` for a dimension it never
-//! priced (safety); and every billed record of a buyer whose rate card was kept from
-//! the start carries a priced or unpriced estimate, save as many as the discoverer
+//! priced (safety); and every billed record of a buyer whose rate card was kept at its
+//! License Updated carries a priced or unpriced estimate, save as many as the discoverer
 //! counted sent unchecked (`UnpricedUsageUnchecked`: the buyers' rows could not be
 //! read) (liveness: a price read and dropped on the way to the record shows here). A
 //! direct-submit stack's records are the seller's, priced by no discoverer.
@@ -42,9 +42,11 @@ pub fn check(world: &World) -> Vec<String> {
         return Vec::new();
     }
     let buyer = |license_arn: &str| (0..3usize).find(|n| license(*n as u32 + 1) == license_arn);
-    // A direct-submit seller writes the records: no discoverer prices them.
+    // A direct-submit seller writes the records: no discoverer prices them. A buyer's
+    // card is kept from its License Updated on, unless that event was lost or the read
+    // after it throttled (then the reconciliation keeps it, maybe after some sends).
     let kept_from_start =
-        |n: usize| world.options.lost.updated != Some(n) && !world.options.settings.direct;
+        |n: usize| world.options.lost.card_kept_at_activation(n) && !world.options.settings.direct;
     let rival = world.metering.rival_record_keys();
     let mut violations = Vec::new();
     let mut unestimated = BTreeSet::new();

@@ -3,8 +3,9 @@
 //! with), and every dimension of counted usage that a subscribed buyer's rate card does
 //! not price was reported by some discoverer run before it was billed, in its report
 //! or (a run that then failed returns none) its `UnpricedUsage` metric, unless a run
-//! could not read the rows and said so (`UnpricedUsageUnchecked`) (liveness; the lost
-//! License Updated's buyer, whose card is kept only mid-run, is left out).
+//! could not read the rows and said so (`UnpricedUsageUnchecked`) (liveness; a buyer
+//! whose card was not kept at its License Updated, lost or its read throttled, gets it
+//! only mid-run and is left out).
 
 use std::collections::BTreeSet;
 
@@ -48,7 +49,7 @@ pub fn check(world: &World) -> Vec<String> {
         return violations;
     }
     let subscribed: Vec<String> = (0..3usize)
-        .filter(|n| world.options.lost.updated != Some(*n))
+        .filter(|n| world.options.lost.card_kept_at_activation(*n))
         .map(|n| license(n as u32 + 1))
         .collect();
     let counted: BTreeSet<(String, String)> = world
