@@ -204,6 +204,8 @@ pub async fn run(state: &State) -> Result<ReconcileReport, RunError> {
         clock: state.clock.as_ref(),
     };
     let report = reconcile(ports, &settings).await?;
+    // Its `repaired` is what the alarm `agreement-drift-repaired` counts (the template's
+    // metric filter on this line); each drift has its own line from the use case.
     tracing::info!(
         now = %report.now,
         agreements = report.agreements,

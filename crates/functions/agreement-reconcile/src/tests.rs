@@ -141,3 +141,83 @@ async fn a_rate_card_that_cannot_be_read_fails_the_run_after_the_rows_are_repair
             .is_some()
     );
 }
+
+/// The `AgreementDriftMetricFilter`'s pattern (`{ $.path = "value" }`) and metric
+/// value (`$.path`), as the events template declares them.
+fn drift_metric_filter() -> ((String, String), String) {
+    let template = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../template-events.yaml"),
+    )
+    .unwrap();
+    let filter = &template[template.find("  AgreementDriftMetricFilter:").unwrap()..];
+    let field = |name: &str| {
+        let at = filter.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+        filter[at..].lines().next().unwrap().trim().to_string()
+    };
+    let pattern = field("FilterPattern");
+    let inner = pattern.trim_matches(['\'', '{', '}', ' ']);
+    let (path, value) = inner.split_once(" = ").unwrap();
+    let path = path.trim().trim_start_matches("$.").to_string();
+    let value = value.trim().trim_matches('"').to_string();
+    let metric = field("MetricValue").trim_start_matches("$.").to_string();
+    ((path, value), metric)
+}
+
+/// The value at a dotted `path` of a JSON log line.
+fn at_path<'a>(line: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
+    path.split('.').fold(line, |v, key| &v[key])
+}
+
+#[test]
+fn the_drift_alarms_metric_filter_counts_each_repair_from_the_runs_summary_line() {
+    let ((path, want), metric) = drift_metric_filter();
+    let (_api, _store, state) = one_active_agreement();
+    let logged = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let logged = logged.clone();
+        move || Sink(logged.clone())
+    };
+    let subscriber = awsmp_lambda::logging::json_subscriber(None, Some("INFO"), writer);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            run(&state).await.unwrap();
+            run(&state).await.unwrap();
+        })
+    });
+    let text = String::from_utf8(logged.lock().unwrap().clone()).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // What CloudWatch Logs would count: the metric value of each matching line.
+    let counted: Vec<u64> = lines
+        .iter()
+        .filter(|l| at_path(l, &path) == want.as_str())
+        .map(|l| at_path(l, &metric).as_u64().expect("a number"))
+        .collect();
+    assert_eq!(counted, vec![1, 0], "one repair, then none: {text}");
+    let repaired: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "subscriber row disagrees with the Agreement API")
+        .collect();
+    assert_eq!(repaired.len(), 1, "{text}");
+    assert_eq!(repaired[0]["fields"]["license"], LICENSE);
+    assert_eq!(repaired[0]["fields"]["kind"], "LicenseUpdatedLost");
+    assert_eq!(repaired[0]["fields"]["action"], "Repaired");
+}
+
+/// A log writer into shared bytes.
+struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
