@@ -1,7 +1,8 @@
 //! Money's figures (docs/performance.md, "Money"): the Agreement API calls the
 //! estimates make per billed license (`rate_cards`, as `awsmp report`, `status` and
 //! `failures` read them), before and after the agreement reconciliation keeps the
-//! cards on the rows (and the calls that costs it), and how fast the estimate prices records once the rate cards
+//! cards on the rows (and the calls that costs it), what a license's activation costs
+//! (its License Updated read the card; the reconciliation after it), and how fast the estimate prices records once the rate cards
 //! are read (`charges`), over 2,000 licenses, each on its own agreement, with 24 billed
 //! hours of two dimensions each (96,000 records). The rate cards are read from the
 //! in-memory Agreement API, which counts its calls; nothing here is on the submitter's
@@ -122,6 +123,7 @@ fn main() {
         "rate cards kept on the rows: {} Agreement API calls per report, status or failures run for {LICENSES} licenses",
         api.calls(AgreementOp::Describe) + api.calls(AgreementOp::Terms) - before
     );
+    activation_figures(&runtime, now);
     let mut best = f64::MAX;
     for _ in 0..RUNS {
         let started = Clock::now();
@@ -139,5 +141,80 @@ fn main() {
     );
     println!(
         "submitter's path: 0 Agreement API calls and 0 estimates (it prices nothing; the estimate runs in the operator tool only)"
+    );
+}
+
+/// What keeping the cards at activation costs: each license's License Updated (handled
+/// as the subscription function does, card included), once and redelivered, then the
+/// two reconciliation runs after it.
+fn activation_figures(runtime: &tokio::runtime::Runtime, now: awsmp_core::time::Instant) {
+    use awsmp_core::lifecycle::MarketplaceEvent;
+    use awsmp_core::lifecycle::reconcile::rate_cards::keep_after_event;
+    use awsmp_core::lifecycle::subscription::apply_event;
+    let subscribers = MemorySubscriberStore::new();
+    let api = MemoryAgreementApi::new();
+    let clock = ManualClock::new(now);
+    let ports = ReconcilePorts {
+        agreements: &api,
+        subscribers: &subscribers,
+        clock: &clock,
+    };
+    let events: Vec<String> = (0..LICENSES)
+        .map(|n| {
+            let lic = license(n);
+            let agreement = format!("agmt-{n:08}");
+            let mut agreement_seed = seed(&agreement);
+            agreement_seed.license_arn = lic.clone();
+            api.seed(record(&agreement_seed, AgreementStatus::Active, now));
+            serde_json::json!({
+                "source": "aws.agreement-marketplace",
+                "detail-type": "License Updated - Manufacturer",
+                "time": "2026-11-30T23:00:00Z",
+                "detail": {
+                    "license": {"arn": lic},
+                    "acceptor": {"accountId": "111122223333"},
+                    "agreement": {"id": agreement},
+                    "product": {"code": "code"},
+                }
+            })
+            .to_string()
+        })
+        .collect();
+    let calls = || api.calls(AgreementOp::Describe) + api.calls(AgreementOp::Terms);
+    let mut per_delivery = Vec::new();
+    for _ in 0..2 {
+        let before = calls();
+        runtime.block_on(async {
+            for (i, body) in events.iter().enumerate() {
+                apply_event(&subscribers, &clock, &format!("m-{i}"), Some(body))
+                    .await
+                    .unwrap();
+                let event = MarketplaceEvent::from_json_str(body).unwrap();
+                let kept = keep_after_event(ports, &event).await;
+                assert!(kept.failed.is_empty());
+            }
+        });
+        per_delivery.push(calls() - before);
+    }
+    let settings = ReconcileSettings {
+        products: vec![Product {
+            product_id: PRODUCT.to_string(),
+            product_code: "code".to_string(),
+        }],
+        dry_run: false,
+    };
+    let mut per_run = Vec::new();
+    for _ in 0..2 {
+        let before = api.calls(AgreementOp::Terms);
+        runtime.block_on(reconcile(ports, &settings)).unwrap();
+        per_run.push(api.calls(AgreementOp::Terms) - before);
+    }
+    println!(
+        "activation: {LICENSES} License Updated read {} Agreement API calls ({:.1} per license: DescribeAgreement + GetAgreementTerms), redelivered {}; the reconciliation after them {} GetAgreementTerms (each card once more, learning lastUpdateTime), the next {}",
+        per_delivery[0],
+        per_delivery[0] as f64 / LICENSES as f64,
+        per_delivery[1],
+        per_run[0],
+        per_run[1]
     );
 }
