@@ -139,6 +139,14 @@ impl MemoryAgreementApi {
         );
     }
 
+    /// Drops every failure queued and not yet met (a throttle is momentary: one no call
+    /// met is gone).
+    pub fn clear_faults(&self) {
+        let mut state = lock(&self.state);
+        state.faults.clear();
+        state.lost.clear();
+    }
+
     /// Lets the next call of `op` take effect, then answers it as a lost connection
     /// does ([`PortError::Transient`]).
     pub fn lose_next(&self, op: AgreementOp) {

@@ -365,6 +365,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
             edges: Default::default(),
             reconciliations: Vec::new(),
             activation_cards: Vec::new(),
+            amended_card: None,
             gates: Vec::new(),
             discoveries: lock(&other.discoveries).clone(),
         })
@@ -394,6 +395,7 @@ pub fn run(sim: Sim, options: &Options) -> World {
         edges: edge_seller.map(|e| e.log()).unwrap_or_default(),
         reconciliations: reconciler.runs(),
         activation_cards,
+        amended_card: reconciler.amended_card(),
         gates: gatekeeper.answers(),
         discoveries: lock(&stack.discoveries).clone(),
         second,

@@ -56,6 +56,9 @@ pub struct World {
     /// Each buyer's rate card right after its License Updated was handled (before the
     /// pipeline's first run).
     pub activation_cards: Vec<(String, Option<awsmp_core::charges::StoredRateCard>)>,
+    /// The first buyer's rate card right after its `Purchase Agreement Amended` was
+    /// handled (settling's start).
+    pub amended_card: Option<awsmp_core::charges::StoredRateCard>,
     /// Each run of the agreement reconciliation: its report, or why it could not compare.
     pub reconciliations: Vec<Result<awsmp_core::lifecycle::reconcile::ReconcileReport, String>>,
     /// The second main stack's world, when the schedule deploys one.

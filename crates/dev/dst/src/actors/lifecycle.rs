@@ -18,6 +18,8 @@ use crate::stack::Stack;
 pub const UPDATED: &str = "License Updated - Manufacturer";
 /// The event of a license ending.
 pub const DEPROVISIONED: &str = "License Deprovisioned - Manufacturer";
+/// The event of an agreement's terms changing.
+pub const AMENDED: &str = "Purchase Agreement Amended - Manufacturer";
 
 impl Stack {
     /// The subscription handler given `detail_type` for `license_arn` at `time`.

@@ -11,12 +11,13 @@
 
 use std::cell::Cell;
 
+use awsmp_core::charges::StoredRateCard;
 use awsmp_core::lifecycle::reconcile::{
     Product, ReconcilePorts, ReconcileReport, ReconcileSettings, reconcile,
 };
 use awsmp_core::memory::agreement_contract::{SeedAgreement, record};
 use awsmp_core::memory::{AgreementOp, MemoryAgreementApi};
-use awsmp_core::ports::{AgreementStatus, Clock};
+use awsmp_core::ports::{AgreementStatus, Clock, SubscriberStore};
 use awsmp_core::time::Instant;
 
 use crate::executor::Task;
@@ -78,6 +79,8 @@ pub struct Reconciler<'a> {
     settled: Cell<bool>,
     /// Each run's report, or its error.
     runs: std::sync::Mutex<Vec<Result<ReconcileReport, String>>>,
+    /// The first buyer's card right after its amendment was told.
+    amended_card: std::sync::Mutex<Option<StoredRateCard>>,
 }
 
 impl<'a> Reconciler<'a> {
@@ -98,6 +101,7 @@ impl<'a> Reconciler<'a> {
             lost,
             settled: Cell::new(false),
             runs: std::sync::Mutex::new(Vec::new()),
+            amended_card: std::sync::Mutex::new(None),
         }
     }
 
@@ -169,10 +173,21 @@ impl<'a> Reconciler<'a> {
         })
     }
 
-    /// A fault-free run while settling (the API has caught up).
+    /// A fault-free run while settling (the API has caught up). The first one begins
+    /// with the first buyer's agreement amended (new prices, a later `lastUpdateTime`)
+    /// and Marketplace telling it (`Purchase Agreement Amended`): the subscription
+    /// function reads the new card, kept for the checker, before the run.
     pub fn settle(&self, stack: &Stack) {
-        self.settled.set(true);
-        let tasks = vec![Task::new("agreement-reconcile", self.run_once(stack))];
+        let first = !self.settled.replace(true);
+        // Settling is fault-free: a throttle queued under faults that no call met (no
+        // card was due, the run crashed first) is gone, not left for a later call.
+        self.api.clear_faults();
+        let tasks = vec![Task::new("agreement-reconcile", async move {
+            if first {
+                self.amend(stack).await;
+            }
+            self.run_once(stack).await;
+        })];
         crate::executor::run(
             &stack.sim,
             tasks,
@@ -180,6 +195,23 @@ impl<'a> Reconciler<'a> {
             crate::scenario::MAX_STEPS,
             &|_| {},
         );
+    }
+
+    /// The first buyer's agreement amended and told; its card right after.
+    async fn amend(&self, stack: &Stack) {
+        let now = stack.clock.now();
+        self.answer_as_of(now);
+        let buyer = self.buyers[0];
+        stack
+            .lifecycle(crate::actors::lifecycle::AMENDED, buyer, now)
+            .await;
+        let row = stack.subscribers.get(buyer, ACCOUNT).await.ok().flatten();
+        *lock(&self.amended_card) = row.and_then(|row| row.rate_card).map(|card| *card);
+    }
+
+    /// The first buyer's card right after its amendment was told (settling's start).
+    pub fn amended_card(&self) -> Option<StoredRateCard> {
+        lock(&self.amended_card).clone()
     }
 
     /// Every run's report (or error), in order.

@@ -8,7 +8,8 @@
 //! Rate cards: a card kept on a row always holds the prices of the agreement it names
 //! (never another buyer's, never another agreement's); a buyer whose License Updated
 //! was handled holds its agreement's card from then on, before the pipeline's first run,
-//! unless the Agreement API refused that read (then the activation still stands); and
+//! unless the Agreement API refused that read (then the activation still stands); the
+//! amended agreement's new prices are on its row as soon as its amendment is told; and
 //! after the last, fault-free run every license still active holds its own agreement's
 //! card, with nothing left failed or deferred (liveness).
 
@@ -168,6 +169,21 @@ fn activation_cards(world: &World) -> Vec<String> {
             None => violations.push(format!(
                 "{license_arn}: License Updated handled, yet no rate card was kept: its usage \
                  is unpriced until the reconciliation runs (rate cards, liveness)"
+            )),
+        }
+    }
+    // The first buyer's amendment: read again when Marketplace told it (a buyer whose
+    // License Updated was lost may have no row to amend yet).
+    if lost.updated != Some(0) {
+        let license_arn = license(1);
+        let want: std::collections::BTreeMap<_, _> =
+            prices(&license_arn, true).into_iter().collect();
+        match &world.amended_card {
+            Some(card) if card.card.terms.rate_card == want => {}
+            other => violations.push(format!(
+                "{license_arn}: right after Purchase Agreement Amended its card prices {:?}, \
+                 the amended agreement {want:?} (rate cards)",
+                other.as_ref().map(|c| &c.card.terms.rate_card)
             )),
         }
     }
