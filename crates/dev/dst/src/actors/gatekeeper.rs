@@ -1,8 +1,8 @@
 //! The seller's service gating access on the entitlement answer: it asks the usage
 //! API's `GET /subscriptions/{licenseArn}` (its real handler, on the stack's subscribers
-//! table) about each buyer and about a license no event ever named, now and then
-//! without the buyer account, while the pipeline runs under faults and after each
-//! settling step. What it was answered ([`Asked`]) is held to
+//! table) or, one time in two, `awsmp_usage::Entitlements` (the same answer in Rust)
+//! about each buyer and about a license no event ever named, now and then without the
+//! buyer account, while the pipeline runs under faults and after each settling step. What it was answered ([`Asked`]) is held to
 //! [`crate::check::entitlement_answers`].
 
 use std::sync::Mutex;
@@ -30,6 +30,8 @@ pub struct Asked {
     pub at: Instant,
     /// Asked after a settling step's fault-free reconciliation and pipeline runs.
     pub settled: bool,
+    /// Through which surface: `GET /subscriptions` or `awsmp_usage::Entitlements`.
+    pub via: &'static str,
     /// The HTTP status.
     pub status: i64,
     /// The JSON answer.
@@ -60,11 +62,22 @@ impl<'a> Gatekeeper<'a> {
     async fn ask(&self, license: &str, settled: bool) {
         let at = self.stack.clock.now();
         let account = (self.stack.sim.below(3) != 0).then_some(ACCOUNT);
-        let (status, answer) = get_subscription(self.stack, license, account).await;
+        let (via, (status, answer)) = if self.stack.sim.below(2) == 0 {
+            (
+                "GET /subscriptions",
+                get_subscription(self.stack, license, account).await,
+            )
+        } else {
+            (
+                "awsmp_usage::Entitlements",
+                in_rust(self.stack, license, account, at).await,
+            )
+        };
         lock(&self.asked).push(Asked {
             license: license.to_string(),
             at,
             settled,
+            via,
             status,
             answer,
         });
@@ -121,4 +134,27 @@ async fn get_subscription(
         &query,
     )
     .await
+}
+
+/// The same question through `awsmp_usage::Entitlements` on the stack's subscribers
+/// table, its answer in the route's terms: the JSON answer, or the status and `code`
+/// its error is answered with.
+async fn in_rust(
+    stack: &Stack,
+    license: &str,
+    account: Option<&str>,
+    now: awsmp_core::time::Instant,
+) -> (i64, serde_json::Value) {
+    use awsmp_usage::EntitlementError;
+    let entitlements = awsmp_usage::Entitlements::with_store(stack.subscribers.clone());
+    match entitlements.get_at(license, account, now).await {
+        Ok(answer) => (200, serde_json::to_value(answer).unwrap_or_default()),
+        Err(EntitlementError::Unknown { .. }) => {
+            (404, serde_json::json!({"code": "UnknownSubscription"}))
+        }
+        Err(EntitlementError::Ambiguous { .. }) => {
+            (400, serde_json::json!({"code": "AmbiguousLicense"}))
+        }
+        Err(EntitlementError::Store(e)) => (500, serde_json::json!({"code": e.to_string()})),
+    }
 }

@@ -1,5 +1,6 @@
-//! The entitlement answer (`GET /subscriptions/{licenseArn}`), held to what the
-//! schedule's lifecycle did, whatever the faults:
+//! The entitlement answer (`GET /subscriptions/{licenseArn}` and the same answer from
+//! `awsmp_usage::Entitlements`), held to what the schedule's lifecycle did, whatever the
+//! faults:
 //!
 //! - Safety. `billedUntil` only for the deprovisioned buyer, with the window's end its
 //!   License Deprovisioned set (an hour after it) and a `writeBy` the pipeline's room
@@ -51,7 +52,8 @@ pub fn check(world: &World) -> Vec<String> {
     for asked in &world.gates {
         let mut fail = |what: String| {
             violations.push(format!(
-                "GET /subscriptions/{} at {}{}: {what}",
+                "{} {} at {}{}: {what}",
+                asked.via,
                 asked.license,
                 format_instant(asked.at),
                 if asked.settled { " (settled)" } else { "" }
