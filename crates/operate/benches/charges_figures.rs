@@ -92,13 +92,7 @@ fn main() {
         subscribers: &subscribers,
         clock: &clock,
     };
-    let settings = ReconcileSettings {
-        products: vec![Product {
-            product_id: PRODUCT.to_string(),
-            product_code: "code".to_string(),
-        }],
-        dry_run: false,
-    };
+    let settings = live_settings();
     let mut terms_per_run = Vec::new();
     for _ in 0..2 {
         let before = api.calls(AgreementOp::Terms);
@@ -196,13 +190,7 @@ fn activation_figures(runtime: &tokio::runtime::Runtime, now: awsmp_core::time::
         });
         per_delivery.push(calls() - before);
     }
-    let settings = ReconcileSettings {
-        products: vec![Product {
-            product_id: PRODUCT.to_string(),
-            product_code: "code".to_string(),
-        }],
-        dry_run: false,
-    };
+    let settings = live_settings();
     let mut per_run = Vec::new();
     for _ in 0..2 {
         let before = api.calls(AgreementOp::Terms);
@@ -217,4 +205,15 @@ fn activation_figures(runtime: &tokio::runtime::Runtime, now: awsmp_core::time::
         per_run[0],
         per_run[1]
     );
+}
+
+/// A live reconciliation of the seeded product.
+fn live_settings() -> ReconcileSettings {
+    ReconcileSettings {
+        products: vec![Product {
+            product_id: PRODUCT.to_string(),
+            product_code: "code".to_string(),
+        }],
+        dry_run: false,
+    }
 }

@@ -194,7 +194,8 @@ async fn keep(
 pub struct KeptAfterEvent {
     /// Cards read and stored.
     pub kept: usize,
-    /// Rows whose card was already of their agreement (nothing read).
+    /// Rows whose card was already of their agreement (nothing read), or that moved on
+    /// (or got a later card) while it was read.
     pub current: usize,
     /// Cards not kept, by license: the reconciliation reads them.
     pub failed: Vec<(String, CardError)>,
