@@ -61,6 +61,7 @@ NEEDS: dict[str, tuple[list[str], list[str]]] = {
     "AWS::Events::EventBusPolicy": (["events:PutPermission", "events:DescribeEventBus"], ["events:RemovePermission"]),
     "AWS::Logs::LogGroup": (["logs:CreateLogGroup", "logs:PutRetentionPolicy", "logs:DescribeLogGroups"],
                             ["logs:DeleteLogGroup"]),
+    "AWS::Logs::MetricFilter": (["logs:PutMetricFilter", "logs:DescribeMetricFilters"], ["logs:DeleteMetricFilter"]),
     "AWS::IAM::Role": (["iam:CreateRole", "iam:PutRolePolicy", "iam:GetRole", "iam:TagRole",
                         "iam:PutRolePermissionsBoundary"], ["iam:DeleteRole", "iam:DeleteRolePolicy"]),
     "AWS::CloudWatch::Alarm": (["cloudwatch:PutMetricAlarm", "cloudwatch:DescribeAlarms"], ["cloudwatch:DeleteAlarms"]),
